@@ -1,0 +1,306 @@
+//! Per-invocation budget: subrequests and wall time. Locally nothing enforces
+//! Cloudflare's limits, so this accounting is what keeps production safe
+//! (invariant 7: an invocation never exceeds its subrequest budget or deadline).
+
+use super::settings::DISPATCH_GRACE_MS;
+
+/// Most outcomes one group-commit statement carries, which bounds its size
+/// (about 150 bytes each, far below D1's statement and value limits).
+pub const FLUSH_MAX_ROWS: i64 = 500;
+
+/// Subrequests kept back for the end of every drain: mark finished batches and
+/// record the invocation summary.
+pub const TAIL_SUBREQUESTS: i64 = 2;
+
+/// Wall time kept back after the last child can answer, for the final flush.
+pub const WIND_DOWN_MS: i64 = 1_000;
+
+/// Subrequests counted against a fixed limit. `spend` refuses to go over, so a
+/// planning bug shows up as an error instead of a platform failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    limit: i64,
+    used: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget {
+    pub limit: i64,
+    pub used: i64,
+    pub wanted: i64,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "subrequest budget exceeded: {} used of {}, {} more wanted",
+            self.used, self.limit, self.wanted
+        )
+    }
+}
+
+impl Budget {
+    pub fn new(limit: i64) -> Budget {
+        Budget { limit, used: 0 }
+    }
+
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+
+    pub fn used(&self) -> i64 {
+        self.used
+    }
+
+    pub fn remaining(&self) -> i64 {
+        self.limit - self.used
+    }
+
+    pub fn spend(&mut self, n: i64) -> Result<(), OverBudget> {
+        if n > self.remaining() {
+            return Err(OverBudget {
+                limit: self.limit,
+                used: self.used,
+                wanted: n,
+            });
+        }
+        self.used += n;
+        Ok(())
+    }
+}
+
+/// Flush statements needed to commit `outstanding` outcomes.
+pub fn flush_reserve(outstanding: i64) -> i64 {
+    (outstanding + FLUSH_MAX_ROWS - 1).max(0) / FLUSH_MAX_ROWS
+}
+
+/// The fixed inputs of a drain's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainLimits {
+    pub concurrency: i64,
+    pub claim_chunk: i64,
+    /// Subrequests one claimed item costs this invocation: 1 SELF call when fanning
+    /// out, the job's own calls when running inline.
+    pub per_item_cost: i64,
+    pub job_timeout_ms: i64,
+    pub deadline_ms: i64,
+}
+
+/// Where a drain is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainState {
+    /// Claimed items whose outcome is not yet known.
+    pub in_flight: i64,
+    /// Outcomes known but not yet committed.
+    pub buffered: i64,
+    pub elapsed_ms: i64,
+    /// A claim came back short: nothing else is due right now.
+    pub drained: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Drained,
+    Budget,
+    Deadline,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Drained => "drained",
+            StopReason::Budget => "budget",
+            StopReason::Deadline => "deadline",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextClaim {
+    /// Claim up to this many items now.
+    Take(i64),
+    /// Let in-flight calls finish first: too few free slots to be worth a statement.
+    Hold,
+    /// Claim nothing more in this invocation.
+    Stop(StopReason),
+}
+
+/// Decide the next claim. Every claimed item is dispatched at once (never queued
+/// behind others), so its lease only has to cover its own run.
+pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
+    if state.drained {
+        return NextClaim::Stop(StopReason::Drained);
+    }
+    // A call started now may take job timeout + grace; it must end before the deadline.
+    let latest_start = limits.deadline_ms - limits.job_timeout_ms - DISPATCH_GRACE_MS - WIND_DOWN_MS;
+    if state.elapsed_ms >= latest_start {
+        return NextClaim::Stop(StopReason::Deadline);
+    }
+    let free = limits.concurrency - state.in_flight;
+    // Refill in chunks of at least half the window: claiming one item per freed
+    // slot would cost one statement per item, the very cost we amortise.
+    let refill_at = (limits.concurrency.min(limits.claim_chunk) / 2).max(1);
+    if state.in_flight > 0 && free < refill_at {
+        return NextClaim::Hold;
+    }
+    let outstanding = state.in_flight + state.buffered;
+    let mut k = free.min(limits.claim_chunk);
+    let affordable = |k: i64| {
+        1 + k * limits.per_item_cost + flush_reserve(outstanding + k) + TAIL_SUBREQUESTS
+            <= budget.remaining()
+    };
+    while k > 0 && !affordable(k) {
+        k -= 1;
+    }
+    if k == 0 {
+        // Nothing affordable now; finishing in-flight calls never frees budget.
+        return NextClaim::Stop(StopReason::Budget);
+    }
+    NextClaim::Take(k)
+}
+
+/// Whether an early (timer or chunk) flush of `buffered` outcomes fits the budget
+/// while keeping enough for the remaining outstanding ones and the tail.
+pub fn may_flush(budget: &Budget, in_flight: i64, buffered: i64) -> bool {
+    buffered > 0 && 1 + flush_reserve(in_flight) + TAIL_SUBREQUESTS <= budget.remaining()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: DrainLimits = DrainLimits {
+        concurrency: 25,
+        claim_chunk: 50,
+        per_item_cost: 1,
+        job_timeout_ms: 10_000,
+        deadline_ms: 50_000,
+    };
+
+    fn state(in_flight: i64, buffered: i64) -> DrainState {
+        DrainState {
+            in_flight,
+            buffered,
+            elapsed_ms: 0,
+            drained: false,
+        }
+    }
+
+    #[test]
+    fn spend_refuses_to_exceed_the_limit() {
+        let mut b = Budget::new(3);
+        assert!(b.spend(2).is_ok());
+        let err = b.spend(2).unwrap_err();
+        assert_eq!(err, OverBudget { limit: 3, used: 2, wanted: 2 });
+        assert_eq!(b.used(), 2);
+        assert!(b.spend(1).is_ok());
+        assert_eq!(b.remaining(), 0);
+    }
+
+    #[test]
+    fn flush_reserve_rounds_up() {
+        assert_eq!(flush_reserve(0), 0);
+        assert_eq!(flush_reserve(1), 1);
+        assert_eq!(flush_reserve(FLUSH_MAX_ROWS), 1);
+        assert_eq!(flush_reserve(FLUSH_MAX_ROWS + 1), 2);
+    }
+
+    #[test]
+    fn first_claim_fills_the_window() {
+        let b = Budget::new(10_000);
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(25));
+    }
+
+    #[test]
+    fn claim_is_capped_by_chunk() {
+        let b = Budget::new(10_000);
+        let wide = DrainLimits { concurrency: 200, ..LIMITS };
+        assert_eq!(next_claim(&b, wide, state(0, 0)), NextClaim::Take(50));
+    }
+
+    #[test]
+    fn holds_until_half_the_window_is_free() {
+        let b = Budget::new(10_000);
+        assert_eq!(next_claim(&b, LIMITS, state(20, 0)), NextClaim::Hold);
+        assert_eq!(next_claim(&b, LIMITS, state(13, 0)), NextClaim::Take(12));
+    }
+
+    #[test]
+    fn free_plan_budget_of_45_leaves_room_for_claim_flush_and_tail() {
+        // After reap (1): 44 left. Claim 25: 1 + 25 + 1 flush + 2 tail = 29 ≤ 44.
+        let mut b = Budget::new(45);
+        b.spend(1).unwrap();
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(25));
+        b.spend(1 + 25).unwrap();
+        // 18 left with 25 outstanding (1 flush reserved) + 2 tail: claim 1 + k ≤ 15.
+        assert_eq!(next_claim(&b, LIMITS, state(0, 25)), NextClaim::Take(14));
+    }
+
+    #[test]
+    fn the_whole_drain_never_exceeds_the_budget() {
+        // Simulate a drain where every call finishes at once, for many budgets.
+        for limit in 5..200 {
+            let mut b = Budget::new(limit);
+            b.spend(1).unwrap(); // the reaper
+            let mut outstanding = 0;
+            loop {
+                match next_claim(&b, LIMITS, state(0, outstanding)) {
+                    NextClaim::Take(k) => {
+                        b.spend(1 + k).unwrap();
+                        outstanding += k;
+                        if may_flush(&b, 0, outstanding) {
+                            b.spend(1).unwrap();
+                            outstanding = 0;
+                        }
+                    }
+                    NextClaim::Hold => unreachable!("nothing in flight"),
+                    NextClaim::Stop(reason) => {
+                        assert_eq!(reason, StopReason::Budget);
+                        break;
+                    }
+                }
+            }
+            b.spend(flush_reserve(outstanding) + TAIL_SUBREQUESTS).unwrap();
+            assert!(b.used() <= limit);
+        }
+    }
+
+    #[test]
+    fn inline_items_that_cost_more_claim_fewer() {
+        let b = Budget::new(45);
+        let inline = DrainLimits { per_item_cost: 3, ..LIMITS };
+        // 1 + 3k + 1 + 2 ≤ 45 → k = 13.
+        assert_eq!(next_claim(&b, inline, state(0, 0)), NextClaim::Take(13));
+    }
+
+    #[test]
+    fn stops_claiming_when_a_call_could_outlive_the_deadline() {
+        let b = Budget::new(10_000);
+        let latest = LIMITS.deadline_ms - LIMITS.job_timeout_ms - DISPATCH_GRACE_MS - WIND_DOWN_MS;
+        let mut s = state(0, 0);
+        s.elapsed_ms = latest - 1;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(25));
+        s.elapsed_ms = latest;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Stop(StopReason::Deadline));
+    }
+
+    #[test]
+    fn a_short_claim_ends_the_drain() {
+        let b = Budget::new(10_000);
+        let mut s = state(0, 0);
+        s.drained = true;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Stop(StopReason::Drained));
+    }
+
+    #[test]
+    fn early_flush_keeps_the_reserve() {
+        let mut b = Budget::new(10);
+        b.spend(6).unwrap();
+        // 4 left: flush 1 + reserve for 3 in flight (1) + tail 2 = 4.
+        assert!(may_flush(&b, 3, 5));
+        b.spend(1).unwrap();
+        assert!(!may_flush(&b, 3, 5));
+        assert!(!may_flush(&Budget::new(100), 3, 0));
+    }
+}

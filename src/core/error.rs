@@ -1,0 +1,97 @@
+//! The one error type of the HTTP API. Each variant maps to a status and a stable
+//! code in one place; internal details are logged by the edge, never sent.
+
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 400: the request is malformed or fails validation; `code` is stable.
+    BadRequest { code: &'static str, message: String },
+    /// 401: missing or wrong credentials (admin token or dispatch signature).
+    Unauthorized,
+    /// 404: no such route or resource.
+    NotFound(String),
+    /// 405: the route exists, the method does not.
+    MethodNotAllowed { allowed: &'static str },
+    /// 413: the body is over the size limit.
+    PayloadTooLarge { limit: usize },
+    /// 415: the body is not JSON.
+    UnsupportedMediaType,
+    /// 500: the detail is for the log only.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::BadRequest { .. } => 400,
+            ApiError::Unauthorized => 401,
+            ApiError::NotFound(_) => 404,
+            ApiError::MethodNotAllowed { .. } => 405,
+            ApiError::PayloadTooLarge { .. } => 413,
+            ApiError::UnsupportedMediaType => 415,
+            ApiError::Internal(_) => 500,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } => code,
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// What the client sees. `Internal` hides its detail (SQL text, binding names).
+    pub fn public_message(&self) -> String {
+        match self {
+            ApiError::BadRequest { message, .. } => message.clone(),
+            ApiError::Unauthorized => "missing or invalid credentials".into(),
+            ApiError::NotFound(what) => format!("{what} not found"),
+            ApiError::MethodNotAllowed { allowed } => {
+                format!("method not allowed; allowed: {allowed}")
+            }
+            ApiError::PayloadTooLarge { limit } => format!("body is larger than {limit} bytes"),
+            ApiError::UnsupportedMediaType => "body must be JSON (Content-Type: application/json)".into(),
+            ApiError::Internal(_) => "internal error; see the Worker logs".into(),
+        }
+    }
+
+    pub fn body(&self) -> Value {
+        json!({ "error": { "code": self.code(), "message": self.public_message() } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_details_never_reach_the_body() {
+        let e = ApiError::Internal("D1_ERROR: no such table: cron_queue".into());
+        assert_eq!(e.status(), 500);
+        assert!(!e.body().to_string().contains("cron_queue"));
+    }
+
+    #[test]
+    fn body_has_code_and_message() {
+        let e = ApiError::bad_request("invalid_id", "id must not be empty");
+        assert_eq!(
+            e.body(),
+            json!({"error": {"code": "invalid_id", "message": "id must not be empty"}})
+        );
+        assert_eq!(ApiError::Unauthorized.status(), 401);
+        assert_eq!(ApiError::PayloadTooLarge { limit: 10 }.status(), 413);
+    }
+}

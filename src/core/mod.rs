@@ -1,0 +1,11 @@
+//! Pure logic: no `worker`, no clock, no randomness. Time (`now_ms`) and jitter are
+//! arguments, so everything here is deterministic and unit-tested on the host.
+
+pub mod budget;
+pub mod error;
+pub mod model;
+pub mod requests;
+pub mod retry;
+pub mod settings;
+pub mod signature;
+pub mod time;

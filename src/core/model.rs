@@ -1,0 +1,221 @@
+//! The queue's states and the values that move between the store, the dispatcher
+//! and the child executor.
+
+use serde::{Deserialize, Serialize};
+
+/// Where an item is in its life. `Completed` and `Failed` are terminal: nothing
+/// ever moves an item out of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ItemStatus {
+    Pending,
+    Processing,
+    Completed,
+    Failed,
+}
+
+impl ItemStatus {
+    pub const ALL: [ItemStatus; 4] = [
+        ItemStatus::Pending,
+        ItemStatus::Processing,
+        ItemStatus::Completed,
+        ItemStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Pending => "pending",
+            ItemStatus::Processing => "processing",
+            ItemStatus::Completed => "completed",
+            ItemStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ItemStatus> {
+        ItemStatus::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A row handed out by a claim: everything the child needs to run it, plus the
+/// lease that fences every later write about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimedItem {
+    pub item_id: i64,
+    pub lease_token: String,
+    pub batch_id: String,
+    pub subject_id: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub kind: String,
+    /// The subject's payload as JSON text, exactly as stored.
+    pub payload: String,
+}
+
+/// What a job reports. `Retry` is transient (try again later), `Fail` permanent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "reason", rename_all = "lowercase")]
+pub enum Outcome {
+    Done,
+    Retry(String),
+    Fail(String),
+}
+
+/// The write that commits one outcome: applied only while the row is still
+/// `processing` under `lease_token` (otherwise the lease was lost).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub id: i64,
+    pub token: String,
+    pub status: ItemStatus,
+    /// Next eligible time for a retried item; unchanged otherwise.
+    pub run_after: Option<i64>,
+    /// Set for terminal states.
+    pub completed_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// A batch as stored, with the live `processing` count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRow {
+    pub id: String,
+    pub key: String,
+    pub status: String,
+    pub total: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub processing: i64,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// The progress view of a batch served by `GET /batches/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchProgress {
+    pub id: String,
+    pub key: String,
+    pub status: String,
+    pub total: i64,
+    pub pending: i64,
+    pub processing: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub percent: f64,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+}
+
+impl BatchProgress {
+    /// `pending` is derived: the counters of terminal items are exact (kept by a
+    /// trigger) and `processing` is counted live, so no million-row count is needed.
+    pub fn from_row(row: &BatchRow) -> BatchProgress {
+        let done = row.completed + row.failed;
+        let pending = (row.total - done - row.processing).max(0);
+        let percent = if row.total == 0 {
+            100.0
+        } else {
+            // One decimal is enough for a progress bar and keeps the JSON stable.
+            ((done as f64) * 1000.0 / (row.total as f64)).floor() / 10.0
+        };
+        BatchProgress {
+            id: row.id.clone(),
+            key: row.key.clone(),
+            status: row.status.clone(),
+            total: row.total,
+            pending,
+            processing: row.processing,
+            completed: row.completed,
+            failed: row.failed,
+            percent,
+            created_at: super::time::rfc3339(row.created_at),
+            finished_at: row.finished_at.map(super::time::rfc3339),
+        }
+    }
+}
+
+/// An item as listed by `GET /batches/{id}/items`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRow {
+    pub id: i64,
+    pub subject_id: String,
+    pub kind: String,
+    pub status: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub last_error: Option<String>,
+    pub run_after: i64,
+    pub started_at: Option<i64>,
+    pub completed_at: Option<i64>,
+}
+
+/// A subject as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubjectRow {
+    pub id: String,
+    pub kind: String,
+    pub payload: String,
+    pub active: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A batch that the finish compare-and-set moved to `finished` (observed once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedBatch {
+    pub id: String,
+    pub key: String,
+    pub total: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub created_at: i64,
+    pub finished_at: i64,
+}
+
+/// What the reaper did to one expired lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReapedItem {
+    pub id: i64,
+    pub batch_id: String,
+    pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(total: i64, completed: i64, failed: i64, processing: i64) -> BatchRow {
+        BatchRow {
+            id: "b".into(),
+            key: "k".into(),
+            status: "running".into(),
+            total,
+            completed,
+            failed,
+            processing,
+            created_at: 0,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn progress_derives_pending_from_exact_counters() {
+        let p = BatchProgress::from_row(&row(10, 3, 2, 1));
+        assert_eq!((p.pending, p.processing, p.completed, p.failed), (4, 1, 3, 2));
+        assert_eq!(p.percent, 50.0);
+    }
+
+    #[test]
+    fn empty_batch_is_complete_and_percent_rounds_down() {
+        assert_eq!(BatchProgress::from_row(&row(0, 0, 0, 0)).percent, 100.0);
+        assert_eq!(BatchProgress::from_row(&row(3, 1, 0, 0)).percent, 33.3);
+        assert_eq!(BatchProgress::from_row(&row(1000, 999, 0, 0)).percent, 99.9);
+    }
+
+    #[test]
+    fn status_round_trips_through_text() {
+        for s in ItemStatus::ALL {
+            assert_eq!(ItemStatus::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(ItemStatus::parse("done"), None);
+    }
+}

@@ -1,0 +1,308 @@
+//! Request bodies and query strings of the HTTP API: parsed strictly (unknown
+//! fields are errors) and validated completely before anything is written.
+
+use std::collections::HashSet;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::model::ItemStatus;
+
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub const MAX_SUBJECTS_PER_CALL: usize = 1_000;
+pub const MAX_ID_CHARS: usize = 200;
+pub const MAX_PAGE: i64 = 1_000;
+pub const DEFAULT_PAGE: i64 = 100;
+
+/// Checks a job kind and its payload; supplied by the job registry.
+pub type PayloadCheck<'a> = &'a dyn Fn(&str, &Value) -> Result<(), String>;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubjectInput {
+    pub id: String,
+    pub kind: String,
+    pub payload: Value,
+    #[serde(default = "default_true")]
+    pub active: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSubjects {
+    pub subjects: Vec<SubjectInput>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItemInput {
+    pub subject_id: String,
+    pub kind: String,
+    pub payload: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBatchBody {
+    pub key: Option<String>,
+    pub source: Option<String>,
+    pub items: Option<Vec<ItemInput>>,
+}
+
+/// A validated `POST /batches`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateBatch {
+    FromSubjects { key: Option<String> },
+    FromItems { key: Option<String>, items: Vec<ItemInput> },
+}
+
+/// Parse a JSON body strictly. Size is checked first so a huge body costs nothing.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::PayloadTooLarge {
+            limit: MAX_BODY_BYTES,
+        });
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid request body: {e}")))
+}
+
+pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let chars = id.chars().count();
+    if chars == 0 || chars > MAX_ID_CHARS {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{field} must be 1 to {MAX_ID_CHARS} characters, got {chars}"),
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{field} must not contain control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_payload(check: PayloadCheck, field: &str, kind: &str, payload: &Value) -> Result<(), ApiError> {
+    check(kind, payload).map_err(|msg| ApiError::bad_request("invalid_payload", format!("{field}: {msg}")))
+}
+
+/// Validate every subject of a `PUT /subjects` before any is written.
+pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(), ApiError> {
+    if req.subjects.is_empty() {
+        return Err(ApiError::bad_request("empty", "subjects must not be empty"));
+    }
+    if req.subjects.len() > MAX_SUBJECTS_PER_CALL {
+        return Err(ApiError::bad_request(
+            "too_many",
+            format!(
+                "at most {MAX_SUBJECTS_PER_CALL} subjects per call, got {}",
+                req.subjects.len()
+            ),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (i, s) in req.subjects.iter().enumerate() {
+        validate_id(&format!("subjects[{i}].id"), &s.id)?;
+        if !seen.insert(s.id.as_str()) {
+            return Err(ApiError::bad_request(
+                "duplicate_id",
+                format!("subjects[{i}].id {:?} appears twice", s.id),
+            ));
+        }
+        check_payload(check, &format!("subjects[{i}]"), &s.kind, &s.payload)?;
+    }
+    Ok(())
+}
+
+/// Validate a `POST /batches` body into one of its two shapes.
+pub fn validate_create_batch(body: CreateBatchBody, check: PayloadCheck) -> Result<CreateBatch, ApiError> {
+    if let Some(key) = &body.key {
+        validate_id("key", key)?;
+        if key.starts_with("daily:") {
+            return Err(ApiError::bad_request(
+                "reserved_key",
+                "keys starting with \"daily:\" are reserved for the daily cron",
+            ));
+        }
+    }
+    match (body.source.as_deref(), body.items) {
+        (Some("subjects"), None) => Ok(CreateBatch::FromSubjects { key: body.key }),
+        (Some(other), None) => Err(ApiError::bad_request(
+            "invalid_source",
+            format!("source must be \"subjects\", got {other:?}"),
+        )),
+        (None, Some(items)) => {
+            if items.is_empty() {
+                return Err(ApiError::bad_request("empty", "items must not be empty"));
+            }
+            let mut seen = HashSet::new();
+            for (i, item) in items.iter().enumerate() {
+                validate_id(&format!("items[{i}].subject_id"), &item.subject_id)?;
+                if !seen.insert(item.subject_id.as_str()) {
+                    return Err(ApiError::bad_request(
+                        "duplicate_id",
+                        format!("items[{i}].subject_id {:?} appears twice", item.subject_id),
+                    ));
+                }
+                check_payload(check, &format!("items[{i}]"), &item.kind, &item.payload)?;
+            }
+            Ok(CreateBatch::FromItems { key: body.key, items })
+        }
+        _ => Err(ApiError::bad_request(
+            "invalid_batch",
+            "give exactly one of \"source\": \"subjects\" or \"items\": [...]",
+        )),
+    }
+}
+
+/// `?limit=&after=&status=` of the listing routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageQuery {
+    pub limit: i64,
+    pub after: String,
+    pub status: Option<ItemStatus>,
+}
+
+/// Parse listing query pairs; unknown parameters are errors, like unknown fields.
+pub fn parse_page_query(pairs: &[(String, String)], allow_status: bool) -> Result<PageQuery, ApiError> {
+    let mut q = PageQuery {
+        limit: DEFAULT_PAGE,
+        after: String::new(),
+        status: None,
+    };
+    for (name, value) in pairs {
+        match name.as_str() {
+            "limit" => {
+                q.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request("invalid_query", format!("limit must be 1 to {MAX_PAGE}"))
+                    })?
+            }
+            "after" => q.after = value.clone(),
+            "status" if allow_status => {
+                q.status = Some(ItemStatus::parse(value).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        "status must be one of pending, processing, completed, failed",
+                    )
+                })?)
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("unknown query parameter {other:?}"),
+                ))
+            }
+        }
+    }
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accept_webhook(kind: &str, _: &Value) -> Result<(), String> {
+        if kind == "webhook" {
+            Ok(())
+        } else {
+            Err(format!("unknown kind {kind:?}"))
+        }
+    }
+
+    fn subjects(v: Value) -> Result<PutSubjects, ApiError> {
+        parse_json(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_invalid_json() {
+        let e = subjects(json!({"subjects": [], "extra": 1})).unwrap_err();
+        assert_eq!(e.code(), "invalid_json");
+        assert!(e.public_message().contains("extra"), "{}", e.public_message());
+        let e = subjects(json!({"subjects": [{"id": 5, "kind": "webhook", "payload": {}}]})).unwrap_err();
+        assert_eq!(e.code(), "invalid_json");
+        assert_eq!(parse_json::<PutSubjects>(b"{not json").unwrap_err().code(), "invalid_json");
+    }
+
+    #[test]
+    fn oversized_bodies_are_413_before_parsing() {
+        let big = vec![b' '; MAX_BODY_BYTES + 1];
+        assert_eq!(parse_json::<PutSubjects>(&big).unwrap_err().status(), 413);
+    }
+
+    #[test]
+    fn active_defaults_to_true() {
+        let req = subjects(json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}}]})).unwrap();
+        assert!(req.subjects[0].active);
+    }
+
+    #[test]
+    fn subject_validation_covers_ids_counts_duplicates_and_kinds() {
+        let one = |id: &str, kind: &str| json!({"id": id, "kind": kind, "payload": {}});
+        let check = |v: Value| validate_put_subjects(&subjects(v).unwrap(), &accept_webhook);
+
+        assert_eq!(check(json!({"subjects": []})).unwrap_err().code(), "empty");
+        assert_eq!(check(json!({"subjects": [one("", "webhook")]})).unwrap_err().code(), "invalid_id");
+        let long = "x".repeat(MAX_ID_CHARS + 1);
+        assert_eq!(check(json!({"subjects": [one(&long, "webhook")]})).unwrap_err().code(), "invalid_id");
+        let max = "é".repeat(MAX_ID_CHARS);
+        assert!(check(json!({"subjects": [one(&max, "webhook")]})).is_ok(), "200 chars, not bytes");
+        assert_eq!(
+            check(json!({"subjects": [one("a", "webhook"), one("a", "webhook")]})).unwrap_err().code(),
+            "duplicate_id"
+        );
+        let e = check(json!({"subjects": [one("a", "email")]})).unwrap_err();
+        assert_eq!(e.code(), "invalid_payload");
+        assert!(e.public_message().contains("email"));
+        let many: Vec<Value> = (0..=MAX_SUBJECTS_PER_CALL).map(|i| one(&i.to_string(), "webhook")).collect();
+        assert_eq!(check(json!({ "subjects": many })).unwrap_err().code(), "too_many");
+    }
+
+    #[test]
+    fn create_batch_takes_exactly_one_source() {
+        let parse = |v: Value| validate_create_batch(parse_json(v.to_string().as_bytes())?, &accept_webhook);
+        assert_eq!(
+            parse(json!({"source": "subjects"})).unwrap(),
+            CreateBatch::FromSubjects { key: None }
+        );
+        let items = json!([{"subject_id": "a", "kind": "webhook", "payload": {}}]);
+        assert!(matches!(
+            parse(json!({"key": "k1", "items": items})).unwrap(),
+            CreateBatch::FromItems { key: Some(_), .. }
+        ));
+        assert_eq!(parse(json!({})).unwrap_err().code(), "invalid_batch");
+        assert_eq!(parse(json!({"source": "subjects", "items": items})).unwrap_err().code(), "invalid_batch");
+        assert_eq!(parse(json!({"source": "users"})).unwrap_err().code(), "invalid_source");
+        assert_eq!(parse(json!({"items": []})).unwrap_err().code(), "empty");
+        assert_eq!(parse(json!({"key": "daily:2026-01-01", "source": "subjects"})).unwrap_err().code(), "reserved_key");
+        let dup = json!([{"subject_id": "a", "kind": "webhook", "payload": {}}, {"subject_id": "a", "kind": "webhook", "payload": {}}]);
+        assert_eq!(parse(json!({"items": dup})).unwrap_err().code(), "duplicate_id");
+    }
+
+    #[test]
+    fn page_query_defaults_bounds_and_unknowns() {
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        let q = parse_page_query(&pairs(&[]), true).unwrap();
+        assert_eq!((q.limit, q.after.as_str(), q.status), (DEFAULT_PAGE, "", None));
+        let q = parse_page_query(&pairs(&[("status", "failed"), ("limit", "5"), ("after", "s1")]), true).unwrap();
+        assert_eq!((q.limit, q.after.as_str(), q.status), (5, "s1", Some(ItemStatus::Failed)));
+        for bad in [("limit", "0"), ("limit", "1001"), ("limit", "x"), ("status", "done"), ("page", "2")] {
+            assert_eq!(parse_page_query(&pairs(&[bad]), true).unwrap_err().code(), "invalid_query", "{bad:?}");
+        }
+        assert!(parse_page_query(&pairs(&[("status", "failed")]), false).is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! Retry policy and the pure decision that turns a job's outcome into the row
+//! transition to commit.
+
+use super::model::{ClaimedItem, ItemStatus, Outcome, Transition};
+
+/// Exponential backoff from `base_ms`, doubling per attempt, capped at `max_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub base_ms: i64,
+    pub max_ms: i64,
+}
+
+impl RetryPolicy {
+    /// Delay before the next try after `attempt` (1-based) failed. `jitter` in
+    /// [0, 1) spreads retries over [delay/2, delay) so a burst of failures does not
+    /// come back as a burst ("equal jitter").
+    pub fn backoff_ms(&self, attempt: i64, jitter: f64) -> i64 {
+        let exp = (attempt.max(1) - 1).min(32) as u32;
+        let delay = self.base_ms.saturating_mul(1_i64 << exp).min(self.max_ms);
+        let jitter = jitter.clamp(0.0, 1.0);
+        delay / 2 + ((delay - delay / 2) as f64 * jitter) as i64
+    }
+}
+
+/// Decide the transition for a claimed item's outcome at `now_ms`.
+///
+/// Invariant 3: a transient failure on the last allowed attempt is terminal, so
+/// `attempt` never exceeds `max_attempts` and an exhausted item always says why.
+pub fn decide(
+    item: &ClaimedItem,
+    outcome: &Outcome,
+    policy: RetryPolicy,
+    now_ms: i64,
+    jitter: f64,
+) -> Transition {
+    let base = Transition {
+        id: item.item_id,
+        token: item.lease_token.clone(),
+        status: ItemStatus::Completed,
+        run_after: None,
+        completed_at: Some(now_ms),
+        error: None,
+    };
+    match outcome {
+        Outcome::Done => base,
+        Outcome::Fail(reason) => Transition {
+            status: ItemStatus::Failed,
+            error: Some(format!("permanent failure: {reason}")),
+            ..base
+        },
+        Outcome::Retry(reason) if item.attempt >= item.max_attempts => Transition {
+            status: ItemStatus::Failed,
+            error: Some(format!(
+                "gave up after {} attempts; last error: {reason}",
+                item.attempt
+            )),
+            ..base
+        },
+        Outcome::Retry(reason) => Transition {
+            status: ItemStatus::Pending,
+            run_after: Some(now_ms + policy.backoff_ms(item.attempt, jitter)),
+            completed_at: None,
+            error: Some(format!("attempt {} failed: {reason}", item.attempt)),
+            ..base
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: RetryPolicy = RetryPolicy {
+        base_ms: 60_000,
+        max_ms: 1_800_000,
+    };
+
+    fn item(attempt: i64, max_attempts: i64) -> ClaimedItem {
+        ClaimedItem {
+            item_id: 7,
+            lease_token: "tok".into(),
+            batch_id: "b".into(),
+            subject_id: "s".into(),
+            attempt,
+            max_attempts,
+            kind: "webhook".into(),
+            payload: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_base_and_caps() {
+        let full: Vec<i64> = (1..=7).map(|a| POLICY.backoff_ms(a, 0.999_999)).collect();
+        assert_eq!(
+            full,
+            vec![59_999, 119_999, 239_999, 479_999, 959_999, 1_799_999, 1_799_999]
+        );
+    }
+
+    #[test]
+    fn jitter_spreads_over_the_upper_half() {
+        assert_eq!(POLICY.backoff_ms(1, 0.0), 30_000);
+        assert_eq!(POLICY.backoff_ms(1, 0.5), 45_000);
+        // Out-of-range jitter is clamped, never a negative or doubled delay.
+        assert_eq!(POLICY.backoff_ms(1, -3.0), 30_000);
+        assert_eq!(POLICY.backoff_ms(1, 9.0), 60_000);
+    }
+
+    #[test]
+    fn huge_attempt_numbers_do_not_overflow() {
+        assert_eq!(POLICY.backoff_ms(10_000, 1.0), 1_800_000);
+        assert_eq!(POLICY.backoff_ms(0, 1.0), 60_000);
+    }
+
+    #[test]
+    fn done_completes_with_a_timestamp() {
+        let t = decide(&item(1, 5), &Outcome::Done, POLICY, 1_000, 0.5);
+        assert_eq!(t.status, ItemStatus::Completed);
+        assert_eq!((t.completed_at, t.run_after, t.error), (Some(1_000), None, None));
+        assert_eq!((t.id, t.token.as_str()), (7, "tok"));
+    }
+
+    #[test]
+    fn retry_goes_back_to_pending_with_backoff_and_reason() {
+        let t = decide(&item(2, 5), &Outcome::Retry("HTTP 503".into()), POLICY, 1_000, 0.0);
+        assert_eq!(t.status, ItemStatus::Pending);
+        assert_eq!(t.run_after, Some(1_000 + 60_000));
+        assert_eq!(t.completed_at, None);
+        assert_eq!(t.error.as_deref(), Some("attempt 2 failed: HTTP 503"));
+    }
+
+    #[test]
+    fn retry_on_last_attempt_fails_with_reason() {
+        let t = decide(&item(5, 5), &Outcome::Retry("HTTP 500".into()), POLICY, 1_000, 0.0);
+        assert_eq!(t.status, ItemStatus::Failed);
+        assert_eq!(t.completed_at, Some(1_000));
+        assert_eq!(
+            t.error.as_deref(),
+            Some("gave up after 5 attempts; last error: HTTP 500")
+        );
+    }
+
+    #[test]
+    fn permanent_failure_is_terminal_on_first_attempt() {
+        let t = decide(&item(1, 5), &Outcome::Fail("HTTP 400".into()), POLICY, 1_000, 0.0);
+        assert_eq!(t.status, ItemStatus::Failed);
+        assert_eq!(t.error.as_deref(), Some("permanent failure: HTTP 400"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
+//! loudly with a message naming the variable, never fall back silently.
+
+use super::retry::RetryPolicy;
+
+/// How the drain runs a claimed item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchMode {
+    /// One `SELF` call per item: each item gets its own invocation and limits.
+    Fanout,
+    /// Run the job inside the draining invocation (for fast, I/O-light items).
+    Inline,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Attempts per item, counted at claim (the first run is attempt 1).
+    pub max_attempts: i64,
+    /// How long a claim owns an item before the reaper may requeue it.
+    pub lease_ms: i64,
+    /// Time a job may take before it counts as a transient failure.
+    pub job_timeout_ms: i64,
+    /// Backoff after a transient failure.
+    pub retry: RetryPolicy,
+    /// Most items one claim statement takes; also the group-commit size.
+    pub claim_chunk: i64,
+    /// Calls kept in flight by one draining invocation.
+    pub dispatch_concurrency: i64,
+    /// Subrequests (D1 calls, SELF calls, fetches) one invocation may make.
+    pub subrequest_budget: i64,
+    /// Wall time after which an invocation stops claiming and winds down.
+    pub invocation_deadline_ms: i64,
+    pub dispatch_mode: DispatchMode,
+}
+
+/// Time the dispatcher allows on top of the job timeout for a child to answer.
+pub const DISPATCH_GRACE_MS: i64 = 2_000;
+
+/// Defaults, documented in docs/operations.md. SUBREQUEST_BUDGET 45 stays under the
+/// Free plan's 50 subrequests per invocation.
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("MAX_ATTEMPTS", "5"),
+    ("LEASE_SECONDS", "120"),
+    ("JOB_TIMEOUT_MS", "10000"),
+    ("RETRY_BASE_MS", "60000"),
+    ("RETRY_MAX_MS", "1800000"),
+    ("CLAIM_CHUNK", "50"),
+    ("DISPATCH_CONCURRENCY", "25"),
+    ("SUBREQUEST_BUDGET", "45"),
+    ("INVOCATION_DEADLINE_MS", "50000"),
+    ("DISPATCH_MODE", "fanout"),
+];
+
+impl Settings {
+    /// Parse from a variable lookup (the Worker's env, or a map in tests). Missing
+    /// variables take their default; present but invalid ones are an error.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let get = |name: &str| -> String {
+            lookup(name).unwrap_or_else(|| {
+                DEFAULTS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+                    .unwrap_or_default()
+            })
+        };
+        let int = |name: &str, min: i64, max: i64| -> Result<i64, String> {
+            let raw = get(name);
+            let value: i64 = raw
+                .trim()
+                .parse()
+                .map_err(|_| format!("{name} must be an integer, got {raw:?}"))?;
+            if value < min || value > max {
+                return Err(format!("{name} must be between {min} and {max}, got {value}"));
+            }
+            Ok(value)
+        };
+        let dispatch_mode = match get("DISPATCH_MODE").trim() {
+            "fanout" => DispatchMode::Fanout,
+            "inline" => DispatchMode::Inline,
+            other => {
+                return Err(format!(
+                    "DISPATCH_MODE must be \"fanout\" or \"inline\", got {other:?}"
+                ))
+            }
+        };
+        let settings = Settings {
+            max_attempts: int("MAX_ATTEMPTS", 1, 100)?,
+            lease_ms: int("LEASE_SECONDS", 1, 86_400)? * 1_000,
+            job_timeout_ms: int("JOB_TIMEOUT_MS", 1, 900_000)?,
+            retry: RetryPolicy {
+                base_ms: int("RETRY_BASE_MS", 0, 86_400_000)?,
+                max_ms: int("RETRY_MAX_MS", 0, 7 * 86_400_000)?,
+            },
+            claim_chunk: int("CLAIM_CHUNK", 1, 1_000)?,
+            dispatch_concurrency: int("DISPATCH_CONCURRENCY", 1, 1_000)?,
+            subrequest_budget: int("SUBREQUEST_BUDGET", 5, 1_000_000)?,
+            invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
+            dispatch_mode,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        // A lease that can expire while its job may still legitimately run would let
+        // the reaper hand the item to a second runner.
+        let min_lease = self.job_timeout_ms + DISPATCH_GRACE_MS;
+        if self.lease_ms < min_lease {
+            return Err(format!(
+                "LEASE_SECONDS ({}s) must exceed JOB_TIMEOUT_MS ({} ms) plus {} ms of dispatch grace",
+                self.lease_ms / 1_000,
+                self.job_timeout_ms,
+                DISPATCH_GRACE_MS
+            ));
+        }
+        if self.retry.max_ms < self.retry.base_ms {
+            return Err(format!(
+                "RETRY_MAX_MS ({}) must be at least RETRY_BASE_MS ({})",
+                self.retry.max_ms, self.retry.base_ms
+            ));
+        }
+        if self.invocation_deadline_ms <= min_lease - DISPATCH_GRACE_MS {
+            return Err(format!(
+                "INVOCATION_DEADLINE_MS ({}) must exceed JOB_TIMEOUT_MS ({}), or no item could finish in time",
+                self.invocation_deadline_ms, self.job_timeout_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Settings, String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.max_attempts, 5);
+        assert_eq!(s.lease_ms, 120_000);
+        assert_eq!(s.job_timeout_ms, 10_000);
+        assert_eq!(s.retry, RetryPolicy { base_ms: 60_000, max_ms: 1_800_000 });
+        assert_eq!((s.claim_chunk, s.dispatch_concurrency), (50, 25));
+        assert_eq!(s.subrequest_budget, 45);
+        assert_eq!(s.invocation_deadline_ms, 50_000);
+        assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
+    }
+
+    #[test]
+    fn overrides_are_applied() {
+        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "4"), ("JOB_TIMEOUT_MS", "1000")])
+            .unwrap();
+        assert_eq!(s.dispatch_mode, DispatchMode::Inline);
+        assert_eq!(s.lease_ms, 4_000);
+    }
+
+    #[test]
+    fn lease_shorter_than_job_timeout_is_rejected() {
+        let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
+        assert!(err.contains("LEASE_SECONDS"), "{err}");
+    }
+
+    #[test]
+    fn garbage_and_out_of_range_values_name_the_variable() {
+        let err = parse(&[("CLAIM_CHUNK", "lots")]).unwrap_err();
+        assert_eq!(err, "CLAIM_CHUNK must be an integer, got \"lots\"");
+        let err = parse(&[("MAX_ATTEMPTS", "0")]).unwrap_err();
+        assert_eq!(err, "MAX_ATTEMPTS must be between 1 and 100, got 0");
+        let err = parse(&[("DISPATCH_MODE", "parallel")]).unwrap_err();
+        assert!(err.starts_with("DISPATCH_MODE"), "{err}");
+        let err = parse(&[("RETRY_BASE_MS", "5000"), ("RETRY_MAX_MS", "10")]).unwrap_err();
+        assert!(err.starts_with("RETRY_MAX_MS"), "{err}");
+    }
+
+    #[test]
+    fn deadline_must_leave_room_for_a_job() {
+        let err = parse(&[("INVOCATION_DEADLINE_MS", "5000")]).unwrap_err();
+        assert!(err.starts_with("INVOCATION_DEADLINE_MS"), "{err}");
+    }
+}

@@ -1,0 +1,13 @@
+//! cron-fanout: a daily batch of independent items on Cloudflare Workers + D1.
+//!
+//! `core` is pure logic, `sql` the statements, `store` the queries over D1 (or
+//! SQLite on the host), `jobs` what running an item means, and `edge` the only
+//! code that talks to the Workers runtime.
+
+pub mod core;
+pub mod jobs;
+pub mod sql;
+pub mod store;
+
+#[cfg(target_arch = "wasm32")]
+mod edge;

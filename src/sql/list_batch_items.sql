@@ -1,0 +1,8 @@
+-- A page of a batch's items in subject_id order after ?2 (keyset pagination on the
+-- UNIQUE (batch_id, subject_id) index), optionally of one status (?3 NULL = any).
+SELECT id, subject_id, kind, status, attempt, max_attempts, last_error,
+       run_after, started_at, completed_at
+FROM cron_queue
+WHERE batch_id = ?1 AND subject_id > ?2 AND (?3 IS NULL OR status = ?3)
+ORDER BY subject_id
+LIMIT ?4;

@@ -1,0 +1,6 @@
+-- A page of subjects in id order, after ?1 (keyset pagination), at most ?2.
+SELECT id, kind, payload, active, created_at, updated_at
+FROM subjects
+WHERE id > ?1
+ORDER BY id
+LIMIT ?2;

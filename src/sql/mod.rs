@@ -1,0 +1,28 @@
+//! Every SQL statement the Worker runs, one per file, pulled in at compile time so
+//! the D1 store and the SQLite conformance tests run the very same text.
+
+macro_rules! sql {
+    ($($name:ident => $file:literal),* $(,)?) => {
+        $(pub const $name: &str = include_str!($file);)*
+    };
+}
+
+sql! {
+    CREATE_BATCH => "create_batch.sql",
+    ENQUEUE_FROM_SUBJECTS => "enqueue_from_subjects.sql",
+    ENQUEUE_ITEMS => "enqueue_items.sql",
+    SET_BATCH_TOTAL => "set_batch_total.sql",
+    GET_BATCH => "get_batch.sql",
+    GET_BATCH_BY_KEY => "get_batch_by_key.sql",
+    LIST_BATCHES => "list_batches.sql",
+    CLAIM_DUE_ITEMS => "claim_due_items.sql",
+    COMMIT_OUTCOMES => "commit_outcomes.sql",
+    REAP_EXPIRED_LEASES => "reap_expired_leases.sql",
+    FINISH_BATCHES => "finish_batches.sql",
+    UPSERT_SUBJECTS => "upsert_subjects.sql",
+    LIST_SUBJECTS => "list_subjects.sql",
+    DELETE_SUBJECT => "delete_subject.sql",
+    LIST_BATCH_ITEMS => "list_batch_items.sql",
+    RECORD_INVOCATION => "record_invocation.sql",
+    LIST_INVOCATIONS => "list_invocations.sql",
+}

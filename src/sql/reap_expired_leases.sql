@@ -1,0 +1,19 @@
+-- Requeue items whose lease expired (their runner died or lost track), or fail them
+-- when they have used every attempt (invariant 3). Only expired leases match, so a
+-- live lease is never touched (invariant 2). Paged by ?2. ?1 now.
+UPDATE cron_queue
+SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
+    completed_at = CASE WHEN attempt >= max_attempts THEN ?1 END,
+    last_error = CASE WHEN attempt >= max_attempts
+                      THEN 'lease expired after ' || attempt || ' attempts'
+                      ELSE 'lease expired during attempt ' || attempt END,
+    run_after = ?1,
+    lease_token = NULL,
+    lease_expires_at = NULL
+WHERE id IN (
+  SELECT id FROM cron_queue INDEXED BY cron_queue_leased
+  WHERE status = 'processing' AND lease_expires_at <= ?1
+  ORDER BY lease_expires_at
+  LIMIT ?2
+)
+RETURNING id, batch_id, status;

@@ -1,0 +1,306 @@
+//! Persistence. [`Store`] holds every query the Worker makes, written once over a
+//! tiny [`Db`] adapter: D1 in the Worker (`d1.rs`), SQLite on the host (`sqlite.rs`)
+//! where the conformance tests run the same SQL files against the same migrations.
+
+#[cfg(target_arch = "wasm32")]
+pub mod d1;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod sqlite;
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::core::model::{
+    BatchRow, ClaimedItem, FinishedBatch, ItemRow, ItemStatus, ReapedItem, SubjectRow, Transition,
+};
+use crate::core::requests::{ItemInput, SubjectInput};
+use crate::sql;
+
+/// A bound parameter. Integers stay integers end to end (D1 gets them as JS
+/// numbers, exact up to 2^53, far beyond millisecond timestamps).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+impl From<i64> for Param {
+    fn from(v: i64) -> Param {
+        Param::Int(v)
+    }
+}
+
+impl From<&str> for Param {
+    fn from(v: &str) -> Param {
+        Param::Text(v.to_string())
+    }
+}
+
+impl From<String> for Param {
+    fn from(v: String) -> Param {
+        Param::Text(v)
+    }
+}
+
+impl<T: Into<Param>> From<Option<T>> for Param {
+    fn from(v: Option<T>) -> Param {
+        v.map(Into::into).unwrap_or(Param::Null)
+    }
+}
+
+/// A store failure. The message may contain SQL detail: log it, never send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What the database work of one invocation cost: `calls` are subrequests
+/// (a `batch()` is one call of several statements).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub calls: i64,
+    pub statements: i64,
+    pub rows_written: i64,
+}
+
+/// The minimum a database must do for [`Store`].
+#[allow(async_fn_in_trait)]
+pub trait Db {
+    /// Run one statement and decode its rows (including `RETURNING` rows).
+    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>>;
+    /// Run statements as one transaction: all or nothing.
+    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()>;
+    fn usage(&self) -> Usage;
+}
+
+/// Whether `create_batch` made a new batch or found the key taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    New(BatchRow),
+    Existing(BatchRow),
+}
+
+/// Where a new batch's items come from.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchSource<'a> {
+    ActiveSubjects,
+    Items(&'a [ItemInput]),
+}
+
+/// How many explicit items go into one INSERT: bounds each statement's size
+/// (D1 caps a statement at 100 KB of SQL and a value at about 2 MB).
+pub const ITEMS_PER_STATEMENT: usize = 500;
+
+pub struct Store<D: Db> {
+    db: D,
+}
+
+#[derive(Deserialize)]
+struct Id<T> {
+    id: T,
+}
+
+impl<D: Db> Store<D> {
+    pub fn new(db: D) -> Store<D> {
+        Store { db }
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.db.usage()
+    }
+
+    /// Create batch `key` (or return the existing one): the batch row, its items and
+    /// its total in one transaction, in O(1) statements for subjects and
+    /// O(N / 500) for explicit items.
+    pub async fn create_batch(
+        &self,
+        id: &str,
+        key: &str,
+        now: i64,
+        max_attempts: i64,
+        source: BatchSource<'_>,
+    ) -> StoreResult<Created> {
+        let mut statements = vec![(sql::CREATE_BATCH, vec![id.into(), key.into(), now.into()])];
+        match source {
+            BatchSource::ActiveSubjects => statements.push((
+                sql::ENQUEUE_FROM_SUBJECTS,
+                vec![id.into(), max_attempts.into(), now.into()],
+            )),
+            BatchSource::Items(items) => {
+                for chunk in items.chunks(ITEMS_PER_STATEMENT) {
+                    statements.push((
+                        sql::ENQUEUE_ITEMS,
+                        vec![id.into(), max_attempts.into(), now.into(), items_json(chunk).into()],
+                    ));
+                }
+            }
+        }
+        statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
+        self.db.batch(statements).await?;
+        let row = self
+            .batch_by_key(key)
+            .await?
+            .ok_or_else(|| StoreError(format!("batch {key:?} missing right after creation")))?;
+        Ok(if row.id == id {
+            Created::New(row)
+        } else {
+            Created::Existing(row)
+        })
+    }
+
+    pub async fn batch_by_key(&self, key: &str) -> StoreResult<Option<BatchRow>> {
+        Ok(self.db.query(sql::GET_BATCH_BY_KEY, vec![key.into()]).await?.pop())
+    }
+
+    pub async fn get_batch(&self, id: &str) -> StoreResult<Option<BatchRow>> {
+        Ok(self.db.query(sql::GET_BATCH, vec![id.into()]).await?.pop())
+    }
+
+    pub async fn list_batches(&self, limit: i64) -> StoreResult<Vec<BatchRow>> {
+        self.db.query(sql::LIST_BATCHES, vec![limit.into()]).await
+    }
+
+    /// Claim up to `limit` due items under fresh leases (one statement).
+    pub async fn claim_due_items(
+        &self,
+        now: i64,
+        limit: i64,
+        token_prefix: &str,
+        lease_expires_at: i64,
+    ) -> StoreResult<Vec<ClaimedItem>> {
+        self.db
+            .query(
+                sql::CLAIM_DUE_ITEMS,
+                vec![now.into(), limit.into(), token_prefix.into(), lease_expires_at.into()],
+            )
+            .await
+    }
+
+    /// Apply outcomes in one statement; returns the ids that still held their
+    /// lease. The others lost it and were left untouched.
+    pub async fn commit_outcomes(&self, transitions: &[Transition]) -> StoreResult<Vec<i64>> {
+        if transitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Id<i64>> = self
+            .db
+            .query(sql::COMMIT_OUTCOMES, vec![transitions_json(transitions).into()])
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
+        self.db
+            .query(sql::REAP_EXPIRED_LEASES, vec![now.into(), limit.into()])
+            .await
+    }
+
+    /// Mark batches with nothing left as finished; each is returned exactly once.
+    pub async fn finish_batches(&self, now: i64) -> StoreResult<Vec<FinishedBatch>> {
+        self.db.query(sql::FINISH_BATCHES, vec![now.into()]).await
+    }
+
+    pub async fn list_batch_items(
+        &self,
+        batch_id: &str,
+        after: &str,
+        status: Option<ItemStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ItemRow>> {
+        self.db
+            .query(
+                sql::LIST_BATCH_ITEMS,
+                vec![
+                    batch_id.into(),
+                    after.into(),
+                    status.map(|s| s.as_str()).into(),
+                    limit.into(),
+                ],
+            )
+            .await
+    }
+
+    /// Upsert validated subjects in one statement; returns how many were written.
+    pub async fn upsert_subjects(&self, subjects: &[SubjectInput], now: i64) -> StoreResult<i64> {
+        let rows: Vec<Value> = subjects
+            .iter()
+            .map(|s| {
+                json!({"id": s.id, "kind": s.kind, "payload": s.payload.to_string(), "active": i64::from(s.active)})
+            })
+            .collect();
+        self.db
+            .batch(vec![(
+                sql::UPSERT_SUBJECTS,
+                vec![Value::Array(rows).to_string().into(), now.into()],
+            )])
+            .await?;
+        Ok(subjects.len() as i64)
+    }
+
+    pub async fn list_subjects(&self, after: &str, limit: i64) -> StoreResult<Vec<SubjectRow>> {
+        self.db.query(sql::LIST_SUBJECTS, vec![after.into(), limit.into()]).await
+    }
+
+    /// Returns whether the subject existed.
+    pub async fn delete_subject(&self, id: &str) -> StoreResult<bool> {
+        let rows: Vec<Id<String>> = self.db.query(sql::DELETE_SUBJECT, vec![id.into()]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    pub async fn record_invocation(&self, summary: &Value) -> StoreResult<()> {
+        self.db
+            .query::<Value>(sql::RECORD_INVOCATION, vec![summary.to_string().into()])
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn list_invocations(&self, limit: i64) -> StoreResult<Vec<Value>> {
+        let mut rows: Vec<Value> = self.db.query(sql::LIST_INVOCATIONS, vec![limit.into()]).await?;
+        // batch_ids is stored as JSON text; hand it back as an array.
+        for row in &mut rows {
+            if let Some(ids) = row.get_mut("batch_ids") {
+                if let Some(text) = ids.as_str() {
+                    *ids = serde_json::from_str(text).unwrap_or(Value::Null);
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// The JSON parameter of `commit_outcomes.sql`.
+pub fn transitions_json(transitions: &[Transition]) -> String {
+    let rows: Vec<Value> = transitions
+        .iter()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "token": t.token,
+                "status": t.status.as_str(),
+                "run_after": t.run_after,
+                "completed_at": t.completed_at,
+                "error": t.error,
+            })
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
+
+/// The JSON parameter of `enqueue_items.sql` (payload carried as JSON text).
+pub fn items_json(items: &[ItemInput]) -> String {
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|i| json!({"subject_id": i.subject_id, "kind": i.kind, "payload": i.payload.to_string()}))
+        .collect();
+    Value::Array(rows).to_string()
+}

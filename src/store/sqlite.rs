@@ -1,0 +1,128 @@
+//! SQLite implementation of [`Db`] for host tests and tools: the same SQL files and
+//! migrations as D1, on a real (bundled) SQLite.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+
+use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
+use rusqlite::{Connection, ToSql};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::{Db, Param, StoreError, StoreResult, Usage};
+
+impl ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Param::Int(v) => ToSqlOutput::Owned(SqlValue::Integer(*v)),
+            Param::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Param::Null => ToSqlOutput::Owned(SqlValue::Null),
+        })
+    }
+}
+
+pub struct SqliteDb {
+    conn: RefCell<Connection>,
+    usage: Cell<Usage>,
+}
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
+
+impl SqliteDb {
+    /// A fresh in-memory database with every migration applied.
+    pub fn in_memory(migrations_dir: &Path) -> StoreResult<SqliteDb> {
+        let conn = Connection::open_in_memory().map_err(err)?;
+        let db = SqliteDb {
+            conn: RefCell::new(conn),
+            usage: Cell::new(Usage::default()),
+        };
+        db.apply_migrations(migrations_dir)?;
+        Ok(db)
+    }
+
+    /// Apply `*.sql` files in name order, as `wrangler d1 migrations apply` does.
+    pub fn apply_migrations(&self, dir: &Path) -> StoreResult<()> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+            .collect();
+        files.sort();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(err)?;
+            self.conn.borrow().execute_batch(&text).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Direct access for tests that set up or inspect rows.
+    pub fn conn(&self) -> std::cell::Ref<'_, Connection> {
+        self.conn.borrow()
+    }
+
+    fn count(&self, statements: i64, rows_written: i64) {
+        let mut u = self.usage.get();
+        u.calls += 1;
+        u.statements += statements;
+        u.rows_written += rows_written;
+        self.usage.set(u);
+    }
+
+    fn run<T: DeserializeOwned>(conn: &Connection, sql: &str, params: &[Param]) -> StoreResult<Vec<T>> {
+        let mut stmt = conn.prepare(sql).map_err(err)?;
+        let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(err)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(err)? {
+            let mut obj = Map::new();
+            for (i, name) in names.iter().enumerate() {
+                let v = match row.get_ref(i).map_err(err)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::from(n),
+                    ValueRef::Real(f) => Value::from(f),
+                    ValueRef::Text(t) => Value::from(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(_) => return Err(StoreError("blob columns are not used".into())),
+                };
+                obj.insert(name.clone(), v);
+            }
+            out.push(serde_json::from_value(Value::Object(obj)).map_err(err)?);
+        }
+        Ok(out)
+    }
+
+    /// Rows changed by the last statement, as D1's `rows_written` approximates it.
+    fn total_changes(conn: &Connection) -> i64 {
+        conn.query_row("SELECT total_changes()", [], |r| r.get(0)).unwrap_or(0)
+    }
+}
+
+impl Db for SqliteDb {
+    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>> {
+        let conn = self.conn.borrow();
+        let before = Self::total_changes(&conn);
+        let out = Self::run(&conn, sql, &params)?;
+        self.count(1, Self::total_changes(&conn) - before);
+        Ok(out)
+    }
+
+    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+        let mut conn = self.conn.borrow_mut();
+        let before = Self::total_changes(&conn);
+        let n = statements.len() as i64;
+        let tx = conn.transaction().map_err(err)?;
+        for (sql, params) in &statements {
+            Self::run::<Value>(&tx, sql, params)?;
+        }
+        tx.commit().map_err(err)?;
+        self.count(n, Self::total_changes(&conn) - before);
+        Ok(())
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage.get()
+    }
+}
