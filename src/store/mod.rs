@@ -119,6 +119,10 @@ impl<D: Db> Store<D> {
         self.db.usage()
     }
 
+    pub fn db(&self) -> &D {
+        &self.db
+    }
+
     /// Create batch `key` (or return the existing one): the batch row, its items and
     /// its total in one transaction, in O(1) statements for subjects and
     /// O(N / 500) for explicit items.

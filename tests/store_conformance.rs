@@ -1,0 +1,411 @@
+//! SQL conformance: the Worker's own `src/sql/*.sql`, through the same `Store`
+//! code, on real SQLite with the D1 migrations applied. Time is an argument, so
+//! tests move it by hand instead of sleeping.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
+use cron_fanout::core::requests::{ItemInput, SubjectInput};
+use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{BatchSource, Created, Store};
+use futures::executor::block_on;
+use serde_json::json;
+
+const LEASE_MS: i64 = 120_000;
+const POLICY: RetryPolicy = RetryPolicy { base_ms: 1_000, max_ms: 10_000 };
+
+fn setup() -> Store<SqliteDb> {
+    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    Store::new(SqliteDb::in_memory(&migrations).expect("migrations apply"))
+}
+
+fn subject(id: &str, active: bool) -> SubjectInput {
+    SubjectInput {
+        id: id.into(),
+        kind: "webhook".into(),
+        payload: json!({"url": format!("https://example.com/{id}")}),
+        active,
+    }
+}
+
+fn add_subjects(store: &Store<SqliteDb>, n: usize) {
+    let subjects: Vec<SubjectInput> = (0..n).map(|i| subject(&format!("s{i:06}"), true)).collect();
+    for chunk in subjects.chunks(1_000) {
+        block_on(store.upsert_subjects(chunk, 1)).unwrap();
+    }
+}
+
+/// A batch of `n` subjects with `max_attempts`, created at t=0.
+fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
+    let items: Vec<ItemInput> = (0..n)
+        .map(|i| ItemInput {
+            subject_id: format!("{key}-{i:05}"),
+            kind: "webhook".into(),
+            payload: json!({"url": "https://example.com"}),
+        })
+        .collect();
+    let id = format!("batch-{key}");
+    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items))).unwrap() {
+        Created::New(row) => row.id,
+        Created::Existing(_) => panic!("{key} existed"),
+    }
+}
+
+fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
+    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
+}
+
+fn commit(store: &Store<SqliteDb>, item: &ClaimedItem, outcome: Outcome, now: i64) -> bool {
+    let t = decide(item, &outcome, POLICY, now, 0.0);
+    !block_on(store.commit_outcomes(&[t])).unwrap().is_empty()
+}
+
+fn status_of(store: &Store<SqliteDb>, id: i64) -> (String, i64, Option<String>) {
+    store
+        .db_conn()
+        .query_row(
+            "SELECT status, attempt, last_error FROM cron_queue WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+}
+
+/// Access to the underlying connection for assertions.
+trait Inspect {
+    fn db_conn(&self) -> std::cell::Ref<'_, rusqlite::Connection>;
+}
+
+impl Inspect for Store<SqliteDb> {
+    fn db_conn(&self) -> std::cell::Ref<'_, rusqlite::Connection> {
+        self.db().conn()
+    }
+}
+
+fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
+    store.db_conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn daily_init_from_subjects_is_idempotent_and_skips_inactive() {
+    let store = setup();
+    add_subjects(&store, 5);
+    block_on(store.upsert_subjects(&[subject("off", false)], 2)).unwrap();
+
+    let first = block_on(store.create_batch("b1", "daily:2026-11-21", 10, 5, BatchSource::ActiveSubjects)).unwrap();
+    let Created::New(row) = first else { panic!("expected a new batch") };
+    assert_eq!((row.total, row.status.as_str()), (5, "running"));
+
+    // Re-fire with a new id and a subject added since: nothing new is created.
+    block_on(store.upsert_subjects(&[subject("late", true)], 3)).unwrap();
+    let again = block_on(store.create_batch("b2", "daily:2026-11-21", 20, 5, BatchSource::ActiveSubjects)).unwrap();
+    let Created::Existing(row) = again else { panic!("expected the existing batch") };
+    assert_eq!((row.id.as_str(), row.total), ("b1", 5));
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 5);
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 1);
+}
+
+#[test]
+fn init_takes_the_same_statements_for_any_number_of_subjects() {
+    let statements_for = |n: usize| {
+        let store = setup();
+        add_subjects(&store, n);
+        let before = store.usage();
+        block_on(store.create_batch("b", "daily:x", 0, 5, BatchSource::ActiveSubjects)).unwrap();
+        let after = store.usage();
+        assert_eq!(block_on(store.get_batch("b")).unwrap().unwrap().total, n as i64);
+        (after.calls - before.calls, after.statements - before.statements)
+    };
+    let small = statements_for(10);
+    assert_eq!(small, statements_for(5_000));
+    // One batch() of 3 statements, then one read of the batch row.
+    assert_eq!(small, (2, 4));
+}
+
+#[test]
+fn explicit_items_are_chunked_and_all_or_nothing() {
+    let store = setup();
+    let items: Vec<ItemInput> = (0..1_201)
+        .map(|i| ItemInput { subject_id: format!("u{i}"), kind: "webhook".into(), payload: json!({"url": "https://e.com"}) })
+        .collect();
+    let before = store.usage().statements;
+    block_on(store.create_batch("b", "adhoc", 0, 3, BatchSource::Items(&items))).unwrap();
+    // create + 3 chunks of ≤ 500 + total, then the read-back.
+    assert_eq!(store.usage().statements - before, 1 + 3 + 1 + 1);
+    assert_eq!(block_on(store.get_batch("b")).unwrap().unwrap().total, 1_201);
+
+    // A duplicate subject in the last chunk fails the whole transaction: no batch row,
+    // no items from the earlier chunks.
+    let mut bad = items.clone();
+    bad.push(bad[0].clone());
+    assert!(block_on(store.create_batch("b2", "adhoc-2", 0, 3, BatchSource::Items(&bad))).is_err());
+    assert_eq!(count(&store, "SELECT count(*) FROM batches WHERE key = 'adhoc-2'"), 0);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE batch_id = 'b2'"), 0);
+}
+
+#[test]
+fn claims_are_exclusive_under_interleaving() {
+    let store = setup();
+    batch_of(&store, "x", 300, 5);
+    let mut seen = HashSet::new();
+    let mut round = 0;
+    loop {
+        // Three claimers with different window sizes take turns.
+        let got: Vec<ClaimedItem> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| claim(&store, 1, 3 + i as i64 * 5, &format!("{p}{round}")))
+            .collect();
+        if got.is_empty() {
+            break;
+        }
+        for item in got {
+            assert!(seen.insert((item.item_id, item.attempt)), "item {} handed out twice", item.item_id);
+            assert_eq!(item.attempt, 1, "attempt is counted at claim");
+            assert_eq!(item.lease_token, format!("{}.{}", item.lease_token.split('.').next().unwrap(), item.item_id));
+        }
+        round += 1;
+    }
+    assert_eq!(seen.len(), 300);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"), 300);
+}
+
+#[test]
+fn claim_skips_items_not_yet_due_and_orders_by_run_after() {
+    let store = setup();
+    batch_of(&store, "x", 3, 5);
+    store.db_conn().execute("UPDATE cron_queue SET run_after = 500 WHERE subject_id = 'x-00000'", []).unwrap();
+    store.db_conn().execute("UPDATE cron_queue SET run_after = 100 WHERE subject_id = 'x-00001'", []).unwrap();
+    let subjects = |items: Vec<ClaimedItem>| -> Vec<String> { items.into_iter().map(|i| i.subject_id).collect() };
+    // Earliest run_after first (RETURNING itself comes back in rowid order).
+    assert_eq!(subjects(claim(&store, 200, 1, "t")), vec!["x-00002"]);
+    assert_eq!(subjects(claim(&store, 200, 10, "u")), vec!["x-00001"]);
+    assert!(claim(&store, 499, 10, "v").is_empty());
+    assert_eq!(subjects(claim(&store, 500, 10, "w")), vec!["x-00000"]);
+}
+
+#[test]
+fn completion_is_fenced_by_the_lease_token() {
+    let store = setup();
+    batch_of(&store, "x", 1, 5);
+    let item = claim(&store, 1, 1, "t").pop().unwrap();
+
+    let mut forged = item.clone();
+    forged.lease_token = "someone-else".into();
+    assert!(!commit(&store, &forged, Outcome::Done, 2), "a stale token changes nothing");
+    assert_eq!(status_of(&store, item.item_id).0, "processing");
+
+    assert!(commit(&store, &item, Outcome::Done, 3));
+    assert_eq!(status_of(&store, item.item_id).0, "completed");
+    // Replaying the same outcome finds no processing row: terminal states are final.
+    assert!(!commit(&store, &item, Outcome::Retry("late".into()), 4));
+    assert_eq!(status_of(&store, item.item_id).0, "completed");
+}
+
+#[test]
+fn a_reaped_lease_is_lost_for_good() {
+    let store = setup();
+    batch_of(&store, "x", 1, 5);
+    let first = claim(&store, 0, 1, "a").pop().unwrap();
+
+    // Not expired yet: the reaper leaves a live lease alone.
+    assert!(block_on(store.reap_expired_leases(LEASE_MS - 1, 100)).unwrap().is_empty());
+    assert_eq!(status_of(&store, first.item_id).0, "processing");
+
+    let reaped = block_on(store.reap_expired_leases(LEASE_MS, 100)).unwrap();
+    assert_eq!(reaped.len(), 1);
+    assert_eq!(reaped[0].status, "pending");
+    let (_, attempt, error) = status_of(&store, first.item_id);
+    assert_eq!((attempt, error.as_deref()), (1, Some("lease expired during attempt 1")));
+
+    let second = claim(&store, LEASE_MS, 1, "b").pop().unwrap();
+    assert_eq!(second.attempt, 2);
+    // The first runner comes back late: its outcome is a lost lease.
+    assert!(!commit(&store, &first, Outcome::Done, LEASE_MS + 1));
+    assert_eq!(status_of(&store, first.item_id).0, "processing");
+    assert!(commit(&store, &second, Outcome::Done, LEASE_MS + 2));
+}
+
+#[test]
+fn reaper_fails_items_out_of_attempts_and_never_exceeds_max() {
+    let store = setup();
+    let batch = batch_of(&store, "x", 1, 2);
+    for attempt in 1..=2 {
+        let item = claim(&store, attempt * LEASE_MS, 1, "t").pop().unwrap();
+        assert_eq!(item.attempt, attempt);
+        block_on(store.reap_expired_leases((attempt + 1) * LEASE_MS, 100)).unwrap();
+    }
+    let (status, attempt, error) = status_of(&store, 1);
+    assert_eq!((status.as_str(), attempt), ("failed", 2));
+    assert_eq!(error.as_deref(), Some("lease expired after 2 attempts"));
+    assert!(claim(&store, 10 * LEASE_MS, 10, "z").is_empty());
+    let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
+    assert_eq!((row.failed, row.completed, row.processing), (1, 0, 0));
+}
+
+#[test]
+fn exhausted_pending_rows_are_never_claimed() {
+    let store = setup();
+    batch_of(&store, "x", 1, 3);
+    // Only reachable by hand; the claim still refuses to go past max_attempts.
+    store.db_conn().execute("UPDATE cron_queue SET attempt = 3", []).unwrap();
+    assert!(claim(&store, 1, 10, "t").is_empty());
+}
+
+#[test]
+fn outcomes_follow_the_retry_policy_through_the_store() {
+    let store = setup();
+    let batch = batch_of(&store, "x", 3, 2);
+    let items = claim(&store, 0, 3, "t");
+    let transitions: Vec<Transition> = items
+        .iter()
+        .zip([Outcome::Done, Outcome::Retry("HTTP 503".into()), Outcome::Fail("HTTP 400".into())])
+        .map(|(item, o)| decide(item, &o, POLICY, 10, 0.0))
+        .collect();
+    let applied = block_on(store.commit_outcomes(&transitions)).unwrap();
+    assert_eq!(applied.len(), 3);
+    let statuses: Vec<String> = items.iter().map(|i| status_of(&store, i.item_id).0).collect();
+    assert_eq!(statuses, vec!["completed", "pending", "failed"]);
+    assert_eq!(status_of(&store, items[2].item_id).2.as_deref(), Some("permanent failure: HTTP 400"));
+
+    // The retry is not due before its backoff (base 1 s, jitter 0 → 500 ms).
+    assert!(claim(&store, 10 + 499, 10, "u").is_empty());
+    let retry = claim(&store, 10 + 500, 10, "u").pop().unwrap();
+    assert_eq!(retry.attempt, 2);
+    assert!(commit(&store, &retry, Outcome::Retry("HTTP 503".into()), 600));
+    let (status, attempt, error) = status_of(&store, retry.item_id);
+    assert_eq!((status.as_str(), attempt), ("failed", 2));
+    assert_eq!(error.as_deref(), Some("gave up after 2 attempts; last error: HTTP 503"));
+
+    let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
+    assert_eq!((row.completed, row.failed, row.total), (1, 2, 3));
+}
+
+#[test]
+fn group_commit_applies_held_leases_and_reports_lost_ones() {
+    let store = setup();
+    batch_of(&store, "x", 50, 5);
+    let items = claim(&store, 0, 50, "t");
+    // Ten of them are reaped and re-claimed by someone else before the flush.
+    store.db_conn().execute("UPDATE cron_queue SET lease_expires_at = 0 WHERE id <= 10", []).unwrap();
+    block_on(store.reap_expired_leases(1, 100)).unwrap();
+    assert_eq!(claim(&store, 1, 50, "other").len(), 10);
+
+    let transitions: Vec<Transition> = items.iter().map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0)).collect();
+    let before = store.usage();
+    let applied: HashSet<i64> = block_on(store.commit_outcomes(&transitions)).unwrap().into_iter().collect();
+    assert_eq!(store.usage().statements - before.statements, 1, "one statement per flush");
+    assert_eq!(applied.len(), 40);
+    assert!((1..=10).all(|id| !applied.contains(&id)));
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"), 10);
+}
+
+#[test]
+fn a_batch_is_marked_finished_exactly_once() {
+    let store = setup();
+    let batch = batch_of(&store, "x", 2, 5);
+    let items = claim(&store, 0, 2, "t");
+    assert!(commit(&store, &items[0], Outcome::Done, 1));
+    assert!(block_on(store.finish_batches(2)).unwrap().is_empty(), "one item still processing");
+    assert!(commit(&store, &items[1], Outcome::Fail("HTTP 404".into()), 3));
+
+    let finished = block_on(store.finish_batches(4)).unwrap();
+    assert_eq!(finished.len(), 1);
+    assert_eq!((finished[0].id.as_str(), finished[0].completed, finished[0].failed), (batch.as_str(), 1, 1));
+    assert!(block_on(store.finish_batches(5)).unwrap().is_empty(), "observed once");
+    let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
+    assert_eq!((row.status.as_str(), row.finished_at), ("finished", Some(4)));
+}
+
+#[test]
+fn counters_match_the_rows_after_a_mixed_run() {
+    let store = setup();
+    let batch = batch_of(&store, "x", 40, 2);
+    let mut now = 0;
+    for round in 0..6 {
+        now += 100_000;
+        block_on(store.reap_expired_leases(now, 100)).unwrap();
+        let items = claim(&store, now, 40, &format!("r{round}"));
+        let transitions: Vec<Transition> = items
+            .iter()
+            .filter(|i| i.item_id % 7 != 0) // these are "crashed": left to the reaper
+            .map(|i| {
+                let o = match i.item_id % 3 {
+                    0 => Outcome::Done,
+                    1 => Outcome::Retry("flaky".into()),
+                    _ => Outcome::Fail("bad".into()),
+                };
+                decide(i, &o, POLICY, now, 0.5)
+            })
+            .collect();
+        block_on(store.commit_outcomes(&transitions)).unwrap();
+    }
+    let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
+    assert_eq!(row.completed, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'completed'"));
+    assert_eq!(row.failed, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'failed'"));
+    assert_eq!(row.processing, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"));
+    assert_eq!(row.completed + row.failed, 40, "every item ended");
+    assert_eq!(count(&store, "SELECT max(attempt) FROM cron_queue"), 2);
+}
+
+#[test]
+fn progress_counts_processing_per_batch() {
+    let store = setup();
+    let a = batch_of(&store, "a", 5, 5);
+    let b = batch_of(&store, "b", 5, 5);
+    let claimed = claim(&store, 0, 7, "t");
+    let in_a = claimed.iter().filter(|i| i.batch_id == a).count() as i64;
+    assert_eq!(block_on(store.get_batch(&a)).unwrap().unwrap().processing, in_a);
+    assert_eq!(block_on(store.get_batch(&b)).unwrap().unwrap().processing, 7 - in_a);
+    assert!(block_on(store.get_batch("nope")).unwrap().is_none());
+}
+
+#[test]
+fn items_are_listed_in_pages_with_a_status_filter() {
+    let store = setup();
+    let batch = batch_of(&store, "x", 5, 5);
+    let items = claim(&store, 0, 2, "t");
+    assert!(commit(&store, &items[0], Outcome::Fail("HTTP 400".into()), 1));
+    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].last_error.as_deref(), Some("permanent failure: HTTP 400"));
+    let page1 = block_on(store.list_batch_items(&batch, "", None, 2)).unwrap();
+    let page2 = block_on(store.list_batch_items(&batch, &page1[1].subject_id, None, 10)).unwrap();
+    assert_eq!((page1.len(), page2.len()), (2, 3));
+    assert!(page1[1].subject_id < page2[0].subject_id);
+}
+
+#[test]
+fn subjects_upsert_list_and_delete() {
+    let store = setup();
+    block_on(store.upsert_subjects(&[subject("a", true), subject("b", true)], 1)).unwrap();
+    let mut changed = subject("a", false);
+    changed.payload = json!({"url": "https://changed.example"});
+    block_on(store.upsert_subjects(&[changed], 2)).unwrap();
+    let rows = block_on(store.list_subjects("", 10)).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!((rows[0].active, rows[0].created_at, rows[0].updated_at), (0, 1, 2));
+    assert_eq!(rows[0].payload, r#"{"url":"https://changed.example"}"#);
+    assert_eq!(block_on(store.list_subjects("a", 10)).unwrap().len(), 1);
+    assert!(block_on(store.delete_subject("a")).unwrap());
+    assert!(!block_on(store.delete_subject("a")).unwrap());
+}
+
+#[test]
+fn invocation_summaries_round_trip() {
+    let store = setup();
+    let summary = json!({
+        "trigger": "tick", "started_at": 5, "elapsed_ms": 12, "batch_ids": ["b1", "b2"],
+        "claimed": 3, "completed": 2, "retried": 1, "failed": 0, "lost_leases": 0, "reaped": 0,
+        "subrequests": 9, "subrequest_budget": 45, "d1_statements": 5, "d1_rows_written": 20,
+        "stop_reason": "drained"
+    });
+    block_on(store.record_invocation(&summary)).unwrap();
+    let rows = block_on(store.list_invocations(10)).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["batch_ids"], json!(["b1", "b2"]));
+    assert_eq!(rows[0]["trigger"], "tick");
+    assert_eq!(rows[0]["subrequests"], 9);
+}
