@@ -31,6 +31,8 @@ pub struct Settings {
     /// Wall time after which an invocation stops claiming and winds down.
     pub invocation_deadline_ms: i64,
     pub dispatch_mode: DispatchMode,
+    /// The cron expression that creates the daily batch; every other cron ticks.
+    pub daily_cron: String,
 }
 
 /// Time the dispatcher allows on top of the job timeout for a child to answer.
@@ -49,6 +51,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("DISPATCH_MODE", "fanout"),
+    ("DAILY_CRON", "0 12 * * *"),
 ];
 
 impl Settings {
@@ -97,6 +100,7 @@ impl Settings {
             subrequest_budget: int("SUBREQUEST_BUDGET", 5, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             dispatch_mode,
+            daily_cron: get("DAILY_CRON").trim().to_string(),
         };
         settings.validate()?;
         Ok(settings)
@@ -154,6 +158,7 @@ mod tests {
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
+        assert_eq!(s.daily_cron, "0 12 * * *");
     }
 
     #[test]

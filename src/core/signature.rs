@@ -63,9 +63,28 @@ pub fn verify(
         .map_err(|_| SignatureError::Mismatch)
 }
 
+/// Compare a presented credential with the expected one in constant time (for
+/// bearer tokens). Only the length can leak, which says nothing about a random token.
+pub fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
+    presented.len() == expected.len()
+        && presented
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        assert!(constant_time_eq(b"token-123", b"token-123"));
+        assert!(!constant_time_eq(b"token-124", b"token-123"));
+        assert!(!constant_time_eq(b"token-12", b"token-123"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
 
     #[test]
     fn signs_the_documented_string() {

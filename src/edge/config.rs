@@ -1,0 +1,43 @@
+//! Settings and secrets read from the Worker's environment, validated on every
+//! invocation (cheap) so a bad deploy fails loudly on its first request or tick.
+
+use worker::Env;
+
+use crate::core::settings::Settings;
+
+pub struct Config {
+    pub settings: Settings,
+    pub admin_token: String,
+    pub dispatch_secret: String,
+    pub webhook_secret: String,
+}
+
+/// A secret (or, for local development, a plain var) by name.
+fn text(env: &Env, name: &str) -> Option<String> {
+    env.secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+        .ok()
+}
+
+impl Config {
+    /// The error names the missing or invalid setting, never a secret's value.
+    pub fn load(env: &Env) -> Result<Config, String> {
+        let settings = Settings::from_lookup(|name| text(env, name))?;
+        let secret = |name: &str| -> Result<String, String> {
+            match text(env, name) {
+                Some(v) if v.len() >= 16 => Ok(v),
+                Some(_) => Err(format!("secret {name} must be at least 16 characters")),
+                None => Err(format!(
+                    "secret {name} is not set (wrangler secret put {name}, or .dev.vars locally)"
+                )),
+            }
+        };
+        Ok(Config {
+            settings,
+            admin_token: secret("ADMIN_TOKEN")?,
+            dispatch_secret: secret("DISPATCH_SECRET")?,
+            webhook_secret: secret("WEBHOOK_SECRET")?,
+        })
+    }
+}

@@ -1,0 +1,28 @@
+//! The Workers runtime boundary: entry points, HTTP routing, the drain loop, the
+//! child executor. Everything here is thin glue over `core`, `store` and `jobs`.
+
+mod clock;
+mod config;
+mod drain;
+mod http;
+mod log;
+mod run;
+
+use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+
+#[event(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    http::handle(req, env).await
+}
+
+#[event(scheduled)]
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    // Awaited in the handler itself: the invocation lives exactly as long as the
+    // drain, and every SELF child is awaited before it returns.
+    drain::on_schedule(event, env).await;
+}

@@ -1,0 +1,99 @@
+//! D1 implementation of [`Db`]: every call is one subrequest; `meta.rows_written`
+//! feeds the cost accounting.
+
+use std::cell::Cell;
+
+use serde::de::DeserializeOwned;
+use worker::wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement, D1Result};
+
+use super::{Db, Param, StoreError, StoreResult, Usage};
+
+pub struct D1Db {
+    db: D1Database,
+    usage: Cell<Usage>,
+}
+
+impl D1Db {
+    pub fn new(db: D1Database) -> D1Db {
+        D1Db {
+            db,
+            usage: Cell::new(Usage::default()),
+        }
+    }
+
+    fn prepare(&self, sql: &str, params: &[Param]) -> StoreResult<D1PreparedStatement> {
+        let values: Vec<JsValue> = params
+            .iter()
+            .map(|p| match p {
+                // Exact for |v| < 2^53: millisecond timestamps and ids fit easily.
+                Param::Int(v) => JsValue::from_f64(*v as f64),
+                Param::Text(s) => JsValue::from_str(s),
+                Param::Null => JsValue::NULL,
+            })
+            .collect();
+        self.db.prepare(sql).bind(&values).map_err(d1_error)
+    }
+
+    fn count(&self, statements: i64, results: &[&D1Result]) {
+        let written: i64 = results
+            .iter()
+            .filter_map(|r| r.meta().ok().flatten())
+            .map(|m| m.rows_written.unwrap_or(0) as i64)
+            .sum();
+        let mut u = self.usage.get();
+        u.calls += 1;
+        u.statements += statements;
+        u.rows_written += written;
+        self.usage.set(u);
+    }
+}
+
+fn d1_error(e: worker::Error) -> StoreError {
+    StoreError(format!("D1: {e}"))
+}
+
+impl Db for D1Db {
+    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>> {
+        let stmt = self.prepare(sql, &params)?;
+        let result = stmt.all().await;
+        // A failed call still went out: it counts against the budget.
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.count(1, &[]);
+                return Err(d1_error(e));
+            }
+        };
+        self.count(1, &[&result]);
+        if let Some(e) = result.error() {
+            return Err(StoreError(format!("D1: {e}")));
+        }
+        result.results::<T>().map_err(d1_error)
+    }
+
+    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+        let n = statements.len() as i64;
+        let prepared = statements
+            .iter()
+            .map(|(sql, params)| self.prepare(sql, params))
+            .collect::<StoreResult<Vec<_>>>()?;
+        match self.db.batch(prepared).await {
+            Ok(results) => {
+                self.count(n, &results.iter().collect::<Vec<_>>());
+                match results.iter().find_map(|r| r.error()) {
+                    Some(e) => Err(StoreError(format!("D1: {e}"))),
+                    None => Ok(()),
+                }
+            }
+            Err(e) => {
+                self.count(n, &[]);
+                Err(d1_error(e))
+            }
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage.get()
+    }
+}
