@@ -90,8 +90,10 @@ pub struct DrainLimits {
 /// Where a drain is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrainState {
-    /// Claimed items whose outcome is not yet known.
+    /// Items running now (at most the concurrency).
     pub in_flight: i64,
+    /// Claimed items waiting for a free slot.
+    pub queued: i64,
     /// Outcomes known but not yet committed.
     pub buffered: i64,
     pub elapsed_ms: i64,
@@ -104,6 +106,8 @@ pub enum StopReason {
     Drained,
     Budget,
     Deadline,
+    /// A claim failed; what was running was still committed.
+    Error,
 }
 
 impl StopReason {
@@ -112,6 +116,7 @@ impl StopReason {
             StopReason::Drained => "drained",
             StopReason::Budget => "budget",
             StopReason::Deadline => "deadline",
+            StopReason::Error => "error",
         }
     }
 }
@@ -126,25 +131,33 @@ pub enum NextClaim {
     Stop(StopReason),
 }
 
-/// Decide the next claim. Every claimed item is dispatched at once (never queued
-/// behind others), so its lease only has to cover its own run.
+/// Decide the next claim. Claims run one window ahead: up to `concurrency` items
+/// may wait for a slot, so a claim takes a full chunk instead of the few slots that
+/// just freed. A waiting item starts within one call time (some running call ends
+/// by then), so its lease must cover two call times; settings enforce that.
 pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
     }
-    // A call started now may take job timeout + grace; it must end before the deadline.
-    let latest_start = limits.deadline_ms - limits.job_timeout_ms - DISPATCH_GRACE_MS - WIND_DOWN_MS;
-    if state.elapsed_ms >= latest_start {
+    // A claimed item may wait one call time and then run one; it must end before
+    // the deadline.
+    let call_ms = limits.job_timeout_ms + DISPATCH_GRACE_MS;
+    let latest_claim = limits.deadline_ms - 2 * call_ms - WIND_DOWN_MS;
+    if state.elapsed_ms >= latest_claim {
         return NextClaim::Stop(StopReason::Deadline);
     }
-    let free = limits.concurrency - state.in_flight;
-    // Refill in chunks of at least half the window: claiming one item per freed
-    // slot would cost one statement per item, the very cost we amortise.
-    let refill_at = (limits.concurrency.min(limits.claim_chunk) / 2).max(1);
+    if state.queued > 0 {
+        return NextClaim::Hold;
+    }
+    let capacity = 2 * limits.concurrency;
+    let free = capacity - state.in_flight;
+    // Refill in chunks of at least half: claiming one item per freed slot would cost
+    // one statement per item, the very cost we amortise.
+    let refill_at = (capacity.min(limits.claim_chunk) / 2).max(1);
     if state.in_flight > 0 && free < refill_at {
         return NextClaim::Hold;
     }
-    let outstanding = state.in_flight + state.buffered;
+    let outstanding = state.in_flight + state.queued + state.buffered;
     let mut k = free.min(limits.claim_chunk);
     let affordable = |k: i64| {
         1 + k * limits.per_item_cost + flush_reserve(outstanding + k) + TAIL_SUBREQUESTS
@@ -161,9 +174,10 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
 }
 
 /// Whether an early (timer or chunk) flush of `buffered` outcomes fits the budget
-/// while keeping enough for the remaining outstanding ones and the tail.
-pub fn may_flush(budget: &Budget, in_flight: i64, buffered: i64) -> bool {
-    buffered > 0 && 1 + flush_reserve(in_flight) + TAIL_SUBREQUESTS <= budget.remaining()
+/// while keeping enough to commit the `unfinished` items (claimed, no outcome yet)
+/// and for the tail.
+pub fn may_flush(budget: &Budget, unfinished: i64, buffered: i64) -> bool {
+    buffered > 0 && 1 + flush_reserve(unfinished) + TAIL_SUBREQUESTS <= budget.remaining()
 }
 
 #[cfg(test)]
@@ -181,6 +195,7 @@ mod tests {
     fn state(in_flight: i64, buffered: i64) -> DrainState {
         DrainState {
             in_flight,
+            queued: 0,
             buffered,
             elapsed_ms: 0,
             drained: false,
@@ -207,34 +222,39 @@ mod tests {
     }
 
     #[test]
-    fn first_claim_fills_the_window() {
+    fn first_claim_takes_a_full_chunk_one_window_ahead() {
         let b = Budget::new(10_000);
-        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(25));
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(50));
+        let narrow = DrainLimits { concurrency: 10, ..LIMITS };
+        assert_eq!(next_claim(&b, narrow, state(0, 0)), NextClaim::Take(20));
     }
 
     #[test]
-    fn claim_is_capped_by_chunk() {
+    fn holds_while_claimed_items_wait_for_a_slot() {
         let b = Budget::new(10_000);
-        let wide = DrainLimits { concurrency: 200, ..LIMITS };
-        assert_eq!(next_claim(&b, wide, state(0, 0)), NextClaim::Take(50));
+        let mut s = state(25, 0);
+        s.queued = 1;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Hold);
     }
 
     #[test]
-    fn holds_until_half_the_window_is_free() {
+    fn refills_when_half_the_capacity_is_free() {
         let b = Budget::new(10_000);
-        assert_eq!(next_claim(&b, LIMITS, state(20, 0)), NextClaim::Hold);
-        assert_eq!(next_claim(&b, LIMITS, state(13, 0)), NextClaim::Take(12));
+        // Capacity 50 (window 25 + 25 ahead); refill once 25 are free.
+        assert_eq!(next_claim(&b, LIMITS, state(26, 0)), NextClaim::Hold);
+        assert_eq!(next_claim(&b, LIMITS, state(25, 0)), NextClaim::Take(25));
+        assert_eq!(next_claim(&b, LIMITS, state(3, 0)), NextClaim::Take(47));
     }
 
     #[test]
     fn free_plan_budget_of_45_leaves_room_for_claim_flush_and_tail() {
-        // After reap (1): 44 left. Claim 25: 1 + 25 + 1 flush + 2 tail = 29 ≤ 44.
+        // After reap (1): 44 left. 1 claim + k items + 1 flush + 2 tail ≤ 44 → k = 40.
         let mut b = Budget::new(45);
         b.spend(1).unwrap();
-        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(25));
-        b.spend(1 + 25).unwrap();
-        // 18 left with 25 outstanding (1 flush reserved) + 2 tail: claim 1 + k ≤ 15.
-        assert_eq!(next_claim(&b, LIMITS, state(0, 25)), NextClaim::Take(14));
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(40));
+        b.spend(1 + 40).unwrap();
+        // 3 left: exactly the flush and the tail; no further claim.
+        assert_eq!(next_claim(&b, LIMITS, state(0, 40)), NextClaim::Stop(StopReason::Budget));
     }
 
     #[test]
@@ -277,10 +297,10 @@ mod tests {
     #[test]
     fn stops_claiming_when_a_call_could_outlive_the_deadline() {
         let b = Budget::new(10_000);
-        let latest = LIMITS.deadline_ms - LIMITS.job_timeout_ms - DISPATCH_GRACE_MS - WIND_DOWN_MS;
+        let latest = LIMITS.deadline_ms - 2 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
         let mut s = state(0, 0);
         s.elapsed_ms = latest - 1;
-        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(25));
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
         s.elapsed_ms = latest;
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Stop(StopReason::Deadline));
     }

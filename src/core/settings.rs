@@ -108,14 +108,16 @@ impl Settings {
 
     fn validate(&self) -> Result<(), String> {
         // A lease that can expire while its job may still legitimately run would let
-        // the reaper hand the item to a second runner.
-        let min_lease = self.job_timeout_ms + DISPATCH_GRACE_MS;
-        if self.lease_ms < min_lease {
+        // the reaper hand the item to a second runner. A claimed item may wait one
+        // call time for a slot and then run one (see budget::next_claim).
+        let call_ms = self.job_timeout_ms + DISPATCH_GRACE_MS;
+        if self.lease_ms < 2 * call_ms {
             return Err(format!(
-                "LEASE_SECONDS ({}s) must exceed JOB_TIMEOUT_MS ({} ms) plus {} ms of dispatch grace",
+                "LEASE_SECONDS ({}s) must be at least twice JOB_TIMEOUT_MS ({} ms) plus {} ms of dispatch grace, i.e. {} ms",
                 self.lease_ms / 1_000,
                 self.job_timeout_ms,
-                DISPATCH_GRACE_MS
+                DISPATCH_GRACE_MS,
+                2 * call_ms
             ));
         }
         if self.retry.max_ms < self.retry.base_ms {
@@ -124,10 +126,12 @@ impl Settings {
                 self.retry.max_ms, self.retry.base_ms
             ));
         }
-        if self.invocation_deadline_ms <= min_lease - DISPATCH_GRACE_MS {
+        // The deadline must leave room to claim once and let those items finish.
+        let min_deadline = 2 * call_ms + super::budget::WIND_DOWN_MS;
+        if self.invocation_deadline_ms <= min_deadline {
             return Err(format!(
-                "INVOCATION_DEADLINE_MS ({}) must exceed JOB_TIMEOUT_MS ({}), or no item could finish in time",
-                self.invocation_deadline_ms, self.job_timeout_ms
+                "INVOCATION_DEADLINE_MS ({}) must exceed twice JOB_TIMEOUT_MS plus grace and wind-down ({} ms)",
+                self.invocation_deadline_ms, min_deadline
             ));
         }
         Ok(())
@@ -163,16 +167,19 @@ mod tests {
 
     #[test]
     fn overrides_are_applied() {
-        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "4"), ("JOB_TIMEOUT_MS", "1000")])
+        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "6"), ("JOB_TIMEOUT_MS", "1000")])
             .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
-        assert_eq!(s.lease_ms, 4_000);
+        assert_eq!(s.lease_ms, 6_000);
     }
 
     #[test]
     fn lease_shorter_than_job_timeout_is_rejected() {
         let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
-        assert!(err.contains("LEASE_SECONDS"), "{err}");
+        assert!(err.starts_with("LEASE_SECONDS"), "{err}");
+        // Two call times: 2 × (10 s + 2 s grace) = 24 s.
+        assert!(parse(&[("LEASE_SECONDS", "23")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "24")]).is_ok());
     }
 
     #[test]
@@ -189,7 +196,7 @@ mod tests {
 
     #[test]
     fn deadline_must_leave_room_for_a_job() {
-        let err = parse(&[("INVOCATION_DEADLINE_MS", "5000")]).unwrap_err();
+        let err = parse(&[("INVOCATION_DEADLINE_MS", "25000")]).unwrap_err();
         assert!(err.starts_with("INVOCATION_DEADLINE_MS"), "{err}");
     }
 }

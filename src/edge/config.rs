@@ -1,6 +1,8 @@
 //! Settings and secrets read from the Worker's environment, validated on every
 //! invocation (cheap) so a bad deploy fails loudly on its first request or tick.
 
+use std::rc::Rc;
+
 use worker::Env;
 
 use crate::core::settings::Settings;
@@ -20,9 +22,25 @@ fn text(env: &Env, name: &str) -> Option<String> {
         .ok()
 }
 
+thread_local! {
+    // An isolate's env never changes (new settings or secrets mean a new
+    // deployment), so it is read once: every dispatched child would re-read it.
+    static CACHED: std::cell::RefCell<Option<Rc<Config>>> = const { std::cell::RefCell::new(None) };
+}
+
 impl Config {
+    /// The validated configuration of this isolate, read on first use.
+    pub fn get(env: &Env) -> Result<Rc<Config>, String> {
+        if let Some(cfg) = CACHED.with(|c| c.borrow().clone()) {
+            return Ok(cfg);
+        }
+        let cfg = Rc::new(Config::load(env)?);
+        CACHED.with(|c| *c.borrow_mut() = Some(cfg.clone()));
+        Ok(cfg)
+    }
+
     /// The error names the missing or invalid setting, never a secret's value.
-    pub fn load(env: &Env) -> Result<Config, String> {
+    fn load(env: &Env) -> Result<Config, String> {
         let settings = Settings::from_lookup(|name| text(env, name))?;
         let secret = |name: &str| -> Result<String, String> {
             match text(env, name) {

@@ -2,13 +2,16 @@
 //! drain due items through `SELF` (or inline) with a sliding window, group-commit
 //! their outcomes, mark finished batches and record one summary.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
-use futures::future::{select, Either, LocalBoxFuture};
+use std::task::Poll;
+
+use futures::future::{poll_fn, LocalBoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use serde_json::{json, Value};
-use worker::{Delay, Env, Fetcher, Headers, Method, Request, RequestInit, ScheduledEvent};
+use worker::{Delay, Env, Fetcher, Request, ScheduledEvent};
 
 use super::config::Config;
 use super::run::{run_with_timeout, SIGNATURE_HEADER};
@@ -22,7 +25,7 @@ use crate::core::settings::{DispatchMode, DISPATCH_GRACE_MS};
 use crate::core::{signature, time};
 use crate::jobs;
 use crate::store::d1::D1Db;
-use crate::store::{BatchSource, Created, Store};
+use crate::store::{BatchSource, Created, Store, StoreError, StoreResult};
 
 /// Group-commit interval: outcomes wait at most this long before a flush.
 const FLUSH_INTERVAL_MS: i64 = 100;
@@ -51,7 +54,7 @@ type Store1 = Store<D1Db>;
 
 pub async fn on_schedule(event: ScheduledEvent, env: Env) {
     let started = clock::now_ms();
-    let cfg = match Config::load(&env) {
+    let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
         Err(e) => return log::error("invalid_configuration", json!({ "message": e })),
     };
@@ -152,10 +155,24 @@ struct Drain<'a> {
     started: i64,
 }
 
+/// What woke the drain loop.
+enum Event {
+    Claimed(StoreResult<Vec<ClaimedItem>>),
+    Flushed(Vec<(ClaimedItem, Transition)>, StoreResult<Vec<i64>>),
+    Finished(ClaimedItem, Outcome),
+    FlushTimer,
+}
+
+type Flushing<'a> = LocalBoxFuture<'a, (Vec<(ClaimedItem, Transition)>, StoreResult<Vec<i64>>)>;
+
 impl<'a> Drain<'a> {
     /// The sliding window: keep up to DISPATCH_CONCURRENCY items running, refill by
     /// claiming, commit outcomes in groups, stop claiming before the budget or the
     /// deadline runs out, and never return with an outcome uncommitted.
+    ///
+    /// Claims and group commits run concurrently with the calls in flight (one of
+    /// each at a time): awaiting a D1 round trip inline would stall every running
+    /// call's completion and the next dispatch behind it.
     async fn run(&self, budget: &mut Budget, tally: &mut Tally) -> Result<StopReason, String> {
         let s = &self.cfg.settings;
         let limits = DrainLimits {
@@ -169,15 +186,29 @@ impl<'a> Drain<'a> {
             deadline_ms: s.invocation_deadline_ms,
         };
         let mut in_flight: FuturesUnordered<LocalBoxFuture<'a, (ClaimedItem, Outcome)>> = FuturesUnordered::new();
+        let mut queue: VecDeque<ClaimedItem> = VecDeque::new();
         let mut buffer: Vec<(ClaimedItem, Transition)> = Vec::new();
+        let mut claiming: Option<(i64, LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>)> = None;
+        let mut flushing: Option<(u8, Flushing<'a>)> = None;
+        // Outcomes wait at most FLUSH_INTERVAL_MS for a group commit.
+        let mut flush_timer: Option<Delay> = None;
+        let mut timer_fired = false;
         let mut drained = false;
         let mut stop: Option<StopReason> = None;
-        let mut last_flush = clock::now_ms();
+        let mut failure: Option<String> = None;
 
         loop {
-            if stop.is_none() {
+            while (in_flight.len() as i64) < limits.concurrency {
+                let Some(item) = queue.pop_front() else { break };
+                in_flight.push(Box::pin(execute(self.cfg, self.self_service, item)));
+            }
+            // Outcomes of items still waiting to be committed by a running flush
+            // were paid for when that flush started.
+            let unfinished = (in_flight.len() + queue.len()) as i64;
+            if claiming.is_none() && stop.is_none() {
                 let state = DrainState {
                     in_flight: in_flight.len() as i64,
+                    queued: queue.len() as i64,
                     buffered: buffer.len() as i64,
                     elapsed_ms: clock::now_ms() - self.started,
                     drained,
@@ -186,46 +217,96 @@ impl<'a> Drain<'a> {
                     NextClaim::Take(k) => {
                         budget.spend(1).map_err(|e| e.to_string())?;
                         let now = clock::now_ms();
-                        let items = self
-                            .store
-                            .claim_due_items(now, k, &clock::random_id(), now + s.lease_ms)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        drained = (items.len() as i64) < k;
-                        tally.claimed += items.len() as i64;
-                        for item in items {
-                            budget.spend(limits.per_item_cost).map_err(|e| e.to_string())?;
-                            tally.batch_ids.insert(item.batch_id.clone());
-                            in_flight.push(Box::pin(execute(self.cfg, self.self_service, item)));
-                        }
-                        continue;
+                        let token = clock::random_id();
+                        let store = self.store;
+                        claiming = Some((
+                            k,
+                            Box::pin(async move { store.claim_due_items(now, k, &token, now + s.lease_ms).await }),
+                        ));
                     }
                     NextClaim::Hold => {}
                     NextClaim::Stop(reason) => stop = Some(reason),
                 }
             }
-            if in_flight.is_empty() {
+            let due = buffer.len() as i64 >= s.claim_chunk || timer_fired;
+            if flushing.is_none() && due && may_flush(budget, unfinished, buffer.len() as i64) {
+                budget.spend(1).map_err(|e| e.to_string())?;
+                let rows = std::mem::take(&mut buffer);
+                flushing = Some((1, self.commit(rows)));
+                flush_timer = None;
+                timer_fired = false;
+            }
+            if in_flight.is_empty() && queue.is_empty() && claiming.is_none() && flushing.is_none() {
                 break;
             }
-            // Wait for the next outcome, or for the flush interval when outcomes wait.
-            let next = if buffer.is_empty() {
-                in_flight.next().await
-            } else {
-                let wait = (last_flush + FLUSH_INTERVAL_MS - clock::now_ms()).max(0) as u64;
-                match select(in_flight.next(), Delay::from(Duration::from_millis(wait))).await {
-                    Either::Left((next, _)) => next,
-                    Either::Right(_) => None,
-                }
-            };
-            if let Some((item, outcome)) = next {
-                let t = decide(&item, &outcome, s.retry, clock::now_ms(), clock::jitter());
-                buffer.push((item, t));
+            if !buffer.is_empty() && flush_timer.is_none() && !timer_fired {
+                flush_timer = Some(Delay::from(Duration::from_millis(FLUSH_INTERVAL_MS as u64)));
             }
-            let due = buffer.len() as i64 >= s.claim_chunk || clock::now_ms() - last_flush >= FLUSH_INTERVAL_MS;
-            if due && may_flush(budget, in_flight.len() as i64, buffer.len() as i64) {
-                let rows = std::mem::take(&mut buffer);
-                self.flush(rows, budget, tally).await;
-                last_flush = clock::now_ms();
+
+            let event = poll_fn(|cx| {
+                if let Some((_, f)) = claiming.as_mut() {
+                    if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Claimed(r));
+                    }
+                }
+                if let Some((_, f)) = flushing.as_mut() {
+                    if let Poll::Ready((rows, r)) = f.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Flushed(rows, r));
+                    }
+                }
+                if let Poll::Ready(Some((item, outcome))) = in_flight.poll_next_unpin(cx) {
+                    return Poll::Ready(Event::Finished(item, outcome));
+                }
+                if let Some(t) = flush_timer.as_mut() {
+                    if t.poll_unpin(cx).is_ready() {
+                        return Poll::Ready(Event::FlushTimer);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+
+            match event {
+                Event::Claimed(result) => {
+                    let (asked, _) = claiming.take().expect("a claim was running");
+                    match result {
+                        Ok(items) => {
+                            drained = (items.len() as i64) < asked;
+                            tally.claimed += items.len() as i64;
+                            for item in items {
+                                budget.spend(limits.per_item_cost).map_err(|e| e.to_string())?;
+                                tally.batch_ids.insert(item.batch_id.clone());
+                                queue.push_back(item);
+                            }
+                        }
+                        Err(e) => {
+                            // Stop claiming but still commit what is running.
+                            failure = Some(format!("claim: {e}"));
+                            stop = Some(StopReason::Error);
+                        }
+                    }
+                }
+                Event::Flushed(rows, result) => {
+                    let (tries, _) = flushing.take().expect("a flush was running");
+                    match result {
+                        Ok(applied) => self.account(&rows, &applied, tally),
+                        // Commits are fenced, so repeating one never applies anything twice.
+                        Err(e) if tries < 2 && may_flush(budget, unfinished, rows.len() as i64) => {
+                            log::error("commit_retry", json!({ "message": e.to_string(), "rows": rows.len() }));
+                            budget.spend(1).map_err(|e| e.to_string())?;
+                            flushing = Some((tries + 1, self.commit(rows)));
+                        }
+                        Err(e) => log_commit_failure(&rows, &e),
+                    }
+                }
+                Event::Finished(item, outcome) => {
+                    let t = decide(&item, &outcome, s.retry, clock::now_ms(), clock::jitter());
+                    buffer.push((item, t));
+                }
+                Event::FlushTimer => {
+                    flush_timer = None;
+                    timer_fired = true;
+                }
             }
         }
         // Everything has answered: commit what is left, in as many statements as the
@@ -233,42 +314,34 @@ impl<'a> Drain<'a> {
         while !buffer.is_empty() {
             let rest = buffer.split_off(buffer.len().min(FLUSH_MAX_ROWS as usize));
             let rows = std::mem::replace(&mut buffer, rest);
-            self.flush(rows, budget, tally).await;
+            budget.spend(1).map_err(|e| e.to_string())?;
+            let (rows, result) = self.commit(rows).await;
+            match result {
+                Ok(applied) => self.account(&rows, &applied, tally),
+                Err(e) => log_commit_failure(&rows, &e),
+            }
         }
-        Ok(stop.unwrap_or(StopReason::Drained))
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(stop.unwrap_or(StopReason::Drained)),
+        }
     }
 
-    /// Commit a group of outcomes in one statement; a failed statement is tried once
-    /// more (commits are fenced, so a repeat never applies anything twice). Rows
-    /// that lost their lease are counted and logged, never overwritten.
-    async fn flush(&self, rows: Vec<(ClaimedItem, Transition)>, budget: &mut Budget, tally: &mut Tally) {
-        let transitions: Vec<Transition> = rows.iter().map(|(_, t)| t.clone()).collect();
-        let mut result = Err(crate::store::StoreError("not attempted".into()));
-        for attempt in 0..2 {
-            // The first try is reserved by the plan; a retry only if budget is left.
-            if attempt > 0 && !may_flush(budget, 0, rows.len() as i64) {
-                break;
-            }
-            if budget.spend(1).is_err() {
-                break;
-            }
-            result = self.store.commit_outcomes(&transitions).await;
-            if result.is_ok() {
-                break;
-            }
-        }
-        let applied: BTreeSet<i64> = match result {
-            Ok(ids) => ids.into_iter().collect(),
-            Err(e) => {
-                let ids: Vec<i64> = rows.iter().map(|(i, _)| i.item_id).collect();
-                log::error(
-                    "commit_failed",
-                    json!({ "message": e.to_string(), "item_ids": ids, "note": "leases will expire and the reaper requeues them" }),
-                );
-                return;
-            }
-        };
-        for (item, t) in &rows {
+    /// One group-commit statement (budget already spent by the caller).
+    fn commit(&self, rows: Vec<(ClaimedItem, Transition)>) -> Flushing<'a> {
+        let store = self.store;
+        Box::pin(async move {
+            let transitions: Vec<Transition> = rows.iter().map(|(_, t)| t.clone()).collect();
+            let result = store.commit_outcomes(&transitions).await;
+            (rows, result)
+        })
+    }
+
+    /// Count applied outcomes; rows that lost their lease are counted and logged,
+    /// never overwritten.
+    fn account(&self, rows: &[(ClaimedItem, Transition)], applied: &[i64], tally: &mut Tally) {
+        let applied: BTreeSet<i64> = applied.iter().copied().collect();
+        for (item, t) in rows {
             let ids = json!({
                 "batch_id": item.batch_id, "item_id": item.item_id, "subject_id": item.subject_id,
                 "attempt": item.attempt,
@@ -294,20 +367,21 @@ impl<'a> Drain<'a> {
     }
 }
 
+fn log_commit_failure(rows: &[(ClaimedItem, Transition)], e: &StoreError) {
+    let ids: Vec<i64> = rows.iter().map(|(i, _)| i.item_id).collect();
+    log::error(
+        "commit_failed",
+        json!({ "message": e.to_string(), "item_ids": ids, "note": "leases will expire and the reaper requeues them" }),
+    );
+}
+
 /// Run one claimed item: through SELF (its own invocation) or inline.
 async fn execute(cfg: &Config, self_service: Option<&Fetcher>, item: ClaimedItem) -> (ClaimedItem, Outcome) {
     let s = &cfg.settings;
     let outcome = match self_service {
-        Some(service) => {
-            // The child enforces the job timeout; this one only guards against a
-            // child that never answers.
-            let limit = s.job_timeout_ms + DISPATCH_GRACE_MS;
-            let call = Box::pin(dispatch(service, &cfg.dispatch_secret, &item));
-            match select(call, Delay::from(Duration::from_millis(limit as u64))).await {
-                Either::Left((outcome, _)) => outcome,
-                Either::Right(_) => Outcome::Retry(format!("dispatch got no answer within {limit} ms")),
-            }
-        }
+        // The child enforces the job timeout; the dispatch's own limit only guards
+        // against a child that never answers.
+        Some(service) => dispatch(service, &cfg.dispatch_secret, &item, s.job_timeout_ms + DISPATCH_GRACE_MS).await,
         None => run_with_timeout(&item, &cfg.webhook_secret, s.job_timeout_ms).await,
     };
     (item, outcome)
@@ -320,29 +394,34 @@ fn with(mut v: Value, key: &str, value: &Option<String>) -> Value {
     v
 }
 
-/// One signed `POST /internal/run` through the SELF binding.
-async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem) -> Outcome {
+/// One signed `POST /internal/run` through the SELF binding, abandoned after
+/// `limit_ms`. The limit is the platform's own `AbortSignal.timeout`: a Rust timer
+/// per call measurably slowed dispatch.
+async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms: i64) -> Outcome {
+    use worker::web_sys;
+
     let body = match serde_json::to_string(item) {
         Ok(b) => b,
         Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")),
     };
     let sig = signature::sign(secret, clock::now_ms() / 1_000, body.as_bytes());
-    let request = (|| {
-        let headers = Headers::new();
+    let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
+        let headers = web_sys::Headers::new()?;
         headers.set("Content-Type", "application/json")?;
         headers.set(SIGNATURE_HEADER, &sig)?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post)
-            .with_headers(headers)
-            .with_body(Some(body.into()));
-        Request::new_with_init("https://cron-fanout.internal/internal/run", &init)
+        let init = web_sys::RequestInit::new();
+        init.set_method("POST");
+        init.set_headers(&headers);
+        init.set_body(&body.into());
+        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(limit_ms as u32)));
+        web_sys::Request::new_with_str_and_init("https://cron-fanout.internal/internal/run", &init).map(Request::from)
     })();
     let mut response = match request {
         Ok(req) => match service.fetch_request(req).await {
             Ok(r) => r,
             Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")),
         },
-        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e}")),
+        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")),
     };
     if response.status_code() != 200 {
         return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code()));

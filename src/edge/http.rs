@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use worker::{Env, Method, Request, Response};
 
 use super::config::Config;
-use super::{clock, log, run};
+use super::{clock, log, probe, run};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, ItemRow, SubjectRow};
 use crate::core::requests::{
@@ -72,6 +72,7 @@ async fn route(req: &mut Request, env: &Env) -> ApiResult {
         ["batches", _] => "GET",
         ["batches", _, "items"] => "GET",
         ["invocations"] => "GET",
+        ["probe"] => "POST",
         _ => return Err(ApiError::NotFound(format!("route {}", req.path()))),
     };
     if !allowed.split(", ").any(|m| m == method.to_string()) {
@@ -80,7 +81,7 @@ async fn route(req: &mut Request, env: &Env) -> ApiResult {
     if segs == ["health"] {
         return Ok((200, json!({ "ok": true })));
     }
-    let cfg = Config::load(env).map_err(|e| ApiError::Internal(format!("configuration: {e}")))?;
+    let cfg = Config::get(env).map_err(|e| ApiError::Internal(format!("configuration: {e}")))?;
     if segs == ["internal", "run"] {
         let body = read_body(req).await?;
         let outcome = run::handle(&body, req, &cfg).await?;
@@ -97,6 +98,12 @@ async fn route(req: &mut Request, env: &Env) -> ApiResult {
         (Method::Get, ["batches", id]) => get_batch(&store, id, &query).await,
         (Method::Get, ["batches", id, "items"]) => list_items(&store, id, &query).await,
         (Method::Get, ["invocations"]) => list_invocations(&store, &query).await,
+        (Method::Post, ["probe"]) => {
+            no_query(&query)?;
+            let body: probe::ProbeRequest = parse_json(&json_body(req).await?)?;
+            probe::validate(&body)?;
+            Ok((200, probe::run(env, &body).await?))
+        }
         _ => Err(ApiError::MethodNotAllowed { allowed }),
     }
 }

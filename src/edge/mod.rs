@@ -6,6 +6,7 @@ mod config;
 mod drain;
 mod http;
 mod log;
+mod probe;
 mod run;
 
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};

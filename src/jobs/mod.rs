@@ -2,6 +2,7 @@
 //! subject or item is written (pure, host-tested) and runs it in the Worker.
 //! Add a kind by implementing [`JobKind`] and listing it in [`REGISTRY`].
 
+pub mod noop;
 pub mod webhook;
 
 use serde_json::Value;
@@ -37,7 +38,7 @@ pub trait JobKind: Sync {
 }
 
 /// Every job kind this Worker knows.
-pub static REGISTRY: &[&dyn JobKind] = &[&webhook::Webhook];
+pub static REGISTRY: &[&dyn JobKind] = &[&webhook::Webhook, &noop::Noop];
 
 pub fn find(kind: &str) -> Option<&'static dyn JobKind> {
     REGISTRY.iter().copied().find(|k| k.name() == kind)
@@ -67,12 +68,14 @@ mod tests {
     #[test]
     fn unknown_kinds_name_the_known_ones() {
         let err = check_payload("email", &json!({})).unwrap_err();
-        assert_eq!(err, "unknown kind \"email\"; known kinds: webhook");
+        assert_eq!(err, "unknown kind \"email\"; known kinds: webhook, noop");
     }
 
     #[test]
     fn known_kinds_validate_their_payload() {
         assert!(check_payload("webhook", &json!({"url": "https://example.com/x"})).is_ok());
         assert!(check_payload("webhook", &json!({"url": "ftp://example.com/x"})).is_err());
+        assert!(check_payload("noop", &json!({})).is_ok());
+        assert!(check_payload("noop", &json!([])).is_err());
     }
 }
