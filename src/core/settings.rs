@@ -109,15 +109,17 @@ impl Settings {
     fn validate(&self) -> Result<(), String> {
         // A lease that can expire while its job may still legitimately run would let
         // the reaper hand the item to a second runner. A claimed item may wait one
-        // call time for a slot and then run one (see budget::next_claim).
+        // call time for a slot, run one, and wait for its group commit.
         let call_ms = self.job_timeout_ms + DISPATCH_GRACE_MS;
-        if self.lease_ms < 2 * call_ms {
+        let min_lease = 2 * call_ms + super::budget::WIND_DOWN_MS;
+        if self.lease_ms < min_lease {
             return Err(format!(
-                "LEASE_SECONDS ({}s) must be at least twice JOB_TIMEOUT_MS ({} ms) plus {} ms of dispatch grace, i.e. {} ms",
+                "LEASE_SECONDS ({}s) must cover two calls of JOB_TIMEOUT_MS ({} ms) + {} ms dispatch grace, plus {} ms to commit: at least {} ms",
                 self.lease_ms / 1_000,
                 self.job_timeout_ms,
                 DISPATCH_GRACE_MS,
-                2 * call_ms
+                super::budget::WIND_DOWN_MS,
+                min_lease
             ));
         }
         if self.retry.max_ms < self.retry.base_ms {
@@ -167,19 +169,19 @@ mod tests {
 
     #[test]
     fn overrides_are_applied() {
-        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "6"), ("JOB_TIMEOUT_MS", "1000")])
+        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "7"), ("JOB_TIMEOUT_MS", "1000")])
             .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
-        assert_eq!(s.lease_ms, 6_000);
+        assert_eq!(s.lease_ms, 7_000);
     }
 
     #[test]
     fn lease_shorter_than_job_timeout_is_rejected() {
         let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
         assert!(err.starts_with("LEASE_SECONDS"), "{err}");
-        // Two call times: 2 × (10 s + 2 s grace) = 24 s.
-        assert!(parse(&[("LEASE_SECONDS", "23")]).is_err());
-        assert!(parse(&[("LEASE_SECONDS", "24")]).is_ok());
+        // Two call times and the commit: 2 × (10 s + 2 s grace) + 1 s = 25 s.
+        assert!(parse(&[("LEASE_SECONDS", "24")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "25")]).is_ok());
     }
 
     #[test]

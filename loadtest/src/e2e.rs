@@ -1,0 +1,568 @@
+//! `loadtest e2e`: the end-to-end suite CI runs against a real Worker.
+//!
+//! It seeds subjects whose webhooks succeed, fail for a while, fail for good or
+//! hang; fires the daily cron and the tick cron the way production does; and
+//! checks the end state through the API and the sink. Then it re-fires the daily
+//! cron, sends bad input, and crashes the runtime mid-batch. Waits are on
+//! observable state with bounded timeouts; the only pause is the pacing between
+//! tick rounds, so an idle tick does not spin.
+
+use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, DAILY_CRON, TICK_CRON};
+use crate::checks::Checks;
+use crate::plan::{self, Expect, Mix, Planned};
+use crate::target::{Secrets, Target, TargetArgs};
+use crate::verdict;
+use anyhow::{bail, ensure, Context, Result};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Worker settings for the suite: short timeouts, leases and backoff so that
+/// every path (retry, exhaustion, timeout, lease expiry) happens within seconds.
+/// LEASE_SECONDS is the smallest the Worker accepts with a 1 s job timeout (two
+/// calls of JOB_TIMEOUT_MS + 2 s grace, plus 1 s to commit = 7 s) with a second
+/// of slack for a loaded CI machine.
+pub const SETTINGS: &[(&str, &str)] = &[
+    ("MAX_ATTEMPTS", "3"),
+    ("JOB_TIMEOUT_MS", "1000"),
+    ("LEASE_SECONDS", "8"),
+    ("RETRY_BASE_MS", "100"),
+    ("RETRY_MAX_MS", "400"),
+    ("CLAIM_CHUNK", "50"),
+    ("DISPATCH_CONCURRENCY", "25"),
+    ("SUBREQUEST_BUDGET", "200"),
+    ("INVOCATION_DEADLINE_MS", "15000"),
+];
+
+/// Minimum time between two tick rounds.
+const TICK_PACING: Duration = Duration::from_millis(200);
+
+#[derive(clap::Args, Debug)]
+pub struct E2eArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Subjects to seed (the faulty ones are always included).
+    #[arg(long, default_value_t = Mix::E2E.total)]
+    pub subjects: usize,
+    /// Bound on waiting for one batch to finish, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout_secs: u64,
+    /// How long the hanging webhook sleeps; must exceed JOB_TIMEOUT_MS.
+    #[arg(long, default_value_t = 3000)]
+    pub hang_ms: u64,
+    /// Per-delivery latency during the crash scenario, so items are in flight.
+    #[arg(long, default_value_t = 200)]
+    pub crash_latency_ms: u64,
+    /// Skip the crash scenario.
+    #[arg(long)]
+    pub skip_crash: bool,
+}
+
+/// Runs the suite, printing one line per check and the closing
+/// `N passed, M failed`. Returns whether everything passed.
+pub async fn run(args: E2eArgs) -> bool {
+    let mut checks = Checks::default();
+    if let Err(e) = suite(&args, &mut checks).await {
+        checks.record("suite ran to completion", Err(format!("{e:#}")));
+    }
+    println!("{}", checks.summary());
+    checks.all_passed()
+}
+
+async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
+    let mut target = Target::open(&args.target, "e2e", SETTINGS, Secrets::Random, true)
+        .await
+        .context("starting the Worker and the sink")?;
+    checks.record(
+        "runtime and sink started, GET /health answers {\"ok\":true}",
+        target.api.health().await.map_err(text),
+    );
+    let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+    ensure!(
+        max_attempts >= 3,
+        "MAX_ATTEMPTS must be >= 3 for fail_first=2 to complete"
+    );
+    ensure!(
+        args.hang_ms > target.setting("JOB_TIMEOUT_MS")?,
+        "--hang-ms must exceed JOB_TIMEOUT_MS"
+    );
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let api = target.api.clone();
+
+    // Seed.
+    let plan = plan::e2e(
+        "e2e",
+        Mix {
+            total: args.subjects,
+            ..Mix::E2E
+        },
+        args.hang_ms,
+    );
+    let subjects: Vec<SubjectIn> = plan
+        .iter()
+        .enumerate()
+        .map(|(n, p)| p.subject(&target.sink, n))
+        .collect();
+    checks.record(
+        "PUT /subjects upserts every subject (chunks of 250)",
+        seed(&api, &subjects).await.map_err(text),
+    );
+
+    // Daily batch.
+    let daily = daily_batch(&api, plan.len(), checks).await?;
+    let finished = drive(&api, &daily.id, timeout, "daily").await;
+    let finished = checks.step(
+        "daily batch finishes while tick crons fire (2 at a time)",
+        finished,
+    );
+    let items = items_by_subject(&api, &daily.id).await?;
+    checks.record(
+        "GET /batches/{id}/items lists one item per subject",
+        if items.len() == plan.len() {
+            Ok(())
+        } else {
+            Err(format!("{} items for {} subjects", items.len(), plan.len()))
+        },
+    );
+    let stats = target.sink.stats(true).await?;
+    let all_deliveries = stats.deliveries.unwrap_or_default();
+    let by_item = verdict::deliveries_by_item(&all_deliveries, &daily.id.0);
+    let kinds = [
+        (
+            Expect::Healthy,
+            "healthy subjects: completed on attempt 1 after exactly one delivery".to_string(),
+        ),
+        (
+            Expect::FailFirst(2),
+            "fail_first=2 subjects: completed on attempt 3 after 3 deliveries".into(),
+        ),
+        (
+            Expect::ServerError,
+            format!(
+                "status=500 subjects: failed on attempt {max_attempts}, last_error mentions 500"
+            ),
+        ),
+        (
+            Expect::ClientError,
+            "status=400 subjects: failed on attempt 1 (permanent), last_error mentions 400".into(),
+        ),
+        (
+            Expect::Hang,
+            format!("hanging subject: failed on attempt {max_attempts} with a timeout reason"),
+        ),
+    ];
+    for (kind, name) in kinds {
+        checks.record(
+            &name,
+            verdict::outcomes_of_kind(&plan, kind, max_attempts, &items, &by_item),
+        );
+    }
+    if let Some(b) = &finished {
+        let failed = plan
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.expect,
+                    Expect::ServerError | Expect::ClientError | Expect::Hang
+                )
+            })
+            .count() as u64;
+        let total = plan.len() as u64;
+        checks.record(
+            "batch counts add up: pending+processing+completed+failed = total, 100%, finished_at set",
+            verdict::batch_counts(b, total, total - failed, failed),
+        );
+    }
+    let refs: Vec<_> = all_deliveries.iter().collect();
+    checks.record(
+        "every delivery has a valid signature and Idempotency-Key = item_id",
+        verdict::deliveries_well_formed(&refs),
+    );
+    let invocations = api.invocations(1000).await?;
+    checks.record(
+        "no invocation used more subrequests than its budget",
+        verdict::within_budget(&invocations),
+    );
+
+    // Re-fire: nothing new.
+    checks.record(
+        "re-firing the daily cron creates no batch and no delivery",
+        refire(&target, &daily, stats.total).await.map_err(text),
+    );
+
+    // Bad input.
+    bad_input(&api, plan.len(), checks).await?;
+
+    // Crash.
+    if args.skip_crash {
+        println!("# crash scenario skipped (--skip-crash)");
+    } else if target.runtime.is_none() {
+        println!("# crash scenario skipped: --url mode cannot kill the runtime");
+    } else {
+        crash(&mut target, &plan, args, checks).await?;
+    }
+
+    if let Some(runtime) = target.runtime.as_mut() {
+        checks.record(
+            "wrangler dev stops on SIGTERM, no process left",
+            runtime.stop().await.map_err(text),
+        );
+    }
+    Ok(())
+}
+
+fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
+async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
+    let mut upserted = 0;
+    for chunk in subjects.chunks(250) {
+        upserted += api.put_subjects(chunk).await?;
+    }
+    ensure!(
+        upserted == subjects.len() as u64,
+        "upserted {upserted} of {}",
+        subjects.len()
+    );
+    let listed = api.all_subjects().await?.len();
+    ensure!(
+        listed == subjects.len(),
+        "GET /subjects lists {listed}, want {}",
+        subjects.len()
+    );
+    Ok(())
+}
+
+/// Fires the daily cron once and finds the batch it created (`daily:<UTC date>`).
+async fn daily_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<Batch> {
+    let before = chrono::Utc::now().date_naive();
+    api.fire_cron(DAILY_CRON).await?;
+    let after = chrono::Utc::now().date_naive();
+    // The date can roll over during the call near midnight UTC.
+    let keys: HashSet<String> = [before, after]
+        .iter()
+        .map(|d| format!("daily:{}", d.format("%Y-%m-%d")))
+        .collect();
+    let batches = api.batches(100).await?;
+    let found: Vec<&Batch> = batches
+        .iter()
+        .filter(|b| b.key.as_ref().is_some_and(|k| keys.contains(k)))
+        .collect();
+    let result = match found.as_slice() {
+        [b] if b.total == total as u64 => Ok(()),
+        [b] => Err(format!(
+            "batch {} has total {}, want {total}",
+            b.id, b.total
+        )),
+        [] => Err(format!("no batch with key {keys:?} in GET /batches")),
+        many => Err(format!("{} batches with key {keys:?}", many.len())),
+    };
+    let name = format!(
+        "daily cron creates one batch {} over all {total} subjects",
+        keys.iter().next().map_or("", |k| k)
+    );
+    if !checks.record(&name, result) && found.is_empty() {
+        bail!("no daily batch to follow");
+    }
+    Ok(found[0].clone())
+}
+
+/// Fires tick crons (two concurrently, to exercise exclusive claims) until the
+/// batch is finished, printing progress whenever it changes.
+async fn drive(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Batch> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let b = api.batch(id).await?;
+        let progress = b.progress();
+        if progress != last {
+            eprintln!(
+                "  [{label} {:>5.1}s] {progress}",
+                start.elapsed().as_secs_f64()
+            );
+            last = progress;
+        }
+        if b.is_finished() {
+            return Ok(b);
+        }
+        if start.elapsed() >= timeout {
+            bail!("not finished after {timeout:?}: {last}");
+        }
+        let round = Instant::now();
+        let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+        a?;
+        b?;
+        tokio::time::sleep_until((round + TICK_PACING).into()).await;
+    }
+}
+
+async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
+    Ok(api
+        .all_items(id, None)
+        .await?
+        .into_iter()
+        .map(|i| (i.subject_id.clone(), i))
+        .collect())
+}
+
+async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> Result<()> {
+    target.api.fire_cron(DAILY_CRON).await?;
+    let batches = target.api.batches(100).await?;
+    let same: Vec<&Batch> = batches.iter().filter(|b| b.key == daily.key).collect();
+    ensure!(
+        same.len() == 1,
+        "{} batches with key {:?}",
+        same.len(),
+        daily.key
+    );
+    let b = same[0];
+    ensure!(
+        b.id == daily.id,
+        "the key now names batch {}, was {}",
+        b.id,
+        daily.id
+    );
+    ensure!(
+        b.total == daily.total && b.is_finished(),
+        "batch changed: total {} status {}",
+        b.total,
+        b.status
+    );
+    let now = target.sink.stats(false).await?.total;
+    ensure!(
+        now == deliveries_before,
+        "{} new deliveries",
+        now - deliveries_before
+    );
+    Ok(())
+}
+
+/// Bad requests get a 4xx with the JSON error shape and change nothing.
+async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()> {
+    let expect =
+        |r: crate::api::RawResponse, status: StatusCode, shape: bool| -> Result<(), String> {
+            if r.status != status {
+                return Err(format!(
+                    "got {} {}, want {status}",
+                    r.status,
+                    crate::api::clip(&r.body)
+                ));
+            }
+            if shape && r.error_shape().is_none() {
+                return Err(format!(
+                    "body is not {{\"error\":{{\"code\",\"message\"}}}}: {}",
+                    crate::api::clip(&r.body)
+                ));
+            }
+            Ok(())
+        };
+    let wrong = api
+        .raw(Method::GET, "/subjects", Some("wrong-token"), None)
+        .await?;
+    checks.record(
+        "wrong admin token: 401 with a JSON error",
+        expect(wrong, StatusCode::UNAUTHORIZED, true),
+    );
+    let none = api
+        .raw(
+            Method::PUT,
+            "/subjects",
+            None,
+            Some(r#"{"subjects":[]}"#.into()),
+        )
+        .await?;
+    checks.record(
+        "no admin token: 401 with a JSON error",
+        expect(none, StatusCode::UNAUTHORIZED, true),
+    );
+    let malformed = api
+        .admin_raw(
+            Method::PUT,
+            "/subjects",
+            Some(r#"{"subjects": [{"id": "x""#.into()),
+        )
+        .await?;
+    checks.record(
+        "malformed JSON to PUT /subjects: 400 {\"error\":{code,message}}",
+        expect(malformed, StatusCode::BAD_REQUEST, true),
+    );
+    let bad_url = json!({"subjects": [{"id": "bad-url", "kind": "webhook", "payload": {"url": "ftp://127.0.0.1/x"}, "active": true}]});
+    let bad_url = api
+        .admin_raw(Method::PUT, "/subjects", Some(bad_url.to_string()))
+        .await?;
+    checks.record(
+        "non-http webhook url: 400 with a JSON error",
+        expect(bad_url, StatusCode::BAD_REQUEST, true),
+    );
+    let run = json!({"item_id": 1, "lease_token": "x", "batch_id": "x", "subject_id": "x", "attempt": 1, "kind": "webhook", "payload": {}});
+    let unsigned = api
+        .raw(Method::POST, "/internal/run", None, Some(run.to_string()))
+        .await?;
+    checks.record(
+        "unsigned POST /internal/run: 401",
+        expect(unsigned, StatusCode::UNAUTHORIZED, false),
+    );
+    let after = api.all_subjects().await?;
+    checks.record(
+        "bad input changed nothing: GET /subjects count unchanged",
+        if after.len() == subjects && after.iter().all(|s| s.id != "bad-url") {
+            Ok(())
+        } else {
+            Err(format!("{} subjects, want {subjects}", after.len()))
+        },
+    );
+    Ok(())
+}
+
+/// Kills the runtime (SIGKILL, whole process group) while a tick has items in
+/// flight, restarts it on the same state dir and checks recovery.
+async fn crash(
+    target: &mut Target,
+    plan: &[Planned],
+    args: &E2eArgs,
+    checks: &mut Checks,
+) -> Result<()> {
+    let api = target.api.clone();
+    let slow = plan::all_slow(plan, args.crash_latency_ms);
+    let subjects: Vec<SubjectIn> = slow
+        .iter()
+        .enumerate()
+        .map(|(n, p)| p.subject(&target.sink, n))
+        .collect();
+    api.put_subjects(&subjects)
+        .await
+        .context("re-seeding slow subjects")?;
+
+    let key = format!("crash-{}", chrono::Utc::now().timestamp_millis());
+    let body = json!({"key": key, "source": "subjects"});
+    let (created, batch) = api.create_batch(&body).await?;
+    checks.record(
+        "POST /batches creates an ad-hoc batch (201) over all subjects",
+        if created && batch.total == plan.len() as u64 {
+            Ok(())
+        } else {
+            Err(format!("created {created}, total {}", batch.total))
+        },
+    );
+    let (created_again, again) = api.create_batch(&body).await?;
+    checks.record(
+        "POST /batches with an existing key returns that batch (200)",
+        if !created_again && again.id == batch.id {
+            Ok(())
+        } else {
+            Err(format!(
+                "created {created_again}, id {} vs {}",
+                again.id, batch.id
+            ))
+        },
+    );
+    let known: HashSet<Id> = api
+        .invocations(1000)
+        .await?
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+
+    // Fire ticks in the background until some but not all items are completed.
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let mut tick: Option<tokio::task::JoinHandle<Result<()>>> = None;
+    let at_kill = loop {
+        if tick.as_ref().is_none_or(|t| t.is_finished()) {
+            if let Some(done) = tick.take() {
+                done.await??;
+            }
+            let api = api.clone();
+            tick = Some(tokio::spawn(async move { api.fire_cron(TICK_CRON).await }));
+        }
+        let b = api.batch(&batch.id).await?;
+        if b.completed > 0 && b.completed + b.failed < b.total {
+            break b;
+        }
+        ensure!(
+            b.completed + b.failed < b.total,
+            "the batch finished before the kill: {}",
+            b.progress()
+        );
+        ensure!(
+            Instant::now() < deadline,
+            "no item completed within {}s",
+            args.timeout_secs
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    runtime.kill_hard();
+    if let Some(t) = tick {
+        // The in-flight trigger request dies with the runtime; its error is expected.
+        let _ = t.await;
+    }
+    eprintln!("  [crash] killed with {}", at_kill.progress());
+    checks.step(
+        "runtime restarts on the same state dir after SIGKILL",
+        runtime.restart().await,
+    );
+
+    // Nothing has run since the restart, so the counts are those at the kill.
+    let frozen = api.batch(&batch.id).await?;
+    let processing_at_kill = frozen.processing;
+    eprintln!("  [crash] after restart: {}", frozen.progress());
+    checks.record(
+        "crash hit items in flight (processing > 0 after restart)",
+        if processing_at_kill > 0 {
+            Ok(())
+        } else {
+            Err(frozen.progress())
+        },
+    );
+
+    let finished = drive(
+        &api,
+        &batch.id,
+        Duration::from_secs(args.timeout_secs),
+        "crash",
+    )
+    .await;
+    checks.step(
+        "crash batch finishes after restart while ticks fire",
+        finished,
+    );
+    let items = items_by_subject(&api, &batch.id).await?;
+    let stats = target.sink.stats(true).await?;
+    let deliveries = stats.deliveries.unwrap_or_default();
+    let by_item = verdict::deliveries_by_item(&deliveries, &batch.id.0);
+    for (name, result) in verdict::crash_recovery(&slow, &items, &by_item, processing_at_kill) {
+        checks.record(name, result);
+    }
+    let invocations = api.invocations(1000).await?;
+    let since_crash: Vec<&Invocation> = invocations
+        .iter()
+        .filter(|i| !known.contains(&i.id))
+        .collect();
+    // What each scheduled run did since the crash, oldest first: the evidence
+    // for the two checks below when they fail.
+    for i in since_crash.iter().rev() {
+        eprintln!(
+            "  [crash] invocation {} {} at {} {:.0} ms: claimed {} completed {} retried {} failed {} lost_leases {} reaped {} subrequests {}/{}",
+            i.id, i.trigger, i.started_at, i.elapsed_ms, i.claimed, i.completed, i.retried, i.failed,
+            i.lost_leases, i.reaped, i.subrequests, i.subrequest_budget
+        );
+    }
+    let reaped: u64 = since_crash.iter().map(|i| i.reaped).sum();
+    checks.record(
+        "crash: the reaper requeued exactly the leases left by the crash",
+        if reaped == processing_at_kill {
+            Ok(())
+        } else {
+            Err(format!(
+                "invocations report {reaped} reaped, {processing_at_kill} were processing"
+            ))
+        },
+    );
+    checks.record(
+        "crash: no invocation used more subrequests than its budget",
+        verdict::within_budget(&invocations),
+    );
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! Fault injection for the sink, read from the hook URL's query string.
+//!
+//! The faults live in each subject's webhook URL, so a scenario decides how every
+//! subject behaves when it seeds the subjects, and the Worker stays unaware of it.
+//! Every decision is a pure function of the query, the Idempotency-Key and the
+//! delivery number, so a run is reproducible.
+
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The faults requested for one hook URL. `Faults::default()` is a healthy
+/// receiver: 200 immediately.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    /// Sleep this long, then answer normally.
+    pub latency_ms: u64,
+    /// Answer 503 to the first N deliveries of a key, then answer normally.
+    pub fail_first: u32,
+    /// Always answer this status.
+    pub status: Option<u16>,
+    /// Sleep this long; meant to outlast the Worker's job timeout.
+    pub hang_ms: u64,
+    /// Probability in 0..=1 of answering 500, decided per (key, delivery).
+    pub error_rate: f64,
+}
+
+/// What the sink does with one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub delay: Duration,
+    pub status: u16,
+}
+
+impl Faults {
+    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&error_rate=..`
+    /// (any subset, any order). Unknown keys and bad values are errors: a typo
+    /// would otherwise silently turn a fault scenario into a healthy one.
+    pub fn parse(query: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("fault `{pair}` has no value"))?;
+            let bad = |e: &dyn std::fmt::Display| format!("fault {key}={value}: {e}");
+            match key {
+                "latency_ms" => faults.latency_ms = value.parse().map_err(|e| bad(&e))?,
+                "fail_first" => faults.fail_first = value.parse().map_err(|e| bad(&e))?,
+                "hang_ms" => faults.hang_ms = value.parse().map_err(|e| bad(&e))?,
+                "status" => {
+                    let code: u16 = value.parse().map_err(|e| bad(&e))?;
+                    if !(100..=599).contains(&code) {
+                        return Err(bad(&"not an HTTP status"));
+                    }
+                    faults.status = Some(code);
+                }
+                "error_rate" => {
+                    let p: f64 = value.parse().map_err(|e| bad(&e))?;
+                    if !(0.0..=1.0).contains(&p) {
+                        return Err(bad(&"must be within 0..1"));
+                    }
+                    faults.error_rate = p;
+                }
+                _ => return Err(format!("unknown fault `{key}`")),
+            }
+        }
+        Ok(faults)
+    }
+
+    /// The query string that `parse` turns back into `self` (empty when healthy).
+    pub fn to_query(&self) -> String {
+        let mut q = String::new();
+        let mut add = |k: &str, v: &dyn std::fmt::Display| {
+            let sep = if q.is_empty() { "" } else { "&" };
+            let _ = write!(q, "{sep}{k}={v}");
+        };
+        if self.latency_ms > 0 {
+            add("latency_ms", &self.latency_ms);
+        }
+        if self.fail_first > 0 {
+            add("fail_first", &self.fail_first);
+        }
+        if let Some(code) = self.status {
+            add("status", &code);
+        }
+        if self.hang_ms > 0 {
+            add("hang_ms", &self.hang_ms);
+        }
+        if self.error_rate > 0.0 {
+            add("error_rate", &self.error_rate);
+        }
+        q
+    }
+
+    /// The answer to delivery number `delivery` (1-based) of Idempotency-Key `key`.
+    /// A fixed `status` wins over `fail_first`, which wins over `error_rate`.
+    pub fn decide(&self, key: &str, delivery: u32) -> Decision {
+        let status = if let Some(code) = self.status {
+            code
+        } else if delivery <= self.fail_first {
+            503
+        } else if self.error_rate > 0.0 && unit_hash(key, delivery) < self.error_rate {
+            500
+        } else {
+            200
+        };
+        Decision {
+            delay: Duration::from_millis(self.latency_ms.saturating_add(self.hang_ms)),
+            status,
+        }
+    }
+}
+
+/// A deterministic number in [0, 1) for (key, delivery): the first 8 bytes of
+/// SHA-256 over "key:delivery". Stable across platforms and runs, unlike
+/// `std`'s randomly seeded hasher.
+fn unit_hash(key: &str, delivery: u32) -> f64 {
+    let digest = Sha256::digest(format!("{key}:{delivery}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    // Keep 53 bits so the quotient is exact in an f64 and strictly below 1.
+    (u64::from_be_bytes(first) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_query_is_healthy() {
+        let f = Faults::parse("").unwrap();
+        assert_eq!(f, Faults::default());
+        assert_eq!(
+            f.decide("1", 1),
+            Decision {
+                delay: Duration::ZERO,
+                status: 200
+            }
+        );
+    }
+
+    #[test]
+    fn parses_every_fault_and_round_trips() {
+        let f = Faults::parse("latency_ms=20&fail_first=2&status=418&hang_ms=3000&error_rate=0.25")
+            .unwrap();
+        assert_eq!(
+            f,
+            Faults {
+                latency_ms: 20,
+                fail_first: 2,
+                status: Some(418),
+                hang_ms: 3000,
+                error_rate: 0.25
+            }
+        );
+        assert_eq!(Faults::parse(&f.to_query()).unwrap(), f);
+        assert_eq!(Faults::default().to_query(), "");
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for q in [
+            "latency=5",
+            "status=abc",
+            "status=99",
+            "error_rate=1.5",
+            "fail_first",
+            "hang_ms=-1",
+        ] {
+            assert!(Faults::parse(q).is_err(), "{q} should be rejected");
+        }
+    }
+
+    #[test]
+    fn fail_first_then_succeed() {
+        let f = Faults::parse("fail_first=2").unwrap();
+        let statuses: Vec<u16> = (1..=4).map(|n| f.decide("7", n).status).collect();
+        assert_eq!(statuses, [503, 503, 200, 200]);
+    }
+
+    #[test]
+    fn fixed_status_wins_and_delays_add_up() {
+        let f = Faults::parse("status=400&fail_first=5&latency_ms=10&hang_ms=5").unwrap();
+        assert_eq!(
+            f.decide("k", 9),
+            Decision {
+                delay: Duration::from_millis(15),
+                status: 400
+            }
+        );
+    }
+
+    #[test]
+    fn error_rate_is_deterministic_and_roughly_right() {
+        let f = Faults::parse("error_rate=0.3").unwrap();
+        let run = || {
+            (0..2000)
+                .map(|k| f.decide(&k.to_string(), 1).status)
+                .collect::<Vec<_>>()
+        };
+        let first = run();
+        assert_eq!(first, run(), "same inputs, same answers");
+        let errors = first.iter().filter(|&&s| s == 500).count();
+        assert!((500..700).contains(&errors), "{errors} of 2000 at p=0.3");
+        assert!(first.iter().all(|&s| s == 200 || s == 500));
+        assert_eq!(
+            Faults::parse("error_rate=1").unwrap().decide("x", 3).status,
+            500
+        );
+        assert_eq!(
+            Faults::parse("error_rate=0").unwrap().decide("x", 3).status,
+            200
+        );
+    }
+}

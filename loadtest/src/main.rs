@@ -1,0 +1,93 @@
+//! `loadtest`: webhook sink, end-to-end suite and demo for cron-fanout.
+//! See the library docs (`src/lib.rs`) for how the pieces fit.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use loadtest::{demo, e2e, sink};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "loadtest",
+    version,
+    about = "Load and end-to-end tests for cron-fanout"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the webhook sink alone (what every scenario embeds) until Ctrl-C.
+    Sink {
+        /// Port on 127.0.0.1 (0 = any free port).
+        #[arg(long, default_value_t = 8788)]
+        port: u16,
+        /// WEBHOOK_SECRET the Worker signs deliveries with.
+        #[arg(long, env = "LOADTEST_WEBHOOK_SECRET", hide_env_values = true)]
+        webhook_secret: String,
+    },
+    /// The end-to-end suite (CI): prints `ok - `/`FAIL - ` lines and
+    /// `N passed, M failed`; exits non-zero on any failure.
+    E2e(e2e::E2eArgs),
+    /// Start the Worker, seed subjects, run a batch with a progress bar.
+    Demo(demo::DemoArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Dropping the command's future on a signal runs the destructors that stop
+    // wrangler dev (it lives in its own process group, so the terminal's Ctrl-C
+    // does not reach it).
+    tokio::select! {
+        code = run(cli.command) => code,
+        signal = shutdown_signal() => {
+            eprintln!("loadtest: {signal}, stopping");
+            ExitCode::from(130)
+        }
+    }
+}
+
+async fn run(command: Command) -> ExitCode {
+    let result: Result<bool> = match command {
+        Command::Sink {
+            port,
+            webhook_secret,
+        } => serve_sink(port, &webhook_secret).await.map(|()| true),
+        Command::E2e(args) => Ok(e2e::run(args).await),
+        Command::Demo(args) => demo::run(args).await.map(|()| true),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("loadtest: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_sink(port: u16, webhook_secret: &str) -> Result<()> {
+    let handle = sink::start(port, webhook_secret).await?;
+    println!(
+        "sink listening on {} (POST /hook/<subject>?<faults>, GET /stats, POST /reset)",
+        handle.url()
+    );
+    // Serves until the signal branch in `main` ends the process.
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM (CI timeouts), naming which.
+async fn shutdown_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        _ = term.recv() => "terminated",
+    }
+}

@@ -1,0 +1,350 @@
+//! The local runtime: `wrangler dev` (workerd + local D1) on a state dir of our own.
+//!
+//! Every child runs from the repo root with `<repo>/node_modules/.bin` first on
+//! PATH, because wrangler needs the Node 22 that the `node` npm package installs
+//! there (the system node is older). `wrangler dev` runs in its own process group
+//! so that stopping it also stops the workerd and esbuild processes it spawns, and
+//! so that a crash can be simulated by SIGKILL-ing all of them at once.
+//!
+//! Nothing here sleeps for a fixed time to "let it start": readiness is
+//! `GET /health` answering 200, and exit is the process group being empty.
+
+use anyhow::{bail, Context, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `wrangler dev` gets to answer `/health` after a (re)start.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a SIGTERM-ed process group gets to exit before it is SIGKILL-ed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long migrations may take (wrangler boots a local D1 for them).
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a runtime lives on disk and what it is started with.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Repo root: wrangler.toml, migrations/, node_modules/.
+    pub repo: PathBuf,
+    /// D1 and other local state (`--persist-to`). Survives restarts.
+    pub state_dir: PathBuf,
+    /// Directory for wrangler's output (`<name>-wrangler.log`, `<name>-migrations.log`).
+    pub log_dir: PathBuf,
+    /// Prefix of the log files, e.g. `e2e`.
+    pub name: String,
+    /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
+    pub vars: Vec<(String, String)>,
+}
+
+impl RuntimeConfig {
+    /// The layout under `<repo>/.loadtest/` (gitignored): `<name>-state/` and `logs/`.
+    pub fn under_repo(repo: &Path, name: &str, vars: Vec<(String, String)>) -> RuntimeConfig {
+        let base = repo.join(".loadtest");
+        RuntimeConfig {
+            repo: repo.to_path_buf(),
+            state_dir: base.join(format!("{name}-state")),
+            log_dir: base.join("logs"),
+            name: name.to_string(),
+            vars,
+        }
+    }
+
+    pub fn wrangler_log(&self) -> PathBuf {
+        self.log_dir.join(format!("{}-wrangler.log", self.name))
+    }
+
+    fn migrations_log(&self) -> PathBuf {
+        self.log_dir.join(format!("{}-migrations.log", self.name))
+    }
+
+    /// Deletes the state dir, for a run that must start from an empty database.
+    pub fn wipe_state(&self) -> Result<()> {
+        match fs::remove_dir_all(&self.state_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.state_dir.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A `wrangler ...` command with the environment every child gets.
+    fn wrangler(&self) -> Result<Command> {
+        let bin_dir = self.repo.join("node_modules/.bin");
+        let wrangler = bin_dir.join("wrangler");
+        if !wrangler.exists() {
+            bail!(
+                "{} not found: run `npm ci` in {}",
+                wrangler.display(),
+                self.repo.display()
+            );
+        }
+        let path = match std::env::var_os("PATH") {
+            Some(old) => {
+                std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(&old)))?
+            }
+            None => bin_dir.into_os_string(),
+        };
+        let mut cmd = Command::new(wrangler);
+        cmd.current_dir(&self.repo)
+            .env("PATH", path)
+            // Never prompt (migrations ask for confirmation otherwise).
+            .env("CI", "true")
+            // Only loopback traffic is wanted; keep wrangler from phoning home.
+            .env("WRANGLER_SEND_METRICS", "false")
+            .env("WRANGLER_SEND_ERROR_REPORTS", "false")
+            // Wrangler's own debug logs go next to ours instead of ~/.wrangler.
+            .env("WRANGLER_LOG_PATH", &self.log_dir)
+            // Plain text in the log files.
+            .env("FORCE_COLOR", "0")
+            .stdin(Stdio::null());
+        Ok(cmd)
+    }
+
+    fn open_log(&self, path: &Path, what: &str) -> Result<File> {
+        fs::create_dir_all(&self.log_dir)
+            .with_context(|| format!("creating {}", self.log_dir.display()))?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        writeln!(
+            file,
+            "\n===== {what} at {} =====",
+            chrono::Utc::now().to_rfc3339()
+        )?;
+        Ok(file)
+    }
+
+    /// `wrangler d1 migrations apply DB --local --persist-to <state dir>`.
+    pub async fn apply_migrations(&self) -> Result<()> {
+        let log_path = self.migrations_log();
+        let log = self.open_log(&log_path, "d1 migrations apply")?;
+        let mut cmd = self.wrangler()?;
+        cmd.args(["d1", "migrations", "apply", "DB", "--local", "--persist-to"])
+            .arg(&self.state_dir)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        let mut child = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting wrangler d1 migrations apply")?;
+        let status = match tokio::time::timeout(MIGRATE_TIMEOUT, child.wait()).await {
+            Ok(status) => status?,
+            Err(_) => bail!(
+                "migrations did not finish within {MIGRATE_TIMEOUT:?}; see {}",
+                log_path.display()
+            ),
+        };
+        if !status.success() {
+            bail!("migrations failed ({status}):\n{}", tail(&log_path, 20));
+        }
+        Ok(())
+    }
+}
+
+/// A running (or crashed, until `restart`) `wrangler dev`. Dropping it stops it.
+pub struct Runtime {
+    cfg: RuntimeConfig,
+    port: u16,
+    inspector_port: u16,
+    child: Option<Child>,
+    http: reqwest::Client,
+}
+
+impl Runtime {
+    /// Starts `wrangler dev` on a free loopback port and waits for `/health`.
+    pub async fn start(cfg: RuntimeConfig) -> Result<Runtime> {
+        let mut rt = Runtime {
+            cfg,
+            port: free_port()?,
+            inspector_port: free_port()?,
+            child: None,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()?,
+        };
+        rt.spawn_and_wait().await?;
+        Ok(rt)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+
+    async fn spawn_and_wait(&mut self) -> Result<()> {
+        let log_path = self.cfg.wrangler_log();
+        let log = self
+            .cfg
+            .open_log(&log_path, &format!("wrangler dev on port {}", self.port))?;
+        let mut cmd = self.cfg.wrangler()?;
+        cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .arg("--inspector-port")
+            .arg(self.inspector_port.to_string())
+            .arg("--persist-to")
+            .arg(&self.cfg.state_dir)
+            .arg("--show-interactive-dev-session=false");
+        for (key, value) in &self.cfg.vars {
+            cmd.arg("--var").arg(format!("{key}:{value}"));
+        }
+        cmd.stdout(log.try_clone()?).stderr(log).process_group(0);
+        // If this CLI dies without running its cleanup (SIGKILL, OOM), the kernel
+        // sends wrangler SIGTERM, and wrangler stops its workerd on SIGTERM.
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().context("starting wrangler dev")?;
+        self.child = Some(child);
+        self.wait_ready(&log_path).await
+    }
+
+    async fn wait_ready(&mut self, log_path: &Path) -> Result<()> {
+        let health = format!("{}/health", self.url());
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    bail!(
+                        "wrangler dev exited ({status}) before it was ready:\n{}",
+                        tail(log_path, 30)
+                    );
+                }
+            }
+            if let Ok(resp) = self.http.get(&health).send().await {
+                if resp.status() == reqwest::StatusCode::OK {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                self.kill_hard();
+                bail!(
+                    "GET {health} did not answer 200 within {READY_TIMEOUT:?}:\n{}",
+                    tail(log_path, 30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM to the whole process group, SIGKILL after a bounded grace period.
+    pub async fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let pgid = child.id() as libc::pid_t;
+        signal_group(pgid, libc::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while !group_gone(&mut child, pgid) {
+            if Instant::now() >= deadline {
+                signal_group(pgid, libc::SIGKILL);
+                wait_group_blocking(&mut child, pgid);
+                bail!("wrangler dev ignored SIGTERM for {STOP_GRACE:?}; killed it");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to the whole process group: a crash, with no chance to flush or
+    /// release anything. Returns once every process of the group is gone.
+    pub fn kill_hard(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pgid = child.id() as libc::pid_t;
+            signal_group(pgid, libc::SIGKILL);
+            wait_group_blocking(&mut child, pgid);
+        }
+    }
+
+    /// Starts again on the same port and state dir (after `stop` or `kill_hard`).
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop().await?;
+        self.spawn_and_wait().await
+    }
+}
+
+impl Drop for Runtime {
+    /// Runs on normal exit, on errors, on panics and when Ctrl-C cancels the
+    /// command's future, so no wrangler/workerd outlives the CLI.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pgid = child.id() as libc::pid_t;
+            signal_group(pgid, libc::SIGTERM);
+            let deadline = Instant::now() + STOP_GRACE;
+            while !group_gone(&mut child, pgid) {
+                if Instant::now() >= deadline {
+                    signal_group(pgid, libc::SIGKILL);
+                    wait_group_blocking(&mut child, pgid);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: plain syscall; ESRCH (group already gone) is fine to ignore.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+/// True once the leader is reaped and no other member of the group is left.
+/// The leader must be reaped first: a zombie still counts as a group member.
+fn group_gone(child: &mut Child, pgid: libc::pid_t) -> bool {
+    if !matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence.
+    let rc = unsafe { libc::killpg(pgid, 0) };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// After SIGKILL: the kernel tears the group down within milliseconds; wait for
+/// it (bounded, in case a member is stuck in uninterruptible sleep).
+fn wait_group_blocking(child: &mut Child, pgid: libc::pid_t) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !group_gone(child, pgid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A loopback port nobody listens on right now. Another process could take it
+/// before wrangler binds it; wrangler then fails to start and we say so.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// The last `n` lines of a log file, for error messages.
+pub fn tail(path: &Path, n: usize) -> String {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let start = lines.len().saturating_sub(n);
+            format!(
+                "--- last lines of {} ---\n{}",
+                path.display(),
+                lines[start..].join("\n")
+            )
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}

@@ -1,0 +1,344 @@
+//! The webhook target: an in-memory HTTP server on 127.0.0.1 that verifies the
+//! Worker's signatures, injects faults (see `faults`) and records every delivery.
+//!
+//! Routes:
+//! - `POST /hook/<subject_id>?<faults>`: a delivery. Answers 401 on a bad signature,
+//!   400 on a missing Idempotency-Key, a body that is not the delivery JSON or an
+//!   unknown fault, and otherwise what the faults decide (200 by default).
+//! - `GET /stats[?deliveries=1]`: totals, counts per Idempotency-Key and, on request,
+//!   every delivery record (`Stats`).
+//! - `POST /reset`: forget everything.
+//!
+//! Each scenario runs one in-process (`start`) and reads it over HTTP like an
+//! external sink (`SinkClient`), so `--sink-url` mode uses the same code path.
+
+use crate::faults::Faults;
+use crate::signature;
+use anyhow::{Context, Result};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// One delivery as the sink saw it. Fields from the body are `None` when the
+/// body could not be read as the delivery JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Arrival order, never reused (not even after `/reset`).
+    pub seq: u64,
+    /// From the URL path: who the Worker meant to notify.
+    pub subject_id: String,
+    pub idempotency_key: Option<String>,
+    /// 1 for the first delivery of this Idempotency-Key, 2 for the next...
+    pub delivery_no: u32,
+    pub item_id: Option<i64>,
+    pub batch_id: Option<String>,
+    /// The body's own `subject_id`, to compare with the path's.
+    pub body_subject_id: Option<String>,
+    pub attempt: Option<u32>,
+    /// `valid`, `missing`, `malformed`, `stale` or `mismatch`.
+    pub signature: String,
+    /// What the sink answered; `None` while it is still sleeping, or for good when
+    /// the Worker gave up first (its timeout dropped the connection).
+    pub status: Option<u16>,
+    /// RFC 3339 UTC with milliseconds.
+    pub received_at: String,
+    /// Why the sink refused the delivery, if it did.
+    pub error: Option<String>,
+}
+
+/// The `GET /stats` answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub total: u64,
+    pub valid_signatures: u64,
+    pub invalid_signatures: u64,
+    /// Deliveries with no answer yet (or never: the Worker hung up).
+    pub unanswered: u64,
+    /// Answers by status code, e.g. `{"200": 480, "503": 20}`.
+    pub by_status: BTreeMap<String, u64>,
+    /// Deliveries per Idempotency-Key.
+    pub per_key: BTreeMap<String, u32>,
+    /// Deliveries beyond the first, summed over keys.
+    pub duplicates: u64,
+    /// Every record, oldest first; only with `?deliveries=1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<Vec<Delivery>>,
+}
+
+/// The JSON body the Worker sends.
+#[derive(Deserialize)]
+struct Body {
+    item_id: i64,
+    batch_id: String,
+    subject_id: String,
+    attempt: u32,
+    /// Required by the contract (may be null); the sink only checks it is there.
+    #[serde(rename = "data")]
+    _data: serde_json::Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_seq: u64,
+    deliveries: Vec<Delivery>,
+    per_key: HashMap<String, u32>,
+}
+
+struct Shared {
+    secret: Vec<u8>,
+    inner: Mutex<Inner>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind, still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running sink; the server stops when this is dropped.
+pub struct SinkHandle {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl SinkHandle {
+    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for SinkHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds 127.0.0.1:`port` (0 = any free port) and serves in the background.
+pub async fn start(port: u16, webhook_secret: &str) -> Result<SinkHandle> {
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("binding the sink to 127.0.0.1:{port}"))?;
+    let addr = listener.local_addr()?;
+    let app = router(webhook_secret);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("sink: server error: {e}");
+        }
+    });
+    Ok(SinkHandle { addr, task })
+}
+
+fn router(webhook_secret: &str) -> Router {
+    let shared = Arc::new(Shared {
+        secret: webhook_secret.as_bytes().to_vec(),
+        inner: Mutex::new(Inner::default()),
+    });
+    Router::new()
+        .route("/hook/{subject_id}", post(hook))
+        .route("/stats", get(stats))
+        .route("/reset", post(reset))
+        .with_state(shared)
+}
+
+/// Whether a delivery is acceptable, and if so the faults to apply to it.
+fn admit(
+    sig: signature::Verdict,
+    has_key: bool,
+    body: &Result<Body, serde_json::Error>,
+    query: &str,
+) -> Result<Faults, (StatusCode, String)> {
+    if sig != signature::Verdict::Valid {
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            format!("signature {}", sig.as_str()),
+        ));
+    }
+    if !has_key {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "missing Idempotency-Key".to_string(),
+        ));
+    }
+    if let Err(e) = body {
+        return Err((StatusCode::BAD_REQUEST, format!("body: {e}")));
+    }
+    Faults::parse(query).map_err(|e| (StatusCode::BAD_REQUEST, e))
+}
+
+async fn hook(
+    State(shared): State<Arc<Shared>>,
+    Path(subject_id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let now = chrono::Utc::now();
+    let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
+    let sig = signature::verify(&shared.secret, sig_header, &body, now.timestamp());
+    let key = headers
+        .get("Idempotency-Key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let parsed: Result<Body, _> = serde_json::from_slice(&body);
+    let admitted = admit(sig, key.is_some(), &parsed, query.as_deref().unwrap_or(""));
+    let error = admitted.as_ref().err();
+
+    let body = parsed.ok();
+    let (seq, index, delivery_no) = {
+        let mut inner = shared.lock();
+        let delivery_no = match &key {
+            Some(k) => {
+                let n = inner.per_key.entry(k.clone()).or_insert(0);
+                *n += 1;
+                *n
+            }
+            None => 1,
+        };
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        inner.deliveries.push(Delivery {
+            seq,
+            subject_id,
+            idempotency_key: key.clone(),
+            delivery_no,
+            item_id: body.as_ref().map(|b| b.item_id),
+            batch_id: body.as_ref().map(|b| b.batch_id.clone()),
+            body_subject_id: body.as_ref().map(|b| b.subject_id.clone()),
+            attempt: body.as_ref().map(|b| b.attempt),
+            signature: sig.as_str().to_string(),
+            status: error.map(|(s, _)| s.as_u16()),
+            received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            error: error.map(|(_, why)| why.clone()),
+        });
+        (seq, inner.deliveries.len() - 1, delivery_no)
+    };
+    let faults = match admitted {
+        Ok(faults) => faults,
+        Err((status, why)) => return (status, why).into_response(),
+    };
+    let decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
+    if !decision.delay.is_zero() {
+        // If the Worker times out and hangs up, hyper drops this future here and
+        // the record keeps `status: None`, which is how a hang shows in /stats.
+        tokio::time::sleep(decision.delay).await;
+    }
+    {
+        let mut inner = shared.lock();
+        // A /reset during the sleep removed the record; don't touch its successor.
+        if let Some(d) = inner.deliveries.get_mut(index).filter(|d| d.seq == seq) {
+            d.status = Some(decision.status);
+        }
+    }
+    let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(serde_json::json!({ "received": seq }))).into_response()
+}
+
+#[derive(Deserialize)]
+struct StatsQuery {
+    #[serde(default)]
+    deliveries: Option<String>,
+}
+
+async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -> Json<Stats> {
+    let want_list = matches!(q.deliveries.as_deref(), Some("1" | "true"));
+    let inner = shared.lock();
+    let mut stats = Stats {
+        total: inner.deliveries.len() as u64,
+        per_key: inner.per_key.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        duplicates: inner
+            .per_key
+            .values()
+            .map(|&n| u64::from(n.saturating_sub(1)))
+            .sum(),
+        deliveries: want_list.then(|| inner.deliveries.clone()),
+        ..Stats::default()
+    };
+    for d in &inner.deliveries {
+        if d.signature == signature::Verdict::Valid.as_str() {
+            stats.valid_signatures += 1;
+        } else {
+            stats.invalid_signatures += 1;
+        }
+        match d.status {
+            Some(code) => *stats.by_status.entry(code.to_string()).or_insert(0) += 1,
+            None => stats.unanswered += 1,
+        }
+    }
+    Json(stats)
+}
+
+async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
+    let mut inner = shared.lock();
+    inner.deliveries.clear();
+    inner.per_key.clear();
+    StatusCode::NO_CONTENT
+}
+
+/// Reads a sink (in-process or external) over HTTP.
+#[derive(Clone)]
+pub struct SinkClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl SinkClient {
+    pub fn new(base: &str) -> SinkClient {
+        SinkClient {
+            base: base.trim_end_matches('/').to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Base URL the Worker posts to (`<base>/hook/<subject>?<faults>`).
+    pub fn hook_url(&self, subject_id: &str, faults: &Faults) -> String {
+        let q = faults.to_query();
+        let sep = if q.is_empty() { "" } else { "?" };
+        format!("{}/hook/{subject_id}{sep}{q}", self.base)
+    }
+
+    pub async fn stats(&self, with_deliveries: bool) -> Result<Stats> {
+        let url = format!(
+            "{}/stats{}",
+            self.base,
+            if with_deliveries { "?deliveries=1" } else { "" }
+        );
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let resp = resp
+            .error_for_status()
+            .with_context(|| format!("GET {url}"))?;
+        resp.json().await.with_context(|| format!("reading {url}"))
+    }
+
+    pub async fn reset(&self) -> Result<()> {
+        let url = format!("{}/reset", self.base);
+        let resp = self
+            .http
+            .post(&url)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        resp.error_for_status()
+            .with_context(|| format!("POST {url}"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,462 @@
+//! Pure checks of what the Worker did, computed from API reads and sink records.
+//! Each returns `Err(why)` with enough detail to start debugging from the CI log.
+
+use crate::api::{Batch, Invocation, Item};
+use crate::plan::{Expect, Planned};
+use crate::sink::Delivery;
+use std::collections::HashMap;
+
+/// Sink records grouped by Idempotency-Key (the item id as text), each group in
+/// arrival order. Only deliveries whose body names `batch_id` are kept.
+pub fn deliveries_by_item<'a>(
+    deliveries: &'a [Delivery],
+    batch_id: &str,
+) -> HashMap<String, Vec<&'a Delivery>> {
+    let mut map: HashMap<String, Vec<&Delivery>> = HashMap::new();
+    for d in deliveries
+        .iter()
+        .filter(|d| d.batch_id.as_deref() == Some(batch_id))
+    {
+        map.entry(d.idempotency_key.clone().unwrap_or_default())
+            .or_default()
+            .push(d);
+    }
+    for list in map.values_mut() {
+        list.sort_by_key(|d| d.seq);
+    }
+    map
+}
+
+/// Whether one item ended as its subject's webhook dictates.
+pub fn item_outcome(
+    expect: Expect,
+    max_attempts: u32,
+    item: &Item,
+    deliveries: &[&Delivery],
+) -> Result<(), String> {
+    let error = item
+        .last_error
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let (status, attempt, error_has): (&str, u32, &[&str]) = match expect {
+        Expect::Healthy => ("completed", 1, &[]),
+        Expect::FailFirst(n) => ("completed", n + 1, &[]),
+        Expect::ServerError => ("failed", max_attempts, &["500"]),
+        Expect::ClientError => ("failed", 1, &["400"]),
+        Expect::Hang => ("failed", max_attempts, &["timeout", "timed out"]),
+        Expect::Any => return Ok(()),
+    };
+    let mut wrong = Vec::new();
+    if item.status != status {
+        wrong.push(format!("status {} (want {status})", item.status));
+    }
+    if item.attempt != attempt {
+        wrong.push(format!("attempt {} (want {attempt})", item.attempt));
+    }
+    if !error_has.is_empty() && !error_has.iter().any(|s| error.contains(s)) {
+        wrong.push(format!(
+            "last_error {:?} (want it to mention {})",
+            item.last_error,
+            error_has.join(" or ")
+        ));
+    }
+    // One delivery per attempt, carrying that attempt number, in order.
+    let seen: Vec<Option<u32>> = deliveries.iter().map(|d| d.attempt).collect();
+    let want: Vec<Option<u32>> = (1..=attempt).map(Some).collect();
+    if seen != want {
+        wrong.push(format!("delivered attempts {seen:?} (want {want:?})"));
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join(", "))
+    }
+}
+
+/// `item_outcome` over every planned subject with expectation `kind`.
+pub fn outcomes_of_kind(
+    plan: &[Planned],
+    kind: Expect,
+    max_attempts: u32,
+    items: &HashMap<String, Item>,
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+) -> Result<(), String> {
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for p in plan.iter().filter(|p| p.expect == kind) {
+        n += 1;
+        let result = match items.get(&p.id) {
+            None => Err("no item in the batch".to_string()),
+            Some(item) => {
+                let ds = deliveries
+                    .get(&item.id.to_string())
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                item_outcome(kind, max_attempts, item, ds)
+            }
+        };
+        if let Err(why) = result {
+            failures.push(format!("{}: {why}", p.id));
+        }
+    }
+    if n == 0 {
+        return Err(format!("the plan has no {} subject", kind.label()));
+    }
+    summarize(failures, n)
+}
+
+/// Every delivery of the batch is signed, keyed by its item id, and names the
+/// subject its URL belongs to.
+pub fn deliveries_well_formed(deliveries: &[&Delivery]) -> Result<(), String> {
+    let failures: Vec<String> = deliveries
+        .iter()
+        .filter_map(|d| {
+            let mut wrong = Vec::new();
+            if d.signature != "valid" {
+                wrong.push(format!("signature {}", d.signature));
+            }
+            if d.idempotency_key != d.item_id.map(|id| id.to_string()) {
+                wrong.push(format!(
+                    "Idempotency-Key {:?} but item_id {:?}",
+                    d.idempotency_key, d.item_id
+                ));
+            }
+            if d.body_subject_id.as_deref() != Some(d.subject_id.as_str()) {
+                wrong.push(format!("body subject_id {:?}", d.body_subject_id));
+            }
+            if let Some(e) = &d.error {
+                wrong.push(format!("refused: {e}"));
+            }
+            (!wrong.is_empty()).then(|| {
+                format!(
+                    "delivery #{} to {}: {}",
+                    d.seq,
+                    d.subject_id,
+                    wrong.join(", ")
+                )
+            })
+        })
+        .collect();
+    if deliveries.is_empty() {
+        return Err("no deliveries at all".into());
+    }
+    summarize(failures, deliveries.len())
+}
+
+/// The batch is finished and its counts add up to the expected totals.
+pub fn batch_counts(b: &Batch, total: u64, completed: u64, failed: u64) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    if b.pending + b.processing + b.completed + b.failed != b.total {
+        wrong.push("pending+processing+completed+failed != total".to_string());
+    }
+    if (b.total, b.completed, b.failed) != (total, completed, failed) {
+        wrong.push(format!(
+            "want total {total} completed {completed} failed {failed}"
+        ));
+    }
+    if (b.percent - 100.0).abs() > 1e-9 {
+        wrong.push("percent is not 100".into());
+    }
+    if !b.is_finished() || b.finished_at.is_none() {
+        wrong.push("not marked finished with finished_at".into());
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: total {} {}",
+            wrong.join("; "),
+            b.total,
+            b.progress()
+        ))
+    }
+}
+
+/// No invocation used more subrequests than its budget.
+pub fn within_budget(invocations: &[Invocation]) -> Result<(), String> {
+    if invocations.is_empty() {
+        return Err("GET /invocations lists no invocation".into());
+    }
+    let over: Vec<String> = invocations
+        .iter()
+        .filter(|i| i.subrequests > i.subrequest_budget)
+        .map(|i| {
+            format!(
+                "invocation {} ({}): {} subrequests > budget {}",
+                i.id, i.trigger, i.subrequests, i.subrequest_budget
+            )
+        })
+        .collect();
+    summarize(over, invocations.len())
+}
+
+/// After a crash and recovery: nothing lost, everyone notified, and duplicates
+/// bounded by the leases that were live when the runtime died.
+pub fn crash_recovery(
+    plan: &[Planned],
+    items: &HashMap<String, Item>,
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+    processing_at_kill: u64,
+) -> Vec<(&'static str, Result<(), String>)> {
+    let not_completed: Vec<String> = plan
+        .iter()
+        .filter_map(|p| match items.get(&p.id) {
+            None => Some(format!("{}: missing", p.id)),
+            Some(i) if i.status != "completed" => {
+                Some(format!("{}: {} ({:?})", p.id, i.status, i.last_error))
+            }
+            Some(_) => None,
+        })
+        .collect();
+    let undelivered: Vec<String> = plan
+        .iter()
+        .filter(|p| {
+            items
+                .get(&p.id)
+                .is_none_or(|i| deliveries.get(&i.id.to_string()).is_none_or(Vec::is_empty))
+        })
+        .map(|p| p.id.clone())
+        .collect();
+    let duplicates: u64 = deliveries
+        .values()
+        .map(|d| d.len().saturating_sub(1) as u64)
+        .sum();
+    vec![
+        (
+            "crash: no item lost, all completed",
+            summarize(not_completed, plan.len()),
+        ),
+        (
+            "crash: every subject got at least one delivery",
+            summarize(undelivered, plan.len()),
+        ),
+        (
+            "crash: duplicate deliveries <= items in flight at the kill",
+            if duplicates <= processing_at_kill {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{duplicates} duplicates > {processing_at_kill} processing at the kill"
+                ))
+            },
+        ),
+    ]
+}
+
+/// `Err` listing up to five failures out of `n`.
+fn summarize(failures: Vec<String>, n: usize) -> Result<(), String> {
+    if failures.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = failures.iter().take(5).map(String::as_str).collect();
+    let more = if failures.len() > 5 {
+        format!("; and {} more", failures.len() - 5)
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "{} of {n} wrong: {}{more}",
+        failures.len(),
+        shown.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Id;
+
+    fn item(status: &str, attempt: u32, last_error: Option<&str>) -> Item {
+        Item {
+            id: 1,
+            subject_id: "s".into(),
+            kind: "webhook".into(),
+            status: status.into(),
+            attempt,
+            max_attempts: 3,
+            last_error: last_error.map(str::to_string),
+            run_after: None,
+            started_at: None,
+            completed_at: None,
+        }
+    }
+
+    fn delivery(seq: u64, key: &str, attempt: u32) -> Delivery {
+        Delivery {
+            seq,
+            subject_id: "s".into(),
+            idempotency_key: Some(key.into()),
+            delivery_no: attempt,
+            item_id: key.parse().ok(),
+            batch_id: Some("b".into()),
+            body_subject_id: Some("s".into()),
+            attempt: Some(attempt),
+            signature: "valid".into(),
+            status: Some(200),
+            received_at: "2026-01-01T00:00:00.000Z".into(),
+            error: None,
+        }
+    }
+
+    fn attempts(n: u32) -> Vec<Delivery> {
+        (1..=n).map(|a| delivery(a.into(), "1", a)).collect()
+    }
+
+    #[test]
+    fn healthy_and_fail_first() {
+        let one = attempts(1);
+        assert!(item_outcome(Expect::Healthy, 3, &item("completed", 1, None), &[&one[0]]).is_ok());
+        let err = item_outcome(Expect::Healthy, 3, &item("completed", 1, None), &[]).unwrap_err();
+        assert!(err.contains("delivered attempts []"), "{err}");
+        let three = attempts(3);
+        let refs: Vec<&Delivery> = three.iter().collect();
+        assert!(item_outcome(Expect::FailFirst(2), 3, &item("completed", 3, None), &refs).is_ok());
+        assert!(item_outcome(
+            Expect::FailFirst(2),
+            3,
+            &item("completed", 2, None),
+            &refs[..2]
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn failures_need_the_right_reason() {
+        let three = attempts(3);
+        let refs: Vec<&Delivery> = three.iter().collect();
+        let ok = item("failed", 3, Some("HTTP 500 Internal Server Error"));
+        assert!(item_outcome(Expect::ServerError, 3, &ok, &refs).is_ok());
+        let wrong_reason = item("failed", 3, Some("boom"));
+        assert!(item_outcome(Expect::ServerError, 3, &wrong_reason, &refs)
+            .unwrap_err()
+            .contains("mention 500"));
+        assert!(item_outcome(
+            Expect::Hang,
+            3,
+            &item("failed", 3, Some("job Timed Out after 1000 ms")),
+            &refs
+        )
+        .is_ok());
+        assert!(item_outcome(
+            Expect::ClientError,
+            3,
+            &item("failed", 1, Some("status 400")),
+            &refs[..1]
+        )
+        .is_ok());
+        let retried_400 = item_outcome(
+            Expect::ClientError,
+            3,
+            &item("failed", 3, Some("status 400")),
+            &refs,
+        );
+        assert!(retried_400.unwrap_err().contains("attempt 3 (want 1)"));
+    }
+
+    #[test]
+    fn grouping_keeps_the_batch_and_orders_by_arrival() {
+        let mut ds = vec![
+            delivery(5, "1", 2),
+            delivery(2, "1", 1),
+            delivery(3, "2", 1),
+        ];
+        ds[2].batch_id = Some("other".into());
+        let map = deliveries_by_item(&ds, "b");
+        assert_eq!(map.len(), 1);
+        assert_eq!(map["1"].iter().map(|d| d.seq).collect::<Vec<_>>(), [2, 5]);
+    }
+
+    #[test]
+    fn well_formed_deliveries() {
+        let good = delivery(1, "7", 1);
+        assert!(deliveries_well_formed(&[&good]).is_ok());
+        let mut bad = delivery(2, "7", 1);
+        bad.signature = "mismatch".into();
+        bad.item_id = Some(8);
+        let err = deliveries_well_formed(&[&good, &bad]).unwrap_err();
+        assert!(
+            err.starts_with("1 of 2 wrong")
+                && err.contains("signature mismatch")
+                && err.contains("item_id Some(8)"),
+            "{err}"
+        );
+        assert!(deliveries_well_formed(&[]).is_err());
+    }
+
+    fn batch(pending: u64, completed: u64, failed: u64, status: &str) -> Batch {
+        Batch {
+            id: Id("b".into()),
+            key: None,
+            status: status.into(),
+            total: pending + completed + failed,
+            pending,
+            processing: 0,
+            completed,
+            failed,
+            percent: (completed + failed) as f64 * 100.0 / (pending + completed + failed) as f64,
+            created_at: String::new(),
+            finished_at: (status == "finished").then(String::new),
+        }
+    }
+
+    #[test]
+    fn batch_counts_add_up() {
+        assert!(batch_counts(&batch(0, 490, 10, "finished"), 500, 490, 10).is_ok());
+        assert!(batch_counts(&batch(0, 491, 9, "finished"), 500, 490, 10).is_err());
+        assert!(batch_counts(&batch(1, 489, 10, "running"), 500, 489, 10).is_err());
+        let mut inconsistent = batch(0, 490, 10, "finished");
+        inconsistent.total = 501;
+        assert!(batch_counts(&inconsistent, 501, 490, 10)
+            .unwrap_err()
+            .contains("!= total"));
+    }
+
+    fn invocation(subrequests: u64) -> Invocation {
+        Invocation {
+            id: Id("1".into()),
+            trigger: "tick".into(),
+            started_at: String::new(),
+            elapsed_ms: 1.0,
+            batch_ids: vec![],
+            claimed: 0,
+            completed: 0,
+            retried: 0,
+            failed: 0,
+            lost_leases: 0,
+            reaped: 0,
+            subrequests,
+            subrequest_budget: 200,
+            d1_statements: 0,
+            d1_rows_written: 0,
+        }
+    }
+
+    #[test]
+    fn budget() {
+        assert!(within_budget(&[invocation(200), invocation(3)]).is_ok());
+        assert!(within_budget(&[invocation(201)])
+            .unwrap_err()
+            .contains("201 subrequests > budget 200"));
+        assert!(within_budget(&[]).is_err());
+    }
+
+    #[test]
+    fn crash_bounds_duplicates() {
+        let plan = vec![Planned {
+            id: "s".into(),
+            faults: Default::default(),
+            expect: Expect::Healthy,
+        }];
+        let items: HashMap<String, Item> = [("s".to_string(), item("completed", 2, None))].into();
+        let ds = attempts(2);
+        let map: HashMap<String, Vec<&Delivery>> = [("1".to_string(), ds.iter().collect())].into();
+        let results = crash_recovery(&plan, &items, &map, 1);
+        assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+        let results = crash_recovery(&plan, &items, &map, 0);
+        assert!(results[2].1.is_err());
+        let empty = HashMap::new();
+        let results = crash_recovery(&plan, &items, &empty, 0);
+        assert!(results[1].1.is_err());
+    }
+}

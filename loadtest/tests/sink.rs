@@ -1,0 +1,198 @@
+//! The sink over real HTTP on 127.0.0.1: signatures, faults, counting, reset.
+
+use loadtest::signature;
+use loadtest::sink::{self, SinkClient};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "test-webhook-secret";
+
+fn body(item_id: i64, attempt: u32) -> String {
+    serde_json::json!({
+        "item_id": item_id, "batch_id": "b1", "subject_id": format!("s{item_id}"),
+        "attempt": attempt, "data": {"x": 1}
+    })
+    .to_string()
+}
+
+/// Posts a delivery the way the Worker does; `secret: None` sends no signature.
+async fn deliver(url: &str, item_id: i64, attempt: u32, secret: Option<&str>) -> reqwest::Response {
+    let body = body(item_id, attempt);
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("Idempotency-Key", item_id.to_string())
+        .header("Content-Type", "application/json");
+    if let Some(secret) = secret {
+        let t = chrono::Utc::now().timestamp();
+        req = req.header(
+            signature::HEADER,
+            signature::sign(secret.as_bytes(), t, body.as_bytes()),
+        );
+    }
+    req.body(body).send().await.expect("sink reachable")
+}
+
+#[tokio::test]
+async fn healthy_delivery_is_recorded() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    let resp = deliver(&format!("{}/hook/s1", sink.url()), 1, 1, Some(SECRET)).await;
+    assert_eq!(resp.status(), 200);
+
+    let stats = client.stats(true).await.unwrap();
+    assert_eq!(stats.total, 1);
+    assert_eq!(stats.valid_signatures, 1);
+    assert_eq!(stats.per_key.get("1"), Some(&1));
+    assert_eq!(stats.by_status.get("200"), Some(&1));
+    let d = &stats.deliveries.unwrap()[0];
+    assert_eq!(d.subject_id, "s1");
+    assert_eq!(d.body_subject_id.as_deref(), Some("s1"));
+    assert_eq!(
+        (d.item_id, d.attempt, d.batch_id.as_deref()),
+        (Some(1), Some(1), Some("b1"))
+    );
+    assert_eq!(d.signature, "valid");
+    assert!(chrono::DateTime::parse_from_rfc3339(&d.received_at).is_ok());
+}
+
+#[tokio::test]
+async fn bad_signatures_are_refused_and_recorded() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let url = format!("{}/hook/s2", sink.url());
+    assert_eq!(deliver(&url, 2, 1, None).await.status(), 401);
+    assert_eq!(
+        deliver(&url, 2, 1, Some("wrong-secret")).await.status(),
+        401
+    );
+
+    let stats = SinkClient::new(&sink.url()).stats(true).await.unwrap();
+    assert_eq!(
+        (
+            stats.total,
+            stats.invalid_signatures,
+            stats.valid_signatures
+        ),
+        (2, 2, 0)
+    );
+    let sigs: Vec<String> = stats
+        .deliveries
+        .unwrap()
+        .into_iter()
+        .map(|d| d.signature)
+        .collect();
+    assert_eq!(sigs, ["missing", "mismatch"]);
+}
+
+#[tokio::test]
+async fn fail_first_counts_per_idempotency_key() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let url = format!("{}/hook/s3?fail_first=2", sink.url());
+    let mut statuses = Vec::new();
+    for attempt in 1..=3 {
+        statuses.push(
+            deliver(&url, 3, attempt, Some(SECRET))
+                .await
+                .status()
+                .as_u16(),
+        );
+    }
+    // Another key on the same URL starts its own count.
+    statuses.push(deliver(&url, 4, 1, Some(SECRET)).await.status().as_u16());
+    assert_eq!(statuses, [503, 503, 200, 503]);
+
+    let stats = SinkClient::new(&sink.url()).stats(false).await.unwrap();
+    assert_eq!(stats.per_key.get("3"), Some(&3));
+    assert_eq!(stats.duplicates, 2);
+    assert!(
+        stats.deliveries.is_none(),
+        "the list is only sent on request"
+    );
+}
+
+#[tokio::test]
+async fn status_latency_and_bad_faults() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let base = sink.url();
+    assert_eq!(
+        deliver(&format!("{base}/hook/a?status=400"), 5, 1, Some(SECRET))
+            .await
+            .status(),
+        400
+    );
+
+    let start = Instant::now();
+    let resp = deliver(&format!("{base}/hook/b?latency_ms=150"), 6, 1, Some(SECRET)).await;
+    assert_eq!(resp.status(), 200);
+    assert!(start.elapsed() >= Duration::from_millis(150));
+
+    assert_eq!(
+        deliver(&format!("{base}/hook/c?latncy_ms=1"), 7, 1, Some(SECRET))
+            .await
+            .status(),
+        400
+    );
+    let stats = SinkClient::new(&base).stats(true).await.unwrap();
+    let last = stats.deliveries.unwrap().pop().unwrap();
+    assert_eq!(last.error.as_deref(), Some("unknown fault `latncy_ms`"));
+}
+
+#[tokio::test]
+async fn a_hang_the_client_abandons_stays_unanswered() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let body = body(8, 1);
+    let t = chrono::Utc::now().timestamp();
+    let result = reqwest::Client::new()
+        .post(format!("{}/hook/h?hang_ms=5000", sink.url()))
+        .header("Idempotency-Key", "8")
+        .header(
+            signature::HEADER,
+            signature::sign(SECRET.as_bytes(), t, body.as_bytes()),
+        )
+        .body(body)
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(result.is_err(), "the client times out first");
+
+    let stats = SinkClient::new(&sink.url()).stats(true).await.unwrap();
+    assert_eq!((stats.total, stats.unanswered), (1, 1));
+    assert_eq!(stats.deliveries.unwrap()[0].status, None);
+}
+
+#[tokio::test]
+async fn reset_clears_everything() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    deliver(&format!("{}/hook/s9", sink.url()), 9, 1, Some(SECRET)).await;
+    client.reset().await.unwrap();
+    let stats = client.stats(true).await.unwrap();
+    assert_eq!(stats.total, 0);
+    assert!(stats.per_key.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sustains_concurrent_load() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let url = format!("{}/hook/load", sink.url());
+    let n = 2000;
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in 0..n {
+        let url = url.clone();
+        tasks.spawn(async move { deliver(&url, id, 1, Some(SECRET)).await.status().as_u16() });
+        // Keep about 64 requests in flight, like a fan-out would.
+        if tasks.len() >= 64 {
+            assert_eq!(tasks.join_next().await.unwrap().unwrap(), 200);
+        }
+    }
+    while let Some(status) = tasks.join_next().await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    let elapsed = start.elapsed();
+    let stats = SinkClient::new(&sink.url()).stats(false).await.unwrap();
+    assert_eq!(stats.total, n as u64);
+    assert_eq!(stats.per_key.len(), n as usize);
+    eprintln!(
+        "{n} deliveries in {elapsed:?} ({:.0}/s)",
+        n as f64 / elapsed.as_secs_f64()
+    );
+}

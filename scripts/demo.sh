@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up, build and run a demo batch locally: migrations on local D1, `wrangler dev`,
+# a local webhook sink, ~200 subjects, the daily cron, then a tick every second
+# with a progress bar until the batch finishes. Secrets come from .dev.vars
+# (generated with random values when missing; never committed).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$REPO_ROOT"
+
+bash scripts/setup.sh
+bash scripts/build.sh
+cargo run -q --release -p loadtest -- demo --repo . "$@"
