@@ -17,6 +17,9 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.
     UnsupportedMediaType,
+    /// 500: the Worker's settings or secrets are invalid. The message names the
+    /// variable and the rule, never a secret's value, so it is safe to show.
+    Misconfigured(String),
     /// 500: the detail is for the log only.
     Internal(String),
 }
@@ -37,7 +40,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::PayloadTooLarge { .. } => 413,
             ApiError::UnsupportedMediaType => 415,
-            ApiError::Internal(_) => 500,
+            ApiError::Misconfigured(_) | ApiError::Internal(_) => 500,
         }
     }
 
@@ -49,6 +52,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Misconfigured(_) => "misconfigured",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -64,6 +68,7 @@ impl ApiError {
             }
             ApiError::PayloadTooLarge { limit } => format!("body is larger than {limit} bytes"),
             ApiError::UnsupportedMediaType => "body must be JSON (Content-Type: application/json)".into(),
+            ApiError::Misconfigured(message) => format!("the Worker is misconfigured: {message}"),
             ApiError::Internal(_) => "internal error; see the Worker logs".into(),
         }
     }
@@ -82,6 +87,13 @@ mod tests {
         let e = ApiError::Internal("D1_ERROR: no such table: cron_queue".into());
         assert_eq!(e.status(), 500);
         assert!(!e.body().to_string().contains("cron_queue"));
+    }
+
+    #[test]
+    fn misconfiguration_names_the_setting() {
+        let e = ApiError::Misconfigured("secret ADMIN_TOKEN is not set".into());
+        assert_eq!((e.status(), e.code()), (500, "misconfigured"));
+        assert!(e.public_message().contains("ADMIN_TOKEN"));
     }
 
     #[test]

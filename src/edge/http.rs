@@ -34,7 +34,7 @@ pub async fn handle(mut req: Request, env: Env) -> worker::Result<Response> {
     let (status, body) = match result {
         Ok(ok) => ok,
         Err(e) => {
-            if let ApiError::Internal(detail) = &e {
+            if let ApiError::Internal(detail) | ApiError::Misconfigured(detail) = &e {
                 log::error("request_failed", json!({ "method": method.to_string(), "path": path, "message": detail }));
             }
             (e.status(), e.body())
@@ -81,7 +81,7 @@ async fn route(req: &mut Request, env: &Env) -> ApiResult {
     if segs == ["health"] {
         return Ok((200, json!({ "ok": true })));
     }
-    let cfg = Config::get(env).map_err(|e| ApiError::Internal(format!("configuration: {e}")))?;
+    let cfg = Config::get(env).map_err(ApiError::Misconfigured)?;
     if segs == ["internal", "run"] {
         let body = read_body(req).await?;
         let outcome = run::handle(&body, req, &cfg).await?;
