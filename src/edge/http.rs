@@ -43,8 +43,11 @@ pub async fn handle(mut req: Request, env: Env) -> worker::Result<Response> {
     Ok(Response::from_json(&body)?.with_status(status))
 }
 
+/// Query string pairs, decoded.
+type Query = Vec<(String, String)>;
+
 /// Decoded path segments and query pairs of the request URL.
-fn parse_url(req: &Request) -> Result<(Vec<String>, Vec<(String, String)>), ApiError> {
+fn parse_url(req: &Request) -> Result<(Vec<String>, Query), ApiError> {
     let url = req.url().map_err(|e| ApiError::Internal(e.to_string()))?;
     let segments = url
         .path_segments()
