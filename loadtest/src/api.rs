@@ -10,6 +10,8 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Range;
 use std::time::Duration;
 
 /// The cron expressions in wrangler.toml.
@@ -18,6 +20,8 @@ pub const TICK_CRON: &str = "* * * * *";
 
 /// Largest page (and `PUT /subjects` chunk) the API accepts.
 pub const MAX_PAGE: usize = 1000;
+/// Largest request body the API accepts (`PUT /subjects` is chunked under it).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Ids of batches and invocations. The contract does not fix their JSON type,
 /// so both strings and integers are accepted and kept as text.
@@ -136,6 +140,22 @@ pub struct Invocation {
     pub subrequest_budget: u64,
     pub d1_statements: u64,
     pub d1_rows_written: u64,
+    /// Why the drain stopped (`drained`, `budget`, `deadline`, `error`...).
+    pub stop_reason: String,
+}
+
+/// The `POST /probe` answer: N `GET /health` calls through SELF from one invocation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Probe {
+    pub calls: u64,
+    pub concurrency: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub first_failed_call: Option<u64>,
+    /// Error message -> how many calls failed with it.
+    pub errors: BTreeMap<String, u64>,
+    pub elapsed_ms: f64,
+    pub calls_per_second: f64,
 }
 
 /// A response kept raw, for the bad-input checks that look at status and shape.
@@ -166,9 +186,10 @@ pub struct Api {
     base: String,
     token: String,
     http: reqwest::Client,
-    /// Separate client: a scheduled run legitimately takes as long as the
-    /// invocation deadline plus a job timeout.
-    cron_http: reqwest::Client,
+    /// Separate client for calls that legitimately run long: a scheduled run
+    /// (invocation deadline plus a job timeout), a batch initialised over a
+    /// million subjects, a probe of 100,000 calls.
+    long_http: reqwest::Client,
 }
 
 impl Api {
@@ -179,7 +200,7 @@ impl Api {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()?,
-            cron_http: reqwest::Client::builder()
+            long_http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(180))
                 .build()?,
         })
@@ -198,8 +219,19 @@ impl Api {
         token: Option<&str>,
         body: Option<String>,
     ) -> Result<RawResponse> {
+        self.send(&self.http, method, path, token, body).await
+    }
+
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> Result<RawResponse> {
         let url = format!("{}{path}", self.base);
-        let mut req = self.http.request(method.clone(), &url);
+        let mut req = client.request(method.clone(), &url);
         if let Some(token) = token {
             req = req.bearer_auth(token);
         }
@@ -235,9 +267,19 @@ impl Api {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<(StatusCode, T)> {
+        self.call_with(&self.http, method, path, body).await
+    }
+
+    async fn call_with<T: DeserializeOwned>(
+        &self,
+        client: &reqwest::Client,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<(StatusCode, T)> {
         let body = body.map(serde_json::to_string).transpose()?;
         let resp = self
-            .raw(method.clone(), path, Some(&self.token), body)
+            .send(client, method.clone(), path, Some(&self.token), body)
             .await?;
         if !resp.status.is_success() {
             bail!("{method} {path}: {} {}", resp.status, clip(&resp.body));
@@ -259,21 +301,30 @@ impl Api {
         }
     }
 
-    /// Upserts in chunks of at most `MAX_PAGE`; returns the sum of `upserted`.
+    /// Upserts in chunks of at most `MAX_PAGE` subjects and `MAX_BODY_BYTES`;
+    /// returns the sum of `upserted`.
     pub async fn put_subjects(&self, subjects: &[SubjectIn]) -> Result<u64> {
-        #[derive(Serialize)]
-        struct Req<'a> {
-            subjects: &'a [SubjectIn],
-        }
         #[derive(Deserialize)]
         struct Resp {
             upserted: u64,
         }
+        let encoded = subjects
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<String>, _>>()?;
+        let sizes: Vec<usize> = encoded.iter().map(String::len).collect();
         let mut total = 0;
-        for chunk in subjects.chunks(MAX_PAGE) {
-            let (_, r): (_, Resp) = self
-                .call(Method::PUT, "/subjects", Some(&Req { subjects: chunk }))
-                .await?;
+        for range in chunk_ranges(&sizes, MAX_PAGE, MAX_BODY_BYTES)? {
+            let body = format!(
+                "{SUBJECTS_OPEN}{}{SUBJECTS_CLOSE}",
+                encoded[range].join(",")
+            );
+            let resp = self.admin_raw(Method::PUT, "/subjects", Some(body)).await?;
+            if !resp.status.is_success() {
+                bail!("PUT /subjects: {} {}", resp.status, clip(&resp.body));
+            }
+            let r: Resp = serde_json::from_str(&resp.body)
+                .with_context(|| format!("PUT /subjects: unexpected body {}", clip(&resp.body)))?;
             total += r.upserted;
         }
         Ok(total)
@@ -303,8 +354,11 @@ impl Api {
 
     /// `POST /batches`; `true` with the batch when it was created (201), `false`
     /// when the key already existed (200).
+    /// Uses the long-timeout client: initialising over every subject is O(N).
     pub async fn create_batch(&self, body: &Value) -> Result<(bool, Batch)> {
-        let (status, batch) = self.call(Method::POST, "/batches", Some(body)).await?;
+        let (status, batch) = self
+            .call_with(&self.long_http, Method::POST, "/batches", Some(body))
+            .await?;
         match status {
             StatusCode::CREATED => Ok((true, batch)),
             StatusCode::OK => Ok((false, batch)),
@@ -359,6 +413,26 @@ impl Api {
             .invocations)
     }
 
+    /// `POST /probe`: `calls` SELF round trips from one invocation.
+    pub async fn probe(&self, calls: u64, concurrency: u64) -> Result<Probe> {
+        let body = serde_json::json!({"calls": calls, "concurrency": concurrency});
+        Ok(self
+            .call_with(&self.long_http, Method::POST, "/probe", Some(&body))
+            .await?
+            .1)
+    }
+
+    /// Ids of the latest 1000 invocations: what a run was preceded by, so that
+    /// its own invocations can be told apart afterwards.
+    pub async fn invocation_ids(&self) -> Result<HashSet<Id>> {
+        Ok(self
+            .invocations(1000)
+            .await?
+            .into_iter()
+            .map(|i| i.id)
+            .collect())
+    }
+
     /// Runs the `scheduled` handler for `cron` through `wrangler dev`'s trigger
     /// route (`/cdn-cgi/local/scheduled`; wrangler still maps the older
     /// `/cdn-cgi/handler/scheduled` onto it). It answers only after the handler
@@ -367,7 +441,7 @@ impl Api {
     pub async fn fire_cron(&self, cron: &str) -> Result<()> {
         let url = format!("{}/cdn-cgi/local/scheduled", self.base);
         let resp = self
-            .cron_http
+            .long_http
             .get(&url)
             .query(&[("cron", cron)])
             .send()
@@ -383,6 +457,41 @@ impl Api {
         }
         Ok(())
     }
+}
+
+/// `{"subjects":[` ... `]}` around the comma-joined subjects of one chunk.
+const SUBJECTS_OPEN: &str = r#"{"subjects":["#;
+const SUBJECTS_CLOSE: &str = "]}";
+
+/// Splits encoded subjects (their byte sizes in order) into consecutive ranges of
+/// at most `max_count` whose request body stays within `max_bytes`. Errors when
+/// one subject alone does not fit.
+pub fn chunk_ranges(
+    sizes: &[usize],
+    max_count: usize,
+    max_bytes: usize,
+) -> Result<Vec<Range<usize>>> {
+    let envelope = SUBJECTS_OPEN.len() + SUBJECTS_CLOSE.len();
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    let mut bytes = envelope;
+    for (i, &size) in sizes.iter().enumerate() {
+        if envelope + size > max_bytes {
+            bail!("subject #{i} alone is {size} bytes, over the {max_bytes}-byte body limit");
+        }
+        let count = i - start;
+        // `+ 1`: every subject after the first of a chunk costs a comma.
+        if count > 0 && (count == max_count || bytes + 1 + size > max_bytes) {
+            ranges.push(start..i);
+            start = i;
+            bytes = envelope;
+        }
+        bytes += size + usize::from(i > start);
+    }
+    if start < sizes.len() {
+        ranges.push(start..sizes.len());
+    }
+    Ok(ranges)
 }
 
 /// Percent-encodes a path or query component (ids may contain anything).
@@ -444,6 +553,30 @@ mod tests {
             body: r#"{"error":"bad_json"}"#.into(),
         };
         assert_eq!(bad.error_shape(), None);
+    }
+
+    #[test]
+    fn chunks_respect_count_and_bytes() {
+        let envelope = SUBJECTS_OPEN.len() + SUBJECTS_CLOSE.len();
+        assert_eq!(
+            chunk_ranges(&[], 3, 100).unwrap(),
+            Vec::<Range<usize>>::new()
+        );
+        assert_eq!(chunk_ranges(&[1; 7], 3, 1000).unwrap(), [0..3, 3..6, 6..7]);
+        // Two 10-byte subjects plus a comma fit exactly; a third does not.
+        let max = envelope + 21;
+        assert_eq!(
+            chunk_ranges(&[10; 5], 100, max).unwrap(),
+            [0..2, 2..4, 4..5]
+        );
+        assert!(chunk_ranges(&[10, 50], 100, max).is_err());
+        assert!(chunk_ranges(&[50], 100, max).is_err());
+        // The real body is what the ranges promise.
+        let sizes = [30, 40, 50, 60];
+        for r in chunk_ranges(&sizes, 10, envelope + 100).unwrap() {
+            let len = envelope + sizes[r.clone()].iter().sum::<usize>() + r.len() - 1;
+            assert!(len <= envelope + 100, "{r:?} is {len} bytes");
+        }
     }
 
     #[test]

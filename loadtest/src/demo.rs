@@ -4,14 +4,13 @@
 //! (production ticks every minute), and shows the batch's progress until it
 //! finishes.
 
-use crate::api::{Batch, DAILY_CRON, TICK_CRON};
+use crate::api::DAILY_CRON;
+use crate::drive::{self, Pace};
 use crate::plan;
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use anyhow::{Context, Result};
 use serde_json::json;
-use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use std::time::Duration;
 
 /// Demo settings: production's small subrequest budget (so the batch visibly
 /// spreads over several ticks) with retries and leases scaled down to seconds.
@@ -76,7 +75,14 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         daily
     };
 
-    let finished = follow(&api, &batch, &args).await?;
+    let pace = Pace {
+        every: Duration::from_secs_f64(args.tick_every),
+        max_in_flight: 2,
+        timeout: Duration::from_secs(args.timeout_secs),
+    };
+    let finished = drive::until_finished(&api, &batch, pace, Default::default())
+        .await?
+        .batch;
     println!(
         "\nfinal batch:\n{}",
         serde_json::to_string_pretty(&finished)?
@@ -103,43 +109,4 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         runtime.stop().await?;
     }
     Ok(())
-}
-
-/// Fires a tick every `tick_every` seconds (at most two in flight, as overlapping
-/// cron runs would be) and updates a progress bar until the batch finishes.
-async fn follow(api: &crate::api::Api, batch: &Batch, args: &DemoArgs) -> Result<Batch> {
-    let bar = ProgressBar::new(batch.total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} {msg}",
-        )
-        .context("progress bar template")?,
-    );
-    let start = Instant::now();
-    let mut ticks: JoinSet<Result<()>> = JoinSet::new();
-    let mut next_tick = Instant::now();
-    let mut fired = 0u64;
-    loop {
-        while let Some(done) = ticks.try_join_next() {
-            done??;
-        }
-        if Instant::now() >= next_tick && ticks.len() < 2 {
-            let api = api.clone();
-            ticks.spawn(async move { api.fire_cron(TICK_CRON).await });
-            fired += 1;
-            next_tick = Instant::now() + Duration::from_secs_f64(args.tick_every);
-        }
-        let b = api.batch(&batch.id).await?;
-        bar.set_position(b.completed + b.failed);
-        bar.set_message(format!("{} | ticks {fired}", b.progress()));
-        if b.is_finished() {
-            bar.finish();
-            return Ok(b);
-        }
-        if start.elapsed() > Duration::from_secs(args.timeout_secs) {
-            bar.abandon();
-            bail!("batch {} not finished after {}s", b.id, args.timeout_secs);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }

@@ -7,15 +7,15 @@
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
-use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, DAILY_CRON, TICK_CRON};
+use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::verdict;
+use crate::{steps, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Worker settings for the suite: short timeouts, leases and backoff so that
@@ -188,7 +188,9 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     // Re-fire: nothing new.
     checks.record(
         "re-firing the daily cron creates no batch and no delivery",
-        refire(&target, &daily, stats.total).await.map_err(text),
+        steps::refire(&target, &daily, stats.total)
+            .await
+            .map_err(text),
     );
 
     // Bad input.
@@ -237,19 +239,7 @@ async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
 
 /// Fires the daily cron once and finds the batch it created (`daily:<UTC date>`).
 async fn daily_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<Batch> {
-    let before = chrono::Utc::now().date_naive();
-    api.fire_cron(DAILY_CRON).await?;
-    let after = chrono::Utc::now().date_naive();
-    // The date can roll over during the call near midnight UTC.
-    let keys: HashSet<String> = [before, after]
-        .iter()
-        .map(|d| format!("daily:{}", d.format("%Y-%m-%d")))
-        .collect();
-    let batches = api.batches(100).await?;
-    let found: Vec<&Batch> = batches
-        .iter()
-        .filter(|b| b.key.as_ref().is_some_and(|k| keys.contains(k)))
-        .collect();
+    let (keys, found) = steps::fire_daily(api).await?;
     let result = match found.as_slice() {
         [b] if b.total == total as u64 => Ok(()),
         [b] => Err(format!(
@@ -305,38 +295,6 @@ async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
         .into_iter()
         .map(|i| (i.subject_id.clone(), i))
         .collect())
-}
-
-async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> Result<()> {
-    target.api.fire_cron(DAILY_CRON).await?;
-    let batches = target.api.batches(100).await?;
-    let same: Vec<&Batch> = batches.iter().filter(|b| b.key == daily.key).collect();
-    ensure!(
-        same.len() == 1,
-        "{} batches with key {:?}",
-        same.len(),
-        daily.key
-    );
-    let b = same[0];
-    ensure!(
-        b.id == daily.id,
-        "the key now names batch {}, was {}",
-        b.id,
-        daily.id
-    );
-    ensure!(
-        b.total == daily.total && b.is_finished(),
-        "batch changed: total {} status {}",
-        b.total,
-        b.status
-    );
-    let now = target.sink.stats(false).await?.total;
-    ensure!(
-        now == deliveries_before,
-        "{} new deliveries",
-        now - deliveries_before
-    );
-    Ok(())
 }
 
 /// Bad requests get a 4xx with the JSON error shape and change nothing.
@@ -458,46 +416,11 @@ async fn crash(
             ))
         },
     );
-    let known: HashSet<Id> = api
-        .invocations(1000)
-        .await?
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    let known = api.invocation_ids().await?;
 
-    // Fire ticks in the background until some but not all items are completed.
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
-    let mut tick: Option<tokio::task::JoinHandle<Result<()>>> = None;
-    let at_kill = loop {
-        if tick.as_ref().is_none_or(|t| t.is_finished()) {
-            if let Some(done) = tick.take() {
-                done.await??;
-            }
-            let api = api.clone();
-            tick = Some(tokio::spawn(async move { api.fire_cron(TICK_CRON).await }));
-        }
-        let b = api.batch(&batch.id).await?;
-        if b.completed > 0 && b.completed + b.failed < b.total {
-            break b;
-        }
-        ensure!(
-            b.completed + b.failed < b.total,
-            "the batch finished before the kill: {}",
-            b.progress()
-        );
-        ensure!(
-            Instant::now() < deadline,
-            "no item completed within {}s",
-            args.timeout_secs
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let at_kill =
+        steps::kill_mid_batch(target, &batch.id, Duration::from_secs(args.timeout_secs)).await?;
     let runtime = target.runtime.as_mut().context("no local runtime")?;
-    runtime.kill_hard();
-    if let Some(t) = tick {
-        // The in-flight trigger request dies with the runtime; its error is expected.
-        let _ = t.await;
-    }
     eprintln!("  [crash] killed with {}", at_kill.progress());
     checks.step(
         "runtime restarts on the same state dir after SIGKILL",

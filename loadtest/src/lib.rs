@@ -11,17 +11,32 @@
 //! - `plan`: which subjects a scenario seeds and what each is expected to end as.
 //! - `verdict`: pure checks of the observed end state against the plan.
 //! - `checks`: the `ok - ` / `FAIL - ` report of the e2e suite.
-//! - `e2e`, `demo`: the subcommands built from the above.
+//! - `drive`: firing ticks until a batch finishes, with a progress bar.
+//! - `steps`: daily batch, crash mid-batch and daily re-fire, shared by e2e and run.
+//! - `scenario`: what each `run` scenario seeds and configures.
+//! - `metrics`: pure measurements (makespan, percentiles, per-item costs, ratios).
+//! - `report`: a run's report and verdicts, as a table or JSON.
+//! - `table`: aligned plain-text tables.
+//! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above.
 
 pub mod api;
+pub mod bench;
 pub mod checks;
 pub mod demo;
 pub mod devvars;
+pub mod drive;
 pub mod e2e;
 pub mod faults;
+pub mod metrics;
 pub mod plan;
+pub mod probe;
+pub mod report;
+pub mod run;
 pub mod runtime;
+pub mod scenario;
 pub mod signature;
 pub mod sink;
+pub mod steps;
+pub mod table;
 pub mod target;
 pub mod verdict;

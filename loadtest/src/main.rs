@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use loadtest::{demo, e2e, sink};
+use loadtest::{bench, demo, e2e, probe, run, sink};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -33,6 +33,14 @@ enum Command {
     E2e(e2e::E2eArgs),
     /// Start the Worker, seed subjects, run a batch with a progress bar.
     Demo(demo::DemoArgs),
+    /// One load scenario on a fresh runtime: report and verdicts; exits
+    /// non-zero when a verdict fails.
+    Run(run::RunArgs),
+    /// Fan-out vs inline vs raw SELF rate, latency-bound makespan, batch init
+    /// and progress-read timings, each on a fresh runtime.
+    Bench(bench::BenchArgs),
+    /// How many SELF calls one invocation can make (locally or on --url).
+    Probe(probe::ProbeArgs),
 }
 
 #[tokio::main]
@@ -58,6 +66,9 @@ async fn run(command: Command) -> ExitCode {
         } => serve_sink(port, &webhook_secret).await.map(|()| true),
         Command::E2e(args) => Ok(e2e::run(args).await),
         Command::Demo(args) => demo::run(args).await.map(|()| true),
+        Command::Run(args) => run::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Probe(args) => probe::run(args).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -25,6 +25,28 @@ pub enum Expect {
 }
 
 impl Expect {
+    /// What an item whose webhook has `faults` must end as, given its
+    /// Idempotency-Key (the item id as text): the sink decides each delivery
+    /// deterministically, so even a random error rate has one right answer.
+    /// Latency is assumed to stay under the Worker's job timeout.
+    pub fn from_faults(faults: &Faults, key: &str, max_attempts: u32) -> Expect {
+        if faults.hang_ms > 0 {
+            return Expect::Hang;
+        }
+        match faults.status {
+            Some(s) if s < 300 => Expect::Healthy,
+            Some(s) if s < 500 => Expect::ClientError,
+            Some(_) => Expect::ServerError,
+            None => match (1..=max_attempts).find(|&n| faults.decide(key, n).status == 200) {
+                Some(1) => Expect::Healthy,
+                Some(n) => Expect::FailFirst(n - 1),
+                // fail_first answers 503 rather than 500; only error_rate gets here
+                // in practice, and its errors are 500s.
+                None => Expect::ServerError,
+            },
+        }
+    }
+
     pub fn label(self) -> String {
         match self {
             Expect::Healthy => "healthy".into(),
@@ -57,6 +79,45 @@ impl Planned {
             active: true,
         }
     }
+}
+
+/// A `noop` subject: the job does nothing and succeeds, so no sink is involved.
+pub fn noop_subject(id: String) -> SubjectIn {
+    SubjectIn {
+        id,
+        kind: "noop".into(),
+        payload: json!({}),
+        active: true,
+    }
+}
+
+/// `total` subjects `<prefix>-000000`… with `faults`, of which `share` (0..=1)
+/// get `odd` instead, spread evenly (claims go in id order).
+pub fn uniform(
+    prefix: &str,
+    total: usize,
+    faults: Faults,
+    odd: Option<(f64, Faults)>,
+) -> Vec<Planned> {
+    let every = odd
+        .as_ref()
+        .filter(|(share, _)| *share > 0.0)
+        .map(|(share, _)| (1.0 / share).round().max(1.0) as usize);
+    (0..total)
+        .map(|i| {
+            let odd_one = every.is_some_and(|k| i % k == k / 2);
+            let faults = match (&odd, odd_one) {
+                (Some((_, f)), true) => f.clone(),
+                _ => faults.clone(),
+            };
+            Planned {
+                id: format!("{prefix}-{i:06}"),
+                faults,
+                // Decided per item once its id is known: `Expect::from_faults`.
+                expect: Expect::Any,
+            }
+        })
+        .collect()
 }
 
 /// The e2e suite's mix: `total` subjects, of which the given numbers are faulty.
@@ -246,6 +307,62 @@ mod tests {
             format!("http://127.0.0.1:9/hook/{}?hang_ms=3000", hang.id)
         );
         assert_eq!(s.kind, "webhook");
+    }
+
+    #[test]
+    fn expectations_follow_the_faults() {
+        let f = |q: &str| Faults::parse(q).unwrap();
+        assert_eq!(Expect::from_faults(&f(""), "1", 3), Expect::Healthy);
+        assert_eq!(
+            Expect::from_faults(&f("latency_ms=500"), "1", 3),
+            Expect::Healthy
+        );
+        assert_eq!(
+            Expect::from_faults(&f("status=500"), "1", 3),
+            Expect::ServerError
+        );
+        assert_eq!(
+            Expect::from_faults(&f("status=404"), "1", 3),
+            Expect::ClientError
+        );
+        assert_eq!(Expect::from_faults(&f("hang_ms=9"), "1", 3), Expect::Hang);
+        assert_eq!(
+            Expect::from_faults(&f("fail_first=2"), "1", 3),
+            Expect::FailFirst(2)
+        );
+        assert_eq!(
+            Expect::from_faults(&f("fail_first=3"), "1", 3),
+            Expect::ServerError
+        );
+        // error_rate: the first delivery the sink answers 200 decides.
+        let flaky = f("error_rate=0.5");
+        for key in 0..200 {
+            let key = key.to_string();
+            let first_ok = (1..=3).find(|&n| flaky.decide(&key, n).status == 200);
+            let want = match first_ok {
+                Some(1) => Expect::Healthy,
+                Some(n) => Expect::FailFirst(n - 1),
+                None => Expect::ServerError,
+            };
+            assert_eq!(Expect::from_faults(&flaky, &key, 3), want);
+        }
+    }
+
+    #[test]
+    fn uniform_spreads_the_odd_share() {
+        let poison = Faults {
+            status: Some(500),
+            ..Faults::default()
+        };
+        let plan = uniform("p", 1000, Faults::default(), Some((0.05, poison.clone())));
+        let odd: Vec<usize> = (0..1000).filter(|&i| plan[i].faults == poison).collect();
+        assert_eq!(odd.len(), 50);
+        assert_eq!(odd[0], 10);
+        assert_eq!(plan[999].id, "p-000999");
+        assert!(uniform("p", 10, Faults::default(), Some((0.0, poison)))
+            .iter()
+            .all(|p| p.faults == Faults::default()));
+        assert_eq!(noop_subject("x".into()).kind, "noop");
     }
 
     #[test]

@@ -218,10 +218,7 @@ pub fn crash_recovery(
         })
         .map(|p| p.id.clone())
         .collect();
-    let duplicates: u64 = deliveries
-        .values()
-        .map(|d| d.len().saturating_sub(1) as u64)
-        .sum();
+    let duplicates = duplicate_deliveries(deliveries);
     vec![
         (
             "crash: no item lost, all completed",
@@ -242,6 +239,74 @@ pub fn crash_recovery(
             },
         ),
     ]
+}
+
+/// Deliveries that came after one the receiver may have acted on (answered 2xx,
+/// or never answered because the Worker hung up or died): redeliveries of
+/// something already done, not retries of something that failed.
+pub fn duplicate_deliveries(deliveries: &HashMap<String, Vec<&Delivery>>) -> u64 {
+    deliveries
+        .values()
+        .map(|list| {
+            let first_done = list
+                .iter()
+                .position(|d| d.status.is_none_or(|s| (200..300).contains(&s)));
+            first_done.map_or(0, |i| (list.len() - i - 1) as u64)
+        })
+        .sum()
+}
+
+/// Every planned subject has an item and every item ended (completed or failed).
+pub fn nothing_lost(plan: &[Planned], items: &HashMap<String, Item>) -> Result<(), String> {
+    let lost: Vec<String> = plan
+        .iter()
+        .filter_map(|p| match items.get(&p.id) {
+            None => Some(format!("{}: no item", p.id)),
+            Some(i) if i.status != "completed" && i.status != "failed" => {
+                Some(format!("{}: still {}", p.id, i.status))
+            }
+            Some(_) => None,
+        })
+        .collect();
+    summarize(lost, plan.len())
+}
+
+/// Each item ended as its webhook's faults dictate (`Expect::from_faults`), with
+/// one delivery per attempt.
+pub fn outcomes_match_faults(
+    plan: &[Planned],
+    max_attempts: u32,
+    items: &HashMap<String, Item>,
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+) -> Result<(), String> {
+    let failures: Vec<String> = plan
+        .iter()
+        .filter_map(|p| {
+            let item = items.get(&p.id)?;
+            let key = item.id.to_string();
+            let expect = Expect::from_faults(&p.faults, &key, max_attempts);
+            let ds = deliveries.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+            item_outcome(expect, max_attempts, item, ds)
+                .err()
+                .map(|why| format!("{} ({}): {why}", p.id, expect.label()))
+        })
+        .collect();
+    summarize(failures, plan.len())
+}
+
+/// `noop` items: completed on attempt 1.
+pub fn noop_outcomes(items: &HashMap<String, Item>) -> Result<(), String> {
+    let wrong: Vec<String> = items
+        .values()
+        .filter(|i| i.status != "completed" || i.attempt != 1)
+        .map(|i| {
+            format!(
+                "{}: {} on attempt {} ({:?})",
+                i.subject_id, i.status, i.attempt, i.last_error
+            )
+        })
+        .collect();
+    summarize(wrong, items.len())
 }
 
 /// `Err` listing up to five failures out of `n`.
@@ -429,6 +494,7 @@ mod tests {
             subrequest_budget: 200,
             d1_statements: 0,
             d1_rows_written: 0,
+            stop_reason: "drained".into(),
         }
     }
 
@@ -439,6 +505,77 @@ mod tests {
             .unwrap_err()
             .contains("201 subrequests > budget 200"));
         assert!(within_budget(&[]).is_err());
+    }
+
+    #[test]
+    fn duplicates_are_redeliveries_after_success_or_silence() {
+        let mut retried = attempts(3);
+        retried[0].status = Some(500);
+        retried[1].status = Some(503);
+        let mut crashed = [delivery(10, "2", 1), delivery(11, "2", 2)];
+        crashed[0].status = None;
+        let twice_ok = [delivery(20, "3", 1), delivery(21, "3", 1)];
+        let map: HashMap<String, Vec<&Delivery>> = [
+            ("1".to_string(), retried.iter().collect()),
+            ("2".to_string(), crashed.iter().collect()),
+            ("3".to_string(), twice_ok.iter().collect()),
+        ]
+        .into();
+        assert_eq!(duplicate_deliveries(&map), 2);
+        assert_eq!(duplicate_deliveries(&HashMap::new()), 0);
+    }
+
+    #[test]
+    fn lost_and_fault_driven_outcomes() {
+        let plan = vec![
+            Planned {
+                id: "s".into(),
+                faults: Default::default(),
+                expect: Expect::Any,
+            },
+            Planned {
+                id: "p".into(),
+                faults: crate::faults::Faults {
+                    status: Some(500),
+                    ..Default::default()
+                },
+                expect: Expect::Any,
+            },
+        ];
+        let mut p_item = item("failed", 3, Some("HTTP 500"));
+        p_item.id = 2;
+        p_item.subject_id = "p".into();
+        let items: HashMap<String, Item> = [
+            ("s".to_string(), item("completed", 1, None)),
+            ("p".to_string(), p_item.clone()),
+        ]
+        .into();
+        assert!(nothing_lost(&plan, &items).is_ok());
+        let one = attempts(1);
+        let mut three = attempts(3);
+        three
+            .iter_mut()
+            .for_each(|d| d.idempotency_key = Some("2".into()));
+        let ds: HashMap<String, Vec<&Delivery>> = [
+            ("1".to_string(), one.iter().collect()),
+            ("2".to_string(), three.iter().collect()),
+        ]
+        .into();
+        assert!(outcomes_match_faults(&plan, 3, &items, &ds).is_ok());
+        let short: HashMap<String, Vec<&Delivery>> =
+            [("1".to_string(), one.iter().collect())].into();
+        let err = outcomes_match_faults(&plan, 3, &items, &short).unwrap_err();
+        assert!(err.starts_with("1 of 2 wrong: p (status=500)"), "{err}");
+        let mut stuck = items.clone();
+        stuck.insert("s".into(), item("processing", 1, None));
+        assert!(nothing_lost(&plan, &stuck)
+            .unwrap_err()
+            .contains("still processing"));
+        stuck.remove("s");
+        assert!(nothing_lost(&plan, &stuck).unwrap_err().contains("no item"));
+        assert!(noop_outcomes(&items)
+            .unwrap_err()
+            .contains("p: failed on attempt 3"));
     }
 
     #[test]

@@ -1,0 +1,383 @@
+//! `loadtest bench`: throughput of fan-out vs inline dispatch against the raw
+//! SELF round-trip ceiling, a latency-bound run against its ideal makespan, and
+//! the cost of batch initialisation and progress reads at 100k (and, opt-in,
+//! 1M) items. Every part runs on a fresh state dir and stops its runtime.
+
+use crate::api::{Api, Probe, MAX_PAGE};
+use crate::metrics::{self, ratio};
+use crate::plan;
+use crate::report::RunReport;
+use crate::run;
+use crate::scenario::{Job, Scenario, Spec};
+use crate::table::{num, Table};
+use crate::target::TargetArgs;
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// No-op items for the fan-out vs inline comparison (also the probe's calls).
+    #[arg(short = 'n', long = "items", default_value_t = 5000)]
+    pub items: usize,
+    /// Items of the latency-bound run.
+    #[arg(long, default_value_t = 1000)]
+    pub latency_items: usize,
+    /// Sink latency of the latency-bound run.
+    #[arg(long, default_value_t = 500)]
+    pub latency_ms: u64,
+    /// Subjects seeded for the init timing.
+    #[arg(long, default_value_t = 100_000)]
+    pub init_subjects: usize,
+    /// Also seed 1,000,000 subjects and time a batch over them (takes minutes).
+    #[arg(long)]
+    pub million: bool,
+    /// `GET /batches/{id}` calls whose median is reported.
+    #[arg(long, default_value_t = 20)]
+    pub get_samples: usize,
+    /// Bound on each run's batch, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    /// Fan-out items/s over raw SELF calls/s at the same concurrency.
+    pub fanout_over_probe: Option<f64>,
+    /// Fan-out items/s over inline items/s.
+    pub fanout_over_inline: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LatencyBound {
+    pub report: RunReport,
+    pub concurrency: u64,
+    /// items × latency / concurrency: a perfect sliding window.
+    pub ideal_ms: f64,
+    pub makespan_over_ideal: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InitTiming {
+    pub subjects: u64,
+    /// Time in `PUT /subjects` calls for the subjects added at this step.
+    pub seed_ms: f64,
+    pub seeded: u64,
+    pub seed_per_second: Option<f64>,
+    /// `POST /batches {"source":"subjects"}` round trip: initialisation only.
+    pub create_batch_ms: f64,
+    pub get_batch_median_ms: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub fanout: RunReport,
+    pub inline: RunReport,
+    /// Raw SELF round trips at the fan-out's concurrency, then at 100.
+    pub probes: Vec<Probe>,
+    pub ratios: Ratios,
+    pub latency: LatencyBound,
+    pub init: Vec<InitTiming>,
+}
+
+impl BenchReport {
+    pub fn passed(&self) -> bool {
+        self.fanout.passed() && self.inline.passed() && self.latency.report.passed()
+    }
+
+    pub fn table(&self) -> Table {
+        let mut t = Table::default();
+        let run_row = |t: &mut Table, label: &str, r: &RunReport| {
+            t.row(&[
+                label.to_string(),
+                format!("{} items/s", num(r.items_per_second, 1)),
+                format!(
+                    "makespan {} ms",
+                    r.makespan_ms.map_or("-".into(), |m| m.to_string())
+                ),
+                format!(
+                    "D1 {} stmts, {} rows /item",
+                    num(r.d1.statements_per_item, 3),
+                    num(r.d1.rows_written_per_item, 3)
+                ),
+                if r.passed() {
+                    "ok".into()
+                } else {
+                    "FAIL".into()
+                },
+            ]);
+        };
+        t.section(&format!(
+            "throughput, {} no-op items, one invocation",
+            self.fanout.items
+        ));
+        run_row(&mut t, "(a) fanout", &self.fanout);
+        run_row(&mut t, "(b) inline", &self.inline);
+        for p in &self.probes {
+            t.row(&[
+                format!("(c) probe c={}", p.concurrency),
+                format!("{} calls/s", num(Some(p.calls_per_second), 1)),
+                format!("{} calls, {} failed", p.calls, p.failed),
+            ]);
+        }
+        t.row(&["(a)/(c)".to_string(), num(self.ratios.fanout_over_probe, 3)]);
+        t.row(&[
+            "(a)/(b)".to_string(),
+            num(self.ratios.fanout_over_inline, 3),
+        ]);
+        let l = &self.latency;
+        t.section(&format!(
+            "latency-bound: {} items x {} ms sink latency, fanout, concurrency {}",
+            l.report.items, l.report.spec.latency_ms, l.concurrency
+        ));
+        run_row(&mut t, "run", &l.report);
+        t.row(&[
+            "makespan / ideal".to_string(),
+            format!(
+                "{} ms / {} ms = {}",
+                l.report.makespan_ms.map_or("-".into(), |m| m.to_string()),
+                num(Some(l.ideal_ms), 0),
+                num(l.makespan_over_ideal, 3)
+            ),
+        ]);
+        t.section("batch init and progress reads");
+        t.row(&[
+            "subjects",
+            "seed PUTs",
+            "POST /batches",
+            "GET /batches/{id} median",
+        ]);
+        for i in &self.init {
+            t.row(&[
+                i.subjects.to_string(),
+                format!(
+                    "{} ms for {} ({}/s)",
+                    num(Some(i.seed_ms), 0),
+                    i.seeded,
+                    num(i.seed_per_second, 0)
+                ),
+                format!("{} ms", num(Some(i.create_batch_ms), 1)),
+                format!("{} ms", num(i.get_batch_median_ms, 1)),
+            ]);
+        }
+        t
+    }
+}
+
+pub async fn run(args: BenchArgs) -> Result<bool> {
+    if args.target.url.is_some() {
+        bail!("bench starts its own runtimes on fresh state; --url is not supported");
+    }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let noop = Spec {
+        scenario: Scenario::Happy,
+        items: args.items,
+        job: Job::Noop,
+        latency_ms: 0,
+        error_rate: 0.0,
+        poison_share: 0.0,
+    };
+
+    eprintln!("== (a) fanout + (c) probe");
+    let fanout_args = with_mode(&args.target, "fanout");
+    let mut target = run::open_for(&fanout_args, "bench-fanout", &noop).await?;
+    let fanout = run::execute(&noop, &mut target, timeout).await?;
+    let concurrency = target.setting("DISPATCH_CONCURRENCY")?;
+    let mut probes = Vec::new();
+    for c in [concurrency, 100] {
+        eprintln!("probing {} SELF calls at concurrency {c} ...", args.items);
+        probes.push(target.api.probe(args.items as u64, c).await?);
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    drop(target);
+
+    eprintln!("== (b) inline");
+    let inline = run::on_fresh_target(
+        &with_mode(&args.target, "inline"),
+        "bench-inline",
+        &noop,
+        timeout,
+    )
+    .await?;
+
+    eprintln!("== latency-bound");
+    let slow = Spec {
+        scenario: Scenario::Latency,
+        items: args.latency_items,
+        job: Job::Webhook,
+        latency_ms: args.latency_ms,
+        ..noop.clone()
+    };
+    let report = run::on_fresh_target(&fanout_args, "bench-latency", &slow, timeout).await?;
+    let latency_concurrency: u64 = report
+        .settings
+        .get("DISPATCH_CONCURRENCY")
+        .context("DISPATCH_CONCURRENCY missing from the run's settings")?
+        .parse()?;
+    let ideal_ms = ideal_makespan_ms(
+        args.latency_items as u64,
+        args.latency_ms,
+        latency_concurrency,
+    );
+    let latency = LatencyBound {
+        makespan_over_ideal: report.makespan_ms.and_then(|m| ratio(m as f64, ideal_ms)),
+        concurrency: latency_concurrency,
+        ideal_ms,
+        report,
+    };
+
+    eprintln!("== init and progress reads");
+    let init = init_timings(&args, &noop).await?;
+
+    let ratios = Ratios {
+        fanout_over_probe: fanout
+            .items_per_second
+            .and_then(|a| ratio(a, probes[0].calls_per_second)),
+        fanout_over_inline: fanout
+            .items_per_second
+            .zip(inline.items_per_second)
+            .and_then(|(a, b)| ratio(a, b)),
+    };
+    let report = BenchReport {
+        fanout,
+        inline,
+        probes,
+        ratios,
+        latency,
+        init,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(report.passed())
+}
+
+/// `args` with DISPATCH_MODE forced to `mode` (it is what the part measures).
+fn with_mode(args: &TargetArgs, mode: &str) -> TargetArgs {
+    let mut a = args.clone();
+    a.vars.retain(|(k, _)| k != "DISPATCH_MODE");
+    a.vars.push(("DISPATCH_MODE".into(), mode.into()));
+    a
+}
+
+/// A perfect sliding window of `concurrency` calls of `latency_ms` each.
+pub fn ideal_makespan_ms(items: u64, latency_ms: u64, concurrency: u64) -> f64 {
+    items as f64 * latency_ms as f64 / concurrency.max(1) as f64
+}
+
+/// Seeds `--init-subjects` no-op subjects (then up to 1,000,000 with
+/// `--million`) on one fresh runtime, timing the PUTs, one `POST /batches` over
+/// all of them and `GET /batches/{id}` at each size. No tick fires, so nothing
+/// drains while it is measured.
+async fn init_timings(args: &BenchArgs, spec: &Spec) -> Result<Vec<InitTiming>> {
+    let mut target = run::open_for(&args.target, "bench-init", spec).await?;
+    let api = target.api.clone();
+    let mut sizes = vec![args.init_subjects];
+    if args.million && args.init_subjects < 1_000_000 {
+        sizes.push(1_000_000);
+    }
+    let mut seeded = 0;
+    let mut timings = Vec::new();
+    for size in sizes {
+        let added = size - seeded;
+        let seed_ms = seed_noop(&api, seeded, size).await?;
+        seeded = size;
+        let started = Instant::now();
+        let (_, batch) = api
+            .create_batch(&json!({"key": format!("init-{size}"), "source": "subjects"}))
+            .await?;
+        let create_batch_ms = ms(started);
+        ensure!(
+            batch.total == size as u64,
+            "batch over {size} subjects has {} items",
+            batch.total
+        );
+        let mut samples = Vec::with_capacity(args.get_samples);
+        for _ in 0..args.get_samples {
+            let started = Instant::now();
+            api.batch(&batch.id).await?;
+            samples.push(ms(started));
+        }
+        timings.push(InitTiming {
+            subjects: size as u64,
+            seed_ms,
+            seeded: added as u64,
+            seed_per_second: metrics::per_second(added as u64, seed_ms as u64),
+            create_batch_ms,
+            get_batch_median_ms: metrics::median(&samples),
+        });
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(timings)
+}
+
+/// Upserts no-op subjects `init-<from>`..`init-<to - 1>`, one `MAX_PAGE` chunk
+/// at a time (a million subjects are never all in memory); returns the time
+/// spent in the PUTs in ms.
+async fn seed_noop(api: &Api, from: usize, to: usize) -> Result<f64> {
+    let mut spent = Duration::ZERO;
+    let mut last_report = Instant::now();
+    for start in (from..to).step_by(MAX_PAGE) {
+        let chunk: Vec<_> = (start..to.min(start + MAX_PAGE))
+            .map(|i| plan::noop_subject(format!("init-{i:07}")))
+            .collect();
+        let started = Instant::now();
+        api.put_subjects(&chunk).await?;
+        spent += started.elapsed();
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!("  seeded {} of {to}", start + chunk.len());
+            last_report = Instant::now();
+        }
+    }
+    Ok(spent.as_secs_f64() * 1000.0)
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ideal_is_a_perfect_window() {
+        assert_eq!(ideal_makespan_ms(1000, 500, 25), 20_000.0);
+        assert_eq!(ideal_makespan_ms(10, 100, 0), 1000.0);
+    }
+
+    #[test]
+    fn mode_is_forced() {
+        let args = TargetArgs {
+            repo: ".".into(),
+            url: None,
+            admin_token: None,
+            sink_url: None,
+            webhook_secret: None,
+            vars: vec![
+                ("DISPATCH_MODE".into(), "inline".into()),
+                ("X".into(), "1".into()),
+            ],
+        };
+        let forced = with_mode(&args, "fanout");
+        assert_eq!(
+            forced.vars,
+            [
+                ("X".to_string(), "1".to_string()),
+                ("DISPATCH_MODE".into(), "fanout".into())
+            ]
+        );
+    }
+}

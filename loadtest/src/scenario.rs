@@ -1,0 +1,232 @@
+//! What each `loadtest run` scenario seeds, and the Worker settings it runs with.
+
+use crate::faults::Faults;
+use crate::plan::{self, Planned};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Every webhook answers 200 at once (or `--job noop`: no sink at all).
+    Happy,
+    /// Every webhook sleeps `--latency-ms` first.
+    Latency,
+    /// Each delivery fails with 500 with probability `--error-rate`.
+    Flaky,
+    /// `--poison-share` of the subjects always answer 500: failed after MAX_ATTEMPTS.
+    Poison,
+    /// The runtime is SIGKILLed mid-batch and restarted; leases are reaped.
+    Crash,
+    /// The daily cron fires again after the batch finished: nothing new.
+    Refire,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Happy => "happy",
+            Scenario::Latency => "latency",
+            Scenario::Flaky => "flaky",
+            Scenario::Poison => "poison",
+            Scenario::Crash => "crash",
+            Scenario::Refire => "refire",
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Job {
+    /// Signed webhook to the in-process sink.
+    Webhook,
+    /// The `noop` kind: succeeds at once without any I/O.
+    Noop,
+}
+
+/// One run's workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spec {
+    pub scenario: Scenario,
+    pub items: usize,
+    pub job: Job,
+    pub latency_ms: u64,
+    pub error_rate: f64,
+    pub poison_share: f64,
+}
+
+/// Dispatch grace the Worker adds to JOB_TIMEOUT_MS, and the wind-down it keeps
+/// (src/core/settings.rs): the smallest lease it accepts follows from them.
+const DISPATCH_GRACE_MS: u64 = 2_000;
+const WIND_DOWN_MS: u64 = 1_000;
+
+/// The smallest LEASE_SECONDS the Worker accepts for `job_timeout_ms`
+/// (two calls of timeout + grace, plus the wind-down), plus one second of
+/// slack for a loaded machine.
+pub fn min_lease_seconds(job_timeout_ms: u64) -> u64 {
+    (2 * (job_timeout_ms + DISPATCH_GRACE_MS) + WIND_DOWN_MS).div_ceil(1000) + 1
+}
+
+impl Spec {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.items == 0 {
+            return Err("-n must be at least 1".into());
+        }
+        if self.job == Job::Noop && !matches!(self.scenario, Scenario::Happy | Scenario::Refire) {
+            return Err(format!(
+                "--job noop has no webhook to slow down, fail or kill mid-flight: use it with happy or refire, not {}",
+                self.scenario.name()
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.error_rate) || !(0.0..=1.0).contains(&self.poison_share) {
+            return Err("--error-rate and --poison-share must be within 0..1".into());
+        }
+        Ok(())
+    }
+
+    /// The Worker settings: one invocation may drain the whole batch (large
+    /// subrequest budget, two-minute deadline, which stays under the API
+    /// client's three-minute wait for a scheduled run), retries back off in
+    /// tenths of a second, and the crash scenario gets short leases so the
+    /// reaper recovers within seconds. `overrides` (`--var`) win; LEASE_SECONDS
+    /// follows an overridden JOB_TIMEOUT_MS unless it is overridden too.
+    pub fn settings(&self, overrides: &[(String, String)]) -> BTreeMap<String, String> {
+        let floor = if self.scenario == Scenario::Crash {
+            1_000
+        } else {
+            10_000
+        };
+        let job_timeout = floor.max(4 * self.latency_ms);
+        let mut s: BTreeMap<String, String> = [
+            ("MAX_ATTEMPTS", "3"),
+            ("RETRY_BASE_MS", "100"),
+            ("RETRY_MAX_MS", "400"),
+            ("CLAIM_CHUNK", "50"),
+            ("DISPATCH_CONCURRENCY", "25"),
+            ("SUBREQUEST_BUDGET", "100000"),
+            ("INVOCATION_DEADLINE_MS", "120000"),
+            ("DISPATCH_MODE", "fanout"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        s.insert("JOB_TIMEOUT_MS".into(), job_timeout.to_string());
+        s.extend(overrides.iter().cloned());
+        if !overrides.iter().any(|(k, _)| k == "LEASE_SECONDS") {
+            let timeout = s["JOB_TIMEOUT_MS"].parse().unwrap_or(job_timeout);
+            s.insert(
+                "LEASE_SECONDS".into(),
+                min_lease_seconds(timeout).to_string(),
+            );
+        }
+        s
+    }
+
+    /// The subjects, `<scenario>-000000`…, with the faults of the scenario.
+    pub fn plan(&self) -> Vec<Planned> {
+        let slow = Faults {
+            latency_ms: self.latency_ms,
+            ..Faults::default()
+        };
+        let (faults, odd) = match self.scenario {
+            Scenario::Happy | Scenario::Refire => (Faults::default(), None),
+            Scenario::Latency | Scenario::Crash => (slow, None),
+            Scenario::Flaky => (
+                Faults {
+                    error_rate: self.error_rate,
+                    ..Faults::default()
+                },
+                None,
+            ),
+            Scenario::Poison => (
+                Faults::default(),
+                Some((
+                    self.poison_share,
+                    Faults {
+                        status: Some(500),
+                        ..Faults::default()
+                    },
+                )),
+            ),
+        };
+        plan::uniform(self.scenario.name(), self.items, faults, odd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(scenario: Scenario) -> Spec {
+        Spec {
+            scenario,
+            items: 100,
+            job: Job::Webhook,
+            latency_ms: 200,
+            error_rate: 0.2,
+            poison_share: 0.1,
+        }
+    }
+
+    #[test]
+    fn lease_is_the_workers_minimum_plus_slack() {
+        // e2e's settings: 1 s timeout -> the Worker's 7 s minimum, 8 with slack.
+        assert_eq!(min_lease_seconds(1_000), 8);
+        assert_eq!(min_lease_seconds(10_000), 26);
+        assert_eq!(min_lease_seconds(10_100), 27);
+    }
+
+    #[test]
+    fn settings_follow_scenario_and_overrides() {
+        let crash = spec(Scenario::Crash).settings(&[]);
+        assert_eq!(crash["JOB_TIMEOUT_MS"], "1000");
+        assert_eq!(crash["LEASE_SECONDS"], "8");
+        let mut slow = spec(Scenario::Latency);
+        slow.latency_ms = 5_000;
+        assert_eq!(slow.settings(&[])["JOB_TIMEOUT_MS"], "20000");
+        let o = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let s = spec(Scenario::Happy)
+            .settings(&[o("JOB_TIMEOUT_MS", "3000"), o("DISPATCH_MODE", "inline")]);
+        assert_eq!(
+            (s["LEASE_SECONDS"].as_str(), s["DISPATCH_MODE"].as_str()),
+            ("12", "inline")
+        );
+        let s = spec(Scenario::Happy).settings(&[o("LEASE_SECONDS", "300")]);
+        assert_eq!(s["LEASE_SECONDS"], "300");
+    }
+
+    #[test]
+    fn plans_carry_the_scenario_faults() {
+        let poison = spec(Scenario::Poison).plan();
+        assert_eq!(
+            poison
+                .iter()
+                .filter(|p| p.faults.status == Some(500))
+                .count(),
+            10
+        );
+        assert!(spec(Scenario::Flaky)
+            .plan()
+            .iter()
+            .all(|p| p.faults.error_rate == 0.2));
+        assert!(spec(Scenario::Crash)
+            .plan()
+            .iter()
+            .all(|p| p.faults.latency_ms == 200));
+        assert_eq!(spec(Scenario::Refire).plan()[0].id, "refire-000000");
+    }
+
+    #[test]
+    fn validation() {
+        assert!(spec(Scenario::Happy).validate().is_ok());
+        let mut s = spec(Scenario::Crash);
+        s.job = Job::Noop;
+        assert!(s.validate().is_err());
+        let mut s = spec(Scenario::Flaky);
+        s.error_rate = 2.0;
+        assert!(s.validate().is_err());
+        s.error_rate = 0.5;
+        s.items = 0;
+        assert!(s.validate().is_err());
+    }
+}
