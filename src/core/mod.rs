@@ -2,6 +2,7 @@
 //! arguments, so everything here is deterministic and unit-tested on the host.
 
 pub mod budget;
+pub mod dispatch;
 pub mod error;
 pub mod model;
 pub mod requests;

@@ -22,7 +22,7 @@ use crate::core::budget::{
 use crate::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use crate::core::retry::decide;
 use crate::core::settings::{DispatchMode, DISPATCH_GRACE_MS};
-use crate::core::{signature, time};
+use crate::core::{dispatch, signature, time};
 use crate::jobs;
 use crate::store::d1::D1Db;
 use crate::store::{BatchSource, Created, Store, StoreError, StoreResult};
@@ -416,20 +416,20 @@ async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms:
         init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(limit_ms as u32)));
         web_sys::Request::new_with_str_and_init("https://cron-fanout.internal/internal/run", &init).map(Request::from)
     })();
-    let mut response = match request {
+    let response = match request {
         Ok(req) => match service.fetch_request(req).await {
             Ok(r) => r,
             Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")),
         },
         Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")),
     };
-    if response.status_code() != 200 {
+    // The outcome is in the headers; the body is never read (core::dispatch).
+    if response.status_code() != dispatch::OUTCOME_STATUS {
         return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code()));
     }
-    match response.json::<Outcome>().await {
-        Ok(outcome) => outcome,
-        Err(e) => Outcome::Retry(format!("unreadable dispatch answer: {e}")),
-    }
+    let header = |name: &str| response.headers().get(name).ok().flatten();
+    dispatch::decode(header(dispatch::OUTCOME_HEADER).as_deref(), header(dispatch::REASON_HEADER).as_deref())
+        .unwrap_or_else(|e| Outcome::Retry(format!("unreadable dispatch answer: {e}")))
 }
 
 /// Log the invocation summary once and store it as one row (reserved by the plan).
