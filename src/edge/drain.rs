@@ -116,7 +116,7 @@ async fn run_invocation(
                 .map_err(|e| e.to_string())?;
             tally.reaped = reaped.len() as i64;
             for r in &reaped {
-                log::event("lease_expired", json!({ "batch_id": r.batch_id, "item_id": r.id, "now": r.status }));
+                log::event("lease_expired", json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }));
             }
         }
     }
