@@ -1,5 +1,5 @@
 //! HTTP routing and handlers. Every failure is an [`ApiError`] turned into a JSON
-//! response in one place (`into_response`); internal detail goes to the log only.
+//! response in one place (`handle`); internal detail goes to the log only.
 
 use serde::Serialize;
 use serde_json::{json, Value};
