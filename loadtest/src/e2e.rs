@@ -14,7 +14,7 @@ use crate::target::{Secrets, Target, TargetArgs};
 use crate::{steps, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -362,16 +362,170 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
         "unsigned POST /internal/run: 401",
         expect(unsigned, StatusCode::UNAUTHORIZED, false),
     );
+    let batches_before = api.batches(1000).await?.len();
+    for case in more_bad_input() {
+        let r = api.admin_raw(case.method, case.path, case.body).await?;
+        let got = r.error_shape().map(|(c, _)| c);
+        checks.record(
+            &format!("{}: {} {}", case.name, case.status, case.code),
+            expect(r, case.status, true).and_then(|()| match got.as_deref() {
+                Some(c) if c == case.code => Ok(()),
+                other => Err(format!("error code {other:?}, want {:?}", case.code)),
+            }),
+        );
+    }
     let after = api.all_subjects().await?;
+    let batches_after = api.batches(1000).await?.len();
     checks.record(
-        "bad input changed nothing: GET /subjects count unchanged",
-        if after.len() == subjects && after.iter().all(|s| s.id != "bad-url") {
+        "bad input changed nothing: GET /subjects and GET /batches counts unchanged",
+        if after.len() == subjects
+            && after.iter().all(|s| s.id != "bad-url")
+            && batches_after == batches_before
+        {
             Ok(())
         } else {
-            Err(format!("{} subjects, want {subjects}", after.len()))
+            Err(format!(
+                "{} subjects (want {subjects}), {batches_after} batches (want {batches_before})",
+                after.len()
+            ))
         },
     );
     Ok(())
+}
+
+/// One bad request and the answer docs/api.md promises for it.
+struct BadInput {
+    name: &'static str,
+    method: Method,
+    path: &'static str,
+    body: Option<String>,
+    status: StatusCode,
+    /// The stable `error.code`.
+    code: &'static str,
+}
+
+/// The rest of the issue's bad-input list, sent with a valid admin token.
+fn more_bad_input() -> Vec<BadInput> {
+    let case = |name, method, path, body: Option<String>, status, code| BadInput {
+        name,
+        method,
+        path,
+        body,
+        status,
+        code,
+    };
+    let subject = |id: Value, kind: &str| json!({"id": id, "kind": kind, "payload": {"url": "http://127.0.0.1/x"}});
+    let put = |subjects: Vec<Value>| Some(json!({ "subjects": subjects }).to_string());
+    let many: Vec<Value> = (0..1001)
+        .map(|i| subject(json!(format!("many-{i}")), "webhook"))
+        .collect();
+    let huge = format!(r#"{{"subjects":[],"pad":"{}"}}"#, "x".repeat(300 * 1024));
+    vec![
+        case(
+            "unknown field",
+            Method::PUT,
+            "/subjects",
+            Some(r#"{"subjects":[],"extra":1}"#.into()),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        case(
+            "wrong type",
+            Method::PUT,
+            "/subjects",
+            put(vec![subject(json!(5), "webhook")]),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        case(
+            "empty id",
+            Method::PUT,
+            "/subjects",
+            put(vec![subject(json!(""), "webhook")]),
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        ),
+        case(
+            "201-char id",
+            Method::PUT,
+            "/subjects",
+            put(vec![subject(json!("i".repeat(201)), "webhook")]),
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        ),
+        case(
+            "1001 subjects in one call",
+            Method::PUT,
+            "/subjects",
+            put(many),
+            StatusCode::BAD_REQUEST,
+            "too_many",
+        ),
+        case(
+            "unknown kind",
+            Method::PUT,
+            "/subjects",
+            put(vec![subject(json!("k"), "email")]),
+            StatusCode::BAD_REQUEST,
+            "invalid_payload",
+        ),
+        case(
+            "body over 256 KiB",
+            Method::PUT,
+            "/subjects",
+            Some(huge),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        case(
+            "unknown batch source",
+            Method::POST,
+            "/batches",
+            Some(r#"{"source":"users"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            "invalid_source",
+        ),
+        case(
+            "reserved daily key",
+            Method::POST,
+            "/batches",
+            Some(r#"{"key":"daily:2099-01-01","source":"subjects"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            "reserved_key",
+        ),
+        case(
+            "unknown status filter",
+            Method::GET,
+            "/batches/none/items?status=done",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+        case(
+            "unknown batch",
+            Method::GET,
+            "/batches/none",
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        case(
+            "unknown route",
+            Method::GET,
+            "/nowhere",
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        case(
+            "wrong method",
+            Method::DELETE,
+            "/batches",
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+    ]
 }
 
 /// Kills the runtime (SIGKILL, whole process group) while a tick has items in
