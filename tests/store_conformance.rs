@@ -14,7 +14,10 @@ use futures::executor::block_on;
 use serde_json::json;
 
 const LEASE_MS: i64 = 120_000;
-const POLICY: RetryPolicy = RetryPolicy { base_ms: 1_000, max_ms: 10_000 };
+const POLICY: RetryPolicy = RetryPolicy {
+    base_ms: 1_000,
+    max_ms: 10_000,
+};
 
 fn setup() -> Store<SqliteDb> {
     let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
@@ -47,7 +50,9 @@ fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> 
         })
         .collect();
     let id = format!("batch-{key}");
-    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items))).unwrap() {
+    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
+        .unwrap()
+    {
         Created::New(row) => row.id,
         Created::Existing(_) => panic!("{key} existed"),
     }
@@ -94,14 +99,22 @@ fn daily_init_from_subjects_is_idempotent_and_skips_inactive() {
     add_subjects(&store, 5);
     block_on(store.upsert_subjects(&[subject("off", false)], 2)).unwrap();
 
-    let first = block_on(store.create_batch("b1", "daily:2026-11-21", 10, 5, BatchSource::ActiveSubjects)).unwrap();
-    let Created::New(row) = first else { panic!("expected a new batch") };
+    let first =
+        block_on(store.create_batch("b1", "daily:2026-11-21", 10, 5, BatchSource::ActiveSubjects))
+            .unwrap();
+    let Created::New(row) = first else {
+        panic!("expected a new batch")
+    };
     assert_eq!((row.total, row.status.as_str()), (5, "running"));
 
     // Re-fire with a new id and a subject added since: nothing new is created.
     block_on(store.upsert_subjects(&[subject("late", true)], 3)).unwrap();
-    let again = block_on(store.create_batch("b2", "daily:2026-11-21", 20, 5, BatchSource::ActiveSubjects)).unwrap();
-    let Created::Existing(row) = again else { panic!("expected the existing batch") };
+    let again =
+        block_on(store.create_batch("b2", "daily:2026-11-21", 20, 5, BatchSource::ActiveSubjects))
+            .unwrap();
+    let Created::Existing(row) = again else {
+        panic!("expected the existing batch")
+    };
     assert_eq!((row.id.as_str(), row.total), ("b1", 5));
     assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 5);
     assert_eq!(count(&store, "SELECT count(*) FROM batches"), 1);
@@ -115,8 +128,14 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
         let before = store.usage();
         block_on(store.create_batch("b", "daily:x", 0, 5, BatchSource::ActiveSubjects)).unwrap();
         let after = store.usage();
-        assert_eq!(block_on(store.get_batch("b")).unwrap().unwrap().total, n as i64);
-        (after.calls - before.calls, after.statements - before.statements)
+        assert_eq!(
+            block_on(store.get_batch("b")).unwrap().unwrap().total,
+            n as i64
+        );
+        (
+            after.calls - before.calls,
+            after.statements - before.statements,
+        )
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
@@ -128,21 +147,37 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
 fn explicit_items_are_chunked_and_all_or_nothing() {
     let store = setup();
     let items: Vec<ItemInput> = (0..1_201)
-        .map(|i| ItemInput { subject_id: format!("u{i}"), kind: "webhook".into(), payload: json!({"url": "https://e.com"}) })
+        .map(|i| ItemInput {
+            subject_id: format!("u{i}"),
+            kind: "webhook".into(),
+            payload: json!({"url": "https://e.com"}),
+        })
         .collect();
     let before = store.usage().statements;
     block_on(store.create_batch("b", "adhoc", 0, 3, BatchSource::Items(&items))).unwrap();
     // create + 3 chunks of ≤ 500 + total, then the read-back.
     assert_eq!(store.usage().statements - before, 1 + 3 + 1 + 1);
-    assert_eq!(block_on(store.get_batch("b")).unwrap().unwrap().total, 1_201);
+    assert_eq!(
+        block_on(store.get_batch("b")).unwrap().unwrap().total,
+        1_201
+    );
 
     // A duplicate subject in the last chunk fails the whole transaction: no batch row,
     // no items from the earlier chunks.
     let mut bad = items.clone();
     bad.push(bad[0].clone());
     assert!(block_on(store.create_batch("b2", "adhoc-2", 0, 3, BatchSource::Items(&bad))).is_err());
-    assert_eq!(count(&store, "SELECT count(*) FROM batches WHERE key = 'adhoc-2'"), 0);
-    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE batch_id = 'b2'"), 0);
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM batches WHERE key = 'adhoc-2'"),
+        0
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE batch_id = 'b2'"
+        ),
+        0
+    );
 }
 
 #[test]
@@ -162,23 +197,54 @@ fn claims_are_exclusive_under_interleaving() {
             break;
         }
         for item in got {
-            assert!(seen.insert((item.item_id, item.attempt)), "item {} handed out twice", item.item_id);
+            assert!(
+                seen.insert((item.item_id, item.attempt)),
+                "item {} handed out twice",
+                item.item_id
+            );
             assert_eq!(item.attempt, 1, "attempt is counted at claim");
-            assert_eq!(item.lease_token, format!("{}.{}", item.lease_token.split('.').next().unwrap(), item.item_id));
+            assert_eq!(
+                item.lease_token,
+                format!(
+                    "{}.{}",
+                    item.lease_token.split('.').next().unwrap(),
+                    item.item_id
+                )
+            );
         }
         round += 1;
     }
     assert_eq!(seen.len(), 300);
-    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"), 300);
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'processing'"
+        ),
+        300
+    );
 }
 
 #[test]
 fn claim_skips_items_not_yet_due_and_orders_by_run_after() {
     let store = setup();
     batch_of(&store, "x", 3, 5);
-    store.db_conn().execute("UPDATE cron_queue SET run_after = 500 WHERE subject_id = 'x-00000'", []).unwrap();
-    store.db_conn().execute("UPDATE cron_queue SET run_after = 100 WHERE subject_id = 'x-00001'", []).unwrap();
-    let subjects = |items: Vec<ClaimedItem>| -> Vec<String> { items.into_iter().map(|i| i.subject_id).collect() };
+    store
+        .db_conn()
+        .execute(
+            "UPDATE cron_queue SET run_after = 500 WHERE subject_id = 'x-00000'",
+            [],
+        )
+        .unwrap();
+    store
+        .db_conn()
+        .execute(
+            "UPDATE cron_queue SET run_after = 100 WHERE subject_id = 'x-00001'",
+            [],
+        )
+        .unwrap();
+    let subjects = |items: Vec<ClaimedItem>| -> Vec<String> {
+        items.into_iter().map(|i| i.subject_id).collect()
+    };
     // Earliest run_after first (RETURNING itself comes back in rowid order).
     assert_eq!(subjects(claim(&store, 200, 1, "t")), vec!["x-00002"]);
     assert_eq!(subjects(claim(&store, 200, 10, "u")), vec!["x-00001"]);
@@ -194,7 +260,10 @@ fn completion_is_fenced_by_the_lease_token() {
 
     let mut forged = item.clone();
     forged.lease_token = "someone-else".into();
-    assert!(!commit(&store, &forged, Outcome::Done, 2), "a stale token changes nothing");
+    assert!(
+        !commit(&store, &forged, Outcome::Done, 2),
+        "a stale token changes nothing"
+    );
     assert_eq!(status_of(&store, item.item_id).0, "processing");
 
     assert!(commit(&store, &item, Outcome::Done, 3));
@@ -211,14 +280,19 @@ fn a_reaped_lease_is_lost_for_good() {
     let first = claim(&store, 0, 1, "a").pop().unwrap();
 
     // Not expired yet: the reaper leaves a live lease alone.
-    assert!(block_on(store.reap_expired_leases(LEASE_MS - 1, 100)).unwrap().is_empty());
+    assert!(block_on(store.reap_expired_leases(LEASE_MS - 1, 100))
+        .unwrap()
+        .is_empty());
     assert_eq!(status_of(&store, first.item_id).0, "processing");
 
     let reaped = block_on(store.reap_expired_leases(LEASE_MS, 100)).unwrap();
     assert_eq!(reaped.len(), 1);
     assert_eq!(reaped[0].status, "pending");
     let (_, attempt, error) = status_of(&store, first.item_id);
-    assert_eq!((attempt, error.as_deref()), (1, Some("lease expired during attempt 1")));
+    assert_eq!(
+        (attempt, error.as_deref()),
+        (1, Some("lease expired during attempt 1"))
+    );
 
     let second = claim(&store, LEASE_MS, 1, "b").pop().unwrap();
     assert_eq!(second.attempt, 2);
@@ -250,7 +324,10 @@ fn exhausted_pending_rows_are_never_claimed() {
     let store = setup();
     batch_of(&store, "x", 1, 3);
     // Only reachable by hand; the claim still refuses to go past max_attempts.
-    store.db_conn().execute("UPDATE cron_queue SET attempt = 3", []).unwrap();
+    store
+        .db_conn()
+        .execute("UPDATE cron_queue SET attempt = 3", [])
+        .unwrap();
     assert!(claim(&store, 1, 10, "t").is_empty());
 }
 
@@ -261,23 +338,41 @@ fn outcomes_follow_the_retry_policy_through_the_store() {
     let items = claim(&store, 0, 3, "t");
     let transitions: Vec<Transition> = items
         .iter()
-        .zip([Outcome::Done, Outcome::Retry("HTTP 503".into()), Outcome::Fail("HTTP 400".into())])
+        .zip([
+            Outcome::Done,
+            Outcome::Retry("HTTP 503".into()),
+            Outcome::Fail("HTTP 400".into()),
+        ])
         .map(|(item, o)| decide(item, &o, POLICY, 10, 0.0))
         .collect();
     let applied = block_on(store.commit_outcomes(&transitions)).unwrap();
     assert_eq!(applied.len(), 3);
-    let statuses: Vec<String> = items.iter().map(|i| status_of(&store, i.item_id).0).collect();
+    let statuses: Vec<String> = items
+        .iter()
+        .map(|i| status_of(&store, i.item_id).0)
+        .collect();
     assert_eq!(statuses, vec!["completed", "pending", "failed"]);
-    assert_eq!(status_of(&store, items[2].item_id).2.as_deref(), Some("permanent failure: HTTP 400"));
+    assert_eq!(
+        status_of(&store, items[2].item_id).2.as_deref(),
+        Some("permanent failure: HTTP 400")
+    );
 
     // The retry is not due before its backoff (base 1 s, jitter 0 → 500 ms).
     assert!(claim(&store, 10 + 499, 10, "u").is_empty());
     let retry = claim(&store, 10 + 500, 10, "u").pop().unwrap();
     assert_eq!(retry.attempt, 2);
-    assert!(commit(&store, &retry, Outcome::Retry("HTTP 503".into()), 600));
+    assert!(commit(
+        &store,
+        &retry,
+        Outcome::Retry("HTTP 503".into()),
+        600
+    ));
     let (status, attempt, error) = status_of(&store, retry.item_id);
     assert_eq!((status.as_str(), attempt), ("failed", 2));
-    assert_eq!(error.as_deref(), Some("gave up after 2 attempts; last error: HTTP 503"));
+    assert_eq!(
+        error.as_deref(),
+        Some("gave up after 2 attempts; last error: HTTP 503")
+    );
 
     let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
     assert_eq!((row.completed, row.failed, row.total), (1, 2, 3));
@@ -289,17 +384,39 @@ fn group_commit_applies_held_leases_and_reports_lost_ones() {
     batch_of(&store, "x", 50, 5);
     let items = claim(&store, 0, 50, "t");
     // Ten of them are reaped and re-claimed by someone else before the flush.
-    store.db_conn().execute("UPDATE cron_queue SET lease_expires_at = 0 WHERE id <= 10", []).unwrap();
+    store
+        .db_conn()
+        .execute(
+            "UPDATE cron_queue SET lease_expires_at = 0 WHERE id <= 10",
+            [],
+        )
+        .unwrap();
     block_on(store.reap_expired_leases(1, 100)).unwrap();
     assert_eq!(claim(&store, 1, 50, "other").len(), 10);
 
-    let transitions: Vec<Transition> = items.iter().map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0)).collect();
+    let transitions: Vec<Transition> = items
+        .iter()
+        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
+        .collect();
     let before = store.usage();
-    let applied: HashSet<i64> = block_on(store.commit_outcomes(&transitions)).unwrap().into_iter().collect();
-    assert_eq!(store.usage().statements - before.statements, 1, "one statement per flush");
+    let applied: HashSet<i64> = block_on(store.commit_outcomes(&transitions))
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        store.usage().statements - before.statements,
+        1,
+        "one statement per flush"
+    );
     assert_eq!(applied.len(), 40);
     assert!((1..=10).all(|id| !applied.contains(&id)));
-    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"), 10);
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'processing'"
+        ),
+        10
+    );
 }
 
 #[test]
@@ -308,15 +425,36 @@ fn a_batch_is_marked_finished_exactly_once() {
     let batch = batch_of(&store, "x", 2, 5);
     let items = claim(&store, 0, 2, "t");
     assert!(commit(&store, &items[0], Outcome::Done, 1));
-    assert!(block_on(store.finish_batches(2)).unwrap().is_empty(), "one item still processing");
-    assert!(commit(&store, &items[1], Outcome::Fail("HTTP 404".into()), 3));
+    assert!(
+        block_on(store.finish_batches(2)).unwrap().is_empty(),
+        "one item still processing"
+    );
+    assert!(commit(
+        &store,
+        &items[1],
+        Outcome::Fail("HTTP 404".into()),
+        3
+    ));
 
     let finished = block_on(store.finish_batches(4)).unwrap();
     assert_eq!(finished.len(), 1);
-    assert_eq!((finished[0].id.as_str(), finished[0].completed, finished[0].failed), (batch.as_str(), 1, 1));
-    assert!(block_on(store.finish_batches(5)).unwrap().is_empty(), "observed once");
+    assert_eq!(
+        (
+            finished[0].id.as_str(),
+            finished[0].completed,
+            finished[0].failed
+        ),
+        (batch.as_str(), 1, 1)
+    );
+    assert!(
+        block_on(store.finish_batches(5)).unwrap().is_empty(),
+        "observed once"
+    );
     let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
-    assert_eq!((row.status.as_str(), row.finished_at), ("finished", Some(4)));
+    assert_eq!(
+        (row.status.as_str(), row.finished_at),
+        ("finished", Some(4))
+    );
 }
 
 #[test]
@@ -343,9 +481,27 @@ fn counters_match_the_rows_after_a_mixed_run() {
         block_on(store.commit_outcomes(&transitions)).unwrap();
     }
     let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
-    assert_eq!(row.completed, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'completed'"));
-    assert_eq!(row.failed, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'failed'"));
-    assert_eq!(row.processing, count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'processing'"));
+    assert_eq!(
+        row.completed,
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'completed'"
+        )
+    );
+    assert_eq!(
+        row.failed,
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'failed'"
+        )
+    );
+    assert_eq!(
+        row.processing,
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'processing'"
+        )
+    );
     assert_eq!(row.completed + row.failed, 40, "every item ended");
     assert_eq!(count(&store, "SELECT max(attempt) FROM cron_queue"), 2);
 }
@@ -357,8 +513,14 @@ fn progress_counts_processing_per_batch() {
     let b = batch_of(&store, "b", 5, 5);
     let claimed = claim(&store, 0, 7, "t");
     let in_a = claimed.iter().filter(|i| i.batch_id == a).count() as i64;
-    assert_eq!(block_on(store.get_batch(&a)).unwrap().unwrap().processing, in_a);
-    assert_eq!(block_on(store.get_batch(&b)).unwrap().unwrap().processing, 7 - in_a);
+    assert_eq!(
+        block_on(store.get_batch(&a)).unwrap().unwrap().processing,
+        in_a
+    );
+    assert_eq!(
+        block_on(store.get_batch(&b)).unwrap().unwrap().processing,
+        7 - in_a
+    );
     assert!(block_on(store.get_batch("nope")).unwrap().is_none());
 }
 
@@ -367,10 +529,19 @@ fn items_are_listed_in_pages_with_a_status_filter() {
     let store = setup();
     let batch = batch_of(&store, "x", 5, 5);
     let items = claim(&store, 0, 2, "t");
-    assert!(commit(&store, &items[0], Outcome::Fail("HTTP 400".into()), 1));
-    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    assert!(commit(
+        &store,
+        &items[0],
+        Outcome::Fail("HTTP 400".into()),
+        1
+    ));
+    let failed =
+        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].last_error.as_deref(), Some("permanent failure: HTTP 400"));
+    assert_eq!(
+        failed[0].last_error.as_deref(),
+        Some("permanent failure: HTTP 400")
+    );
     let page1 = block_on(store.list_batch_items(&batch, "", None, 2)).unwrap();
     let page2 = block_on(store.list_batch_items(&batch, &page1[1].subject_id, None, 10)).unwrap();
     assert_eq!((page1.len(), page2.len()), (2, 3));
@@ -386,7 +557,10 @@ fn subjects_upsert_list_and_delete() {
     block_on(store.upsert_subjects(&[changed], 2)).unwrap();
     let rows = block_on(store.list_subjects("", 10)).unwrap();
     assert_eq!(rows.len(), 2);
-    assert_eq!((rows[0].active, rows[0].created_at, rows[0].updated_at), (0, 1, 2));
+    assert_eq!(
+        (rows[0].active, rows[0].created_at, rows[0].updated_at),
+        (0, 1, 2)
+    );
     assert_eq!(rows[0].payload, r#"{"url":"https://changed.example"}"#);
     assert_eq!(block_on(store.list_subjects("a", 10)).unwrap().len(), 1);
     assert!(block_on(store.delete_subject("a")).unwrap());

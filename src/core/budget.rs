@@ -207,7 +207,14 @@ mod tests {
         let mut b = Budget::new(3);
         assert!(b.spend(2).is_ok());
         let err = b.spend(2).unwrap_err();
-        assert_eq!(err, OverBudget { limit: 3, used: 2, wanted: 2 });
+        assert_eq!(
+            err,
+            OverBudget {
+                limit: 3,
+                used: 2,
+                wanted: 2
+            }
+        );
         assert_eq!(b.used(), 2);
         assert!(b.spend(1).is_ok());
         assert_eq!(b.remaining(), 0);
@@ -225,7 +232,10 @@ mod tests {
     fn first_claim_takes_a_full_chunk_one_window_ahead() {
         let b = Budget::new(10_000);
         assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(50));
-        let narrow = DrainLimits { concurrency: 10, ..LIMITS };
+        let narrow = DrainLimits {
+            concurrency: 10,
+            ..LIMITS
+        };
         assert_eq!(next_claim(&b, narrow, state(0, 0)), NextClaim::Take(20));
     }
 
@@ -254,7 +264,10 @@ mod tests {
         assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(40));
         b.spend(1 + 40).unwrap();
         // 3 left: exactly the flush and the tail; no further claim.
-        assert_eq!(next_claim(&b, LIMITS, state(0, 40)), NextClaim::Stop(StopReason::Budget));
+        assert_eq!(
+            next_claim(&b, LIMITS, state(0, 40)),
+            NextClaim::Stop(StopReason::Budget)
+        );
     }
 
     #[test]
@@ -281,7 +294,8 @@ mod tests {
                     }
                 }
             }
-            b.spend(flush_reserve(outstanding) + TAIL_SUBREQUESTS).unwrap();
+            b.spend(flush_reserve(outstanding) + TAIL_SUBREQUESTS)
+                .unwrap();
             assert!(b.used() <= limit);
         }
     }
@@ -289,7 +303,10 @@ mod tests {
     #[test]
     fn inline_items_that_cost_more_claim_fewer() {
         let b = Budget::new(45);
-        let inline = DrainLimits { per_item_cost: 3, ..LIMITS };
+        let inline = DrainLimits {
+            per_item_cost: 3,
+            ..LIMITS
+        };
         // 1 + 3k + 1 + 2 ≤ 45 → k = 13.
         assert_eq!(next_claim(&b, inline, state(0, 0)), NextClaim::Take(13));
     }
@@ -297,12 +314,16 @@ mod tests {
     #[test]
     fn stops_claiming_when_a_call_could_outlive_the_deadline() {
         let b = Budget::new(10_000);
-        let latest = LIMITS.deadline_ms - 2 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
+        let latest =
+            LIMITS.deadline_ms - 2 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
         let mut s = state(0, 0);
         s.elapsed_ms = latest - 1;
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
         s.elapsed_ms = latest;
-        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Stop(StopReason::Deadline));
+        assert_eq!(
+            next_claim(&b, LIMITS, s),
+            NextClaim::Stop(StopReason::Deadline)
+        );
     }
 
     #[test]
@@ -310,7 +331,10 @@ mod tests {
         let b = Budget::new(10_000);
         let mut s = state(0, 0);
         s.drained = true;
-        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Stop(StopReason::Drained));
+        assert_eq!(
+            next_claim(&b, LIMITS, s),
+            NextClaim::Stop(StopReason::Drained)
+        );
     }
 
     #[test]

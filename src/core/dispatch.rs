@@ -81,6 +81,9 @@ mod tests {
     fn missing_or_unknown_kinds_are_errors() {
         assert!(decode(None, None).is_err());
         assert!(decode(Some("maybe"), None).is_err());
-        assert_eq!(decode(Some("fail"), None), Ok(Outcome::Fail("no reason given".into())));
+        assert_eq!(
+            decode(Some("fail"), None),
+            Ok(Outcome::Fail("no reason given".into()))
+        );
     }
 }

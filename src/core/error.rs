@@ -67,7 +67,9 @@ impl ApiError {
                 format!("method not allowed; allowed: {allowed}")
             }
             ApiError::PayloadTooLarge { limit } => format!("body is larger than {limit} bytes"),
-            ApiError::UnsupportedMediaType => "body must be JSON (Content-Type: application/json)".into(),
+            ApiError::UnsupportedMediaType => {
+                "body must be JSON (Content-Type: application/json)".into()
+            }
             ApiError::Misconfigured(message) => format!("the Worker is misconfigured: {message}"),
             ApiError::Internal(_) => "internal error; see the Worker logs".into(),
         }

@@ -200,7 +200,10 @@ mod tests {
     #[test]
     fn progress_derives_pending_from_exact_counters() {
         let p = BatchProgress::from_row(&row(10, 3, 2, 1));
-        assert_eq!((p.pending, p.processing, p.completed, p.failed), (4, 1, 3, 2));
+        assert_eq!(
+            (p.pending, p.processing, p.completed, p.failed),
+            (4, 1, 3, 2)
+        );
         assert_eq!(p.percent, 50.0);
     }
 

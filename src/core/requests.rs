@@ -58,8 +58,13 @@ pub struct CreateBatchBody {
 /// A validated `POST /batches`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateBatch {
-    FromSubjects { key: Option<String> },
-    FromItems { key: Option<String>, items: Vec<ItemInput> },
+    FromSubjects {
+        key: Option<String>,
+    },
+    FromItems {
+        key: Option<String>,
+        items: Vec<ItemInput>,
+    },
 }
 
 /// Parse a JSON body strictly. Size is checked first so a huge body costs nothing.
@@ -90,8 +95,14 @@ pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_payload(check: PayloadCheck, field: &str, kind: &str, payload: &Value) -> Result<(), ApiError> {
-    check(kind, payload).map_err(|msg| ApiError::bad_request("invalid_payload", format!("{field}: {msg}")))
+fn check_payload(
+    check: PayloadCheck,
+    field: &str,
+    kind: &str,
+    payload: &Value,
+) -> Result<(), ApiError> {
+    check(kind, payload)
+        .map_err(|msg| ApiError::bad_request("invalid_payload", format!("{field}: {msg}")))
 }
 
 /// Validate every subject of a `PUT /subjects` before any is written.
@@ -123,7 +134,10 @@ pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(
 }
 
 /// Validate a `POST /batches` body into one of its two shapes.
-pub fn validate_create_batch(body: CreateBatchBody, check: PayloadCheck) -> Result<CreateBatch, ApiError> {
+pub fn validate_create_batch(
+    body: CreateBatchBody,
+    check: PayloadCheck,
+) -> Result<CreateBatch, ApiError> {
     if let Some(key) = &body.key {
         validate_id("key", key)?;
         if key.starts_with("daily:") {
@@ -154,7 +168,10 @@ pub fn validate_create_batch(body: CreateBatchBody, check: PayloadCheck) -> Resu
                 }
                 check_payload(check, &format!("items[{i}]"), &item.kind, &item.payload)?;
             }
-            Ok(CreateBatch::FromItems { key: body.key, items })
+            Ok(CreateBatch::FromItems {
+                key: body.key,
+                items,
+            })
         }
         _ => Err(ApiError::bad_request(
             "invalid_batch",
@@ -172,7 +189,10 @@ pub struct PageQuery {
 }
 
 /// Parse listing query pairs; unknown parameters are errors, like unknown fields.
-pub fn parse_page_query(pairs: &[(String, String)], allow_status: bool) -> Result<PageQuery, ApiError> {
+pub fn parse_page_query(
+    pairs: &[(String, String)],
+    allow_status: bool,
+) -> Result<PageQuery, ApiError> {
     let mut q = PageQuery {
         limit: DEFAULT_PAGE,
         after: String::new(),
@@ -186,7 +206,10 @@ pub fn parse_page_query(pairs: &[(String, String)], allow_status: bool) -> Resul
                     .ok()
                     .filter(|n| (1..=MAX_PAGE).contains(n))
                     .ok_or_else(|| {
-                        ApiError::bad_request("invalid_query", format!("limit must be 1 to {MAX_PAGE}"))
+                        ApiError::bad_request(
+                            "invalid_query",
+                            format!("limit must be 1 to {MAX_PAGE}"),
+                        )
                     })?
             }
             "after" => q.after = value.clone(),
@@ -230,10 +253,18 @@ mod tests {
     fn unknown_fields_and_wrong_types_are_invalid_json() {
         let e = subjects(json!({"subjects": [], "extra": 1})).unwrap_err();
         assert_eq!(e.code(), "invalid_json");
-        assert!(e.public_message().contains("extra"), "{}", e.public_message());
-        let e = subjects(json!({"subjects": [{"id": 5, "kind": "webhook", "payload": {}}]})).unwrap_err();
+        assert!(
+            e.public_message().contains("extra"),
+            "{}",
+            e.public_message()
+        );
+        let e = subjects(json!({"subjects": [{"id": 5, "kind": "webhook", "payload": {}}]}))
+            .unwrap_err();
         assert_eq!(e.code(), "invalid_json");
-        assert_eq!(parse_json::<PutSubjects>(b"{not json").unwrap_err().code(), "invalid_json");
+        assert_eq!(
+            parse_json::<PutSubjects>(b"{not json").unwrap_err().code(),
+            "invalid_json"
+        );
     }
 
     #[test]
@@ -244,7 +275,8 @@ mod tests {
 
     #[test]
     fn active_defaults_to_true() {
-        let req = subjects(json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}}]})).unwrap();
+        let req =
+            subjects(json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}}]})).unwrap();
         assert!(req.subjects[0].active);
     }
 
@@ -254,25 +286,47 @@ mod tests {
         let check = |v: Value| validate_put_subjects(&subjects(v).unwrap(), &accept_webhook);
 
         assert_eq!(check(json!({"subjects": []})).unwrap_err().code(), "empty");
-        assert_eq!(check(json!({"subjects": [one("", "webhook")]})).unwrap_err().code(), "invalid_id");
-        let long = "x".repeat(MAX_ID_CHARS + 1);
-        assert_eq!(check(json!({"subjects": [one(&long, "webhook")]})).unwrap_err().code(), "invalid_id");
-        let max = "é".repeat(MAX_ID_CHARS);
-        assert!(check(json!({"subjects": [one(&max, "webhook")]})).is_ok(), "200 chars, not bytes");
         assert_eq!(
-            check(json!({"subjects": [one("a", "webhook"), one("a", "webhook")]})).unwrap_err().code(),
+            check(json!({"subjects": [one("", "webhook")]}))
+                .unwrap_err()
+                .code(),
+            "invalid_id"
+        );
+        let long = "x".repeat(MAX_ID_CHARS + 1);
+        assert_eq!(
+            check(json!({"subjects": [one(&long, "webhook")]}))
+                .unwrap_err()
+                .code(),
+            "invalid_id"
+        );
+        let max = "é".repeat(MAX_ID_CHARS);
+        assert!(
+            check(json!({"subjects": [one(&max, "webhook")]})).is_ok(),
+            "200 chars, not bytes"
+        );
+        assert_eq!(
+            check(json!({"subjects": [one("a", "webhook"), one("a", "webhook")]}))
+                .unwrap_err()
+                .code(),
             "duplicate_id"
         );
         let e = check(json!({"subjects": [one("a", "email")]})).unwrap_err();
         assert_eq!(e.code(), "invalid_payload");
         assert!(e.public_message().contains("email"));
-        let many: Vec<Value> = (0..=MAX_SUBJECTS_PER_CALL).map(|i| one(&i.to_string(), "webhook")).collect();
-        assert_eq!(check(json!({ "subjects": many })).unwrap_err().code(), "too_many");
+        let many: Vec<Value> = (0..=MAX_SUBJECTS_PER_CALL)
+            .map(|i| one(&i.to_string(), "webhook"))
+            .collect();
+        assert_eq!(
+            check(json!({ "subjects": many })).unwrap_err().code(),
+            "too_many"
+        );
     }
 
     #[test]
     fn create_batch_takes_exactly_one_source() {
-        let parse = |v: Value| validate_create_batch(parse_json(v.to_string().as_bytes())?, &accept_webhook);
+        let parse = |v: Value| {
+            validate_create_batch(parse_json(v.to_string().as_bytes())?, &accept_webhook)
+        };
         assert_eq!(
             parse(json!({"source": "subjects"})).unwrap(),
             CreateBatch::FromSubjects { key: None }
@@ -283,25 +337,63 @@ mod tests {
             CreateBatch::FromItems { key: Some(_), .. }
         ));
         assert_eq!(parse(json!({})).unwrap_err().code(), "invalid_batch");
-        assert_eq!(parse(json!({"source": "subjects", "items": items})).unwrap_err().code(), "invalid_batch");
-        assert_eq!(parse(json!({"source": "users"})).unwrap_err().code(), "invalid_source");
+        assert_eq!(
+            parse(json!({"source": "subjects", "items": items}))
+                .unwrap_err()
+                .code(),
+            "invalid_batch"
+        );
+        assert_eq!(
+            parse(json!({"source": "users"})).unwrap_err().code(),
+            "invalid_source"
+        );
         assert_eq!(parse(json!({"items": []})).unwrap_err().code(), "empty");
-        assert_eq!(parse(json!({"key": "daily:2026-01-01", "source": "subjects"})).unwrap_err().code(), "reserved_key");
+        assert_eq!(
+            parse(json!({"key": "daily:2026-01-01", "source": "subjects"}))
+                .unwrap_err()
+                .code(),
+            "reserved_key"
+        );
         let dup = json!([{"subject_id": "a", "kind": "webhook", "payload": {}}, {"subject_id": "a", "kind": "webhook", "payload": {}}]);
-        assert_eq!(parse(json!({"items": dup})).unwrap_err().code(), "duplicate_id");
+        assert_eq!(
+            parse(json!({"items": dup})).unwrap_err().code(),
+            "duplicate_id"
+        );
     }
 
     #[test]
     fn page_query_defaults_bounds_and_unknowns() {
         let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
         };
         let q = parse_page_query(&pairs(&[]), true).unwrap();
-        assert_eq!((q.limit, q.after.as_str(), q.status), (DEFAULT_PAGE, "", None));
-        let q = parse_page_query(&pairs(&[("status", "failed"), ("limit", "5"), ("after", "s1")]), true).unwrap();
-        assert_eq!((q.limit, q.after.as_str(), q.status), (5, "s1", Some(ItemStatus::Failed)));
-        for bad in [("limit", "0"), ("limit", "1001"), ("limit", "x"), ("status", "done"), ("page", "2")] {
-            assert_eq!(parse_page_query(&pairs(&[bad]), true).unwrap_err().code(), "invalid_query", "{bad:?}");
+        assert_eq!(
+            (q.limit, q.after.as_str(), q.status),
+            (DEFAULT_PAGE, "", None)
+        );
+        let q = parse_page_query(
+            &pairs(&[("status", "failed"), ("limit", "5"), ("after", "s1")]),
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            (q.limit, q.after.as_str(), q.status),
+            (5, "s1", Some(ItemStatus::Failed))
+        );
+        for bad in [
+            ("limit", "0"),
+            ("limit", "1001"),
+            ("limit", "x"),
+            ("status", "done"),
+            ("page", "2"),
+        ] {
+            assert_eq!(
+                parse_page_query(&pairs(&[bad]), true).unwrap_err().code(),
+                "invalid_query",
+                "{bad:?}"
+            );
         }
         assert!(parse_page_query(&pairs(&[("status", "failed")]), false).is_err());
     }

@@ -116,13 +116,22 @@ mod tests {
     fn done_completes_with_a_timestamp() {
         let t = decide(&item(1, 5), &Outcome::Done, POLICY, 1_000, 0.5);
         assert_eq!(t.status, ItemStatus::Completed);
-        assert_eq!((t.completed_at, t.run_after, t.error), (Some(1_000), None, None));
+        assert_eq!(
+            (t.completed_at, t.run_after, t.error),
+            (Some(1_000), None, None)
+        );
         assert_eq!((t.id, t.token.as_str()), (7, "tok"));
     }
 
     #[test]
     fn retry_goes_back_to_pending_with_backoff_and_reason() {
-        let t = decide(&item(2, 5), &Outcome::Retry("HTTP 503".into()), POLICY, 1_000, 0.0);
+        let t = decide(
+            &item(2, 5),
+            &Outcome::Retry("HTTP 503".into()),
+            POLICY,
+            1_000,
+            0.0,
+        );
         assert_eq!(t.status, ItemStatus::Pending);
         assert_eq!(t.run_after, Some(1_000 + 60_000));
         assert_eq!(t.completed_at, None);
@@ -131,7 +140,13 @@ mod tests {
 
     #[test]
     fn retry_on_last_attempt_fails_with_reason() {
-        let t = decide(&item(5, 5), &Outcome::Retry("HTTP 500".into()), POLICY, 1_000, 0.0);
+        let t = decide(
+            &item(5, 5),
+            &Outcome::Retry("HTTP 500".into()),
+            POLICY,
+            1_000,
+            0.0,
+        );
         assert_eq!(t.status, ItemStatus::Failed);
         assert_eq!(t.completed_at, Some(1_000));
         assert_eq!(
@@ -142,7 +157,13 @@ mod tests {
 
     #[test]
     fn permanent_failure_is_terminal_on_first_attempt() {
-        let t = decide(&item(1, 5), &Outcome::Fail("HTTP 400".into()), POLICY, 1_000, 0.0);
+        let t = decide(
+            &item(1, 5),
+            &Outcome::Fail("HTTP 400".into()),
+            POLICY,
+            1_000,
+            0.0,
+        );
         assert_eq!(t.status, ItemStatus::Failed);
         assert_eq!(t.error.as_deref(), Some("permanent failure: HTTP 400"));
     }

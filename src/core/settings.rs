@@ -74,7 +74,9 @@ impl Settings {
                 .parse()
                 .map_err(|_| format!("{name} must be an integer, got {raw:?}"))?;
             if value < min || value > max {
-                return Err(format!("{name} must be between {min} and {max}, got {value}"));
+                return Err(format!(
+                    "{name} must be between {min} and {max}, got {value}"
+                ));
             }
             Ok(value)
         };
@@ -159,7 +161,13 @@ mod tests {
         assert_eq!(s.max_attempts, 5);
         assert_eq!(s.lease_ms, 120_000);
         assert_eq!(s.job_timeout_ms, 10_000);
-        assert_eq!(s.retry, RetryPolicy { base_ms: 60_000, max_ms: 1_800_000 });
+        assert_eq!(
+            s.retry,
+            RetryPolicy {
+                base_ms: 60_000,
+                max_ms: 1_800_000
+            }
+        );
         assert_eq!((s.claim_chunk, s.dispatch_concurrency), (50, 25));
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
@@ -169,8 +177,12 @@ mod tests {
 
     #[test]
     fn overrides_are_applied() {
-        let s = parse(&[("DISPATCH_MODE", "inline"), ("LEASE_SECONDS", "7"), ("JOB_TIMEOUT_MS", "1000")])
-            .unwrap();
+        let s = parse(&[
+            ("DISPATCH_MODE", "inline"),
+            ("LEASE_SECONDS", "7"),
+            ("JOB_TIMEOUT_MS", "1000"),
+        ])
+        .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
         assert_eq!(s.lease_ms, 7_000);
     }

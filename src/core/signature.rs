@@ -98,32 +98,54 @@ mod tests {
     #[test]
     fn accepts_its_own_signature() {
         let header = sign("k", 1_000, b"body");
-        assert_eq!(verify("k", Some(&header), 1_000 + MAX_SKEW_SECS, b"body"), Ok(()));
+        assert_eq!(
+            verify("k", Some(&header), 1_000 + MAX_SKEW_SECS, b"body"),
+            Ok(())
+        );
     }
 
     #[test]
     fn rejects_wrong_secret_body_or_tampered_tag() {
         let header = sign("k", 1_000, b"body");
-        assert_eq!(verify("other", Some(&header), 1_000, b"body"), Err(SignatureError::Mismatch));
-        assert_eq!(verify("k", Some(&header), 1_000, b"bodY"), Err(SignatureError::Mismatch));
+        assert_eq!(
+            verify("other", Some(&header), 1_000, b"body"),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify("k", Some(&header), 1_000, b"bodY"),
+            Err(SignatureError::Mismatch)
+        );
         let tampered = header.replace("v1=", "v1=00");
-        assert_eq!(verify("k", Some(&tampered), 1_000, b"body"), Err(SignatureError::Mismatch));
+        assert_eq!(
+            verify("k", Some(&tampered), 1_000, b"body"),
+            Err(SignatureError::Mismatch)
+        );
     }
 
     #[test]
     fn rejects_stale_and_future_timestamps() {
         let header = sign("k", 1_000, b"body");
         let late = 1_000 + MAX_SKEW_SECS + 1;
-        assert_eq!(verify("k", Some(&header), late, b"body"), Err(SignatureError::Stale));
+        assert_eq!(
+            verify("k", Some(&header), late, b"body"),
+            Err(SignatureError::Stale)
+        );
         let early = 1_000 - MAX_SKEW_SECS - 1;
-        assert_eq!(verify("k", Some(&header), early, b"body"), Err(SignatureError::Stale));
+        assert_eq!(
+            verify("k", Some(&header), early, b"body"),
+            Err(SignatureError::Stale)
+        );
     }
 
     #[test]
     fn rejects_missing_and_malformed_headers() {
         assert_eq!(verify("k", None, 0, b""), Err(SignatureError::Missing));
         for bad in ["", "t=1", "v1=abcd", "t=x,v1=abcd", "t=1,v1=zz"] {
-            assert_eq!(verify("k", Some(bad), 1, b""), Err(SignatureError::Malformed), "{bad}");
+            assert_eq!(
+                verify("k", Some(bad), 1, b""),
+                Err(SignatureError::Malformed),
+                "{bad}"
+            );
         }
     }
 }

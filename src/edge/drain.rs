@@ -60,7 +60,12 @@ pub async fn on_schedule(event: ScheduledEvent, env: Env) {
     };
     let store = match env.d1("DB") {
         Ok(db) => Store::new(D1Db::new(db)),
-        Err(e) => return log::error("invalid_configuration", json!({ "message": format!("binding DB: {e}") })),
+        Err(e) => {
+            return log::error(
+                "invalid_configuration",
+                json!({ "message": format!("binding DB: {e}") }),
+            )
+        }
     };
     let trigger = if event.cron().trim() == cfg.settings.daily_cron {
         Trigger::Daily
@@ -69,7 +74,17 @@ pub async fn on_schedule(event: ScheduledEvent, env: Env) {
     };
     let mut budget = Budget::new(cfg.settings.subrequest_budget);
     let mut tally = Tally::default();
-    let result = run_invocation(&env, &cfg, &store, &mut budget, &mut tally, trigger, event.schedule() as i64, started).await;
+    let result = run_invocation(
+        &env,
+        &cfg,
+        &store,
+        &mut budget,
+        &mut tally,
+        trigger,
+        event.schedule() as i64,
+        started,
+    )
+    .await;
     let stop_reason = match &result {
         Ok(reason) => reason.as_str().to_string(),
         Err(e) => {
@@ -96,7 +111,13 @@ async fn run_invocation(
             let key = time::daily_batch_key(scheduled_ms);
             budget.spend(2).map_err(|e| e.to_string())?;
             let created = store
-                .create_batch(&clock::random_id(), &key, clock::now_ms(), cfg.settings.max_attempts, BatchSource::ActiveSubjects)
+                .create_batch(
+                    &clock::random_id(),
+                    &key,
+                    clock::now_ms(),
+                    cfg.settings.max_attempts,
+                    BatchSource::ActiveSubjects,
+                )
                 .await
                 .map_err(|e| e.to_string())?;
             let (row, new) = match created {
@@ -116,12 +137,18 @@ async fn run_invocation(
                 .map_err(|e| e.to_string())?;
             tally.reaped = reaped.len() as i64;
             for r in &reaped {
-                log::event("lease_expired", json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }));
+                log::event(
+                    "lease_expired",
+                    json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
+                );
             }
         }
     }
     let self_service = match cfg.settings.dispatch_mode {
-        DispatchMode::Fanout => Some(env.service("SELF").map_err(|e| format!("binding SELF: {e}"))?),
+        DispatchMode::Fanout => Some(
+            env.service("SELF")
+                .map_err(|e| format!("binding SELF: {e}"))?,
+        ),
         DispatchMode::Inline => None,
     };
     let stop = Drain {
@@ -135,7 +162,10 @@ async fn run_invocation(
 
     // The tail reserved by the budget plan: finish batches, then the summary.
     budget.spend(1).map_err(|e| e.to_string())?;
-    let finished = store.finish_batches(clock::now_ms()).await.map_err(|e| e.to_string())?;
+    let finished = store
+        .finish_batches(clock::now_ms())
+        .await
+        .map_err(|e| e.to_string())?;
     for b in finished {
         log::event(
             "batch_finished",
@@ -185,7 +215,8 @@ impl<'a> Drain<'a> {
             job_timeout_ms: s.job_timeout_ms,
             deadline_ms: s.invocation_deadline_ms,
         };
-        let mut in_flight: FuturesUnordered<LocalBoxFuture<'a, (ClaimedItem, Outcome)>> = FuturesUnordered::new();
+        let mut in_flight: FuturesUnordered<LocalBoxFuture<'a, (ClaimedItem, Outcome)>> =
+            FuturesUnordered::new();
         let mut queue: VecDeque<ClaimedItem> = VecDeque::new();
         let mut buffer: Vec<(ClaimedItem, Transition)> = Vec::new();
         let mut claiming: Option<(i64, LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>)> = None;
@@ -221,7 +252,11 @@ impl<'a> Drain<'a> {
                         let store = self.store;
                         claiming = Some((
                             k,
-                            Box::pin(async move { store.claim_due_items(now, k, &token, now + s.lease_ms).await }),
+                            Box::pin(async move {
+                                store
+                                    .claim_due_items(now, k, &token, now + s.lease_ms)
+                                    .await
+                            }),
                         ));
                     }
                     NextClaim::Hold => {}
@@ -236,7 +271,8 @@ impl<'a> Drain<'a> {
                 flush_timer = None;
                 timer_fired = false;
             }
-            if in_flight.is_empty() && queue.is_empty() && claiming.is_none() && flushing.is_none() {
+            if in_flight.is_empty() && queue.is_empty() && claiming.is_none() && flushing.is_none()
+            {
                 break;
             }
             if !buffer.is_empty() && flush_timer.is_none() && !timer_fired {
@@ -274,7 +310,9 @@ impl<'a> Drain<'a> {
                             drained = (items.len() as i64) < asked;
                             tally.claimed += items.len() as i64;
                             for item in items {
-                                budget.spend(limits.per_item_cost).map_err(|e| e.to_string())?;
+                                budget
+                                    .spend(limits.per_item_cost)
+                                    .map_err(|e| e.to_string())?;
                                 tally.batch_ids.insert(item.batch_id.clone());
                                 queue.push_back(item);
                             }
@@ -292,7 +330,10 @@ impl<'a> Drain<'a> {
                         Ok(applied) => self.account(&rows, &applied, tally),
                         // Commits are fenced, so repeating one never applies anything twice.
                         Err(e) if tries < 2 && may_flush(budget, unfinished, rows.len() as i64) => {
-                            log::error("commit_retry", json!({ "message": e.to_string(), "rows": rows.len() }));
+                            log::error(
+                                "commit_retry",
+                                json!({ "message": e.to_string(), "rows": rows.len() }),
+                            );
                             budget.spend(1).map_err(|e| e.to_string())?;
                             flushing = Some((tries + 1, self.commit(rows)));
                         }
@@ -376,12 +417,24 @@ fn log_commit_failure(rows: &[(ClaimedItem, Transition)], e: &StoreError) {
 }
 
 /// Run one claimed item: through SELF (its own invocation) or inline.
-async fn execute(cfg: &Config, self_service: Option<&Fetcher>, item: ClaimedItem) -> (ClaimedItem, Outcome) {
+async fn execute(
+    cfg: &Config,
+    self_service: Option<&Fetcher>,
+    item: ClaimedItem,
+) -> (ClaimedItem, Outcome) {
     let s = &cfg.settings;
     let outcome = match self_service {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
-        Some(service) => dispatch(service, &cfg.dispatch_secret, &item, s.job_timeout_ms + DISPATCH_GRACE_MS).await,
+        Some(service) => {
+            dispatch(
+                service,
+                &cfg.dispatch_secret,
+                &item,
+                s.job_timeout_ms + DISPATCH_GRACE_MS,
+            )
+            .await
+        }
         None => run_with_timeout(&item, &cfg.webhook_secret, s.job_timeout_ms).await,
     };
     (item, outcome)
@@ -413,8 +466,11 @@ async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms:
         init.set_method("POST");
         init.set_headers(&headers);
         init.set_body(&body.into());
-        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(limit_ms as u32)));
-        web_sys::Request::new_with_str_and_init("https://cron-fanout.internal/internal/run", &init).map(Request::from)
+        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(
+            limit_ms as u32,
+        )));
+        web_sys::Request::new_with_str_and_init("https://cron-fanout.internal/internal/run", &init)
+            .map(Request::from)
     })();
     let response = match request {
         Ok(req) => match service.fetch_request(req).await {
@@ -428,12 +484,22 @@ async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms:
         return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code()));
     }
     let header = |name: &str| response.headers().get(name).ok().flatten();
-    dispatch::decode(header(dispatch::OUTCOME_HEADER).as_deref(), header(dispatch::REASON_HEADER).as_deref())
-        .unwrap_or_else(|e| Outcome::Retry(format!("unreadable dispatch answer: {e}")))
+    dispatch::decode(
+        header(dispatch::OUTCOME_HEADER).as_deref(),
+        header(dispatch::REASON_HEADER).as_deref(),
+    )
+    .unwrap_or_else(|e| Outcome::Retry(format!("unreadable dispatch answer: {e}")))
 }
 
 /// Log the invocation summary once and store it as one row (reserved by the plan).
-async fn record_summary(store: &Store1, budget: &mut Budget, tally: &Tally, trigger: Trigger, started: i64, stop_reason: &str) {
+async fn record_summary(
+    store: &Store1,
+    budget: &mut Budget,
+    tally: &Tally,
+    trigger: Trigger,
+    started: i64,
+    stop_reason: &str,
+) {
     let usage = store.usage();
     let mut summary = json!({
         "trigger": match trigger { Trigger::Daily => "daily", Trigger::Tick => "tick" },

@@ -45,7 +45,10 @@ pub async fn handle(mut req: Request, env: Env) -> worker::Result<Response> {
         Ok(Reply::Outcome(outcome)) => return outcome_response(&outcome),
         Err(e) => {
             if let ApiError::Internal(detail) | ApiError::Misconfigured(detail) = &e {
-                log::error("request_failed", json!({ "method": method.to_string(), "path": path, "message": detail }));
+                log::error(
+                    "request_failed",
+                    json!({ "method": method.to_string(), "path": path, "message": detail }),
+                );
             }
             (e.status(), e.body())
         }
@@ -63,11 +66,18 @@ fn parse_url(req: &Request) -> Result<(Vec<String>, Query), ApiError> {
         .path_segments()
         .map(|segs| {
             segs.filter(|s| !s.is_empty())
-                .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+                .map(|s| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                })
                 .collect()
         })
         .unwrap_or_default();
-    let query = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let query = url
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
     Ok((segments, query))
 }
 
@@ -79,7 +89,9 @@ fn outcome_response(outcome: &Outcome) -> worker::Result<Response> {
     if let Some(reason) = reason {
         headers.set(dispatch::REASON_HEADER, &reason)?;
     }
-    Ok(Response::empty()?.with_status(dispatch::OUTCOME_STATUS).with_headers(headers))
+    Ok(Response::empty()?
+        .with_status(dispatch::OUTCOME_STATUS)
+        .with_headers(headers))
 }
 
 async fn route(req: &mut Request, env: &Env) -> Result<Reply, ApiError> {
@@ -111,7 +123,10 @@ async fn route(req: &mut Request, env: &Env) -> Result<Reply, ApiError> {
         return Ok(Reply::Outcome(run::handle(&body, req, &cfg).await?));
     }
     authorize(req, &cfg)?;
-    let store = Store::new(D1Db::new(env.d1("DB").map_err(|e| ApiError::Internal(e.to_string()))?));
+    let store = Store::new(D1Db::new(
+        env.d1("DB")
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
+    ));
     let (status, body) = match (method, segs.as_slice()) {
         (Method::Put, ["subjects"]) => put_subjects(req, &store).await,
         (Method::Get, ["subjects"]) => list_subjects(&store, &query).await,
@@ -133,7 +148,12 @@ async fn route(req: &mut Request, env: &Env) -> Result<Reply, ApiError> {
 }
 
 fn authorize(req: &Request, cfg: &Config) -> Result<(), ApiError> {
-    let header = req.headers().get("Authorization").ok().flatten().unwrap_or_default();
+    let header = req
+        .headers()
+        .get("Authorization")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let token = header.strip_prefix("Bearer ").unwrap_or("");
     if constant_time_eq(token.as_bytes(), cfg.admin_token.as_bytes()) {
         Ok(())
@@ -151,22 +171,36 @@ async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
         .flatten()
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
+        return Err(ApiError::PayloadTooLarge {
+            limit: MAX_BODY_BYTES,
+        });
     }
     // The platform's own arrayBuffer(): worker's bytes() reads the stream chunk by
     // chunk through Rust, measurably slower on the dispatch hot path.
-    let promise = req.inner().array_buffer().map_err(|e| ApiError::Internal(format!("{e:?}")))?;
-    let buffer = JsFuture::from(promise).await.map_err(|e| ApiError::Internal(format!("{e:?}")))?;
+    let promise = req
+        .inner()
+        .array_buffer()
+        .map_err(|e| ApiError::Internal(format!("{e:?}")))?;
+    let buffer = JsFuture::from(promise)
+        .await
+        .map_err(|e| ApiError::Internal(format!("{e:?}")))?;
     let body = Uint8Array::new(&buffer).to_vec();
     if body.len() > MAX_BODY_BYTES {
-        return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
+        return Err(ApiError::PayloadTooLarge {
+            limit: MAX_BODY_BYTES,
+        });
     }
     Ok(body)
 }
 
 /// A JSON request body; the Content-Type must say JSON.
 async fn json_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    let content_type = req.headers().get("Content-Type").ok().flatten().unwrap_or_default();
+    let content_type = req
+        .headers()
+        .get("Content-Type")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     if !content_type.to_ascii_lowercase().contains("json") {
         return Err(ApiError::UnsupportedMediaType);
     }
@@ -175,7 +209,10 @@ async fn json_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
 
 fn no_query(query: &[(String, String)]) -> Result<(), ApiError> {
     match query.first() {
-        Some((name, _)) => Err(ApiError::bad_request("invalid_query", format!("unknown query parameter {name:?}"))),
+        Some((name, _)) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("unknown query parameter {name:?}"),
+        )),
         None => Ok(()),
     }
 }
@@ -187,7 +224,9 @@ fn to_json<T: Serialize>(v: &T) -> Value {
 async fn put_subjects(req: &mut Request, store: &Store<D1Db>) -> ApiResult {
     let body: PutSubjects = parse_json(&json_body(req).await?)?;
     validate_put_subjects(&body, &jobs::check_payload)?;
-    let n = store.upsert_subjects(&body.subjects, clock::now_ms()).await?;
+    let n = store
+        .upsert_subjects(&body.subjects, clock::now_ms())
+        .await?;
     Ok((200, json!({ "upserted": n })))
 }
 
@@ -205,8 +244,13 @@ fn subject_json(s: &SubjectRow) -> Value {
 async fn list_subjects(store: &Store<D1Db>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
     let rows = store.list_subjects(&q.after, q.limit).await?;
-    let next = (rows.len() as i64 == q.limit).then(|| rows.last().map(|r| r.id.clone())).flatten();
-    Ok((200, json!({ "subjects": rows.iter().map(subject_json).collect::<Vec<_>>(), "next_after": next })))
+    let next = (rows.len() as i64 == q.limit)
+        .then(|| rows.last().map(|r| r.id.clone()))
+        .flatten();
+    Ok((
+        200,
+        json!({ "subjects": rows.iter().map(subject_json).collect::<Vec<_>>(), "next_after": next }),
+    ))
 }
 
 async fn delete_subject(store: &Store<D1Db>, id: &str) -> ApiResult {
@@ -218,7 +262,12 @@ async fn delete_subject(store: &Store<D1Db>, id: &str) -> ApiResult {
     }
 }
 
-async fn create_batch(req: &mut Request, store: &Store<D1Db>, cfg: &Config, query: &[(String, String)]) -> ApiResult {
+async fn create_batch(
+    req: &mut Request,
+    store: &Store<D1Db>,
+    cfg: &Config,
+    query: &[(String, String)],
+) -> ApiResult {
     no_query(query)?;
     let body: CreateBatchBody = parse_json(&json_body(req).await?)?;
     let request = validate_create_batch(body, &jobs::check_payload)?;
@@ -229,14 +278,24 @@ async fn create_batch(req: &mut Request, store: &Store<D1Db>, cfg: &Config, quer
     };
     let key = key.unwrap_or_else(|| format!("adhoc:{id}"));
     let created = store
-        .create_batch(&id, &key, clock::now_ms(), cfg.settings.max_attempts, source)
+        .create_batch(
+            &id,
+            &key,
+            clock::now_ms(),
+            cfg.settings.max_attempts,
+            source,
+        )
         .await?;
     let (status, row) = match created {
         Created::New(row) => (201, row),
         Created::Existing(row) => (200, row),
     };
     log::event(
-        if status == 201 { "batch_created" } else { "batch_exists" },
+        if status == 201 {
+            "batch_created"
+        } else {
+            "batch_exists"
+        },
         json!({ "batch_id": row.id, "key": row.key, "total": row.total }),
     );
     Ok((status, to_json(&BatchProgress::from_row(&row))))
@@ -245,7 +304,10 @@ async fn create_batch(req: &mut Request, store: &Store<D1Db>, cfg: &Config, quer
 async fn list_batches(store: &Store<D1Db>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
     if !q.after.is_empty() {
-        return Err(ApiError::bad_request("invalid_query", "batches are not paged by \"after\"; use limit"));
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "batches are not paged by \"after\"; use limit",
+        ));
     }
     let rows = store.list_batches(q.limit).await?;
     let batches: Vec<BatchProgress> = rows.iter().map(BatchProgress::from_row).collect();
@@ -280,15 +342,25 @@ async fn list_items(store: &Store<D1Db>, id: &str, query: &[(String, String)]) -
     if store.get_batch(id).await?.is_none() {
         return Err(ApiError::NotFound(format!("batch {id:?}")));
     }
-    let rows = store.list_batch_items(id, &q.after, q.status, q.limit).await?;
-    let next = (rows.len() as i64 == q.limit).then(|| rows.last().map(|r| r.subject_id.clone())).flatten();
-    Ok((200, json!({ "items": rows.iter().map(item_json).collect::<Vec<_>>(), "next_after": next })))
+    let rows = store
+        .list_batch_items(id, &q.after, q.status, q.limit)
+        .await?;
+    let next = (rows.len() as i64 == q.limit)
+        .then(|| rows.last().map(|r| r.subject_id.clone()))
+        .flatten();
+    Ok((
+        200,
+        json!({ "items": rows.iter().map(item_json).collect::<Vec<_>>(), "next_after": next }),
+    ))
 }
 
 async fn list_invocations(store: &Store<D1Db>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
     if !q.after.is_empty() {
-        return Err(ApiError::bad_request("invalid_query", "invocations are not paged by \"after\"; use limit"));
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "invocations are not paged by \"after\"; use limit",
+        ));
     }
     let mut rows = store.list_invocations(q.limit).await?;
     for row in &mut rows {

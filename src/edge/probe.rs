@@ -31,7 +31,10 @@ fn default_concurrency() -> i64 {
 
 pub fn validate(req: &ProbeRequest) -> Result<(), ApiError> {
     if !(1..=MAX_CALLS).contains(&req.calls) {
-        return Err(ApiError::bad_request("invalid_probe", format!("calls must be 1 to {MAX_CALLS}")));
+        return Err(ApiError::bad_request(
+            "invalid_probe",
+            format!("calls must be 1 to {MAX_CALLS}"),
+        ));
     }
     if !(1..=MAX_CONCURRENCY).contains(&req.concurrency) {
         return Err(ApiError::bad_request(
@@ -43,7 +46,10 @@ pub fn validate(req: &ProbeRequest) -> Result<(), ApiError> {
 }
 
 async fn call(service: &Fetcher) -> Result<(), String> {
-    match service.fetch("https://cron-fanout.internal/health", None).await {
+    match service
+        .fetch("https://cron-fanout.internal/health", None)
+        .await
+    {
         Ok(r) if r.status_code() == 200 => Ok(()),
         Ok(r) => Err(format!("HTTP {}", r.status_code())),
         Err(e) => Err(e.to_string()),
@@ -51,7 +57,9 @@ async fn call(service: &Fetcher) -> Result<(), String> {
 }
 
 pub async fn run(env: &Env, req: &ProbeRequest) -> Result<Value, ApiError> {
-    let service = env.service("SELF").map_err(|e| ApiError::Internal(format!("binding SELF: {e}")))?;
+    let service = env
+        .service("SELF")
+        .map_err(|e| ApiError::Internal(format!("binding SELF: {e}")))?;
     let started = clock::now_ms();
     let results: Vec<(i64, Result<(), String>)> = stream::iter(0..req.calls)
         .map(|i| {

@@ -16,7 +16,11 @@ pub const SIGNATURE_HEADER: &str = "Fanout-Dispatch-Signature";
 
 /// Run `item`'s job, giving up after `timeout_ms` (a transient failure). The
 /// abort signal also cancels the job's own fetches.
-pub async fn run_with_timeout(item: &ClaimedItem, webhook_secret: &str, timeout_ms: i64) -> Outcome {
+pub async fn run_with_timeout(
+    item: &ClaimedItem,
+    webhook_secret: &str,
+    timeout_ms: i64,
+) -> Outcome {
     let Some(job) = jobs::find(&item.kind) else {
         return Outcome::Fail(format!("unknown job kind {:?}", item.kind));
     };
@@ -44,8 +48,12 @@ pub async fn run_with_timeout(item: &ClaimedItem, webhook_secret: &str, timeout_
 pub async fn handle(body: &[u8], req: &Request, cfg: &Config) -> Result<Outcome, ApiError> {
     let header = req.headers().get(SIGNATURE_HEADER).ok().flatten();
     let now_secs = clock::now_ms() / 1_000;
-    if let Err(reason) = signature::verify(&cfg.dispatch_secret, header.as_deref(), now_secs, body) {
-        log::error("dispatch_rejected", serde_json::json!({ "reason": format!("{reason:?}") }));
+    if let Err(reason) = signature::verify(&cfg.dispatch_secret, header.as_deref(), now_secs, body)
+    {
+        log::error(
+            "dispatch_rejected",
+            serde_json::json!({ "reason": format!("{reason:?}") }),
+        );
         return Err(ApiError::Unauthorized);
     }
     let item: ClaimedItem = parse_json(body)?;

@@ -50,14 +50,21 @@ pub fn check_payload(kind: &str, payload: &Value) -> Result<(), String> {
         Some(job) => job.validate(payload),
         None => {
             let known: Vec<&str> = REGISTRY.iter().map(|k| k.name()).collect();
-            Err(format!("unknown kind {kind:?}; known kinds: {}", known.join(", ")))
+            Err(format!(
+                "unknown kind {kind:?}; known kinds: {}",
+                known.join(", ")
+            ))
         }
     }
 }
 
 /// The largest per-run subrequest cost of any kind (inline budget planning).
 pub fn max_subrequests_per_run() -> i64 {
-    REGISTRY.iter().map(|k| k.subrequests_per_run()).max().unwrap_or(1)
+    REGISTRY
+        .iter()
+        .map(|k| k.subrequests_per_run())
+        .max()
+        .unwrap_or(1)
 }
 
 #[cfg(test)]

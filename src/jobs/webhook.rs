@@ -30,8 +30,9 @@ pub struct Delivery<'a> {
 }
 
 pub fn parse_payload(payload: &Value) -> Result<WebhookPayload, String> {
-    let p: WebhookPayload = serde_json::from_value(payload.clone())
-        .map_err(|e| format!("webhook payload must be {{\"url\": \"http(s)://...\", \"data\": <any>}}: {e}"))?;
+    let p: WebhookPayload = serde_json::from_value(payload.clone()).map_err(|e| {
+        format!("webhook payload must be {{\"url\": \"http(s)://...\", \"data\": <any>}}: {e}")
+    })?;
     let rest = p
         .url
         .strip_prefix("https://")
@@ -39,7 +40,10 @@ pub fn parse_payload(payload: &Value) -> Result<WebhookPayload, String> {
         .ok_or_else(|| format!("url must start with http:// or https://, got {:?}", p.url))?;
     let host = rest.split(['/', '?', '#']).next().unwrap_or("");
     if host.is_empty() || p.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("url {:?} has no host or contains whitespace", p.url));
+        return Err(format!(
+            "url {:?} has no host or contains whitespace",
+            p.url
+        ));
     }
     if p.url.len() > 2_048 {
         return Err("url must be at most 2048 bytes".into());

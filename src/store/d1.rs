@@ -54,7 +54,11 @@ fn d1_error(e: worker::Error) -> StoreError {
 }
 
 impl Db for D1Db {
-    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>> {
+    async fn query<T: DeserializeOwned>(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> StoreResult<Vec<T>> {
         let stmt = self.prepare(sql, &params)?;
         let result = stmt.all().await;
         // A failed call still went out: it counts against the budget.

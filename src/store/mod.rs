@@ -77,7 +77,11 @@ pub struct Usage {
 #[allow(async_fn_in_trait)]
 pub trait Db {
     /// Run one statement and decode its rows (including `RETURNING` rows).
-    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>>;
+    async fn query<T: DeserializeOwned>(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> StoreResult<Vec<T>>;
     /// Run statements as one transaction: all or nothing.
     async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()>;
     fn usage(&self) -> Usage;
@@ -144,7 +148,12 @@ impl<D: Db> Store<D> {
                 for chunk in items.chunks(ITEMS_PER_STATEMENT) {
                     statements.push((
                         sql::ENQUEUE_ITEMS,
-                        vec![id.into(), max_attempts.into(), now.into(), items_json(chunk).into()],
+                        vec![
+                            id.into(),
+                            max_attempts.into(),
+                            now.into(),
+                            items_json(chunk).into(),
+                        ],
                     ));
                 }
             }
@@ -163,7 +172,11 @@ impl<D: Db> Store<D> {
     }
 
     pub async fn batch_by_key(&self, key: &str) -> StoreResult<Option<BatchRow>> {
-        Ok(self.db.query(sql::GET_BATCH_BY_KEY, vec![key.into()]).await?.pop())
+        Ok(self
+            .db
+            .query(sql::GET_BATCH_BY_KEY, vec![key.into()])
+            .await?
+            .pop())
     }
 
     pub async fn get_batch(&self, id: &str) -> StoreResult<Option<BatchRow>> {
@@ -185,7 +198,12 @@ impl<D: Db> Store<D> {
         self.db
             .query(
                 sql::CLAIM_DUE_ITEMS,
-                vec![now.into(), limit.into(), token_prefix.into(), lease_expires_at.into()],
+                vec![
+                    now.into(),
+                    limit.into(),
+                    token_prefix.into(),
+                    lease_expires_at.into(),
+                ],
             )
             .await
     }
@@ -198,7 +216,10 @@ impl<D: Db> Store<D> {
         }
         let rows: Vec<Id<i64>> = self
             .db
-            .query(sql::COMMIT_OUTCOMES, vec![transitions_json(transitions).into()])
+            .query(
+                sql::COMMIT_OUTCOMES,
+                vec![transitions_json(transitions).into()],
+            )
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
@@ -252,7 +273,9 @@ impl<D: Db> Store<D> {
     }
 
     pub async fn list_subjects(&self, after: &str, limit: i64) -> StoreResult<Vec<SubjectRow>> {
-        self.db.query(sql::LIST_SUBJECTS, vec![after.into(), limit.into()]).await
+        self.db
+            .query(sql::LIST_SUBJECTS, vec![after.into(), limit.into()])
+            .await
     }
 
     /// Returns whether the subject existed.
@@ -269,7 +292,10 @@ impl<D: Db> Store<D> {
     }
 
     pub async fn list_invocations(&self, limit: i64) -> StoreResult<Vec<Value>> {
-        let mut rows: Vec<Value> = self.db.query(sql::LIST_INVOCATIONS, vec![limit.into()]).await?;
+        let mut rows: Vec<Value> = self
+            .db
+            .query(sql::LIST_INVOCATIONS, vec![limit.into()])
+            .await?;
         // batch_ids is stored as JSON text; hand it back as an array.
         for row in &mut rows {
             if let Some(ids) = row.get_mut("batch_ids") {

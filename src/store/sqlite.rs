@@ -70,7 +70,11 @@ impl SqliteDb {
         self.usage.set(u);
     }
 
-    fn run<T: DeserializeOwned>(conn: &Connection, sql: &str, params: &[Param]) -> StoreResult<Vec<T>> {
+    fn run<T: DeserializeOwned>(
+        conn: &Connection,
+        sql: &str,
+        params: &[Param],
+    ) -> StoreResult<Vec<T>> {
         let mut stmt = conn.prepare(sql).map_err(err)?;
         let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
         let mut rows = stmt
@@ -85,7 +89,9 @@ impl SqliteDb {
                     ValueRef::Integer(n) => Value::from(n),
                     ValueRef::Real(f) => Value::from(f),
                     ValueRef::Text(t) => Value::from(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(_) => return Err(StoreError("blob columns are not used".into())),
+                    ValueRef::Blob(_) => {
+                        return Err(StoreError("blob columns are not used".into()))
+                    }
                 };
                 obj.insert(name.clone(), v);
             }
@@ -96,12 +102,17 @@ impl SqliteDb {
 
     /// Rows changed by the last statement, as D1's `rows_written` approximates it.
     fn total_changes(conn: &Connection) -> i64 {
-        conn.query_row("SELECT total_changes()", [], |r| r.get(0)).unwrap_or(0)
+        conn.query_row("SELECT total_changes()", [], |r| r.get(0))
+            .unwrap_or(0)
     }
 }
 
 impl Db for SqliteDb {
-    async fn query<T: DeserializeOwned>(&self, sql: &str, params: Vec<Param>) -> StoreResult<Vec<T>> {
+    async fn query<T: DeserializeOwned>(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> StoreResult<Vec<T>> {
         let conn = self.conn.borrow();
         let before = Self::total_changes(&conn);
         let out = Self::run(&conn, sql, &params)?;
