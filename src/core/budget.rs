@@ -57,6 +57,12 @@ impl Budget {
         self.limit - self.used
     }
 
+    /// Give back part of an earlier `spend` that was not used (a claim that came
+    /// back with fewer rows than it paid for).
+    pub fn refund(&mut self, n: i64) {
+        self.used -= n.clamp(0, self.used);
+    }
+
     pub fn spend(&mut self, n: i64) -> Result<(), OverBudget> {
         if n > self.remaining() {
             return Err(OverBudget {
@@ -218,6 +224,18 @@ mod tests {
         assert_eq!(b.used(), 2);
         assert!(b.spend(1).is_ok());
         assert_eq!(b.remaining(), 0);
+    }
+
+    #[test]
+    fn refund_returns_unused_spending_but_never_below_zero() {
+        let mut b = Budget::new(10);
+        b.spend(8).unwrap();
+        b.refund(3);
+        assert_eq!(b.used(), 5);
+        b.refund(50);
+        assert_eq!(b.used(), 0);
+        b.refund(-4);
+        assert_eq!(b.used(), 0);
     }
 
     #[test]

@@ -233,9 +233,10 @@ impl<'a> Drain<'a> {
                 let Some(item) = queue.pop_front() else { break };
                 in_flight.push(Box::pin(execute(self.cfg, self.self_service, item)));
             }
-            // Outcomes of items still waiting to be committed by a running flush
-            // were paid for when that flush started.
-            let unfinished = (in_flight.len() + queue.len()) as i64;
+            // Claimed (or being claimed) items without an outcome yet; outcomes inside
+            // a running flush were paid for when that flush started.
+            let claiming_k = claiming.as_ref().map_or(0, |(k, _)| *k);
+            let unfinished = (in_flight.len() + queue.len()) as i64 + claiming_k;
             if claiming.is_none() && stop.is_none() {
                 let state = DrainState {
                     in_flight: in_flight.len() as i64,
@@ -246,7 +247,11 @@ impl<'a> Drain<'a> {
                 };
                 match next_claim(budget, limits, state) {
                     NextClaim::Take(k) => {
-                        budget.spend(1).map_err(|e| e.to_string())?;
+                        // Pay for the statement and every item it may return now, so a
+                        // flush that runs while the claim is out cannot spend it.
+                        budget
+                            .spend(1 + k * limits.per_item_cost)
+                            .map_err(|e| e.to_string())?;
                         let now = clock::now_ms();
                         let token = clock::random_id();
                         let store = self.store;
@@ -307,17 +312,17 @@ impl<'a> Drain<'a> {
                     let (asked, _) = claiming.take().expect("a claim was running");
                     match result {
                         Ok(items) => {
-                            drained = (items.len() as i64) < asked;
-                            tally.claimed += items.len() as i64;
+                            let got = items.len() as i64;
+                            drained = got < asked;
+                            budget.refund((asked - got) * limits.per_item_cost);
+                            tally.claimed += got;
                             for item in items {
-                                budget
-                                    .spend(limits.per_item_cost)
-                                    .map_err(|e| e.to_string())?;
                                 tally.batch_ids.insert(item.batch_id.clone());
                                 queue.push_back(item);
                             }
                         }
                         Err(e) => {
+                            budget.refund(asked * limits.per_item_cost);
                             // Stop claiming but still commit what is running.
                             failure = Some(format!("claim: {e}"));
                             stop = Some(StopReason::Error);
