@@ -9,7 +9,7 @@
 //! Nothing here sleeps for a fixed time to "let it start": readiness is
 //! `GET /health` answering 200, and exit is the process group being empty.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -245,20 +245,18 @@ impl Runtime {
 
     /// SIGTERM to the whole process group, SIGKILL after a bounded grace period.
     pub async fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return Ok(());
         };
-        let pgid = child.id() as libc::pid_t;
-        signal_group(pgid, libc::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while !group_gone(&mut child, pgid) {
-            if Instant::now() >= deadline {
-                signal_group(pgid, libc::SIGKILL);
-                wait_group_blocking(&mut child, pgid);
-                bail!("wrangler dev ignored SIGTERM for {STOP_GRACE:?}; killed it");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // The wait polls every 50 ms for at most STOP_GRACE; keep it off the
+        // async workers' threads.
+        let graceful = tokio::task::spawn_blocking(move || terminate_group(child))
+            .await
+            .context("waiting for wrangler dev to stop")?;
+        ensure!(
+            graceful,
+            "wrangler dev ignored SIGTERM for {STOP_GRACE:?}; killed it"
+        );
         Ok(())
     }
 
@@ -283,20 +281,28 @@ impl Drop for Runtime {
     /// Runs on normal exit, on errors, on panics and when Ctrl-C cancels the
     /// command's future, so no wrangler/workerd outlives the CLI.
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pgid = child.id() as libc::pid_t;
-            signal_group(pgid, libc::SIGTERM);
-            let deadline = Instant::now() + STOP_GRACE;
-            while !group_gone(&mut child, pgid) {
-                if Instant::now() >= deadline {
-                    signal_group(pgid, libc::SIGKILL);
-                    wait_group_blocking(&mut child, pgid);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        if let Some(child) = self.child.take() {
+            terminate_group(child);
         }
     }
+}
+
+/// SIGTERM to the child's process group, then SIGKILL if it is not gone after
+/// STOP_GRACE. Returns whether it stopped on SIGTERM. Blocks until the whole
+/// group is gone.
+fn terminate_group(mut child: Child) -> bool {
+    let pgid = child.id() as libc::pid_t;
+    signal_group(pgid, libc::SIGTERM);
+    let deadline = Instant::now() + STOP_GRACE;
+    while !group_gone(&mut child, pgid) {
+        if Instant::now() >= deadline {
+            signal_group(pgid, libc::SIGKILL);
+            wait_group_blocking(&mut child, pgid);
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
 }
 
 fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
