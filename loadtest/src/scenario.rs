@@ -55,16 +55,16 @@ pub struct Spec {
     pub poison_share: f64,
 }
 
-/// Dispatch grace the Worker adds to JOB_TIMEOUT_MS, and the wind-down it keeps
-/// (src/core/settings.rs): the smallest lease it accepts follows from them.
-const DISPATCH_GRACE_MS: u64 = 2_000;
-const WIND_DOWN_MS: u64 = 1_000;
-
-/// The smallest LEASE_SECONDS the Worker accepts for `job_timeout_ms`
-/// (two calls of timeout + grace, plus the wind-down), plus one second of
-/// slack for a loaded machine.
-pub fn min_lease_seconds(job_timeout_ms: u64) -> u64 {
-    (2 * (job_timeout_ms + DISPATCH_GRACE_MS) + WIND_DOWN_MS).div_ceil(1000) + 1
+/// The smallest LEASE_SECONDS the Worker accepts for these settings (the
+/// Worker's own rule, `core::budget::min_lease_ms`), plus one second of slack for
+/// a loaded machine.
+pub fn min_lease_seconds(job_timeout_ms: u64, claim_chunk: u64, concurrency: u64) -> u64 {
+    let ms = cron_fanout::core::budget::min_lease_ms(
+        job_timeout_ms as i64,
+        claim_chunk as i64,
+        concurrency as i64,
+    );
+    (ms as u64).div_ceil(1000) + 1
 }
 
 impl Spec {
@@ -113,11 +113,13 @@ impl Spec {
         s.insert("JOB_TIMEOUT_MS".into(), job_timeout.to_string());
         s.extend(overrides.iter().cloned());
         if !overrides.iter().any(|(k, _)| k == "LEASE_SECONDS") {
-            let timeout = s["JOB_TIMEOUT_MS"].parse().unwrap_or(job_timeout);
-            s.insert(
-                "LEASE_SECONDS".into(),
-                min_lease_seconds(timeout).to_string(),
+            let get = |k: &str, default: u64| s[k].parse().unwrap_or(default);
+            let lease = min_lease_seconds(
+                get("JOB_TIMEOUT_MS", job_timeout),
+                get("CLAIM_CHUNK", 50),
+                get("DISPATCH_CONCURRENCY", 25),
             );
+            s.insert("LEASE_SECONDS".into(), lease.to_string());
         }
         s
     }
@@ -171,16 +173,19 @@ mod tests {
     #[test]
     fn lease_is_the_workers_minimum_plus_slack() {
         // e2e's settings: 1 s timeout -> the Worker's 7 s minimum, 8 with slack.
-        assert_eq!(min_lease_seconds(1_000), 8);
-        assert_eq!(min_lease_seconds(10_000), 26);
-        assert_eq!(min_lease_seconds(10_100), 27);
+        // 3 calls of (timeout + 2 s) + 1 s, rounded up, + 1 s of slack.
+        assert_eq!(min_lease_seconds(1_000, 50, 25), 11);
+        assert_eq!(min_lease_seconds(10_000, 50, 25), 38);
+        assert_eq!(min_lease_seconds(10_100, 50, 25), 39);
+        // A chunk no larger than the window queues one call's worth: 2 calls.
+        assert_eq!(min_lease_seconds(1_000, 25, 25), 8);
     }
 
     #[test]
     fn settings_follow_scenario_and_overrides() {
         let crash = spec(Scenario::Crash).settings(&[]);
         assert_eq!(crash["JOB_TIMEOUT_MS"], "1000");
-        assert_eq!(crash["LEASE_SECONDS"], "8");
+        assert_eq!(crash["LEASE_SECONDS"], "11");
         let mut slow = spec(Scenario::Latency);
         slow.latency_ms = 5_000;
         assert_eq!(slow.settings(&[])["JOB_TIMEOUT_MS"], "20000");
@@ -189,7 +194,7 @@ mod tests {
             .settings(&[o("JOB_TIMEOUT_MS", "3000"), o("DISPATCH_MODE", "inline")]);
         assert_eq!(
             (s["LEASE_SECONDS"].as_str(), s["DISPATCH_MODE"].as_str()),
-            ("12", "inline")
+            ("17", "inline")
         );
         let s = spec(Scenario::Happy).settings(&[o("LEASE_SECONDS", "300")]);
         assert_eq!(s["LEASE_SECONDS"], "300");

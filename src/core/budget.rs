@@ -137,30 +137,44 @@ pub enum NextClaim {
     Stop(StopReason),
 }
 
-/// Decide the next claim. Claims run one window ahead: up to `concurrency` items
-/// may wait for a slot, so a claim takes a full chunk instead of the few slots that
-/// just freed. A waiting item starts within one call time (some running call ends
-/// by then), so its lease must cover two call times; settings enforce that.
+/// Call times an item may spend between its claim and its outcome: it waits
+/// behind at most `claim_chunk` queued items — `concurrency` slots each free up
+/// within one call time, so that takes ⌈chunk / concurrency⌉ call times — then runs
+/// for one. Leases and the claim deadline are sized from this.
+pub fn call_rounds(claim_chunk: i64, concurrency: i64) -> i64 {
+    (claim_chunk + concurrency - 1) / concurrency.max(1) + 1
+}
+
+/// The shortest lease that can never expire under a live item (see `call_rounds`),
+/// including the wait for its group commit.
+pub fn min_lease_ms(job_timeout_ms: i64, claim_chunk: i64, concurrency: i64) -> i64 {
+    call_rounds(claim_chunk, concurrency) * (job_timeout_ms + DISPATCH_GRACE_MS) + WIND_DOWN_MS
+}
+
+/// Decide the next claim. Claims run up to a chunk ahead of the window: as soon as
+/// half a chunk fits (running + queued ≤ concurrency + chunk), so the window never
+/// runs dry while a claim is on its D1 round trip, and each claim takes many rows.
+/// Measured: claiming only once the queue was empty left the window under-full
+/// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks.md).
 pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
     }
-    // A claimed item may wait one call time and then run one; it must end before
-    // the deadline.
+    // An item claimed now must be able to wait, run and be committed before the
+    // deadline.
     let call_ms = limits.job_timeout_ms + DISPATCH_GRACE_MS;
-    let latest_claim = limits.deadline_ms - 2 * call_ms - WIND_DOWN_MS;
+    let latest_claim = limits.deadline_ms
+        - call_rounds(limits.claim_chunk, limits.concurrency) * call_ms
+        - WIND_DOWN_MS;
     if state.elapsed_ms >= latest_claim {
         return NextClaim::Stop(StopReason::Deadline);
     }
-    if state.queued > 0 {
-        return NextClaim::Hold;
-    }
-    let capacity = 2 * limits.concurrency;
-    let free = capacity - state.in_flight;
-    // Refill in chunks of at least half: claiming one item per freed slot would cost
-    // one statement per item, the very cost we amortise.
-    let refill_at = (capacity.min(limits.claim_chunk) / 2).max(1);
-    if state.in_flight > 0 && free < refill_at {
+    let capacity = limits.concurrency + limits.claim_chunk;
+    let free = capacity - state.in_flight - state.queued;
+    // Claim at least half a chunk at a time: claiming one item per freed slot
+    // would cost one statement per item, the very cost we amortise.
+    let refill_at = (limits.claim_chunk / 2).max(1);
+    if free < refill_at {
         return NextClaim::Hold;
     }
     let outstanding = state.in_flight + state.queued + state.buffered;
@@ -247,31 +261,40 @@ mod tests {
     }
 
     #[test]
-    fn first_claim_takes_a_full_chunk_one_window_ahead() {
+    fn first_claim_takes_a_full_chunk() {
         let b = Budget::new(10_000);
         assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(50));
-        let narrow = DrainLimits {
-            concurrency: 10,
+        let small_chunk = DrainLimits {
+            claim_chunk: 10,
             ..LIMITS
         };
-        assert_eq!(next_claim(&b, narrow, state(0, 0)), NextClaim::Take(20));
+        assert_eq!(
+            next_claim(&b, small_chunk, state(0, 0)),
+            NextClaim::Take(10)
+        );
     }
 
     #[test]
-    fn holds_while_claimed_items_wait_for_a_slot() {
+    fn claims_ahead_while_half_a_chunk_fits() {
         let b = Budget::new(10_000);
+        // Capacity 75 (window 25 + chunk 50); refill once 25 fit.
         let mut s = state(25, 0);
-        s.queued = 1;
+        s.queued = 26;
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Hold);
+        s.queued = 25;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(25));
+        s.queued = 0;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
     }
 
     #[test]
-    fn refills_when_half_the_capacity_is_free() {
-        let b = Budget::new(10_000);
-        // Capacity 50 (window 25 + 25 ahead); refill once 25 are free.
-        assert_eq!(next_claim(&b, LIMITS, state(26, 0)), NextClaim::Hold);
-        assert_eq!(next_claim(&b, LIMITS, state(25, 0)), NextClaim::Take(25));
-        assert_eq!(next_claim(&b, LIMITS, state(3, 0)), NextClaim::Take(47));
+    fn call_rounds_and_lease_follow_the_queue_depth() {
+        assert_eq!(call_rounds(50, 25), 3);
+        assert_eq!(call_rounds(25, 25), 2);
+        assert_eq!(call_rounds(26, 25), 3);
+        assert_eq!(call_rounds(1, 100), 2);
+        // Defaults: 3 × (10 s + 2 s) + 1 s.
+        assert_eq!(min_lease_ms(10_000, 50, 25), 37_000);
     }
 
     #[test]
@@ -333,7 +356,7 @@ mod tests {
     fn stops_claiming_when_a_call_could_outlive_the_deadline() {
         let b = Budget::new(10_000);
         let latest =
-            LIMITS.deadline_ms - 2 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
+            LIMITS.deadline_ms - 3 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
         let mut s = state(0, 0);
         s.elapsed_ms = latest - 1;
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));

@@ -1,6 +1,7 @@
 //! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
 //! loudly with a message naming the variable, never fall back silently.
 
+use super::budget::{call_rounds, min_lease_ms, WIND_DOWN_MS};
 use super::retry::RetryPolicy;
 
 /// How the drain runs a claimed item.
@@ -110,17 +111,23 @@ impl Settings {
 
     fn validate(&self) -> Result<(), String> {
         // A lease that can expire while its job may still legitimately run would let
-        // the reaper hand the item to a second runner. A claimed item may wait one
-        // call time for a slot, run one, and wait for its group commit.
-        let call_ms = self.job_timeout_ms + DISPATCH_GRACE_MS;
-        let min_lease = 2 * call_ms + super::budget::WIND_DOWN_MS;
+        // the reaper hand the item to a second runner. A claimed item may wait for a
+        // slot, run, and wait for its group commit (budget::call_rounds).
+        let min_lease = min_lease_ms(
+            self.job_timeout_ms,
+            self.claim_chunk,
+            self.dispatch_concurrency,
+        );
         if self.lease_ms < min_lease {
             return Err(format!(
-                "LEASE_SECONDS ({}s) must cover two calls of JOB_TIMEOUT_MS ({} ms) + {} ms dispatch grace, plus {} ms to commit: at least {} ms",
+                "LEASE_SECONDS ({}s) must cover {} calls of JOB_TIMEOUT_MS ({} ms) + {} ms dispatch grace (CLAIM_CHUNK {} queued behind DISPATCH_CONCURRENCY {}), plus {} ms to commit: at least {} ms",
                 self.lease_ms / 1_000,
+                call_rounds(self.claim_chunk, self.dispatch_concurrency),
                 self.job_timeout_ms,
                 DISPATCH_GRACE_MS,
-                super::budget::WIND_DOWN_MS,
+                self.claim_chunk,
+                self.dispatch_concurrency,
+                WIND_DOWN_MS,
                 min_lease
             ));
         }
@@ -131,10 +138,10 @@ impl Settings {
             ));
         }
         // The deadline must leave room to claim once and let those items finish.
-        let min_deadline = 2 * call_ms + super::budget::WIND_DOWN_MS;
+        let min_deadline = min_lease;
         if self.invocation_deadline_ms <= min_deadline {
             return Err(format!(
-                "INVOCATION_DEADLINE_MS ({}) must exceed twice JOB_TIMEOUT_MS plus grace and wind-down ({} ms)",
+                "INVOCATION_DEADLINE_MS ({}) must exceed the time a claimed item may take to finish ({} ms, see LEASE_SECONDS)",
                 self.invocation_deadline_ms, min_deadline
             ));
         }
@@ -179,21 +186,24 @@ mod tests {
     fn overrides_are_applied() {
         let s = parse(&[
             ("DISPATCH_MODE", "inline"),
-            ("LEASE_SECONDS", "7"),
+            ("LEASE_SECONDS", "10"),
             ("JOB_TIMEOUT_MS", "1000"),
         ])
         .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
-        assert_eq!(s.lease_ms, 7_000);
+        assert_eq!(s.lease_ms, 10_000);
     }
 
     #[test]
     fn lease_shorter_than_job_timeout_is_rejected() {
         let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
         assert!(err.starts_with("LEASE_SECONDS"), "{err}");
-        // Two call times and the commit: 2 × (10 s + 2 s grace) + 1 s = 25 s.
-        assert!(parse(&[("LEASE_SECONDS", "24")]).is_err());
-        assert!(parse(&[("LEASE_SECONDS", "25")]).is_ok());
+        // Three call times (chunk 50 behind 25 slots, then the run) and the commit:
+        // 3 × (10 s + 2 s grace) + 1 s = 37 s.
+        assert!(parse(&[("LEASE_SECONDS", "36")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "37")]).is_ok());
+        // A smaller chunk queues less: 2 × 12 s + 1 s = 25 s.
+        assert!(parse(&[("LEASE_SECONDS", "25"), ("CLAIM_CHUNK", "25")]).is_ok());
     }
 
     #[test]
@@ -210,7 +220,7 @@ mod tests {
 
     #[test]
     fn deadline_must_leave_room_for_a_job() {
-        let err = parse(&[("INVOCATION_DEADLINE_MS", "25000")]).unwrap_err();
+        let err = parse(&[("INVOCATION_DEADLINE_MS", "37000")]).unwrap_err();
         assert!(err.starts_with("INVOCATION_DEADLINE_MS"), "{err}");
     }
 }
