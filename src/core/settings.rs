@@ -137,12 +137,12 @@ impl Settings {
                 self.retry.max_ms, self.retry.base_ms
             ));
         }
-        // The deadline must leave room to claim once and let those items finish.
-        let min_deadline = min_lease;
-        if self.invocation_deadline_ms <= min_deadline {
+        // The deadline must leave room to claim once and let those items finish,
+        // which takes at most the minimum lease.
+        if self.invocation_deadline_ms <= min_lease {
             return Err(format!(
                 "INVOCATION_DEADLINE_MS ({}) must exceed the time a claimed item may take to finish ({} ms, see LEASE_SECONDS)",
-                self.invocation_deadline_ms, min_deadline
+                self.invocation_deadline_ms, min_lease
             ));
         }
         Ok(())

@@ -1,5 +1,5 @@
-//! Settings and secrets read from the Worker's environment, validated on every
-//! invocation (cheap) so a bad deploy fails loudly on its first request or tick.
+//! Settings and secrets read from the Worker's environment and validated once per
+//! isolate, so a bad deploy fails loudly on its first request or tick.
 
 use std::rc::Rc;
 

@@ -15,7 +15,7 @@ use worker::{Delay, Env, Fetcher, Request, ScheduledEvent};
 
 use super::config::Config;
 use super::run::{run_with_timeout, SIGNATURE_HEADER};
-use super::{clock, log};
+use super::{clock, log, SELF_ORIGIN};
 use crate::core::budget::{
     may_flush, next_claim, Budget, DrainLimits, DrainState, NextClaim, StopReason, FLUSH_MAX_ROWS,
 };
@@ -387,25 +387,29 @@ impl<'a> Drain<'a> {
     /// never overwritten.
     fn account(&self, rows: &[(ClaimedItem, Transition)], applied: &[i64], tally: &mut Tally) {
         let applied: BTreeSet<i64> = applied.iter().copied().collect();
-        for (item, t) in rows {
-            let ids = json!({
+        // Log lines are built only for the items that get one: completions are the
+        // hot path and log nothing.
+        let ids = |item: &ClaimedItem| {
+            json!({
                 "batch_id": item.batch_id, "item_id": item.item_id, "subject_id": item.subject_id,
                 "attempt": item.attempt,
-            });
+            })
+        };
+        for (item, t) in rows {
             if !applied.contains(&item.item_id) {
                 tally.lost_leases += 1;
-                log::event("lease_lost", ids);
+                log::event("lease_lost", ids(item));
                 continue;
             }
             match t.status {
                 ItemStatus::Completed => tally.completed += 1,
                 ItemStatus::Pending => {
                     tally.retried += 1;
-                    log::event("item_retry", with(ids, "error", &t.error));
+                    log::event("item_retry", with(ids(item), "error", &t.error));
                 }
                 ItemStatus::Failed => {
                     tally.failed += 1;
-                    log::event("item_failed", with(ids, "error", &t.error));
+                    log::event("item_failed", with(ids(item), "error", &t.error));
                 }
                 ItemStatus::Processing => {}
             }
@@ -474,7 +478,7 @@ async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms:
         init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(
             limit_ms as u32,
         )));
-        web_sys::Request::new_with_str_and_init("https://cron-fanout.internal/internal/run", &init)
+        web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/run"), &init)
             .map(Request::from)
     })();
     let response = match request {

@@ -9,6 +9,10 @@ mod log;
 mod probe;
 mod run;
 
+/// Origin of calls through the `SELF` binding: a service binding ignores the host,
+/// so any fixed name works; one name keeps the dispatch and probe URLs in step.
+const SELF_ORIGIN: &str = "https://cron-fanout.internal";
+
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 
 #[event(start)]

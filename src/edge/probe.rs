@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{Env, Fetcher};
 
-use super::clock;
+use super::{clock, SELF_ORIGIN};
 use crate::core::error::ApiError;
 
 /// Upper bounds that keep a probe from becoming a load test by accident.
@@ -46,10 +46,7 @@ pub fn validate(req: &ProbeRequest) -> Result<(), ApiError> {
 }
 
 async fn call(service: &Fetcher) -> Result<(), String> {
-    match service
-        .fetch("https://cron-fanout.internal/health", None)
-        .await
-    {
+    match service.fetch(format!("{SELF_ORIGIN}/health"), None).await {
         Ok(r) if r.status_code() == 200 => Ok(()),
         Ok(r) => Err(format!("HTTP {}", r.status_code())),
         Err(e) => Err(e.to_string()),
