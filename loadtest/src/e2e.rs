@@ -525,6 +525,22 @@ fn more_bad_input() -> Vec<BadInput> {
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
         ),
+        case(
+            "probe with 0 calls",
+            Method::POST,
+            "/probe",
+            Some(r#"{"calls":0}"#.into()),
+            StatusCode::BAD_REQUEST,
+            "invalid_probe",
+        ),
+        case(
+            "probe with an unknown field",
+            Method::POST,
+            "/probe",
+            Some(r#"{"calls":1,"rate":5}"#.into()),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
     ]
 }
 
