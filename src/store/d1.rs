@@ -42,9 +42,7 @@ impl D1Db {
             .map(|m| m.rows_written.unwrap_or(0) as i64)
             .sum();
         let mut u = self.usage.get();
-        u.calls += 1;
-        u.statements += statements;
-        u.rows_written += written;
+        u.add_call(statements, written);
         self.usage.set(u);
     }
 }

@@ -73,6 +73,15 @@ pub struct Usage {
     pub rows_written: i64,
 }
 
+impl Usage {
+    /// Count one database call (a `batch()` is one call of several statements).
+    pub fn add_call(&mut self, statements: i64, rows_written: i64) {
+        self.calls += 1;
+        self.statements += statements;
+        self.rows_written += rows_written;
+    }
+}
+
 /// The minimum a database must do for [`Store`].
 #[allow(async_fn_in_trait)]
 pub trait Db {

@@ -64,9 +64,7 @@ impl SqliteDb {
 
     fn count(&self, statements: i64, rows_written: i64) {
         let mut u = self.usage.get();
-        u.calls += 1;
-        u.statements += statements;
-        u.rows_written += rows_written;
+        u.add_call(statements, rows_written);
         self.usage.set(u);
     }
 
