@@ -119,8 +119,11 @@ async fn route(req: &mut Request, env: &Env) -> Result<Reply, ApiError> {
     }
     let cfg = Config::get(env).map_err(ApiError::Misconfigured)?;
     if segs == ["internal", "run"] {
-        let body = read_body(req).await?;
-        return Ok(Reply::Outcome(run::handle(&body, req, &cfg).await?));
+        let item = match req.headers().get(dispatch::ITEM_HEADER).ok().flatten() {
+            Some(value) => dispatch::item_from_header(&value),
+            None => read_body(req).await?,
+        };
+        return Ok(Reply::Outcome(run::handle(&item, req, &cfg).await?));
     }
     authorize(req, &cfg)?;
     let store = Store::new(D1Db::new(

@@ -43,12 +43,14 @@ pub async fn run_with_timeout(
     })
 }
 
-/// `POST /internal/run`: verify the dispatcher's signature, run, answer the
-/// outcome. The child never touches D1: the dispatcher commits for it.
-pub async fn handle(body: &[u8], req: &Request, cfg: &Config) -> Result<Outcome, ApiError> {
+/// `POST /internal/run`: verify the dispatcher's signature over the item's JSON (from
+/// the `Fanout-Item` header or the body), run, answer the outcome. The child never
+/// touches D1: the dispatcher commits for it.
+pub async fn handle(item_json: &[u8], req: &Request, cfg: &Config) -> Result<Outcome, ApiError> {
     let header = req.headers().get(SIGNATURE_HEADER).ok().flatten();
     let now_secs = clock::now_ms() / 1_000;
-    if let Err(reason) = signature::verify(&cfg.dispatch_secret, header.as_deref(), now_secs, body)
+    if let Err(reason) =
+        signature::verify(&cfg.dispatch_secret, header.as_deref(), now_secs, item_json)
     {
         log::error(
             "dispatch_rejected",
@@ -56,7 +58,7 @@ pub async fn handle(body: &[u8], req: &Request, cfg: &Config) -> Result<Outcome,
         );
         return Err(ApiError::Unauthorized);
     }
-    let item: ClaimedItem = parse_json(body)?;
+    let item: ClaimedItem = parse_json(item_json)?;
     let outcome = run_with_timeout(&item, &cfg.webhook_secret, cfg.settings.job_timeout_ms).await;
     if outcome != Outcome::Done {
         log::event(
