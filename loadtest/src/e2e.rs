@@ -11,7 +11,7 @@ use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{steps, verdict};
+use crate::{sink, steps, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -178,6 +178,17 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     checks.record(
         "every delivery has a valid signature and Idempotency-Key = item_id",
         verdict::deliveries_well_formed(&refs),
+    );
+    let expected: HashMap<String, String> = subjects
+        .iter()
+        .map(|s| (s.id.clone(), sink::data_digest(&s.payload["data"])))
+        .collect();
+    checks.record(
+        &format!(
+            "every delivery carried its subject's data intact (non-ASCII in all, over 8 KiB in 1 of {}: item in a header and in the body)",
+            plan::BIG_DATA_EVERY
+        ),
+        verdict::data_intact(&expected, &refs),
     );
     let invocations = api.invocations(1000).await?;
     checks.record(

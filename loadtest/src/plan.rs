@@ -5,7 +5,7 @@ use crate::api::SubjectIn;
 use crate::faults::Faults;
 use crate::sink::SinkClient;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// How a subject's webhook behaves, and so how its item must end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,7 +66,23 @@ pub struct Planned {
     pub expect: Expect,
 }
 
+/// One subject in [`BIG_DATA_EVERY`] carries this many bytes of extra `data`.
+pub const BIG_DATA_BYTES: usize = 12 * 1024;
+pub const BIG_DATA_EVERY: usize = 100;
+
 impl Planned {
+    /// The `data` a webhook subject carries, and its delivery must carry back. Every
+    /// one has non-ASCII text; one in [`BIG_DATA_EVERY`] is over 12 KiB, so both of
+    /// the Worker's dispatch transports are exercised (the item in a header up to
+    /// 8 KiB, in the body above).
+    pub fn data(&self, n: usize) -> Value {
+        let mut data = json!({"n": n, "expect": self.expect.label(), "note": "naïve ✓ 100%"});
+        if n % BIG_DATA_EVERY == BIG_DATA_EVERY / 2 {
+            data["pad"] = json!("ü".repeat(BIG_DATA_BYTES / 2));
+        }
+        data
+    }
+
     /// The subject as `PUT /subjects` takes it, pointing at `sink`.
     pub fn subject(&self, sink: &SinkClient, n: usize) -> SubjectIn {
         SubjectIn {
@@ -74,7 +90,7 @@ impl Planned {
             kind: "webhook".into(),
             payload: json!({
                 "url": sink.hook_url(&self.id, &self.faults),
-                "data": {"n": n, "expect": self.expect.label()},
+                "data": self.data(n),
             }),
             active: true,
         }

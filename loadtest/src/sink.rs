@@ -44,6 +44,10 @@ pub struct Delivery {
     /// The body's own `subject_id`, to compare with the path's.
     pub body_subject_id: Option<String>,
     pub attempt: Option<u32>,
+    /// SHA-256 (hex) of the body's `data`, re-serialised canonically: compared with
+    /// the subject's payload to prove it arrived intact (`data_digest`).
+    #[serde(default)]
+    pub data_sha256: Option<String>,
     /// `valid`, `missing`, `malformed`, `stale` or `mismatch`.
     pub signature: String,
     /// What the sink answered; `None` while it is still sleeping, or for good when
@@ -81,9 +85,15 @@ struct Body {
     batch_id: String,
     subject_id: String,
     attempt: u32,
-    /// Required by the contract (may be null); the sink only checks it is there.
-    #[serde(rename = "data")]
-    _data: serde_json::Value,
+    /// Required by the contract (may be null); recorded as a digest.
+    data: serde_json::Value,
+}
+
+/// Digest of a delivery's `data`: SHA-256 of its canonical JSON (serde_json sorts
+/// object keys), so the same value always has the same digest.
+pub fn data_digest(data: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(data.to_string().as_bytes()))
 }
 
 #[derive(Default)]
@@ -216,6 +226,7 @@ async fn hook(
             batch_id: body.as_ref().map(|b| b.batch_id.clone()),
             body_subject_id: body.as_ref().map(|b| b.subject_id.clone()),
             attempt: body.as_ref().map(|b| b.attempt),
+            data_sha256: body.as_ref().map(|b| data_digest(&b.data)),
             signature: sig.as_str().to_string(),
             status: error.map(|(s, _)| s.as_u16()),
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

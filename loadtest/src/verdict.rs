@@ -108,6 +108,31 @@ pub fn outcomes_of_kind(
 
 /// Every delivery of the batch is signed, keyed by its item id, and names the
 /// subject its URL belongs to.
+/// Every delivery carried its subject's `data` exactly: `expected` maps subject id
+/// to the digest of the data it was given (`sink::data_digest`).
+pub fn data_intact(
+    expected: &HashMap<String, String>,
+    deliveries: &[&Delivery],
+) -> Result<(), String> {
+    let wrong: Vec<String> = deliveries
+        .iter()
+        .filter(|d| expected.get(&d.subject_id) != d.data_sha256.as_ref())
+        .map(|d| format!("seq {} ({})", d.seq, d.subject_id))
+        .collect();
+    if deliveries.is_empty() {
+        return Err("no deliveries to check".into());
+    }
+    match wrong.as_slice() {
+        [] => Ok(()),
+        _ => Err(format!(
+            "{} of {} deliveries carried other data than their subject's: {}",
+            wrong.len(),
+            deliveries.len(),
+            wrong.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
 pub fn deliveries_well_formed(deliveries: &[&Delivery]) -> Result<(), String> {
     let failures: Vec<String> = deliveries
         .iter()
@@ -357,11 +382,29 @@ mod tests {
             batch_id: Some("b".into()),
             body_subject_id: Some("s".into()),
             attempt: Some(attempt),
+            data_sha256: None,
             signature: "valid".into(),
             status: Some(200),
             received_at: "2026-01-01T00:00:00.000Z".into(),
             error: None,
         }
+    }
+
+    #[test]
+    fn data_must_arrive_intact() {
+        let mut d = delivery(1, "7", 1);
+        let want = crate::sink::data_digest(&serde_json::json!({"n": 1}));
+        let expected = HashMap::from([("s".to_string(), want.clone())]);
+        assert!(data_intact(&expected, &[&d]).is_err(), "no digest recorded");
+        d.data_sha256 = Some(want);
+        assert_eq!(data_intact(&expected, &[&d]), Ok(()));
+        d.data_sha256 = Some(crate::sink::data_digest(&serde_json::json!({"n": 2})));
+        assert!(data_intact(&expected, &[&d])
+            .unwrap_err()
+            .contains("1 of 1"));
+        d.subject_id = "unknown".into();
+        assert!(data_intact(&expected, &[&d]).is_err());
+        assert!(data_intact(&expected, &[]).is_err());
     }
 
     fn attempts(n: u32) -> Vec<Delivery> {
