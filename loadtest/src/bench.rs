@@ -3,7 +3,7 @@
 //! the cost of batch initialisation and progress reads at 100k (and, opt-in,
 //! 1M) items. Every part runs on a fresh state dir and stops its runtime.
 
-use crate::api::{Api, Probe, MAX_PAGE};
+use crate::api::{Api, Probe, MAX_PAGE, TICK_CRON};
 use crate::metrics::{self, ratio};
 use crate::plan;
 use crate::report::RunReport;
@@ -13,11 +13,13 @@ use crate::table::{num, Table};
 use crate::target::TargetArgs;
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// SELF calls made before the fan-out run, so JIT warm-up does not count against it.
 const WARM_UP_CALLS: u64 = 2_000;
+/// No-op items of the warm-up fan-out batch drained before (a) is measured.
+const WARM_UP_ITEMS: usize = 2_000;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -82,7 +84,8 @@ pub struct InitTiming {
 pub struct BenchReport {
     pub fanout: RunReport,
     pub inline: RunReport,
-    /// Raw SELF round trips at the fan-out's concurrency, then at 100.
+    /// Raw SELF round trips at the fan-out's concurrency just before (a) and just
+    /// after it (the ratio uses their mean), then at 100.
     pub probes: Vec<Probe>,
     pub ratios: Ratios,
     pub latency: LatencyBound,
@@ -122,9 +125,10 @@ impl BenchReport {
         ));
         run_row(&mut t, "(a) fanout", &self.fanout);
         run_row(&mut t, "(b) inline", &self.inline);
-        for p in &self.probes {
+        let when = ["before (a)", "after (a)", "after (a)"];
+        for (p, when) in self.probes.iter().zip(when) {
             t.row(&[
-                format!("(c) probe c={}", p.concurrency),
+                format!("(c) probe c={} {when}", p.concurrency),
                 format!("{} calls/s", num(Some(p.calls_per_second), 1)),
                 format!("{} calls, {} failed", p.calls, p.failed),
             ]);
@@ -191,12 +195,19 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     let fanout_args = with_mode(&args.target, "fanout");
     let mut target = run::open_for(&fanout_args, "bench-fanout", &noop).await?;
     let concurrency = target.setting("DISPATCH_CONCURRENCY")?;
-    // Warm the fresh isolate's SELF path first, so (a) and (c) are both measured warm:
-    // (c) runs after (a) on the same runtime.
-    eprintln!("warming up: {WARM_UP_CALLS} SELF calls ...");
+    // Warm both paths of the fresh isolate first (JIT tiers, statement caches), so
+    // (a) and (c) are both measured warm: warming only the probe's path measured (a)
+    // on a half-cold runtime and (c) on a warm one.
+    eprintln!("warming up: {WARM_UP_CALLS} SELF calls, a {WARM_UP_ITEMS}-item fan-out batch ...");
     target.api.probe(WARM_UP_CALLS, concurrency).await?;
-    let fanout = run::execute(&noop, &mut target, timeout).await?;
+    warm_up_fanout(&target.api, timeout).await?;
     let mut probes = Vec::new();
+    eprintln!(
+        "probing {} SELF calls at concurrency {concurrency} ...",
+        args.items
+    );
+    probes.push(target.api.probe(args.items as u64, concurrency).await?);
+    let fanout = run::execute(&noop, &mut target, timeout).await?;
     for c in [concurrency, 100] {
         eprintln!("probing {} SELF calls at concurrency {c} ...", args.items);
         probes.push(target.api.probe(args.items as u64, c).await?);
@@ -245,9 +256,12 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     let init = init_timings(&args, &noop).await?;
 
     let ratios = Ratios {
-        fanout_over_probe: fanout
-            .items_per_second
-            .and_then(|a| ratio(a, probes[0].calls_per_second)),
+        fanout_over_probe: fanout.items_per_second.and_then(|a| {
+            ratio(
+                a,
+                (probes[0].calls_per_second + probes[1].calls_per_second) / 2.0,
+            )
+        }),
         fanout_over_inline: fanout
             .items_per_second
             .zip(inline.items_per_second)
@@ -278,6 +292,30 @@ fn with_mode(args: &TargetArgs, mode: &str) -> TargetArgs {
 }
 
 /// A perfect sliding window of `concurrency` calls of `latency_ms` each.
+/// Drain an ad-hoc batch of no-op items with tick crons until it is finished.
+async fn warm_up_fanout(api: &Api, timeout: Duration) -> Result<()> {
+    let items: Vec<Value> = (0..WARM_UP_ITEMS)
+        .map(|i| json!({"subject_id": format!("warm-up-{i:05}"), "kind": "noop", "payload": {}}))
+        .collect();
+    let (_, batch) = api
+        .create_batch(&json!({"key": "bench-warm-up", "items": items}))
+        .await?;
+    let started = Instant::now();
+    loop {
+        api.fire_cron(TICK_CRON).await?;
+        let b = api.batch(&batch.id).await?;
+        if b.completed + b.failed == b.total {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < timeout,
+            "warm-up batch unfinished after {timeout:?}: {} of {} done",
+            b.completed + b.failed,
+            b.total
+        );
+    }
+}
+
 pub fn ideal_makespan_ms(items: u64, latency_ms: u64, concurrency: u64) -> f64 {
     items as f64 * latency_ms as f64 / concurrency.max(1) as f64
 }
