@@ -114,23 +114,20 @@ pub fn data_intact(
     expected: &HashMap<String, String>,
     deliveries: &[&Delivery],
 ) -> Result<(), String> {
-    let wrong: Vec<String> = deliveries
-        .iter()
-        .filter(|d| expected.get(&d.subject_id) != d.data_sha256.as_ref())
-        .map(|d| format!("seq {} ({})", d.seq, d.subject_id))
-        .collect();
     if deliveries.is_empty() {
         return Err("no deliveries to check".into());
     }
-    match wrong.as_slice() {
-        [] => Ok(()),
-        _ => Err(format!(
-            "{} of {} deliveries carried other data than their subject's: {}",
-            wrong.len(),
-            deliveries.len(),
-            wrong.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-        )),
-    }
+    let wrong: Vec<String> = deliveries
+        .iter()
+        .filter(|d| expected.get(&d.subject_id) != d.data_sha256.as_ref())
+        .map(|d| {
+            format!(
+                "seq {} ({}) carried other data than its subject's",
+                d.seq, d.subject_id
+            )
+        })
+        .collect();
+    summarize(wrong, deliveries.len())
 }
 
 pub fn deliveries_well_formed(deliveries: &[&Delivery]) -> Result<(), String> {
