@@ -291,7 +291,6 @@ fn with_mode(args: &TargetArgs, mode: &str) -> TargetArgs {
     a
 }
 
-/// A perfect sliding window of `concurrency` calls of `latency_ms` each.
 /// Drain an ad-hoc batch of no-op items with tick crons until it is finished.
 async fn warm_up_fanout(api: &Api, timeout: Duration) -> Result<()> {
     let items: Vec<Value> = (0..WARM_UP_ITEMS)
@@ -316,6 +315,7 @@ async fn warm_up_fanout(api: &Api, timeout: Duration) -> Result<()> {
     }
 }
 
+/// A perfect sliding window of `concurrency` calls of `latency_ms` each.
 pub fn ideal_makespan_ms(items: u64, latency_ms: u64, concurrency: u64) -> f64 {
     items as f64 * latency_ms as f64 / concurrency.max(1) as f64
 }
