@@ -219,7 +219,18 @@ impl Api {
         token: Option<&str>,
         body: Option<String>,
     ) -> Result<RawResponse> {
-        self.send(&self.http, method, path, token, body).await
+        self.send(&self.http, method, path, token, &[], body).await
+    }
+
+    /// A bodiless call with extra request headers and no token.
+    pub async fn raw_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<RawResponse> {
+        self.send(&self.http, method, path, None, headers, None)
+            .await
     }
 
     async fn send(
@@ -228,12 +239,16 @@ impl Api {
         method: Method,
         path: &str,
         token: Option<&str>,
+        headers: &[(&str, &str)],
         body: Option<String>,
     ) -> Result<RawResponse> {
         let url = format!("{}{path}", self.base);
         let mut req = client.request(method.clone(), &url);
         if let Some(token) = token {
             req = req.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         if let Some(body) = body {
             req = req.header("Content-Type", "application/json").body(body);
@@ -279,7 +294,7 @@ impl Api {
     ) -> Result<(StatusCode, T)> {
         let body = body.map(serde_json::to_string).transpose()?;
         let resp = self
-            .send(client, method.clone(), path, Some(&self.token), body)
+            .send(client, method.clone(), path, Some(&self.token), &[], body)
             .await?;
         if !resp.status.is_success() {
             bail!("{method} {path}: {} {}", resp.status, clip(&resp.body));

@@ -373,6 +373,27 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
         "unsigned POST /internal/run: 401",
         expect(unsigned, StatusCode::UNAUTHORIZED, false),
     );
+    // The same item in the Fanout-Item header, with a signature made with another
+    // secret: the header path is refused like the body path.
+    let forged_sig = crate::signature::sign(
+        b"not-the-dispatch-secret",
+        chrono::Utc::now().timestamp(),
+        run.to_string().as_bytes(),
+    );
+    let forged = api
+        .raw_with_headers(
+            Method::POST,
+            "/internal/run",
+            &[
+                ("Fanout-Item", &run.to_string()),
+                ("Fanout-Dispatch-Signature", &forged_sig),
+            ],
+        )
+        .await?;
+    checks.record(
+        "POST /internal/run with the item in a Fanout-Item header and a forged signature: 401",
+        expect(forged, StatusCode::UNAUTHORIZED, false),
+    );
     let batches_before = api.batches(1000).await?.len();
     for case in more_bad_input() {
         let r = api.admin_raw(case.method, case.path, case.body).await?;
