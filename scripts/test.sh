@@ -16,3 +16,10 @@ bash scripts/build.sh
 
 printf '\n==> end-to-end suite (loadtest e2e against wrangler dev)\n'
 cargo run -q -p loadtest -- e2e --repo .
+
+# One invocation dispatching 12,000 items well inside one 62 s dispatch limit: the
+# Worker once created a timer per dispatch and crashed at the runtime's 10,000
+# live timers (src/core/watchdog.rs). Any machine doing 161+ items/s would catch it.
+printf '\n==> regression: 12,000 items drained by one invocation (runtime timer cap)\n'
+cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
+  --var JOB_TIMEOUT_MS=60000 --var INVOCATION_DEADLINE_MS=300000

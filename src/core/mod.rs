@@ -10,3 +10,4 @@ pub mod retry;
 pub mod settings;
 pub mod signature;
 pub mod time;
+pub mod watchdog;

@@ -11,7 +11,7 @@ use futures::future::{poll_fn, LocalBoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use serde_json::{json, Value};
-use worker::{Delay, Env, Fetcher, Request, ScheduledEvent};
+use worker::{web_sys, Delay, Env, Fetcher, Request, ScheduledEvent};
 
 use super::config::Config;
 use super::run::{run_with_timeout, SIGNATURE_HEADER};
@@ -22,7 +22,7 @@ use crate::core::budget::{
 use crate::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use crate::core::retry::decide;
 use crate::core::settings::{DispatchMode, DISPATCH_GRACE_MS};
-use crate::core::{dispatch, signature, time};
+use crate::core::{dispatch, signature, time, watchdog};
 use crate::jobs;
 use crate::store::d1::D1Db;
 use crate::store::{BatchSource, Created, Store, StoreError, StoreResult};
@@ -216,6 +216,7 @@ impl<'a> Drain<'a> {
             job_timeout_ms: s.job_timeout_ms,
             deadline_ms: s.invocation_deadline_ms,
         };
+        let mut watchdog = Watchdog::new(s.job_timeout_ms + DISPATCH_GRACE_MS);
         let mut in_flight: FuturesUnordered<LocalBoxFuture<'a, (ClaimedItem, Outcome)>> =
             FuturesUnordered::new();
         let mut queue: VecDeque<ClaimedItem> = VecDeque::new();
@@ -232,7 +233,10 @@ impl<'a> Drain<'a> {
         loop {
             while (in_flight.len() as i64) < limits.concurrency {
                 let Some(item) = queue.pop_front() else { break };
-                in_flight.push(Box::pin(execute(self.cfg, self.self_service, item)));
+                let via = self
+                    .self_service
+                    .map(|service| (service, watchdog.signal(clock::now_ms())));
+                in_flight.push(Box::pin(execute(self.cfg, via, item)));
             }
             // Claimed (or being claimed) items without an outcome yet; outcomes inside
             // a running flush were paid for when that flush started.
@@ -430,25 +434,48 @@ fn log_commit_failure(rows: &[(ClaimedItem, Transition)], e: &StoreError) {
     );
 }
 
-/// Run one claimed item: through SELF (its own invocation) or inline.
+/// Abandons dispatches that outlive their limit: the platform's own
+/// `AbortSignal.timeout`, one per cohort of dispatches (`core::watchdog`). One per
+/// dispatch crashed fast drains on the runtime's cap of live timers.
+struct Watchdog {
+    limit_ms: i64,
+    current: Option<(i64, web_sys::AbortSignal)>,
+}
+
+impl Watchdog {
+    fn new(limit_ms: i64) -> Watchdog {
+        Watchdog {
+            limit_ms,
+            current: None,
+        }
+    }
+
+    fn signal(&mut self, now: i64) -> web_sys::AbortSignal {
+        match &self.current {
+            Some((created, signal)) if !watchdog::needs_new_timer(Some(*created), now) => {
+                signal.clone()
+            }
+            _ => {
+                let signal = web_sys::AbortSignal::timeout_with_u32(self.limit_ms as u32);
+                self.current = Some((now, signal.clone()));
+                signal
+            }
+        }
+    }
+}
+
+/// Run one claimed item: through SELF (its own invocation, abandoned when the
+/// signal fires) or inline.
 async fn execute(
     cfg: &Config,
-    self_service: Option<&Fetcher>,
+    via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
 ) -> (ClaimedItem, Outcome) {
     let s = &cfg.settings;
-    let outcome = match self_service {
+    let outcome = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
-        Some(service) => {
-            dispatch(
-                service,
-                &cfg.dispatch_secret,
-                &item,
-                s.job_timeout_ms + DISPATCH_GRACE_MS,
-            )
-            .await
-        }
+        Some((service, signal)) => dispatch(service, &cfg.dispatch_secret, &item, &signal).await,
         None => run_with_timeout(&item, &cfg.webhook_secret, s.job_timeout_ms).await,
     };
     (item, outcome)
@@ -461,12 +488,14 @@ fn with(mut v: Value, key: &str, value: &Option<String>) -> Value {
     v
 }
 
-/// One signed `POST /internal/run` through the SELF binding, abandoned after
-/// `limit_ms`. The limit is the platform's own `AbortSignal.timeout`: a Rust timer
-/// per call measurably slowed dispatch.
-async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms: i64) -> Outcome {
-    use worker::web_sys;
-
+/// One signed `POST /internal/run` through the SELF binding, abandoned when
+/// `signal` (the drain's [`Watchdog`]) fires.
+async fn dispatch(
+    service: &Fetcher,
+    secret: &str,
+    item: &ClaimedItem,
+    signal: &web_sys::AbortSignal,
+) -> Outcome {
     let body = match serde_json::to_string(item) {
         Ok(b) => b,
         Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")),
@@ -486,9 +515,7 @@ async fn dispatch(service: &Fetcher, secret: &str, item: &ClaimedItem, limit_ms:
             }
         }
         init.set_headers(&headers);
-        init.set_signal(Some(&web_sys::AbortSignal::timeout_with_u32(
-            limit_ms as u32,
-        )));
+        init.set_signal(Some(signal));
         web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/run"), &init)
             .map(Request::from)
     })();

@@ -30,7 +30,12 @@ pub async fn run_with_timeout(
         signal: controller.signal(),
     };
     let outcome = {
-        let run = job.run(&ctx, item);
+        let mut run = std::pin::pin!(job.run(&ctx, item));
+        // A job that finishes on its first poll cannot be late: it needs no timer,
+        // and a timer per child is measurable CPU.
+        if let Some(outcome) = futures::FutureExt::now_or_never(run.as_mut()) {
+            return outcome;
+        }
         let timer = Delay::from(std::time::Duration::from_millis(timeout_ms as u64));
         match select(run, timer).await {
             Either::Left((outcome, _)) => Some(outcome),
