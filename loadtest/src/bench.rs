@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// No-op items for the fan-out vs inline comparison (also the probe's calls).
     #[arg(short = 'n', long = "items", default_value_t = 5000)]
     pub items: usize,
+    /// Rounds of (a) between probes of (c), each on a fresh runtime; the ratio
+    /// reported is their median (one round is at the mercy of a noisy host).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub rounds: u64,
     /// Items of the latency-bound run.
     #[arg(long, default_value_t = 1000)]
     pub latency_items: usize,
@@ -51,11 +55,25 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// One fan-out run between two probes, on its own fresh, warmed-up runtime.
+#[derive(Debug, Serialize)]
+pub struct FanoutRound {
+    pub report: RunReport,
+    /// Raw SELF round trips at the fan-out's concurrency just before and just after.
+    pub probe_before: Probe,
+    pub probe_after: Probe,
+    /// Fan-out items/s over the mean of the two probes.
+    pub fanout_over_probe: Option<f64>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Ratios {
-    /// Fan-out items/s over raw SELF calls/s at the same concurrency.
+    /// Median over the rounds of fan-out items/s over raw SELF calls/s at the same
+    /// concurrency.
     pub fanout_over_probe: Option<f64>,
-    /// Fan-out items/s over inline items/s.
+    pub fanout_over_probe_min: Option<f64>,
+    pub fanout_over_probe_max: Option<f64>,
+    /// Median fan-out items/s over inline items/s.
     pub fanout_over_inline: Option<f64>,
 }
 
@@ -82,11 +100,10 @@ pub struct InitTiming {
 
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
-    pub fanout: RunReport,
+    pub fanout: Vec<FanoutRound>,
     pub inline: RunReport,
-    /// Raw SELF round trips at the fan-out's concurrency just before (a) and just
-    /// after it (the ratio uses their mean), then at 100.
-    pub probes: Vec<Probe>,
+    /// Raw SELF round trips at concurrency 100, after the last round.
+    pub wide_probe: Probe,
     pub ratios: Ratios,
     pub latency: LatencyBound,
     pub init: Vec<InitTiming>,
@@ -94,7 +111,9 @@ pub struct BenchReport {
 
 impl BenchReport {
     pub fn passed(&self) -> bool {
-        self.fanout.passed() && self.inline.passed() && self.latency.report.passed()
+        self.fanout.iter().all(|r| r.report.passed())
+            && self.inline.passed()
+            && self.latency.report.passed()
     }
 
     pub fn table(&self) -> Table {
@@ -121,19 +140,38 @@ impl BenchReport {
         };
         t.section(&format!(
             "throughput, {} no-op items, one invocation",
-            self.fanout.items
+            self.inline.items
         ));
-        run_row(&mut t, "(a) fanout", &self.fanout);
-        run_row(&mut t, "(b) inline", &self.inline);
-        let when = ["before (a)", "after (a)", "after (a)"];
-        for (p, when) in self.probes.iter().zip(when) {
+        let probe_cell = |p: &Probe| {
+            format!(
+                "{} calls/s c={}",
+                num(Some(p.calls_per_second), 1),
+                p.concurrency
+            )
+        };
+        for (i, r) in self.fanout.iter().enumerate() {
+            run_row(&mut t, &format!("(a) fanout, round {}", i + 1), &r.report);
             t.row(&[
-                format!("(c) probe c={} {when}", p.concurrency),
-                format!("{} calls/s", num(Some(p.calls_per_second), 1)),
-                format!("{} calls, {} failed", p.calls, p.failed),
+                format!("    (c) probe before / after round {}", i + 1),
+                probe_cell(&r.probe_before),
+                probe_cell(&r.probe_after),
+                format!("(a)/(c) {}", num(r.fanout_over_probe, 3)),
             ]);
         }
-        t.row(&["(a)/(c)".to_string(), num(self.ratios.fanout_over_probe, 3)]);
+        run_row(&mut t, "(b) inline", &self.inline);
+        t.row(&[
+            "(c) probe after the last round".to_string(),
+            probe_cell(&self.wide_probe),
+        ]);
+        t.row(&[
+            format!("(a)/(c), median of {}", self.fanout.len()),
+            num(self.ratios.fanout_over_probe, 3),
+            format!(
+                "min {} max {}",
+                num(self.ratios.fanout_over_probe_min, 3),
+                num(self.ratios.fanout_over_probe_max, 3)
+            ),
+        ]);
         t.row(&[
             "(a)/(b)".to_string(),
             num(self.ratios.fanout_over_inline, 3),
@@ -191,31 +229,20 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         poison_share: 0.0,
     };
 
-    eprintln!("== (a) fanout + (c) probe");
     let fanout_args = with_mode(&args.target, "fanout");
-    let mut target = run::open_for(&fanout_args, "bench-fanout", &noop).await?;
-    let concurrency = target.setting("DISPATCH_CONCURRENCY")?;
-    // Warm both paths of the fresh isolate first (JIT tiers, statement caches), so
-    // (a) and (c) are both measured warm: warming only the probe's path measured (a)
-    // on a half-cold runtime and (c) on a warm one.
-    eprintln!("warming up: {WARM_UP_CALLS} SELF calls, a {WARM_UP_ITEMS}-item fan-out batch ...");
-    target.api.probe(WARM_UP_CALLS, concurrency).await?;
-    warm_up_fanout(&target.api, timeout).await?;
-    let mut probes = Vec::new();
-    eprintln!(
-        "probing {} SELF calls at concurrency {concurrency} ...",
-        args.items
-    );
-    probes.push(target.api.probe(args.items as u64, concurrency).await?);
-    let fanout = run::execute(&noop, &mut target, timeout).await?;
-    for c in [concurrency, 100] {
-        eprintln!("probing {} SELF calls at concurrency {c} ...", args.items);
-        probes.push(target.api.probe(args.items as u64, c).await?);
+    let mut fanout = Vec::new();
+    let mut wide_probe = None;
+    for round in 1..=args.rounds {
+        eprintln!(
+            "== (a) fanout + (c) probe, round {round} of {}",
+            args.rounds
+        );
+        let last = round == args.rounds;
+        let (r, wide) = fanout_round(&fanout_args, &noop, round, last, timeout).await?;
+        fanout.push(r);
+        wide_probe = wide.or(wide_probe);
     }
-    if let Some(runtime) = target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
-    drop(target);
+    let wide_probe = wide_probe.context("the last round probes at concurrency 100")?;
 
     eprintln!("== (b) inline");
     let inline = run::on_fresh_target(
@@ -255,22 +282,23 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     eprintln!("== init and progress reads");
     let init = init_timings(&args, &noop).await?;
 
+    let round_ratios: Vec<f64> = fanout.iter().filter_map(|r| r.fanout_over_probe).collect();
+    let fanout_rates: Vec<f64> = fanout
+        .iter()
+        .filter_map(|r| r.report.items_per_second)
+        .collect();
     let ratios = Ratios {
-        fanout_over_probe: fanout.items_per_second.and_then(|a| {
-            ratio(
-                a,
-                (probes[0].calls_per_second + probes[1].calls_per_second) / 2.0,
-            )
-        }),
-        fanout_over_inline: fanout
-            .items_per_second
+        fanout_over_probe: metrics::median(&round_ratios),
+        fanout_over_probe_min: round_ratios.iter().copied().reduce(f64::min),
+        fanout_over_probe_max: round_ratios.iter().copied().reduce(f64::max),
+        fanout_over_inline: metrics::median(&fanout_rates)
             .zip(inline.items_per_second)
             .and_then(|(a, b)| ratio(a, b)),
     };
     let report = BenchReport {
         fanout,
         inline,
-        probes,
+        wide_probe,
         ratios,
         latency,
         init,
@@ -281,6 +309,54 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         print!("{}", report.table());
     }
     Ok(report.passed())
+}
+
+/// One round of (a) between two probes of (c) on a fresh runtime, both paths warmed
+/// first (JIT tiers, statement caches): warming only the probe's path measured (a) on
+/// a half-cold runtime and (c) on a warm one. The last round also probes at
+/// concurrency 100.
+async fn fanout_round(
+    args: &TargetArgs,
+    noop: &Spec,
+    round: u64,
+    last: bool,
+    timeout: Duration,
+) -> Result<(FanoutRound, Option<Probe>)> {
+    let mut target = run::open_for(args, &format!("bench-fanout-{round}"), noop).await?;
+    let concurrency = target.setting("DISPATCH_CONCURRENCY")?;
+    eprintln!("warming up: {WARM_UP_CALLS} SELF calls, a {WARM_UP_ITEMS}-item fan-out batch ...");
+    target.api.probe(WARM_UP_CALLS, concurrency).await?;
+    warm_up_fanout(&target.api, timeout).await?;
+    let calls = noop.items as u64;
+    eprintln!("probing {calls} SELF calls at concurrency {concurrency} ...");
+    let probe_before = target.api.probe(calls, concurrency).await?;
+    let report = run::execute(noop, &mut target, timeout).await?;
+    eprintln!("probing {calls} SELF calls at concurrency {concurrency} ...");
+    let probe_after = target.api.probe(calls, concurrency).await?;
+    let wide = if last {
+        eprintln!("probing {calls} SELF calls at concurrency 100 ...");
+        Some(target.api.probe(calls, 100).await?)
+    } else {
+        None
+    };
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    let fanout_over_probe = report.items_per_second.and_then(|a| {
+        ratio(
+            a,
+            (probe_before.calls_per_second + probe_after.calls_per_second) / 2.0,
+        )
+    });
+    Ok((
+        FanoutRound {
+            report,
+            probe_before,
+            probe_after,
+            fanout_over_probe,
+        },
+        wide,
+    ))
 }
 
 /// `args` with DISPATCH_MODE forced to `mode` (it is what the part measures).

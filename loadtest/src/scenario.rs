@@ -55,6 +55,15 @@ pub struct Spec {
     pub poison_share: f64,
 }
 
+/// The Worker's own default of a setting: the load test measures what users get.
+fn worker_default(name: &str) -> &'static str {
+    cron_fanout::core::settings::DEFAULTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("{name} has no default"))
+}
+
 /// The smallest LEASE_SECONDS the Worker accepts for these settings (the
 /// Worker's own rule, `core::budget::min_lease_ms`), plus one second of slack for
 /// a loaded machine.
@@ -101,8 +110,11 @@ impl Spec {
             ("MAX_ATTEMPTS", "3"),
             ("RETRY_BASE_MS", "100"),
             ("RETRY_MAX_MS", "400"),
-            ("CLAIM_CHUNK", "50"),
-            ("DISPATCH_CONCURRENCY", "25"),
+            ("CLAIM_CHUNK", worker_default("CLAIM_CHUNK")),
+            (
+                "DISPATCH_CONCURRENCY",
+                worker_default("DISPATCH_CONCURRENCY"),
+            ),
             ("SUBREQUEST_BUDGET", "100000"),
             ("INVOCATION_DEADLINE_MS", "120000"),
             ("DISPATCH_MODE", "fanout"),
@@ -116,7 +128,7 @@ impl Spec {
             let get = |k: &str, default: u64| s[k].parse().unwrap_or(default);
             let lease = min_lease_seconds(
                 get("JOB_TIMEOUT_MS", job_timeout),
-                get("CLAIM_CHUNK", 50),
+                get("CLAIM_CHUNK", 100),
                 get("DISPATCH_CONCURRENCY", 25),
             );
             s.insert("LEASE_SECONDS".into(), lease.to_string());
@@ -185,7 +197,9 @@ mod tests {
     fn settings_follow_scenario_and_overrides() {
         let crash = spec(Scenario::Crash).settings(&[]);
         assert_eq!(crash["JOB_TIMEOUT_MS"], "1000");
-        assert_eq!(crash["LEASE_SECONDS"], "11");
+        // Chunk 100 behind 25 slots: 5 calls of 1 s + 2 s grace, 1 s commit, 1 s slack.
+        assert_eq!(crash["CLAIM_CHUNK"], "100");
+        assert_eq!(crash["LEASE_SECONDS"], "17");
         let mut slow = spec(Scenario::Latency);
         slow.latency_ms = 5_000;
         assert_eq!(slow.settings(&[])["JOB_TIMEOUT_MS"], "20000");
@@ -194,7 +208,7 @@ mod tests {
             .settings(&[o("JOB_TIMEOUT_MS", "3000"), o("DISPATCH_MODE", "inline")]);
         assert_eq!(
             (s["LEASE_SECONDS"].as_str(), s["DISPATCH_MODE"].as_str()),
-            ("17", "inline")
+            ("27", "inline")
         );
         let s = spec(Scenario::Happy).settings(&[o("LEASE_SECONDS", "300")]);
         assert_eq!(s["LEASE_SECONDS"], "300");

@@ -140,7 +140,7 @@ pub enum NextClaim {
 /// Call times an item may spend between its claim and its outcome: it waits
 /// behind at most `claim_chunk` queued items — `concurrency` slots each free up
 /// within one call time, so that takes ⌈chunk / concurrency⌉ call times — then runs
-/// for one. Leases and the claim deadline are sized from this.
+/// for one. Leases are sized from this.
 pub fn call_rounds(claim_chunk: i64, concurrency: i64) -> i64 {
     (claim_chunk + concurrency - 1) / concurrency.max(1) + 1
 }
@@ -151,30 +151,51 @@ pub fn min_lease_ms(job_timeout_ms: i64, claim_chunk: i64, concurrency: i64) -> 
     call_rounds(claim_chunk, concurrency) * (job_timeout_ms + DISPATCH_GRACE_MS) + WIND_DOWN_MS
 }
 
+/// Fewest items worth a claim statement: half a chunk. Claiming one item per freed
+/// slot would cost one statement per item, the very cost claims amortise.
+pub fn refill_at(claim_chunk: i64) -> i64 {
+    (claim_chunk / 2).max(1)
+}
+
+/// The longest line of items (running, queued and being claimed) whose last item
+/// still finishes, and is committed, by the deadline. All running calls end within
+/// one call time, and so does each of the next `concurrency` starts, so the w-th
+/// item in line is done within ⌈w / concurrency⌉ call times: a line of
+/// `rounds × concurrency` items fits in `rounds` call times.
+pub fn line_allowed(limits: DrainLimits, elapsed_ms: i64) -> i64 {
+    let call_ms = limits.job_timeout_ms + DISPATCH_GRACE_MS;
+    let left = limits.deadline_ms - elapsed_ms - WIND_DOWN_MS;
+    (left.max(0) / call_ms) * limits.concurrency
+}
+
+/// The shortest deadline that allows a claim at all: one call time for items that
+/// start at once, plus the wind-down.
+pub fn min_deadline_ms(job_timeout_ms: i64) -> i64 {
+    job_timeout_ms + DISPATCH_GRACE_MS + WIND_DOWN_MS
+}
+
 /// Decide the next claim. Claims run up to a chunk ahead of the window: as soon as
 /// half a chunk fits (running + queued ≤ concurrency + chunk), so the window never
 /// runs dry while a claim is on its D1 round trip, and each claim takes many rows.
 /// Measured: claiming only once the queue was empty left the window under-full
 /// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks.md).
+///
+/// The deadline shortens the line instead of ending the claims early: an item is
+/// claimed only if it can wait, run and be committed before the deadline
+/// (`line_allowed`). When the line allowed is shorter than half a chunk, a claim
+/// waits until the whole line is free, so claims never shrink below one window.
 pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
     }
-    // An item claimed now must be able to wait, run and be committed before the
-    // deadline.
-    let call_ms = limits.job_timeout_ms + DISPATCH_GRACE_MS;
-    let latest_claim = limits.deadline_ms
-        - call_rounds(limits.claim_chunk, limits.concurrency) * call_ms
-        - WIND_DOWN_MS;
-    if state.elapsed_ms >= latest_claim {
+    let line =
+        (limits.concurrency + limits.claim_chunk).min(line_allowed(limits, state.elapsed_ms));
+    if line == 0 {
+        // Not even an item that starts at once could finish; it only gets later.
         return NextClaim::Stop(StopReason::Deadline);
     }
-    let capacity = limits.concurrency + limits.claim_chunk;
-    let free = capacity - state.in_flight - state.queued;
-    // Claim at least half a chunk at a time: claiming one item per freed slot
-    // would cost one statement per item, the very cost we amortise.
-    let refill_at = (limits.claim_chunk / 2).max(1);
-    if free < refill_at {
+    let free = line - state.in_flight - state.queued;
+    if free < refill_at(limits.claim_chunk).min(line) {
         return NextClaim::Hold;
     }
     let outstanding = state.in_flight + state.queued + state.buffered;
@@ -353,18 +374,121 @@ mod tests {
     }
 
     #[test]
-    fn stops_claiming_when_a_call_could_outlive_the_deadline() {
+    fn the_deadline_shortens_the_line_then_stops_claims() {
         let b = Budget::new(10_000);
-        let latest =
-            LIMITS.deadline_ms - 3 * (LIMITS.job_timeout_ms + DISPATCH_GRACE_MS) - WIND_DOWN_MS;
-        let mut s = state(0, 0);
-        s.elapsed_ms = latest - 1;
-        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
-        s.elapsed_ms = latest;
+        let call = LIMITS.job_timeout_ms + DISPATCH_GRACE_MS;
+        let at = |elapsed_ms: i64, in_flight: i64, queued: i64| {
+            next_claim(
+                &b,
+                LIMITS,
+                DrainState {
+                    in_flight,
+                    queued,
+                    buffered: 0,
+                    elapsed_ms,
+                    drained: false,
+                },
+            )
+        };
+        // 50 s deadline, 12 s calls: with 3 call times left (elapsed ≤ 13 s) the
+        // whole capacity of 75 fits; with 2, a line of 50; with 1, of 25.
+        assert_eq!(at(49_000 - 3 * call, 25, 0), NextClaim::Take(50));
+        assert_eq!(at(49_000 - 3 * call + 1, 25, 0), NextClaim::Take(25));
+        assert_eq!(at(49_000 - 2 * call, 0, 0), NextClaim::Take(50));
+        assert_eq!(at(49_000 - 2 * call, 25, 1), NextClaim::Hold);
+        assert_eq!(at(49_000 - call, 0, 0), NextClaim::Take(25));
+        assert_eq!(at(49_000 - call, 1, 0), NextClaim::Hold);
+        // Less than one call time left: not even an item that starts at once
+        // could finish in time.
         assert_eq!(
-            next_claim(&b, LIMITS, s),
+            at(49_000 - call + 1, 0, 0),
             NextClaim::Stop(StopReason::Deadline)
         );
+    }
+
+    #[test]
+    fn a_line_shorter_than_half_a_chunk_is_claimed_whole() {
+        let b = Budget::new(10_000);
+        let big = DrainLimits {
+            claim_chunk: 100,
+            ..LIMITS
+        };
+        let call = big.job_timeout_ms + DISPATCH_GRACE_MS;
+        let mut s = state(0, 0);
+        // One call time left: a line of 25, under half the chunk (50).
+        s.elapsed_ms = 49_000 - call;
+        assert_eq!(next_claim(&b, big, s), NextClaim::Take(25));
+        s.in_flight = 1;
+        assert_eq!(next_claim(&b, big, s), NextClaim::Hold);
+    }
+
+    #[test]
+    fn every_claimed_item_can_finish_by_the_deadline() {
+        // Worst case: every call takes the full call time. Simulate the window in
+        // whole call times; an item claimed at t in line position w must be done by
+        // t + ceil(w / concurrency) call times, within the deadline less the wind-down.
+        for (concurrency, chunk, deadline) in [
+            (25, 50, 50_000),
+            (25, 100, 50_000),
+            (10, 35, 41_000),
+            (3, 7, 100_000),
+        ] {
+            let limits = DrainLimits {
+                concurrency,
+                claim_chunk: chunk,
+                deadline_ms: deadline,
+                ..LIMITS
+            };
+            let call = limits.job_timeout_ms + DISPATCH_GRACE_MS;
+            let b = Budget::new(1_000_000);
+            let mut line: Vec<i64> = Vec::new(); // finish time of each item in line
+            let mut now = 0;
+            let mut claimed = 0;
+            loop {
+                line.retain(|&done| done > now);
+                let running = line.len().min(concurrency as usize) as i64;
+                let state = DrainState {
+                    in_flight: running,
+                    queued: line.len() as i64 - running,
+                    buffered: 0,
+                    elapsed_ms: now,
+                    drained: false,
+                };
+                match next_claim(&b, limits, state) {
+                    NextClaim::Take(k) => {
+                        for _ in 0..k {
+                            let w = line.len() as i64 + 1;
+                            let done = now + (w + concurrency - 1) / concurrency * call;
+                            assert!(done + WIND_DOWN_MS <= deadline, "{limits:?} at {now}");
+                            line.push(done);
+                        }
+                        claimed += k;
+                    }
+                    NextClaim::Hold => now += call,
+                    NextClaim::Stop(reason) => {
+                        assert_eq!(reason, StopReason::Deadline);
+                        break;
+                    }
+                }
+            }
+            assert!(claimed >= concurrency, "{limits:?} claimed {claimed}");
+        }
+    }
+
+    #[test]
+    fn min_deadline_allows_one_claim() {
+        assert_eq!(min_deadline_ms(10_000), 13_000);
+        let limits = DrainLimits {
+            claim_chunk: 100,
+            deadline_ms: 13_000,
+            ..LIMITS
+        };
+        assert_eq!(line_allowed(limits, 0), 25);
+        assert_eq!(
+            next_claim(&Budget::new(10_000), limits, state(0, 0)),
+            NextClaim::Take(25)
+        );
+        assert_eq!(line_allowed(limits, 1), 0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
 //! loudly with a message naming the variable, never fall back silently.
 
-use super::budget::{call_rounds, min_lease_ms, WIND_DOWN_MS};
+use super::budget::{call_rounds, min_deadline_ms, min_lease_ms, WIND_DOWN_MS};
 use super::retry::RetryPolicy;
 
 /// How the drain runs a claimed item.
@@ -47,7 +47,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("JOB_TIMEOUT_MS", "10000"),
     ("RETRY_BASE_MS", "60000"),
     ("RETRY_MAX_MS", "1800000"),
-    ("CLAIM_CHUNK", "50"),
+    ("CLAIM_CHUNK", "100"),
     ("DISPATCH_CONCURRENCY", "25"),
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
@@ -137,12 +137,17 @@ impl Settings {
                 self.retry.max_ms, self.retry.base_ms
             ));
         }
-        // The deadline must leave room to claim once and let those items finish,
-        // which takes at most the minimum lease.
-        if self.invocation_deadline_ms <= min_lease {
+        // The deadline must leave room for one claim: items that start at once need
+        // one call time; later claims shrink as it nears (budget::next_claim).
+        let min_deadline = min_deadline_ms(self.job_timeout_ms);
+        if self.invocation_deadline_ms < min_deadline {
             return Err(format!(
-                "INVOCATION_DEADLINE_MS ({}) must exceed the time a claimed item may take to finish ({} ms, see LEASE_SECONDS)",
-                self.invocation_deadline_ms, min_lease
+                "INVOCATION_DEADLINE_MS ({}) must leave time for one call of JOB_TIMEOUT_MS ({} ms) + {} ms dispatch grace, plus {} ms to commit: at least {} ms",
+                self.invocation_deadline_ms,
+                self.job_timeout_ms,
+                DISPATCH_GRACE_MS,
+                WIND_DOWN_MS,
+                min_deadline
             ));
         }
         Ok(())
@@ -175,7 +180,7 @@ mod tests {
                 max_ms: 1_800_000
             }
         );
-        assert_eq!((s.claim_chunk, s.dispatch_concurrency), (50, 25));
+        assert_eq!((s.claim_chunk, s.dispatch_concurrency), (100, 25));
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
@@ -186,22 +191,22 @@ mod tests {
     fn overrides_are_applied() {
         let s = parse(&[
             ("DISPATCH_MODE", "inline"),
-            ("LEASE_SECONDS", "10"),
+            ("LEASE_SECONDS", "16"),
             ("JOB_TIMEOUT_MS", "1000"),
         ])
         .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
-        assert_eq!(s.lease_ms, 10_000);
+        assert_eq!(s.lease_ms, 16_000);
     }
 
     #[test]
     fn lease_shorter_than_job_timeout_is_rejected() {
         let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
         assert!(err.starts_with("LEASE_SECONDS"), "{err}");
-        // Three call times (chunk 50 behind 25 slots, then the run) and the commit:
-        // 3 × (10 s + 2 s grace) + 1 s = 37 s.
-        assert!(parse(&[("LEASE_SECONDS", "36")]).is_err());
-        assert!(parse(&[("LEASE_SECONDS", "37")]).is_ok());
+        // Five call times (chunk 100 behind 25 slots, then the run) and the commit:
+        // 5 × (10 s + 2 s grace) + 1 s = 61 s.
+        assert!(parse(&[("LEASE_SECONDS", "60")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "61")]).is_ok());
         // A smaller chunk queues less: 2 × 12 s + 1 s = 25 s.
         assert!(parse(&[("LEASE_SECONDS", "25"), ("CLAIM_CHUNK", "25")]).is_ok());
     }
@@ -219,8 +224,11 @@ mod tests {
     }
 
     #[test]
-    fn deadline_must_leave_room_for_a_job() {
-        let err = parse(&[("INVOCATION_DEADLINE_MS", "37000")]).unwrap_err();
+    fn deadline_must_leave_room_for_one_claim() {
+        // One call time of 10 s + 2 s grace, plus 1 s to commit.
+        let err = parse(&[("INVOCATION_DEADLINE_MS", "12999")]).unwrap_err();
         assert!(err.starts_with("INVOCATION_DEADLINE_MS"), "{err}");
+        assert!(err.ends_with("at least 13000 ms"), "{err}");
+        assert!(parse(&[("INVOCATION_DEADLINE_MS", "13000")]).is_ok());
     }
 }
