@@ -182,8 +182,9 @@ pub fn min_deadline_ms(job_timeout_ms: i64) -> i64 {
 ///
 /// The deadline shortens the line instead of ending the claims early: an item is
 /// claimed only if it can wait, run and be committed before the deadline
-/// (`line_allowed`). When the line allowed is shorter than half a chunk, a claim
-/// waits until the whole line is free, so claims never shrink below one window.
+/// (`line_allowed`). A line shorter than half a chunk is claimed only once it is
+/// all free (it is a whole number of windows), so claims stay at least half a chunk
+/// or one window long.
 pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
