@@ -1,9 +1,11 @@
 //! cron-fanout: a daily batch of independent items on Cloudflare Workers + D1.
 //!
 //! `core` is pure logic, `sql` the statements, `store` the queries over D1 (or
-//! SQLite on the host), `jobs` what running an item means, and `edge` the only
-//! code that talks to the Workers runtime.
+//! SQLite on the host), `jobs` what running an item means, `api` the HTTP routes
+//! and handlers (generic over the store), and `edge` the only code that talks to
+//! the Workers runtime.
 
+pub mod api;
 pub mod core;
 pub mod jobs;
 pub mod sql;

@@ -11,8 +11,8 @@ pub enum ApiError {
     Unauthorized,
     /// 404: no such route or resource.
     NotFound(String),
-    /// 405: the route exists, the method does not.
-    MethodNotAllowed { allowed: &'static str },
+    /// 405: the route exists, the method does not; `allowed` is e.g. `"GET, PUT"`.
+    MethodNotAllowed { allowed: String },
     /// 413: the body is over the size limit.
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.

@@ -2,48 +2,17 @@
 //! invocation can make and how fast, and what the platform answers when a limit
 //! bites. It deliberately ignores SUBREQUEST_BUDGET: finding the real cap is the
 //! point. Admin-only; each call is a cheap `GET /health` on a fresh invocation.
+//! The request body is parsed and bounded by `api::probe`.
 
 use std::collections::BTreeMap;
 
 use futures::stream::{self, StreamExt};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{Env, Fetcher};
 
 use super::{clock, SELF_ORIGIN};
+use crate::api::probe::ProbeRequest;
 use crate::core::error::ApiError;
-
-/// Upper bounds that keep a probe from becoming a load test by accident.
-const MAX_CALLS: i64 = 100_000;
-const MAX_CONCURRENCY: i64 = 1_000;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProbeRequest {
-    pub calls: i64,
-    #[serde(default = "default_concurrency")]
-    pub concurrency: i64,
-}
-
-fn default_concurrency() -> i64 {
-    25
-}
-
-pub fn validate(req: &ProbeRequest) -> Result<(), ApiError> {
-    if !(1..=MAX_CALLS).contains(&req.calls) {
-        return Err(ApiError::bad_request(
-            "invalid_probe",
-            format!("calls must be 1 to {MAX_CALLS}"),
-        ));
-    }
-    if !(1..=MAX_CONCURRENCY).contains(&req.concurrency) {
-        return Err(ApiError::bad_request(
-            "invalid_probe",
-            format!("concurrency must be 1 to {MAX_CONCURRENCY}"),
-        ));
-    }
-    Ok(())
-}
 
 async fn call(service: &Fetcher) -> Result<(), String> {
     match service.fetch(format!("{SELF_ORIGIN}/health"), None).await {

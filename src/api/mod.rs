@@ -1,0 +1,153 @@
+//! The HTTP API without the runtime: the route table, admin auth, and handlers
+//! generic over the store, so every route runs on the host against SQLite
+//! (`tests/api_routes.rs`) exactly as on the Worker against D1.
+//!
+//! The edge (`edge::http`) turns a `worker::Request` into a [`Request`], finds its
+//! route ([`routes::find`]), answers `Health` and `Run` itself, and hands admin
+//! routes to [`serve`] with an [`App`] (store, settings, clock and id source) and a
+//! [`BodySource`] it reads only once the caller is admitted.
+
+pub mod auth;
+pub mod batches;
+pub mod invocations;
+pub mod probe;
+pub mod request;
+pub mod routes;
+pub mod subjects;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::core::error::ApiError;
+use crate::core::requests::MAX_BODY_BYTES;
+use crate::core::settings::Settings;
+use crate::store::{Db, Store, StoreError};
+pub use request::{Method, Request};
+use routes::{Body, Handler, Query, Route, Target};
+
+/// A handler's answer: status and JSON body.
+pub type ApiResult = Result<(u16, Value), ApiError>;
+
+/// What a handler may use besides the request: everything the edge would otherwise
+/// read from the runtime is an argument, so host tests choose time and ids.
+pub struct App<'a, D: Db> {
+    pub store: &'a Store<D>,
+    pub settings: &'a Settings,
+    /// `ADMIN_TOKEN`, compared in constant time by [`auth::admin`].
+    pub admin_token: &'a str,
+    /// Milliseconds since the epoch, read once per request.
+    pub now: i64,
+    /// A fresh random id (batch ids).
+    pub new_id: &'a dyn Fn() -> String,
+    /// A structured log line (`edge::log::event` on the Worker): name and fields.
+    pub event: &'a dyn Fn(&str, Value),
+}
+
+/// What [`serve`] answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Served {
+    Json(u16, Value),
+    /// `POST /probe`, admitted and validated; its SELF calls need the runtime, so
+    /// the edge runs them (`edge::probe`).
+    Probe(probe::ProbeRequest),
+}
+
+impl From<(u16, Value)> for Served {
+    fn from((status, body): (u16, Value)) -> Served {
+        Served::Json(status, body)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+/// A request body not read yet: the runtime's stream on the Worker, bytes in
+/// memory on the host.
+#[allow(async_fn_in_trait)]
+pub trait BodySource {
+    /// The whole body, or 413 `payload_too_large` when it is over `limit` bytes.
+    async fn read(self, limit: usize) -> Result<Vec<u8>, ApiError>;
+}
+
+impl BodySource for &[u8] {
+    async fn read(self, limit: usize) -> Result<Vec<u8>, ApiError> {
+        if self.len() > limit {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        Ok(self.to_vec())
+    }
+}
+
+/// `GET /health`.
+pub fn health() -> (u16, Value) {
+    (200, json!({ "ok": true }))
+}
+
+/// Answer an admin route: admin token (401), query policy (400), JSON body
+/// (415, then read under the limit: 413), then the handler. Nothing is read or
+/// written before the caller is admitted; handlers validate everything before
+/// they write.
+pub async fn serve<D: Db>(
+    app: &App<'_, D>,
+    route: &Route,
+    req: &Request,
+    body: impl BodySource,
+) -> Result<Served, ApiError> {
+    let Target::Admin(admin) = route.target else {
+        // Health and Run are answered by the edge, which needs no App for them.
+        return Err(ApiError::Internal(format!(
+            "{} {} is not an admin route",
+            route.method.as_str(),
+            route.path
+        )));
+    };
+    auth::admin(req.authorization.as_deref(), app.admin_token)?;
+    if admin.query == Query::Refused {
+        refuse_query(&req.query)?;
+    }
+    let body = match admin.body {
+        Body::Json => {
+            require_json(req.content_type.as_deref())?;
+            body.read(MAX_BODY_BYTES).await?
+        }
+        Body::Unread => Vec::new(),
+    };
+    let params = route.params(&req.segments);
+    let query = &req.query;
+    Ok(match admin.handler {
+        Handler::PutSubjects => subjects::put(app, &body).await?.into(),
+        Handler::ListSubjects => subjects::list(app, query).await?.into(),
+        Handler::DeleteSubject => subjects::delete(app, params[0]).await?.into(),
+        Handler::CreateBatch => batches::create(app, &body).await?.into(),
+        Handler::ListBatches => batches::list(app, query).await?.into(),
+        Handler::GetBatch => batches::get(app, params[0]).await?.into(),
+        Handler::ListItems => batches::items(app, params[0], query).await?.into(),
+        Handler::ListInvocations => invocations::list(app, query).await?.into(),
+        Handler::Probe => Served::Probe(probe::parse(&body)?),
+    })
+}
+
+/// A JSON body must say so; checked before the body is read.
+fn require_json(content_type: Option<&str>) -> Result<(), ApiError> {
+    match content_type {
+        Some(ct) if ct.to_ascii_lowercase().contains("json") => Ok(()),
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
+fn refuse_query(query: &[(String, String)]) -> Result<(), ApiError> {
+    match query.first() {
+        Some((name, _)) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("unknown query parameter {name:?}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}

@@ -1,0 +1,55 @@
+//! `PUT /subjects`, `GET /subjects`, `DELETE /subjects/{id}`: what every daily run
+//! covers.
+
+use serde_json::{json, Value};
+
+use super::{ApiResult, App};
+use crate::core::error::ApiError;
+use crate::core::model::SubjectRow;
+use crate::core::requests::{
+    parse_json, parse_page_query, validate_id, validate_put_subjects, PutSubjects,
+};
+use crate::core::time::rfc3339;
+use crate::jobs;
+use crate::store::Db;
+
+/// Upsert up to 1,000 subjects in one statement, all validated first.
+pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8]) -> ApiResult {
+    let body: PutSubjects = parse_json(body)?;
+    validate_put_subjects(&body, &jobs::check_payload)?;
+    let n = app.store.upsert_subjects(&body.subjects, app.now).await?;
+    Ok((200, json!({ "upserted": n })))
+}
+
+/// One page in id order; `next_after` is set when the page is full.
+pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
+    let q = parse_page_query(query, false)?;
+    let rows = app.store.list_subjects(&q.after, q.limit).await?;
+    let next = (rows.len() as i64 == q.limit)
+        .then(|| rows.last().map(|r| r.id.clone()))
+        .flatten();
+    Ok((
+        200,
+        json!({ "subjects": rows.iter().map(subject_json).collect::<Vec<_>>(), "next_after": next }),
+    ))
+}
+
+pub async fn delete<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
+    validate_id("id", id)?;
+    if app.store.delete_subject(id).await? {
+        Ok((200, json!({ "deleted": id })))
+    } else {
+        Err(ApiError::NotFound(format!("subject {id:?}")))
+    }
+}
+
+fn subject_json(s: &SubjectRow) -> Value {
+    json!({
+        "id": s.id,
+        "kind": s.kind,
+        "payload": serde_json::from_str::<Value>(&s.payload).unwrap_or(Value::Null),
+        "active": s.active == 1,
+        "created_at": rfc3339(s.created_at),
+        "updated_at": rfc3339(s.updated_at),
+    })
+}
