@@ -1,8 +1,13 @@
 //! Every HTTP route on the host: the real route table, admin auth and handlers
 //! (`cron_fanout::api`) over `Store<SqliteDb>` with the real migrations. Success
 //! shapes, every error code of docs/api.md a handler can produce, and "bad input
-//! writes nothing" (the connection's change counter and every table's row count are
-//! unchanged after each refused request).
+//! writes nothing" (every row of every table is unchanged after each refused
+//! request: `Host::refused`).
+//!
+//! To test a new route: add its success case to
+//! `every_route_in_the_table_answers_its_success_shape` (it fails until you do),
+//! then one test per behaviour with `Host::ok` for answers and `Host::refused` /
+//! `Host::bad` / `Host::get_refused` for every error it can give.
 //!
 //! Not here, because they need the Workers runtime: `POST /internal/run` (signature
 //! and outcome: e2e, `core::signature` tests), the probe's SELF calls (e2e), body
@@ -131,6 +136,12 @@ impl Host {
         answer
     }
 
+    /// One page of a listing: `field` of each row of `list`, and `next_after`.
+    fn page(&self, target: &str, list: &str, field: &str) -> (Vec<String>, Value) {
+        let answer = self.ok(GET, target, None, 200);
+        (column(&answer, list, field), answer["next_after"].clone())
+    }
+
     /// Every row of every table, as text: what any write would change. (The
     /// connection's change counter is no use: it also counts rolled-back changes.)
     fn fingerprint(&self) -> Vec<String> {
@@ -183,6 +194,11 @@ impl Host {
         message.to_string()
     }
 
+    /// An admin GET refused with `status` and `code`, writing nothing.
+    fn get_refused(&self, target: &str, status: u16, code: &str) -> String {
+        self.refused(&admin(GET, target), b"", status, code)
+    }
+
     /// An admin JSON request refused with 400 and `code`, writing nothing.
     fn bad(&self, method: Method, target: &str, body: &Value, code: &str) -> String {
         self.refused(
@@ -202,6 +218,20 @@ fn error_code(answer: &Value) -> &str {
     answer["error"]["code"]
         .as_str()
         .unwrap_or("<no error code>")
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// `field` of every element of the list `list` in a listing answer.
+fn column(answer: &Value, list: &str, field: &str) -> Vec<String> {
+    answer[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list:?} list in {answer}"))
+        .iter()
+        .map(|row| row[field].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 fn keys(v: &Value) -> Vec<&str> {
@@ -667,23 +697,14 @@ fn put_subjects_validates_everything_before_writing() {
 fn list_subjects_pages_by_id() {
     let host = setup();
     host.put_subjects(json!([subject("c"), subject("a"), subject("b")]));
-    let ids = |v: &Value| -> Vec<String> {
-        v["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["id"].as_str().unwrap().to_string())
-            .collect()
-    };
-    let page = host.ok(GET, "/subjects?limit=2", None, 200);
+    let page = |target: &str| host.page(target, "subjects", "id");
     assert_eq!(
-        (ids(&page), page["next_after"].clone()),
-        (vec!["a".to_string(), "b".into()], json!("b"))
+        page("/subjects?limit=2"),
+        (strings(&["a", "b"]), json!("b"))
     );
-    let page = host.ok(GET, "/subjects?limit=2&after=b", None, 200);
     assert_eq!(
-        (ids(&page), page["next_after"].clone()),
-        (vec!["c".to_string()], Value::Null)
+        page("/subjects?limit=2&after=b"),
+        (strings(&["c"]), Value::Null)
     );
     for bad in [
         "limit=0",
@@ -692,12 +713,7 @@ fn list_subjects_pages_by_id() {
         "status=failed",
         "page=2",
     ] {
-        host.refused(
-            &admin(GET, &format!("/subjects?{bad}")),
-            b"",
-            400,
-            "invalid_query",
-        );
+        host.get_refused(&format!("/subjects?{bad}"), 400, "invalid_query");
     }
 }
 
@@ -823,21 +839,10 @@ fn list_batches_is_newest_first_and_not_paged_by_after() {
         );
     }
     let got = host.ok(GET, "/batches?limit=2", None, 200);
-    let keys: Vec<&str> = got["batches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(keys, ["k3", "k2"]);
-    host.refused(&admin(GET, "/batches?after=k1"), b"", 400, "invalid_query");
-    host.refused(&admin(GET, "/batches?limit=0"), b"", 400, "invalid_query");
-    host.refused(
-        &admin(GET, "/batches?status=failed"),
-        b"",
-        400,
-        "invalid_query",
-    );
+    assert_eq!(column(&got, "batches", "key"), ["k3", "k2"]);
+    host.get_refused("/batches?after=k1", 400, "invalid_query");
+    host.get_refused("/batches?limit=0", 400, "invalid_query");
+    host.get_refused("/batches?status=failed", 400, "invalid_query");
 }
 
 #[test]
@@ -858,13 +863,8 @@ fn get_batch_answers_progress_or_404() {
         ),
         (json!("k"), json!(1), json!(0.0))
     );
-    host.refused(&admin(GET, "/batches/none"), b"", 404, "not_found");
-    host.refused(
-        &admin(GET, "/batches/batch-1?verbose=1"),
-        b"",
-        400,
-        "invalid_query",
-    );
+    host.get_refused("/batches/none", 404, "not_found");
+    host.get_refused("/batches/batch-1?verbose=1", 400, "invalid_query");
 }
 
 #[test]
@@ -884,32 +884,26 @@ fn list_items_filters_by_status_and_pages_by_subject() {
             [],
         )
         .unwrap();
-    let subjects = |v: &Value| -> Vec<String> {
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["subject_id"].as_str().unwrap().to_string())
-            .collect()
-    };
-    let page = host.ok(GET, "/batches/batch-1/items?limit=2", None, 200);
+    let page = |target: &str| host.page(target, "items", "subject_id");
+    let items = "/batches/batch-1/items";
     assert_eq!(
-        (subjects(&page), page["next_after"].clone()),
-        (vec!["a".to_string(), "b".into()], json!("b"))
+        page(&format!("{items}?limit=2")),
+        (strings(&["a", "b"]), json!("b"))
     );
-    let page = host.ok(GET, "/batches/batch-1/items?after=b", None, 200);
     assert_eq!(
-        (subjects(&page), page["next_after"].clone()),
-        (vec!["c".to_string()], Value::Null)
+        page(&format!("{items}?after=b")),
+        (strings(&["c"]), Value::Null)
+    );
+    assert_eq!(
+        page(&format!("{items}?status=failed")),
+        (strings(&["b"]), Value::Null)
     );
     let failed = host.ok(GET, "/batches/batch-1/items?status=failed", None, 200);
-    assert_eq!(subjects(&failed), ["b"]);
     assert_eq!(failed["items"][0]["last_error"], json!("boom"));
-    host.refused(&admin(GET, "/batches/none/items"), b"", 404, "not_found");
+    host.get_refused("/batches/none/items", 404, "not_found");
     for bad in ["status=done", "limit=1001", "page=2"] {
-        host.refused(
-            &admin(GET, &format!("/batches/batch-1/items?{bad}")),
-            b"",
+        host.get_refused(
+            &format!("/batches/batch-1/items?{bad}"),
             400,
             "invalid_query",
         );
@@ -925,18 +919,8 @@ fn list_invocations_is_limit_only() {
         host.ok(GET, "/invocations?limit=5", None, 200),
         json!({"invocations": []})
     );
-    host.refused(
-        &admin(GET, "/invocations?after=1"),
-        b"",
-        400,
-        "invalid_query",
-    );
-    host.refused(
-        &admin(GET, "/invocations?limit=-1"),
-        b"",
-        400,
-        "invalid_query",
-    );
+    host.get_refused("/invocations?after=1", 400, "invalid_query");
+    host.get_refused("/invocations?limit=-1", 400, "invalid_query");
 }
 
 #[test]

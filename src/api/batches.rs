@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{to_json, ApiResult, App};
+use super::{limit_only, next_after, to_json, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, ItemRow};
 use crate::core::requests::{
@@ -41,14 +41,8 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8]) -> ApiResult {
 
 /// Newest first, `limit` only: batches are few, so they are not paged.
 pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
-    let q = parse_page_query(query, false)?;
-    if !q.after.is_empty() {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "batches are not paged by \"after\"; use limit",
-        ));
-    }
-    let rows = app.store.list_batches(q.limit).await?;
+    let limit = limit_only(query, "batches")?;
+    let rows = app.store.list_batches(limit).await?;
     let batches: Vec<BatchProgress> = rows.iter().map(BatchProgress::from_row).collect();
     Ok((200, json!({ "batches": batches })))
 }
@@ -70,9 +64,7 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)
         .await?;
-    let next = (rows.len() as i64 == q.limit)
-        .then(|| rows.last().map(|r| r.subject_id.clone()))
-        .flatten();
+    let next = next_after(&rows, q.limit, |r| &r.subject_id);
     Ok((
         200,
         json!({ "items": rows.iter().map(item_json).collect::<Vec<_>>(), "next_after": next }),

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
-use crate::core::requests::MAX_BODY_BYTES;
+use crate::core::requests::{parse_page_query, MAX_BODY_BYTES};
 use crate::core::settings::Settings;
 use crate::store::{Db, Store, StoreError};
 pub use request::{Method, Request};
@@ -146,6 +146,26 @@ fn refuse_query(query: &[(String, String)]) -> Result<(), ApiError> {
         )),
         None => Ok(()),
     }
+}
+
+/// The `limit` of a listing that is not paged by `after` (newest first, few rows).
+fn limit_only(query: &[(String, String)], what: &str) -> Result<i64, ApiError> {
+    let q = parse_page_query(query, false)?;
+    if !q.after.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("{what} are not paged by \"after\"; use limit"),
+        ));
+    }
+    Ok(q.limit)
+}
+
+/// A listing's `next_after`: the last row's key when the page is full (there may be
+/// more), else none.
+fn next_after<T>(rows: &[T], limit: i64, key: impl Fn(&T) -> &str) -> Option<String> {
+    (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| key(r).to_string()))
+        .flatten()
 }
 
 fn to_json<T: Serialize>(v: &T) -> Value {

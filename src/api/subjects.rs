@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{ApiResult, App};
+use super::{next_after, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::SubjectRow;
 use crate::core::requests::{
@@ -25,9 +25,7 @@ pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8]) -> ApiResult {
 pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
     let rows = app.store.list_subjects(&q.after, q.limit).await?;
-    let next = (rows.len() as i64 == q.limit)
-        .then(|| rows.last().map(|r| r.id.clone()))
-        .flatten();
+    let next = next_after(&rows, q.limit, |r| &r.id);
     Ok((
         200,
         json!({ "subjects": rows.iter().map(subject_json).collect::<Vec<_>>(), "next_after": next }),
