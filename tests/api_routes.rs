@@ -10,8 +10,8 @@
 //! `Host::bad` / `Host::get_refused` for every error it can give.
 //!
 //! Not here, because they need the Workers runtime: `POST /internal/run` (signature
-//! and outcome: e2e, `core::signature` tests), the probe's SELF calls (e2e), body
-//! streaming (`edge::http::WorkerBody`) and `misconfigured` (read from the Worker's
+//! and outcome: e2e, `core::signature` tests), the probe's SELF calls (e2e), reading
+//! the body from the runtime (`edge::http::WorkerBody`) and `misconfigured` (read from the Worker's
 //! env by `edge::config`).
 
 use std::cell::{Cell, RefCell};
