@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod dispatch;
+pub mod drain;
 pub mod error;
 pub mod model;
 pub mod requests;
@@ -10,4 +11,5 @@ pub mod retry;
 pub mod settings;
 pub mod signature;
 pub mod time;
+pub mod timing;
 pub mod watchdog;

@@ -1,6 +1,8 @@
 //! The queue's states and the values that move between the store, the dispatcher
 //! and the child executor.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 /// Where an item is in its life. `Completed` and `Failed` are terminal: nothing
@@ -177,6 +179,88 @@ pub struct ReapedItem {
     pub id: i64,
     pub batch_id: String,
     pub status: String,
+}
+
+/// What started a scheduled invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    /// The daily cron: create today's batch, then drain.
+    Daily,
+    /// Every other cron: reap expired leases, then drain.
+    Tick,
+}
+
+/// Why a drain stopped claiming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopReason {
+    /// A claim came back short: nothing else was due.
+    Drained,
+    /// The next claim would not have fit the subrequest budget.
+    Budget,
+    /// No further item could have finished by the deadline.
+    Deadline,
+    /// A step failed (a claim, or the invocation's first step); what was running
+    /// was still committed.
+    Error,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Drained => "drained",
+            StopReason::Budget => "budget",
+            StopReason::Deadline => "deadline",
+            StopReason::Error => "error",
+        }
+    }
+}
+
+/// What one invocation did to items, counted where it happened: claims and
+/// applied commits by the drain (`core::drain`), expired leases by the reaper.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Batches of the items claimed.
+    pub batch_ids: BTreeSet<String>,
+    pub claimed: i64,
+    pub completed: i64,
+    /// Went back to `pending` for another attempt.
+    pub retried: i64,
+    pub failed: i64,
+    /// Outcomes not applied because the lease had been lost.
+    pub lost_leases: i64,
+    /// Expired leases the reaper requeued or failed.
+    pub reaped: i64,
+}
+
+/// One scheduled invocation's summary: logged once (`invocation`), stored as one
+/// row (`record_invocation.sql`), listed by `GET /invocations` and read by loadtest,
+/// all in this one form. Timestamps are RFC 3339 text in JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvocationSummary {
+    pub trigger: Trigger,
+    #[serde(with = "super::time::rfc3339_ms")]
+    pub started_at: i64,
+    pub elapsed_ms: i64,
+    #[serde(flatten)]
+    pub tally: Tally,
+    /// Subrequests made (D1 calls, SELF calls, inline job fetches), this summary's
+    /// own insert included.
+    pub subrequests: i64,
+    pub subrequest_budget: i64,
+    /// D1 statements and rows written, this summary's own insert included.
+    pub d1_statements: i64,
+    pub d1_rows_written: i64,
+    pub stop_reason: StopReason,
+}
+
+/// A stored summary, as `GET /invocations` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invocation {
+    pub id: i64,
+    #[serde(flatten)]
+    pub summary: InvocationSummary,
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
 //! loudly with a message naming the variable, never fall back silently.
 
-use super::budget::{call_rounds, min_deadline_ms, min_lease_ms, WIND_DOWN_MS};
 use super::retry::RetryPolicy;
+use super::timing::{call_rounds, min_deadline_ms, min_lease_ms, DISPATCH_GRACE_MS, WIND_DOWN_MS};
 
 /// How the drain runs a claimed item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +35,6 @@ pub struct Settings {
     /// The cron expression that creates the daily batch; every other cron ticks.
     pub daily_cron: String,
 }
-
-/// Time the dispatcher allows on top of the job timeout for a child to answer.
-pub const DISPATCH_GRACE_MS: i64 = 2_000;
 
 /// Defaults, documented in docs/operations.md. SUBREQUEST_BUDGET 45 stays under the
 /// Free plan's 50 subrequests per invocation.
@@ -112,7 +109,7 @@ impl Settings {
     fn validate(&self) -> Result<(), String> {
         // A lease that can expire while its job may still legitimately run would let
         // the reaper hand the item to a second runner. A claimed item may wait for a
-        // slot, run, and wait for its group commit (budget::call_rounds).
+        // slot, run, and wait for its group commit (timing::call_rounds).
         let min_lease = min_lease_ms(
             self.job_timeout_ms,
             self.claim_chunk,

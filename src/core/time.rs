@@ -9,6 +9,29 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Milliseconds since the Unix epoch from an RFC 3339 timestamp (any offset).
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// Serde for a millisecond timestamp that is RFC 3339 text in JSON (the API's and
+/// the logs' form): `#[serde(with = "crate::core::time::rfc3339_ms")]`.
+pub mod rfc3339_ms {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::rfc3339(*ms))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_rfc3339(&text)
+            .ok_or_else(|| D::Error::custom(format!("not an RFC 3339 timestamp: {text:?}")))
+    }
+}
+
 /// The daily batch key for a scheduled time: `daily:<UTC date>`. Re-firing the
 /// cron the same UTC day yields the same key, which is what makes it idempotent.
 pub fn daily_batch_key(scheduled_ms: i64) -> String {
@@ -33,5 +56,17 @@ mod tests {
     #[test]
     fn rfc3339_has_milliseconds_and_z() {
         assert_eq!(rfc3339(1_795_262_400_123), "2026-11-21T12:00:00.123Z");
+    }
+
+    #[test]
+    fn rfc3339_parses_back_to_the_same_millisecond() {
+        for ms in [0, 1, 999, 1_795_262_400_123, 1_795_305_599_999] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-21T13:00:00.123+01:00"),
+            Some(1_795_262_400_123)
+        );
+        assert_eq!(parse_rfc3339("yesterday"), None);
     }
 }

@@ -1,7 +1,15 @@
--- The newest invocation summaries.
-SELECT id, trigger_kind AS "trigger", started_at, elapsed_ms, batch_ids, claimed, completed,
-       retried, failed, lost_leases, reaped, subrequests, subrequest_budget, d1_statements,
-       d1_rows_written, stop_reason
+-- The newest ?1 invocation summaries, newest first, each as one JSON object in the
+-- form of core::model::Invocation (what record_invocation.sql stored, plus its id):
+-- batch_ids back as an array, started_at back as RFC 3339 text with milliseconds.
+SELECT json_object(
+         'id', id, 'trigger', trigger_kind,
+         'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
+         'elapsed_ms', elapsed_ms, 'batch_ids', json(batch_ids), 'claimed', claimed,
+         'completed', completed, 'retried', retried, 'failed', failed,
+         'lost_leases', lost_leases, 'reaped', reaped, 'subrequests', subrequests,
+         'subrequest_budget', subrequest_budget, 'd1_statements', d1_statements,
+         'd1_rows_written', d1_rows_written, 'stop_reason', stop_reason
+       ) AS invocation
 FROM invocations
 ORDER BY id DESC
 LIMIT ?1;

@@ -1,5 +1,6 @@
-//! D1 implementation of [`Db`]: every call is one subrequest; `meta.rows_written`
-//! feeds the cost accounting.
+//! D1 implementation of [`Db`]: every call is one subrequest (charged by
+//! `metered::Metered` when it wraps this); `meta.rows_written` feeds the cost
+//! accounting.
 
 use std::cell::Cell;
 
@@ -48,7 +49,7 @@ impl D1Db {
 }
 
 fn d1_error(e: worker::Error) -> StoreError {
-    StoreError(format!("D1: {e}"))
+    StoreError::Db(format!("D1: {e}"))
 }
 
 impl Db for D1Db {
@@ -69,9 +70,11 @@ impl Db for D1Db {
         };
         self.count(1, &[&result]);
         if let Some(e) = result.error() {
-            return Err(StoreError(format!("D1: {e}")));
+            return Err(StoreError::Db(format!("D1: {e}")));
         }
-        result.results::<T>().map_err(d1_error)
+        result
+            .results::<T>()
+            .map_err(|e| StoreError::Json(e.to_string()))
     }
 
     async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
@@ -84,7 +87,7 @@ impl Db for D1Db {
             Ok(results) => {
                 self.count(n, &results.iter().collect::<Vec<_>>());
                 match results.iter().find_map(|r| r.error()) {
-                    Some(e) => Err(StoreError(format!("D1: {e}"))),
+                    Some(e) => Err(StoreError::Db(format!("D1: {e}"))),
                     None => Ok(()),
                 }
             }

@@ -1,9 +1,11 @@
 //! Persistence. [`Store`] holds every query the Worker makes, written once over a
 //! tiny [`Db`] adapter: D1 in the Worker (`d1.rs`), SQLite on the host (`sqlite.rs`)
 //! where the conformance tests run the same SQL files against the same migrations.
+//! [`metered::Metered`] wraps either to charge every call to a subrequest budget.
 
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
+pub mod metered;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod sqlite;
 
@@ -13,8 +15,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::core::budget::OverBudget;
 use crate::core::model::{
-    BatchRow, ClaimedItem, FinishedBatch, ItemRow, ItemStatus, ReapedItem, SubjectRow, Transition,
+    BatchRow, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemRow, ItemStatus,
+    ReapedItem, SubjectRow, Transition,
 };
 use crate::core::requests::{ItemInput, SubjectInput};
 use crate::sql;
@@ -52,23 +56,44 @@ impl<T: Into<Param>> From<Option<T>> for Param {
     }
 }
 
-/// A store failure. The message may contain SQL detail: log it, never send it.
+/// A store failure. Messages may contain SQL detail: log them, never send them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// The database failed the call (D1's or SQLite's message).
+    Db(String),
+    /// The subrequest budget could not pay for the call; nothing was sent.
+    OverBudget(OverBudget),
+    /// A row the store had just written was not there.
+    Missing(String),
+    /// A row or a parameter did not convert from or to JSON.
+    Json(String),
+}
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            StoreError::Db(message) => f.write_str(message),
+            StoreError::OverBudget(e) => write!(f, "not sent: {e}"),
+            StoreError::Missing(what) => write!(f, "{what} is missing"),
+            StoreError::Json(message) => write!(f, "JSON: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<OverBudget> for StoreError {
+    fn from(e: OverBudget) -> StoreError {
+        StoreError::OverBudget(e)
     }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// What the database work of one invocation cost: `calls` are subrequests
-/// (a `batch()` is one call of several statements).
+/// What the database work of one invocation cost. Calls (subrequests) are counted
+/// by the budget they are charged to (`metered::Metered`), not here.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    pub calls: i64,
     pub statements: i64,
     pub rows_written: i64,
 }
@@ -76,7 +101,6 @@ pub struct Usage {
 impl Usage {
     /// Count one database call (a `batch()` is one call of several statements).
     pub fn add_call(&mut self, statements: i64, rows_written: i64) {
-        self.calls += 1;
         self.statements += statements;
         self.rows_written += rows_written;
     }
@@ -169,10 +193,9 @@ impl<D: Db> Store<D> {
         }
         statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
         self.db.batch(statements).await?;
-        let row = self
-            .batch_by_key(key)
-            .await?
-            .ok_or_else(|| StoreError(format!("batch {key:?} missing right after creation")))?;
+        let row = self.batch_by_key(key).await?.ok_or_else(|| {
+            StoreError::Missing(format!("batch {key:?}, right after creating it,"))
+        })?;
         Ok(if row.id == id {
             Created::New(row)
         } else {
@@ -218,17 +241,17 @@ impl<D: Db> Store<D> {
     }
 
     /// Apply outcomes in one statement; returns the ids that still held their
-    /// lease. The others lost it and were left untouched.
-    pub async fn commit_outcomes(&self, transitions: &[Transition]) -> StoreResult<Vec<i64>> {
-        if transitions.is_empty() {
+    /// lease. The others lost it and were left untouched. No outcomes, no call.
+    pub async fn commit_outcomes<'t>(
+        &self,
+        transitions: impl IntoIterator<Item = &'t Transition>,
+    ) -> StoreResult<Vec<i64>> {
+        let Some(json) = transitions_json(transitions) else {
             return Ok(Vec::new());
-        }
+        };
         let rows: Vec<Id<i64>> = self
             .db
-            .query(
-                sql::COMMIT_OUTCOMES,
-                vec![transitions_json(transitions).into()],
-            )
+            .query(sql::COMMIT_OUTCOMES, vec![json.into()])
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
@@ -293,34 +316,40 @@ impl<D: Db> Store<D> {
         Ok(!rows.is_empty())
     }
 
-    pub async fn record_invocation(&self, summary: &Value) -> StoreResult<()> {
+    /// Store one invocation's summary (one statement, one row).
+    pub async fn record_invocation(&self, summary: &InvocationSummary) -> StoreResult<()> {
+        let json = serde_json::to_string(summary).map_err(|e| StoreError::Json(e.to_string()))?;
         self.db
-            .query::<Value>(sql::RECORD_INVOCATION, vec![summary.to_string().into()])
+            .query::<Value>(sql::RECORD_INVOCATION, vec![json.into()])
             .await
             .map(|_| ())
     }
 
-    pub async fn list_invocations(&self, limit: i64) -> StoreResult<Vec<Value>> {
-        let mut rows: Vec<Value> = self
+    /// The newest `limit` summaries, newest first.
+    pub async fn list_invocations(&self, limit: i64) -> StoreResult<Vec<Invocation>> {
+        // The statement builds each row's JSON (see list_invocations.sql).
+        #[derive(Deserialize)]
+        struct Row {
+            invocation: String,
+        }
+        let rows: Vec<Row> = self
             .db
             .query(sql::LIST_INVOCATIONS, vec![limit.into()])
             .await?;
-        // batch_ids is stored as JSON text; hand it back as an array.
-        for row in &mut rows {
-            if let Some(ids) = row.get_mut("batch_ids") {
-                if let Some(text) = ids.as_str() {
-                    *ids = serde_json::from_str(text).unwrap_or(Value::Null);
-                }
-            }
-        }
-        Ok(rows)
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(&r.invocation).map_err(|e| StoreError::Json(e.to_string()))
+            })
+            .collect()
     }
 }
 
-/// The JSON parameter of `commit_outcomes.sql`.
-pub fn transitions_json(transitions: &[Transition]) -> String {
+/// The JSON parameter of `commit_outcomes.sql`, or `None` for no transitions.
+pub fn transitions_json<'t>(
+    transitions: impl IntoIterator<Item = &'t Transition>,
+) -> Option<String> {
     let rows: Vec<Value> = transitions
-        .iter()
+        .into_iter()
         .map(|t| {
             json!({
                 "id": t.id,
@@ -332,7 +361,7 @@ pub fn transitions_json(transitions: &[Transition]) -> String {
             })
         })
         .collect();
-    Value::Array(rows).to_string()
+    (!rows.is_empty()).then(|| Value::Array(rows).to_string())
 }
 
 /// The JSON parameter of `enqueue_items.sql` (payload carried as JSON text).

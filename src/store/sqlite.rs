@@ -27,7 +27,7 @@ pub struct SqliteDb {
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(e.to_string())
+    StoreError::Db(e.to_string())
 }
 
 impl SqliteDb {
@@ -88,12 +88,15 @@ impl SqliteDb {
                     ValueRef::Real(f) => Value::from(f),
                     ValueRef::Text(t) => Value::from(String::from_utf8_lossy(t).into_owned()),
                     ValueRef::Blob(_) => {
-                        return Err(StoreError("blob columns are not used".into()))
+                        return Err(StoreError::Json("blob columns are not used".into()))
                     }
                 };
                 obj.insert(name.clone(), v);
             }
-            out.push(serde_json::from_value(Value::Object(obj)).map_err(err)?);
+            out.push(
+                serde_json::from_value(Value::Object(obj))
+                    .map_err(|e| StoreError::Json(e.to_string()))?,
+            );
         }
         Ok(out)
     }

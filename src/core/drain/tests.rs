@@ -1,0 +1,386 @@
+//! Scripted runs of the machine, one rule at a time. The randomised simulation
+//! against the real store is `tests/drain_simulation.rs`.
+
+use super::*;
+use crate::core::budget::TAIL_SUBREQUESTS;
+
+const POLICY: Policy = Policy {
+    limits: DrainLimits {
+        concurrency: 2,
+        claim_chunk: 4,
+        per_item_cost: 1,
+        job_timeout_ms: 1_000,
+        deadline_ms: 60_000,
+    },
+    lease_ms: 30_000,
+    retry: RetryPolicy {
+        base_ms: 100,
+        max_ms: 400,
+    },
+};
+
+fn item(id: i64) -> ClaimedItem {
+    ClaimedItem {
+        item_id: id,
+        lease_token: format!("t.{id}"),
+        batch_id: "b".into(),
+        subject_id: format!("s{id}"),
+        attempt: 1,
+        max_attempts: 3,
+        kind: "noop".into(),
+        payload: "{}".into(),
+    }
+}
+
+fn items(ids: std::ops::Range<i64>) -> Vec<ClaimedItem> {
+    ids.map(item).collect()
+}
+
+/// A machine and its budget, as the shell sees them. The metered store charges
+/// each D1 call as it goes out; here the test charges it where the shell would.
+struct Run {
+    m: Drain,
+    budget: Budget,
+}
+
+impl Run {
+    fn new(policy: Policy, limit: i64) -> Run {
+        let budget = Budget::new(limit);
+        Run {
+            m: Drain::new(policy, budget.clone(), 0),
+            budget,
+        }
+    }
+
+    /// Poll until `Wait`/`Done`, charging D1 calls as the metered store would.
+    fn actions(&mut self, now: i64) -> Vec<Action> {
+        let mut out = Vec::new();
+        loop {
+            let a = self.m.poll(now);
+            if matches!(a, Action::Claim { .. } | Action::Commit(_)) {
+                self.budget.charge_call().expect("a planned call is paid");
+            }
+            let end = matches!(a, Action::Wait(_) | Action::Done(_));
+            out.push(a);
+            if end {
+                return out;
+            }
+        }
+    }
+
+    fn reports(&mut self) -> Vec<Report> {
+        std::iter::from_fn(|| self.m.next_report()).collect()
+    }
+}
+
+fn dispatched(actions: &[Action]) -> Vec<i64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispatch { item, .. } => Some(item.item_id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn take_commit(actions: Vec<Action>) -> Vec<Settled> {
+    actions
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Commit(rows) => Some(rows),
+            _ => None,
+        })
+        .expect("a commit")
+}
+
+fn ids(rows: &[Settled]) -> Vec<i64> {
+    rows.iter().map(|r| r.item.item_id).collect()
+}
+
+#[test]
+fn claims_a_chunk_fills_the_window_and_claims_ahead() {
+    let mut r = Run::new(POLICY, 1_000);
+    assert_eq!(
+        r.actions(0),
+        vec![
+            Action::Claim {
+                limit: 4,
+                lease_expires_at: 30_000
+            },
+            Action::Wait(None)
+        ]
+    );
+    r.m.claimed(5, Ok(items(1..5)));
+    let a = r.actions(5);
+    // Two run, two wait; half a chunk fits behind them, so the next claim goes out.
+    assert_eq!(dispatched(&a), vec![1, 2]);
+    assert_eq!(
+        a[2..],
+        [
+            Action::Claim {
+                limit: 2,
+                lease_expires_at: 30_005
+            },
+            Action::Wait(None)
+        ]
+    );
+    assert_eq!(r.m.tally().claimed, 4);
+}
+
+#[test]
+fn outcomes_wait_for_the_flush_timer_and_go_in_one_commit() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..4)));
+    r.actions(0);
+    // Item 1 answers: item 3 takes its slot, and the flush timer starts.
+    r.m.finished(10, item(1), &Outcome::Done, 0.0);
+    let a = r.actions(10);
+    assert_eq!(dispatched(&a), vec![3]);
+    assert_eq!(a.last(), Some(&Action::Wait(Some(10 + FLUSH_INTERVAL_MS))));
+    r.m.finished(50, item(2), &Outcome::Retry("HTTP 503".into()), 0.0);
+    // A timer call before its time changes nothing.
+    r.m.timer(100);
+    assert_eq!(r.actions(100), vec![Action::Wait(Some(110))]);
+    r.m.timer(110);
+    let rows = take_commit(r.actions(110));
+    assert_eq!(ids(&rows), vec![1, 2]);
+    r.m.committed(125, rows, Ok(vec![1, 2]));
+    // Once nothing runs, the last outcome goes at once, without the timer.
+    r.m.finished(130, item(3), &Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(130));
+    r.m.committed(140, rows, Ok(vec![3]));
+    assert_eq!(r.actions(140), vec![Action::Done(StopReason::Drained)]);
+    let t = r.m.tally();
+    assert_eq!((t.completed, t.retried, t.lost_leases), (2, 1, 0));
+    // Only the retry is reported: completions are the hot path.
+    let reports = r.reports();
+    assert_eq!(reports.len(), 1);
+    assert!(
+        matches!(&reports[0], Report::Settled(s) if s.transition.status == ItemStatus::Pending)
+    );
+    assert_eq!(r.m.round_trips().commit_ms, 15);
+}
+
+#[test]
+fn a_full_buffer_commits_without_waiting_for_the_timer() {
+    let policy = Policy {
+        limits: DrainLimits {
+            concurrency: 600,
+            claim_chunk: 600,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(policy, 10_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(0..600)));
+    r.actions(0);
+    for id in 0..FLUSH_MAX_ROWS {
+        r.m.finished(1, item(id), &Outcome::Done, 0.0);
+    }
+    let rows = take_commit(r.actions(1));
+    assert_eq!(rows.len(), FLUSH_MAX_ROWS as usize);
+}
+
+#[test]
+fn dispatches_share_a_watchdog_timer_per_cohort() {
+    let policy = Policy {
+        limits: DrainLimits {
+            concurrency: 10,
+            claim_chunk: 10,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(policy, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(0..10)));
+    let new_timers = |actions: Vec<Action>| -> Vec<bool> {
+        actions
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Dispatch { new_watchdog, .. } => Some(new_watchdog),
+                _ => None,
+            })
+            .collect()
+    };
+    // The first dispatch starts a cohort; the rest of that instant share it.
+    let first = new_timers(r.actions(0));
+    assert_eq!(first.len(), 10);
+    assert_eq!(first.iter().filter(|&&n| n).count(), 1);
+    assert!(first[0]);
+}
+
+#[test]
+fn a_new_cohort_starts_once_the_current_one_is_old() {
+    let policy = Policy {
+        limits: DrainLimits {
+            concurrency: 1,
+            claim_chunk: 3,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(policy, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(0..3)));
+    let new_watchdog = |actions: &[Action]| {
+        actions.iter().find_map(|a| match a {
+            Action::Dispatch { new_watchdog, .. } => Some(*new_watchdog),
+            _ => None,
+        })
+    };
+    assert_eq!(new_watchdog(&r.actions(0)), Some(true));
+    r.m.finished(249, item(0), &Outcome::Done, 0.0);
+    assert_eq!(new_watchdog(&r.actions(249)), Some(false));
+    r.m.finished(250, item(1), &Outcome::Done, 0.0);
+    assert_eq!(new_watchdog(&r.actions(250)), Some(true));
+}
+
+#[test]
+fn a_short_claim_refunds_what_it_held_and_ends_the_claims() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // The claim held its statement (now made) and four dispatches.
+    assert_eq!(r.budget.ledger().reserved, 4);
+    r.m.claimed(0, Ok(items(1..2)));
+    assert_eq!(r.budget.ledger().reserved, 1);
+    let a = r.actions(0);
+    assert_eq!(dispatched(&a), vec![1]);
+    assert_eq!(a.last(), Some(&Action::Wait(None)));
+    assert_eq!(r.budget.ledger().reserved, 0);
+    // One claim statement, one dispatch.
+    assert_eq!(r.budget.used(), 2);
+    r.m.finished(5, item(1), &Outcome::Done, 0.0);
+    // Nothing else runs: the outcome is committed at once, without the timer.
+    let rows = take_commit(r.actions(5));
+    r.m.committed(6, rows, Ok(vec![1]));
+    assert_eq!(r.actions(6), vec![Action::Done(StopReason::Drained)]);
+}
+
+#[test]
+fn a_failed_claim_stops_claiming_but_commits_what_runs() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..5)));
+    r.actions(0);
+    r.m.claimed(1, Err(StoreError::Db("D1: overloaded".into())));
+    assert_eq!(
+        r.reports(),
+        vec![Report::ClaimFailed(StoreError::Db("D1: overloaded".into()))]
+    );
+    // Nothing held for the failed claim's items any more; two still queued.
+    assert_eq!(r.budget.ledger().reserved, 2);
+    // Items 1 and 2 answer, 3 and 4 take their slots and answer.
+    r.m.finished(2, item(1), &Outcome::Done, 0.0);
+    r.m.finished(2, item(2), &Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(2)), vec![3, 4]);
+    r.m.finished(3, item(3), &Outcome::Done, 0.0);
+    r.m.finished(3, item(4), &Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(3));
+    assert_eq!(ids(&rows), vec![1, 2, 3, 4]);
+    r.m.committed(4, rows, Ok(vec![1, 2, 3, 4]));
+    assert_eq!(r.actions(4), vec![Action::Done(StopReason::Error)]);
+    assert_eq!(r.m.tally().completed, 4);
+}
+
+#[test]
+fn a_failed_commit_is_retried_once_then_left_to_the_reaper() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..2)));
+    r.actions(0);
+    r.m.finished(1, item(1), &Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(1));
+    r.m.committed(2, rows, Err(StoreError::Db("D1: reset".into())));
+    let again = take_commit(r.actions(2));
+    assert_eq!(ids(&again), vec![1]);
+    r.m.committed(3, again, Err(StoreError::Db("D1: reset".into())));
+    assert_eq!(r.actions(3), vec![Action::Done(StopReason::Drained)]);
+    let reports = r.reports();
+    assert!(matches!(reports[0], Report::CommitRetry { rows: 1, .. }));
+    assert!(matches!(&reports[1], Report::CommitFailed { item_ids, .. } if item_ids == &[1]));
+    assert_eq!(r.m.tally().completed, 0);
+}
+
+#[test]
+fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
+    // Issue 9, item 8. Budget 7: a claim of 3 (1 + 3 + a flush + the tail) that
+    // returns 2.
+    let mut r = Run::new(POLICY, 7);
+    assert!(matches!(r.actions(0)[0], Action::Claim { limit: 3, .. }));
+    r.m.claimed(0, Ok(items(1..3)));
+    let a = r.actions(0);
+    assert_eq!(dispatched(&a), vec![1, 2]);
+    assert_eq!(r.budget.free(), 4);
+    // Item 1's commit (4 free: it, a flush for item 2 still running, the tail).
+    r.m.finished(10, item(1), &Outcome::Done, 0.0);
+    r.m.timer(110);
+    let first = take_commit(r.actions(110));
+    assert_eq!(r.budget.free(), 3);
+    // Item 2 answers while that commit is out; then the commit fails.
+    r.m.finished(115, item(2), &Outcome::Done, 0.0);
+    r.m.committed(120, first, Err(StoreError::Db("D1: reset".into())));
+    // 3 free: a retry would leave 2, and item 2's flush and the tail need 3. The
+    // retry is refused rather than the outcome waiting behind it.
+    let rows = take_commit(r.actions(120));
+    assert_eq!(ids(&rows), vec![2]);
+    assert!(matches!(&r.reports()[0], Report::CommitFailed { item_ids, .. } if item_ids == &[1]));
+    r.m.committed(130, rows, Ok(vec![2]));
+    assert_eq!(r.actions(130), vec![Action::Done(StopReason::Drained)]);
+    assert_eq!(r.budget.free(), TAIL_SUBREQUESTS);
+}
+
+#[test]
+fn the_last_outcomes_go_out_at_once_in_statements_of_at_most_500() {
+    let policy = Policy {
+        limits: DrainLimits {
+            concurrency: 1_000,
+            claim_chunk: 1_000,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(policy, 10_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(0..900)));
+    r.actions(0);
+    // Everything answers: no timer, one statement per 500 outcomes, one at a time.
+    for id in 0..900 {
+        r.m.finished(1, item(id), &Outcome::Done, 0.0);
+    }
+    let first = take_commit(r.actions(1));
+    assert_eq!(first.len(), 500);
+    r.m.committed(2, first, Ok((0..500).collect()));
+    let rest = take_commit(r.actions(2));
+    assert_eq!(ids(&rest), (500..900).collect::<Vec<_>>());
+    r.m.committed(3, rest, Ok((500..900).collect()));
+    assert_eq!(r.actions(3), vec![Action::Done(StopReason::Drained)]);
+    assert_eq!(r.m.tally().completed, 900);
+}
+
+#[test]
+fn outcomes_of_lost_leases_are_counted_and_reported() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..3)));
+    r.actions(0);
+    r.m.finished(1, item(1), &Outcome::Done, 0.0);
+    r.m.finished(1, item(2), &Outcome::Fail("HTTP 400".into()), 0.0);
+    let rows = take_commit(r.actions(1));
+    r.m.committed(2, rows, Ok(vec![2]));
+    let t = r.m.tally();
+    assert_eq!((t.completed, t.failed, t.lost_leases), (0, 1, 1));
+    let reports = r.reports();
+    assert!(matches!(&reports[0], Report::LeaseLost(i) if i.item_id == 1));
+    assert!(matches!(&reports[1], Report::Settled(s) if s.transition.status == ItemStatus::Failed));
+}
+
+#[test]
+fn past_the_deadline_nothing_is_claimed() {
+    let mut r = Run::new(POLICY, 1_000);
+    // 60 s deadline, 3 s calls, 1 s wind-down: 56,001 ms in, no call fits.
+    assert_eq!(r.actions(56_001), vec![Action::Done(StopReason::Deadline)]);
+    assert_eq!(r.budget.used(), 0);
+}
