@@ -5,11 +5,14 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use cron_fanout::core::budget::Budget;
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
+use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Created, Store};
+use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
 use futures::executor::block_on;
 use serde_json::json;
 
@@ -34,6 +37,10 @@ fn subject(id: &str, active: bool) -> SubjectInput {
 }
 
 fn add_subjects(store: &Store<SqliteDb>, n: usize) {
+    add_subjects_to(store, n)
+}
+
+fn add_subjects_to<D: Db>(store: &Store<D>, n: usize) {
     let subjects: Vec<SubjectInput> = (0..n).map(|i| subject(&format!("s{i:06}"), true)).collect();
     for chunk in subjects.chunks(1_000) {
         block_on(store.upsert_subjects(chunk, 1)).unwrap();
@@ -123,9 +130,11 @@ fn daily_init_from_subjects_is_idempotent_and_skips_inactive() {
 #[test]
 fn init_takes_the_same_statements_for_any_number_of_subjects() {
     let statements_for = |n: usize| {
-        let store = setup();
-        add_subjects(&store, n);
-        let before = store.usage();
+        let db = setup().into_db();
+        let budget = Budget::new(1_000);
+        let store = Store::new(Metered::new(db, budget.clone()));
+        add_subjects_to(&store, n);
+        let (calls, before) = (budget.used(), store.usage());
         block_on(store.create_batch("b", "daily:x", 0, 5, BatchSource::ActiveSubjects)).unwrap();
         let after = store.usage();
         assert_eq!(
@@ -133,13 +142,14 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
             n as i64
         );
         (
-            after.calls - before.calls,
+            budget.used() - 1 - calls,
             after.statements - before.statements,
         )
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
-    // One batch() of 3 statements, then one read of the batch row.
+    // Two calls (subrequests, as the meter charges them): one batch() of 3
+    // statements, then one read of the batch row.
     assert_eq!(small, (2, 4));
 }
 
@@ -570,16 +580,104 @@ fn subjects_upsert_list_and_delete() {
 #[test]
 fn invocation_summaries_round_trip() {
     let store = setup();
-    let summary = json!({
-        "trigger": "tick", "started_at": 5, "elapsed_ms": 12, "batch_ids": ["b1", "b2"],
-        "claimed": 3, "completed": 2, "retried": 1, "failed": 0, "lost_leases": 0, "reaped": 0,
-        "subrequests": 9, "subrequest_budget": 45, "d1_statements": 5, "d1_rows_written": 20,
-        "stop_reason": "drained"
-    });
+    let summary = |started_at: i64, stop_reason| InvocationSummary {
+        trigger: Trigger::Tick,
+        started_at,
+        elapsed_ms: 12,
+        tally: Tally {
+            batch_ids: ["b1".to_string(), "b2".to_string()].into(),
+            claimed: 3,
+            completed: 2,
+            retried: 1,
+            failed: 0,
+            lost_leases: 0,
+            reaped: 4,
+        },
+        subrequests: 9,
+        subrequest_budget: 45,
+        d1_statements: 5,
+        d1_rows_written: 20,
+        stop_reason,
+    };
+    // The table keeps milliseconds, the JSON RFC 3339 text: every millisecond
+    // survives the trip, including the ones binary floating point cannot hold.
+    let times = [
+        0,
+        1,
+        999,
+        1_000,
+        1_795_262_400_123,
+        1_795_305_599_999,
+        4_102_444_799_999,
+    ];
+    for (i, &t) in times.iter().enumerate() {
+        let stop = [
+            StopReason::Drained,
+            StopReason::Budget,
+            StopReason::Deadline,
+            StopReason::Error,
+        ][i % 4];
+        block_on(store.record_invocation(&summary(t, stop))).unwrap();
+    }
+    let rows = block_on(store.list_invocations(100)).unwrap();
+    assert_eq!(rows.len(), times.len());
+    for (row, (i, &t)) in rows.iter().rev().zip(times.iter().enumerate()) {
+        assert_eq!(row.id, i as i64 + 1);
+        let stop = [
+            StopReason::Drained,
+            StopReason::Budget,
+            StopReason::Deadline,
+            StopReason::Error,
+        ][i % 4];
+        assert_eq!(row.summary, summary(t, stop));
+    }
+    // Stored as Unix milliseconds, the column's type.
+    assert_eq!(
+        count(&store, "SELECT started_at FROM invocations WHERE id = 5"),
+        1_795_262_400_123
+    );
+}
+
+#[test]
+fn the_invocations_json_is_the_documented_one() {
+    let store = setup();
+    let summary = InvocationSummary {
+        trigger: Trigger::Daily,
+        started_at: 1_795_262_400_123,
+        elapsed_ms: 7,
+        tally: Tally::default(),
+        subrequests: 3,
+        subrequest_budget: 45,
+        d1_statements: 3,
+        d1_rows_written: 4,
+        stop_reason: StopReason::Drained,
+    };
     block_on(store.record_invocation(&summary)).unwrap();
-    let rows = block_on(store.list_invocations(10)).unwrap();
-    assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0]["batch_ids"], json!(["b1", "b2"]));
-    assert_eq!(rows[0]["trigger"], "tick");
-    assert_eq!(rows[0]["subrequests"], 9);
+    let rows = block_on(store.list_invocations(1)).unwrap();
+    // docs/api.md, GET /invocations.
+    assert_eq!(
+        serde_json::to_value(&rows[0]).unwrap(),
+        json!({
+            "id": 1, "trigger": "daily", "started_at": "2026-11-21T12:00:00.123Z",
+            "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
+            "failed": 0, "lost_leases": 0, "reaped": 0, "subrequests": 3,
+            "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4,
+            "stop_reason": "drained"
+        })
+    );
+}
+
+#[test]
+fn the_meter_refuses_a_call_over_the_budget_with_a_typed_error() {
+    let budget = Budget::new(1);
+    let store = Store::new(Metered::new(setup().into_db(), budget.clone()));
+    assert_eq!(block_on(store.list_batches(10)).unwrap(), vec![]);
+    let statements = store.usage().statements;
+    match block_on(store.list_batches(10)) {
+        Err(StoreError::OverBudget(e)) => assert_eq!((e.limit, e.used, e.wanted), (1, 1, 1)),
+        other => panic!("expected OverBudget, got {other:?}"),
+    }
+    // Refused before it was sent: nothing ran, nothing was charged.
+    assert_eq!(store.usage().statements, statements);
+    assert_eq!(budget.used(), 1);
 }

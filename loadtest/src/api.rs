@@ -123,26 +123,8 @@ pub struct ItemsPage {
     pub next_after: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Invocation {
-    pub id: Id,
-    pub trigger: String,
-    pub started_at: String,
-    pub elapsed_ms: f64,
-    pub batch_ids: Vec<Id>,
-    pub claimed: u64,
-    pub completed: u64,
-    pub retried: u64,
-    pub failed: u64,
-    pub lost_leases: u64,
-    pub reaped: u64,
-    pub subrequests: u64,
-    pub subrequest_budget: u64,
-    pub d1_statements: u64,
-    pub d1_rows_written: u64,
-    /// Why the drain stopped (`drained`, `budget`, `deadline`, `error`...).
-    pub stop_reason: String,
-}
+/// One `GET /invocations` row: the Worker's own type, so the two cannot drift.
+pub use cron_fanout::core::model::Invocation;
 
 /// The `POST /probe` answer: N `GET /health` calls through SELF from one invocation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -439,7 +421,7 @@ impl Api {
 
     /// Ids of the latest 1000 invocations: what a run was preceded by, so that
     /// its own invocations can be told apart afterwards.
-    pub async fn invocation_ids(&self) -> Result<HashSet<Id>> {
+    pub async fn invocation_ids(&self) -> Result<HashSet<i64>> {
         Ok(self
             .invocations(1000)
             .await?

@@ -10,9 +10,11 @@
 use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
+use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{sink, steps, verdict};
 use anyhow::{bail, ensure, Context, Result};
+use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -20,13 +22,10 @@ use std::time::{Duration, Instant};
 
 /// Worker settings for the suite: short timeouts, leases and backoff so that
 /// every path (retry, exhaustion, timeout, lease expiry) happens within seconds.
-/// LEASE_SECONDS is the smallest the Worker accepts with these settings (three
-/// calls of JOB_TIMEOUT_MS + 2 s grace, plus 1 s to commit = 10 s;
-/// `core::budget::min_lease_ms`) with a second of slack for a loaded CI machine.
-pub const SETTINGS: &[(&str, &str)] = &[
+/// [`settings`] adds LEASE_SECONDS.
+const BASE_SETTINGS: &[(&str, &str)] = &[
     ("MAX_ATTEMPTS", "3"),
     ("JOB_TIMEOUT_MS", "1000"),
-    ("LEASE_SECONDS", "11"),
     ("RETRY_BASE_MS", "100"),
     ("RETRY_MAX_MS", "400"),
     ("CLAIM_CHUNK", "50"),
@@ -34,6 +33,30 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "200"),
     ("INVOCATION_DEADLINE_MS", "15000"),
 ];
+
+/// The suite's settings, with LEASE_SECONDS the smallest the Worker accepts for
+/// them plus a second of slack for a loaded CI machine (`scenario::min_lease_seconds`,
+/// the rule the scenarios use: 11 s, three calls of JOB_TIMEOUT_MS + 2 s grace plus
+/// 1 s to commit, and the slack), so that lease expiry is observed quickly.
+pub fn settings() -> Vec<(&'static str, String)> {
+    let get = |name: &str| -> u64 {
+        BASE_SETTINGS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("the suite sets {name} to a number"))
+    };
+    let lease = min_lease_seconds(
+        get("JOB_TIMEOUT_MS"),
+        get("CLAIM_CHUNK"),
+        get("DISPATCH_CONCURRENCY"),
+    );
+    BASE_SETTINGS
+        .iter()
+        .map(|(k, v)| (*k, v.to_string()))
+        .chain([("LEASE_SECONDS", lease.to_string())])
+        .collect()
+}
 
 /// Minimum time between two tick rounds.
 const TICK_PACING: Duration = Duration::from_millis(200);
@@ -71,7 +94,9 @@ pub async fn run(args: E2eArgs) -> bool {
 }
 
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
-    let mut target = Target::open(&args.target, "e2e", SETTINGS, Secrets::Random, true)
+    let settings = settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut target = Target::open(&args.target, "e2e", &settings, Secrets::Random, true)
         .await
         .context("starting the Worker and the sink")?;
     checks.record(
@@ -667,17 +692,18 @@ async fn crash(
         .collect();
     // What each scheduled run did since the crash, oldest first: the evidence
     // for the two checks below when they fail.
-    for i in since_crash.iter().rev() {
+    for Invocation { id, summary: i } in since_crash.iter().rev() {
+        let t = &i.tally;
         eprintln!(
-            "  [crash] invocation {} {} at {} {:.0} ms: claimed {} completed {} retried {} failed {} lost_leases {} reaped {} subrequests {}/{}",
-            i.id, i.trigger, i.started_at, i.elapsed_ms, i.claimed, i.completed, i.retried, i.failed,
-            i.lost_leases, i.reaped, i.subrequests, i.subrequest_budget
+            "  [crash] invocation {id} {} at {} {} ms: claimed {} completed {} retried {} failed {} lost_leases {} reaped {} subrequests {}/{}",
+            i.trigger.as_str(), rfc3339(i.started_at), i.elapsed_ms, t.claimed, t.completed, t.retried,
+            t.failed, t.lost_leases, t.reaped, i.subrequests, i.subrequest_budget
         );
     }
-    let reaped: u64 = since_crash.iter().map(|i| i.reaped).sum();
+    let reaped: i64 = since_crash.iter().map(|i| i.summary.tally.reaped).sum();
     checks.record(
         "crash: the reaper requeued exactly the leases left by the crash",
-        if reaped == processing_at_kill {
+        if u64::try_from(reaped) == Ok(processing_at_kill) {
             Ok(())
         } else {
             Err(format!(
@@ -690,4 +716,32 @@ async fn crash(
         verdict::within_budget(&invocations),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cron_fanout::core::settings::Settings;
+
+    fn parse(pairs: &[(&'static str, String)]) -> Result<Settings, String> {
+        Settings::from_lookup(|name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn the_suite_lease_is_the_smallest_the_worker_accepts_plus_a_second() {
+        let mut s = settings();
+        assert!(parse(&s).is_ok(), "{:?}", parse(&s));
+        let lease = s.iter().position(|(k, _)| *k == "LEASE_SECONDS").unwrap();
+        assert_eq!(s[lease].1, "11");
+        // One second less is the bare minimum, two less is refused.
+        s[lease].1 = "10".into();
+        assert!(parse(&s).is_ok());
+        s[lease].1 = "9".into();
+        assert!(parse(&s).unwrap_err().starts_with("LEASE_SECONDS"));
+    }
 }

@@ -3,6 +3,7 @@
 
 use crate::api::{Invocation, Item};
 use anyhow::{Context, Result};
+use cron_fanout::core::model::Trigger;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -96,22 +97,22 @@ pub fn median(values: &[f64]) -> Option<f64> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Usage {
     pub invocations: u64,
-    pub d1_statements: u64,
-    pub d1_rows_written: u64,
+    pub d1_statements: i64,
+    pub d1_rows_written: i64,
     /// Items claimed by these invocations (retries count again).
-    pub claimed: u64,
-    pub max_subrequests: u64,
-    pub subrequest_budget: u64,
+    pub claimed: i64,
+    pub max_subrequests: i64,
+    pub subrequest_budget: i64,
 }
 
 impl Usage {
     pub fn of<'a>(invocations: impl IntoIterator<Item = &'a Invocation>) -> Usage {
         let mut u = Usage::default();
-        for i in invocations {
+        for Invocation { summary: i, .. } in invocations {
             u.invocations += 1;
             u.d1_statements += i.d1_statements;
             u.d1_rows_written += i.d1_rows_written;
-            u.claimed += i.claimed;
+            u.claimed += i.tally.claimed;
             u.max_subrequests = u.max_subrequests.max(i.subrequests);
             u.subrequest_budget = u.subrequest_budget.max(i.subrequest_budget);
         }
@@ -137,8 +138,9 @@ pub struct D1Cost {
 impl D1Cost {
     pub fn of(invocations: &[&Invocation], items: u64) -> D1Cost {
         let total = Usage::of(invocations.iter().copied());
-        let daily = Usage::of(invocations.iter().copied().filter(|i| i.trigger == "daily"));
-        let ticks = Usage::of(invocations.iter().copied().filter(|i| i.trigger != "daily"));
+        let daily_run = |i: &&Invocation| i.summary.trigger == Trigger::Daily;
+        let daily = Usage::of(invocations.iter().copied().filter(daily_run));
+        let ticks = Usage::of(invocations.iter().copied().filter(|i| !daily_run(i)));
         D1Cost {
             statements_per_item: ratio(total.d1_statements as f64, items as f64),
             rows_written_per_item: ratio(total.d1_rows_written as f64, items as f64),
@@ -154,7 +156,7 @@ impl D1Cost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Id;
+    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally};
 
     fn item(attempt: u32, completed_at: Option<&str>) -> Item {
         Item {
@@ -171,24 +173,30 @@ mod tests {
         }
     }
 
-    fn invocation(trigger: &str, statements: u64, rows: u64, claimed: u64, sub: u64) -> Invocation {
+    fn invocation(
+        trigger: Trigger,
+        statements: i64,
+        rows: i64,
+        claimed: i64,
+        sub: i64,
+    ) -> Invocation {
         Invocation {
-            id: Id("1".into()),
-            trigger: trigger.into(),
-            started_at: String::new(),
-            elapsed_ms: 1.0,
-            batch_ids: vec![],
-            claimed,
-            completed: claimed,
-            retried: 0,
-            failed: 0,
-            lost_leases: 0,
-            reaped: 0,
-            subrequests: sub,
-            subrequest_budget: 100,
-            d1_statements: statements,
-            d1_rows_written: rows,
-            stop_reason: "drained".into(),
+            id: 1,
+            summary: InvocationSummary {
+                trigger,
+                started_at: 0,
+                elapsed_ms: 1,
+                tally: Tally {
+                    claimed,
+                    completed: claimed,
+                    ..Tally::default()
+                },
+                subrequests: sub,
+                subrequest_budget: 100,
+                d1_statements: statements,
+                d1_rows_written: rows,
+                stop_reason: StopReason::Drained,
+            },
         }
     }
 
@@ -243,9 +251,9 @@ mod tests {
     #[test]
     fn d1_cost_splits_daily_from_ticks() {
         let invs = [
-            invocation("daily", 10, 1003, 50, 12),
-            invocation("tick", 20, 300, 150, 160),
-            invocation("tick", 2, 1, 0, 3),
+            invocation(Trigger::Daily, 10, 1003, 50, 12),
+            invocation(Trigger::Tick, 20, 300, 150, 160),
+            invocation(Trigger::Tick, 2, 1, 0, 3),
         ];
         let refs: Vec<&Invocation> = invs.iter().collect();
         let c = D1Cost::of(&refs, 200);

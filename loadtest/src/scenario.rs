@@ -65,10 +65,10 @@ fn worker_default(name: &str) -> &'static str {
 }
 
 /// The smallest LEASE_SECONDS the Worker accepts for these settings (the
-/// Worker's own rule, `core::budget::min_lease_ms`), plus one second of slack for
+/// Worker's own rule, `core::timing::min_lease_ms`), plus one second of slack for
 /// a loaded machine.
 pub fn min_lease_seconds(job_timeout_ms: u64, claim_chunk: u64, concurrency: u64) -> u64 {
-    let ms = cron_fanout::core::budget::min_lease_ms(
+    let ms = cron_fanout::core::timing::min_lease_ms(
         job_timeout_ms as i64,
         claim_chunk as i64,
         concurrency as i64,

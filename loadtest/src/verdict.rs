@@ -202,11 +202,13 @@ pub fn within_budget(invocations: &[Invocation]) -> Result<(), String> {
     }
     let over: Vec<String> = invocations
         .iter()
-        .filter(|i| i.subrequests > i.subrequest_budget)
-        .map(|i| {
+        .filter(|i| i.summary.subrequests > i.summary.subrequest_budget)
+        .map(|Invocation { id, summary: i }| {
             format!(
-                "invocation {} ({}): {} subrequests > budget {}",
-                i.id, i.trigger, i.subrequests, i.subrequest_budget
+                "invocation {id} ({}): {} subrequests > budget {}",
+                i.trigger.as_str(),
+                i.subrequests,
+                i.subrequest_budget
             )
         })
         .collect();
@@ -353,6 +355,7 @@ fn summarize(failures: Vec<String>, n: usize) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::api::Id;
+    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
 
     fn item(status: &str, attempt: u32, last_error: Option<&str>) -> Item {
         Item {
@@ -517,24 +520,20 @@ mod tests {
             .contains("!= total"));
     }
 
-    fn invocation(subrequests: u64) -> Invocation {
+    fn invocation(subrequests: i64) -> Invocation {
         Invocation {
-            id: Id("1".into()),
-            trigger: "tick".into(),
-            started_at: String::new(),
-            elapsed_ms: 1.0,
-            batch_ids: vec![],
-            claimed: 0,
-            completed: 0,
-            retried: 0,
-            failed: 0,
-            lost_leases: 0,
-            reaped: 0,
-            subrequests,
-            subrequest_budget: 200,
-            d1_statements: 0,
-            d1_rows_written: 0,
-            stop_reason: "drained".into(),
+            id: 1,
+            summary: InvocationSummary {
+                trigger: Trigger::Tick,
+                started_at: 0,
+                elapsed_ms: 1,
+                tally: Tally::default(),
+                subrequests,
+                subrequest_budget: 200,
+                d1_statements: 0,
+                d1_rows_written: 0,
+                stop_reason: StopReason::Drained,
+            },
         }
     }
 

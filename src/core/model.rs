@@ -191,6 +191,15 @@ pub enum Trigger {
     Tick,
 }
 
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Daily => "daily",
+            Trigger::Tick => "tick",
+        }
+    }
+}
+
 /// Why a drain stopped claiming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

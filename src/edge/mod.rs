@@ -1,13 +1,15 @@
-//! The Workers runtime boundary: entry points, HTTP routing, the drain loop, the
-//! child executor. Everything here is thin glue over `core`, `store` and `jobs`.
+//! The Workers runtime boundary: entry points, HTTP routing, the scheduled
+//! invocation and the drain's shell, the child executor. Everything here is thin glue over `core`, `store` and `jobs`.
 
 mod clock;
 mod config;
+mod dispatch;
 mod drain;
 mod http;
 mod log;
 mod probe;
 mod run;
+mod schedule;
 
 /// Origin of calls through the `SELF` binding: a service binding ignores the host,
 /// so any fixed name works; one name keeps the dispatch and probe URLs in step.
@@ -29,5 +31,5 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     // Awaited in the handler itself: the invocation lives exactly as long as the
     // drain, and every SELF child is awaited before it returns.
-    drain::on_schedule(event, env).await;
+    schedule::on_schedule(event, env).await;
 }

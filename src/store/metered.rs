@@ -21,6 +21,11 @@ impl<D: Db> Metered<D> {
     pub fn inner(&self) -> &D {
         &self.inner
     }
+
+    /// The budget this store charges.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
 }
 
 impl<D: Db> Db for Metered<D> {

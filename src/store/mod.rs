@@ -160,6 +160,10 @@ impl<D: Db> Store<D> {
         &self.db
     }
 
+    pub fn into_db(self) -> D {
+        self.db
+    }
+
     /// Create batch `key` (or return the existing one): the batch row, its items and
     /// its total in one transaction, in O(1) statements for subjects and
     /// O(N / 500) for explicit items.

@@ -1,0 +1,107 @@
+//! Running one claimed item for the drain: a signed `POST /internal/run` through
+//! the `SELF` binding (its own invocation, abandoned when its watchdog fires), or
+//! the job inline.
+
+use worker::{web_sys, Fetcher, Request};
+
+use super::config::Config;
+use super::run::{run_with_timeout, SIGNATURE_HEADER};
+use super::{clock, SELF_ORIGIN};
+use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::{dispatch, signature};
+
+/// Abandons dispatches that outlive their limit: the platform's own
+/// `AbortSignal.timeout`, one per cohort of dispatches (`core::watchdog`; the drain
+/// machine says when a cohort starts). One per dispatch crashed fast drains on the
+/// runtime's cap of live timers.
+pub struct Watchdog {
+    limit_ms: i64,
+    current: Option<web_sys::AbortSignal>,
+}
+
+impl Watchdog {
+    pub fn new(limit_ms: i64) -> Watchdog {
+        Watchdog {
+            limit_ms,
+            current: None,
+        }
+    }
+
+    /// The signal for the next dispatch: a new timer if a cohort starts with it.
+    pub fn signal(&mut self, new_cohort: bool) -> web_sys::AbortSignal {
+        match &self.current {
+            Some(signal) if !new_cohort => signal.clone(),
+            _ => {
+                let signal = web_sys::AbortSignal::timeout_with_u32(self.limit_ms as u32);
+                self.current = Some(signal.clone());
+                signal
+            }
+        }
+    }
+}
+
+/// Run one claimed item: through SELF (its own invocation, abandoned when the
+/// signal fires) or inline.
+pub async fn execute(
+    cfg: &Config,
+    via: Option<(&Fetcher, web_sys::AbortSignal)>,
+    item: ClaimedItem,
+) -> (ClaimedItem, Outcome) {
+    let outcome = match via {
+        // The child enforces the job timeout; the dispatch's own limit only guards
+        // against a child that never answers.
+        Some((service, signal)) => dispatch(service, &cfg.dispatch_secret, &item, &signal).await,
+        None => run_with_timeout(&item, &cfg.webhook_secret, cfg.settings.job_timeout_ms).await,
+    };
+    (item, outcome)
+}
+
+/// One signed `POST /internal/run` through the SELF binding, abandoned when
+/// `signal` (the drain's [`Watchdog`]) fires.
+async fn dispatch(
+    service: &Fetcher,
+    secret: &str,
+    item: &ClaimedItem,
+    signal: &web_sys::AbortSignal,
+) -> Outcome {
+    let body = match serde_json::to_string(item) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")),
+    };
+    let sig = signature::sign(secret, clock::now_ms() / 1_000, body.as_bytes());
+    let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
+        let headers = web_sys::Headers::new()?;
+        headers.set(SIGNATURE_HEADER, &sig)?;
+        let init = web_sys::RequestInit::new();
+        init.set_method("POST");
+        // The item rides in a header unless it is too long for one (core::dispatch).
+        match dispatch::item_header(&body) {
+            Some(value) => headers.set(dispatch::ITEM_HEADER, &value)?,
+            None => {
+                headers.set("Content-Type", "application/json")?;
+                init.set_body(&body.into());
+            }
+        }
+        init.set_headers(&headers);
+        init.set_signal(Some(signal));
+        web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/run"), &init)
+            .map(Request::from)
+    })();
+    let response = match request {
+        Ok(req) => match service.fetch_request(req).await {
+            Ok(r) => r,
+            Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")),
+        },
+        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")),
+    };
+    // The outcome is in the headers; the body is never read (core::dispatch).
+    if response.status_code() != dispatch::OUTCOME_STATUS {
+        return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code()));
+    }
+    let header = |name: &str| response.headers().get(name).ok().flatten();
+    dispatch::decode(
+        header(dispatch::OUTCOME_HEADER).as_deref(),
+        header(dispatch::REASON_HEADER).as_deref(),
+    )
+    .unwrap_or_else(|e| Outcome::Retry(format!("unreadable dispatch answer: {e}")))
+}
