@@ -22,6 +22,10 @@ impl<D: Db> Metered<D> {
         &self.inner
     }
 
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+
     /// The budget this store charges.
     pub fn budget(&self) -> &Budget {
         &self.budget
