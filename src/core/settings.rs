@@ -221,6 +221,42 @@ mod tests {
     }
 
     #[test]
+    fn every_setting_is_read_and_changes_the_result() {
+        // The lookup sees exactly the names of the defaults table...
+        let asked = std::cell::RefCell::new(std::collections::BTreeSet::new());
+        let defaults = Settings::from_lookup(|name| {
+            asked.borrow_mut().insert(name.to_string());
+            None
+        })
+        .unwrap();
+        let names: std::collections::BTreeSet<String> =
+            DEFAULTS.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(asked.into_inner(), names);
+        // ...and each one counts: a value that is not its default is either refused
+        // naming it, or gives other settings.
+        for (name, _) in DEFAULTS {
+            match parse(&[(name, "not-a-setting")]) {
+                Err(e) => assert!(e.starts_with(name), "{name}: {e}"),
+                Ok(s) => assert_ne!(s, defaults, "{name} is read but not used"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_setting_is_documented_with_its_default() {
+        let doc = include_str!("../../docs/operations.md");
+        for (name, default) in DEFAULTS {
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("docs/operations.md has no row for {name}"));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            assert_eq!(cells[2].trim_matches('`'), *default, "{name}'s documented default");
+            assert!(!cells[3].is_empty(), "{name} needs a meaning");
+        }
+    }
+
+    #[test]
     fn deadline_must_leave_room_for_one_claim() {
         // One call time of 10 s + 2 s grace, plus 1 s to commit.
         let err = parse(&[("INVOCATION_DEADLINE_MS", "12999")]).unwrap_err();
