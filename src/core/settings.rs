@@ -251,7 +251,11 @@ mod tests {
                 .find(|l| l.starts_with(&format!("| `{name}` |")))
                 .unwrap_or_else(|| panic!("docs/operations.md has no row for {name}"));
             let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            assert_eq!(cells[2].trim_matches('`'), *default, "{name}'s documented default");
+            assert_eq!(
+                cells[2].trim_matches('`'),
+                *default,
+                "{name}'s documented default"
+            );
             assert!(!cells[3].is_empty(), "{name} needs a meaning");
         }
     }
