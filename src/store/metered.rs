@@ -38,7 +38,8 @@ impl<D: Db> Db for Metered<D> {
         sql: &str,
         params: Vec<Param>,
     ) -> StoreResult<Vec<T>> {
-        // Charged before it is sent: a call that fails still went out.
+        // Charged before it is sent, whatever its result: a failed call still went
+        // out (or, failing before it left, is counted on the safe side).
         self.budget.charge_call()?;
         self.inner.query(sql, params).await
     }
