@@ -610,27 +610,25 @@ fn invocation_summaries_round_trip() {
         1_795_305_599_999,
         4_102_444_799_999,
     ];
-    for (i, &t) in times.iter().enumerate() {
-        let stop = [
-            StopReason::Drained,
-            StopReason::Budget,
-            StopReason::Deadline,
-            StopReason::Error,
-        ][i % 4];
-        block_on(store.record_invocation(&summary(t, stop))).unwrap();
+    let stops = [
+        StopReason::Drained,
+        StopReason::Budget,
+        StopReason::Deadline,
+        StopReason::Error,
+    ];
+    let written: Vec<InvocationSummary> = times
+        .iter()
+        .zip(stops.iter().cycle())
+        .map(|(&t, &stop)| summary(t, stop))
+        .collect();
+    for s in &written {
+        block_on(store.record_invocation(s)).unwrap();
     }
     let rows = block_on(store.list_invocations(100)).unwrap();
-    assert_eq!(rows.len(), times.len());
-    for (row, (i, &t)) in rows.iter().rev().zip(times.iter().enumerate()) {
-        assert_eq!(row.id, i as i64 + 1);
-        let stop = [
-            StopReason::Drained,
-            StopReason::Budget,
-            StopReason::Deadline,
-            StopReason::Error,
-        ][i % 4];
-        assert_eq!(row.summary, summary(t, stop));
-    }
+    let ids: Vec<i64> = rows.iter().rev().map(|r| r.id).collect();
+    assert_eq!(ids, (1..=times.len() as i64).collect::<Vec<_>>());
+    let read: Vec<InvocationSummary> = rows.into_iter().rev().map(|r| r.summary).collect();
+    assert_eq!(read, written);
     // Stored as Unix milliseconds, the column's type.
     assert_eq!(
         count(&store, "SELECT started_at FROM invocations WHERE id = 5"),
