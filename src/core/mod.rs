@@ -8,6 +8,7 @@ pub mod error;
 pub mod model;
 pub mod requests;
 pub mod retry;
+pub mod schedule;
 pub mod settings;
 pub mod signature;
 pub mod time;

@@ -1,0 +1,149 @@
+//! `PUT /schedules/{id}`: the body parsed strictly and validated completely, and the
+//! id and group rules. Every failure is a 400 with a stable code (docs/api.md):
+//! `invalid_json` (shape), `invalid_id` / `reserved_id` (the schedule id),
+//! `invalid_schedule` (what and when), `invalid_cron`, `invalid_timezone`.
+
+use chrono::DateTime;
+use serde::Deserialize;
+
+use super::cron::CronExpr;
+use super::zone::{parse_zone, DEFAULT_ZONE, SUBJECT_ZONE};
+use super::{ScheduleSpec, Timing, Zone};
+use crate::core::error::ApiError;
+use crate::core::requests::validate_id;
+
+pub const MIN_EVERY_SECONDS: i64 = 60;
+pub const MAX_EVERY_SECONDS: i64 = 31_536_000;
+pub const MAX_JITTER_SECONDS: i64 = 3_600;
+/// Ad-hoc batches without a key get `adhoc:<batch id>`: no schedule may own that prefix.
+pub const RESERVED_SCHEDULE_IDS: [&str; 1] = ["adhoc"];
+
+/// The body as sent. `timezone` defaults to UTC, `jitter_seconds` to 0, `enabled`
+/// to true; no `group` means every active subject.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleBody {
+    pub cron: Option<String>,
+    pub every_seconds: Option<i64>,
+    pub at: Option<String>,
+    pub timezone: Option<String>,
+    pub group: Option<String>,
+    pub jitter_seconds: Option<i64>,
+    pub enabled: Option<bool>,
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_schedule", message)
+}
+
+/// A schedule id: the id rules, and nothing that could make its batch keys
+/// (`<id>:<date or instant>`) collide with another's or be unaddressable.
+pub fn validate_schedule_id(id: &str) -> Result<(), ApiError> {
+    validate_id("schedule id", id)?;
+    if id.contains(':') {
+        // The key prefix up to the first ':' must name exactly one schedule.
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            "schedule id must not contain ':' (it separates the id from the date in batch keys)",
+        ));
+    }
+    if id == "." || id == ".." {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            "schedule id must not be \".\" or \"..\" (not addressable in a URL)",
+        ));
+    }
+    if RESERVED_SCHEDULE_IDS.contains(&id) {
+        return Err(ApiError::bad_request(
+            "reserved_id",
+            format!("schedule id {id:?} is reserved (ad-hoc batches use the key prefix \"{id}:\")"),
+        ));
+    }
+    Ok(())
+}
+
+/// A subject's or schedule's `group`: the id rules.
+pub fn validate_group(field: &str, group: &str) -> Result<(), ApiError> {
+    validate_id(field, group)
+}
+
+/// Validate a body into a spec, every rule before anything is written. `now` only
+/// serves to refuse a cron that never fires (`0 0 30 2 *`); a past `at` is allowed
+/// and fires on the next tick.
+pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, ApiError> {
+    let zone_name = body.timezone.as_deref().unwrap_or(DEFAULT_ZONE);
+    let zone = if zone_name == SUBJECT_ZONE {
+        Zone::Subject
+    } else {
+        Zone::Named(parse_zone(zone_name).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_timezone",
+                format!("timezone: {zone_name:?} is neither an IANA time zone name (e.g. \"Europe/Berlin\") nor \"subject\""),
+            )
+        })?)
+    };
+    let timing = match (body.cron, body.every_seconds, body.at) {
+        (Some(cron), None, None) => {
+            Timing::Cron(CronExpr::parse(&cron).map_err(|e| {
+                ApiError::bad_request("invalid_cron", format!("cron {cron:?}: {e}"))
+            })?)
+        }
+        (None, Some(seconds), None) => {
+            if !(MIN_EVERY_SECONDS..=MAX_EVERY_SECONDS).contains(&seconds) {
+                return Err(invalid(format!(
+                    "every_seconds must be {MIN_EVERY_SECONDS} to {MAX_EVERY_SECONDS}, got {seconds}"
+                )));
+            }
+            Timing::Every { seconds }
+        }
+        (None, None, Some(at)) => Timing::At {
+            at: DateTime::parse_from_rfc3339(&at)
+                .map_err(|e| invalid(format!("at {at:?} is not an RFC 3339 instant: {e}")))?
+                .timestamp_millis(),
+        },
+        _ => {
+            return Err(invalid(
+                "give exactly one of \"cron\", \"every_seconds\" or \"at\"",
+            ))
+        }
+    };
+    match (&timing, &zone) {
+        (Timing::Cron(cron), Zone::Subject) if !cron.fires_at_most_daily() => {
+            return Err(invalid(format!(
+                "with \"timezone\": \"subject\" the cron must fire at most once a day (one minute and one hour, e.g. \"0 9 * * *\"), got {:?}",
+                cron.text()
+            )))
+        }
+        (Timing::Every { .. } | Timing::At { .. }, _) if zone_name != DEFAULT_ZONE => {
+            return Err(invalid(
+                "timezone applies to cron schedules only: every_seconds and at are absolute (omit timezone)",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(group) = &body.group {
+        validate_group("group", group)?;
+    }
+    let jitter_seconds = body.jitter_seconds.unwrap_or(0);
+    if !(0..=MAX_JITTER_SECONDS).contains(&jitter_seconds) {
+        return Err(invalid(format!(
+            "jitter_seconds must be 0 to {MAX_JITTER_SECONDS}, got {jitter_seconds}"
+        )));
+    }
+    let spec = ScheduleSpec {
+        timing,
+        zone,
+        group: body.group,
+        jitter_seconds,
+        enabled: body.enabled.unwrap_or(true),
+    };
+    if let Timing::Cron(cron) = &spec.timing {
+        if spec.first_after(now, &[]).is_none() {
+            return Err(ApiError::bad_request(
+                "invalid_cron",
+                format!("cron {:?} never fires", cron.text()),
+            ));
+        }
+    }
+    Ok(spec)
+}
