@@ -147,3 +147,185 @@ pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, A
     }
     Ok(spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::requests::parse_json;
+    use serde_json::{json, Value};
+
+    const NOW: i64 = 1_795_262_400_000; // 2026-11-21T12:00:00Z
+
+    fn check(v: Value) -> Result<ScheduleSpec, ApiError> {
+        validate_schedule(parse_json(v.to_string().as_bytes())?, NOW)
+    }
+
+    fn code(v: Value) -> &'static str {
+        check(v.clone())
+            .map(|_| panic!("{v} was accepted"))
+            .unwrap_err()
+            .code()
+    }
+
+    #[test]
+    fn the_issue_example_is_valid_and_defaults_fill_in() {
+        let spec = check(
+            json!({"cron": "0 9 * * *", "timezone": "Europe/Berlin", "group": "digest",
+                                "jitter_seconds": 600, "enabled": true}),
+        )
+        .unwrap();
+        assert_eq!(spec.cron_text(), Some("0 9 * * *"));
+        assert_eq!(spec.zone.name(), "Europe/Berlin");
+        assert_eq!(
+            (spec.group.as_deref(), spec.jitter_seconds, spec.enabled),
+            (Some("digest"), 600, true)
+        );
+
+        let spec = check(json!({"every_seconds": 60})).unwrap();
+        assert_eq!(
+            (
+                spec.every_seconds(),
+                spec.zone.name(),
+                spec.group,
+                spec.jitter_seconds,
+                spec.enabled
+            ),
+            (Some(60), "UTC", None, 0, true)
+        );
+        let spec = check(json!({"at": "2026-11-21T23:00:00+01:00", "enabled": false})).unwrap();
+        assert_eq!((spec.at(), spec.enabled), (Some(1_795_298_400_000), false));
+        let spec = check(json!({"cron": "30 7 * * MON-FRI", "timezone": "subject"})).unwrap();
+        assert_eq!(spec.zone, Zone::Subject);
+        // A past one-off is allowed: it fires on the next tick.
+        assert!(check(json!({"at": "2000-01-01T00:00:00Z"})).is_ok());
+    }
+
+    #[test]
+    fn every_bad_body_has_its_code() {
+        // Shape: unknown fields and wrong types.
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "on_finish": {"url": "https://x"}})),
+            "invalid_json"
+        );
+        assert_eq!(code(json!({"every_seconds": "60"})), "invalid_json");
+        assert_eq!(code(json!({"every_seconds": 60.5})), "invalid_json");
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "enabled": "yes"})),
+            "invalid_json"
+        );
+        // Exactly one of cron / every_seconds / at.
+        assert_eq!(code(json!({})), "invalid_schedule");
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "every_seconds": 60})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"every_seconds": 60, "at": "2026-11-21T23:00:00Z"})),
+            "invalid_schedule"
+        );
+        // Ranges.
+        assert_eq!(code(json!({"every_seconds": 59})), "invalid_schedule");
+        assert_eq!(
+            code(json!({"every_seconds": 31_536_001})),
+            "invalid_schedule"
+        );
+        assert!(check(json!({"every_seconds": 31_536_000})).is_ok());
+        assert_eq!(
+            code(json!({"every_seconds": 60, "jitter_seconds": -1})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"every_seconds": 60, "jitter_seconds": 3_601})),
+            "invalid_schedule"
+        );
+        assert!(check(json!({"every_seconds": 60, "jitter_seconds": 3_600})).is_ok());
+        // Instants.
+        assert_eq!(code(json!({"at": "tomorrow"})), "invalid_schedule");
+        assert_eq!(
+            code(json!({"at": "2026-11-21T23:00:00"})),
+            "invalid_schedule"
+        ); // no offset
+           // Cron text, and a cron that never fires.
+        assert_eq!(code(json!({"cron": "0 9 * *"})), "invalid_cron");
+        assert_eq!(code(json!({"cron": "0 9 * * 0"})), "invalid_cron");
+        assert_eq!(code(json!({"cron": "@daily"})), "invalid_cron");
+        assert_eq!(code(json!({"cron": "0 0 30 2 *"})), "invalid_cron");
+        // Zones.
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "timezone": "Mars/Olympus"})),
+            "invalid_timezone"
+        );
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "timezone": "utc"})),
+            "invalid_timezone"
+        );
+        assert_eq!(
+            code(json!({"cron": "0 9,17 * * *", "timezone": "subject"})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"cron": "*/15 * * * *", "timezone": "subject"})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"every_seconds": 86_400, "timezone": "subject"})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"every_seconds": 60, "timezone": "Europe/Berlin"})),
+            "invalid_schedule"
+        );
+        assert_eq!(
+            code(json!({"at": "2026-11-21T23:00:00Z", "timezone": "subject"})),
+            "invalid_schedule"
+        );
+        assert!(check(json!({"every_seconds": 60, "timezone": "UTC"})).is_ok());
+        // Group: the id rules.
+        assert_eq!(
+            code(json!({"every_seconds": 60, "group": ""})),
+            "invalid_id"
+        );
+        assert_eq!(
+            code(json!({"every_seconds": 60, "group": "x".repeat(201)})),
+            "invalid_id"
+        );
+    }
+
+    #[test]
+    fn messages_name_the_field_and_the_rule() {
+        let message = |v: Value| check(v).unwrap_err().public_message();
+        assert!(message(json!({"every_seconds": 5})).contains("60 to 31536000"));
+        assert!(message(json!({"cron": "0 9 * * 0"})).contains("\"0 9 * * 0\""));
+        assert!(message(json!({"cron": "* 9 * * *", "timezone": "subject"}))
+            .contains("at most once a day"));
+        assert!(
+            message(json!({"cron": "0 9 * * *", "timezone": "Nowhere"})).contains("\"Nowhere\"")
+        );
+    }
+
+    #[test]
+    fn schedule_ids_cannot_make_keys_collide() {
+        for ok in ["daily", "digest", "feeds-15min", "é", "a.b"] {
+            assert!(validate_schedule_id(ok).is_ok(), "{ok}");
+        }
+        for (bad, want) in [
+            ("", "invalid_id"),
+            ("a:b", "invalid_id"),
+            ("digest:2026-11-21", "invalid_id"),
+            (".", "invalid_id"),
+            ("..", "invalid_id"),
+            ("line\nbreak", "invalid_id"),
+            ("adhoc", "reserved_id"),
+        ] {
+            assert_eq!(
+                validate_schedule_id(bad).unwrap_err().code(),
+                want,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            validate_schedule_id(&"x".repeat(201)).unwrap_err().code(),
+            "invalid_id"
+        );
+    }
+}

@@ -187,3 +187,357 @@ fn local_fire_time(cron: &CronExpr, tz: Tz, date: NaiveDate) -> Option<i64> {
         .ok()?;
     Some(first_valid_at_or_after(tz, wall).timestamp_millis())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::schedule::zone::parse_zone;
+    use chrono::DateTime;
+
+    fn ms(s: &str) -> i64 {
+        DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
+    }
+
+    fn tz(name: &str) -> Tz {
+        parse_zone(name).unwrap()
+    }
+
+    fn cron(expr: &str, zone: &str) -> ScheduleSpec {
+        ScheduleSpec {
+            timing: Timing::Cron(CronExpr::parse(expr).unwrap()),
+            zone: if zone == "subject" {
+                Zone::Subject
+            } else {
+                Zone::Named(tz(zone))
+            },
+            group: None,
+            jitter_seconds: 0,
+            enabled: true,
+        }
+    }
+
+    fn every(seconds: i64) -> ScheduleSpec {
+        ScheduleSpec {
+            timing: Timing::Every { seconds },
+            ..cron("0 0 * * *", "UTC")
+        }
+    }
+
+    /// (fire instant, key suffix) of the next `n` occurrences after `from`.
+    fn next_n(spec: &ScheduleSpec, from: &str, n: usize, zones: &[Tz]) -> Vec<(String, String)> {
+        let mut t = ms(from);
+        (0..n)
+            .map(|_| {
+                let o = spec.first_after(t, zones).unwrap();
+                assert!(o.fire_at > t);
+                t = o.fire_at;
+                (rfc3339(o.fire_at), o.key_suffix)
+            })
+            .collect()
+    }
+
+    fn pair(at: &str, key: &str) -> (String, String) {
+        (at.to_string(), key.to_string())
+    }
+
+    #[test]
+    fn berlin_spring_forward_runs_after_the_gap_and_fall_back_runs_once() {
+        let spec = cron("30 2 * * *", "Europe/Berlin");
+        // 2026-03-29 02:00 CET -> 03:00 CEST: 02:30 does not exist that day.
+        assert_eq!(
+            next_n(&spec, "2026-03-28T12:00:00Z", 2, &[]),
+            vec![
+                pair("2026-03-29T01:00:00.000Z", "2026-03-29"),
+                pair("2026-03-30T00:30:00.000Z", "2026-03-30"),
+            ]
+        );
+        // 2026-10-25 03:00 CEST -> 02:00 CET: 02:30 happens at 00:30Z and 01:30Z.
+        assert_eq!(
+            next_n(&spec, "2026-10-24T12:00:00Z", 2, &[]),
+            vec![
+                pair("2026-10-25T00:30:00.000Z", "2026-10-25"),
+                pair("2026-10-26T01:30:00.000Z", "2026-10-26"),
+            ]
+        );
+        // Asked from between the two 02:30s, the repeat is not a second fire.
+        assert_eq!(
+            spec.first_after(ms("2026-10-25T01:00:00Z"), &[])
+                .unwrap()
+                .key_suffix,
+            "2026-10-26"
+        );
+    }
+
+    #[test]
+    fn new_york_transitions_for_daily_and_interval_crons() {
+        let daily = cron("30 2 * * *", "America/New_York");
+        assert_eq!(
+            next_n(&daily, "2026-03-07T12:00:00Z", 1, &[]),
+            vec![pair("2026-03-08T07:00:00.000Z", "2026-03-08")]
+        );
+        let repeated = cron("30 1 * * *", "America/New_York");
+        assert_eq!(
+            next_n(&repeated, "2026-10-31T12:00:00Z", 2, &[]),
+            vec![
+                pair("2026-11-01T05:30:00.000Z", "2026-11-01"),
+                pair("2026-11-02T06:30:00.000Z", "2026-11-02"),
+            ]
+        );
+        // An interval cron keys by instant and keeps its absolute rhythm: both
+        // passes of the repeated hour fire, the skipped hour does not.
+        let half_hourly = cron("*/30 * * * *", "America/New_York");
+        let fall: Vec<String> = next_n(&half_hourly, "2026-11-01T04:45:00Z", 5, &[])
+            .into_iter()
+            .map(|(at, key)| {
+                assert_eq!(at, key);
+                at
+            })
+            .collect();
+        assert_eq!(
+            fall,
+            [
+                "2026-11-01T05:00:00.000Z",
+                "2026-11-01T05:30:00.000Z",
+                "2026-11-01T06:00:00.000Z",
+                "2026-11-01T06:30:00.000Z",
+                "2026-11-01T07:00:00.000Z"
+            ]
+        );
+        let spring: Vec<String> = next_n(&half_hourly, "2026-03-08T06:15:00Z", 2, &[])
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect();
+        assert_eq!(
+            spring,
+            ["2026-03-08T06:30:00.000Z", "2026-03-08T07:00:00.000Z"]
+        );
+    }
+
+    #[test]
+    fn lord_howe_half_hour_shift() {
+        // Australia/Lord_Howe: +10:30 standard, +11 in summer. 2026-04-05 02:00 ->
+        // 01:30 repeats 01:30-02:00; 2026-10-04 02:00 -> 02:30 skips 02:00-02:30.
+        let repeated = cron("45 1 * * *", "Australia/Lord_Howe");
+        assert_eq!(
+            next_n(&repeated, "2026-04-04T00:00:00Z", 2, &[]),
+            vec![
+                pair("2026-04-04T14:45:00.000Z", "2026-04-05"),
+                pair("2026-04-05T15:15:00.000Z", "2026-04-06"),
+            ]
+        );
+        let skipped = cron("15 2 * * *", "Australia/Lord_Howe");
+        assert_eq!(
+            next_n(&skipped, "2026-10-03T00:00:00Z", 2, &[]),
+            vec![
+                pair("2026-10-03T15:30:00.000Z", "2026-10-04"),
+                pair("2026-10-04T15:15:00.000Z", "2026-10-05"),
+            ]
+        );
+    }
+
+    #[test]
+    fn kiritimati_is_a_day_ahead_and_year_ends_roll_over() {
+        let nine = cron("0 9 * * *", "Pacific/Kiritimati");
+        assert_eq!(
+            next_n(&nine, "2026-11-20T12:00:00Z", 1, &[]),
+            vec![pair("2026-11-20T19:00:00.000Z", "2026-11-21")]
+        );
+        let new_year = cron("0 0 1 1 *", "Pacific/Kiritimati");
+        assert_eq!(
+            next_n(&new_year, "2026-06-01T00:00:00Z", 2, &[]),
+            vec![
+                pair("2026-12-31T10:00:00.000Z", "2027-01-01"),
+                pair("2027-12-31T10:00:00.000Z", "2028-01-01"),
+            ]
+        );
+        let last_minute = cron("59 23 31 12 *", "UTC");
+        assert_eq!(
+            next_n(&last_minute, "2026-12-31T23:59:00Z", 1, &[]),
+            vec![pair("2027-12-31T23:59:00.000Z", "2027-12-31")]
+        );
+        let midnight = cron("0 0 * * *", "UTC");
+        assert_eq!(
+            next_n(&midnight, "2026-12-31T23:59:59.999Z", 1, &[]),
+            vec![pair("2027-01-01T00:00:00.000Z", "2027-01-01")]
+        );
+        assert_eq!(
+            midnight
+                .latest_at_or_before(ms("2027-01-01T00:00:00Z"), &[])
+                .unwrap()
+                .key_suffix,
+            "2027-01-01"
+        );
+        assert_eq!(
+            next_n(&every(3_600), "2026-12-31T23:30:00Z", 1, &[]),
+            vec![pair("2027-01-01T00:00:00.000Z", "2027-01-01T00:00:00.000Z")]
+        );
+    }
+
+    #[test]
+    fn the_daily_path_agrees_with_a_zoned_croner_search() {
+        // Daily crons go through local dates; croner's own zoned search must give
+        // the same instants from any starting point across a year of transitions
+        // (every 5 h 17 min, so starts fall at every time of day).
+        for zone in [
+            "Europe/Berlin",
+            "America/New_York",
+            "Australia/Lord_Howe",
+            "Pacific/Kiritimati",
+        ] {
+            for expr in ["30 2 * * *", "45 1 * * *", "0 0 * * *", "0 9 * * 2-6"] {
+                let spec = cron(expr, zone);
+                let Timing::Cron(c) = &spec.timing else {
+                    unreachable!()
+                };
+                let mut t = ms("2026-01-01T00:00:00Z");
+                while t < ms("2027-01-01T00:00:00Z") {
+                    let ours = spec.first_after(t, &[]).unwrap();
+                    let theirs = c
+                        .cron()
+                        .find_next_occurrence(&in_zone(tz(zone), t), false)
+                        .unwrap();
+                    assert_eq!(
+                        ours.fire_at,
+                        theirs.timestamp_millis(),
+                        "{zone} {expr} after {}",
+                        rfc3339(t)
+                    );
+                    assert_eq!(ours.key_suffix, theirs.date_naive().to_string());
+                    let back = spec.latest_at_or_before(ours.fire_at, &[]).unwrap();
+                    assert_eq!(back, ours, "{zone} {expr}");
+                    t += (5 * 60 + 17) * 60_000;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_subject_zone_gets_its_own_local_time_and_the_earliest_fires_first() {
+        let spec = cron("0 9 * * *", "subject");
+        let zones = [
+            tz("America/New_York"),
+            tz("Europe/Berlin"),
+            tz("Pacific/Kiritimati"),
+        ];
+        let o = spec
+            .first_after(ms("2026-11-20T12:00:00Z"), &zones)
+            .unwrap();
+        assert_eq!(o.key_suffix, "2026-11-21");
+        assert_eq!(o.fire_at, ms("2026-11-20T19:00:00Z"));
+        let times: Vec<(&str, String)> = o
+            .zone_times
+            .iter()
+            .map(|(z, at)| (z.as_str(), rfc3339(*at)))
+            .collect();
+        assert_eq!(
+            times,
+            [
+                ("America/New_York", "2026-11-21T14:00:00.000Z".to_string()),
+                ("Europe/Berlin", "2026-11-21T08:00:00.000Z".to_string()),
+                ("Pacific/Kiritimati", "2026-11-20T19:00:00.000Z".to_string()),
+            ]
+        );
+        // Until Kiritimati's 09:00 of the 21st, the latest date is the 20th.
+        let before = spec
+            .latest_at_or_before(ms("2026-11-20T18:59:59Z"), &zones)
+            .unwrap();
+        assert_eq!(
+            (before.key_suffix.as_str(), before.fire_at),
+            ("2026-11-20", ms("2026-11-19T19:00:00Z"))
+        );
+        // Without Kiritimati, the 21st starts in Berlin.
+        let later = spec
+            .first_after(ms("2026-11-20T12:00:00Z"), &zones[..2])
+            .unwrap();
+        assert_eq!(later.fire_at, ms("2026-11-21T08:00:00Z"));
+        // No subjects: UTC, so the schedule still advances.
+        let none = spec.first_after(ms("2026-11-20T12:00:00Z"), &[]).unwrap();
+        assert_eq!(
+            (none.key_suffix.as_str(), none.fire_at),
+            ("2026-11-21", ms("2026-11-21T09:00:00Z"))
+        );
+        assert_eq!(
+            none.zone_times,
+            vec![("UTC".to_string(), ms("2026-11-21T09:00:00Z"))]
+        );
+    }
+
+    #[test]
+    fn subject_zones_follow_each_zones_dst_rule_on_its_own() {
+        // 2026-03-29: Berlin springs forward (02:30 skipped -> 03:00 CEST); New York
+        // is already on EDT (since 03-08); Lord_Howe is on summer time (+11).
+        let spec = cron("30 2 * * *", "subject");
+        let zones = [
+            tz("Europe/Berlin"),
+            tz("America/New_York"),
+            tz("Australia/Lord_Howe"),
+        ];
+        let o = spec
+            .first_after(ms("2026-03-28T12:00:00Z"), &zones)
+            .unwrap();
+        assert_eq!(o.key_suffix, "2026-03-29");
+        let times: Vec<(&str, String)> = o
+            .zone_times
+            .iter()
+            .map(|(z, at)| (z.as_str(), rfc3339(*at)))
+            .collect();
+        assert_eq!(
+            times,
+            [
+                ("Europe/Berlin", "2026-03-29T01:00:00.000Z".to_string()),
+                ("America/New_York", "2026-03-29T06:30:00.000Z".to_string()),
+                (
+                    "Australia/Lord_Howe",
+                    "2026-03-28T15:30:00.000Z".to_string()
+                ),
+            ]
+        );
+        assert_eq!(o.fire_at, ms("2026-03-28T15:30:00Z"));
+    }
+
+    #[test]
+    fn weekday_crons_skip_dates_in_every_zone_alike() {
+        // 2026-11-21 is a Saturday: MON-FRI skips it and the Sunday.
+        let spec = cron("30 7 * * MON-FRI", "subject");
+        let zones = [tz("Europe/Berlin"), tz("Pacific/Kiritimati")];
+        let o = spec
+            .first_after(ms("2026-11-20T12:00:00Z"), &zones)
+            .unwrap();
+        assert_eq!(o.key_suffix, "2026-11-23");
+        assert_eq!(o.fire_at, ms("2026-11-22T17:30:00Z"));
+    }
+
+    #[test]
+    fn intervals_align_to_the_epoch_and_one_offs_fire_once() {
+        let spec = every(900);
+        let o = spec.first_after(ms("2026-11-21T10:07:13.5Z"), &[]).unwrap();
+        assert_eq!(
+            (o.fire_at, o.key_suffix.as_str()),
+            (ms("2026-11-21T10:15:00Z"), "2026-11-21T10:15:00.000Z")
+        );
+        assert_eq!(
+            spec.first_after(o.fire_at, &[]).unwrap().fire_at,
+            ms("2026-11-21T10:30:00Z")
+        );
+        assert_eq!(spec.latest_at_or_before(o.fire_at, &[]).unwrap(), o);
+        assert_eq!(
+            spec.latest_at_or_before(ms("2026-11-21T10:29:59.999Z"), &[])
+                .unwrap()
+                .fire_at,
+            o.fire_at
+        );
+
+        let at = ms("2026-11-21T22:00:00.250Z");
+        let once = ScheduleSpec {
+            timing: Timing::At { at },
+            ..every(60)
+        };
+        assert_eq!(
+            once.first_after(at - 1, &[]).unwrap().key_suffix,
+            "2026-11-21T22:00:00.250Z"
+        );
+        assert_eq!(once.first_after(at, &[]), None);
+        assert_eq!(once.latest_at_or_before(at - 1, &[]), None);
+        assert_eq!(once.latest_at_or_before(at, &[]).unwrap().fire_at, at);
+    }
+}

@@ -144,3 +144,236 @@ pub fn disable(row: &ScheduleRow) -> FirePlan {
         enabled: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::schedule::key::DAILY_SCHEDULE_ID;
+    use crate::core::time::{daily_batch_key, rfc3339};
+    use chrono::DateTime;
+
+    fn ms(s: &str) -> i64 {
+        DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
+    }
+
+    fn row(id: &str) -> ScheduleRow {
+        ScheduleRow {
+            id: id.into(),
+            cron: None,
+            every_seconds: None,
+            at: None,
+            timezone: "UTC".into(),
+            group_name: None,
+            jitter_seconds: 0,
+            enabled: 1,
+            next_fire_at: None,
+            last_fired_at: None,
+            last_batch_id: None,
+            revision: 3,
+            created_at: ms("2026-01-01T00:00:00Z"),
+            updated_at: ms("2026-01-01T00:00:00Z"),
+        }
+    }
+
+    fn every_60(next: &str) -> ScheduleRow {
+        ScheduleRow {
+            every_seconds: Some(60),
+            next_fire_at: Some(ms(next)),
+            ..row("feeds")
+        }
+    }
+
+    fn plan(row: &ScheduleRow, now: &str) -> FirePlan {
+        plan_fire(row, ms(now), &[], "b1", 5).unwrap()
+    }
+
+    #[test]
+    fn a_fire_on_time_creates_that_occurrences_batch_and_advances() {
+        let p = plan(
+            &every_60("2026-11-21T10:00:00Z"),
+            "2026-11-21T10:00:00.350Z",
+        );
+        let batch = p.batch.unwrap();
+        assert_eq!(batch.key, "feeds:2026-11-21T10:00:00.000Z");
+        assert_eq!(
+            (batch.fire_at, batch.created_at),
+            (ms("2026-11-21T10:00:00Z"), ms("2026-11-21T10:00:00.350Z"))
+        );
+        assert_eq!(
+            (
+                batch.batch_id.as_str(),
+                batch.max_attempts,
+                batch.zone_times.as_str()
+            ),
+            ("b1", 5, "{}")
+        );
+        assert_eq!(batch.fire_seed, fire_seed("feeds:2026-11-21T10:00:00.000Z"));
+        assert_eq!(
+            (p.next_fire_at, p.enabled, p.revision),
+            (Some(ms("2026-11-21T10:01:00Z")), true, 3)
+        );
+    }
+
+    #[test]
+    fn after_downtime_a_schedule_fires_once_for_the_latest_missed_occurrence() {
+        // Due at 10:00, the Worker was down until 11:00:05: one batch, for 11:00.
+        let p = plan(&every_60("2026-11-21T10:00:00Z"), "2026-11-21T11:00:05Z");
+        assert_eq!(p.batch.unwrap().key, "feeds:2026-11-21T11:00:00.000Z");
+        assert_eq!(p.next_fire_at, Some(ms("2026-11-21T11:01:00Z")));
+
+        // A daily schedule down for three days fires today's, keyed by today.
+        let daily = ScheduleRow {
+            cron: Some("0 9 * * *".into()),
+            timezone: "Europe/Berlin".into(),
+            next_fire_at: Some(ms("2026-11-18T08:00:00Z")),
+            ..row("digest")
+        };
+        let p = plan(&daily, "2026-11-21T08:30:00Z");
+        let batch = p.batch.unwrap();
+        assert_eq!(
+            (batch.key.as_str(), batch.fire_at),
+            ("digest:2026-11-21", ms("2026-11-21T08:00:00Z"))
+        );
+        assert_eq!(p.next_fire_at, Some(ms("2026-11-22T08:00:00Z")));
+    }
+
+    #[test]
+    fn occurrences_from_before_the_last_save_never_fire() {
+        // Saved at 10:00 with "0 9 * * *": next_fire_at is tomorrow 09:00; a tick
+        // planning it early (clock skew between Workers) finds nothing to fire.
+        let saved = ScheduleRow {
+            cron: Some("0 9 * * *".into()),
+            next_fire_at: Some(ms("2026-11-22T09:00:00Z")),
+            updated_at: ms("2026-11-21T10:00:00Z"),
+            ..row("digest")
+        };
+        let p = plan(&saved, "2026-11-21T10:00:30Z");
+        assert_eq!(p.batch, None);
+        assert_eq!(p.next_fire_at, Some(ms("2026-11-22T09:00:00Z")));
+    }
+
+    #[test]
+    fn a_one_off_fires_and_disables_itself_even_when_late() {
+        let once = ScheduleRow {
+            at: Some(ms("2026-11-21T22:00:00Z")),
+            next_fire_at: Some(ms("2026-11-21T22:00:00Z")),
+            updated_at: ms("2026-11-21T23:30:00Z"), // saved after its instant
+            ..row("backfill")
+        };
+        let p = plan(&once, "2026-11-21T23:31:00Z");
+        assert_eq!(p.batch.unwrap().key, "backfill:2026-11-21T22:00:00.000Z");
+        assert_eq!((p.next_fire_at, p.enabled), (None, false));
+    }
+
+    #[test]
+    fn the_daily_compatibility_row_keys_batches_like_the_old_daily_cron() {
+        // The migration writes `daily` with next_fire_at = 12:00 UTC of its day.
+        for migrated_at in ["2026-11-21T08:00:00Z", "2026-11-21T15:00:00Z"] {
+            let daily = ScheduleRow {
+                cron: Some("0 12 * * *".into()),
+                next_fire_at: Some(ms("2026-11-21T12:00:00Z")),
+                updated_at: ms(migrated_at),
+                created_at: ms(migrated_at),
+                ..row(DAILY_SCHEDULE_ID)
+            };
+            // Before noon nothing is due; from noon on (also when migrated after
+            // noon) the first tick creates today's batch, then tomorrow's is next.
+            for now in ["2026-11-21T12:00:30Z", "2026-11-21T18:00:00Z"] {
+                let now = ms(now).max(ms(migrated_at));
+                let p = plan_fire(&daily, now, &[], "b", 5).unwrap();
+                assert_eq!(p.batch.unwrap().key, daily_batch_key(now), "{migrated_at}");
+                assert_eq!(p.next_fire_at, Some(ms("2026-11-22T12:00:00Z")));
+            }
+        }
+    }
+
+    #[test]
+    fn subject_schedules_map_every_zone_in_use_of_their_group() {
+        let digest = ScheduleRow {
+            cron: Some("0 9 * * *".into()),
+            timezone: "subject".into(),
+            group_name: Some("digest".into()),
+            jitter_seconds: 600,
+            next_fire_at: Some(ms("2026-11-20T19:00:00Z")),
+            ..row("digest")
+        };
+        let zone = |g: &str, z: &str| ZoneUse {
+            group_name: g.into(),
+            timezone: z.into(),
+        };
+        let in_use = [
+            zone("digest", "Europe/Berlin"),
+            zone("digest", "Pacific/Kiritimati"),
+            zone("other", "America/New_York"),
+            zone("digest", "Not/AZone"),
+        ];
+        let p = plan_fire(&digest, ms("2026-11-20T19:00:10Z"), &in_use, "b", 5).unwrap();
+        let batch = p.batch.unwrap();
+        assert_eq!(
+            (batch.key.as_str(), batch.fire_at),
+            ("digest:2026-11-21", ms("2026-11-20T19:00:00Z"))
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&batch.zone_times).unwrap(),
+            serde_json::json!({"Europe/Berlin": ms("2026-11-21T08:00:00Z"),
+                               "Pacific/Kiritimati": ms("2026-11-20T19:00:00Z")})
+        );
+        assert_eq!(
+            (batch.group.as_deref(), batch.jitter_seconds),
+            (Some("digest"), 600)
+        );
+        assert_eq!(
+            p.next_fire_at.map(rfc3339).as_deref(),
+            Some("2026-11-21T19:00:00.000Z")
+        );
+
+        assert_eq!(
+            zones_for(None, &in_use).len(),
+            3,
+            "every group's zones, each once"
+        );
+        assert_eq!(zones_for(Some("nobody"), &in_use), vec![]);
+    }
+
+    #[test]
+    fn unreadable_rows_are_errors_and_can_be_switched_off() {
+        let broken = ScheduleRow {
+            cron: Some("0 9 * *".into()),
+            next_fire_at: Some(0),
+            ..row("broken")
+        };
+        let e = plan_fire(&broken, 1, &[], "b", 5).unwrap_err();
+        assert_eq!(e.schedule_id, "broken");
+        assert!(e.to_string().contains("cron"), "{e}");
+        let off = disable(&broken);
+        assert_eq!(
+            (off.batch, off.next_fire_at, off.enabled, off.revision),
+            (None, None, false, 3)
+        );
+        let zoneless = ScheduleRow {
+            every_seconds: Some(60),
+            timezone: "Gone/Zone".into(),
+            ..row("z")
+        };
+        assert!(plan_fire(&zoneless, 1, &[], "b", 5).is_err());
+    }
+
+    #[test]
+    fn next_fire_for_a_new_schedule() {
+        let spec = ScheduleSpec::from_row(&every_60("2026-01-01T00:00:00Z")).unwrap();
+        assert_eq!(
+            next_fire_at(&spec, ms("2026-11-21T10:00:00Z"), &[]),
+            Some(ms("2026-11-21T10:01:00Z"))
+        );
+        let off = ScheduleSpec {
+            enabled: false,
+            ..spec.clone()
+        };
+        assert_eq!(next_fire_at(&off, 0, &[]), None);
+        let past = ScheduleSpec {
+            timing: Timing::At { at: 5 },
+            ..spec
+        };
+        assert_eq!(next_fire_at(&past, 1_000, &[]), Some(5));
+    }
+}
