@@ -29,7 +29,8 @@ const WEEKDAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 #[derive(Debug, Clone)]
 pub struct CronExpr {
     text: String,
-    cron: Cron,
+    // Boxed: a parsed pattern is a few hundred bytes, the other timings two words.
+    cron: Box<Cron>,
 }
 
 impl PartialEq for CronExpr {
@@ -65,7 +66,7 @@ impl CronExpr {
             .map_err(|e| format!("{e}"))?;
         Ok(CronExpr {
             text: text.to_string(),
-            cron,
+            cron: Box::new(cron),
         })
     }
 
