@@ -21,6 +21,9 @@ use crate::core::model::{
     ReapedItem, SubjectRow, Transition,
 };
 use crate::core::requests::{ItemInput, SubjectInput};
+use crate::core::schedule::jitter::subject_seed;
+use crate::core::schedule::plan::{FirePlan, ZoneUse};
+use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::sql;
 
 /// A bound parameter. Integers stay integers end to end (D1 gets them as JS
@@ -296,7 +299,8 @@ impl<D: Db> Store<D> {
         let rows: Vec<Value> = subjects
             .iter()
             .map(|s| {
-                json!({"id": s.id, "kind": s.kind, "payload": s.payload.to_string(), "active": i64::from(s.active)})
+                json!({"id": s.id, "kind": s.kind, "payload": s.payload.to_string(),
+                       "active": i64::from(s.active), "seed": subject_seed(&s.id)})
             })
             .collect();
         self.db
@@ -345,6 +349,129 @@ impl<D: Db> Store<D> {
                 serde_json::from_str(&r.invocation).map_err(|e| StoreError::Json(e.to_string()))
             })
             .collect()
+    }
+}
+
+/// Schedules (issue 10). Firing is [`Store::fire_schedules`]: every due schedule's
+/// statements in one `batch()`, one subrequest however many are due.
+impl<D: Db> Store<D> {
+    /// Create or replace a validated schedule and return the stored row (`None`
+    /// only if the database lost the row it just wrote).
+    pub async fn upsert_schedule(
+        &self,
+        id: &str,
+        spec: &ScheduleSpec,
+        next_fire_at: Option<i64>,
+        now: i64,
+    ) -> StoreResult<Option<ScheduleRow>> {
+        let params = vec![
+            id.into(),
+            spec.cron_text().into(),
+            spec.every_seconds().into(),
+            spec.at().into(),
+            spec.zone.name().into(),
+            spec.group.clone().into(),
+            spec.jitter_seconds.into(),
+            i64::from(spec.enabled).into(),
+            next_fire_at.into(),
+            now.into(),
+        ];
+        Ok(self.db.query(sql::UPSERT_SCHEDULE, params).await?.pop())
+    }
+
+    pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRow>> {
+        Ok(self
+            .db
+            .query(sql::GET_SCHEDULE, vec![id.into()])
+            .await?
+            .pop())
+    }
+
+    /// A page of schedules in id order after `after`.
+    pub async fn list_schedules(&self, after: &str, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
+        self.db
+            .query(sql::LIST_SCHEDULES, vec![after.into(), limit.into()])
+            .await
+    }
+
+    /// Returns whether the schedule existed. Its batches keep running.
+    pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
+        let rows: Vec<Id<String>> = self.db.query(sql::DELETE_SCHEDULE, vec![id.into()]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Enabled schedules with `next_fire_at <= now`, oldest first, at most `limit`.
+    pub async fn due_schedules(&self, now: i64, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
+        self.db
+            .query(sql::DUE_SCHEDULES, vec![now.into(), limit.into()])
+            .await
+    }
+
+    /// The distinct (group, zone) pairs of active subjects, of one group or of all.
+    pub async fn zones_in_use(&self, group: Option<&str>) -> StoreResult<Vec<ZoneUse>> {
+        self.db.query(sql::ZONES_IN_USE, vec![group.into()]).await
+    }
+
+    /// Whether batches not made by schedule `schedule_id` use its key prefix
+    /// (`<id>:`): a *new* schedule must not take such an id, or its keys could
+    /// collide with theirs.
+    pub async fn key_prefix_used_by_others(&self, schedule_id: &str) -> StoreResult<bool> {
+        let rows: Vec<Value> = self
+            .db
+            .query(sql::KEY_PREFIX_USED_BY_OTHERS, vec![schedule_id.into()])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Apply fire plans in one transaction: for each, its batch (created unless the
+    /// key exists or the schedule changed since planning), its items (one
+    /// `INSERT … SELECT` whatever the number of subjects), its total, and the
+    /// schedule's advance. 4 statements per fire, one call for all of them; nothing
+    /// is written if any statement fails, so every plan is due again.
+    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<()> {
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let mut statements = Vec::with_capacity(plans.len() * 4);
+        for plan in plans {
+            if let Some(b) = &plan.batch {
+                statements.push((
+                    sql::CREATE_SCHEDULE_BATCH,
+                    vec![
+                        b.batch_id.as_str().into(),
+                        b.key.as_str().into(),
+                        b.created_at.into(),
+                        plan.schedule_id.as_str().into(),
+                        plan.revision.into(),
+                    ],
+                ));
+                statements.push((
+                    sql::ENQUEUE_FOR_SCHEDULE,
+                    vec![
+                        b.batch_id.as_str().into(),
+                        b.max_attempts.into(),
+                        b.fire_at.into(),
+                        b.zone_times.as_str().into(),
+                        b.fire_seed.into(),
+                        b.jitter_seconds.into(),
+                        b.group.clone().into(),
+                    ],
+                ));
+                statements.push((sql::SET_BATCH_TOTAL, vec![b.batch_id.as_str().into()]));
+            }
+            statements.push((
+                sql::ADVANCE_SCHEDULE,
+                vec![
+                    plan.schedule_id.as_str().into(),
+                    plan.revision.into(),
+                    plan.next_fire_at.into(),
+                    i64::from(plan.enabled).into(),
+                    plan.batch.as_ref().map(|b| b.created_at).into(),
+                    plan.batch.as_ref().map(|b| b.key.clone()).into(),
+                ],
+            ));
+        }
+        self.db.batch(statements).await
     }
 }
 

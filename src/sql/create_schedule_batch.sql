@@ -1,0 +1,11 @@
+-- First statement of a schedule's fire (one batch() with enqueue_for_schedule.sql,
+-- set_batch_total.sql and advance_schedule.sql): the batch row, unless its key
+-- exists (invariant 5: re-firing creates nothing) or the schedule was replaced or
+-- deleted since the fire was planned (revision). The statements after it act on
+-- batch ?1 only, so then they add nothing.
+-- ?1 fresh batch id, ?2 key (<schedule id>:<date or instant>), ?3 now,
+-- ?4 schedule id, ?5 the schedule's revision when planned.
+INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id)
+SELECT ?1, ?2, 'running', ?3, s.id
+FROM schedules AS s
+WHERE s.id = ?4 AND s.revision = ?5 AND s.enabled = 1;

@@ -1,0 +1,855 @@
+//! Schedules on real SQLite with the D1 migrations: the schedule SQL files through
+//! the same `Store` code the Worker runs, fed by the pure planner
+//! (`core::schedule::plan`). Time is an argument; rows are set up through the API
+//! types where one exists, by hand (group, zone) where the HTTP side is part 2.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::DateTime;
+use cron_fanout::core::budget::Budget;
+use cron_fanout::core::requests::SubjectInput;
+use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
+use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
+use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
+use cron_fanout::core::schedule::{ScheduleRow, ScheduleSpec};
+use cron_fanout::core::time::daily_batch_key;
+use cron_fanout::sql;
+use cron_fanout::store::metered::Metered;
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{BatchSource, Created, Db, Param, Store};
+use futures::executor::block_on;
+use rusqlite::{params_from_iter, ToSql};
+use serde_json::{json, Value};
+
+const MAX_ATTEMPTS: i64 = 5;
+
+fn migrations() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
+}
+
+fn setup() -> Store<SqliteDb> {
+    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
+}
+
+fn ms(s: &str) -> i64 {
+    DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
+}
+
+fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
+    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn exec(store: &Store<SqliteDb>, sql: &str) {
+    store.db().conn().execute_batch(sql).unwrap();
+}
+
+fn subject(id: &str, active: bool) -> SubjectInput {
+    SubjectInput {
+        id: id.into(),
+        kind: "webhook".into(),
+        payload: json!({"url": format!("https://example.com/{id}")}),
+        active,
+    }
+}
+
+/// `n` active subjects `<prefix>000000…`, then group and zone set by hand (the
+/// `PUT /subjects` fields arrive with part 2).
+fn add_subjects(store: &Store<SqliteDb>, prefix: &str, n: usize, group: &str, zone: &str) {
+    let subjects: Vec<SubjectInput> = (0..n)
+        .map(|i| subject(&format!("{prefix}{i:06}"), true))
+        .collect();
+    for chunk in subjects.chunks(1_000) {
+        block_on(store.upsert_subjects(chunk, 1)).unwrap();
+    }
+    exec(
+        store,
+        &format!(
+            "UPDATE subjects SET group_name = '{group}', timezone = '{zone}' WHERE id LIKE '{prefix}%'"
+        ),
+    );
+}
+
+fn spec(body: Value) -> ScheduleSpec {
+    let body: ScheduleBody = serde_json::from_value(body).unwrap();
+    validate_schedule(body, 0).unwrap()
+}
+
+/// Save a schedule the way `PUT /schedules/{id}` will: next_fire_at from the zones
+/// of its subjects.
+fn put_schedule(store: &Store<SqliteDb>, id: &str, body: Value, now: i64) -> ScheduleRow {
+    let spec = spec(body);
+    let in_use = block_on(store.zones_in_use(spec.group.as_deref())).unwrap();
+    let zones = zones_for(spec.group.as_deref(), &in_use);
+    let next = next_fire_at(&spec, now, &zones);
+    block_on(store.upsert_schedule(id, &spec, next, now))
+        .unwrap()
+        .expect("the row just written")
+}
+
+fn schedule(store: &Store<SqliteDb>, id: &str) -> ScheduleRow {
+    block_on(store.get_schedule(id)).unwrap().unwrap()
+}
+
+/// One tick's firing, as part 2 wires it: due rows, zones once, plans, one batch().
+fn tick<D: Db>(store: &Store<D>, now: i64) -> Vec<FirePlan> {
+    let due = block_on(store.due_schedules(now, 100)).unwrap();
+    let in_use = block_on(store.zones_in_use(None)).unwrap();
+    let plans: Vec<FirePlan> = due
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            plan_fire(row, now, &in_use, &format!("b-{now}-{i}"), MAX_ATTEMPTS).unwrap()
+        })
+        .collect();
+    block_on(store.fire_schedules(&plans)).unwrap();
+    plans
+}
+
+/// The same store, every call now charged to a fresh budget (the Worker's meter).
+fn metered(store: Store<SqliteDb>) -> (Store<Metered<SqliteDb>>, Budget) {
+    let budget = Budget::new(1_000);
+    (
+        Store::new(Metered::new(store.into_db(), budget.clone())),
+        budget,
+    )
+}
+
+/// subject_id → run_after of a batch's items.
+fn run_after_by_subject(store: &Store<SqliteDb>, batch_key: &str) -> BTreeMap<String, i64> {
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(
+            "SELECT q.subject_id, q.run_after FROM cron_queue q JOIN batches b ON b.id = q.batch_id
+             WHERE b.key = ?1",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([batch_key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+fn query_plan(store: &Store<SqliteDb>, statement: &str, params: Vec<Param>) -> String {
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
+        .unwrap();
+    let refs: Vec<&dyn ToSql> = params.iter().map(|p| p as &dyn ToSql).collect();
+    let rows = stmt
+        .query_map(params_from_iter(refs), |r| r.get::<_, String>(3))
+        .unwrap();
+    rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn the_migration_adds_the_daily_schedule_due_at_noon_utc_of_its_day() {
+    let store = setup();
+    let daily = schedule(&store, "daily");
+    assert_eq!(
+        (
+            daily.cron.as_deref(),
+            daily.timezone.as_str(),
+            daily.group_name.as_deref()
+        ),
+        (Some("0 12 * * *"), "UTC", None)
+    );
+    assert_eq!(
+        (daily.enabled, daily.jitter_seconds, daily.revision),
+        (1, 0, 1)
+    );
+    let next = daily.next_fire_at.unwrap();
+    assert_eq!(next.rem_euclid(86_400_000), 12 * 3_600_000, "12:00 UTC");
+    assert_eq!(
+        next.div_euclid(86_400_000),
+        daily.created_at.div_euclid(86_400_000),
+        "the day the migration ran"
+    );
+    assert!(ScheduleSpec::from_row(&daily).is_ok());
+}
+
+#[test]
+fn the_migration_keeps_existing_subjects_and_daily_batches() {
+    // A database at 0001 with data, then 0002 applied on top.
+    let only_first = std::env::temp_dir().join(format!("sched-0001-{}", std::process::id()));
+    std::fs::create_dir_all(&only_first).unwrap();
+    std::fs::copy(
+        migrations().join("0001_init.sql"),
+        only_first.join("0001_init.sql"),
+    )
+    .unwrap();
+    let store = Store::new(SqliteDb::in_memory(&only_first).unwrap());
+    std::fs::remove_dir_all(&only_first).unwrap();
+    exec(
+        &store,
+        "INSERT INTO subjects (id, kind, payload, active, created_at, updated_at)
+           VALUES ('a', 'noop', '{}', 1, 0, 0), ('b', 'noop', '{}', 1, 0, 0), ('c', 'noop', '{}', 0, 0, 0);
+         INSERT INTO batches (id, key, created_at) VALUES ('d1', 'daily:2026-11-20', 0), ('x1', 'adhoc:x1', 0);",
+    );
+    exec(&store, include_str!("../migrations/0002_schedules.sql"));
+
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM subjects WHERE group_name = 'default' AND timezone = 'UTC'"
+        ),
+        3
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM subjects WHERE jitter_seed BETWEEN 0 AND 2147483647"
+        ),
+        3
+    );
+    assert_eq!(
+        count(&store, "SELECT count(DISTINCT jitter_seed) FROM subjects"),
+        3,
+        "random seeds"
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM batches WHERE schedule_id = 'daily'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM batches WHERE key = 'adhoc:x1' AND schedule_id IS NULL"
+        ),
+        1
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM schedules"), 1);
+}
+
+#[test]
+fn new_subjects_get_their_ids_hash_as_seed_and_keep_it() {
+    let store = setup();
+    block_on(store.upsert_subjects(&[subject("user-1", true)], 1)).unwrap();
+    let seed = || {
+        count(
+            &store,
+            "SELECT jitter_seed FROM subjects WHERE id = 'user-1'",
+        )
+    };
+    assert_eq!(seed(), subject_seed("user-1"));
+    exec(&store, "UPDATE subjects SET jitter_seed = 7");
+    block_on(store.upsert_subjects(&[subject("user-1", false)], 2)).unwrap();
+    assert_eq!(seed(), 7, "an update never changes the seed");
+}
+
+#[test]
+fn schedules_round_trip_and_a_replace_bumps_the_revision() {
+    let store = setup();
+    let now = ms("2026-11-21T10:00:00Z");
+    let body = json!({"cron": "0 9 * * *", "timezone": "Europe/Berlin", "group": "digest",
+                      "jitter_seconds": 600});
+    let row = put_schedule(&store, "digest", body.clone(), now);
+    assert_eq!(ScheduleSpec::from_row(&row).unwrap(), spec(body));
+    assert_eq!(
+        (row.revision, row.created_at, row.updated_at),
+        (1, now, now)
+    );
+    assert_eq!(row.next_fire_at, Some(ms("2026-11-22T08:00:00Z")));
+    assert_eq!(schedule(&store, "digest"), row);
+
+    let later = now + 60_000;
+    let replaced = put_schedule(
+        &store,
+        "digest",
+        json!({"every_seconds": 300, "enabled": false}),
+        later,
+    );
+    assert_eq!(
+        (replaced.revision, replaced.created_at, replaced.updated_at),
+        (2, now, later)
+    );
+    assert_eq!(
+        (
+            replaced.cron,
+            replaced.every_seconds,
+            replaced.group_name,
+            replaced.enabled,
+            replaced.next_fire_at
+        ),
+        (None, Some(300), None, 0, None)
+    );
+
+    put_schedule(&store, "once", json!({"at": "2026-12-01T00:00:00Z"}), now);
+    let ids = |after: &str, limit| -> Vec<String> {
+        block_on(store.list_schedules(after, limit))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    assert_eq!(ids("", 2), ["daily", "digest"]);
+    assert_eq!(ids("digest", 10), ["once"]);
+    assert!(block_on(store.delete_schedule("once")).unwrap());
+    assert!(!block_on(store.delete_schedule("once")).unwrap());
+    assert_eq!(ids("", 10), ["daily", "digest"]);
+}
+
+#[test]
+fn the_schema_refuses_rows_the_api_never_writes() {
+    let store = setup();
+    let insert = |values: &str| {
+        store.db().conn().execute_batch(&format!(
+            "INSERT INTO schedules (id, cron, every_seconds, at, enabled, next_fire_at, created_at, updated_at)
+             VALUES {values}"
+        ))
+    };
+    assert!(
+        insert("('a', NULL, NULL, NULL, 0, NULL, 0, 0)").is_err(),
+        "no timing"
+    );
+    assert!(
+        insert("('b', '* * * * *', 60, NULL, 0, NULL, 0, 0)").is_err(),
+        "two timings"
+    );
+    assert!(
+        insert("('c', NULL, 59, NULL, 0, NULL, 0, 0)").is_err(),
+        "interval too short"
+    );
+    assert!(
+        insert("('d', '* * * * *', NULL, NULL, 1, NULL, 0, 0)").is_err(),
+        "enabled, never due"
+    );
+    assert!(insert("('e', '* * * * *', NULL, NULL, 0, NULL, 0, 0)").is_ok());
+}
+
+#[test]
+fn due_schedules_read_the_partial_index_and_skip_idle_and_disabled_ones() {
+    let store = setup();
+    let now = ms("2026-11-21T10:00:00Z");
+    exec(&store, "DELETE FROM schedules");
+    // 1,000 idle schedules, 10 disabled with a past next_fire_at, 3 due.
+    exec(
+        &store,
+        &format!(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999)
+             INSERT INTO schedules (id, every_seconds, enabled, next_fire_at, created_at, updated_at)
+             SELECT printf('idle-%04d', i), 60, 1, {future} + i, 0, 0 FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 9)
+             INSERT INTO schedules (id, every_seconds, enabled, next_fire_at, created_at, updated_at)
+             SELECT printf('off-%d', i), 60, 0, 0, 0, 0 FROM n;
+             INSERT INTO schedules (id, every_seconds, enabled, next_fire_at, created_at, updated_at)
+             VALUES ('due-b', 60, 1, {now} - 5, 0, 0), ('due-a', 60, 1, {now} - 5, 0, 0),
+                    ('due-c', 60, 1, {now}, 0, 0);",
+            future = now + 1
+        ),
+    );
+    let ids = |limit| -> Vec<String> {
+        block_on(store.due_schedules(now, limit))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    assert_eq!(ids(100), ["due-a", "due-b", "due-c"]);
+    assert_eq!(ids(2), ["due-a", "due-b"], "bounded page, oldest first");
+    let plan = query_plan(&store, sql::DUE_SCHEDULES, vec![now.into(), 100.into()]);
+    assert!(
+        plan.contains("SEARCH schedules USING INDEX schedules_due (next_fire_at<?)"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn zones_in_use_skip_from_pair_to_pair_and_ignore_inactive_subjects() {
+    let store = setup();
+    add_subjects(&store, "b", 300, "digest", "Europe/Berlin");
+    add_subjects(&store, "k", 200, "digest", "Pacific/Kiritimati");
+    add_subjects(&store, "n", 100, "feeds", "America/New_York");
+    add_subjects(&store, "u", 10, "feeds", "UTC");
+    block_on(store.upsert_subjects(&[subject("off", false)], 1)).unwrap();
+    exec(
+        &store,
+        "UPDATE subjects SET timezone = 'Asia/Tokyo' WHERE id = 'off'",
+    );
+
+    let pairs = |group: Option<&str>| -> Vec<(String, String)> {
+        block_on(store.zones_in_use(group))
+            .unwrap()
+            .into_iter()
+            .map(|z: ZoneUse| (z.group_name, z.timezone))
+            .collect()
+    };
+    let p = |g: &str, z: &str| (g.to_string(), z.to_string());
+    assert_eq!(
+        pairs(None),
+        [
+            p("digest", "Europe/Berlin"),
+            p("digest", "Pacific/Kiritimati"),
+            p("feeds", "America/New_York"),
+            p("feeds", "UTC"),
+        ]
+    );
+    assert_eq!(
+        pairs(Some("feeds")),
+        [p("feeds", "America/New_York"), p("feeds", "UTC")]
+    );
+    assert_eq!(pairs(Some("nobody")), []);
+    let plan = query_plan(&store, sql::ZONES_IN_USE, vec![Param::Null]);
+    assert!(!plan.contains("SCAN subjects"), "{plan}");
+    assert!(
+        plan.contains("SEARCH subjects USING COVERING INDEX subjects_group_zone (group_name=? AND timezone>?)"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
+    let statements_for = |n: usize| {
+        let store = setup();
+        exec(&store, "DELETE FROM schedules");
+        add_subjects(&store, "s", n, "default", "UTC");
+        put_schedule(
+            &store,
+            "feeds",
+            json!({"every_seconds": 60}),
+            ms("2026-11-21T09:59:30Z"),
+        );
+        let (store, budget) = metered(store);
+        let before = store.usage();
+        let plans = tick(&store, ms("2026-11-21T10:00:00Z"));
+        let (calls, after) = (budget.used(), store.usage());
+        assert_eq!(plans.len(), 1);
+        let feeds = block_on(store.batch_by_key("feeds:2026-11-21T10:00:00.000Z"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(feeds.total, n as i64);
+        // Minus the two reads (due schedules, zones in use).
+        (calls - 2, after.statements - before.statements - 2)
+    };
+    let small = statements_for(10);
+    assert_eq!(small, statements_for(5_000));
+    assert_eq!(small, (1, 4), "one batch() of 4 statements");
+}
+
+#[test]
+fn a_hundred_due_schedules_fire_in_one_call() {
+    let store = setup();
+    add_subjects(&store, "s", 20, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    for i in 0..100 {
+        put_schedule(
+            &store,
+            &format!("s{i:03}"),
+            json!({"every_seconds": 60}),
+            now - 30_000,
+        );
+    }
+    let (store, budget) = metered(store);
+    let plans = tick(&store, now);
+    assert_eq!(plans.len(), 100);
+    assert_eq!(budget.used(), 3, "due query, zones, one batch()");
+    let store = Store::new(store.into_db().into_inner());
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM batches WHERE schedule_id LIKE 's%'"
+        ),
+        100
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 2_000);
+    assert!(block_on(store.due_schedules(now, 1_000))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn refiring_creates_nothing() {
+    let store = setup();
+    add_subjects(&store, "s", 50, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "feeds", json!({"every_seconds": 60}), now - 30_000);
+    let row = schedule(&store, "feeds");
+    let plan = plan_fire(&row, now, &[], "first", MAX_ATTEMPTS).unwrap();
+    block_on(store.fire_schedules(std::slice::from_ref(&plan))).unwrap();
+    let snapshot = || {
+        (
+            count(&store, "SELECT count(*) FROM batches"),
+            count(&store, "SELECT count(*) FROM cron_queue"),
+            count(&store, "SELECT total FROM batches WHERE id = 'first'"),
+        )
+    };
+    assert_eq!(snapshot(), (1, 50, 50));
+
+    // The same fire again (a second tick that read the row before the first
+    // committed, or a retry), with a fresh batch id: the key exists, nothing is added.
+    let again = plan_fire(&row, now + 1_000, &[], "second", MAX_ATTEMPTS).unwrap();
+    assert_eq!(
+        again.batch.as_ref().unwrap().key,
+        plan.batch.as_ref().unwrap().key
+    );
+    block_on(store.fire_schedules(&[again])).unwrap();
+    assert_eq!(snapshot(), (1, 50, 50));
+    assert_eq!(
+        schedule(&store, "feeds").last_batch_id.as_deref(),
+        Some("first")
+    );
+}
+
+#[test]
+fn a_fire_covers_its_group_and_skips_inactive_subjects() {
+    let store = setup();
+    add_subjects(&store, "d", 30, "digest", "UTC");
+    add_subjects(&store, "f", 20, "feeds", "UTC");
+    block_on(store.upsert_subjects(&[subject("d-off", false), subject("f-off", false)], 1))
+        .unwrap();
+    exec(
+        &store,
+        "UPDATE subjects SET group_name = 'digest' WHERE id = 'd-off'",
+    );
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(
+        &store,
+        "g",
+        json!({"every_seconds": 60, "group": "digest"}),
+        now - 30_000,
+    );
+    put_schedule(&store, "all", json!({"every_seconds": 60}), now - 30_000);
+    put_schedule(
+        &store,
+        "empty",
+        json!({"every_seconds": 60, "group": "nobody"}),
+        now - 30_000,
+    );
+    tick(&store, now);
+    let subjects = |key: &str| {
+        run_after_by_subject(&store, key)
+            .into_keys()
+            .collect::<Vec<_>>()
+    };
+    let g = subjects("g:2026-11-21T10:00:00.000Z");
+    assert_eq!(g.len(), 30);
+    assert!(g.iter().all(|s| s.starts_with('d') && s != "d-off"));
+    let all = subjects("all:2026-11-21T10:00:00.000Z");
+    assert_eq!(all.len(), 50);
+    assert!(!all.contains(&"f-off".to_string()));
+    assert_eq!(
+        block_on(store.batch_by_key("empty:2026-11-21T10:00:00.000Z"))
+            .unwrap()
+            .unwrap()
+            .total,
+        0
+    );
+    let plan = query_plan(
+        &store,
+        sql::ENQUEUE_FOR_SCHEDULE,
+        vec![
+            "b".into(),
+            5.into(),
+            0.into(),
+            "{}".into(),
+            0.into(),
+            0.into(),
+            "digest".into(),
+        ],
+    );
+    assert!(
+        plan.contains("SEARCH s USING INDEX subjects_group_zone (group_name>? AND group_name<?)"),
+        "a group's fire reads its group only: {plan}"
+    );
+}
+
+#[test]
+fn each_subject_runs_at_nine_in_its_own_zone() {
+    let store = setup();
+    add_subjects(&store, "ber", 3, "digest", "Europe/Berlin");
+    add_subjects(&store, "nyc", 3, "digest", "America/New_York");
+    add_subjects(&store, "kir", 3, "digest", "Pacific/Kiritimati");
+    let saved = ms("2026-11-20T12:00:00Z");
+    let row = put_schedule(
+        &store,
+        "digest",
+        json!({"cron": "0 9 * * *", "timezone": "subject", "group": "digest"}),
+        saved,
+    );
+    // Due when Kiritimati (UTC+14) reaches 09:00 of the 21st.
+    assert_eq!(row.next_fire_at, Some(ms("2026-11-20T19:00:00Z")));
+    assert!(tick(&store, ms("2026-11-20T18:59:59Z"))
+        .iter()
+        .all(|p| p.schedule_id != "digest"));
+
+    // A subject whose zone changed after the zones were read still gets an item,
+    // due at the fire instant (the plan's map does not know its zone).
+    let due = block_on(store.due_schedules(ms("2026-11-20T19:00:05Z"), 10)).unwrap();
+    let digest = due.iter().find(|r| r.id == "digest").unwrap();
+    let in_use = block_on(store.zones_in_use(None)).unwrap();
+    exec(
+        &store,
+        "UPDATE subjects SET timezone = 'Asia/Tokyo' WHERE id = 'ber000002'",
+    );
+    let plan = plan_fire(
+        digest,
+        ms("2026-11-20T19:00:05Z"),
+        &in_use,
+        "b-digest",
+        MAX_ATTEMPTS,
+    )
+    .unwrap();
+    block_on(store.fire_schedules(&[plan])).unwrap();
+
+    let times = run_after_by_subject(&store, "digest:2026-11-21");
+    let at = |t: &str| ms(t);
+    let expected: BTreeMap<String, i64> = [
+        ("ber000000", at("2026-11-21T08:00:00Z")),
+        ("ber000001", at("2026-11-21T08:00:00Z")),
+        ("ber000002", at("2026-11-20T19:00:00Z")),
+        ("kir000000", at("2026-11-20T19:00:00Z")),
+        ("kir000001", at("2026-11-20T19:00:00Z")),
+        ("kir000002", at("2026-11-20T19:00:00Z")),
+        ("nyc000000", at("2026-11-21T14:00:00Z")),
+        ("nyc000001", at("2026-11-21T14:00:00Z")),
+        ("nyc000002", at("2026-11-21T14:00:00Z")),
+    ]
+    .into_iter()
+    .map(|(s, t)| (s.to_string(), t))
+    .collect();
+    assert_eq!(times, expected);
+    let digest = schedule(&store, "digest");
+    assert_eq!(
+        digest.next_fire_at,
+        Some(ms("2026-11-21T19:00:00Z")),
+        "the 22nd in Kiritimati"
+    );
+}
+
+#[test]
+fn jitter_in_sql_equals_the_rust_twin_and_stays_in_its_window() {
+    let store = setup();
+    add_subjects(&store, "user-", 500, "default", "UTC");
+    // Seeds that did not come from the hash (rows older than the migration).
+    exec(
+        &store,
+        "UPDATE subjects SET jitter_seed = 2147483647 WHERE id = 'user-000000'",
+    );
+    exec(
+        &store,
+        "UPDATE subjects SET jitter_seed = 0 WHERE id = 'user-000001'",
+    );
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(
+        &store,
+        "j",
+        json!({"every_seconds": 3600, "jitter_seconds": 600}),
+        now - 60_000,
+    );
+    tick(&store, now);
+    let key = "j:2026-11-21T10:00:00.000Z";
+    let seeds: BTreeMap<String, i64> = {
+        let conn = store.db().conn();
+        let mut stmt = conn
+            .prepare("SELECT id, jitter_seed FROM subjects")
+            .unwrap();
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    let times = run_after_by_subject(&store, key);
+    assert_eq!(times.len(), 500);
+    let mut distinct = std::collections::HashSet::new();
+    for (subject_id, run_after) in &times {
+        let offset = run_after - now;
+        assert_eq!(
+            offset,
+            jitter_ms(seeds[subject_id], fire_seed(key), 600),
+            "{subject_id}"
+        );
+        assert!((0..=600_000).contains(&offset));
+        distinct.insert(offset);
+    }
+    assert!(distinct.len() > 250, "{} distinct offsets", distinct.len());
+    assert_eq!(seeds["user-000002"], subject_seed("user-000002"));
+}
+
+#[test]
+fn a_fire_advances_the_schedule_and_a_one_off_disables_itself() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules"); // `daily` is due by the real clock
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "feeds", json!({"every_seconds": 60}), now - 30_000);
+    put_schedule(
+        &store,
+        "once",
+        json!({"at": "2026-11-21T09:30:00Z"}),
+        now - 30_000,
+    );
+    tick(&store, now + 250);
+
+    let feeds = schedule(&store, "feeds");
+    let batch = block_on(store.batch_by_key("feeds:2026-11-21T10:00:00.000Z"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            feeds.next_fire_at,
+            feeds.last_fired_at,
+            feeds.last_batch_id.as_deref(),
+            feeds.enabled
+        ),
+        (
+            Some(ms("2026-11-21T10:01:00Z")),
+            Some(now + 250),
+            Some(batch.id.as_str()),
+            1
+        )
+    );
+    let once = schedule(&store, "once");
+    assert_eq!((once.enabled, once.next_fire_at), (0, None));
+    assert!(once.last_batch_id.is_some());
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM batches WHERE schedule_id IN ('feeds', 'once')"
+        ),
+        2
+    );
+    // A one-off's late items run at once (run_after = its instant, in the past).
+    let late = run_after_by_subject(&store, "once:2026-11-21T09:30:00.000Z");
+    assert!(late.values().all(|t| *t == ms("2026-11-21T09:30:00Z")));
+    // Nothing is due any more until 10:01.
+    assert!(tick(&store, now + 30_000).is_empty());
+}
+
+#[test]
+fn a_fire_planned_before_a_replace_or_a_delete_applies_nothing() {
+    let store = setup();
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "feeds", json!({"every_seconds": 60}), now - 30_000);
+    put_schedule(&store, "gone", json!({"every_seconds": 60}), now - 30_000);
+    let plans: Vec<FirePlan> = block_on(store.due_schedules(now, 10))
+        .unwrap()
+        .iter()
+        .filter(|r| r.id != "daily")
+        .map(|r| plan_fire(r, now, &[], &format!("b-{}", r.id), MAX_ATTEMPTS).unwrap())
+        .collect();
+    // Meanwhile: feeds is replaced (every 5 minutes), gone is deleted.
+    let replaced = put_schedule(&store, "feeds", json!({"every_seconds": 300}), now + 10);
+    block_on(store.delete_schedule("gone")).unwrap();
+    block_on(store.fire_schedules(&plans)).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(
+        schedule(&store, "feeds"),
+        replaced,
+        "the replace's next_fire_at stands"
+    );
+}
+
+#[test]
+fn a_failed_fire_writes_nothing_and_stays_due() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    let before = put_schedule(&store, "feeds", json!({"every_seconds": 60}), now - 30_000);
+    exec(
+        &store,
+        "CREATE TEMP TRIGGER fail_items BEFORE INSERT ON cron_queue BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+    );
+    let due = block_on(store.due_schedules(now, 10)).unwrap();
+    let plans: Vec<FirePlan> = due
+        .iter()
+        .map(|r| plan_fire(r, now, &[], &format!("b-{}", r.id), MAX_ATTEMPTS).unwrap())
+        .collect();
+    assert!(block_on(store.fire_schedules(&plans)).is_err());
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(schedule(&store, "feeds"), before, "not advanced");
+
+    // The next tick (issue 9 item 2: a failed or missed init is recovered).
+    exec(&store, "DROP TRIGGER fail_items");
+    tick(&store, now + 60_500);
+    assert!(
+        block_on(store.batch_by_key("feeds:2026-11-21T10:01:00.000Z"))
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 5);
+}
+
+#[test]
+fn the_daily_schedule_creates_the_same_batch_as_the_old_daily_cron() {
+    let store = setup();
+    add_subjects(&store, "s", 40, "default", "UTC");
+    block_on(store.upsert_subjects(&[subject("off", false)], 1)).unwrap();
+    let daily = schedule(&store, "daily");
+    let noon = daily.next_fire_at.unwrap();
+    let now = noon + 30_000;
+    let plans = tick(&store, now);
+    assert_eq!(plans.len(), 1);
+    let key = daily_batch_key(now);
+    let batch = block_on(store.batch_by_key(&key))
+        .unwrap()
+        .expect("daily:<UTC date>");
+    assert_eq!(batch.total, 40);
+
+    // The old path (DAILY_CRON) on the same day finds that batch and adds nothing,
+    // so the trigger and the schedule never make two batches for one day.
+    let old =
+        block_on(store.create_batch("old", &key, now, MAX_ATTEMPTS, BatchSource::ActiveSubjects))
+            .unwrap();
+    assert!(matches!(old, Created::Existing(ref row) if row.id == batch.id));
+
+    // Same items as the old path would have made on a fresh database.
+    let fresh = setup();
+    add_subjects(&fresh, "s", 40, "default", "UTC");
+    block_on(fresh.upsert_subjects(&[subject("off", false)], 1)).unwrap();
+    block_on(fresh.create_batch("old", &key, now, MAX_ATTEMPTS, BatchSource::ActiveSubjects))
+        .unwrap();
+    let items = |s: &Store<SqliteDb>| -> Vec<(String, String, String, i64, String)> {
+        let conn = s.db().conn();
+        let mut stmt = conn
+            .prepare("SELECT subject_id, kind, payload, max_attempts, status FROM cron_queue ORDER BY subject_id")
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    assert_eq!(items(&store), items(&fresh));
+    assert!(run_after_by_subject(&store, &key)
+        .values()
+        .all(|t| *t == noon && *t <= now));
+    assert_eq!(
+        schedule(&store, "daily").next_fire_at,
+        Some(noon + 86_400_000)
+    );
+}
+
+#[test]
+fn new_schedule_ids_must_not_match_the_prefix_of_adhoc_batches() {
+    let store = setup();
+    block_on(store.create_batch(
+        "x",
+        "report:2026-12",
+        0,
+        MAX_ATTEMPTS,
+        BatchSource::ActiveSubjects,
+    ))
+    .unwrap();
+    block_on(store.create_batch("y", "reports", 0, MAX_ATTEMPTS, BatchSource::ActiveSubjects))
+        .unwrap();
+    assert!(block_on(store.key_prefix_used_by_others("report")).unwrap());
+    assert!(
+        !block_on(store.key_prefix_used_by_others("reports")).unwrap(),
+        "no ':'"
+    );
+    assert!(!block_on(store.key_prefix_used_by_others("repo")).unwrap());
+
+    // A schedule's own batches do not count against its id.
+    put_schedule(
+        &store,
+        "feeds",
+        json!({"every_seconds": 60}),
+        ms("2026-11-21T09:59:30Z"),
+    );
+    tick(&store, ms("2026-11-21T10:00:00Z"));
+    assert!(!block_on(store.key_prefix_used_by_others("feeds")).unwrap());
+}
