@@ -64,6 +64,9 @@ impl CronExpr {
             .build()
             .parse(text)
             .map_err(|e| format!("{e}"))?;
+        if !can_fire(&cron, fields[2]) {
+            return Err("it never fires (no month has that day)".into());
+        }
         Ok(CronExpr {
             text: text.to_string(),
             cron: Box::new(cron),
@@ -88,6 +91,34 @@ impl CronExpr {
     }
 }
 
+/// Days in each month, February in a leap year.
+const MONTH_DAYS: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/// False for patterns that can never match, such as `0 0 30 2 *`: croner would
+/// search up to the year 5000 for them, tens of milliseconds of CPU (more than a
+/// Free plan request has). With the syntax accepted here only the day-of-month can
+/// be impossible, and only when the day-of-week is `*` (otherwise a day matching
+/// either fires, and every weekday form fires within a few years). `dom` is the
+/// day-of-month field as written (croner does not expose `15W`'s day).
+fn can_fire(cron: &Cron, dom: &str) -> bool {
+    let p = &cron.pattern;
+    if p.is_dom_wildcard() || !p.is_dow_wildcard() || dom.to_ascii_uppercase().contains('L') {
+        return true;
+    }
+    let weekday_days = dom.split(',').filter_map(|token| {
+        token
+            .to_ascii_uppercase()
+            .strip_suffix('W')?
+            .parse::<u16>()
+            .ok()
+    });
+    let days: Vec<u16> = p.days.values().into_iter().chain(weekday_days).collect();
+    p.months.values().iter().any(|&month| {
+        let last = MONTH_DAYS[usize::from(month.clamp(1, 12)) - 1];
+        days.iter().any(|&day| day <= last)
+    })
+}
+
 /// Characters and names per field, before croner sees the text (croner replaces
 /// names anywhere, so `JAN` in the day-of-week field would quietly mean Sunday).
 fn check_field(index: usize, field: &str) -> Result<(), String> {
@@ -99,12 +130,23 @@ fn check_field(index: usize, field: &str) -> Result<(), String> {
         _ => &[],
     };
     let mut letters = String::new();
+    let mut after_digit = false;
+    let mut prev = ' ';
     for c in upper.chars().chain(std::iter::once(' ')) {
         if c.is_ascii_alphabetic() {
+            if letters.is_empty() {
+                after_digit = prev.is_ascii_digit();
+            }
             letters.push(c);
+            prev = c;
             continue;
         }
+        prev = c;
         if !letters.is_empty() {
+            if index == 4 && letters == "L" && !after_digit {
+                // Quartz reads a lone `L` as Saturday; croner never matches it.
+                return Err("L in the day-of-week field needs a weekday before it: 6L or FRIL (the last Friday)".into());
+            }
             check_word(index, name, &letters)?;
             letters.clear();
         }
@@ -227,6 +269,10 @@ mod tests {
             "0 0 * 13 *",
             "/5 * * * *",
             "0 0,/5 * * *",
+            "0 0 L-3 * *", // an offset from the last day: Cloudflare's saffron has it, croner not
+            "0 0 L-3W * *",
+            "0 0 W * *",
+            "0 0 * * L",
         ] {
             assert!(CronExpr::parse(bad).is_err(), "{bad:?} parsed");
         }
@@ -243,6 +289,37 @@ mod tests {
                 Ok(_) => assert_eq!(why, "ok", "{bad:?} parsed"),
                 Err(e) => assert!(e.contains(why), "{bad:?}: {e}"),
             }
+        }
+    }
+
+    #[test]
+    fn impossible_days_are_refused_without_searching() {
+        for never in [
+            "0 0 30 2 *",
+            "0 0 31 2 *",
+            "0 0 31 4,6,9,11 *",
+            "0 0 30-31 FEB *",
+            "0 0 30W 2 *",
+        ] {
+            let e = CronExpr::parse(never).unwrap_err();
+            assert!(e.contains("never fires"), "{never}: {e}");
+        }
+        // Possible somewhere, or a weekday that matches as well (either fires).
+        for some in [
+            "0 0 29 2 *",
+            "0 0 31 4,5 *",
+            "0 0 30 2 MON",
+            "0 0 L 2 *",
+            "0 0 LW 2 *",
+            "0 0 29W 2 *",
+            "0 0 * 2 1#5",
+        ] {
+            let cron = CronExpr::parse(some).unwrap_or_else(|e| panic!("{some}: {e}"));
+            let from = at(2026, 1, 1, 0, 0);
+            assert!(
+                cron.cron().find_next_occurrence(&from, false).is_ok(),
+                "{some}"
+            );
         }
     }
 

@@ -53,7 +53,7 @@ impl ScheduleSpec {
             }
             Timing::Cron(cron) => {
                 let tz = self.zone.fixed()?;
-                let from = in_zone(tz, floor_second(t));
+                let from = in_zone(tz, floor_second(t))?;
                 let next = cron.cron().find_next_occurrence(&from, false).ok()?;
                 Some(instant(next.timestamp_millis()))
             }
@@ -73,7 +73,7 @@ impl ScheduleSpec {
             }
             Timing::Cron(cron) => {
                 let tz = self.zone.fixed()?;
-                let from = in_zone(tz, floor_second(t));
+                let from = in_zone(tz, floor_second(t))?;
                 let prev = cron.cron().find_previous_occurrence(&from, true).ok()?;
                 Some(instant(prev.timestamp_millis()))
             }
@@ -139,7 +139,7 @@ impl<'a> Daily<'a> {
     /// Walk the matching dates forward from two days before `t`'s UTC date: a date
     /// two days after it is later than `t` in every zone, so a few steps suffice.
     fn first_after(&self, t: i64) -> Option<Occurrence> {
-        let utc_date = in_zone(Tz::UTC, t).date_naive();
+        let utc_date = in_zone(Tz::UTC, t)?.date_naive();
         let mut cursor: NaiveDateTime = (utc_date - DATE_MARGIN).and_hms_opt(0, 0, 0)?;
         for _ in 0..8 {
             let wall = self.cron.cron().find_next_occurrence(&cursor, true).ok()?;
@@ -153,7 +153,7 @@ impl<'a> Daily<'a> {
     }
 
     fn latest_at_or_before(&self, t: i64) -> Option<Occurrence> {
-        let utc_date = in_zone(Tz::UTC, t).date_naive();
+        let utc_date = in_zone(Tz::UTC, t)?.date_naive();
         let mut cursor: NaiveDateTime = (utc_date + DATE_MARGIN).and_hms_opt(23, 59, 59)?;
         for _ in 0..8 {
             let wall = self
@@ -176,7 +176,7 @@ impl<'a> Daily<'a> {
 /// DST rule; if it still lands on another date (a gap across midnight), the
 /// first valid instant after the wall time is used.
 fn local_fire_time(cron: &CronExpr, tz: Tz, date: NaiveDate) -> Option<i64> {
-    let from = start_of_day(tz, date);
+    let from = start_of_day(tz, date)?;
     let found = cron.cron().find_next_occurrence(&from, true).ok()?;
     if found.date_naive() == date {
         return Some(found.timestamp_millis());
@@ -185,7 +185,7 @@ fn local_fire_time(cron: &CronExpr, tz: Tz, date: NaiveDate) -> Option<i64> {
         .cron()
         .find_next_occurrence(&date.and_hms_opt(0, 0, 0)?, true)
         .ok()?;
-    Some(first_valid_at_or_after(tz, wall).timestamp_millis())
+    Some(first_valid_at_or_after(tz, wall)?.timestamp_millis())
 }
 
 #[cfg(test)]
@@ -394,7 +394,7 @@ mod tests {
                     let ours = spec.first_after(t, &[]).unwrap();
                     let theirs = c
                         .cron()
-                        .find_next_occurrence(&in_zone(tz(zone), t), false)
+                        .find_next_occurrence(&in_zone(tz(zone), t).unwrap(), false)
                         .unwrap();
                     assert_eq!(
                         ours.fire_at,

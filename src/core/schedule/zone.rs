@@ -28,32 +28,29 @@ pub fn validate_timezone(field: &str, name: &str) -> Result<Tz, ApiError> {
     })
 }
 
-/// `ms` (Unix milliseconds) in `tz`.
-pub fn in_zone(tz: Tz, ms: i64) -> DateTime<Tz> {
-    tz.timestamp_millis_opt(ms)
-        .single()
-        .unwrap_or_else(|| tz.timestamp_millis_opt(0).unwrap())
+/// `ms` (Unix milliseconds) in `tz`; `None` only outside chrono's range of years.
+pub fn in_zone(tz: Tz, ms: i64) -> Option<DateTime<Tz>> {
+    tz.timestamp_millis_opt(ms).single()
 }
 
 /// The first instant whose local date in `tz` is `date`. Midnight itself can fall
 /// in a spring-forward gap (some zones switch at 00:00): then it is the first valid
 /// minute after it.
-pub fn start_of_day(tz: Tz, date: NaiveDate) -> DateTime<Tz> {
-    first_valid_at_or_after(tz, date.and_hms_opt(0, 0, 0).unwrap_or_default())
+pub fn start_of_day(tz: Tz, date: NaiveDate) -> Option<DateTime<Tz>> {
+    first_valid_at_or_after(tz, date.and_hms_opt(0, 0, 0)?)
 }
 
 /// `local` in `tz`: the first occurrence of an ambiguous (fall-back) time, the first
 /// valid minute after a time that does not exist (spring-forward).
-pub fn first_valid_at_or_after(tz: Tz, local: NaiveDateTime) -> DateTime<Tz> {
+pub fn first_valid_at_or_after(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Tz>> {
     // Gaps last minutes to hours (one historical day-long skip); two days bound it.
-    for minute in 0..=2 * 24 * 60 {
-        match tz.from_local_datetime(&(local + TimeDelta::minutes(minute))) {
-            LocalResult::Single(t) => return t,
-            LocalResult::Ambiguous(first, _) => return first,
-            LocalResult::None => continue,
+    (0..=2 * 24 * 60).find_map(|minute| {
+        match tz.from_local_datetime(&local.checked_add_signed(TimeDelta::minutes(minute))?) {
+            LocalResult::Single(t) => Some(t),
+            LocalResult::Ambiguous(first, _) => Some(first),
+            LocalResult::None => None,
         }
-    }
-    in_zone(tz, local.and_utc().timestamp_millis())
+    })
 }
 
 #[cfg(test)]
@@ -98,13 +95,17 @@ mod tests {
     fn a_day_starts_at_local_midnight_or_just_after_a_midnight_gap() {
         let berlin = parse_zone("Europe/Berlin").unwrap();
         assert_eq!(
-            start_of_day(berlin, day(2026, 3, 29)).timestamp_millis(),
+            start_of_day(berlin, day(2026, 3, 29))
+                .unwrap()
+                .timestamp_millis(),
             utc_ms("2026-03-28T23:00:00Z")
         );
         // America/Santiago springs forward at 24:00 -> 01:00 (2026-09-06).
         let santiago = parse_zone("America/Santiago").unwrap();
         assert_eq!(
-            start_of_day(santiago, day(2026, 9, 6)).timestamp_millis(),
+            start_of_day(santiago, day(2026, 9, 6))
+                .unwrap()
+                .timestamp_millis(),
             utc_ms("2026-09-06T04:00:00Z")
         );
     }
@@ -116,12 +117,16 @@ mod tests {
             |d: u32, h: u32, mi: u32, m: u32| day(2026, m, d).and_hms_opt(h, mi, 0).unwrap();
         // 2026-03-08 02:00 EST -> 03:00 EDT: 02:30 does not exist.
         assert_eq!(
-            first_valid_at_or_after(ny, local(8, 2, 30, 3)).timestamp_millis(),
+            first_valid_at_or_after(ny, local(8, 2, 30, 3))
+                .unwrap()
+                .timestamp_millis(),
             utc_ms("2026-03-08T07:00:00Z")
         );
         // 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens twice.
         assert_eq!(
-            first_valid_at_or_after(ny, local(1, 1, 30, 11)).timestamp_millis(),
+            first_valid_at_or_after(ny, local(1, 1, 30, 11))
+                .unwrap()
+                .timestamp_millis(),
             utc_ms("2026-11-01T05:30:00Z")
         );
     }
