@@ -2,8 +2,9 @@
 //!
 //! A schedule's *occurrences* are the instants its batches are due:
 //! - `every_seconds: N`: the multiples of N seconds since 1970-01-01T00:00Z (every
-//!   900 s is :00, :15, :30, :45 UTC), so re-saving a schedule never shifts it;
-//! - `at`: that one instant;
+//!   900 s is :00, :15, :30, :45 UTC), so re-saving a schedule never shifts it.
+//!   Keyed by the instant, or by the UTC date when N is a day or more;
+//! - `at`: that one instant, keyed by it;
 //! - a cron that fires at most once a day (see [`CronExpr::fires_at_most_daily`]):
 //!   one occurrence per matching *local date* D, due at D's local fire time in its
 //!   zone, or with `"timezone": "subject"` at the earliest of D's local fire times
@@ -45,7 +46,7 @@ impl ScheduleSpec {
         match &self.timing {
             Timing::Every { seconds } => {
                 let step = seconds * 1000;
-                Some(instant(t.div_euclid(step) * step + step))
+                Some(interval(t.div_euclid(step) * step + step, *seconds))
             }
             Timing::At { at } => (*at > t).then(|| instant(*at)),
             Timing::Cron(cron) if cron.fires_at_most_daily() => {
@@ -65,7 +66,7 @@ impl ScheduleSpec {
         match &self.timing {
             Timing::Every { seconds } => {
                 let step = seconds * 1000;
-                Some(instant(t.div_euclid(step) * step))
+                Some(interval(t.div_euclid(step) * step, *seconds))
             }
             Timing::At { at } => (*at <= t).then(|| instant(*at)),
             Timing::Cron(cron) if cron.fires_at_most_daily() => {
@@ -93,6 +94,17 @@ fn instant(at: i64) -> Occurrence {
         key_suffix: rfc3339(at),
         zone_times: Vec::new(),
     }
+}
+
+/// An interval of a day or more fires at most once per UTC date (two fires on one
+/// date would be less than a day apart), so it is keyed by that date, like a
+/// daily cron; shorter intervals by the instant.
+fn interval(at: i64, seconds: i64) -> Occurrence {
+    let mut occurrence = instant(at);
+    if seconds >= 86_400 {
+        occurrence.key_suffix.truncate("YYYY-MM-DD".len());
+    }
+    occurrence
 }
 
 /// A cron that fires at most once per local date, in one zone or in each zone in use.
@@ -370,6 +382,18 @@ mod tests {
         assert_eq!(
             next_n(&every(3_600), "2026-12-31T23:30:00Z", 1, &[]),
             vec![pair("2027-01-01T00:00:00.000Z", "2027-01-01T00:00:00.000Z")]
+        );
+        // A day or more apart: keyed by the UTC date, like a daily cron.
+        assert_eq!(
+            next_n(&every(86_400), "2026-12-31T23:30:00Z", 2, &[]),
+            vec![
+                pair("2027-01-01T00:00:00.000Z", "2027-01-01"),
+                pair("2027-01-02T00:00:00.000Z", "2027-01-02"),
+            ]
+        );
+        assert_eq!(
+            next_n(&every(90_000), "2026-12-31T00:00:00Z", 1, &[]),
+            vec![pair("2026-12-31T18:00:00.000Z", "2026-12-31")]
         );
     }
 
