@@ -679,3 +679,60 @@ fn the_meter_refuses_a_call_over_the_budget_with_a_typed_error() {
     assert_eq!(store.usage().statements, statements);
     assert_eq!(budget.used(), 1);
 }
+
+/// How SQLite plans the statement the store ran last, with the parameters it bound:
+/// one `detail` line per step of EXPLAIN QUERY PLAN.
+fn plan_of_last_query(store: &Store<SqliteDb>) -> Vec<String> {
+    let (sql, params) = store.db().last_query().expect("the store ran a query");
+    let conn = store.db_conn();
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// `GET /batches/{id}/items?status=failed` on a big batch with few failures must
+/// read the failed items, not the batch (issue 9 item 10): the store's statement
+/// walks a partial index that holds failed items only, in subject_id order (no
+/// sort step), and so costs index writes only when an item fails.
+#[test]
+fn listing_failed_items_reads_only_the_failed_index() {
+    let store = setup();
+    let batch = batch_of(&store, "big", 2_000, 1);
+    let items = claim(&store, 0, 3, "t");
+    for item in &items {
+        assert!(commit(&store, item, Outcome::Fail("HTTP 400".into()), 1));
+    }
+    let failed =
+        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    assert_eq!(failed.len(), 3);
+    let plan = plan_of_last_query(&store);
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("USING INDEX cron_queue_failed")),
+        "the failed listing does not use the failed-items index: {plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")),
+        "the failed listing scans or sorts: {plan:?}"
+    );
+    // Pages continue after the last subject_id, within the index.
+    let rest = block_on(store.list_batch_items(
+        &batch,
+        &failed[1].subject_id,
+        Some(ItemStatus::Failed),
+        10,
+    ))
+    .unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].subject_id, failed[2].subject_id);
+    // The other filters still answer from the batch's own index.
+    let completed =
+        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Pending), 5)).unwrap();
+    assert_eq!(completed.len(), 5);
+}

@@ -1,5 +1,7 @@
 -- A page of a batch's items in subject_id order after ?2 (keyset pagination on the
 -- UNIQUE (batch_id, subject_id) index), optionally of one status (?3 NULL = any).
+-- Failed items are listed by list_failed_items.sql instead: filtering here would
+-- read every item of the batch to find a few failures.
 SELECT id, subject_id, kind, status, attempt, max_attempts, last_error,
        run_after, started_at, completed_at
 FROM cron_queue

@@ -23,6 +23,7 @@ sql! {
     LIST_SUBJECTS => "list_subjects.sql",
     DELETE_SUBJECT => "delete_subject.sql",
     LIST_BATCH_ITEMS => "list_batch_items.sql",
+    LIST_FAILED_ITEMS => "list_failed_items.sql",
     RECORD_INVOCATION => "record_invocation.sql",
     LIST_INVOCATIONS => "list_invocations.sql",
     UPSERT_SCHEDULE => "upsert_schedule.sql",

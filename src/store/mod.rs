@@ -274,6 +274,9 @@ impl<D: Db> Store<D> {
         self.db.query(sql::FINISH_BATCHES, vec![now.into()]).await
     }
 
+    /// A page of a batch's items in subject_id order, optionally of one status.
+    /// Failed items come from their own partial index: listing the few failures of
+    /// a big batch must not read the batch.
     pub async fn list_batch_items(
         &self,
         batch_id: &str,
@@ -281,6 +284,15 @@ impl<D: Db> Store<D> {
         status: Option<ItemStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ItemRow>> {
+        if status == Some(ItemStatus::Failed) {
+            return self
+                .db
+                .query(
+                    sql::LIST_FAILED_ITEMS,
+                    vec![batch_id.into(), after.into(), limit.into()],
+                )
+                .await;
+        }
         self.db
             .query(
                 sql::LIST_BATCH_ITEMS,

@@ -24,6 +24,9 @@ impl ToSql for Param {
 pub struct SqliteDb {
     conn: RefCell<Connection>,
     usage: Cell<Usage>,
+    /// The last statement `query` ran and its parameters, so a test can ask SQLite
+    /// how it planned exactly what the store sent (EXPLAIN QUERY PLAN).
+    last_query: RefCell<Option<(String, Vec<Param>)>>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -37,6 +40,7 @@ impl SqliteDb {
         let db = SqliteDb {
             conn: RefCell::new(conn),
             usage: Cell::new(Usage::default()),
+            last_query: RefCell::new(None),
         };
         db.apply_migrations(migrations_dir)?;
         Ok(db)
@@ -55,6 +59,11 @@ impl SqliteDb {
             self.conn.borrow().execute_batch(&text).map_err(err)?;
         }
         Ok(())
+    }
+
+    /// The last statement run by `query`, with its parameters.
+    pub fn last_query(&self) -> Option<(String, Vec<Param>)> {
+        self.last_query.borrow().clone()
     }
 
     /// Direct access for tests that set up or inspect rows.
@@ -114,6 +123,7 @@ impl Db for SqliteDb {
         sql: &str,
         params: Vec<Param>,
     ) -> StoreResult<Vec<T>> {
+        *self.last_query.borrow_mut() = Some((sql.to_string(), params.clone()));
         let conn = self.conn.borrow();
         let before = Self::total_changes(&conn);
         let out = Self::run(&conn, sql, &params)?;
