@@ -1005,3 +1005,189 @@ fn failed_writes_are_500_internal_and_leave_nothing_behind() {
         "internal",
     );
 }
+
+// ---------------------------------------------------------------- issue 9: the edges
+
+/// `PUT /subjects` and `DELETE /subjects/{id}` take no query parameters, like every
+/// other route that takes none (issue 9 item 8): refused before the body is read.
+#[test]
+fn put_and_delete_subjects_refuse_unknown_query_parameters() {
+    let host = setup();
+    host.put_subjects(json!([subject("a")]));
+    let body = json!({"subjects": [subject("b")]}).to_string();
+    host.refused(
+        &admin(PUT, "/subjects?dry_run=1"),
+        body.as_bytes(),
+        400,
+        "invalid_query",
+    );
+    host.refused(&admin(DELETE, "/subjects/a?force=1"), b"", 400, "invalid_query");
+    assert_eq!(host.count("subjects"), 1, "a and nothing else");
+}
+
+/// `.` and `..` are not addressable as a path segment (URL parsers resolve them),
+/// so a subject, item or batch key with such an id could never be read or deleted.
+#[test]
+fn ids_dot_and_dotdot_are_refused() {
+    let host = setup();
+    for id in [".", ".."] {
+        let put = |subjects: Value| json!({ "subjects": subjects });
+        host.bad(PUT, "/subjects", &put(json!([subject(id)])), "invalid_id");
+        host.bad(POST, "/batches", &json!({"items": [item(id)]}), "invalid_id");
+        host.bad(
+            POST,
+            "/batches",
+            &json!({"key": id, "source": "subjects"}),
+            "invalid_id",
+        );
+    }
+    // Dots inside an id are fine.
+    host.put_subjects(json!([subject("..."), subject("a.b"), subject(".hidden")]));
+}
+
+/// A payload the request limit accepts can outgrow the child's limit once it is
+/// escaped into the dispatched item (a string of quotes doubles twice): such a
+/// payload could never be dispatched, so it is refused when written (issue 9 item 5).
+#[test]
+fn payloads_whose_dispatch_cannot_fit_are_refused_when_written() {
+    let host = setup();
+    let quotes = "\"".repeat(110_000);
+    let webhook = |data: &str| json!({"url": "https://example.com/hook", "data": data});
+    let body = json!({"subjects": [{"id": "q", "kind": "webhook", "payload": webhook(&quotes)}]});
+    assert!(body.to_string().len() <= MAX_BODY_BYTES, "fits the request limit");
+    let message = host.bad(PUT, "/subjects", &body, "invalid_payload");
+    assert!(message.contains("subjects[0]"), "{message}");
+    let items = json!({"items": [{"subject_id": "q", "kind": "noop", "payload": {"q": quotes}}]});
+    host.bad(POST, "/batches", &items, "invalid_payload");
+    // The documented cap itself is accepted, whatever it is made of.
+    let cap = 100 * 1024; // RED-RUN
+    let data = "\"".repeat((cap - 60) / 2);
+    let payload = webhook(&data);
+    assert!(payload.to_string().len() <= cap);
+    host.put_subjects(json!([{"id": "fits", "kind": "webhook", "payload": payload}]));
+}
+
+/// Webhook URLs are parsed the way the runtime's `fetch` parses them (WHATWG URL):
+/// userinfo, invalid ports and other schemes are refused when written, not found
+/// out at run time (issue 9 item 5).
+#[test]
+fn webhook_urls_are_validated_as_the_runtime_parses_them() {
+    let host = setup();
+    for url in [
+        "https://user:pass@example.com/hook",
+        "https://user@example.com/hook",
+        "https://example.com:99999/hook",
+        "https://example.com:0/hook",
+        "https://example.com:-1/hook",
+        "https://exa mple.com/hook",
+        "https://[::1/hook",
+        "ftp://example.com/hook",
+        "file:///etc/passwd",
+        "https:example.com",
+        "//example.com/hook",
+    ] {
+        let subjects = json!({"subjects": [{"id": "u", "kind": "webhook", "payload": {"url": url}}]});
+        let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
+        assert!(message.contains("url"), "{url}: {message}");
+    }
+    for url in [
+        "https://example.com",
+        "https://example.com:8443/hook?x=1#f",
+        "http://EXAMPLE.com./a/../b",
+        "https://xn--nxasmq6b.example/hook",
+        "https://bücher.example/hook",
+    ] {
+        let subjects = json!({"subjects": [{"id": "ok", "kind": "webhook", "payload": {"url": url}}]});
+        host.ok(PUT, "/subjects", Some(subjects), 200);
+    }
+}
+
+/// Webhook targets the Worker must not be pointed at, in every notation the URL
+/// parser accepts (issue 9 item 7): 400 `invalid_payload` by default.
+const FORBIDDEN_TARGETS: &[&str] = &[
+    "http://127.0.0.1:9000/hook",
+    "http://127.1/hook",
+    "http://2130706433/hook",
+    "http://0x7f000001/hook",
+    "http://0177.0.0.1/hook",
+    "http://0.0.0.0/hook",
+    "http://0/hook",
+    "http://10.1.2.3/hook",
+    "http://172.16.0.1/hook",
+    "http://192.168.1.1/hook",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://100.64.0.1/hook",
+    "http://[::1]/hook",
+    "http://[::]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://[::ffff:a9fe:a9fe]/hook",
+    "http://[fe80::1]/hook",
+    "http://[fd00::1]/hook",
+    "http://[64:ff9b::a9fe:a9fe]/hook",
+    "http://localhost/hook",
+    "http://LOCALHOST./hook",
+    "http://api.localhost/hook",
+    "http://printer.local/hook",
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "http://cron-fanout.internal/internal/run",
+    "http://%6c%6fcalhost/hook",
+];
+
+#[test]
+fn private_and_local_webhook_targets_are_refused_by_default() {
+    let host = setup();
+    for url in FORBIDDEN_TARGETS {
+        let subjects = json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
+        assert!(message.contains("ALLOW_PRIVATE_TARGETS"), "{url}: {message}");
+        let items = json!({"items": [{"subject_id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        host.bad(POST, "/batches", &items, "invalid_payload");
+    }
+    // Public addresses and names are fine, including ones that merely look close.
+    for url in [
+        "https://93.184.215.14/hook",
+        "https://[2606:4700::6810:84e5]/hook",
+        "https://localhost.example.com/hook",
+        "https://internal.example.com/hook",
+        "https://172.32.0.1/hook",
+    ] {
+        let subjects = json!({"subjects": [{"id": "p", "kind": "webhook", "payload": {"url": url}}]});
+        host.ok(PUT, "/subjects", Some(subjects), 200);
+    }
+}
+
+#[test]
+fn allow_private_targets_lets_local_development_use_them() {
+    let mut host = setup();
+    host.settings = Settings::from_lookup(|name| {
+        (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into())
+    })
+    .unwrap();
+    for url in FORBIDDEN_TARGETS {
+        let subjects = json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        host.ok(PUT, "/subjects", Some(subjects), 200);
+    }
+}
+
+/// A per-subject signing secret is stored with the payload but never listed
+/// (issue 9 item 6).
+#[test]
+fn a_subjects_signing_secret_is_accepted_but_never_listed() {
+    let host = setup();
+    let secret = "per-subject-secret-0123456789";
+    host.put_subjects(json!([{"id": "s", "kind": "webhook",
+        "payload": {"url": "https://example.com/hook", "data": {"n": 1}, "signing_secret": secret}}]));
+    let listed = host.ok(GET, "/subjects", None, 200);
+    assert!(!listed.to_string().contains(secret), "{listed}");
+    assert_eq!(listed["subjects"][0]["payload"]["data"], json!({"n": 1}));
+    assert_eq!(
+        listed["subjects"][0]["payload"]["signing_secret"],
+        json!("[redacted]")
+    );
+    // Too short to be a secret (and so the redaction marker can never be one).
+    for short in ["", "[redacted]", "fifteen-chars-x"] {
+        let subjects = json!({"subjects": [{"id": "s", "kind": "webhook",
+            "payload": {"url": "https://example.com/hook", "signing_secret": short}}]});
+        host.bad(PUT, "/subjects", &subjects, "invalid_payload");
+    }
+}

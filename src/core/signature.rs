@@ -138,6 +138,28 @@ mod tests {
     }
 
     #[test]
+    fn extreme_timestamps_are_stale_not_an_overflow() {
+        // `now - t` overflowed i64 for these (a panic in debug builds).
+        let tag = "0".repeat(64);
+        for t in [i64::MIN, i64::MIN + 1, i64::MAX] {
+            let header = format!("t={t},v1={tag}");
+            for now in [0, 1_700_000_000, i64::MAX, -1] {
+                let fresh = (i128::from(now) - i128::from(t)).abs() <= i128::from(MAX_SKEW_SECS);
+                let want = if fresh {
+                    SignatureError::Mismatch
+                } else {
+                    SignatureError::Stale
+                };
+                assert_eq!(
+                    verify("k", Some(&header), now, b""),
+                    Err(want),
+                    "t={t} now={now}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn rejects_missing_and_malformed_headers() {
         assert_eq!(verify("k", None, 0, b""), Err(SignatureError::Missing));
         for bad in ["", "t=1", "v1=abcd", "t=x,v1=abcd", "t=1,v1=zz"] {
