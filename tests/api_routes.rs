@@ -11,8 +11,9 @@
 //!
 //! Not here, because they need the Workers runtime: `POST /internal/run` (signature
 //! and outcome: e2e, `core::signature` tests), the probe's SELF calls (e2e), reading
-//! the body from the runtime (`edge::http::WorkerBody`) and `misconfigured` (read from the Worker's
-//! env by `edge::config`).
+//! the body from the runtime (`edge::http::WorkerBody`: the e2e suite streams bodies
+//! at it) and reading settings from the Worker's env (`edge::config`; who sees a
+//! `misconfigured` detail is `api::misconfigured`, tested here).
 
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -499,13 +500,8 @@ fn the_body_is_not_read_before_the_caller_is_admitted() {
                 },
             )
             .unwrap_err();
-        if path == "/subjects" {
-            // Today PUT /subjects ignores the query (issue 9 item 8): the body decides.
-            assert_eq!(e.code(), "payload_too_large");
-        } else {
-            assert_eq!(e.code(), "invalid_query", "{path}");
-            assert!(!read.get(), "{path}: read the body of a refused query");
-        }
+        assert_eq!(e.code(), "invalid_query", "{path}");
+        assert!(!read.get(), "{path}: read the body of a refused query");
     }
 }
 
@@ -1021,7 +1017,12 @@ fn put_and_delete_subjects_refuse_unknown_query_parameters() {
         400,
         "invalid_query",
     );
-    host.refused(&admin(DELETE, "/subjects/a?force=1"), b"", 400, "invalid_query");
+    host.refused(
+        &admin(DELETE, "/subjects/a?force=1"),
+        b"",
+        400,
+        "invalid_query",
+    );
     assert_eq!(host.count("subjects"), 1, "a and nothing else");
 }
 
@@ -1033,7 +1034,12 @@ fn ids_dot_and_dotdot_are_refused() {
     for id in [".", ".."] {
         let put = |subjects: Value| json!({ "subjects": subjects });
         host.bad(PUT, "/subjects", &put(json!([subject(id)])), "invalid_id");
-        host.bad(POST, "/batches", &json!({"items": [item(id)]}), "invalid_id");
+        host.bad(
+            POST,
+            "/batches",
+            &json!({"items": [item(id)]}),
+            "invalid_id",
+        );
         host.bad(
             POST,
             "/batches",
@@ -1054,13 +1060,16 @@ fn payloads_whose_dispatch_cannot_fit_are_refused_when_written() {
     let quotes = "\"".repeat(110_000);
     let webhook = |data: &str| json!({"url": "https://example.com/hook", "data": data});
     let body = json!({"subjects": [{"id": "q", "kind": "webhook", "payload": webhook(&quotes)}]});
-    assert!(body.to_string().len() <= MAX_BODY_BYTES, "fits the request limit");
+    assert!(
+        body.to_string().len() <= MAX_BODY_BYTES,
+        "fits the request limit"
+    );
     let message = host.bad(PUT, "/subjects", &body, "invalid_payload");
     assert!(message.contains("subjects[0]"), "{message}");
     let items = json!({"items": [{"subject_id": "q", "kind": "noop", "payload": {"q": quotes}}]});
     host.bad(POST, "/batches", &items, "invalid_payload");
     // The documented cap itself is accepted, whatever it is made of.
-    let cap = 100 * 1024; // RED-RUN
+    let cap = cron_fanout::core::requests::MAX_PAYLOAD_BYTES;
     let data = "\"".repeat((cap - 60) / 2);
     let payload = webhook(&data);
     assert!(payload.to_string().len() <= cap);
@@ -1086,7 +1095,8 @@ fn webhook_urls_are_validated_as_the_runtime_parses_them() {
         "https:example.com",
         "//example.com/hook",
     ] {
-        let subjects = json!({"subjects": [{"id": "u", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects =
+            json!({"subjects": [{"id": "u", "kind": "webhook", "payload": {"url": url}}]});
         let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
         assert!(message.contains("url"), "{url}: {message}");
     }
@@ -1097,7 +1107,8 @@ fn webhook_urls_are_validated_as_the_runtime_parses_them() {
         "https://xn--nxasmq6b.example/hook",
         "https://bücher.example/hook",
     ] {
-        let subjects = json!({"subjects": [{"id": "ok", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects =
+            json!({"subjects": [{"id": "ok", "kind": "webhook", "payload": {"url": url}}]});
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
 }
@@ -1137,10 +1148,15 @@ const FORBIDDEN_TARGETS: &[&str] = &[
 fn private_and_local_webhook_targets_are_refused_by_default() {
     let host = setup();
     for url in FORBIDDEN_TARGETS {
-        let subjects = json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects =
+            json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
         let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
-        assert!(message.contains("ALLOW_PRIVATE_TARGETS"), "{url}: {message}");
-        let items = json!({"items": [{"subject_id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        assert!(
+            message.contains("ALLOW_PRIVATE_TARGETS"),
+            "{url}: {message}"
+        );
+        let items =
+            json!({"items": [{"subject_id": "t", "kind": "webhook", "payload": {"url": url}}]});
         host.bad(POST, "/batches", &items, "invalid_payload");
     }
     // Public addresses and names are fine, including ones that merely look close.
@@ -1151,7 +1167,8 @@ fn private_and_local_webhook_targets_are_refused_by_default() {
         "https://internal.example.com/hook",
         "https://172.32.0.1/hook",
     ] {
-        let subjects = json!({"subjects": [{"id": "p", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects =
+            json!({"subjects": [{"id": "p", "kind": "webhook", "payload": {"url": url}}]});
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
 }
@@ -1159,12 +1176,12 @@ fn private_and_local_webhook_targets_are_refused_by_default() {
 #[test]
 fn allow_private_targets_lets_local_development_use_them() {
     let mut host = setup();
-    host.settings = Settings::from_lookup(|name| {
-        (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into())
-    })
-    .unwrap();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
     for url in FORBIDDEN_TARGETS {
-        let subjects = json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects =
+            json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
 }
@@ -1189,5 +1206,68 @@ fn a_subjects_signing_secret_is_accepted_but_never_listed() {
         let subjects = json!({"subjects": [{"id": "s", "kind": "webhook",
             "payload": {"url": "https://example.com/hook", "signing_secret": short}}]});
         host.bad(PUT, "/subjects", &subjects, "invalid_payload");
+    }
+}
+
+/// The Worker's own host is never a webhook target, whatever ALLOW_PRIVATE_TARGETS
+/// says (local development points webhooks at 127.0.0.1, on another port).
+#[test]
+fn the_workers_own_host_is_not_a_webhook_target() {
+    let mut host = setup();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
+    let put = |url: &str| {
+        let mut req = admin(PUT, "/subjects");
+        req.host = Some("127.0.0.1:8787".into());
+        let body =
+            json!({"subjects": [{"id": "self", "kind": "webhook", "payload": {"url": url}}]});
+        host.call(&req, body.to_string().as_bytes())
+    };
+    let (status, answer) = put("http://127.0.0.1:8787/batches");
+    assert_eq!(
+        (status, error_code(&answer)),
+        (400, "invalid_payload"),
+        "{answer}"
+    );
+    assert!(answer.to_string().contains("own host"), "{answer}");
+    assert_eq!(
+        put("http://127.0.0.1:9000/hook").0,
+        200,
+        "another port is another server"
+    );
+    assert_eq!(host.count("subjects"), 1);
+}
+
+/// Settings errors name the variable, but only to the admin (issue 9 item 8):
+/// anyone else gets a generic 500.
+#[test]
+fn misconfiguration_details_go_only_to_the_admin() {
+    let detail = "LEASE_SECONDS must be between 1 and 86400, got 0".to_string();
+    let subjects = routes::find(GET, &["subjects".to_string()]).unwrap();
+    let run = routes::find(POST, &["internal".to_string(), "run".to_string()]).unwrap();
+    let health = routes::find(GET, &["health".to_string()]).unwrap();
+    let bearer = format!("Bearer {TOKEN}");
+    let e = api::misconfigured(subjects, Some(&bearer), Some(TOKEN), detail.clone());
+    assert_eq!((e.status(), e.code()), (500, "misconfigured"));
+    assert!(e.body().to_string().contains("LEASE_SECONDS"));
+    for (route, authorization, token) in [
+        (subjects, None, Some(TOKEN)),
+        (subjects, Some("Bearer wrong-token-0123456789"), Some(TOKEN)),
+        (subjects, Some(bearer.as_str()), None),
+        (run, Some(bearer.as_str()), Some(TOKEN)),
+        (health, None, Some(TOKEN)),
+    ] {
+        let e = api::misconfigured(route, authorization, token, detail.clone());
+        assert!(
+            !e.body().to_string().contains("LEASE_SECONDS"),
+            "{} {authorization:?}: {}",
+            route.path,
+            e.body()
+        );
+        assert!(matches!(e.status(), 401 | 500), "{e:?}");
+        if token.is_none() || !matches!(route.target, Target::Admin(_)) {
+            assert_eq!((e.status(), e.code()), (500, "internal"));
+        }
     }
 }

@@ -685,9 +685,7 @@ fn the_meter_refuses_a_call_over_the_budget_with_a_typed_error() {
 fn plan_of_last_query(store: &Store<SqliteDb>) -> Vec<String> {
     let (sql, params) = store.db().last_query().expect("the store ran a query");
     let conn = store.db_conn();
-    let mut stmt = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .unwrap();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let rows = stmt
         .query_map(rusqlite::params_from_iter(params.iter()), |r| {
             r.get::<_, String>(3)
@@ -718,7 +716,9 @@ fn listing_failed_items_reads_only_the_failed_index() {
         "the failed listing does not use the failed-items index: {plan:?}"
     );
     assert!(
-        !plan.iter().any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")),
+        !plan
+            .iter()
+            .any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")),
         "the failed listing scans or sorts: {plan:?}"
     );
     // Pages continue after the last subject_id, within the index.

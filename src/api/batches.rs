@@ -9,15 +9,18 @@ use crate::core::model::{BatchProgress, ItemRow};
 use crate::core::requests::{
     parse_json, parse_page_query, validate_create_batch, CreateBatch, CreateBatchBody,
 };
+use crate::core::target::TargetPolicy;
 use crate::core::time::rfc3339;
 use crate::jobs;
 use crate::store::{BatchSource, Created, Db};
 
 /// Create a batch from active subjects or explicit items: 201 with the new batch,
 /// or 200 with the existing batch of that key (nothing added).
-pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8]) -> ApiResult {
+pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let body: CreateBatchBody = parse_json(body)?;
-    let request = validate_create_batch(body, &jobs::check_payload)?;
+    let request = validate_create_batch(body, &|kind, payload| {
+        jobs::check_payload(kind, payload, policy)
+    })?;
     let id = (app.new_id)();
     let (key, source) = match &request {
         CreateBatch::FromSubjects { key } => (key.clone(), BatchSource::ActiveSubjects),

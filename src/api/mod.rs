@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use crate::core::error::ApiError;
 use crate::core::requests::{parse_page_query, MAX_BODY_BYTES};
 use crate::core::settings::Settings;
+use crate::core::target::TargetPolicy;
 use crate::store::{Db, Store, StoreError};
 pub use request::{Method, Request};
 use routes::{Body, Handler, Query, Route, Target};
@@ -117,17 +118,41 @@ pub async fn serve<D: Db>(
     };
     let params = route.params(&req.segments);
     let query = &req.query;
+    // Where webhooks written by this request may point.
+    let policy = TargetPolicy {
+        allow_private: app.settings.allow_private_targets,
+        own_host: req.host.as_deref(),
+    };
     Ok(match admin.handler {
-        Handler::PutSubjects => subjects::put(app, &body).await?.into(),
+        Handler::PutSubjects => subjects::put(app, &body, &policy).await?.into(),
         Handler::ListSubjects => subjects::list(app, query).await?.into(),
         Handler::DeleteSubject => subjects::delete(app, params[0]).await?.into(),
-        Handler::CreateBatch => batches::create(app, &body).await?.into(),
+        Handler::CreateBatch => batches::create(app, &body, &policy).await?.into(),
         Handler::ListBatches => batches::list(app, query).await?.into(),
         Handler::GetBatch => batches::get(app, params[0]).await?.into(),
         Handler::ListItems => batches::items(app, params[0], query).await?.into(),
         Handler::ListInvocations => invocations::list(app, query).await?.into(),
         Handler::Probe => Served::Probe(probe::parse(&body)?),
     })
+}
+
+/// The error a caller gets when the Worker's settings or secrets are invalid
+/// (`detail` names the variable and the rule). Only the admin learns the detail:
+/// an admin route with a usable `admin_token` checks the caller first (401), and
+/// everyone else gets a generic 500 `internal`. The edge logs the detail either way.
+pub fn misconfigured(
+    route: &Route,
+    authorization: Option<&str>,
+    admin_token: Option<&str>,
+    detail: String,
+) -> ApiError {
+    match (route.target, admin_token) {
+        (Target::Admin(_), Some(token)) => match auth::admin(authorization, token) {
+            Ok(()) => ApiError::Misconfigured(detail),
+            Err(e) => e,
+        },
+        _ => ApiError::Internal(detail),
+    }
 }
 
 /// A JSON body must say so; checked before the body is read.

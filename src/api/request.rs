@@ -46,6 +46,9 @@ pub struct Request {
     pub authorization: Option<String>,
     /// The `Content-Type` header.
     pub content_type: Option<String>,
+    /// `host:port` of the URL this request was sent to: the Worker's own host, which
+    /// no webhook may target (`core::target`). `None` when unknown.
+    pub host: Option<String>,
 }
 
 impl Request {
@@ -69,6 +72,7 @@ impl Request {
                 .collect(),
             authorization: None,
             content_type: None,
+            host: None,
         }
     }
 

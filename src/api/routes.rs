@@ -50,8 +50,6 @@ pub enum Query {
     /// The handler parses its own parameters (listings: `limit`, `after`, `status`)
     /// and refuses unknown ones.
     Parsed,
-    /// Not looked at: how these routes behave today (issue 9 item 8 will refuse).
-    Ignored,
 }
 
 /// What a route does with the request body.
@@ -129,7 +127,7 @@ fn is_param(pattern_segment: &str) -> bool {
 use Body::{Json, Unread};
 use Handler::*;
 use Method::{Delete as DELETE, Get as GET, Post as POST, Put as PUT};
-use Query::{Ignored, Parsed, Refused};
+use Query::{Parsed, Refused};
 
 /// Every route. Routes of one method never overlap (a test checks it), so their
 /// order does not matter; `/internal/run` comes early as the dispatch hot path.
@@ -138,9 +136,9 @@ pub static ROUTES: &[Route] = &[
     Route::new(  GET,    "/health",             Target::Health),
     Route::new(  POST,   "/internal/run",       Target::Run),
     //           method  path                   handler          query    body
-    Route::admin(PUT,    "/subjects",           PutSubjects,     Ignored, Json),
+    Route::admin(PUT,    "/subjects",           PutSubjects,     Refused, Json),
     Route::admin(GET,    "/subjects",           ListSubjects,    Parsed,  Unread),
-    Route::admin(DELETE, "/subjects/{id}",      DeleteSubject,   Ignored, Unread),
+    Route::admin(DELETE, "/subjects/{id}",      DeleteSubject,   Refused, Unread),
     Route::admin(POST,   "/batches",            CreateBatch,     Refused, Json),
     Route::admin(GET,    "/batches",            ListBatches,     Parsed,  Unread),
     Route::admin(GET,    "/batches/{id}",       GetBatch,        Refused, Unread),

@@ -9,14 +9,18 @@ use crate::core::model::SubjectRow;
 use crate::core::requests::{
     parse_json, parse_page_query, validate_id, validate_put_subjects, PutSubjects,
 };
+use crate::core::target::TargetPolicy;
 use crate::core::time::rfc3339;
 use crate::jobs;
 use crate::store::Db;
 
-/// Upsert up to 1,000 subjects in one statement, all validated first.
-pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8]) -> ApiResult {
+/// Upsert up to 1,000 subjects in one statement, all validated first; webhook
+/// targets under `policy`.
+pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let body: PutSubjects = parse_json(body)?;
-    validate_put_subjects(&body, &jobs::check_payload)?;
+    validate_put_subjects(&body, &|kind, payload| {
+        jobs::check_payload(kind, payload, policy)
+    })?;
     let n = app.store.upsert_subjects(&body.subjects, app.now).await?;
     Ok((200, json!({ "upserted": n })))
 }
@@ -45,7 +49,10 @@ fn subject_json(s: &SubjectRow) -> Value {
     json!({
         "id": s.id,
         "kind": s.kind,
-        "payload": serde_json::from_str::<Value>(&s.payload).unwrap_or(Value::Null),
+        "payload": jobs::public_payload(
+            &s.kind,
+            serde_json::from_str::<Value>(&s.payload).unwrap_or(Value::Null),
+        ),
         "active": s.active == 1,
         "created_at": rfc3339(s.created_at),
         "updated_at": rfc3339(s.updated_at),

@@ -14,6 +14,12 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub const MAX_SUBJECTS_PER_CALL: usize = 1_000;
 pub const MAX_ID_CHARS: usize = 200;
 pub const MAX_PAGE: i64 = 1_000;
+/// Largest payload of a subject or item, as compact JSON (as stored). The payload
+/// travels to the child inside the item's JSON, as a JSON string: escaping can
+/// double it (every `"` and `\` gains a backslash), so 100 KiB becomes at most
+/// 200 KiB plus the item's other fields, under the child's MAX_BODY_BYTES
+/// (`the_largest_payload_always_fits_the_dispatch`).
+pub const MAX_PAYLOAD_BYTES: usize = 100 * 1024;
 pub const DEFAULT_PAGE: i64 = 100;
 
 /// Checks a job kind and its payload; supplied by the job registry.
@@ -92,17 +98,33 @@ pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
             format!("{field} must not contain control characters"),
         ));
     }
+    // A URL path segment "." or ".." is resolved away by every URL parser, so such
+    // an id could never be addressed (`DELETE /subjects/..`).
+    if id == "." || id == ".." {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{field} must not be \".\" or \"..\""),
+        ));
+    }
     Ok(())
 }
 
+/// The kind's own check, then the size every kind shares ([`MAX_PAYLOAD_BYTES`]).
 fn check_payload(
     check: PayloadCheck,
     field: &str,
     kind: &str,
     payload: &Value,
 ) -> Result<(), ApiError> {
-    check(kind, payload)
-        .map_err(|msg| ApiError::bad_request("invalid_payload", format!("{field}: {msg}")))
+    let bad = |msg: String| ApiError::bad_request("invalid_payload", format!("{field}: {msg}"));
+    check(kind, payload).map_err(bad)?;
+    let size = payload.to_string().len();
+    if size > MAX_PAYLOAD_BYTES {
+        return Err(bad(format!(
+            "payload is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES} (escaped into the dispatched item it must fit the child's {MAX_BODY_BYTES}-byte limit)"
+        )));
+    }
+    Ok(())
 }
 
 /// Validate every subject of a `PUT /subjects` before any is written.
@@ -359,6 +381,62 @@ mod tests {
             parse(json!({"items": dup})).unwrap_err().code(),
             "duplicate_id"
         );
+    }
+
+    /// The worst payload of the maximum size, in the worst item (longest ids of
+    /// the characters that escape the most), still fits the child's body limit.
+    #[test]
+    fn the_largest_payload_always_fits_the_dispatch() {
+        use crate::core::model::ClaimedItem;
+        // A JSON string of quotes: every byte of its text is `"` or `\`.
+        let quotes = "\"".repeat((MAX_PAYLOAD_BYTES - 2) / 2);
+        let payload = Value::String(quotes).to_string();
+        assert!(payload.len() <= MAX_PAYLOAD_BYTES && payload.len() > MAX_PAYLOAD_BYTES - 4);
+        let backslashes = Value::String("\\".repeat((MAX_PAYLOAD_BYTES - 2) / 2)).to_string();
+        let id = "\"".repeat(MAX_ID_CHARS);
+        let wide = "😀".repeat(MAX_ID_CHARS);
+        for (payload, subject_id) in [(&payload, &id), (&backslashes, &wide)] {
+            let item = ClaimedItem {
+                item_id: i64::MAX,
+                lease_token: format!("{}-{}", "f".repeat(32), i64::MAX),
+                batch_id: "b".repeat(64),
+                subject_id: subject_id.clone(),
+                attempt: 100,
+                max_attempts: 100,
+                kind: "webhook".into(),
+                payload: payload.clone(),
+            };
+            let dispatched = serde_json::to_string(&item).unwrap();
+            assert!(
+                dispatched.len() > 2 * MAX_PAYLOAD_BYTES - 8,
+                "escaping doubled it"
+            );
+            assert!(
+                dispatched.len() <= MAX_BODY_BYTES,
+                "{} bytes dispatched",
+                dispatched.len()
+            );
+        }
+    }
+
+    #[test]
+    fn payloads_over_the_cap_are_refused_whatever_the_kind_says() {
+        let accept = |_: &str, _: &Value| Ok(());
+        let body = |n: usize| {
+            parse_json::<PutSubjects>(
+                json!({"subjects": [{"id": "a", "kind": "noop", "payload": {"p": "x".repeat(n)}}]})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap()
+        };
+        // {"p":"…"} is 8 bytes around the padding.
+        assert!(validate_put_subjects(&body(MAX_PAYLOAD_BYTES - 8), &accept).is_ok());
+        let e = validate_put_subjects(&body(MAX_PAYLOAD_BYTES - 7), &accept).unwrap_err();
+        assert_eq!(e.code(), "invalid_payload");
+        assert!(e
+            .public_message()
+            .starts_with("subjects[0]: payload is 102401 bytes"));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Settings {
     pub dispatch_mode: DispatchMode,
     /// The cron expression that creates the daily batch; every other cron ticks.
     pub daily_cron: String,
+    /// Webhooks may target private addresses and local names (local development
+    /// only: `core::target`).
+    pub allow_private_targets: bool,
 }
 
 /// Defaults, documented in docs/operations.md. SUBREQUEST_BUDGET 45 stays under the
@@ -50,6 +53,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("DISPATCH_MODE", "fanout"),
     ("DAILY_CRON", "0 12 * * *"),
+    ("ALLOW_PRIVATE_TARGETS", "false"),
 ];
 
 impl Settings {
@@ -87,6 +91,15 @@ impl Settings {
                 ))
             }
         };
+        let allow_private_targets = match get("ALLOW_PRIVATE_TARGETS").trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "ALLOW_PRIVATE_TARGETS must be \"true\" or \"false\", got {other:?}"
+                ))
+            }
+        };
         let settings = Settings {
             max_attempts: int("MAX_ATTEMPTS", 1, 100)?,
             lease_ms: int("LEASE_SECONDS", 1, 86_400)? * 1_000,
@@ -101,6 +114,7 @@ impl Settings {
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             dispatch_mode,
             daily_cron: get("DAILY_CRON").trim().to_string(),
+            allow_private_targets,
         };
         settings.validate()?;
         Ok(settings)
@@ -182,6 +196,28 @@ mod tests {
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
         assert_eq!(s.daily_cron, "0 12 * * *");
+        assert!(
+            !s.allow_private_targets,
+            "private targets are refused by default"
+        );
+    }
+
+    #[test]
+    fn allow_private_targets_is_true_or_false_and_nothing_else() {
+        assert!(
+            parse(&[("ALLOW_PRIVATE_TARGETS", "true")])
+                .unwrap()
+                .allow_private_targets
+        );
+        assert!(
+            !parse(&[("ALLOW_PRIVATE_TARGETS", "false")])
+                .unwrap()
+                .allow_private_targets
+        );
+        for bad in ["1", "yes", "TRUE", ""] {
+            let err = parse(&[("ALLOW_PRIVATE_TARGETS", bad)]).unwrap_err();
+            assert!(err.starts_with("ALLOW_PRIVATE_TARGETS"), "{err}");
+        }
     }
 
     #[test]

@@ -5,13 +5,21 @@ use std::rc::Rc;
 
 use worker::Env;
 
+use crate::core::secrets::{self, Secrets};
 use crate::core::settings::Settings;
 
 pub struct Config {
     pub settings: Settings,
-    pub admin_token: String,
-    pub dispatch_secret: String,
-    pub webhook_secret: String,
+    pub secrets: Secrets,
+}
+
+/// Why the configuration is unusable: `message` names the setting and the rule,
+/// never a secret's value. `admin_token` is the admin token when that one is valid,
+/// so an admin (and only an admin) can be told the detail (`api::misconfigured`).
+#[derive(Clone)]
+pub struct ConfigError {
+    pub message: String,
+    pub admin_token: Option<String>,
 }
 
 /// A secret (or, for local development, a plain var) by name.
@@ -30,7 +38,7 @@ thread_local! {
 
 impl Config {
     /// The validated configuration of this isolate, read on first use.
-    pub fn get(env: &Env) -> Result<Rc<Config>, String> {
+    pub fn get(env: &Env) -> Result<Rc<Config>, ConfigError> {
         if let Some(cfg) = CACHED.with(|c| c.borrow().clone()) {
             return Ok(cfg);
         }
@@ -39,23 +47,16 @@ impl Config {
         Ok(cfg)
     }
 
-    /// The error names the missing or invalid setting, never a secret's value.
-    fn load(env: &Env) -> Result<Config, String> {
-        let settings = Settings::from_lookup(|name| text(env, name))?;
-        let secret = |name: &str| -> Result<String, String> {
-            match text(env, name) {
-                Some(v) if v.len() >= 16 => Ok(v),
-                Some(_) => Err(format!("secret {name} must be at least 16 characters")),
-                None => Err(format!(
-                    "secret {name} is not set (wrangler secret put {name}, or .dev.vars locally)"
-                )),
-            }
+    fn load(env: &Env) -> Result<Config, ConfigError> {
+        let lookup = |name: &str| text(env, name);
+        let admin_token = secrets::read(&lookup, "ADMIN_TOKEN").ok();
+        let fail = |message: String| ConfigError {
+            message,
+            admin_token: admin_token.clone(),
         };
         Ok(Config {
-            settings,
-            admin_token: secret("ADMIN_TOKEN")?,
-            dispatch_secret: secret("DISPATCH_SECRET")?,
-            webhook_secret: secret("WEBHOOK_SECRET")?,
+            settings: Settings::from_lookup(lookup).map_err(fail)?,
+            secrets: Secrets::from_lookup(lookup).map_err(fail)?,
         })
     }
 }

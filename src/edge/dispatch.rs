@@ -50,8 +50,8 @@ pub async fn execute(
     let outcome = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
-        Some((service, signal)) => dispatch(service, &cfg.dispatch_secret, &item, &signal).await,
-        None => run_with_timeout(&item, &cfg.webhook_secret, cfg.settings.job_timeout_ms).await,
+        Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
+        None => run_with_timeout(&item, cfg).await,
     };
     (item, outcome)
 }

@@ -1,15 +1,16 @@
 //! The HTTP glue: `worker::Request` → [`api::Request`] → route → `Response`. Routing,
 //! auth and the handlers live in `crate::api` (host-tested); this file keeps only
-//! what needs the runtime: reading the body, the config and D1 binding, the child
-//! side of `POST /internal/run` and the probe's SELF calls. Every failure is an
-//! [`ApiError`] turned into a JSON response in one place (`handle`); internal detail
-//! goes to the log only.
+//! what needs the runtime: the config and D1 binding, the child side of
+//! `POST /internal/run`, the probe's SELF calls, and the body (`body.rs`). Every
+//! failure is an [`ApiError`] turned into a JSON response in one place (`handle`);
+//! internal detail goes to the log only.
+
+use std::rc::Rc;
 
 use serde_json::{json, Value};
-use worker::js_sys::Uint8Array;
-use worker::wasm_bindgen_futures::JsFuture;
 use worker::{Env, Headers, Request, Response};
 
+use super::body::WorkerBody;
 use super::config::Config;
 use super::{clock, log, probe, run};
 use crate::api::routes::{self, Route, Target};
@@ -21,14 +22,19 @@ use crate::core::requests::MAX_BODY_BYTES;
 use crate::store::d1::D1Db;
 use crate::store::Store;
 
+/// Rows D1 reported reading for an admin request (`meta.rows_read`, summed over its
+/// statements): what the request cost, measured by `loadtest bench`.
+pub const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
+
 /// What a route answers: JSON for the API, bare headers for a child's outcome.
 enum Reply {
     Json(u16, Value),
     Outcome(Outcome),
 }
 
-pub async fn handle(mut req: Request, env: Env) -> worker::Result<Response> {
-    let result = respond(&mut req, &env).await;
+pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
+    let mut rows_read = None;
+    let result = respond(&req, &env, &mut rows_read).await;
     let (status, body) = match result {
         Ok(Reply::Json(status, body)) => (status, body),
         Ok(Reply::Outcome(outcome)) => return outcome_response(&outcome),
@@ -42,43 +48,71 @@ pub async fn handle(mut req: Request, env: Env) -> worker::Result<Response> {
             (e.status(), e.body())
         }
     };
-    Ok(Response::from_json(&body)?.with_status(status))
+    let response = Response::from_json(&body)?.with_status(status);
+    Ok(match rows_read {
+        Some(n) => {
+            let headers = Headers::new();
+            headers.set(ROWS_READ_HEADER, &n.to_string())?;
+            response.with_headers(headers)
+        }
+        None => response,
+    })
 }
 
-async fn respond(req: &mut Request, env: &Env) -> Result<Reply, ApiError> {
+async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Result<Reply, ApiError> {
     let url = req.url().map_err(|e| ApiError::Internal(e.to_string()))?;
     let method = Method::parse(req.method().as_ref());
     let mut request = api::Request::new(method, url.path(), url.query().unwrap_or(""));
     let route = routes::find(method, &request.segments)?;
+    request.authorization = header(req, "Authorization");
     match route.target {
         Target::Health => {
             let (status, body) = api::health();
             Ok(Reply::Json(status, body))
         }
         Target::Run => {
-            let cfg = Config::get(env).map_err(ApiError::Misconfigured)?;
+            let cfg = config(env, route, &request)?;
+            // The signature's shape and age first: nothing else of a request that
+            // cannot be valid is read.
+            let signature = run::admit(header(req, run::SIGNATURE_HEADER).as_deref(), &cfg)?;
             let item = match header(req, dispatch::ITEM_HEADER) {
                 Some(value) => dispatch::item_from_header(&value),
                 None => WorkerBody(req).read(MAX_BODY_BYTES).await?,
             };
-            Ok(Reply::Outcome(run::handle(&item, req, &cfg).await?))
+            Ok(Reply::Outcome(run::handle(&item, &signature, &cfg).await?))
         }
         Target::Admin(_) => {
-            request.authorization = header(req, "Authorization");
+            let cfg = config(env, route, &request)?;
             request.content_type = header(req, "Content-Type");
-            admin(req, env, route, &request).await
+            request.host = url
+                .host_str()
+                .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
+            admin(req, env, &cfg, route, &request, rows_read).await
         }
     }
 }
 
+/// The isolate's configuration; when it is invalid, only an admin learns why.
+fn config(env: &Env, route: &Route, request: &api::Request) -> Result<Rc<Config>, ApiError> {
+    Config::get(env).map_err(|e| {
+        api::misconfigured(
+            route,
+            request.authorization.as_deref(),
+            e.admin_token.as_deref(),
+            e.message,
+        )
+    })
+}
+
 /// An admin route: the shared `api::serve` against D1.
 async fn admin(
-    req: &mut Request,
+    req: &Request,
     env: &Env,
+    cfg: &Config,
     route: &Route,
     request: &api::Request,
+    rows_read: &mut Option<i64>,
 ) -> Result<Reply, ApiError> {
-    let cfg = Config::get(env).map_err(ApiError::Misconfigured)?;
     let db = env
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -86,12 +120,14 @@ async fn admin(
     let app = App {
         store: &store,
         settings: &cfg.settings,
-        admin_token: &cfg.admin_token,
+        admin_token: &cfg.secrets.admin_token,
         now: clock::now_ms(),
         new_id: &clock::random_id,
         event: &log::event,
     };
-    match api::serve(&app, route, request, WorkerBody(req)).await? {
+    let served = api::serve(&app, route, request, WorkerBody(req)).await;
+    *rows_read = Some(store.usage().rows_read);
+    match served? {
         Served::Json(status, body) => Ok(Reply::Json(status, body)),
         Served::Probe(probe) => Ok(Reply::Json(200, probe::run(env, &probe).await?)),
     }
@@ -99,34 +135,6 @@ async fn admin(
 
 fn header(req: &Request, name: &str) -> Option<String> {
     req.headers().get(name).ok().flatten()
-}
-
-/// The body of a runtime request, refused early by Content-Length when it is over
-/// the limit.
-struct WorkerBody<'a>(&'a mut Request);
-
-impl BodySource for WorkerBody<'_> {
-    async fn read(self, limit: usize) -> Result<Vec<u8>, ApiError> {
-        let declared = header(self.0, "Content-Length").and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        // The platform's own arrayBuffer(): worker's bytes() reads the stream chunk by
-        // chunk through Rust, measurably slower on the dispatch hot path.
-        let promise = self
-            .0
-            .inner()
-            .array_buffer()
-            .map_err(|e| ApiError::Internal(format!("{e:?}")))?;
-        let buffer = JsFuture::from(promise)
-            .await
-            .map_err(|e| ApiError::Internal(format!("{e:?}")))?;
-        let body = Uint8Array::new(&buffer).to_vec();
-        if body.len() > limit {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        Ok(body)
-    }
 }
 
 /// A child's answer: status 204, the outcome in headers, no body (core::dispatch).

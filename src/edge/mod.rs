@@ -1,6 +1,7 @@
 //! The Workers runtime boundary: entry points, HTTP routing, the scheduled
 //! invocation and the drain's shell, the child executor. Everything here is thin glue over `core`, `store` and `jobs`.
 
+mod body;
 mod clock;
 mod config;
 mod dispatch;

@@ -1,32 +1,45 @@
 //! Running one item: the child side of `POST /internal/run` and the shared
 //! "run a job under a timeout" used by both the child and inline mode.
 
+use std::cell::RefCell;
+
 use futures::future::{select, Either};
-use worker::{AbortController, Delay, Request};
+use worker::{AbortController, Delay};
 
 use super::config::Config;
 use super::{clock, log};
 use crate::core::error::ApiError;
+use crate::core::log_limit::{LogDecision, LogLimit};
 use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::requests::parse_json;
-use crate::core::signature;
+use crate::core::signature::{self, SignatureError, SignatureHeader};
 use crate::jobs::{self, JobContext};
 
 pub const SIGNATURE_HEADER: &str = "Fanout-Dispatch-Signature";
 
-/// Run `item`'s job, giving up after `timeout_ms` (a transient failure). The
+thread_local! {
+    // Anyone can send POST /internal/run: its rejections are logged within a
+    // limit per isolate, with a count of the lines left out.
+    static REJECTED: RefCell<LogLimit> = const { RefCell::new(LogLimit::rejected_dispatches()) };
+}
+
+/// Run `item`'s job, giving up after `JOB_TIMEOUT_MS` (a transient failure). The
 /// abort signal also cancels the job's own fetches.
-pub async fn run_with_timeout(
-    item: &ClaimedItem,
-    webhook_secret: &str,
-    timeout_ms: i64,
-) -> Outcome {
+pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Outcome {
     let Some(job) = jobs::find(&item.kind) else {
         return Outcome::Fail(format!("unknown job kind {:?}", item.kind));
     };
+    let timeout_ms = cfg.settings.job_timeout_ms;
     let controller = AbortController::default();
     let ctx = JobContext {
-        webhook_secret: webhook_secret.to_string(),
+        webhook_secret: cfg.secrets.webhook.clone(),
+        dispatch_secrets: cfg
+            .secrets
+            .dispatch_keys()
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+        allow_private_targets: cfg.settings.allow_private_targets,
         signal: controller.signal(),
     };
     let outcome = {
@@ -48,23 +61,31 @@ pub async fn run_with_timeout(
     })
 }
 
-/// `POST /internal/run`: verify the dispatcher's signature over the item's JSON (from
-/// the `Fanout-Item` header or the body), run, answer the outcome. The child never
-/// touches D1: the dispatcher commits for it.
-pub async fn handle(item_json: &[u8], req: &Request, cfg: &Config) -> Result<Outcome, ApiError> {
-    let header = req.headers().get(SIGNATURE_HEADER).ok().flatten();
+/// The dispatch signature header, checked for shape and age before anything else
+/// of the request is read: a dispatch older than the lease can never be valid
+/// (`signature::dispatch_max_age_secs`).
+pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiError> {
     let now_secs = clock::now_ms() / 1_000;
-    if let Err(reason) =
-        signature::verify(&cfg.dispatch_secret, header.as_deref(), now_secs, item_json)
-    {
-        log::error(
-            "dispatch_rejected",
-            serde_json::json!({ "reason": format!("{reason:?}") }),
-        );
-        return Err(ApiError::Unauthorized);
-    }
+    let max_age = signature::dispatch_max_age_secs(cfg.settings.lease_ms);
+    SignatureHeader::parse(header)
+        .and_then(|h| h.check_fresh(now_secs, max_age).map(|()| h))
+        .map_err(reject)
+}
+
+/// `POST /internal/run`, once admitted: verify the signature over the item's JSON
+/// (from the `Fanout-Item` header or the body) with the current or the previous
+/// dispatch secret, run, answer the outcome. The child never touches D1: the
+/// dispatcher commits for it.
+pub async fn handle(
+    item_json: &[u8],
+    header: &SignatureHeader,
+    cfg: &Config,
+) -> Result<Outcome, ApiError> {
+    header
+        .check_tag(cfg.secrets.dispatch_keys(), item_json)
+        .map_err(reject)?;
     let item: ClaimedItem = parse_json(item_json)?;
-    let outcome = run_with_timeout(&item, &cfg.webhook_secret, cfg.settings.job_timeout_ms).await;
+    let outcome = run_with_timeout(&item, cfg).await;
     if outcome != Outcome::Done {
         log::event(
             "item_outcome",
@@ -75,4 +96,16 @@ pub async fn handle(item_json: &[u8], req: &Request, cfg: &Config) -> Result<Out
         );
     }
     Ok(outcome)
+}
+
+/// A refused dispatch: 401, and a log line unless too many were written lately.
+fn reject(reason: SignatureError) -> ApiError {
+    let decision = REJECTED.with(|l| l.borrow_mut().decide(clock::now_ms()));
+    if let LogDecision::Write { suppressed } = decision {
+        log::error(
+            "dispatch_rejected",
+            serde_json::json!({ "reason": format!("{reason:?}"), "suppressed_since_last": suppressed }),
+        );
+    }
+    ApiError::Unauthorized
 }

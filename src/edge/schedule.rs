@@ -25,7 +25,7 @@ pub async fn on_schedule(event: ScheduledEvent, env: Env) {
     let started = clock::now_ms();
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return log::error("invalid_configuration", json!({ "message": e })),
+        Err(e) => return log::error("invalid_configuration", json!({ "message": e.message })),
     };
     let db = match env.d1("DB") {
         Ok(db) => db,

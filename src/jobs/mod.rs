@@ -9,11 +9,17 @@ use serde_json::Value;
 
 #[cfg(target_arch = "wasm32")]
 use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::target::TargetPolicy;
 
 /// What a job may use while it runs.
 #[cfg(target_arch = "wasm32")]
 pub struct JobContext {
     pub webhook_secret: String,
+    /// `DISPATCH_SECRET` (and the previous one during a rotation): no subject's
+    /// signing secret may equal one.
+    pub dispatch_secrets: Vec<String>,
+    /// `ALLOW_PRIVATE_TARGETS`, checked again at run time.
+    pub allow_private_targets: bool,
     /// Aborted when the job's time is up, so its fetches stop too.
     pub signal: worker::AbortSignal,
 }
@@ -22,8 +28,12 @@ pub trait JobKind: Sync {
     /// The `kind` stored on subjects and items.
     fn name(&self) -> &'static str;
 
-    /// Reject a payload this kind could never run, before it is stored.
-    fn validate(&self, payload: &Value) -> Result<(), String>;
+    /// Reject a payload this kind could never run, before it is stored. `policy`
+    /// says which network targets are allowed (`core::target`).
+    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String>;
+
+    /// Hide what a listing must not show (secrets), in place. Default: nothing.
+    fn redact(&self, _payload: &mut Value) {}
 
     /// Subrequests one run makes; counted against the budget in inline mode.
     fn subrequests_per_run(&self) -> i64;
@@ -45,9 +55,9 @@ pub fn find(kind: &str) -> Option<&'static dyn JobKind> {
 }
 
 /// The payload check used by request validation.
-pub fn check_payload(kind: &str, payload: &Value) -> Result<(), String> {
+pub fn check_payload(kind: &str, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
     match find(kind) {
-        Some(job) => job.validate(payload),
+        Some(job) => job.validate(payload, policy),
         None => {
             let known: Vec<&str> = REGISTRY.iter().map(|k| k.name()).collect();
             Err(format!(
@@ -56,6 +66,14 @@ pub fn check_payload(kind: &str, payload: &Value) -> Result<(), String> {
             ))
         }
     }
+}
+
+/// A stored payload as listings show it: the kind's [`JobKind::redact`] applied.
+pub fn public_payload(kind: &str, mut payload: Value) -> Value {
+    if let Some(job) = find(kind) {
+        job.redact(&mut payload);
+    }
+    payload
 }
 
 /// The largest per-run subrequest cost of any kind (inline budget planning).
@@ -72,17 +90,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const POLICY: TargetPolicy = TargetPolicy {
+        allow_private: false,
+        own_host: None,
+    };
+
     #[test]
     fn unknown_kinds_name_the_known_ones() {
-        let err = check_payload("email", &json!({})).unwrap_err();
+        let err = check_payload("email", &json!({}), &POLICY).unwrap_err();
         assert_eq!(err, "unknown kind \"email\"; known kinds: webhook, noop");
     }
 
     #[test]
     fn known_kinds_validate_their_payload() {
-        assert!(check_payload("webhook", &json!({"url": "https://example.com/x"})).is_ok());
-        assert!(check_payload("webhook", &json!({"url": "ftp://example.com/x"})).is_err());
-        assert!(check_payload("noop", &json!({})).is_ok());
-        assert!(check_payload("noop", &json!([])).is_err());
+        let check = |kind, payload| check_payload(kind, &payload, &POLICY);
+        assert!(check("webhook", json!({"url": "https://example.com/x"})).is_ok());
+        assert!(check("webhook", json!({"url": "ftp://example.com/x"})).is_err());
+        assert!(check("noop", json!({})).is_ok());
+        assert!(check("noop", json!([])).is_err());
     }
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::JobKind;
 #[cfg(target_arch = "wasm32")]
 use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::target::TargetPolicy;
 
 pub struct Noop;
 
@@ -14,7 +15,7 @@ impl JobKind for Noop {
         "noop"
     }
 
-    fn validate(&self, payload: &Value) -> Result<(), String> {
+    fn validate(&self, payload: &Value, _policy: &TargetPolicy) -> Result<(), String> {
         if payload.is_object() {
             Ok(())
         } else {

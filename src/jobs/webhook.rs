@@ -5,8 +5,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use url::Url;
+
 use super::JobKind;
 use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::signature::constant_time_eq;
+use crate::core::target::{self, TargetPolicy};
 
 pub struct Webhook;
 
@@ -17,6 +21,10 @@ pub struct WebhookPayload {
     pub url: String,
     #[serde(default)]
     pub data: Value,
+    /// Signs this subject's deliveries instead of `WEBHOOK_SECRET`, so a receiver
+    /// holding it cannot forge deliveries to other receivers. Never listed.
+    #[serde(default)]
+    pub signing_secret: Option<String>,
 }
 
 /// The JSON body a webhook receives.
@@ -29,26 +37,52 @@ pub struct Delivery<'a> {
     pub data: &'a Value,
 }
 
-pub fn parse_payload(payload: &Value) -> Result<WebhookPayload, String> {
+/// The shortest signing secret accepted, as for the Worker's own secrets.
+pub const MIN_SECRET_CHARS: usize = 16;
+/// What `GET /subjects` shows instead of a signing secret. Shorter than
+/// [`MIN_SECRET_CHARS`], so writing a listed payload back unchanged is refused
+/// rather than silently replacing the secret.
+pub const REDACTED: &str = "[redacted]";
+
+/// Parse and validate a payload: its shape, its URL as the runtime will fetch it
+/// and the target `policy` (`core::target`), its signing secret.
+pub fn parse_payload(
+    payload: &Value,
+    policy: &TargetPolicy,
+) -> Result<(WebhookPayload, Url), String> {
     let p: WebhookPayload = serde_json::from_value(payload.clone()).map_err(|e| {
-        format!("webhook payload must be {{\"url\": \"http(s)://...\", \"data\": <any>}}: {e}")
+        format!("webhook payload must be {{\"url\": \"http(s)://...\", \"data\": <any>, \"signing_secret\": <optional>}}: {e}")
     })?;
-    let rest = p
-        .url
-        .strip_prefix("https://")
-        .or_else(|| p.url.strip_prefix("http://"))
-        .ok_or_else(|| format!("url must start with http:// or https://, got {:?}", p.url))?;
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if host.is_empty() || p.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "url {:?} has no host or contains whitespace",
-            p.url
-        ));
+    let url = target::validate(&p.url, policy).map_err(|e| e.to_string())?;
+    if let Some(secret) = &p.signing_secret {
+        if secret.chars().count() < MIN_SECRET_CHARS {
+            return Err(format!(
+                "signing_secret must be at least {MIN_SECRET_CHARS} characters"
+            ));
+        }
     }
-    if p.url.len() > 2_048 {
-        return Err("url must be at most 2048 bytes".into());
+    Ok((p, url))
+}
+
+/// The secret that signs a delivery: the subject's own, or `default`
+/// (`WEBHOOK_SECRET`). A subject secret equal to a dispatch secret would hand its
+/// receiver the power to forge `POST /internal/run`: refused.
+pub fn signing_secret<'a>(
+    payload: &'a WebhookPayload,
+    default: &'a str,
+    dispatch_secrets: &[&str],
+) -> Result<&'a str, String> {
+    match payload.signing_secret.as_deref() {
+        None => Ok(default),
+        Some(own)
+            if dispatch_secrets
+                .iter()
+                .any(|d| constant_time_eq(own.as_bytes(), d.as_bytes())) =>
+        {
+            Err("signing_secret must differ from DISPATCH_SECRET".into())
+        }
+        Some(own) => Ok(own),
     }
-    Ok(p)
 }
 
 /// The request body for one delivery.
@@ -63,10 +97,13 @@ pub fn delivery_body(item: &ClaimedItem, data: &Value) -> String {
     serde_json::to_string(&delivery).expect("serialising plain data cannot fail")
 }
 
-/// Map an HTTP status to an outcome.
+/// Map an HTTP status to an outcome. Redirects are never followed (a 301/302/303
+/// would turn the POST into a body-less GET, and the signature would go wherever
+/// `Location` points): a 3xx is a permanent failure that says so.
 pub fn classify_status(status: u16) -> Outcome {
     match status {
         200..=299 => Outcome::Done,
+        300..=399 => Outcome::Fail(format!("HTTP {status}: redirects are not followed")),
         408 | 425 | 429 | 500..=599 => Outcome::Retry(format!("HTTP {status}")),
         _ => Outcome::Fail(format!("HTTP {status}")),
     }
@@ -77,8 +114,14 @@ impl JobKind for Webhook {
         "webhook"
     }
 
-    fn validate(&self, payload: &Value) -> Result<(), String> {
-        parse_payload(payload).map(|_| ())
+    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
+        parse_payload(payload, policy).map(|_| ())
+    }
+
+    fn redact(&self, payload: &mut Value) {
+        if let Some(secret) = payload.get_mut("signing_secret").filter(|v| !v.is_null()) {
+            *secret = Value::from(REDACTED);
+        }
     }
 
     fn subrequests_per_run(&self) -> i64 {
@@ -97,18 +140,29 @@ impl JobKind for Webhook {
 
 #[cfg(target_arch = "wasm32")]
 async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
-    use worker::{Fetch, Headers, Method, Request, RequestInit};
+    use worker::{Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
 
-    let payload = match serde_json::from_str::<Value>(&item.payload)
+    // Checked again here, not only when the subject was written: settings change
+    // (ALLOW_PRIVATE_TARGETS back to false), and queued items keep their payload.
+    let policy = TargetPolicy {
+        allow_private: ctx.allow_private_targets,
+        own_host: None,
+    };
+    let dispatch_secrets: Vec<&str> = ctx.dispatch_secrets.iter().map(String::as_str).collect();
+    let checked = serde_json::from_str::<Value>(&item.payload)
         .map_err(|e| e.to_string())
-        .and_then(|v| parse_payload(&v))
-    {
-        Ok(p) => p,
-        Err(e) => return Outcome::Fail(format!("invalid payload: {e}")),
+        .and_then(|v| parse_payload(&v, &policy))
+        .and_then(|(p, url)| {
+            let secret = signing_secret(&p, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
+            Ok((p, url, secret))
+        });
+    let (payload, url, secret) = match checked {
+        Ok(checked) => checked,
+        Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
     let body = delivery_body(item, &payload.data);
     let now_secs = (worker::Date::now().as_millis() / 1_000) as i64;
-    let signature = crate::core::signature::sign(&ctx.webhook_secret, now_secs, body.as_bytes());
+    let signature = crate::core::signature::sign(&secret, now_secs, body.as_bytes());
     let request = (|| {
         let headers = Headers::new();
         headers.set("Content-Type", "application/json")?;
@@ -117,8 +171,12 @@ async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
             .with_headers(headers)
-            .with_body(Some(body.into()));
-        Request::new_with_init(&payload.url, &init)
+            .with_body(Some(body.into()))
+            // A redirect is answered as it is (classify_status: permanent
+            // failure); following it would send the signature to its Location.
+            .with_redirect(RequestRedirect::Manual);
+        // The URL as parsed and checked, not the raw text.
+        Request::new_with_init(url.as_str(), &init)
     })();
     let request = match request {
         Ok(r) => r,
@@ -135,11 +193,26 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const DEV: TargetPolicy = TargetPolicy {
+        allow_private: true,
+        own_host: None,
+    };
+    const PROD: TargetPolicy = TargetPolicy {
+        allow_private: false,
+        own_host: None,
+    };
+
     #[test]
     fn accepts_http_and_https_urls_with_optional_data() {
-        let p = parse_payload(&json!({"url": "http://127.0.0.1:9000/hook/a?x=1"})).unwrap();
+        let (p, url) =
+            parse_payload(&json!({"url": "http://127.0.0.1:9000/hook/a?x=1"}), &DEV).unwrap();
         assert_eq!(p.data, Value::Null);
-        let p = parse_payload(&json!({"url": "https://example.com", "data": {"n": 1}})).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9000/hook/a?x=1");
+        let (p, _) = parse_payload(
+            &json!({"url": "https://example.com", "data": {"n": 1}}),
+            &PROD,
+        )
+        .unwrap();
         assert_eq!(p.data, json!({"n": 1}));
     }
 
@@ -150,13 +223,62 @@ mod tests {
             json!({"url": "javascript:alert(1)"}),
             json!({"url": "https://"}),
             json!({"url": "https:// example.com"}),
+            json!({"url": "https://user:pw@example.com"}),
             json!({"url": 5}),
             json!({"data": 1}),
             json!({"url": "https://example.com", "method": "GET"}),
             json!("https://example.com"),
         ] {
-            assert!(parse_payload(&bad).is_err(), "{bad}");
+            assert!(parse_payload(&bad, &DEV).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn private_targets_depend_on_the_policy() {
+        let local = json!({"url": "http://127.0.0.1:9000/hook"});
+        assert!(parse_payload(&local, &DEV).is_ok());
+        let err = parse_payload(&local, &PROD).unwrap_err();
+        assert!(
+            err.contains("loopback") && err.contains("ALLOW_PRIVATE_TARGETS"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_subjects_own_secret_signs_its_deliveries() {
+        let parse = |v: Value| parse_payload(&v, &PROD).map(|(p, _)| p);
+        let plain = parse(json!({"url": "https://example.com"})).unwrap();
+        assert_eq!(
+            signing_secret(&plain, "global-secret", &[]),
+            Ok("global-secret")
+        );
+        let own =
+            parse(json!({"url": "https://example.com", "signing_secret": "subject-secret-0123"}))
+                .unwrap();
+        assert_eq!(
+            signing_secret(&own, "global-secret", &["dispatch-secret-01"]),
+            Ok("subject-secret-0123")
+        );
+        let err = signing_secret(&own, "global-secret", &["x", "subject-secret-0123"]).unwrap_err();
+        assert!(err.contains("DISPATCH_SECRET"), "{err}");
+        for short in ["", "short", REDACTED] {
+            let err =
+                parse(json!({"url": "https://example.com", "signing_secret": short})).unwrap_err();
+            assert!(err.contains("at least 16"), "{err}");
+        }
+    }
+
+    #[test]
+    fn listed_payloads_hide_the_signing_secret_only() {
+        let mut p = json!({"url": "https://example.com", "data": {"signing_secret": "kept"}, "signing_secret": "subject-secret-0123"});
+        Webhook.redact(&mut p);
+        assert_eq!(
+            p,
+            json!({"url": "https://example.com", "data": {"signing_secret": "kept"}, "signing_secret": REDACTED})
+        );
+        let mut none = json!({"url": "https://example.com"});
+        Webhook.redact(&mut none);
+        assert_eq!(none, json!({"url": "https://example.com"}));
     }
 
     #[test]
@@ -166,8 +288,14 @@ mod tests {
         for s in [408, 425, 429, 500, 503, 599] {
             assert_eq!(classify_status(s), Outcome::Retry(format!("HTTP {s}")));
         }
-        for s in [301, 400, 401, 404, 410, 422] {
+        for s in [400, 401, 404, 410, 422] {
             assert_eq!(classify_status(s), Outcome::Fail(format!("HTTP {s}")));
+        }
+        for s in [300, 301, 302, 303, 307, 308] {
+            assert_eq!(
+                classify_status(s),
+                Outcome::Fail(format!("HTTP {s}: redirects are not followed"))
+            );
         }
     }
 

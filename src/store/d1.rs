@@ -1,6 +1,6 @@
 //! D1 implementation of [`Db`]: every call is one subrequest (charged by
-//! `metered::Metered` when it wraps this); `meta.rows_written` feeds the cost
-//! accounting.
+//! `metered::Metered` when it wraps this); `meta.rows_written` and `meta.rows_read`
+//! feed the cost accounting.
 
 use std::cell::Cell;
 
@@ -37,13 +37,18 @@ impl D1Db {
     }
 
     fn count(&self, statements: i64, results: &[&D1Result]) {
-        let written: i64 = results
+        let metas: Vec<_> = results
             .iter()
             .filter_map(|r| r.meta().ok().flatten())
+            .collect();
+        let written: i64 = metas
+            .iter()
             .map(|m| m.rows_written.unwrap_or(0) as i64)
             .sum();
+        let read: i64 = metas.iter().map(|m| m.rows_read.unwrap_or(0) as i64).sum();
         let mut u = self.usage.get();
         u.add_call(statements, written);
+        u.rows_read += read;
         self.usage.set(u);
     }
 }

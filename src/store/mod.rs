@@ -99,6 +99,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct Usage {
     pub statements: i64,
     pub rows_written: i64,
+    /// D1's `meta.rows_read` (0 on SQLite, which does not report it).
+    pub rows_read: i64,
 }
 
 impl Usage {
