@@ -144,10 +144,16 @@ pub struct Probe {
 #[derive(Debug)]
 pub struct RawResponse {
     pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
     pub body: String,
 }
 
 impl RawResponse {
+    /// A response header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     pub fn json(&self) -> Option<Value> {
         serde_json::from_str(&self.body).ok()
     }
@@ -240,11 +246,16 @@ impl Api {
             .await
             .with_context(|| format!("{method} {url}"))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let body = resp
             .text()
             .await
             .with_context(|| format!("reading {method} {url}"))?;
-        Ok(RawResponse { status, body })
+        Ok(RawResponse {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// `raw` with this client's admin token.
@@ -542,11 +553,13 @@ mod tests {
     fn error_shape_is_recognised() {
         let ok = RawResponse {
             status: StatusCode::BAD_REQUEST,
+            headers: Default::default(),
             body: r#"{"error":{"code":"bad_json","message":"no"}}"#.into(),
         };
         assert_eq!(ok.error_shape(), Some(("bad_json".into(), "no".into())));
         let bad = RawResponse {
             status: StatusCode::BAD_REQUEST,
+            headers: Default::default(),
             body: r#"{"error":"bad_json"}"#.into(),
         };
         assert_eq!(bad.error_shape(), None);

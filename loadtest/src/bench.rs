@@ -3,7 +3,9 @@
 //! the cost of batch initialisation and progress reads at 100k (and, opt-in,
 //! 1M) items. Every part runs on a fresh state dir and stops its runtime.
 
-use crate::api::{Api, Probe, MAX_PAGE, TICK_CRON};
+use crate::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
+use crate::drive::{self, Pace};
+use crate::faults::Faults;
 use crate::metrics::{self, ratio};
 use crate::plan;
 use crate::report::RunReport;
@@ -12,9 +14,14 @@ use crate::scenario::{Job, Scenario, Spec};
 use crate::table::{num, Table};
 use crate::target::TargetArgs;
 use anyhow::{bail, ensure, Context, Result};
+use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// The Worker's header with the D1 rows an admin request read.
+const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
 
 /// SELF calls made before the fan-out run, so JIT warm-up does not count against it.
 const WARM_UP_CALLS: u64 = 2_000;
@@ -53,6 +60,15 @@ pub struct BenchArgs {
     /// Print the results as JSON on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Items of the batch whose failed items are listed (rows read per call).
+    #[arg(long, default_value_t = 20_000)]
+    pub rows_read_items: usize,
+    /// How many of them fail (a webhook answering 400, failed on attempt 1).
+    #[arg(long, default_value_t = 20)]
+    pub rows_read_failed: usize,
+    /// Run only the rows-read part (a minute, not the whole bench).
+    #[arg(long)]
+    pub only_rows_read: bool,
 }
 
 /// One fan-out run between two probes, on its own fresh, warmed-up runtime.
@@ -98,6 +114,32 @@ pub struct InitTiming {
     pub get_batch_median_ms: Option<f64>,
 }
 
+/// What listing a batch's failed items costs in D1 rows read.
+#[derive(Debug, Serialize)]
+pub struct RowsRead {
+    /// Items in the batch, and how many of them failed.
+    pub items: u64,
+    pub failed: u64,
+    /// Items `GET /batches/{id}/items?status=failed&limit=1000` answered.
+    pub listed: u64,
+    /// Its `Fanout-D1-Rows-Read`: every statement of the request (the batch
+    /// lookup for the 404 check, then the listing).
+    pub rows_read: u64,
+    /// `GET /batches/{id}` alone, the request's fixed part.
+    pub get_batch_rows_read: u64,
+}
+
+impl RowsRead {
+    pub fn row(&self) -> [String; 4] {
+        [
+            format!("{} items, {} failed", self.items, self.failed),
+            format!("?status=failed listed {}", self.listed),
+            format!("{} rows read", self.rows_read),
+            format!("(GET /batches/{{id}} alone: {})", self.get_batch_rows_read),
+        ]
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
     pub fanout: Vec<FanoutRound>,
@@ -107,6 +149,7 @@ pub struct BenchReport {
     pub ratios: Ratios,
     pub latency: LatencyBound,
     pub init: Vec<InitTiming>,
+    pub rows_read: RowsRead,
 }
 
 impl BenchReport {
@@ -211,6 +254,8 @@ impl BenchReport {
                 format!("{} ms", num(i.get_batch_median_ms, 1)),
             ]);
         }
+        t.section("D1 rows read by GET /batches/{id}/items?status=failed");
+        t.row(&self.rows_read.row());
         t
     }
 }
@@ -220,6 +265,19 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         bail!("bench starts its own runtimes on fresh state; --url is not supported");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_rows_read {
+        eprintln!("== rows read by ?status=failed");
+        let r = rows_read(&args, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            let mut t = Table::default();
+            t.section("D1 rows read by GET /batches/{id}/items?status=failed");
+            t.row(&r.row());
+            print!("{t}");
+        }
+        return Ok(true);
+    }
     let noop = Spec {
         scenario: Scenario::Happy,
         items: args.items,
@@ -282,6 +340,9 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     eprintln!("== init and progress reads");
     let init = init_timings(&args, &noop).await?;
 
+    eprintln!("== rows read by ?status=failed");
+    let rows_read = rows_read(&args, timeout).await?;
+
     let round_ratios: Vec<f64> = fanout.iter().filter_map(|r| r.fanout_over_probe).collect();
     let fanout_rates: Vec<f64> = fanout
         .iter()
@@ -302,6 +363,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         ratios,
         latency,
         init,
+        rows_read,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -463,6 +525,82 @@ async fn seed_noop(api: &Api, from: usize, to: usize) -> Result<f64> {
         }
     }
     Ok(spent.as_secs_f64() * 1000.0)
+}
+
+/// A batch of `--rows-read-items` items of which `--rows-read-failed` fail
+/// permanently (a webhook answering 400), drained; then what listing its failed
+/// items costs in D1 rows read, from the Worker's `Fanout-D1-Rows-Read` header.
+async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
+    let spec = Spec {
+        scenario: Scenario::Happy,
+        items: args.rows_read_items,
+        job: Job::Noop,
+        latency_ms: 0,
+        error_rate: 0.0,
+        poison_share: 0.0,
+    };
+    let mut target = run::open_for(&args.target, "bench-rows-read", &spec).await?;
+    let api = target.api.clone();
+    let failing = Faults {
+        status: Some(400),
+        ..Faults::default()
+    };
+    let every = (args.rows_read_items / args.rows_read_failed.max(1)).max(1);
+    let subjects: Vec<SubjectIn> = (0..args.rows_read_items)
+        .map(|i| {
+            let id = format!("rows-{i:07}");
+            if i % every == every / 2 {
+                SubjectIn {
+                    payload: json!({"url": target.sink.hook_url(&id, &failing)}),
+                    kind: "webhook".into(),
+                    id,
+                    active: true,
+                }
+            } else {
+                plan::noop_subject(id)
+            }
+        })
+        .collect();
+    api.put_subjects(&subjects).await?;
+    let (_, batch) = api
+        .create_batch(&json!({"key": "rows-read", "source": "subjects"}))
+        .await?;
+    let pace = Pace {
+        every: Duration::from_millis(200),
+        max_in_flight: 1,
+        timeout,
+    };
+    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let path = format!("/batches/{}/items?status=failed&limit=1000", batch.id);
+    let listing = api.admin_raw(Method::GET, &path, None).await?;
+    ensure!(
+        listing.status.is_success(),
+        "GET {path}: {}",
+        listing.status
+    );
+    let listed = listing
+        .json()
+        .and_then(|v| v["items"].as_array().map(Vec::len))
+        .context("no items in the listing")? as u64;
+    let header = |r: &crate::api::RawResponse| -> Result<u64> {
+        r.header(ROWS_READ_HEADER)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {ROWS_READ_HEADER} header"))
+    };
+    let get = api
+        .admin_raw(Method::GET, &format!("/batches/{}", batch.id), None)
+        .await?;
+    let report = RowsRead {
+        items: driven.batch.total,
+        failed: driven.batch.failed,
+        listed,
+        rows_read: header(&listing)?,
+        get_batch_rows_read: header(&get)?,
+    };
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(report)
 }
 
 fn ms(since: Instant) -> f64 {

@@ -24,6 +24,8 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("DISPATCH_CONCURRENCY", "25"),
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "20000"),
+    // The sink listens on 127.0.0.1, a private target the Worker refuses by default.
+    ("ALLOW_PRIVATE_TARGETS", "true"),
 ];
 
 #[derive(clap::Args, Debug)]

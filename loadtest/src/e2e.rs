@@ -12,7 +12,7 @@ use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{sink, steps, verdict};
+use crate::{edges, sink, steps, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
@@ -32,6 +32,8 @@ const BASE_SETTINGS: &[(&str, &str)] = &[
     ("DISPATCH_CONCURRENCY", "25"),
     ("SUBREQUEST_BUDGET", "200"),
     ("INVOCATION_DEADLINE_MS", "15000"),
+    // The sink listens on 127.0.0.1, a private target the Worker refuses by default.
+    ("ALLOW_PRIVATE_TARGETS", "true"),
 ];
 
 /// The suite's settings, with LEASE_SECONDS the smallest the Worker accepts for
@@ -96,7 +98,19 @@ pub async fn run(args: E2eArgs) -> bool {
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     let settings = settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut target = Target::open(&args.target, "e2e", &settings, Secrets::Random, true)
+    // A rotation under way: dispatches signed with the previous secret still run.
+    let mut target_args = args.target.clone();
+    if !target_args
+        .vars
+        .iter()
+        .any(|(k, _)| k == "DISPATCH_SECRET_PREVIOUS")
+    {
+        target_args.vars.push((
+            "DISPATCH_SECRET_PREVIOUS".into(),
+            crate::devvars::random_secret(),
+        ));
+    }
+    let mut target = Target::open(&target_args, "e2e", &settings, Secrets::Random, true)
         .await
         .context("starting the Worker and the sink")?;
     checks.record(
@@ -232,6 +246,18 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     // Bad input.
     bad_input(&api, plan.len(), checks).await?;
 
+    // The edges: bodies, dispatch signatures, redirects, signing secrets.
+    if target.runtime.is_some() {
+        edges::streamed_bodies(&target, checks).await?;
+        edges::dispatch_signatures(&target, checks).await?;
+    } else {
+        println!(
+            "# streamed bodies and dispatch signatures skipped: --url mode has no secrets or log"
+        );
+    }
+    edges::redirects(&target, timeout, checks).await?;
+    edges::signing_secrets(&target, timeout, checks).await?;
+
     // Crash.
     if args.skip_crash {
         println!("# crash scenario skipped (--skip-crash)");
@@ -239,6 +265,15 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         println!("# crash scenario skipped: --url mode cannot kill the runtime");
     } else {
         crash(&mut target, &plan, args, checks).await?;
+    }
+
+    // Last: these restart the Worker with other settings.
+    if target.runtime.is_some() {
+        edges::restarted(&mut target, timeout, checks).await?;
+    } else {
+        println!(
+            "# private targets and misconfiguration skipped: --url mode cannot restart the Worker"
+        );
     }
 
     if let Some(runtime) = target.runtime.as_mut() {
@@ -297,7 +332,7 @@ async fn daily_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<Bat
 
 /// Fires tick crons (two concurrently, to exercise exclusive claims) until the
 /// batch is finished, printing progress whenever it changes.
-async fn drive(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Batch> {
+pub(crate) async fn drive(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Batch> {
     let start = Instant::now();
     let mut last = String::new();
     loop {
@@ -324,7 +359,7 @@ async fn drive(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Bat
     }
 }
 
-async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
+pub(crate) async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
     Ok(api
         .all_items(id, None)
         .await?

@@ -23,6 +23,9 @@ pub struct Faults {
     pub hang_ms: u64,
     /// Probability in 0..=1 of answering 500, decided per (key, delivery).
     pub error_rate: f64,
+    /// Answer this 3xx with `Location: /redirected/<subject>` (the sink's redirect
+    /// target, which counts whatever reaches it). Wins over every other fault.
+    pub redirect: Option<u16>,
 }
 
 /// What the sink does with one delivery.
@@ -30,10 +33,12 @@ pub struct Faults {
 pub struct Decision {
     pub delay: Duration,
     pub status: u16,
+    /// Send a `Location` to the sink's redirect target with the answer.
+    pub redirect: bool,
 }
 
 impl Faults {
-    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&error_rate=..`
+    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&error_rate=..&redirect=..`
     /// (any subset, any order). Unknown keys and bad values are errors: a typo
     /// would otherwise silently turn a fault scenario into a healthy one.
     pub fn parse(query: &str) -> Result<Faults, String> {
@@ -53,6 +58,13 @@ impl Faults {
                         return Err(bad(&"not an HTTP status"));
                     }
                     faults.status = Some(code);
+                }
+                "redirect" => {
+                    let code: u16 = value.parse().map_err(|e| bad(&e))?;
+                    if !(300..=399).contains(&code) {
+                        return Err(bad(&"not a redirect status"));
+                    }
+                    faults.redirect = Some(code);
                 }
                 "error_rate" => {
                     let p: f64 = value.parse().map_err(|e| bad(&e))?;
@@ -89,13 +101,19 @@ impl Faults {
         if self.error_rate > 0.0 {
             add("error_rate", &self.error_rate);
         }
+        if let Some(code) = self.redirect {
+            add("redirect", &code);
+        }
         q
     }
 
     /// The answer to delivery number `delivery` (1-based) of Idempotency-Key `key`.
-    /// A fixed `status` wins over `fail_first`, which wins over `error_rate`.
+    /// A `redirect` wins over a fixed `status`, which wins over `fail_first`, which
+    /// wins over `error_rate`.
     pub fn decide(&self, key: &str, delivery: u32) -> Decision {
-        let status = if let Some(code) = self.status {
+        let status = if let Some(code) = self.redirect {
+            code
+        } else if let Some(code) = self.status {
             code
         } else if delivery <= self.fail_first {
             503
@@ -107,6 +125,7 @@ impl Faults {
         Decision {
             delay: Duration::from_millis(self.latency_ms.saturating_add(self.hang_ms)),
             status,
+            redirect: self.redirect.is_some(),
         }
     }
 }
@@ -134,15 +153,18 @@ mod tests {
             f.decide("1", 1),
             Decision {
                 delay: Duration::ZERO,
-                status: 200
+                status: 200,
+                redirect: false,
             }
         );
     }
 
     #[test]
     fn parses_every_fault_and_round_trips() {
-        let f = Faults::parse("latency_ms=20&fail_first=2&status=418&hang_ms=3000&error_rate=0.25")
-            .unwrap();
+        let f = Faults::parse(
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&error_rate=0.25&redirect=302",
+        )
+        .unwrap();
         assert_eq!(
             f,
             Faults {
@@ -150,7 +172,8 @@ mod tests {
                 fail_first: 2,
                 status: Some(418),
                 hang_ms: 3000,
-                error_rate: 0.25
+                error_rate: 0.25,
+                redirect: Some(302),
             }
         );
         assert_eq!(Faults::parse(&f.to_query()).unwrap(), f);
@@ -166,9 +189,19 @@ mod tests {
             "error_rate=1.5",
             "fail_first",
             "hang_ms=-1",
+            "redirect=200",
+            "redirect=400",
         ] {
             assert!(Faults::parse(q).is_err(), "{q} should be rejected");
         }
+    }
+
+    #[test]
+    fn a_redirect_wins_and_says_so() {
+        let f = Faults::parse("redirect=307&status=500").unwrap();
+        let d = f.decide("k", 1);
+        assert_eq!((d.status, d.redirect), (307, true));
+        assert!(!Faults::parse("status=301").unwrap().decide("k", 1).redirect);
     }
 
     #[test]
@@ -185,7 +218,8 @@ mod tests {
             f.decide("k", 9),
             Decision {
                 delay: Duration::from_millis(15),
-                status: 400
+                status: 400,
+                redirect: false,
             }
         );
     }

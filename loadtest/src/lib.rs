@@ -13,6 +13,8 @@
 //! - `checks`: the `ok - ` / `FAIL - ` report of the e2e suite.
 //! - `drive`: firing ticks until a batch finishes, with a progress bar.
 //! - `steps`: daily batch, crash mid-batch and daily re-fire, shared by e2e and run.
+//! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
+//!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
 //! - `scenario`: what each `run` scenario seeds and configures.
 //! - `metrics`: pure measurements (makespan, percentiles, per-item costs, ratios).
 //! - `report`: a run's report and verdicts, as a table or JSON.
@@ -26,6 +28,7 @@ pub mod demo;
 pub mod devvars;
 pub mod drive;
 pub mod e2e;
+pub mod edges;
 pub mod faults;
 pub mod metrics;
 pub mod plan;

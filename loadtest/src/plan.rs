@@ -20,6 +20,9 @@ pub enum Expect {
     ClientError,
     /// Sleeps past the job timeout: failed once attempts run out, for a timeout.
     Hang,
+    /// Answers a 3xx with a Location: failed on attempt 1 (redirects are not
+    /// followed), and nothing reaches the Location.
+    Redirect,
     /// Random latency/error mix of the demo: any end state is acceptable.
     Any,
 }
@@ -30,6 +33,9 @@ impl Expect {
     /// deterministically, so even a random error rate has one right answer.
     /// Latency is assumed to stay under the Worker's job timeout.
     pub fn from_faults(faults: &Faults, key: &str, max_attempts: u32) -> Expect {
+        if faults.redirect.is_some() {
+            return Expect::Redirect;
+        }
         if faults.hang_ms > 0 {
             return Expect::Hang;
         }
@@ -54,6 +60,7 @@ impl Expect {
             Expect::ServerError => "status=500".into(),
             Expect::ClientError => "status=400".into(),
             Expect::Hang => "hang".into(),
+            Expect::Redirect => "redirect".into(),
             Expect::Any => "any".into(),
         }
     }

@@ -270,6 +270,23 @@ impl Runtime {
         }
     }
 
+    /// Sets (`Some`) or removes (`None`) a `--var` for the next (re)start.
+    pub fn set_var(&mut self, key: &str, value: Option<&str>) {
+        self.cfg.vars.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.cfg.vars.push((key.to_string(), value.to_string()));
+        }
+    }
+
+    /// A `--var` this runtime is started with.
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.cfg
+            .vars
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Starts again on the same port and state dir (after `stop` or `kill_hard`).
     pub async fn restart(&mut self) -> Result<()> {
         self.stop().await?;

@@ -5,9 +5,13 @@
 //! - `POST /hook/<subject_id>?<faults>`: a delivery. Answers 401 on a bad signature,
 //!   400 on a missing Idempotency-Key, a body that is not the delivery JSON or an
 //!   unknown fault, and otherwise what the faults decide (200 by default).
+//! - `ANY /redirected/<subject_id>`: where the `redirect` fault's `Location` points.
+//!   Counted (`Stats::redirect_hits`); the Worker must never get here.
+//! - `POST /secrets`: `{"<subject_id>": "<signing secret>"}`, the subjects whose
+//!   deliveries are verified with their own secret instead of the sink's.
 //! - `GET /stats[?deliveries=1]`: totals, counts per Idempotency-Key and, on request,
 //!   every delivery record (`Stats`).
-//! - `POST /reset`: forget everything.
+//! - `POST /reset`: forget everything (deliveries and redirect hits; not secrets).
 //!
 //! Each scenario runs one in-process (`start`) and reads it over HTTP like an
 //! external sink (`SinkClient`), so `--sink-url` mode uses the same code path.
@@ -19,7 +23,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -73,6 +77,9 @@ pub struct Stats {
     pub per_key: BTreeMap<String, u32>,
     /// Deliveries beyond the first, summed over keys.
     pub duplicates: u64,
+    /// Requests that reached the redirect target (any method, signed or not).
+    #[serde(default)]
+    pub redirect_hits: u64,
     /// Every record, oldest first; only with `?deliveries=1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliveries: Option<Vec<Delivery>>,
@@ -101,6 +108,9 @@ struct Inner {
     next_seq: u64,
     deliveries: Vec<Delivery>,
     per_key: HashMap<String, u32>,
+    redirect_hits: u64,
+    /// Per-subject signing secrets (`POST /secrets`).
+    subject_secrets: HashMap<String, Vec<u8>>,
 }
 
 struct Shared {
@@ -156,6 +166,8 @@ fn router(webhook_secret: &str) -> Router {
     });
     Router::new()
         .route("/hook/{subject_id}", post(hook))
+        .route("/redirected/{subject_id}", any(redirected))
+        .route("/secrets", post(secrets))
         .route("/stats", get(stats))
         .route("/reset", post(reset))
         .with_state(shared)
@@ -194,8 +206,15 @@ async fn hook(
     body: Bytes,
 ) -> Response {
     let now = chrono::Utc::now();
+    let location = format!("/redirected/{subject_id}");
     let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
-    let sig = signature::verify(&shared.secret, sig_header, &body, now.timestamp());
+    let secret = shared
+        .lock()
+        .subject_secrets
+        .get(&subject_id)
+        .cloned()
+        .unwrap_or_else(|| shared.secret.clone());
+    let sig = signature::verify(&secret, sig_header, &body, now.timestamp());
     let key = headers
         .get("Idempotency-Key")
         .and_then(|v| v.to_str().ok())
@@ -252,7 +271,31 @@ async fn hook(
         }
     }
     let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(serde_json::json!({ "received": seq }))).into_response()
+    let mut response = (status, Json(serde_json::json!({ "received": seq }))).into_response();
+    if decision.redirect {
+        if let Ok(value) = location.parse() {
+            response.headers_mut().insert("Location", value);
+        }
+    }
+    response
+}
+
+/// The redirect target: whatever gets here followed a redirect it should not have.
+async fn redirected(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.lock().redirect_hits += 1;
+    StatusCode::OK
+}
+
+/// Registers per-subject signing secrets.
+async fn secrets(
+    State(shared): State<Arc<Shared>>,
+    Json(secrets): Json<HashMap<String, String>>,
+) -> StatusCode {
+    let mut inner = shared.lock();
+    for (subject, secret) in secrets {
+        inner.subject_secrets.insert(subject, secret.into_bytes());
+    }
+    StatusCode::NO_CONTENT
 }
 
 #[derive(Deserialize)]
@@ -273,6 +316,7 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -
             .map(|&n| u64::from(n.saturating_sub(1)))
             .sum(),
         deliveries: want_list.then(|| inner.deliveries.clone()),
+        redirect_hits: inner.redirect_hits,
         ..Stats::default()
     };
     for d in &inner.deliveries {
@@ -293,6 +337,7 @@ async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
     let mut inner = shared.lock();
     inner.deliveries.clear();
     inner.per_key.clear();
+    inner.redirect_hits = 0;
     StatusCode::NO_CONTENT
 }
 
@@ -338,6 +383,20 @@ impl SinkClient {
             .error_for_status()
             .with_context(|| format!("GET {url}"))?;
         resp.json().await.with_context(|| format!("reading {url}"))
+    }
+
+    /// Registers subjects whose deliveries are signed with their own secret.
+    pub async fn set_subject_secrets(&self, secrets: &HashMap<String, String>) -> Result<()> {
+        let url = format!("{}/secrets", self.base);
+        self.http
+            .post(&url)
+            .json(secrets)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?
+            .error_for_status()
+            .with_context(|| format!("POST {url}"))?;
+        Ok(())
     }
 
     pub async fn reset(&self) -> Result<()> {

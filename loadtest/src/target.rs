@@ -59,6 +59,9 @@ pub struct Target {
     pub runtime: Option<Runtime>,
     /// Effective settings (defaults overridden by --var).
     pub settings: BTreeMap<String, String>,
+    /// The secrets the runtime was started with (empty in --url mode): the e2e
+    /// suite signs dispatches itself.
+    pub secrets: BTreeMap<String, String>,
     /// Keeps the in-process sink serving.
     _sink: Option<SinkHandle>,
 }
@@ -102,6 +105,7 @@ impl Target {
                 sink,
                 runtime: None,
                 settings,
+                secrets: BTreeMap::new(),
                 _sink: handle,
             });
         }
@@ -111,21 +115,14 @@ impl Target {
             .canonicalize()
             .with_context(|| format!("repo {}", args.repo.display()))?;
         let mut vars: Vec<(String, String)> = settings.clone().into_iter().collect();
-        let (admin_token, webhook_secret) = match secrets {
+        let known: BTreeMap<String, String> = match secrets {
             Secrets::Random => {
-                let generated: Vec<(String, String)> = devvars::SECRETS
+                let generated: BTreeMap<String, String> = devvars::SECRETS
                     .iter()
                     .map(|k| (k.to_string(), devvars::random_secret()))
                     .collect();
-                let get = |k: &str| {
-                    generated
-                        .iter()
-                        .find(|(n, _)| n == k)
-                        .map(|(_, v)| v.clone())
-                };
-                let pair = (get("ADMIN_TOKEN"), get("WEBHOOK_SECRET"));
-                vars.extend(generated);
-                pair
+                vars.extend(generated.clone());
+                generated
             }
             Secrets::DevVars => {
                 let (file, generated) = devvars::load_or_create(&repo)?;
@@ -136,13 +133,15 @@ impl Target {
                         repo.join(".dev.vars").display()
                     );
                 }
-                (
-                    file.get("ADMIN_TOKEN").cloned(),
-                    file.get("WEBHOOK_SECRET").cloned(),
-                )
+                file.into_iter()
+                    .filter(|(k, _)| devvars::SECRETS.contains(&k.as_str()))
+                    .collect()
             }
         };
-        let (Some(admin_token), Some(webhook_secret)) = (admin_token, webhook_secret) else {
+        let (Some(admin_token), Some(webhook_secret)) = (
+            known.get("ADMIN_TOKEN").cloned(),
+            known.get("WEBHOOK_SECRET").cloned(),
+        ) else {
             bail!("ADMIN_TOKEN and WEBHOOK_SECRET are required");
         };
 
@@ -171,6 +170,7 @@ impl Target {
             sink,
             runtime: Some(runtime),
             settings,
+            secrets: known,
             _sink: handle,
         })
     }

@@ -45,6 +45,7 @@ pub fn item_outcome(
         Expect::ServerError => ("failed", max_attempts, &["500"]),
         Expect::ClientError => ("failed", 1, &["400"]),
         Expect::Hang => ("failed", max_attempts, &["timeout", "timed out"]),
+        Expect::Redirect => ("failed", 1, &["redirects are not followed"]),
         Expect::Any => return Ok(()),
     };
     let mut wrong = Vec::new();

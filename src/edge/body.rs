@@ -65,3 +65,15 @@ impl BodySource for WorkerBody<'_> {
 fn internal(what: &str, e: &JsValue) -> ApiError {
     ApiError::Internal(format!("{what}: {e:?}"))
 }
+
+/// Cancel a refused request's body if it was not read. The runtime otherwise
+/// drains it before the answer goes out (observed under `wrangler dev`: a 401 to
+/// an unsigned dispatch with an endless body was held until the body ended).
+/// Cancelling a body already read, cancelled or locked by a reader is a no-op.
+pub async fn discard(req: &Request) {
+    if let Some(stream) = req.inner().body() {
+        if !stream.locked() {
+            let _ = JsFuture::from(stream.cancel()).await;
+        }
+    }
+}

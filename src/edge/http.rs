@@ -10,7 +10,7 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use worker::{Env, Headers, Request, Response};
 
-use super::body::WorkerBody;
+use super::body::{self, WorkerBody};
 use super::config::Config;
 use super::{clock, log, probe, run};
 use crate::api::routes::{self, Route, Target};
@@ -35,6 +35,9 @@ enum Reply {
 pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
     let mut rows_read = None;
     let result = respond(&req, &env, &mut rows_read).await;
+    if result.is_err() {
+        body::discard(&req).await;
+    }
     let (status, body) = match result {
         Ok(Reply::Json(status, body)) => (status, body),
         Ok(Reply::Outcome(outcome)) => return outcome_response(&outcome),
