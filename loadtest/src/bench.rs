@@ -274,7 +274,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             let mut t = Table::default();
             t.section("D1 rows read by GET /batches/{id}/items?status=failed");
             t.row(&r.row());
-            print!("{t}");
+            println!("{t}");
         }
         return Ok(true);
     }
