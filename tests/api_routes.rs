@@ -1095,8 +1095,7 @@ fn webhook_urls_are_validated_as_the_runtime_parses_them() {
         "https:example.com",
         "//example.com/hook",
     ] {
-        let subjects =
-            json!({"subjects": [{"id": "u", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects = hook_subjects("u", url);
         let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
         assert!(message.contains("url"), "{url}: {message}");
     }
@@ -1107,10 +1106,14 @@ fn webhook_urls_are_validated_as_the_runtime_parses_them() {
         "https://xn--nxasmq6b.example/hook",
         "https://bücher.example/hook",
     ] {
-        let subjects =
-            json!({"subjects": [{"id": "ok", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects = hook_subjects("ok", url);
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
+}
+
+/// A `PUT /subjects` body of one webhook subject `id` posting to `url`.
+fn hook_subjects(id: &str, url: &str) -> Value {
+    json!({"subjects": [{"id": id, "kind": "webhook", "payload": {"url": url}}]})
 }
 
 /// Webhook targets the Worker must not be pointed at, in every notation the URL
@@ -1148,8 +1151,7 @@ const FORBIDDEN_TARGETS: &[&str] = &[
 fn private_and_local_webhook_targets_are_refused_by_default() {
     let host = setup();
     for url in FORBIDDEN_TARGETS {
-        let subjects =
-            json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects = hook_subjects("t", url);
         let message = host.bad(PUT, "/subjects", &subjects, "invalid_payload");
         assert!(
             message.contains("ALLOW_PRIVATE_TARGETS"),
@@ -1167,8 +1169,7 @@ fn private_and_local_webhook_targets_are_refused_by_default() {
         "https://internal.example.com/hook",
         "https://172.32.0.1/hook",
     ] {
-        let subjects =
-            json!({"subjects": [{"id": "p", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects = hook_subjects("p", url);
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
 }
@@ -1180,8 +1181,7 @@ fn allow_private_targets_lets_local_development_use_them() {
         Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
             .unwrap();
     for url in FORBIDDEN_TARGETS {
-        let subjects =
-            json!({"subjects": [{"id": "t", "kind": "webhook", "payload": {"url": url}}]});
+        let subjects = hook_subjects("t", url);
         host.ok(PUT, "/subjects", Some(subjects), 200);
     }
 }
@@ -1220,8 +1220,7 @@ fn the_workers_own_host_is_not_a_webhook_target() {
     let put = |url: &str| {
         let mut req = admin(PUT, "/subjects");
         req.host = Some("127.0.0.1:8787".into());
-        let body =
-            json!({"subjects": [{"id": "self", "kind": "webhook", "payload": {"url": url}}]});
+        let body = hook_subjects("self", url);
         host.call(&req, body.to_string().as_bytes())
     };
     let (status, answer) = put("http://127.0.0.1:8787/batches");
