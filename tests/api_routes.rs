@@ -20,8 +20,9 @@ use std::path::Path;
 
 use cron_fanout::api::probe::ProbeRequest;
 use cron_fanout::api::routes::{self, Target, ROUTES};
-use cron_fanout::api::{self, App, BodySource, Method, Request, Served};
+use cron_fanout::api::{self, App, BodySource, Method, Request, Served, Text};
 use cron_fanout::core::error::ApiError;
+use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::requests::MAX_BODY_BYTES;
 use cron_fanout::core::settings::Settings;
 use cron_fanout::core::time::rfc3339;
@@ -116,6 +117,7 @@ impl Host {
         match route.target {
             Target::Health => Ok(api::health().into()),
             Target::Run => panic!("POST /internal/run needs the runtime (e2e suite)"),
+            Target::Page(asset) => Ok(Served::Text(api::page::serve(asset))),
             Target::Admin(_) => block_on(api::serve(&app, route, req, body)),
         }
     }
@@ -124,6 +126,7 @@ impl Host {
     fn call(&self, req: &Request, body: &[u8]) -> (u16, Value) {
         match self.serve(req, body) {
             Ok(Served::Json(status, body)) => (status, body),
+            Ok(Served::Text(t)) => (t.status, Value::String(t.body)),
             Ok(Served::Probe(p)) => panic!("a probe is run by the edge: {p:?}"),
             Err(e) => (e.status(), e.body()),
         }
@@ -135,6 +138,45 @@ impl Host {
         let (got, answer) = self.call(&admin(method, target), bytes.as_bytes());
         assert_eq!(got, status, "{} {target}: {answer}", method.as_str());
         answer
+    }
+
+    /// A non-JSON answer (page, metrics) to `req`, which must succeed.
+    fn text(&self, req: &Request) -> Text {
+        match self.serve(req, b"".as_slice()) {
+            Ok(Served::Text(t)) => t,
+            other => panic!("{} {}: {other:?}", req.method.as_str(), req.path()),
+        }
+    }
+
+    /// Store an invocation summary that started `ago_ms` before now and ended
+    /// `per_batch` items: (batch id, completed, failed).
+    fn invocation(&self, ago_ms: i64, per_batch: &[(&str, i64, i64)]) {
+        let mut tally = Tally::default();
+        for (batch, completed, failed) in per_batch {
+            tally.batch_ids.insert(batch.to_string());
+            tally.completed += completed;
+            tally.failed += failed;
+            tally.claimed += completed + failed;
+            tally.per_batch.insert(
+                batch.to_string(),
+                BatchTally {
+                    completed: *completed,
+                    failed: *failed,
+                },
+            );
+        }
+        let summary = InvocationSummary {
+            trigger: Trigger::Tick,
+            started_at: self.now.get() - ago_ms,
+            elapsed_ms: 900,
+            tally,
+            subrequests: 12,
+            subrequest_budget: 45,
+            d1_statements: 4,
+            d1_rows_written: 30,
+            stop_reason: StopReason::Drained,
+        };
+        block_on(self.store.record_invocation(&summary)).unwrap();
     }
 
     /// One page of a listing: `field` of each row of `list`, and `next_after`.
@@ -252,9 +294,10 @@ fn item(subject_id: &str) -> Value {
     json!({"subject_id": subject_id, "kind": "noop", "payload": {}})
 }
 
-const PROGRESS_KEYS: [&str; 11] = [
+const PROGRESS_KEYS: [&str; 13] = [
     "completed",
     "created_at",
+    "eta",
     "failed",
     "finished_at",
     "id",
@@ -262,6 +305,7 @@ const PROGRESS_KEYS: [&str; 11] = [
     "pending",
     "percent",
     "processing",
+    "rate_per_min",
     "status",
     "total",
 ];
@@ -373,6 +417,33 @@ fn every_route_in_the_table_answers_its_success_shape() {
                     ]
                 );
             }
+            (GET, "/" | "/dashboard") => {
+                let t = host.text(&request(GET, path, None, None));
+                assert_eq!(t.content_type, "text/html; charset=utf-8");
+                assert!(t.body.starts_with("<!doctype html>"));
+            }
+            (GET, "/dashboard/app.js" | "/dashboard/app.css" | "/dashboard/icon.svg") => {
+                let t = host.text(&request(GET, path, None, None));
+                assert_eq!(t.status, 200);
+                assert!(!t.body.is_empty());
+            }
+            (GET, "/batches/{id}/timeline") => {
+                let got = host.ok(GET, "/batches/batch-1/timeline", None, 200);
+                assert_eq!(
+                    keys(&got),
+                    ["batch_id", "bucket_seconds", "from", "points", "to"]
+                );
+            }
+            (GET, "/metrics") => {
+                let t = host.text(&admin(GET, path));
+                assert_eq!(t.content_type, "text/plain; version=0.0.4; charset=utf-8");
+                // k1, and the batch of the POST /batches case above.
+                assert!(
+                    t.body.contains("\ncron_fanout_batches_running 2\n"),
+                    "{}",
+                    t.body
+                );
+            }
             (GET, "/invocations") => {
                 let got = host.ok(GET, path, None, 200);
                 let inv = &got["invocations"][0];
@@ -403,7 +474,12 @@ fn every_route_in_the_table_answers_its_success_shape() {
 fn unknown_paths_are_404_for_everyone() {
     let host = setup();
     for token in [None, Some(TOKEN)] {
-        for target in ["/nowhere", "/", "/subjects/a/b", "/batches/b/items/x"] {
+        for target in [
+            "/nowhere",
+            "/dashboard/x",
+            "/subjects/a/b",
+            "/batches/b/items/x",
+        ] {
             let req = request(GET, target, token, None);
             host.refused(&req, b"", 404, "not_found");
         }
@@ -748,6 +824,7 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
         created,
         json!({"id": "batch-1", "key": "backfill", "status": "running", "total": 2,
                "pending": 2, "processing": 0, "completed": 0, "failed": 0, "percent": 0.0,
+               "rate_per_min": null, "eta": null,
                "created_at": "2026-11-18T11:06:40.123Z", "finished_at": null})
     );
     // A subject added since is not added to the existing batch: nothing is written.
@@ -944,6 +1021,246 @@ fn probe_bounds_calls_and_concurrency() {
         400,
         "invalid_query",
     );
+}
+
+// ---------------------------------------------------------------- rate, ETA, timeline
+
+#[test]
+fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
+    let host = setup();
+    let items: Vec<Value> = (0..10).map(|n| item(&format!("x{n}"))).collect();
+    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    // The batch was created 10 minutes ago; in the last 5 minutes the summaries
+    // ended 3 of its items (and 7 of another batch's), earlier ones 2 more.
+    host.now.set(NOW + 600_000);
+    mark_ended(&host, "batch-1", 5);
+    host.invocation(400_000, &[("batch-1", 2, 0)]);
+    host.invocation(200_000, &[("batch-1", 2, 1), ("other", 7, 0)]);
+    host.invocation(60_000, &[("other", 1, 0)]);
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    // 3 in 5 minutes: 0.6 a minute; 5 left: 500 s from now.
+    assert_eq!(got["rate_per_min"], json!(0.6));
+    assert_eq!(got["eta"], json!(rfc3339(NOW + 600_000 + 500_000)));
+    let listed = host.ok(GET, "/batches", None, 200);
+    assert_eq!(listed["batches"][0]["rate_per_min"], json!(0.6));
+    assert_eq!(listed["batches"][0]["eta"], got["eta"]);
+}
+
+#[test]
+fn rate_and_eta_are_null_when_unknown() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    // Just created: no span to measure a rate over.
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(null), &json!(null))
+    );
+    // Running for a minute with nothing ended: a rate of zero, no ETA.
+    host.now.set(NOW + 60_000);
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(0.0), &json!(null))
+    );
+    // Finished: neither.
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET status = 'finished', finished_at = ?1",
+            [NOW],
+        )
+        .unwrap();
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(null), &json!(null))
+    );
+}
+
+/// Moves `n` items of `batch` to completed (so the counters say what the
+/// summaries say).
+fn mark_ended(host: &Host, batch: &str, n: i64) {
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = 'completed', completed_at = 1
+             WHERE id IN (SELECT id FROM cron_queue WHERE batch_id = ?1 ORDER BY id LIMIT ?2)",
+            rusqlite::params![batch, n],
+        )
+        .unwrap();
+}
+
+#[test]
+fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    // Before the batch: never counted, even under its id.
+    host.invocation(30_000, &[("batch-1", 99, 0)]);
+    host.now.set(NOW + 180_000);
+    // NOW is 40.123 s into its minute: buckets start on whole minutes.
+    let minute = |n: i64| NOW - 40_123 + n * 60_000;
+    host.invocation(180_000 - 30_000, &[("batch-1", 4, 1)]); // NOW + 30 s: minute 1
+    host.invocation(180_000 - 50_000, &[("batch-1", 2, 0), ("other", 5, 5)]); // minute 1
+    host.invocation(180_000 - 130_000, &[("other", 8, 0)]); // minute 2, other batch
+    host.invocation(180_000 - 170_000, &[("batch-1", 6, 2)]); // minute 3
+    let got = host.ok(GET, "/batches/batch-1/timeline", None, 200);
+    assert_eq!(got["batch_id"], json!("batch-1"));
+    assert_eq!(got["bucket_seconds"], json!(60));
+    assert_eq!(got["from"], json!(rfc3339(minute(0))));
+    assert_eq!(got["to"], json!(rfc3339(NOW + 180_000)));
+    assert_eq!(
+        got["points"],
+        json!([
+            {"at": rfc3339(minute(1)), "completed": 6, "failed": 1},
+            {"at": rfc3339(minute(3)), "completed": 6, "failed": 2},
+        ])
+    );
+    // Finer buckets split the first minute; `since` answers only from its bucket.
+    let fine = host.ok(
+        GET,
+        "/batches/batch-1/timeline?bucket_seconds=10",
+        None,
+        200,
+    );
+    assert_eq!(column(&fine, "points", "completed").len(), 3);
+    let since = rfc3339(minute(2));
+    let recent = host.ok(
+        GET,
+        &format!("/batches/batch-1/timeline?since={since}"),
+        None,
+        200,
+    );
+    assert_eq!(
+        recent["points"],
+        json!([{"at": rfc3339(minute(3)), "completed": 6, "failed": 2}])
+    );
+}
+
+#[test]
+fn the_timeline_refuses_bad_queries_and_unknown_batches() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    for bad in [
+        "bucket_seconds=5",
+        "bucket_seconds=3601",
+        "bucket_seconds=x",
+        "since=yesterday",
+        "limit=10",
+    ] {
+        let m = host.get_refused(
+            &format!("/batches/batch-1/timeline?{bad}"),
+            400,
+            "invalid_query",
+        );
+        assert!(!m.is_empty());
+    }
+    host.get_refused("/batches/none/timeline", 404, "not_found");
+    let empty = host.ok(GET, "/batches/batch-1/timeline", None, 200);
+    assert_eq!(empty["points"], json!([]));
+}
+
+// ---------------------------------------------------------------- metrics
+
+#[test]
+fn metrics_report_the_queue_and_the_last_hour() {
+    let host = setup();
+    let items: Vec<Value> = (0..6).map(|n| item(&format!("x{n}"))).collect();
+    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    host.now.set(NOW + 90_000);
+    mark_ended(&host, "batch-1", 2);
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
+             WHERE subject_id = 'x5'",
+            [NOW + 200_000],
+        )
+        .unwrap();
+    host.invocation(60_000, &[("batch-1", 2, 0)]);
+    host.invocation(2 * 3_600_000, &[("batch-1", 50, 0)]); // older than an hour
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_batches_running 1",
+        "cron_fanout_batch_items{status=\"pending\"} 3",
+        "cron_fanout_batch_items{status=\"processing\"} 1",
+        "cron_fanout_batch_items{status=\"completed\"} 2",
+        "cron_fanout_batch_items{status=\"failed\"} 0",
+        // The 3 pending items were due from the batch's creation, 90 s ago.
+        "cron_fanout_items_due 3",
+        "cron_fanout_queue_lag_seconds 90",
+        "cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 1",
+        "cron_fanout_last_hour_items{event=\"claimed\"} 2",
+        "cron_fanout_last_hour_items{event=\"completed\"} 2",
+        "cron_fanout_last_hour_subrequests_max 12",
+        "cron_fanout_subrequest_budget 45",
+        "cron_fanout_last_hour_d1_statements_per_item 2",
+        "cron_fanout_last_hour_d1_rows_written_per_item 15",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+    host.get_refused("/metrics?format=json", 400, "invalid_query");
+}
+
+#[test]
+fn docs_name_every_metric_and_only_those() {
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
+        .expect("docs/api.md");
+    let families = cron_fanout::core::metrics::families(&Default::default(), NOW);
+    let mut named: Vec<String> = docs
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("cron_fanout_"))
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    named.dedup();
+    let mut have: Vec<String> = families.iter().map(|f| f.name.to_string()).collect();
+    have.sort();
+    assert_eq!(
+        named, have,
+        "docs/api.md and core::metrics::families disagree"
+    );
+}
+
+// ---------------------------------------------------------------- the dashboard
+
+#[test]
+fn the_dashboard_is_served_to_anyone_under_a_same_origin_csp() {
+    let host = setup();
+    for path in [
+        "/",
+        "/dashboard",
+        "/dashboard/app.js",
+        "/dashboard/app.css",
+        "/dashboard/icon.svg",
+    ] {
+        for token in [None, Some("wrong-token-0123456789")] {
+            let t = host.text(&request(GET, path, token, None));
+            assert_eq!(t.status, 200, "{path}");
+            assert!(
+                t.headers
+                    .contains(&("Content-Security-Policy", api::page::CSP)),
+                "{path}"
+            );
+        }
+    }
+    // The page holds no data: nothing of the store is in it.
+    host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "secret-key", "items": [item("x")]})),
+        201,
+    );
+    let html = host.text(&request(GET, "/", None, None)).body;
+    assert!(!html.contains("secret-key") && !html.contains(TOKEN));
+    let req = request(POST, "/dashboard", None, None);
+    host.refused(&req, b"", 405, "method_not_allowed");
 }
 
 // ---------------------------------------------------------------- storage failures

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use cron_fanout::core::budget::Budget;
+use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
-use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, RetryPolicy};
 use cron_fanout::store::metered::Metered;
@@ -592,6 +592,23 @@ fn invocation_summaries_round_trip() {
             failed: 0,
             lost_leases: 0,
             reaped: 4,
+            per_batch: [
+                (
+                    "b1".to_string(),
+                    BatchTally {
+                        completed: 2,
+                        failed: 0,
+                    },
+                ),
+                (
+                    "b2".to_string(),
+                    BatchTally {
+                        completed: 0,
+                        failed: 3,
+                    },
+                ),
+            ]
+            .into(),
         },
         subrequests: 9,
         subrequest_budget: 45,
@@ -660,7 +677,7 @@ fn the_invocations_json_is_the_documented_one() {
             "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
             "failed": 0, "lost_leases": 0, "reaped": 0, "subrequests": 3,
             "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4,
-            "stop_reason": "drained"
+            "stop_reason": "drained", "per_batch": {}
         })
     );
 }

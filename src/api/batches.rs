@@ -1,15 +1,16 @@
-//! `POST /batches`, `GET /batches`, `GET /batches/{id}`, `GET /batches/{id}/items`:
-//! ad-hoc batches and progress.
+//! `POST /batches`, `GET /batches`, `GET /batches/{id}`, `GET /batches/{id}/items`,
+//! `GET /batches/{id}/timeline`: ad-hoc batches, progress, rate and throughput.
 
 use serde_json::{json, Value};
 
 use super::{limit_only, next_after, to_json, ApiResult, App};
 use crate::core::error::ApiError;
-use crate::core::model::{BatchProgress, ItemRow};
+use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
 use crate::core::requests::{
     parse_json, parse_page_query, validate_create_batch, CreateBatch, CreateBatchBody,
 };
 use crate::core::target::TargetPolicy;
+use crate::core::throughput;
 use crate::core::time::rfc3339;
 use crate::jobs;
 use crate::store::{BatchSource, Created, Db};
@@ -42,27 +43,86 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<
     Ok((status, to_json(&BatchProgress::from_row(&row))))
 }
 
-/// Newest first, `limit` only: batches are few, so they are not paged.
+/// Newest first, `limit` only: batches are few, so they are not paged. Running
+/// batches carry their rate and ETA (one more statement, only if any runs).
 pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
     let limit = limit_only(query, "batches")?;
     let rows = app.store.list_batches(limit).await?;
-    let batches: Vec<BatchProgress> = rows.iter().map(BatchProgress::from_row).collect();
+    let batches = with_estimates(app, &rows).await?;
     Ok((200, json!({ "batches": batches })))
 }
 
 pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
-    match app.store.get_batch(id).await? {
-        Some(row) => Ok((200, to_json(&BatchProgress::from_row(&row)))),
-        None => Err(ApiError::NotFound(format!("batch {id:?}"))),
-    }
+    let row = find(app, id).await?;
+    let progress = with_estimates(app, std::slice::from_ref(&row)).await?;
+    Ok((200, to_json(&progress[0])))
+}
+
+async fn find<D: Db>(app: &App<'_, D>, id: &str) -> Result<BatchRow, ApiError> {
+    app.store
+        .get_batch(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("batch {id:?}")))
+}
+
+/// Progress of `rows`, the running ones with their rate and ETA from the items
+/// they ended in the last invocations (`core::throughput`).
+async fn with_estimates<D: Db>(
+    app: &App<'_, D>,
+    rows: &[BatchRow],
+) -> Result<Vec<BatchProgress>, ApiError> {
+    let running: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.status == "running")
+        .map(|r| r.id.as_str())
+        .collect();
+    let recent = if running.is_empty() {
+        Default::default()
+    } else {
+        let since = app.now - throughput::RATE_WINDOW_MS;
+        app.store.recent_throughput(since, &running).await?
+    };
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let ended = recent
+                .get(&row.id)
+                .map_or(0, |t: &BatchTally| t.completed + t.failed);
+            BatchProgress::from_row(row).with_estimate(throughput::estimate(row, ended, app.now))
+        })
+        .collect())
+}
+
+/// Items the batch ended per time bucket (completions per minute by default),
+/// from the invocation summaries, never from the items.
+pub async fn timeline<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]) -> ApiResult {
+    let q = throughput::parse_timeline_query(query)?;
+    let row = find(app, id).await?;
+    let window = throughput::timeline_window(&row, q, app.now);
+    let buckets = app
+        .store
+        .batch_timeline(id, window, q.bucket_ms, throughput::MAX_POINTS)
+        .await?;
+    let points: Vec<Value> = buckets
+        .iter()
+        .map(|b| json!({ "at": rfc3339(b.bucket), "completed": b.completed, "failed": b.failed }))
+        .collect();
+    Ok((
+        200,
+        json!({
+            "batch_id": row.id,
+            "bucket_seconds": q.bucket_ms / 1_000,
+            "from": rfc3339(window.first_bucket),
+            "to": rfc3339(window.to),
+            "points": points,
+        }),
+    ))
 }
 
 /// One page of a batch's items in subject_id order, optionally of one status.
 pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, true)?;
-    if app.store.get_batch(id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("batch {id:?}")));
-    }
+    find(app, id).await?;
     let rows = app
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)

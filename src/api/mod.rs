@@ -10,6 +10,8 @@
 pub mod auth;
 pub mod batches;
 pub mod invocations;
+pub mod metrics;
+pub mod page;
 pub mod probe;
 pub mod request;
 pub mod routes;
@@ -44,13 +46,25 @@ pub struct App<'a, D: Db> {
     pub event: &'a dyn Fn(&str, Value),
 }
 
-/// What [`serve`] answers.
+/// What [`serve`] (and [`page::serve`]) answers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Served {
     Json(u16, Value),
+    /// Anything but JSON: the dashboard's files, the metrics text.
+    Text(Text),
     /// `POST /probe`, admitted and validated; its SELF calls need the runtime, so
     /// the edge runs them (`edge::probe`).
     Probe(probe::ProbeRequest),
+}
+
+/// A non-JSON answer: status, content type, extra headers (e.g. the page's
+/// Content-Security-Policy) and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, &'static str)>,
+    pub body: String,
 }
 
 impl From<(u16, Value)> for Served {
@@ -98,7 +112,7 @@ pub async fn serve<D: Db>(
     body: impl BodySource,
 ) -> Result<Served, ApiError> {
     let Target::Admin(admin) = route.target else {
-        // Health and Run are answered by the edge, which needs no App for them.
+        // Health, Run and Page are answered by the edge, which needs no App for them.
         return Err(ApiError::Internal(format!(
             "{} {} is not an admin route",
             route.method.as_str(),
@@ -132,6 +146,8 @@ pub async fn serve<D: Db>(
         Handler::GetBatch => batches::get(app, params[0]).await?.into(),
         Handler::ListItems => batches::items(app, params[0], query).await?.into(),
         Handler::ListInvocations => invocations::list(app, query).await?.into(),
+        Handler::Timeline => batches::timeline(app, params[0], query).await?.into(),
+        Handler::Metrics => Served::Text(metrics::get(app).await?),
         Handler::Probe => Served::Probe(probe::parse(&body)?),
     })
 }

@@ -2,6 +2,7 @@
 //! decision and the 405's allowed-methods list are all read from [`ROUTES`], so
 //! adding a route is one line here (plus its handler).
 
+use super::page::Asset;
 use super::request::Method;
 use crate::core::error::ApiError;
 
@@ -14,6 +15,10 @@ pub enum Target {
     /// `POST /internal/run`: the dispatcher's call, authenticated by its signature
     /// over the item. Needs the runtime (it runs the job): answered by the edge.
     Run,
+    /// The dashboard's page and files (`api::page`): no auth, no settings, no
+    /// store. The page holds no data; it asks the admin routes with the token the
+    /// operator types in.
+    Page(Asset),
     /// An admin route: admin token, then [`Admin::query`] and [`Admin::body`] are
     /// enforced and the handler runs (`api::serve`, on the Worker and the host).
     Admin(Admin),
@@ -38,6 +43,8 @@ pub enum Handler {
     GetBatch,
     ListItems,
     ListInvocations,
+    Timeline,
+    Metrics,
     /// Validated here; the SELF calls themselves need the runtime (`edge::probe`).
     Probe,
 }
@@ -135,6 +142,11 @@ use Query::{Parsed, Refused};
 pub static ROUTES: &[Route] = &[
     Route::new(  GET,    "/health",             Target::Health),
     Route::new(  POST,   "/internal/run",       Target::Run),
+    Route::new(  GET,    "/",                   Target::Page(Asset::Html)),
+    Route::new(  GET,    "/dashboard",          Target::Page(Asset::Html)),
+    Route::new(  GET,    "/dashboard/app.js",   Target::Page(Asset::Script)),
+    Route::new(  GET,    "/dashboard/app.css",  Target::Page(Asset::Style)),
+    Route::new(  GET,    "/dashboard/icon.svg", Target::Page(Asset::Icon)),
     //           method  path                   handler          query    body
     Route::admin(PUT,    "/subjects",           PutSubjects,     Refused, Json),
     Route::admin(GET,    "/subjects",           ListSubjects,    Parsed,  Unread),
@@ -143,7 +155,9 @@ pub static ROUTES: &[Route] = &[
     Route::admin(GET,    "/batches",            ListBatches,     Parsed,  Unread),
     Route::admin(GET,    "/batches/{id}",       GetBatch,        Refused, Unread),
     Route::admin(GET,    "/batches/{id}/items", ListItems,       Parsed,  Unread),
+    Route::admin(GET,    "/batches/{id}/timeline", Timeline,     Parsed,  Unread),
     Route::admin(GET,    "/invocations",        ListInvocations, Parsed,  Unread),
+    Route::admin(GET,    "/metrics",            Metrics,         Refused, Unread),
     Route::admin(POST,   "/probe",              Probe,           Refused, Json),
 ];
 
@@ -249,8 +263,8 @@ mod tests {
     #[test]
     fn unknown_paths_are_not_found_whatever_the_method() {
         for path in [
-            "/",
             "/nowhere",
+            "/dashboard/x",
             "/batches/b/items/x",
             "/subjects/a/b",
             "/healthz",

@@ -400,6 +400,8 @@ impl Drain {
                 self.reports.push_back(Report::LeaseLost(row.item));
                 continue;
             }
+            self.tally
+                .count_terminal(&row.item.batch_id, row.transition.status);
             match row.transition.status {
                 ItemStatus::Completed => self.tally.completed += 1,
                 ItemStatus::Pending => {

@@ -1,7 +1,7 @@
 //! The queue's states and the values that move between the store, the dispatcher
 //! and the child executor.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +103,10 @@ pub struct BatchProgress {
     pub completed: i64,
     pub failed: i64,
     pub percent: f64,
+    /// Items ended per minute lately (`core::throughput`); null when unknown.
+    pub rate_per_min: Option<f64>,
+    /// When the rest should be done at that rate (RFC 3339); null when unknown.
+    pub eta: Option<String>,
     pub created_at: String,
     pub finished_at: Option<String>,
 }
@@ -129,9 +133,20 @@ impl BatchProgress {
             completed: row.completed,
             failed: row.failed,
             percent,
+            rate_per_min: None,
+            eta: None,
             created_at: super::time::rfc3339(row.created_at),
             finished_at: row.finished_at.map(super::time::rfc3339),
         }
+    }
+}
+
+impl BatchProgress {
+    /// With a rate and ETA (`core::throughput::estimate`).
+    pub fn with_estimate(mut self, e: super::throughput::Estimate) -> BatchProgress {
+        self.rate_per_min = e.rate_per_min;
+        self.eta = e.eta.map(super::time::rfc3339);
+        self
     }
 }
 
@@ -148,6 +163,15 @@ pub struct ItemRow {
     pub run_after: i64,
     pub started_at: Option<i64>,
     pub completed_at: Option<i64>,
+}
+
+/// One bucket of a batch's timeline: items ended in the invocations that started
+/// in it (`bucket` is its start, ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineBucket {
+    pub bucket: i64,
+    pub completed: i64,
+    pub failed: i64,
 }
 
 /// A subject as stored.
@@ -216,6 +240,13 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    pub const ALL: [StopReason; 4] = [
+        StopReason::Drained,
+        StopReason::Budget,
+        StopReason::Deadline,
+        StopReason::Error,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Drained => "drained",
@@ -241,6 +272,54 @@ pub struct Tally {
     pub lost_leases: i64,
     /// Expired leases the reaper requeued or failed.
     pub reaped: i64,
+    /// Items each batch moved to a terminal state in this invocation (drain
+    /// commits and the reaper). Stored with the summary, it is what the timeline,
+    /// rate and ETA of a batch are derived from: no write per item.
+    #[serde(default)]
+    pub per_batch: BTreeMap<String, BatchTally>,
+}
+
+/// One batch's share of an invocation: its items that ended, by how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchTally {
+    pub completed: i64,
+    pub failed: i64,
+}
+
+impl Tally {
+    /// Count an item of `batch_id` written to `status`; only terminal states
+    /// count (a retry is not an item done).
+    pub fn count_terminal(&mut self, batch_id: &str, status: ItemStatus) {
+        let (completed, failed) = match status {
+            ItemStatus::Completed => (1, 0),
+            ItemStatus::Failed => (0, 1),
+            ItemStatus::Pending | ItemStatus::Processing => return,
+        };
+        // Completions are the hot path: no key allocation once the batch is known.
+        let counts = match self.per_batch.get_mut(batch_id) {
+            Some(counts) => counts,
+            None => self.per_batch.entry(batch_id.to_string()).or_default(),
+        };
+        counts.completed += completed;
+        counts.failed += failed;
+    }
+
+    /// Add what another part of the same invocation counted (the reaper's share
+    /// to the drain's).
+    pub fn absorb(&mut self, other: Tally) {
+        self.batch_ids.extend(other.batch_ids);
+        self.claimed += other.claimed;
+        self.completed += other.completed;
+        self.retried += other.retried;
+        self.failed += other.failed;
+        self.lost_leases += other.lost_leases;
+        self.reaped += other.reaped;
+        for (batch, counts) in other.per_batch {
+            let mine = self.per_batch.entry(batch).or_default();
+            mine.completed += counts.completed;
+            mine.failed += counts.failed;
+        }
+    }
 }
 
 /// One scheduled invocation's summary: logged once (`invocation`), stored as one

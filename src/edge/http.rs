@@ -26,9 +26,11 @@ use crate::store::Store;
 /// statements): what the request cost, measured by `loadtest bench`.
 pub const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
 
-/// What a route answers: JSON for the API, bare headers for a child's outcome.
+/// What a route answers: JSON for the API, text for the dashboard and metrics,
+/// bare headers for a child's outcome.
 enum Reply {
     Json(u16, Value),
+    Text(api::Text),
     Outcome(Outcome),
 }
 
@@ -41,6 +43,7 @@ pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
     let (status, body) = match result {
         Ok(Reply::Json(status, body)) => (status, body),
         Ok(Reply::Outcome(outcome)) => return outcome_response(&outcome),
+        Ok(Reply::Text(text)) => return text_response(text),
         Err(e) => {
             if let ApiError::Internal(detail) | ApiError::Misconfigured(detail) = &e {
                 log::error(
@@ -73,6 +76,7 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
             let (status, body) = api::health();
             Ok(Reply::Json(status, body))
         }
+        Target::Page(asset) => Ok(Reply::Text(api::page::serve(asset))),
         Target::Run => {
             let cfg = config(env, route, &request)?;
             // The signature's shape and age first: nothing else of a request that
@@ -132,6 +136,7 @@ async fn admin(
     *rows_read = Some(store.usage().rows_read);
     match served? {
         Served::Json(status, body) => Ok(Reply::Json(status, body)),
+        Served::Text(text) => Ok(Reply::Text(text)),
         Served::Probe(probe) => Ok(Reply::Json(200, probe::run(env, &probe).await?)),
     }
 }
@@ -150,5 +155,17 @@ fn outcome_response(outcome: &Outcome) -> worker::Result<Response> {
     }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)
+        .with_headers(headers))
+}
+
+/// A non-JSON answer with its content type and extra headers.
+fn text_response(text: api::Text) -> worker::Result<Response> {
+    let headers = Headers::new();
+    headers.set("Content-Type", text.content_type)?;
+    for (name, value) in text.headers {
+        headers.set(name, value)?;
+    }
+    Ok(Response::ok(text.body)?
+        .with_status(text.status)
         .with_headers(headers))
 }

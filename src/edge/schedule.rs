@@ -11,12 +11,12 @@ use super::drain::{self, DrainStore};
 use super::{clock, log};
 use crate::core::budget::Budget;
 use crate::core::drain::DrainError;
-use crate::core::model::{InvocationSummary, StopReason, Tally, Trigger};
+use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::settings::DispatchMode;
 use crate::core::time;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
-use crate::store::{BatchSource, Created, Store};
+use crate::store::{BatchSource, Created, Store, SUMMARY_ROWS_WRITTEN};
 
 /// Expired leases requeued per tick (one statement).
 const REAP_PAGE: i64 = 1_000;
@@ -88,6 +88,9 @@ async fn run_invocation(
                 .map_err(DrainError::Prepare)?;
             tally.reaped = reaped.len() as i64;
             for r in &reaped {
+                if let Some(status) = ItemStatus::parse(&r.status) {
+                    tally.count_terminal(&r.batch_id, status);
+                }
                 log::event(
                     "lease_expired",
                     json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
@@ -103,10 +106,9 @@ async fn run_invocation(
         DispatchMode::Inline => None,
     };
     let (drained, result) = drain::run(cfg, store, self_service.as_ref(), started).await;
-    *tally = Tally {
-        reaped: tally.reaped,
-        ..drained
-    };
+    // The reaper's share (reaped, its failures per batch) plus the drain's.
+    let reaper = std::mem::replace(tally, drained);
+    tally.absorb(reaper);
     let stop = result?;
     // The tail the plan kept: finish batches, then the summary.
     let finished = store
@@ -135,7 +137,8 @@ async fn record_summary(
     stop_reason: StopReason,
 ) {
     let (usage, budget) = (store.usage(), store.db().budget());
-    // The figures include this summary's own insert: one call, statement and row.
+    // The figures include this summary's own insert: one call and statement, and
+    // its rows (the row and its index entry).
     let own = i64::from(budget.free() >= 1);
     let summary = InvocationSummary {
         trigger,
@@ -145,7 +148,7 @@ async fn record_summary(
         subrequests: budget.used() + own,
         subrequest_budget: budget.limit(),
         d1_statements: usage.statements + own,
-        d1_rows_written: usage.rows_written + own,
+        d1_rows_written: usage.rows_written + own * SUMMARY_ROWS_WRITTEN,
         stop_reason,
     };
     let mut line = json!(summary);

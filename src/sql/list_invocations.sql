@@ -1,6 +1,7 @@
 -- The newest ?1 invocation summaries, newest first, each as one JSON object in the
 -- form of core::model::Invocation (what record_invocation.sql stored, plus its id):
--- batch_ids back as an array, started_at back as RFC 3339 text with milliseconds.
+-- batch_ids and per_batch back as JSON, started_at back as RFC 3339 text with
+-- milliseconds.
 SELECT json_object(
          'id', id, 'trigger', trigger_kind,
          'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
@@ -8,7 +9,8 @@ SELECT json_object(
          'completed', completed, 'retried', retried, 'failed', failed,
          'lost_leases', lost_leases, 'reaped', reaped, 'subrequests', subrequests,
          'subrequest_budget', subrequest_budget, 'd1_statements', d1_statements,
-         'd1_rows_written', d1_rows_written, 'stop_reason', stop_reason
+         'd1_rows_written', d1_rows_written, 'stop_reason', stop_reason,
+         'per_batch', json(per_batch)
        ) AS invocation
 FROM invocations
 ORDER BY id DESC

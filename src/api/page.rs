@@ -1,0 +1,141 @@
+//! The dashboard: one hand-written page with its script, style sheet and icon
+//! (`src/dashboard/`), embedded in the Worker with `include_str!`. No build step
+//! and no second deployment artefact: `wrangler dev` and `wrangler deploy` stay as
+//! they are, and the page cannot drift from the Worker that serves it.
+//!
+//! Everything is served under a Content-Security-Policy that allows only this
+//! origin (no inline script or style, no other host), so the page works offline
+//! and an injected string can never run. The page holds no data: it asks the
+//! admin routes with the token the operator signs in with.
+
+use super::routes::ROUTES;
+use super::Text;
+
+/// One of the dashboard's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asset {
+    Html,
+    Script,
+    Style,
+    Icon,
+}
+
+/// Only this origin, for everything; nothing inline; no framing, no forms posted
+/// elsewhere, no `<base>` tricks.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
+
+const HTML: &str = include_str!("../dashboard/index.html");
+const SCRIPT: &str = include_str!("../dashboard/app.js");
+const STYLE: &str = include_str!("../dashboard/app.css");
+const ICON: &str = include_str!("../dashboard/icon.svg");
+
+/// Where the page learns which optional views the Worker has routes for.
+const FEATURES_SLOT: &str = "{{features}}";
+
+/// The parts of the page that exist only once their routes do, each with the
+/// route that enables it. Read from the route table, so the page never probes
+/// for routes (and never logs a 404 doing so).
+const FEATURES: &[(&str, &str)] = &[
+    ("schedules", "/schedules"),
+    ("batch-control", "/batches/{id}/pause"),
+];
+
+/// The features this Worker's route table enables, space-separated.
+pub fn features() -> String {
+    FEATURES
+        .iter()
+        .filter(|(_, path)| ROUTES.iter().any(|r| r.path == *path))
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The asset with its content type and the security headers.
+pub fn serve(asset: Asset) -> Text {
+    let (content_type, body) = match asset {
+        Asset::Html => (
+            "text/html; charset=utf-8",
+            HTML.replace(FEATURES_SLOT, &features()),
+        ),
+        Asset::Script => ("text/javascript; charset=utf-8", SCRIPT.to_string()),
+        Asset::Style => ("text/css; charset=utf-8", STYLE.to_string()),
+        Asset::Icon => ("image/svg+xml", ICON.to_string()),
+    };
+    Text {
+        status: 200,
+        content_type,
+        headers: vec![
+            ("Content-Security-Policy", CSP),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Referrer-Policy", "no-referrer"),
+            // A deploy shows at once; the files are small.
+            ("Cache-Control", "no-cache"),
+        ],
+        body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(asset: Asset) -> Text {
+        serve(asset)
+    }
+
+    #[test]
+    fn the_page_loads_only_same_origin_files_and_nothing_inline() {
+        let html = text(Asset::Html).body;
+        assert!(html.contains(r#"<script src="/dashboard/app.js" defer></script>"#));
+        assert!(html.contains(r#"<link rel="stylesheet" href="/dashboard/app.css">"#));
+        assert!(!html.contains(FEATURES_SLOT));
+        // No inline script or style for the CSP to refuse, no other host.
+        assert_eq!(html.matches("<script").count(), 1);
+        assert!(!html.contains("<style") && !html.contains(" style="));
+        assert!(!has_inline_handler(&html));
+        for asset in [Asset::Html, Asset::Script, Asset::Style] {
+            // The SVG namespace is a name, not a place anything is loaded from.
+            let body = text(asset).body.replace("http://www.w3.org/2000/svg", "");
+            assert!(
+                !body.contains("http://") && !body.contains("https://"),
+                "{asset:?}"
+            );
+        }
+    }
+
+    fn has_inline_handler(html: &str) -> bool {
+        ["onclick=", "onload=", "onsubmit=", "onerror=", "oninput="]
+            .iter()
+            .any(|h| html.contains(h))
+    }
+
+    #[test]
+    fn every_asset_carries_the_csp_and_its_type() {
+        for (asset, ct) in [
+            (Asset::Html, "text/html; charset=utf-8"),
+            (Asset::Script, "text/javascript; charset=utf-8"),
+            (Asset::Style, "text/css; charset=utf-8"),
+            (Asset::Icon, "image/svg+xml"),
+        ] {
+            let t = text(asset);
+            assert_eq!((t.status, t.content_type), (200, ct));
+            assert!(t.headers.contains(&("Content-Security-Policy", CSP)));
+            assert!(t.headers.contains(&("X-Content-Type-Options", "nosniff")));
+        }
+        assert!(CSP.contains("default-src 'none'") && CSP.contains("script-src 'self'"));
+        assert!(!CSP.contains("unsafe"));
+    }
+
+    #[test]
+    fn features_follow_the_route_table() {
+        // Neither schedules nor batch control have routes yet.
+        assert_eq!(features(), "");
+        let html = text(Asset::Html).body;
+        assert!(html.contains(r#"<meta name="cron-fanout-features" content="">"#));
+        for (_, path) in FEATURES {
+            assert!(path.starts_with('/'));
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! `GET /metrics` in the Prometheus text exposition format (version 0.0.4): what a
+//! scrape reads (`Snapshot`, one statement: `sql/metrics_snapshot.sql`) and how it
+//! is written. [`families`] is the one list of metrics: the renderer, the host
+//! test that docs/api.md names each of them and the e2e check all read it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::model::{ItemStatus, StopReason};
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The due count stops here: beyond it a scrape would read the whole backlog.
+pub const DUE_CAP: i64 = 1_000;
+/// The window of the `last_hour` metrics.
+pub const WINDOW_MS: i64 = 3_600_000;
+
+/// What one scrape reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub running_batches: i64,
+    /// Sums of the running batches' counters.
+    pub total: i64,
+    pub completed: i64,
+    pub failed: i64,
+    /// Items in flight (every one belongs to a running batch).
+    pub processing: i64,
+    /// Pending items due now, counted up to `DUE_CAP`.
+    pub due: i64,
+    /// `run_after` of the oldest due item (ms), if any.
+    pub oldest_due: Option<i64>,
+    /// Sums over the invocations that started in the last hour.
+    pub hour: HourSums,
+    /// Those invocations by stop reason (as stored).
+    pub stop_reasons: BTreeMap<String, i64>,
+    /// `SUBREQUEST_BUDGET` now.
+    pub subrequest_budget: i64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HourSums {
+    pub invocations: i64,
+    pub claimed: i64,
+    pub completed: i64,
+    pub retried: i64,
+    pub failed: i64,
+    pub lost_leases: i64,
+    pub reaped: i64,
+    pub subrequests_max: i64,
+    pub d1_statements: i64,
+    pub d1_rows_written: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One sample: label pairs and a value.
+pub type Sample = (Vec<(&'static str, String)>, f64);
+
+/// One metric family: name, HELP text, TYPE and samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub samples: Vec<Sample>,
+}
+
+fn gauge(name: &'static str, help: &'static str, samples: Vec<Sample>) -> Family {
+    Family {
+        name,
+        help,
+        kind: Kind::Gauge,
+        samples,
+    }
+}
+
+fn one(value: i64) -> Vec<Sample> {
+    vec![(Vec::new(), value as f64)]
+}
+
+/// Every metric, in the order it is written, at `now` (ms).
+pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
+    let pending = (s.total - s.completed - s.failed - s.processing).max(0);
+    let by_status = ItemStatus::ALL
+        .into_iter()
+        .map(|status| {
+            let n = match status {
+                ItemStatus::Pending => pending,
+                ItemStatus::Processing => s.processing,
+                ItemStatus::Completed => s.completed,
+                ItemStatus::Failed => s.failed,
+            };
+            (vec![("status", status.as_str().to_string())], n as f64)
+        })
+        .collect();
+    let h = &s.hour;
+    let events = [
+        ("claimed", h.claimed),
+        ("completed", h.completed),
+        ("retried", h.retried),
+        ("failed", h.failed),
+        ("lost_lease", h.lost_leases),
+        ("reaped", h.reaped),
+    ]
+    .into_iter()
+    .map(|(event, n)| (vec![("event", event.to_string())], n as f64))
+    .collect();
+    // Every reason the Worker knows, zero included, and whatever else was stored.
+    let mut reasons: BTreeMap<String, i64> = StopReason::ALL
+        .into_iter()
+        .map(|r| (r.as_str().to_string(), 0))
+        .collect();
+    reasons.extend(s.stop_reasons.iter().map(|(k, v)| (k.clone(), *v)));
+    let reasons = reasons
+        .into_iter()
+        .map(|(reason, n)| (vec![("stop_reason", reason)], n as f64))
+        .collect();
+    let lag_ms = s.oldest_due.map_or(0, |at| (now - at).max(0));
+    let per_claim = |n: i64| {
+        if h.claimed == 0 {
+            f64::NAN
+        } else {
+            n as f64 / h.claimed as f64
+        }
+    };
+    vec![
+        gauge(
+            "cron_fanout_batches_running",
+            "Batches with status running.",
+            one(s.running_batches),
+        ),
+        gauge(
+            "cron_fanout_batch_items",
+            "Items of running batches by status (exact counters; processing counted live). Failed items are the dead letters.",
+            by_status,
+        ),
+        gauge(
+            "cron_fanout_items_due",
+            "Pending items whose run_after has passed, counted up to cron_fanout_items_due_cap.",
+            one(s.due),
+        ),
+        gauge(
+            "cron_fanout_items_due_cap",
+            "Where the due count stops: items_due equal to it means at least that many.",
+            one(DUE_CAP),
+        ),
+        gauge(
+            "cron_fanout_queue_lag_seconds",
+            "Age of the oldest due item (now - run_after), 0 when nothing is due.",
+            vec![(Vec::new(), lag_ms as f64 / 1000.0)],
+        ),
+        gauge(
+            "cron_fanout_last_hour_invocations",
+            "Scheduled invocations that started in the last hour, by stop reason.",
+            reasons,
+        ),
+        gauge(
+            "cron_fanout_last_hour_items",
+            "What the invocations of the last hour did to items: claims, outcomes committed, lost leases, expired leases reaped.",
+            events,
+        ),
+        gauge(
+            "cron_fanout_last_hour_subrequests_max",
+            "Most subrequests one invocation of the last hour made.",
+            one(h.subrequests_max),
+        ),
+        gauge(
+            "cron_fanout_subrequest_budget",
+            "SUBREQUEST_BUDGET: subrequests one invocation may make.",
+            one(s.subrequest_budget),
+        ),
+        gauge(
+            "cron_fanout_last_hour_d1_statements_per_item",
+            "D1 statements per item claimed by the invocations of the last hour (NaN when none was claimed).",
+            vec![(Vec::new(), per_claim(h.d1_statements))],
+        ),
+        gauge(
+            "cron_fanout_last_hour_d1_rows_written_per_item",
+            "D1 rows written per item claimed by the invocations of the last hour (NaN when none was claimed).",
+            vec![(Vec::new(), per_claim(h.d1_rows_written))],
+        ),
+    ]
+}
+
+/// The exposition text: `# HELP`, `# TYPE`, then one line per sample.
+pub fn render(families: &[Family]) -> String {
+    let mut out = String::new();
+    for f in families {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(f.help));
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind.as_str());
+        for (labels, value) in &f.samples {
+            out.push_str(f.name);
+            if !labels.is_empty() {
+                let pairs: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                    .collect();
+                let _ = write!(out, "{{{}}}", pairs.join(","));
+            }
+            let _ = writeln!(out, " {}", number(*value));
+        }
+    }
+    out
+}
+
+/// HELP text: backslash and line feed escaped.
+fn escape_help(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A label value: backslash, double quote and line feed escaped.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Integers without a fraction; the format's spellings of NaN and infinities.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_000_000_000;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            running_batches: 2,
+            total: 1_000,
+            completed: 600,
+            failed: 5,
+            processing: 25,
+            due: 370,
+            oldest_due: Some(NOW - 42_500),
+            hour: HourSums {
+                invocations: 60,
+                claimed: 640,
+                completed: 600,
+                retried: 30,
+                failed: 5,
+                lost_leases: 1,
+                reaped: 4,
+                subrequests_max: 44,
+                d1_statements: 128,
+                d1_rows_written: 4_480,
+            },
+            stop_reasons: [("drained".to_string(), 58), ("budget".to_string(), 2)].into(),
+            subrequest_budget: 45,
+        }
+    }
+
+    #[test]
+    fn a_scrape_is_exactly_this_text() {
+        let text = render(&families(&snapshot(), NOW));
+        let want = "\
+# HELP cron_fanout_batches_running Batches with status running.
+# TYPE cron_fanout_batches_running gauge
+cron_fanout_batches_running 2
+# HELP cron_fanout_batch_items Items of running batches by status (exact counters; processing counted live). Failed items are the dead letters.
+# TYPE cron_fanout_batch_items gauge
+cron_fanout_batch_items{status=\"pending\"} 370
+cron_fanout_batch_items{status=\"processing\"} 25
+cron_fanout_batch_items{status=\"completed\"} 600
+cron_fanout_batch_items{status=\"failed\"} 5
+# HELP cron_fanout_items_due Pending items whose run_after has passed, counted up to cron_fanout_items_due_cap.
+# TYPE cron_fanout_items_due gauge
+cron_fanout_items_due 370
+# HELP cron_fanout_items_due_cap Where the due count stops: items_due equal to it means at least that many.
+# TYPE cron_fanout_items_due_cap gauge
+cron_fanout_items_due_cap 1000
+# HELP cron_fanout_queue_lag_seconds Age of the oldest due item (now - run_after), 0 when nothing is due.
+# TYPE cron_fanout_queue_lag_seconds gauge
+cron_fanout_queue_lag_seconds 42.5
+# HELP cron_fanout_last_hour_invocations Scheduled invocations that started in the last hour, by stop reason.
+# TYPE cron_fanout_last_hour_invocations gauge
+cron_fanout_last_hour_invocations{stop_reason=\"budget\"} 2
+cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 0
+cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 58
+cron_fanout_last_hour_invocations{stop_reason=\"error\"} 0
+# HELP cron_fanout_last_hour_items What the invocations of the last hour did to items: claims, outcomes committed, lost leases, expired leases reaped.
+# TYPE cron_fanout_last_hour_items gauge
+cron_fanout_last_hour_items{event=\"claimed\"} 640
+cron_fanout_last_hour_items{event=\"completed\"} 600
+cron_fanout_last_hour_items{event=\"retried\"} 30
+cron_fanout_last_hour_items{event=\"failed\"} 5
+cron_fanout_last_hour_items{event=\"lost_lease\"} 1
+cron_fanout_last_hour_items{event=\"reaped\"} 4
+# HELP cron_fanout_last_hour_subrequests_max Most subrequests one invocation of the last hour made.
+# TYPE cron_fanout_last_hour_subrequests_max gauge
+cron_fanout_last_hour_subrequests_max 44
+# HELP cron_fanout_subrequest_budget SUBREQUEST_BUDGET: subrequests one invocation may make.
+# TYPE cron_fanout_subrequest_budget gauge
+cron_fanout_subrequest_budget 45
+# HELP cron_fanout_last_hour_d1_statements_per_item D1 statements per item claimed by the invocations of the last hour (NaN when none was claimed).
+# TYPE cron_fanout_last_hour_d1_statements_per_item gauge
+cron_fanout_last_hour_d1_statements_per_item 0.2
+# HELP cron_fanout_last_hour_d1_rows_written_per_item D1 rows written per item claimed by the invocations of the last hour (NaN when none was claimed).
+# TYPE cron_fanout_last_hour_d1_rows_written_per_item gauge
+cron_fanout_last_hour_d1_rows_written_per_item 7
+";
+        assert_eq!(text, want);
+    }
+
+    #[test]
+    fn an_idle_worker_reports_zeros_no_lag_and_nan_per_item() {
+        let text = render(&families(
+            &Snapshot {
+                subrequest_budget: 45,
+                ..Snapshot::default()
+            },
+            NOW,
+        ));
+        assert!(
+            text.contains("\ncron_fanout_queue_lag_seconds 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ncron_fanout_batch_items{status=\"pending\"} 0\n"));
+        assert!(text.contains("\ncron_fanout_last_hour_d1_statements_per_item NaN\n"));
+        assert!(text.contains("{stop_reason=\"deadline\"} 0\n"));
+    }
+
+    #[test]
+    fn every_family_has_help_type_and_a_sample_and_a_unique_name() {
+        let fams = families(&snapshot(), NOW);
+        let mut names: Vec<&str> = fams.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), fams.len());
+        for f in &fams {
+            assert!(f.name.starts_with("cron_fanout_"), "{}", f.name);
+            assert!(!f.help.is_empty() && !f.samples.is_empty(), "{}", f.name);
+            assert!(
+                f.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()),
+                "{}",
+                f.name
+            );
+        }
+    }
+
+    #[test]
+    fn help_and_label_values_are_escaped() {
+        let family = Family {
+            name: "x",
+            help: "back\\slash\nnew \"line\"",
+            kind: Kind::Gauge,
+            samples: vec![(vec![("v", "a\"b\\c\nd".to_string())], 1.0)],
+        };
+        assert_eq!(
+            render(&[family]),
+            "# HELP x back\\\\slash\\nnew \"line\"\n# TYPE x gauge\nx{v=\"a\\\"b\\\\c\\nd\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn a_stored_stop_reason_the_worker_does_not_know_is_still_shown() {
+        let mut s = snapshot();
+        s.stop_reasons.insert("paused".into(), 3);
+        let text = render(&families(&s, NOW));
+        assert!(text.contains("{stop_reason=\"paused\"} 3\n"));
+    }
+
+    #[test]
+    fn numbers_use_the_formats_spellings() {
+        assert_eq!(number(3.0), "3");
+        assert_eq!(number(-2.0), "-2");
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(f64::INFINITY), "+Inf");
+        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
+    }
+}

@@ -1,0 +1,36 @@
+-- Everything GET /metrics reports, in one statement and one row, each part a
+-- bounded read (docs/api.md states the cost per scrape):
+--   running batches' counters   the batches_running partial index (running batches only)
+--   processing                  the cron_queue_leased partial index (items in flight only)
+--   due                         cron_queue_due, counted up to ?2 rows (LIMIT)
+--   oldest_due                  the first entry of cron_queue_due (one row)
+--   the last hour's summaries   invocations_started from ?3 (one row per invocation),
+--                               read twice: sums, then counts by stop reason
+-- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
+SELECT r.running_batches, r.total, r.completed, r.failed,
+       (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
+        WHERE q.status = 'processing') AS processing,
+       (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_due
+                              WHERE q.status = 'pending' AND q.run_after <= ?1
+                              LIMIT ?2)) AS due,
+       (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
+        WHERE q.status = 'pending' AND q.run_after <= ?1) AS oldest_due,
+       h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
+       h.lost_leases, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
+       h.d1_statements, h.d1_rows_written,
+       (SELECT json_group_object(stop_reason, n)
+        FROM (SELECT stop_reason, count(*) AS n
+              FROM invocations INDEXED BY invocations_started
+              WHERE started_at >= ?3 GROUP BY stop_reason)) AS stop_reasons
+FROM (SELECT count(*) AS running_batches, coalesce(sum(total), 0) AS total,
+             coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed
+      FROM batches INDEXED BY batches_running WHERE status = 'running') AS r,
+     (SELECT count(*) AS invocations, coalesce(sum(claimed), 0) AS claimed,
+             coalesce(sum(completed), 0) AS completed, coalesce(sum(retried), 0) AS retried,
+             coalesce(sum(failed), 0) AS failed, coalesce(sum(lost_leases), 0) AS lost_leases,
+             coalesce(sum(reaped), 0) AS reaped, coalesce(sum(subrequests), 0) AS subrequests,
+             coalesce(max(subrequests), 0) AS subrequests_max,
+             coalesce(max(subrequest_budget), 0) AS subrequest_budget_max,
+             coalesce(sum(d1_statements), 0) AS d1_statements,
+             coalesce(sum(d1_rows_written), 0) AS d1_rows_written
+      FROM invocations INDEXED BY invocations_started WHERE started_at >= ?3) AS h;
