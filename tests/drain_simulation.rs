@@ -468,9 +468,20 @@ impl Sim<'_> {
         self.cover(&seen, stop);
 
         // The tail: finish batches, then the summary, as edge::schedule does.
+        let drained = m.into_tally();
+        // The per-batch counts the timeline is read from add up to the tally.
+        let per_batch = drained
+            .per_batch
+            .values()
+            .fold((0, 0), |(c, f), b| (c + b.completed, f + b.failed));
+        assert_eq!(per_batch, (drained.completed, drained.failed), "{ctx}");
+        assert!(drained
+            .per_batch
+            .keys()
+            .all(|b| drained.batch_ids.contains(b)));
         tally = Tally {
             reaped: tally.reaped,
-            ..m.into_tally()
+            ..drained
         };
         block_on(store.finish_batches(now)).unwrap_or_else(|e| panic!("{ctx}: finish: {e}"));
         let own = i64::from(budget.free() >= 1);

@@ -85,6 +85,10 @@ pub struct Batch {
     pub completed: u64,
     pub failed: u64,
     pub percent: f64,
+    #[serde(default)]
+    pub rate_per_min: Option<f64>,
+    #[serde(default)]
+    pub eta: Option<String>,
     pub created_at: String,
     pub finished_at: Option<String>,
 }
@@ -196,6 +200,11 @@ impl Api {
 
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The admin token (the browser tests type it into the sign-in form).
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// Sends any request and returns status and body as they are. `token: None`

@@ -2,8 +2,9 @@
 //!
 //! It seeds subjects whose webhooks succeed, fail for a while, fail for good or
 //! hang; fires the daily cron and the tick cron the way production does; and
-//! checks the end state through the API and the sink. Then it re-fires the daily
-//! cron, sends bad input, and crashes the runtime mid-batch. Waits are on
+//! checks the end state through the API and the sink, the timeline and /metrics.
+//! Then it re-fires the daily cron, sends bad input, drives the dashboard in a
+//! headless Chromium (`ui`), and crashes the runtime mid-batch. Waits are on
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
@@ -12,7 +13,7 @@ use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{edges, sink, steps, verdict};
+use crate::{edges, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
@@ -235,6 +236,18 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         verdict::within_budget(&invocations),
     );
 
+    // What the dashboard and a Prometheus scrape read, after a real run.
+    if let Some(b) = &finished {
+        checks.record(
+            "GET /batches/{id}/timeline adds up to the finished batch's counters; its rate and ETA are null",
+            ui::timeline_matches(&api, b).await,
+        );
+        checks.record(
+            "GET /metrics has every metric docs/api.md names, with plausible values",
+            ui::metrics_plausible(&api, &args.target.repo, b).await,
+        );
+    }
+
     // Re-fire: nothing new.
     checks.record(
         "re-firing the daily cron creates no batch and no delivery",
@@ -257,6 +270,9 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     }
     edges::redirects(&target, timeout, checks).await?;
     edges::signing_secrets(&target, timeout, checks).await?;
+
+    // The dashboard in a real browser.
+    ui::dashboard(&target, &args.target.repo, checks).await?;
 
     // Crash.
     if args.skip_crash {

@@ -19,10 +19,13 @@
 //! - `metrics`: pure measurements (makespan, percentiles, per-item costs, ratios).
 //! - `report`: a run's report and verdicts, as a table or JSON.
 //! - `table`: aligned plain-text tables.
+//! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
+//! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP.
 //! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above.
 
 pub mod api;
 pub mod bench;
+pub mod browser;
 pub mod checks;
 pub mod demo;
 pub mod devvars;
@@ -42,4 +45,5 @@ pub mod sink;
 pub mod steps;
 pub mod table;
 pub mod target;
+pub mod ui;
 pub mod verdict;

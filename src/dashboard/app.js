@@ -408,7 +408,8 @@
         ["Processing", num(b.processing)],
         ["Pending", num(b.pending)],
         ["Done", `${b.percent}%`],
-        ["Rate", rate(b)],
+        // A finished batch has no current rate; its average says how it went.
+        b.status === "running" ? ["Rate", rate(b)] : ["Average rate", averageRate(b, end)],
         ["ETA", eta(b)],
         ["Created", time(b.created_at)],
         [b.finished_at ? "Took" : "Running for", duration(end - new Date(b.created_at).getTime())],
@@ -473,6 +474,11 @@
         );
       },
     };
+  }
+
+  function averageRate(b, end) {
+    const minutes = (end - new Date(b.created_at).getTime()) / 60000;
+    return minutes > 0 ? `${numberFormat.format(Math.round(((b.completed + b.failed) / minutes) * 10) / 10)}/min` : "—";
   }
 
   function budgetUsed(i) {

@@ -4,7 +4,9 @@
 -- invocation can run (ms): the invocations_started index is on the start, so the
 -- range starts that much earlier. One summary per invocation, never an item, so
 -- a refresh that asks only for the last bucket reads only the last summaries.
-SELECT ((i.started_at + i.elapsed_ms) / ?4) * ?4 AS bucket,
+-- D1 binds JS numbers as REAL, so the division is truncated explicitly (else
+-- the "bucket" would be the end time itself).
+SELECT CAST((i.started_at + i.elapsed_ms) / ?4 AS INTEGER) * CAST(?4 AS INTEGER) AS bucket,
        sum(b.value ->> 'completed') AS completed,
        sum(b.value ->> 'failed') AS failed
 FROM invocations AS i INDEXED BY invocations_started,

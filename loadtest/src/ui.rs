@@ -1,0 +1,672 @@
+//! The e2e suite's checks of what an operator sees: the dashboard in a real
+//! headless Chromium (sign-in, a running batch's progress moving, one batch's
+//! failed items and throughput chart, the views at phone width, no console
+//! errors or CSP violations, polling that stops while the tab is hidden), and the
+//! numbers behind it over HTTP (`/metrics` against docs/api.md, the timeline
+//! against the batch counters). Screenshots go to `.loadtest/screenshots/`.
+
+use crate::api::{Api, Batch, Id, TICK_CRON};
+use crate::browser::{page_errors, Browser, LogEntry};
+use crate::checks::Checks;
+use crate::faults::Faults;
+use crate::target::Target;
+use anyhow::{bail, ensure, Context, Result};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const TOKEN_KEY: &str = "cron-fanout.admin-token";
+/// Items of the batch the browser watches, and how slow each delivery is: slow
+/// enough that the batch runs over several ticks (the suite's budget lets one
+/// tick do about 190 items), fast enough to stay under JOB_TIMEOUT_MS.
+const UI_ITEMS: usize = 500;
+const UI_LATENCY_MS: u64 = 500;
+/// One item in this many answers 400: a permanent failure with a `last_error`.
+const UI_FAIL_EVERY: usize = 100;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The dashboard in a real browser. Not optional: without Chromium the checks
+/// fail, saying how to install it.
+pub async fn dashboard(target: &Target, repo: &Path, checks: &mut Checks) -> Result<()> {
+    let started = Instant::now();
+    let shots = repo.join(".loadtest/screenshots");
+    std::fs::create_dir_all(&shots)?;
+    let browser = Browser::start(&repo.join(".loadtest/browser")).await;
+    let Some(browser) = checks.step("headless Chromium starts under chromedriver", browser) else {
+        return Ok(());
+    };
+    let result = scenario(&browser, target, &shots, checks).await;
+    let closed = browser.close().await;
+    result?;
+    checks.step("the browser session closes", closed);
+    println!(
+        "# browser part took {:.1} s; screenshots in {}",
+        started.elapsed().as_secs_f64(),
+        shots.display()
+    );
+    Ok(())
+}
+
+async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Checks) -> Result<()> {
+    let api = &target.api;
+    let token = api.token().to_string();
+    let base = api.base().to_string();
+    let batch = seed_ui_batch(target).await?;
+    let id = batch.id.0.clone();
+    let card = format!("#batches [data-batch-id=\"{id}\"]");
+
+    // A wrong token: a clear message, nothing stored, nothing shown.
+    b.client.goto(&format!("{base}/")).await?;
+    b.until("the sign-in form", WAIT, || async {
+        Ok((b.count("#signin:not([hidden]) #token").await? == 1).then_some(()))
+    })
+    .await?;
+    b.type_into("#token", "not-the-admin-token-0123").await?;
+    b.click("#signin-button").await?;
+    let message = b
+        .until("the sign-in error", WAIT, || async {
+            let visible = b.count("#signin-error:not([hidden])").await? == 1;
+            Ok(if visible {
+                b.text("#signin-error").await?
+            } else {
+                None
+            })
+        })
+        .await;
+    let stored = session_token(b).await?;
+    let shown = b.count("#view *").await?;
+    b.screenshot(&shots.join("signin-wrong-token.png")).await?;
+    checks.record(
+        "browser: a wrong token shows a clear error, stores nothing and shows no data",
+        match message {
+            Ok(m) if m.contains("not accepted") && stored.is_none() && shown == 0 => Ok(()),
+            Ok(m) => Err(format!(
+                "message {m:?}, stored token {stored:?}, {shown} elements in the view"
+            )),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    );
+    let logs = b.logs().await?;
+    let expected_401 = |e: &LogEntry| e.message.contains("status of 401");
+    checks.record(
+        "browser: the wrong token's 401 is the only console error",
+        no_errors(&logs, &expected_401),
+    );
+
+    // Sign in and watch the batch move while ticks fire, without a reload.
+    b.type_into("#token", &token).await?;
+    b.click("#signin-button").await?;
+    let shown_first = b
+        .until("the batch in the list", WAIT, || async {
+            number(b.text(&format!("{card} [data-count=completed]")).await?)
+        })
+        .await?;
+    b.client
+        .execute("window.__notReloaded = true; return true;", vec![])
+        .await?;
+    let ticking = tokio::spawn(tick_until_finished(api.clone(), batch.id.clone()));
+    let moved = b
+        .until("the progress to move", WAIT, || async {
+            let now = number(b.text(&format!("{card} [data-count=completed]")).await?)?;
+            Ok(now.filter(|&n| n > shown_first))
+        })
+        .await;
+    let same_page = b
+        .client
+        .execute("return window.__notReloaded === true;", vec![])
+        .await?
+        == json!(true);
+    checks.record(
+        "browser: a running batch's progress moves on its own, without a page reload",
+        match moved {
+            Ok(n) if same_page => {
+                println!("#   completed shown: {shown_first} then {n}");
+                Ok(())
+            }
+            Ok(_) => Err("the page was reloaded".into()),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    );
+    let rate = b
+        .until("a rate and an ETA", WAIT, || async {
+            let rate = b.text(&format!("{card} [data-rate]")).await?;
+            let eta = b.text(&format!("{card} [data-eta]")).await?;
+            Ok(match (rate, eta) {
+                (Some(r), Some(e)) if r.ends_with("/min") && e.starts_with("in ") => Some((r, e)),
+                (Some(r), Some(e)) if r.ends_with("/min") && e == "any moment" => Some((r, e)),
+                _ => None,
+            })
+        })
+        .await;
+    b.screenshot(&shots.join("batches.png")).await?;
+    checks.record(
+        "browser: a running batch shows its rate (items/min) and ETA",
+        rate.map(|(r, e)| println!("#   rate {r}, ETA {e}"))
+            .map_err(|e| format!("{e:#}")),
+    );
+    let finished = ticking.await.context("the tick task")?;
+    let finished = checks.step("the browser's batch finishes while ticks fire", finished);
+
+    // One batch: its failed items with their error, the chart, items by status.
+    b.click(&format!("{card} a.batch-key")).await?;
+    let failed_rows = b
+        .until("the failed items", WAIT, || async {
+            let rows = b.count("#failed-items tbody tr").await?;
+            let text = b.text("#failed-items").await?.unwrap_or_default();
+            Ok((rows > 0 && text.contains("HTTP 400")).then_some(rows))
+        })
+        .await;
+    let want_failed = UI_ITEMS / UI_FAIL_EVERY;
+    checks.record(
+        "browser: the batch view lists its failed items with last_error",
+        match failed_rows {
+            Ok(n) if n == want_failed => Ok(()),
+            Ok(n) => Err(format!("{n} rows, want {want_failed}")),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    );
+    let points = b
+        .until("the throughput chart", WAIT, || async {
+            let n = b.count("#throughput svg .point").await?;
+            Ok((n > 0).then_some(n))
+        })
+        .await;
+    checks.record(
+        "browser: the throughput chart (SVG) has points",
+        points
+            .map(|n| println!("#   chart points: {n}"))
+            .map_err(|e| format!("{e:#}")),
+    );
+    // The third status tab is `completed`: a full first page and a next one.
+    b.click("#items .tabs button:nth-child(3)").await?;
+    let completed_page = b
+        .until("the completed items", WAIT, || async {
+            let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
+            let rows = b.count("#items tbody tr").await?;
+            Ok(pressed
+                .filter(|p| p.starts_with("completed"))
+                .map(|_| rows)
+                .filter(|&r| r > 0))
+        })
+        .await;
+    checks.record(
+        "browser: items by status, paged (20 completed items on the first page)",
+        match completed_page {
+            Ok(20) => Ok(()),
+            Ok(n) => Err(format!("{n} rows")),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    );
+    b.client.set_window_size(1280, 1500).await?;
+    b.client
+        .execute("window.scrollTo(0, 0); return 0;", vec![])
+        .await?;
+    b.screenshot(&shots.join("batch.png")).await?;
+
+    // Polling stops while the tab is hidden and resumes when it is shown.
+    checks.record(
+        "browser: polling stops while the tab is hidden and resumes when visible",
+        hidden_tab_stops_polling(b).await,
+    );
+
+    // Invocations.
+    b.click("#nav a[data-view=invocations]").await?;
+    let ticks = b
+        .until("the invocations table", WAIT, || async {
+            let rows = b.count("#view tbody tr").await?;
+            Ok((rows > 0).then_some(rows))
+        })
+        .await;
+    b.client.set_window_size(1280, 900).await?;
+    b.screenshot(&shots.join("invocations.png")).await?;
+    checks.record(
+        "browser: the invocations view lists recent ticks",
+        ticks.map(|_| ()).map_err(|e| format!("{e:#}")),
+    );
+
+    // Phone width: the list and the batch, no sideways scrolling.
+    b.client.set_window_size(390, 844).await?;
+    b.client.goto(&format!("{base}/#/")).await?;
+    b.until("the list at phone width", WAIT, || async {
+        Ok((b.count(&card).await? == 1).then_some(()))
+    })
+    .await?;
+    let list_fits = fits_width(b).await?;
+    b.screenshot(&shots.join("phone-batches.png")).await?;
+    b.client.goto(&format!("{base}/#/batches/{id}")).await?;
+    b.until("the batch at phone width", WAIT, || async {
+        Ok((b.count("#throughput svg .point").await? > 0).then_some(()))
+    })
+    .await?;
+    let batch_fits = fits_width(b).await?;
+    b.screenshot(&shots.join("phone-batch.png")).await?;
+    checks.record(
+        "browser: usable at phone width (390 px, no horizontal scrolling)",
+        if list_fits && batch_fits {
+            Ok(())
+        } else {
+            Err(format!("list fits: {list_fits}, batch fits: {batch_fits}"))
+        },
+    );
+
+    // The token never leaves the tab's session storage and the header.
+    let cookie = b.client.execute("return document.cookie;", vec![]).await?;
+    let url = b.client.current_url().await?.to_string();
+    let stored = session_token(b).await?;
+    checks.record(
+        "browser: the token is in sessionStorage only (no cookie, not in the URL)",
+        if cookie == json!("") && !url.contains(&token) && stored.as_deref() == Some(&token) {
+            Ok(())
+        } else {
+            Err(format!(
+                "cookie {cookie}, url {url}, stored {}",
+                stored.is_some()
+            ))
+        },
+    );
+
+    // Sign out: the data goes with the token.
+    b.client.set_window_size(1280, 900).await?;
+    b.click("#signout").await?;
+    let body = b.text("body").await?.unwrap_or_default();
+    let stored = session_token(b).await?;
+    checks.record(
+        "browser: signing out forgets the token and shows no data",
+        if stored.is_none() && !body.contains(&batch.key.clone().unwrap_or_default()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "stored {}, page text still shows the batch",
+                stored.is_some()
+            ))
+        },
+    );
+
+    let logs = b.logs().await?;
+    checks.record(
+        "browser: no console errors and no CSP violations while signed in",
+        no_errors(&logs, &|_| false),
+    );
+    // The CSP is in force, and the log above would have shown a violation: an
+    // injected inline script does not run, and the console says why.
+    let ran = b
+        .client
+        .execute(
+            "const s = document.createElement('script'); s.textContent = 'window.__inline = 1;';\
+             document.body.append(s); return window.__inline === 1;",
+            vec![],
+        )
+        .await?;
+    let reported = b
+        .until("the CSP report", Duration::from_secs(5), || async {
+            let logs = b.logs().await?;
+            Ok(logs
+                .iter()
+                .any(|e| e.message.contains("Content Security Policy"))
+                .then_some(()))
+        })
+        .await;
+    checks.record(
+        "browser: the CSP blocks an injected inline script, and the console reports it",
+        match (ran == json!(false), reported) {
+            (true, Ok(())) => Ok(()),
+            (ran, reported) => Err(format!("blocked: {ran}, reported: {reported:?}")),
+        },
+    );
+    if let Some(f) = finished {
+        eprintln!("  [browser] batch {}: {}", f.id, f.progress());
+    }
+    Ok(())
+}
+
+/// A batch of slow healthy items and a few permanent failures, created ad hoc.
+async fn seed_ui_batch(target: &Target) -> Result<Batch> {
+    let items: Vec<Value> = (0..UI_ITEMS)
+        .map(|n| {
+            let subject = format!("ui-{n:04}");
+            let faults = if n % UI_FAIL_EVERY == UI_FAIL_EVERY / 2 {
+                Faults {
+                    status: Some(400),
+                    ..Faults::default()
+                }
+            } else {
+                Faults {
+                    latency_ms: UI_LATENCY_MS,
+                    ..Faults::default()
+                }
+            };
+            json!({"subject_id": subject, "kind": "webhook",
+                   "payload": {"url": target.sink.hook_url(&subject, &faults)}})
+        })
+        .collect();
+    let key = format!("dashboard-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
+    let (created, batch) = target
+        .api
+        .create_batch(&json!({"key": key, "items": items}))
+        .await?;
+    ensure!(
+        created && batch.total == UI_ITEMS as u64,
+        "batch {key}: {batch:?}"
+    );
+    Ok(batch)
+}
+
+/// Fires ticks one after another until the batch is finished (at most 2 minutes).
+async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
+    let start = Instant::now();
+    loop {
+        api.fire_cron(TICK_CRON).await?;
+        let b = api.batch(&id).await?;
+        if b.is_finished() {
+            return Ok(b);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("not finished after 2 minutes: {}", b.progress());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn session_token(b: &Browser) -> Result<Option<String>> {
+    let v = b
+        .client
+        .execute(
+            "return sessionStorage.getItem(arguments[0]);",
+            vec![json!(TOKEN_KEY)],
+        )
+        .await?;
+    Ok(v.as_str().map(str::to_string))
+}
+
+async fn fits_width(b: &Browser) -> Result<bool> {
+    let v = b
+        .client
+        .execute(
+            "return document.documentElement.scrollWidth <= window.innerWidth;",
+            vec![],
+        )
+        .await?;
+    Ok(v == json!(true))
+}
+
+/// Makes the page believe its tab is hidden (the event a real tab switch sends),
+/// counts its API calls over three refresh periods, then shows it again.
+async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
+    const FETCHES: &str = "return performance.getEntriesByType('resource')\
+        .filter(e => e.initiatorType === 'fetch').length;";
+    let run = |script: &'static str| async move {
+        b.client
+            .execute(script, vec![])
+            .await
+            .map_err(|e| format!("{e}"))
+    };
+    run("performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings(); return 0;").await?;
+    run("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});\
+         Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});\
+         document.dispatchEvent(new Event('visibilitychange')); return 0;")
+        .await?;
+    // A refresh already on its way may still land: count from a moment later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = run(FETCHES).await?;
+    tokio::time::sleep(Duration::from_millis(9000)).await;
+    let after = run(FETCHES).await?;
+    let live = b
+        .text("#live")
+        .await
+        .map_err(|e| format!("{e}"))?
+        .unwrap_or_default();
+    run("delete document.hidden; delete document.visibilityState;\
+         document.dispatchEvent(new Event('visibilitychange')); return 0;")
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let resumed = run(FETCHES).await?;
+    if before != after {
+        return Err(format!("{before} fetches, then {after} while hidden"));
+    }
+    if !live.contains("paused") {
+        return Err(format!("the live indicator says {live:?} while hidden"));
+    }
+    if resumed.as_u64() <= after.as_u64() {
+        return Err(format!(
+            "no fetch after showing the tab again ({after} → {resumed})"
+        ));
+    }
+    Ok(())
+}
+
+fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(), String> {
+    let errors = page_errors(logs, allow);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors
+            .iter()
+            .map(|e| format!("{}: {}", e.level, e.message))
+            .collect::<Vec<_>>()
+            .join(" | "))
+    }
+}
+
+/// The number in a count cell (`1,234`), if it shows one.
+fn number(text: Option<String>) -> Result<Option<u64>> {
+    Ok(text.and_then(|t| {
+        let digits: String = t.chars().filter(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }))
+}
+
+// ---------------------------------------------------------------- over HTTP
+
+/// The timeline of a finished batch adds up to its counters (both count the same
+/// terminal writes: the drain's commits and the reaper's failures), and its rate
+/// and ETA are null.
+pub async fn timeline_matches(api: &Api, batch: &Batch) -> Result<(), String> {
+    let path = format!(
+        "/batches/{}/timeline?bucket_seconds=10",
+        crate::api::encode(&batch.id.0)
+    );
+    let t = api
+        .admin_raw(Method::GET, &path, None)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let t = t
+        .json()
+        .ok_or_else(|| format!("not JSON: {}", crate::api::clip(&t.body)))?;
+    let points = t["points"].as_array().cloned().unwrap_or_default();
+    // Every point starts on a whole bucket.
+    for p in &points {
+        let at = p["at"]
+            .as_str()
+            .and_then(|a| crate::metrics::timestamp_ms(a).ok());
+        if at.is_none_or(|ms| ms % 10_000 != 0) {
+            return Err(format!("point {p} does not start on a 10 s bucket"));
+        }
+    }
+    let sum = |field: &str| {
+        points
+            .iter()
+            .map(|p| p[field].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let (completed, failed) = (sum("completed"), sum("failed"));
+    if (completed, failed) != (batch.completed, batch.failed) || points.is_empty() {
+        return Err(format!(
+            "timeline sums to {completed} completed, {failed} failed over {} points; the batch says {} and {}",
+            points.len(),
+            batch.completed,
+            batch.failed
+        ));
+    }
+    let now = api.batch(&batch.id).await.map_err(|e| format!("{e:#}"))?;
+    if now.rate_per_min.is_some() || now.eta.is_some() {
+        return Err(format!(
+            "finished batch has rate {:?}, eta {:?}",
+            now.rate_per_min, now.eta
+        ));
+    }
+    Ok(())
+}
+
+/// Parses the exposition text into `name{labels}` → value (comments skipped).
+pub fn parse_metrics(text: &str) -> Result<BTreeMap<String, f64>> {
+    let mut samples = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line
+            .rsplit_once(' ')
+            .with_context(|| format!("no value in {line:?}"))?;
+        let value: f64 = value
+            .parse()
+            .with_context(|| format!("bad value in {line:?}"))?;
+        samples.insert(series.to_string(), value);
+    }
+    Ok(samples)
+}
+
+/// The metric names docs/api.md documents (`cron_fanout_…`).
+pub fn documented_metrics(docs: &str) -> Vec<String> {
+    let mut names: Vec<String> = docs
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("cron_fanout_"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every metric the docs name is in a scrape, and the values are plausible
+/// after `daily` ran: its completions and failures are in the last hour's, no
+/// invocation exceeded the budget, the per-item costs are in range.
+pub async fn metrics_plausible(api: &Api, repo: &Path, daily: &Batch) -> Result<(), String> {
+    let docs = std::fs::read_to_string(repo.join("docs/api.md"))
+        .map_err(|e| format!("docs/api.md: {e}"))?;
+    let r = api
+        .admin_raw(Method::GET, "/metrics", None)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    if !r.status.is_success() {
+        return Err(format!(
+            "GET /metrics: {} {}",
+            r.status,
+            crate::api::clip(&r.body)
+        ));
+    }
+    let samples = parse_metrics(&r.body).map_err(|e| format!("{e:#}"))?;
+    let names = documented_metrics(&docs);
+    if names.len() < 5 {
+        return Err(format!("docs/api.md names only {names:?}"));
+    }
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            !samples
+                .keys()
+                .any(|k| k == *n || k.starts_with(&format!("{n}{{")))
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("missing from the scrape: {missing:?}"));
+    }
+    let get = |k: &str| samples.get(k).copied().unwrap_or(f64::NAN);
+    let mut wrong = Vec::new();
+    let mut want = |ok: bool, what: String| {
+        if !ok {
+            wrong.push(what);
+        }
+    };
+    let completed = get("cron_fanout_last_hour_items{event=\"completed\"}");
+    want(
+        completed >= daily.completed as f64,
+        format!(
+            "last hour completed {completed} < daily {}",
+            daily.completed
+        ),
+    );
+    let failed = get("cron_fanout_last_hour_items{event=\"failed\"}");
+    want(
+        failed >= daily.failed as f64,
+        format!("last hour failed {failed} < daily {}", daily.failed),
+    );
+    let claimed = get("cron_fanout_last_hour_items{event=\"claimed\"}");
+    want(
+        claimed >= completed + failed,
+        format!("claimed {claimed} < completed + failed"),
+    );
+    let max = get("cron_fanout_last_hour_subrequests_max");
+    let budget = get("cron_fanout_subrequest_budget");
+    want(
+        max > 0.0 && max <= budget,
+        format!("subrequests max {max}, budget {budget}"),
+    );
+    let statements = get("cron_fanout_last_hour_d1_statements_per_item");
+    want(
+        statements > 0.0 && statements < 1.0,
+        format!("statements per item {statements}"),
+    );
+    let rows = get("cron_fanout_last_hour_d1_rows_written_per_item");
+    want(
+        rows > 1.0 && rows < 20.0,
+        format!("rows written per item {rows}"),
+    );
+    let invocations: f64 = samples
+        .iter()
+        .filter(|(k, _)| k.starts_with("cron_fanout_last_hour_invocations{"))
+        .map(|(_, v)| v)
+        .sum();
+    want(
+        invocations >= 1.0,
+        format!("{invocations} invocations in the last hour"),
+    );
+    let due = get("cron_fanout_items_due");
+    want(
+        due >= 0.0 && due <= get("cron_fanout_items_due_cap"),
+        format!("items due {due}"),
+    );
+    want(
+        get("cron_fanout_queue_lag_seconds") >= 0.0,
+        "queue lag < 0".into(),
+    );
+    for status in ["pending", "processing", "completed", "failed"] {
+        let v = get(&format!("cron_fanout_batch_items{{status=\"{status}\"}}"));
+        want(v >= 0.0, format!("batch_items {status} = {v}"));
+    }
+    if wrong.is_empty() {
+        println!("#   metrics: last hour {completed} completed, {failed} failed, {claimed} claimed, {statements:.3} statements and {rows:.2} rows written per item");
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_text_parses_into_series() {
+        let text = "# HELP a x\n# TYPE a gauge\na 1\nb{status=\"pending\"} 2.5\nc NaN\n";
+        let m = parse_metrics(text).unwrap();
+        assert_eq!(m["a"], 1.0);
+        assert_eq!(m["b{status=\"pending\"}"], 2.5);
+        assert!(m["c"].is_nan());
+        assert!(parse_metrics("novalue\n").is_err());
+    }
+
+    #[test]
+    fn documented_names_are_found_once_each() {
+        let docs = "| `cron_fanout_a{status}` | x |\n`cron_fanout_b` and cron_fanout_a again";
+        assert_eq!(documented_metrics(docs), ["cron_fanout_a", "cron_fanout_b"]);
+    }
+
+    #[test]
+    fn numbers_are_read_from_formatted_counts() {
+        assert_eq!(number(Some("1,234".into())).unwrap(), Some(1234));
+        assert_eq!(number(Some("—".into())).unwrap(), None);
+        assert_eq!(number(None).unwrap(), None);
+    }
+}
