@@ -2,9 +2,10 @@
 //! state dir with the secrets from `.dev.vars`, seeds subjects with realistic
 //! latencies and a few faults, fires the daily cron and then a tick every second
 //! (production ticks every minute), and shows the batch's progress until it
-//! finishes.
+//! finishes. Then it prints the dashboard's URL and the admin token and keeps
+//! the Worker up until Ctrl-C.
 
-use crate::api::DAILY_CRON;
+use crate::api::{Api, DAILY_CRON, TICK_CRON};
 use crate::drive::{self, Pace};
 use crate::plan;
 use crate::target::{Secrets, Target, TargetArgs};
@@ -41,6 +42,13 @@ pub struct DemoArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_secs: u64,
+    /// Once the batch is done, seconds between ticks while the Worker stays up
+    /// for the dashboard (local `wrangler dev` fires no crons by itself).
+    #[arg(long, default_value_t = 10.0)]
+    pub idle_tick_every: f64,
+    /// Stop the Worker once the batch is done instead of keeping it up.
+    #[arg(long)]
+    pub exit: bool,
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
@@ -107,8 +115,33 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         "\nsink: {} deliveries ({} with a valid signature), answers {:?}, {} redeliveries",
         stats.total, stats.valid_signatures, stats.by_status, stats.duplicates
     );
+    if !args.exit {
+        serve_dashboard(&api, &args).await;
+    }
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
     Ok(())
+}
+
+/// Prints where the dashboard is and how to sign in, then keeps the Worker up,
+/// firing a tick now and then as the minute cron would. Never returns: on Ctrl-C
+/// `main` drops this future, and the runtime's destructor stops wrangler dev.
+async fn serve_dashboard(api: &Api, args: &DemoArgs) {
+    println!("\ndashboard:   {}/dashboard", api.base());
+    println!(
+        "admin token: {}   (ADMIN_TOKEN from .dev.vars; this Worker is local)",
+        api.token()
+    );
+    println!(
+        "The Worker stays up (a tick every {} s drains new batches). Ctrl-C stops it.",
+        args.idle_tick_every
+    );
+    let every = Duration::from_secs_f64(args.idle_tick_every.max(1.0));
+    loop {
+        tokio::time::sleep(every).await;
+        if let Err(e) = api.fire_cron(TICK_CRON).await {
+            eprintln!("tick failed: {e:#}");
+        }
+    }
 }

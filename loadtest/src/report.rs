@@ -244,6 +244,8 @@ mod tests {
             completed: 2,
             failed: 0,
             percent: 100.0,
+            rate_per_min: None,
+            eta: None,
             created_at: "2026-01-01T12:00:00.000Z".into(),
             finished_at: None,
         };

@@ -504,6 +504,8 @@ mod tests {
             completed,
             failed,
             percent: (completed + failed) as f64 * 100.0 / (pending + completed + failed) as f64,
+            rate_per_min: None,
+            eta: None,
             created_at: String::new(),
             finished_at: (status == "finished").then(String::new),
         }
