@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run every test: host tests (pure core, SQL conformance on SQLite,
 # loadtest units), then the end-to-end suite against the built Worker on
-# `wrangler dev` with local D1. Exits non-zero on any failure.
+# `wrangler dev` with local D1, including the dashboard driven in a headless
+# Chromium (loadtest/src/ui.rs). Exits non-zero on any failure.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"

@@ -248,7 +248,11 @@
     const progress = h("div", {});
     const chart = h("div", { id: "throughput" });
     const failed = h("div", { id: "failed-items" });
-    const items = h("div", { id: "items" });
+    const tabs = h("div", { class: "tabs", role: "group", "aria-label": "status" });
+    const itemRows = h("div", {});
+    const items = h("div", { id: "items" }, tabs, itemRows);
+    let failedShown = null;
+    let itemsShown = false;
     const failedPage = { cursors: [""] };
     const itemsPage = { cursors: [""], status: "pending" };
     const timeline = { bucket: 0, points: new Map(), from: null, to: null };
@@ -279,12 +283,14 @@
       );
     }
 
-    async function loadItems() {
-      const after = itemsPage.cursors[itemsPage.cursors.length - 1];
-      const page = await api(`/batches/${enc(id)}/items?status=${itemsPage.status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
-      const tabs = h(
-        "div",
-        { class: "tabs", role: "group", "aria-label": "status" },
+    // The item lists are not polled: a page filtered by status walks the batch's
+    // items in subject order (there is no index by status; one would cost a
+    // written row per item), so on a big batch with few matches it reads many
+    // rows. They load when the view opens, when the operator pages, switches tab
+    // or reloads, and (failed items) when the failed count changes.
+    function drawTabs() {
+      replace(
+        tabs,
         ITEM_STATUSES.map((s) =>
           h(
             "button",
@@ -295,6 +301,7 @@
                 click: () => {
                   itemsPage.status = s;
                   itemsPage.cursors = [""];
+                  drawTabs();
                   loadItems().catch(report);
                 },
               },
@@ -302,10 +309,15 @@
             `${s} (${num(batch ? batch[s] : null)})`,
           ),
         ),
+        h("button", { type: "button", class: "link", on: { click: () => loadItems().catch(report) } }, "Reload"),
       );
+    }
+
+    async function loadItems() {
+      const after = itemsPage.cursors[itemsPage.cursors.length - 1];
+      const page = await api(`/batches/${enc(id)}/items?status=${itemsPage.status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
       replace(
-        items,
-        tabs,
+        itemRows,
         table(
           [
             { title: "Subject", cell: (i) => h("span", { class: "mono" }, i.subject_id) },
@@ -440,7 +452,12 @@
       async refresh() {
         batch = await api(`/batches/${enc(id)}`);
         drawHead(batch);
-        await Promise.all([loadTimeline(), loadFailed(), loadItems()]);
+        drawTabs();
+        const loads = [loadTimeline()];
+        const failedNow = batch.failed;
+        if (failedShown !== failedNow) loads.push(loadFailed().then(() => (failedShown = failedNow)));
+        if (!itemsShown) loads.push(loadItems().then(() => (itemsShown = true)));
+        await Promise.all(loads);
       },
     };
   }
