@@ -129,13 +129,18 @@ mod tests {
     }
 
     #[test]
-    fn features_follow_the_route_table() {
-        // Neither schedules nor batch control have routes yet.
-        assert_eq!(features(), "");
-        let html = text(Asset::Html).body;
-        assert!(html.contains(r#"<meta name="cron-fanout-features" content="">"#));
-        for (_, path) in FEATURES {
-            assert!(path.starts_with('/'));
+    fn features_follow_the_route_table_and_the_page_knows_their_names() {
+        let on = features();
+        for (name, path) in FEATURES {
+            let routed = ROUTES.iter().any(|r| r.path == *path);
+            assert_eq!(on.split(' ').any(|f| f == *name), routed, "{name}");
+            // The page marks the place of each feature by the same name.
+            let marked = format!("data-feature=\"{name}\"");
+            let in_page = HTML.contains(&marked) || SCRIPT.contains(&format!("\"{name}\""));
+            assert!(in_page, "the page has no place for {name}");
         }
+        let html = text(Asset::Html).body;
+        let meta = format!(r#"<meta name="cron-fanout-features" content="{on}">"#);
+        assert!(html.contains(&meta), "{meta}");
     }
 }
