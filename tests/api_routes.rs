@@ -1213,13 +1213,7 @@ fn docs_name_every_metric_and_only_those() {
     let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
         .expect("docs/api.md");
     let families = cron_fanout::core::metrics::families(&Default::default(), NOW);
-    let mut named: Vec<String> = docs
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("cron_fanout_"))
-        .map(str::to_string)
-        .collect();
-    named.sort();
-    named.dedup();
+    let named = cron_fanout::core::metrics::names_in(&docs);
     let mut have: Vec<String> = families.iter().map(|f| f.name.to_string()).collect();
     have.sort();
     assert_eq!(

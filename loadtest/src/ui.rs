@@ -527,18 +527,6 @@ pub fn parse_metrics(text: &str) -> Result<BTreeMap<String, f64>> {
     Ok(samples)
 }
 
-/// The metric names docs/api.md documents (`cron_fanout_…`).
-pub fn documented_metrics(docs: &str) -> Vec<String> {
-    let mut names: Vec<String> = docs
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("cron_fanout_"))
-        .map(str::to_string)
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
 /// Every metric the docs name is in a scrape, and the values are plausible
 /// after `daily` ran: its completions and failures are in the last hour's, no
 /// invocation exceeded the budget, the per-item costs are in range.
@@ -557,7 +545,7 @@ pub async fn metrics_plausible(api: &Api, repo: &Path, daily: &Batch) -> Result<
         ));
     }
     let samples = parse_metrics(&r.body).map_err(|e| format!("{e:#}"))?;
-    let names = documented_metrics(&docs);
+    let names = cron_fanout::core::metrics::names_in(&docs);
     if names.len() < 5 {
         return Err(format!("docs/api.md names only {names:?}"));
     }
@@ -655,12 +643,6 @@ mod tests {
         assert_eq!(m["b{status=\"pending\"}"], 2.5);
         assert!(m["c"].is_nan());
         assert!(parse_metrics("novalue\n").is_err());
-    }
-
-    #[test]
-    fn documented_names_are_found_once_each() {
-        let docs = "| `cron_fanout_a{status}` | x |\n`cron_fanout_b` and cron_fanout_a again";
-        assert_eq!(documented_metrics(docs), ["cron_fanout_a", "cron_fanout_b"]);
     }
 
     #[test]

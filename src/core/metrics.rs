@@ -192,6 +192,19 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
     ]
 }
 
+/// The metric names (`cron_fanout_…`) a text mentions, sorted, once each: how
+/// the host tests and the e2e suite read the names docs/api.md documents.
+pub fn names_in(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("cron_fanout_"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The exposition text: `# HELP`, `# TYPE`, then one line per sample.
 pub fn render(families: &[Family]) -> String {
     let mut out = String::new();
@@ -382,6 +395,12 @@ cron_fanout_last_hour_d1_rows_written_per_item 7
         s.stop_reasons.insert("paused".into(), 3);
         let text = render(&families(&s, NOW));
         assert!(text.contains("{stop_reason=\"paused\"} 3\n"));
+    }
+
+    #[test]
+    fn names_are_found_once_each_labels_and_punctuation_aside() {
+        let docs = "| `cron_fanout_a{status}` | x |\n`cron_fanout_b` and cron_fanout_a, again";
+        assert_eq!(names_in(docs), ["cron_fanout_a", "cron_fanout_b"]);
     }
 
     #[test]
