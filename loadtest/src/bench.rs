@@ -127,6 +127,10 @@ pub struct RowsRead {
     pub rows_read: u64,
     /// `GET /batches/{id}` alone, the request's fixed part.
     pub get_batch_rows_read: u64,
+    /// `GET /metrics` after the batch (one statement; issue 12).
+    pub metrics_rows_read: u64,
+    /// `GET /batches/{id}/timeline` of the finished batch, whole.
+    pub timeline_rows_read: u64,
 }
 
 impl RowsRead {
@@ -135,7 +139,10 @@ impl RowsRead {
             format!("{} items, {} failed", self.items, self.failed),
             format!("?status=failed listed {}", self.listed),
             format!("{} rows read", self.rows_read),
-            format!("(GET /batches/{{id}} alone: {})", self.get_batch_rows_read),
+            format!(
+                "(GET /batches/{{id}} alone: {}; GET /metrics: {}; timeline: {})",
+                self.get_batch_rows_read, self.metrics_rows_read, self.timeline_rows_read
+            ),
         ]
     }
 }
@@ -590,12 +597,22 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
     let get = api
         .admin_raw(Method::GET, &format!("/batches/{}", batch.id), None)
         .await?;
+    let metrics = api.admin_raw(Method::GET, "/metrics", None).await?;
+    let timeline = api
+        .admin_raw(
+            Method::GET,
+            &format!("/batches/{}/timeline", batch.id),
+            None,
+        )
+        .await?;
     let report = RowsRead {
         items: driven.batch.total,
         failed: driven.batch.failed,
         listed,
         rows_read: header(&listing)?,
         get_batch_rows_read: header(&get)?,
+        metrics_rows_read: header(&metrics)?,
+        timeline_rows_read: header(&timeline)?,
     };
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;

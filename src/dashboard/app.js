@@ -283,11 +283,11 @@
       );
     }
 
-    // The item lists are not polled: a page filtered by status walks the batch's
-    // items in subject order (there is no index by status; one would cost a
-    // written row per item), so on a big batch with few matches it reads many
-    // rows. They load when the view opens, when the operator pages, switches tab
-    // or reloads, and (failed items) when the failed count changes.
+    // The item lists are not polled: a page of a status other than failed walks
+    // the batch's items in subject order (there is no index by status; one would
+    // cost a written row per item), so on a big batch with few matches it reads
+    // many rows. They load when the view opens, when the operator pages, switches
+    // tab or reloads, and (failed items, indexed) when the failed count changes.
     function drawTabs() {
       replace(
         tabs,

@@ -43,7 +43,7 @@ pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
     let (status, body) = match result {
         Ok(Reply::Json(status, body)) => (status, body),
         Ok(Reply::Outcome(outcome)) => return outcome_response(&outcome),
-        Ok(Reply::Text(text)) => return text_response(text),
+        Ok(Reply::Text(text)) => return text_response(text, rows_read),
         Err(e) => {
             if let ApiError::Internal(detail) | ApiError::Misconfigured(detail) = &e {
                 log::error(
@@ -158,12 +158,16 @@ fn outcome_response(outcome: &Outcome) -> worker::Result<Response> {
         .with_headers(headers))
 }
 
-/// A non-JSON answer with its content type and extra headers.
-fn text_response(text: api::Text) -> worker::Result<Response> {
+/// A non-JSON answer with its content type and extra headers (and, for an admin
+/// route such as `/metrics`, the rows it read).
+fn text_response(text: api::Text, rows_read: Option<i64>) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("Content-Type", text.content_type)?;
     for (name, value) in text.headers {
         headers.set(name, value)?;
+    }
+    if let Some(n) = rows_read {
+        headers.set(ROWS_READ_HEADER, &n.to_string())?;
     }
     Ok(Response::ok(text.body)?
         .with_status(text.status)
