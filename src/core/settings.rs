@@ -37,7 +37,14 @@ pub struct Settings {
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
     pub allow_private_targets: bool,
+    /// Added to every instant the Worker reads (`edge::clock`), so tests can run
+    /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
+    /// setting that no deployment may set (docs/operations.md).
+    pub test_clock_offset_ms: i64,
 }
+
+/// The farthest a test clock may be moved either way: ten years.
+pub const MAX_TEST_CLOCK_OFFSET_MS: i64 = 10 * 366 * 86_400_000;
 
 /// Defaults, documented in docs/operations.md. SUBREQUEST_BUDGET 45 stays under the
 /// Free plan's 50 subrequests per invocation.
@@ -54,6 +61,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("DISPATCH_MODE", "fanout"),
     ("DAILY_CRON", "0 12 * * *"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
+    ("TEST_CLOCK_OFFSET_MS", "0"),
+    ("ALLOW_TEST_CLOCK", "false"),
 ];
 
 impl Settings {
@@ -100,6 +109,27 @@ impl Settings {
                 ))
             }
         };
+        let allow_test_clock = match get("ALLOW_TEST_CLOCK").trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "ALLOW_TEST_CLOCK must be \"true\" or \"false\", got {other:?}"
+                ))
+            }
+        };
+        let test_clock_offset_ms = int(
+            "TEST_CLOCK_OFFSET_MS",
+            -MAX_TEST_CLOCK_OFFSET_MS,
+            MAX_TEST_CLOCK_OFFSET_MS,
+        )?;
+        if test_clock_offset_ms != 0 && !allow_test_clock {
+            // A shifted clock fires schedules and expires leases at the wrong time:
+            // only a test runtime that asks for it explicitly gets one.
+            return Err(format!(
+                "TEST_CLOCK_OFFSET_MS ({test_clock_offset_ms}) is a test-only setting, refused unless ALLOW_TEST_CLOCK is \"true\" (local test runtimes only; never set either in a deployment)"
+            ));
+        }
         let settings = Settings {
             max_attempts: int("MAX_ATTEMPTS", 1, 100)?,
             lease_ms: int("LEASE_SECONDS", 1, 86_400)? * 1_000,
@@ -115,6 +145,7 @@ impl Settings {
             dispatch_mode,
             daily_cron: get("DAILY_CRON").trim().to_string(),
             allow_private_targets,
+            test_clock_offset_ms,
         };
         settings.validate()?;
         Ok(settings)
@@ -196,10 +227,64 @@ mod tests {
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
         assert_eq!(s.daily_cron, "0 12 * * *");
+        assert_eq!(s.test_clock_offset_ms, 0, "the real clock by default");
         assert!(
             !s.allow_private_targets,
             "private targets are refused by default"
         );
+    }
+
+    #[test]
+    fn the_test_clock_needs_the_explicit_flag() {
+        let err = parse(&[("TEST_CLOCK_OFFSET_MS", "3600000")]).unwrap_err();
+        assert!(err.starts_with("TEST_CLOCK_OFFSET_MS"), "{err}");
+        assert!(err.contains("ALLOW_TEST_CLOCK"), "{err}");
+        let err = parse(&[
+            ("TEST_CLOCK_OFFSET_MS", "3600000"),
+            ("ALLOW_TEST_CLOCK", "false"),
+        ])
+        .unwrap_err();
+        assert!(err.starts_with("TEST_CLOCK_OFFSET_MS"), "{err}");
+        let s = parse(&[
+            ("TEST_CLOCK_OFFSET_MS", "-3600000"),
+            ("ALLOW_TEST_CLOCK", "true"),
+        ])
+        .unwrap();
+        assert_eq!(s.test_clock_offset_ms, -3_600_000);
+        // The flag alone changes nothing; other spellings are refused.
+        assert_eq!(
+            parse(&[("ALLOW_TEST_CLOCK", "true")])
+                .unwrap()
+                .test_clock_offset_ms,
+            0
+        );
+        for bad in ["1", "yes", "TRUE", ""] {
+            let err = parse(&[("ALLOW_TEST_CLOCK", bad)]).unwrap_err();
+            assert!(err.starts_with("ALLOW_TEST_CLOCK"), "{err}");
+        }
+        let too_far = (MAX_TEST_CLOCK_OFFSET_MS + 1).to_string();
+        let err = parse(&[
+            ("TEST_CLOCK_OFFSET_MS", too_far.as_str()),
+            ("ALLOW_TEST_CLOCK", "true"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.starts_with("TEST_CLOCK_OFFSET_MS must be between"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_deployed_configuration_never_sets_the_test_clock() {
+        // wrangler.toml is what a deployment uses; test runtimes pass these two
+        // with `wrangler dev --var` instead.
+        let toml = include_str!("../../wrangler.toml");
+        for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+            assert!(
+                !toml.lines().any(|l| l.trim_start().starts_with(name)),
+                "wrangler.toml sets {name}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use worker::Env;
 
+use super::{clock, log};
 use crate::core::secrets::{self, Secrets};
 use crate::core::settings::Settings;
 
@@ -43,6 +44,15 @@ impl Config {
             return Ok(cfg);
         }
         let cfg = Rc::new(Config::load(env)?);
+        let offset = cfg.settings.test_clock_offset_ms;
+        clock::set_offset(offset);
+        if offset != 0 {
+            // Loud on purpose: a shifted clock must never go unnoticed.
+            log::error(
+                "test_clock",
+                serde_json::json!({ "offset_ms": offset, "note": "TEST_CLOCK_OFFSET_MS is set: every instant this Worker reads is shifted (test runtimes only)" }),
+            );
+        }
         CACHED.with(|c| *c.borrow_mut() = Some(cfg.clone()));
         Ok(cfg)
     }

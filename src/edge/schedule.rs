@@ -22,11 +22,12 @@ use crate::store::{BatchSource, Created, Store, SUMMARY_ROWS_WRITTEN};
 const REAP_PAGE: i64 = 1_000;
 
 pub async fn on_schedule(event: ScheduledEvent, env: Env) {
-    let started = clock::now_ms();
+    // The configuration first: it sets the (test) clock every instant is read from.
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
         Err(e) => return log::error("invalid_configuration", json!({ "message": e.message })),
     };
+    let started = clock::now_ms();
     let db = match env.d1("DB") {
         Ok(db) => db,
         Err(e) => {
