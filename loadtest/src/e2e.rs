@@ -1,15 +1,18 @@
 //! `loadtest e2e`: the end-to-end suite CI runs against a real Worker.
 //!
 //! It seeds subjects whose webhooks succeed, fail for a while, fail for good or
-//! hang; fires the daily cron and the tick cron the way production does; and
+//! hang; fires tick crons the way production does, on a Worker whose test clock
+//! (`TEST_CLOCK_OFFSET_MS`) has just passed 12:00 UTC, so the first tick creates
+//! the day's `daily` batch (no `0 12 * * *` cron is fired: issue 9 item 2); and
 //! checks the end state through the API and the sink, the timeline and /metrics.
-//! Then it re-fires the daily cron, sends bad input, drives the dashboard in a
-//! headless Chromium (`ui`), and crashes the runtime mid-batch. Waits are on
+//! Then it fires crons again (nothing new), sends bad input, drives the dashboard
+//! in a headless Chromium (`ui`), and crashes the runtime mid-batch. Waits are on
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
 use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
+use crate::clock::{self, TestClock};
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
@@ -97,7 +100,11 @@ pub async fn run(args: E2eArgs) -> bool {
 }
 
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
-    let settings = settings();
+    // The Worker's clock starts at 12:00:30 UTC: past the `daily` schedule's fire.
+    let real = chrono::Utc::now();
+    let clock = TestClock::at(clock::noon_of(real, chrono::Duration::minutes(5)), real);
+    let mut settings = settings();
+    settings.extend(clock.vars());
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // A rotation under way: dispatches signed with the previous secret still run.
     let mut target_args = args.target.clone();
@@ -149,8 +156,8 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         seed(&api, &subjects).await.map_err(text),
     );
 
-    // Daily batch.
-    let daily = daily_batch(&api, plan.len(), checks).await?;
+    // Daily batch: made by ticks alone.
+    let daily = daily_batch(&api, &clock, plan.len(), checks).await?;
     let finished = drive(&api, &daily.id, timeout, "daily").await;
     let finished = checks.step(
         "daily batch finishes while tick crons fire (2 at a time)",
@@ -250,7 +257,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
 
     // Re-fire: nothing new.
     checks.record(
-        "re-firing the daily cron creates no batch and no delivery",
+        "firing crons again (a tick, and `0 12 * * *`, now just a tick) creates no batch and no delivery",
         steps::refire(&target, &daily, stats.total)
             .await
             .map_err(text),
@@ -324,21 +331,37 @@ async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
     Ok(())
 }
 
-/// Fires the daily cron once and finds the batch it created (`daily:<UTC date>`).
-async fn daily_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<Batch> {
-    let (keys, found) = steps::fire_daily(api).await?;
+/// Fires two tick crons at once on a Worker whose clock is past 12:00 UTC and finds
+/// the `daily` batch they created (`daily:<date>`): every tick creates the day's
+/// batch once its time has passed (issue 9 item 2), exactly once even when ticks
+/// race. No `0 12 * * *` cron is fired.
+async fn daily_batch(
+    api: &Api,
+    clock: &TestClock,
+    total: usize,
+    checks: &mut Checks,
+) -> Result<Batch> {
+    let key = clock::daily_key(clock.now());
+    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+    a?;
+    b?;
+    let found: Vec<Batch> = api
+        .batches(100)
+        .await?
+        .into_iter()
+        .filter(|b| b.key.as_deref() == Some(key.as_str()))
+        .collect();
     let result = match found.as_slice() {
         [b] if b.total == total as u64 => Ok(()),
         [b] => Err(format!(
             "batch {} has total {}, want {total}",
             b.id, b.total
         )),
-        [] => Err(format!("no batch with key {keys:?} in GET /batches")),
-        many => Err(format!("{} batches with key {keys:?}", many.len())),
+        [] => Err(format!("no batch with key {key:?} in GET /batches")),
+        many => Err(format!("{} batches with key {key:?}", many.len())),
     };
     let name = format!(
-        "daily cron creates one batch {} over all {total} subjects",
-        keys.iter().next().map_or("", |k| k)
+        "two ticks after 12:00 UTC (no daily cron) create exactly one batch {key} over all {total} subjects"
     );
     if !checks.record(&name, result) && found.is_empty() {
         bail!("no daily batch to follow");

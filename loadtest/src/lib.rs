@@ -11,6 +11,7 @@
 //! - `plan`: which subjects a scenario seeds and what each is expected to end as.
 //! - `verdict`: pure checks of the observed end state against the plan.
 //! - `checks`: the `ok - ` / `FAIL - ` report of the e2e suite.
+//! - `clock`: the Worker's test clock (`TEST_CLOCK_OFFSET_MS`) seen from the harness.
 //! - `drive`: firing ticks until a batch finishes, with a progress bar.
 //! - `steps`: daily batch, crash mid-batch and daily re-fire, shared by e2e and run.
 //! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
@@ -27,6 +28,7 @@ pub mod api;
 pub mod bench;
 pub mod browser;
 pub mod checks;
+pub mod clock;
 pub mod demo;
 pub mod devvars;
 pub mod drive;

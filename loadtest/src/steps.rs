@@ -75,9 +75,11 @@ pub async fn kill_mid_batch(target: &mut Target, id: &Id, timeout: Duration) -> 
     Ok(at_kill)
 }
 
-/// Re-fires the daily cron after `daily` finished: the key must still name that
-/// one batch, unchanged, and the sink must have seen no new delivery.
+/// Fires crons again after `daily` finished — a tick and the old daily expression
+/// (every cron runs a tick) — : the key must still name that one batch, unchanged,
+/// and the sink must have seen no new delivery.
 pub async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> Result<()> {
+    target.api.fire_cron(TICK_CRON).await?;
     target.api.fire_cron(DAILY_CRON).await?;
     let batches = target.api.batches(100).await?;
     let same: Vec<&Batch> = batches.iter().filter(|b| b.key == daily.key).collect();
