@@ -3,6 +3,7 @@
 //! (`core::schedule::plan`). Time is an argument; rows are set up through the API
 //! types where one exists, by hand (group, zone) where the HTTP side is part 2.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
 use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
 use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
+use cron_fanout::core::schedule::tick::{Fired, FIRE_PAGE};
 use cron_fanout::core::schedule::{ScheduleRow, ScheduleSpec};
 use cron_fanout::core::time::daily_batch_key;
 use cron_fanout::sql;
@@ -50,6 +52,8 @@ fn subject(id: &str, active: bool) -> SubjectInput {
         kind: "webhook".into(),
         payload: json!({"url": format!("https://example.com/{id}")}),
         active,
+        group: "default".into(),
+        timezone: "UTC".into(),
     }
 }
 
@@ -91,19 +95,17 @@ fn schedule(store: &Store<SqliteDb>, id: &str) -> ScheduleRow {
     block_on(store.get_schedule(id)).unwrap().unwrap()
 }
 
-/// One tick's firing, as part 2 wires it: due rows, zones once, plans, one batch().
+/// One tick's firing, exactly as the Worker's tick makes it (`Store::fire_due`):
+/// the due page, the zones in use if needed, the plans, one batch(), the read-back.
 fn tick<D: Db>(store: &Store<D>, now: i64) -> Vec<FirePlan> {
-    let due = block_on(store.due_schedules(now, 100)).unwrap();
-    let in_use = block_on(store.zones_in_use(None)).unwrap();
-    let plans: Vec<FirePlan> = due
-        .iter()
-        .enumerate()
-        .map(|(i, row)| {
-            plan_fire(row, now, &in_use, &format!("b-{now}-{i}"), MAX_ATTEMPTS).unwrap()
-        })
-        .collect();
-    block_on(store.fire_schedules(&plans)).unwrap();
-    plans
+    let n = Cell::new(0);
+    let ids = || {
+        n.set(n.get() + 1);
+        format!("b-{now}-{}", n.get())
+    };
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    report.outcomes.expect("the read-back");
+    report.plan.plans
 }
 
 /// The same store, every call now charged to a fresh budget (the Worker's meter).
@@ -421,7 +423,8 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
             .unwrap()
             .unwrap();
         assert_eq!(feeds.total, n as i64);
-        // Minus the two reads (due schedules, zones in use).
+        // Minus the two reads (due schedules, the read-back); no zones are read
+        // for a schedule on UTC.
         (calls - 2, after.statements - before.statements - 2)
     };
     let small = statements_for(10);
@@ -445,7 +448,7 @@ fn a_hundred_due_schedules_fire_in_one_call() {
     let (store, budget) = metered(store);
     let plans = tick(&store, now);
     assert_eq!(plans.len(), 100);
-    assert_eq!(budget.used(), 3, "due query, zones, one batch()");
+    assert_eq!(budget.used(), 3, "due query, one batch(), one read-back");
     let store = Store::new(store.into_db().into_inner());
     assert_eq!(
         count(
@@ -852,4 +855,194 @@ fn new_schedule_ids_must_not_match_the_prefix_of_adhoc_batches() {
     );
     tick(&store, ms("2026-11-21T10:00:00Z"));
     assert!(!block_on(store.key_prefix_used_by_others("feeds")).unwrap());
+}
+
+/// VM steps and full-scan steps SQLite took for one run of the tick's due query:
+/// the work it does, whatever the rows it returns.
+fn due_query_work(store: &Store<SqliteDb>, now: i64) -> (i32, i32, usize) {
+    use rusqlite::StatementStatus;
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(sql::DUE_SCHEDULES).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params![now, FIRE_PAGE], |_| Ok(()))
+        .unwrap()
+        .count();
+    (
+        stmt.get_status(StatementStatus::VmStep),
+        stmt.get_status(StatementStatus::FullscanStep),
+        rows,
+    )
+}
+
+#[test]
+fn an_idle_tick_costs_one_query_that_reads_nothing_whatever_the_idle_schedules() {
+    let now = ms("2026-11-21T10:00:00Z");
+    let idle_tick = |idle: i64| {
+        let store = setup();
+        exec(&store, "DELETE FROM schedules");
+        exec(
+            &store,
+            &format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {idle})
+                 INSERT INTO schedules (id, cron, timezone, enabled, next_fire_at, created_at, updated_at)
+                 SELECT printf('idle-%05d', i), '0 9 * * *', 'subject', 1, {now} + i, 0, 0 FROM n
+                 WHERE {idle} > 0;
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {idle})
+                 INSERT INTO schedules (id, every_seconds, enabled, next_fire_at, created_at, updated_at)
+                 SELECT printf('off-%05d', i), 60, 0, NULL, 0, 0 FROM n WHERE {idle} > 0;"
+            ),
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM schedules"), 2 * idle);
+        let work = due_query_work(&store, now);
+        let (store, budget) = metered(store);
+        let plans = tick(&store, now);
+        assert!(plans.is_empty());
+        (work, budget.used(), store.usage().statements)
+    };
+    let (work, calls, statements) = idle_tick(0);
+    assert_eq!((calls, statements, work.1, work.2), (1, 1, 0, 0));
+    // SQLite's own count of the work: one idle schedule or 10,000 (and as many
+    // disabled ones) take the same VM steps, none of them a full-scan step. (An
+    // empty index is a few steps cheaper still: the seek finds no entry at all.)
+    let one = idle_tick(1);
+    assert_eq!(one.0 .1, 0);
+    assert_eq!(
+        idle_tick(10_000),
+        one,
+        "the same work with 20,000 schedules as with 2"
+    );
+    assert_eq!(idle_tick(100), one);
+}
+
+#[test]
+fn zones_are_read_once_and_only_when_a_schedule_on_subject_time_is_due() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "b", 2, "digest", "Europe/Berlin");
+    add_subjects(&store, "k", 2, "digest", "Pacific/Kiritimati");
+    let saved = ms("2026-11-20T12:00:00Z");
+    put_schedule(&store, "utc", json!({"every_seconds": 3600}), saved);
+    let (store, budget) = metered(store);
+    tick(&store, ms("2026-11-20T13:00:00Z"));
+    assert_eq!(budget.used(), 3, "due, batch(), read-back: no zones");
+    let store = Store::new(store.into_db().into_inner());
+    for id in ["d1", "d2"] {
+        put_schedule(
+            &store,
+            id,
+            json!({"cron": "0 9 * * *", "timezone": "subject", "group": "digest"}),
+            saved,
+        );
+    }
+    let (store, budget) = metered(store);
+    let plans = tick(&store, ms("2026-11-20T19:00:05Z"));
+    assert_eq!(plans.len(), 3, "d1, d2 and utc");
+    assert_eq!(
+        budget.used(),
+        4,
+        "due, zones once for both, batch(), read-back"
+    );
+}
+
+#[test]
+fn the_tick_reports_what_became_of_each_fire() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 3, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    for id in ["a", "b"] {
+        put_schedule(&store, id, json!({"every_seconds": 60}), now - 30_000);
+    }
+    // Another tick fired `b` for 10:00 already (its key exists).
+    block_on(store.create_batch(
+        "other-tick",
+        "b:2026-11-21T10:00:00.000Z",
+        now,
+        MAX_ATTEMPTS,
+        BatchSource::ActiveSubjects,
+    ))
+    .unwrap();
+    let ids = || "mine".to_string();
+    let report = block_on(store.fire_due(now + 100, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    assert_eq!(
+        report.outcomes.unwrap(),
+        [
+            Fired::Created {
+                schedule_id: "a".into(),
+                batch_id: "mine".into(),
+                key: "a:2026-11-21T10:00:00.000Z".into(),
+                total: 3
+            },
+            Fired::Existing {
+                schedule_id: "b".into(),
+                batch_id: "other-tick".into(),
+                key: "b:2026-11-21T10:00:00.000Z".into()
+            },
+        ]
+    );
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM cron_queue"),
+        6,
+        "3 + 3, none added to b"
+    );
+}
+
+#[test]
+fn a_page_of_due_schedules_fires_per_tick_and_the_rest_on_the_next() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    let now = ms("2026-11-21T10:00:00Z");
+    for i in 0..(FIRE_PAGE + 5) {
+        put_schedule(
+            &store,
+            &format!("s{i:03}"),
+            json!({"every_seconds": 60}),
+            now - 30_000,
+        );
+    }
+    assert_eq!(tick(&store, now).len() as i64, FIRE_PAGE);
+    assert_eq!(tick(&store, now + 1_000).len(), 5);
+    assert!(tick(&store, now + 2_000).is_empty());
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM batches"),
+        FIRE_PAGE + 5,
+        "each fired once"
+    );
+}
+
+#[test]
+fn a_missed_daily_init_is_recovered_by_any_later_tick() {
+    // Issue 9 item 2: the noon tick failed or never ran; whichever tick comes next
+    // creates the day's batch, once, then the schedule waits for the next noon.
+    for late in [
+        "2026-11-21T12:00:59Z",
+        "2026-11-21T23:59:00Z",
+        "2026-11-22T11:59:00Z",
+    ] {
+        let store = setup();
+        add_subjects(&store, "s", 4, "default", "UTC");
+        exec(
+            &store,
+            &format!(
+                "UPDATE schedules SET next_fire_at = {}, updated_at = 0 WHERE id = 'daily'",
+                ms("2026-11-21T12:00:00Z")
+            ),
+        );
+        assert!(
+            tick(&store, ms("2026-11-21T11:59:59Z")).is_empty(),
+            "not before noon"
+        );
+        tick(&store, ms(late));
+        tick(&store, ms(late) + 1_000);
+        let batch = block_on(store.batch_by_key("daily:2026-11-21"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{late}: no daily:2026-11-21"));
+        assert_eq!(batch.total, 4, "{late}");
+        assert_eq!(count(&store, "SELECT count(*) FROM batches"), 1, "{late}");
+        assert_eq!(
+            schedule(&store, "daily").next_fire_at,
+            Some(ms("2026-11-22T12:00:00Z")),
+            "{late}"
+        );
+    }
 }

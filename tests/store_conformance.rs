@@ -33,6 +33,8 @@ fn subject(id: &str, active: bool) -> SubjectInput {
         kind: "webhook".into(),
         payload: json!({"url": format!("https://example.com/{id}")}),
         active,
+        group: "default".into(),
+        timezone: "UTC".into(),
     }
 }
 

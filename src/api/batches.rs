@@ -9,6 +9,7 @@ use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
 use crate::core::requests::{
     parse_json, parse_page_query, validate_create_batch, CreateBatch, CreateBatchBody,
 };
+use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::target::TargetPolicy;
 use crate::core::throughput;
 use crate::core::time::rfc3339;
@@ -16,17 +17,23 @@ use crate::jobs;
 use crate::store::{BatchSource, Created, Db};
 
 /// Create a batch from active subjects or explicit items: 201 with the new batch,
-/// or 200 with the existing batch of that key (nothing added).
+/// or 200 with the existing batch of that key (nothing added). Keys under a
+/// schedule's prefix (`<schedule id>:`, and `daily:` always) are the schedule's.
 pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let body: CreateBatchBody = parse_json(body)?;
     let request = validate_create_batch(body, &|kind, payload| {
         jobs::check_payload(kind, payload, policy)
     })?;
-    let id = (app.new_id)();
     let (key, source) = match &request {
         CreateBatch::FromSubjects { key } => (key.clone(), BatchSource::ActiveSubjects),
         CreateBatch::FromItems { key, items } => (key.clone(), BatchSource::Items(items)),
     };
+    if let Some(prefix) = key.as_deref().map(adhoc_key_prefix).transpose()?.flatten() {
+        if app.store.get_schedule(prefix).await?.is_some() {
+            return Err(reserved_key(prefix));
+        }
+    }
+    let id = (app.new_id)();
     let key = key.unwrap_or_else(|| format!("adhoc:{id}"));
     let created = app
         .store

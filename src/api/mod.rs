@@ -15,6 +15,7 @@ pub mod page;
 pub mod probe;
 pub mod request;
 pub mod routes;
+pub mod schedules;
 pub mod subjects;
 
 use serde::Serialize;
@@ -140,6 +141,7 @@ pub async fn serve<D: Db>(
     Ok(match admin.handler {
         Handler::PutSubjects => subjects::put(app, &body, &policy).await?.into(),
         Handler::ListSubjects => subjects::list(app, query).await?.into(),
+        Handler::GetSubject => subjects::get(app, params[0]).await?.into(),
         Handler::DeleteSubject => subjects::delete(app, params[0]).await?.into(),
         Handler::CreateBatch => batches::create(app, &body, &policy).await?.into(),
         Handler::ListBatches => batches::list(app, query).await?.into(),
@@ -148,6 +150,10 @@ pub async fn serve<D: Db>(
         Handler::ListInvocations => invocations::list(app, query).await?.into(),
         Handler::Timeline => batches::timeline(app, params[0], query).await?.into(),
         Handler::Metrics => Served::Text(metrics::get(app).await?),
+        Handler::PutSchedule => schedules::put(app, params[0], &body).await?.into(),
+        Handler::ListSchedules => schedules::list(app, query).await?.into(),
+        Handler::GetSchedule => schedules::get(app, params[0]).await?.into(),
+        Handler::DeleteSchedule => schedules::delete(app, params[0]).await?.into(),
         Handler::Probe => Served::Probe(probe::parse(&body)?),
     })
 }

@@ -37,6 +37,7 @@ pub struct Admin {
 pub enum Handler {
     PutSubjects,
     ListSubjects,
+    GetSubject,
     DeleteSubject,
     CreateBatch,
     ListBatches,
@@ -45,6 +46,10 @@ pub enum Handler {
     ListInvocations,
     Timeline,
     Metrics,
+    PutSchedule,
+    ListSchedules,
+    GetSchedule,
+    DeleteSchedule,
     /// Validated here; the SELF calls themselves need the runtime (`edge::probe`).
     Probe,
 }
@@ -150,6 +155,7 @@ pub static ROUTES: &[Route] = &[
     //           method  path                   handler          query    body
     Route::admin(PUT,    "/subjects",           PutSubjects,     Refused, Json),
     Route::admin(GET,    "/subjects",           ListSubjects,    Parsed,  Unread),
+    Route::admin(GET,    "/subjects/{id}",      GetSubject,      Refused, Unread),
     Route::admin(DELETE, "/subjects/{id}",      DeleteSubject,   Refused, Unread),
     Route::admin(POST,   "/batches",            CreateBatch,     Refused, Json),
     Route::admin(GET,    "/batches",            ListBatches,     Parsed,  Unread),
@@ -158,6 +164,10 @@ pub static ROUTES: &[Route] = &[
     Route::admin(GET,    "/batches/{id}/timeline", Timeline,     Parsed,  Unread),
     Route::admin(GET,    "/invocations",        ListInvocations, Parsed,  Unread),
     Route::admin(GET,    "/metrics",            Metrics,         Refused, Unread),
+    Route::admin(PUT,    "/schedules/{id}",     PutSchedule,     Refused, Json),
+    Route::admin(GET,    "/schedules",          ListSchedules,   Parsed,  Unread),
+    Route::admin(GET,    "/schedules/{id}",     GetSchedule,     Refused, Unread),
+    Route::admin(DELETE, "/schedules/{id}",     DeleteSchedule,  Refused, Unread),
     Route::admin(POST,   "/probe",              Probe,           Refused, Json),
 ];
 
@@ -256,7 +266,9 @@ mod tests {
         assert_eq!(allowed(DELETE, "/batches"), "GET, POST");
         assert_eq!(allowed(POST, "/health"), "GET");
         assert_eq!(allowed(GET, "/internal/run"), "POST");
-        assert_eq!(allowed(Method::Other, "/subjects/a"), "DELETE");
+        assert_eq!(allowed(Method::Other, "/subjects/a"), "GET, DELETE");
+        assert_eq!(allowed(POST, "/schedules/a"), "GET, PUT, DELETE");
+        assert_eq!(allowed(PUT, "/schedules"), "GET");
         assert_eq!(allowed(PUT, "/batches/b/items"), "GET");
     }
 

@@ -1,5 +1,5 @@
-//! `PUT /subjects`, `GET /subjects`, `DELETE /subjects/{id}`: what every daily run
-//! covers.
+//! `PUT /subjects`, `GET /subjects`, `GET /subjects/{id}`, `DELETE /subjects/{id}`:
+//! what schedules (and `POST /batches {"source": "subjects"}`) cover.
 
 use serde_json::{json, Value};
 
@@ -36,6 +36,14 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
     ))
 }
 
+pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
+    validate_id("id", id)?;
+    match app.store.get_subject(id).await? {
+        Some(row) => Ok((200, subject_json(&row))),
+        None => Err(ApiError::NotFound(format!("subject {id:?}"))),
+    }
+}
+
 pub async fn delete<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     validate_id("id", id)?;
     if app.store.delete_subject(id).await? {
@@ -54,6 +62,8 @@ fn subject_json(s: &SubjectRow) -> Value {
             serde_json::from_str::<Value>(&s.payload).unwrap_or(Value::Null),
         ),
         "active": s.active == 1,
+        "group": s.group_name,
+        "timezone": s.timezone,
         "created_at": rfc3339(s.created_at),
         "updated_at": rfc3339(s.updated_at),
     })

@@ -23,6 +23,23 @@ pub const FLUSH_MAX_ROWS: i64 = 500;
 /// record the invocation summary.
 pub const TAIL_SUBREQUESTS: i64 = 2;
 
+/// Most D1 calls a tick's schedule firing makes before the drain (`Store::fire_due`):
+/// the due page, the zones in use, the fire `batch()` and its read-back. An idle
+/// tick makes only the first.
+pub const FIRE_SUBREQUESTS: i64 = 4;
+
+/// The reaper's one statement per tick.
+pub const REAP_SUBREQUESTS: i64 = 1;
+
+/// The smallest drain worth a tick: one claim, one item's dispatch, its flush.
+const SMALLEST_DRAIN: i64 = 3;
+
+/// The smallest `SUBREQUEST_BUDGET` settings accept: a tick that fires schedules
+/// and reaps still has room to drain one item, finish batches and record its
+/// summary. Firing and reaping run before the drain, which plans with what is left.
+pub const MIN_SUBREQUEST_BUDGET: i64 =
+    FIRE_SUBREQUESTS + REAP_SUBREQUESTS + SMALLEST_DRAIN + TAIL_SUBREQUESTS;
+
 /// One invocation's subrequests, shared (cheap clones of one ledger) by the drain,
 /// which reserves and charges dispatches, and the metered store, which charges
 /// each D1 call as it goes out.
@@ -402,6 +419,26 @@ mod tests {
         b.reserve(0, 50).unwrap();
         // 50 free: 1 + k + 1 flush + 2 tail ≤ 50 → k = 46 of the chunk's 50.
         assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(46));
+    }
+
+    #[test]
+    fn the_smallest_budget_drains_an_item_after_a_full_firing_step() {
+        assert_eq!(MIN_SUBREQUEST_BUDGET, 10);
+        let b = Budget::new(MIN_SUBREQUEST_BUDGET);
+        for _ in 0..FIRE_SUBREQUESTS + REAP_SUBREQUESTS {
+            b.charge_call().unwrap();
+        }
+        let one = DrainLimits {
+            claim_chunk: 1,
+            ..LIMITS
+        };
+        assert_eq!(next_claim(&b, one, state(0, 0)), NextClaim::Take(1));
+        // One subrequest less and the drain could not claim at all.
+        b.charge_call().unwrap();
+        assert!(matches!(
+            next_claim(&b, one, state(0, 0)),
+            NextClaim::Stop(_)
+        ));
     }
 
     #[test]

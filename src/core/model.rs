@@ -89,6 +89,8 @@ pub struct BatchRow {
     pub processing: i64,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// The schedule that fired it; `None` for ad-hoc batches (`POST /batches`).
+    pub schedule_id: Option<String>,
 }
 
 /// The progress view of a batch served by `GET /batches/{id}`.
@@ -109,6 +111,7 @@ pub struct BatchProgress {
     pub eta: Option<String>,
     pub created_at: String,
     pub finished_at: Option<String>,
+    pub schedule_id: Option<String>,
 }
 
 impl BatchProgress {
@@ -137,6 +140,7 @@ impl BatchProgress {
             eta: None,
             created_at: super::time::rfc3339(row.created_at),
             finished_at: row.finished_at.map(super::time::rfc3339),
+            schedule_id: row.schedule_id.clone(),
         }
     }
 }
@@ -181,6 +185,10 @@ pub struct SubjectRow {
     pub kind: String,
     pub payload: String,
     pub active: i64,
+    /// What a schedule's `group` selects (`"default"` unless set).
+    pub group_name: String,
+    /// IANA zone read by schedules on `"timezone": "subject"` (`"UTC"` unless set).
+    pub timezone: String,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -209,9 +217,10 @@ pub struct ReapedItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
-    /// The daily cron: create today's batch, then drain.
+    /// Only in summaries stored before schedules: the old `DAILY_CRON` run that
+    /// created the day's batch (now the `daily` schedule, fired by any tick).
     Daily,
-    /// Every other cron: reap expired leases, then drain.
+    /// Every cron: fire due schedules, reap expired leases, drain.
     Tick,
 }
 
@@ -366,6 +375,7 @@ mod tests {
             processing,
             created_at: 0,
             finished_at: None,
+            schedule_id: None,
         }
     }
 

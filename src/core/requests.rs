@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::model::ItemStatus;
+use super::schedule::body::validate_group;
+use super::schedule::key::adhoc_key_prefix;
+use super::schedule::zone::{validate_timezone, DEFAULT_ZONE};
 
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub const MAX_SUBJECTS_PER_CALL: usize = 1_000;
@@ -21,6 +24,8 @@ pub const MAX_PAGE: i64 = 1_000;
 /// (`the_largest_payload_always_fits_the_dispatch`).
 pub const MAX_PAYLOAD_BYTES: usize = 100 * 1024;
 pub const DEFAULT_PAGE: i64 = 100;
+/// A subject's group when `PUT /subjects` names none.
+pub const DEFAULT_GROUP: &str = "default";
 
 /// Checks a job kind and its payload; supplied by the job registry.
 pub type PayloadCheck<'a> = &'a dyn Fn(&str, &Value) -> Result<(), String>;
@@ -33,10 +38,24 @@ pub struct SubjectInput {
     pub payload: Value,
     #[serde(default = "default_true")]
     pub active: bool,
+    /// What a schedule's `group` selects; the id rules apply.
+    #[serde(default = "default_group")]
+    pub group: String,
+    /// IANA zone name, read by schedules on `"timezone": "subject"`.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
 }
 
 fn default_true() -> bool {
     true
+}
+
+fn default_group() -> String {
+    DEFAULT_GROUP.to_string()
+}
+
+fn default_timezone() -> String {
+    DEFAULT_ZONE.to_string()
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -150,24 +169,23 @@ pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(
                 format!("subjects[{i}].id {:?} appears twice", s.id),
             ));
         }
+        validate_group(&format!("subjects[{i}].group"), &s.group)?;
+        validate_timezone(&format!("subjects[{i}].timezone"), &s.timezone)?;
         check_payload(check, &format!("subjects[{i}]"), &s.kind, &s.payload)?;
     }
     Ok(())
 }
 
-/// Validate a `POST /batches` body into one of its two shapes.
+/// Validate a `POST /batches` body into one of its two shapes. `daily:` keys are
+/// refused here; keys under another schedule's prefix need the store
+/// (`api::batches`).
 pub fn validate_create_batch(
     body: CreateBatchBody,
     check: PayloadCheck,
 ) -> Result<CreateBatch, ApiError> {
     if let Some(key) = &body.key {
         validate_id("key", key)?;
-        if key.starts_with("daily:") {
-            return Err(ApiError::bad_request(
-                "reserved_key",
-                "keys starting with \"daily:\" are reserved for the daily cron",
-            ));
-        }
+        adhoc_key_prefix(key)?;
     }
     match (body.source.as_deref(), body.items) {
         (Some("subjects"), None) => Ok(CreateBatch::FromSubjects { key: body.key }),
@@ -296,10 +314,60 @@ mod tests {
     }
 
     #[test]
-    fn active_defaults_to_true() {
+    fn active_group_and_timezone_have_defaults() {
         let req =
             subjects(json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}}]})).unwrap();
-        assert!(req.subjects[0].active);
+        let s = &req.subjects[0];
+        assert!(s.active);
+        assert_eq!((s.group.as_str(), s.timezone.as_str()), ("default", "UTC"));
+    }
+
+    #[test]
+    fn group_and_timezone_are_validated_with_the_subject() {
+        let check = |v: Value| validate_put_subjects(&subjects(v).unwrap(), &accept_webhook);
+        let one = |group: &str, zone: &str| {
+            json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {},
+                                 "group": group, "timezone": zone}]})
+        };
+        assert!(check(one("digest", "Pacific/Kiritimati")).is_ok());
+        assert!(check(one("digest", "America/Argentina/Buenos_Aires")).is_ok());
+        let e = check(one("digest", "Mars/Olympus")).unwrap_err();
+        assert_eq!(e.code(), "invalid_timezone");
+        assert!(
+            e.public_message().contains("subjects[0].timezone"),
+            "{}",
+            e.public_message()
+        );
+        for zone in ["", "europe/berlin", "subject", "+02:00"] {
+            assert_eq!(
+                check(one("g", zone)).unwrap_err().code(),
+                "invalid_timezone",
+                "{zone:?}"
+            );
+        }
+        let e = check(one("", "UTC")).unwrap_err();
+        assert_eq!(e.code(), "invalid_id");
+        assert!(
+            e.public_message().contains("subjects[0].group"),
+            "{}",
+            e.public_message()
+        );
+        assert_eq!(
+            check(one("tab\tgroup", "UTC")).unwrap_err().code(),
+            "invalid_id"
+        );
+        assert_eq!(
+            check(one(&"g".repeat(201), "UTC")).unwrap_err().code(),
+            "invalid_id"
+        );
+        assert_eq!(
+            subjects(
+                json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}, "group": 1}]})
+            )
+            .unwrap_err()
+            .code(),
+            "invalid_json"
+        );
     }
 
     #[test]

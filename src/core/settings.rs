@@ -1,6 +1,7 @@
 //! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
 //! loudly with a message naming the variable, never fall back silently.
 
+use super::budget::MIN_SUBREQUEST_BUDGET;
 use super::retry::RetryPolicy;
 use super::timing::{call_rounds, min_deadline_ms, min_lease_ms, DISPATCH_GRACE_MS, WIND_DOWN_MS};
 
@@ -32,8 +33,6 @@ pub struct Settings {
     /// Wall time after which an invocation stops claiming and winds down.
     pub invocation_deadline_ms: i64,
     pub dispatch_mode: DispatchMode,
-    /// The cron expression that creates the daily batch; every other cron ticks.
-    pub daily_cron: String,
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
     pub allow_private_targets: bool,
@@ -59,7 +58,6 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("DISPATCH_MODE", "fanout"),
-    ("DAILY_CRON", "0 12 * * *"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
@@ -140,10 +138,9 @@ impl Settings {
             },
             claim_chunk: int("CLAIM_CHUNK", 1, 1_000)?,
             dispatch_concurrency: int("DISPATCH_CONCURRENCY", 1, 1_000)?,
-            subrequest_budget: int("SUBREQUEST_BUDGET", 5, 1_000_000)?,
+            subrequest_budget: int("SUBREQUEST_BUDGET", MIN_SUBREQUEST_BUDGET, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             dispatch_mode,
-            daily_cron: get("DAILY_CRON").trim().to_string(),
             allow_private_targets,
             test_clock_offset_ms,
         };
@@ -226,7 +223,6 @@ mod tests {
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
-        assert_eq!(s.daily_cron, "0 12 * * *");
         assert_eq!(s.test_clock_offset_ms, 0, "the real clock by default");
         assert!(
             !s.allow_private_targets,
@@ -379,6 +375,21 @@ mod tests {
             );
             assert!(!cells[3].is_empty(), "{name} needs a meaning");
         }
+    }
+
+    #[test]
+    fn the_budget_must_leave_a_firing_tick_room_to_drain() {
+        let err = parse(&[("SUBREQUEST_BUDGET", "9")]).unwrap_err();
+        assert_eq!(
+            err,
+            "SUBREQUEST_BUDGET must be between 10 and 1000000, got 9"
+        );
+        assert_eq!(
+            parse(&[("SUBREQUEST_BUDGET", "10")])
+                .unwrap()
+                .subrequest_budget,
+            10
+        );
     }
 
     #[test]

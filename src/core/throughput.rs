@@ -142,6 +142,7 @@ mod tests {
             processing: 0,
             created_at: NOW - created_ago_ms,
             finished_at: None,
+            schedule_id: None,
         }
     }
 

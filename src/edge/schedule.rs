@@ -1,7 +1,7 @@
-//! Scheduled invocations: create the daily batch or reap expired leases, drain due
-//! items (`edge::drain`), mark finished batches and record one summary. Every D1
-//! call goes through the invocation's metered store, so the budget counts what was
-//! really made.
+//! Scheduled invocations. Every cron runs the same tick: fire due schedules
+//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`), mark
+//! finished batches and record one summary. Every D1 call goes through the
+//! invocation's metered store, so the budget counts what was really made.
 
 use serde_json::json;
 use worker::{Env, ScheduledEvent};
@@ -12,16 +12,16 @@ use super::{clock, log};
 use crate::core::budget::Budget;
 use crate::core::drain::DrainError;
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
+use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
-use crate::core::time;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
-use crate::store::{BatchSource, Created, Store, SUMMARY_ROWS_WRITTEN};
+use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
 
 /// Expired leases requeued per tick (one statement).
 const REAP_PAGE: i64 = 1_000;
 
-pub async fn on_schedule(event: ScheduledEvent, env: Env) {
+pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
     // The configuration first: it sets the (test) clock every instant is read from.
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
@@ -35,21 +35,15 @@ pub async fn on_schedule(event: ScheduledEvent, env: Env) {
             return log::error("invalid_configuration", json!({ "message": message }));
         }
     };
-    let trigger = if event.cron().trim() == cfg.settings.daily_cron {
-        Trigger::Daily
-    } else {
-        Trigger::Tick
-    };
     let budget = Budget::new(cfg.settings.subrequest_budget);
     let store = Store::new(Metered::new(D1Db::new(db), budget));
     let mut tally = Tally::default();
-    let scheduled = event.schedule() as i64;
-    let result = run_invocation(&env, &cfg, &store, &mut tally, trigger, scheduled, started).await;
+    let result = run_invocation(&env, &cfg, &store, &mut tally, started).await;
     let stop_reason = result.unwrap_or_else(|e| {
         log::error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, tally, trigger, started, stop_reason).await;
+    record_summary(&store, tally, started, stop_reason).await;
 }
 
 async fn run_invocation(
@@ -57,47 +51,27 @@ async fn run_invocation(
     cfg: &Config,
     store: &DrainStore,
     tally: &mut Tally,
-    trigger: Trigger,
-    scheduled_ms: i64,
     started: i64,
 ) -> Result<StopReason, DrainError> {
-    match trigger {
-        Trigger::Daily => {
-            let key = time::daily_batch_key(scheduled_ms);
-            let (id, now, attempts) = (
-                clock::random_id(),
-                clock::now_ms(),
-                cfg.settings.max_attempts,
-            );
-            let created = store
-                .create_batch(&id, &key, now, attempts, BatchSource::ActiveSubjects)
-                .await
-                .map_err(DrainError::Prepare)?;
-            let (name, row) = match created {
-                Created::New(row) => ("batch_created", row),
-                Created::Existing(row) => ("batch_exists", row),
-            };
-            log::event(
-                name,
-                json!({ "batch_id": row.id, "key": row.key, "total": row.total }),
-            );
+    // Firing never fails the tick: a failed fire leaves its schedules due for the
+    // next tick, and the drain below does not depend on it.
+    let fired = fire_schedules(cfg, store).await;
+    let reaped = store
+        .reap_expired_leases(clock::now_ms(), REAP_PAGE)
+        .await
+        .map_err(DrainError::Prepare)?;
+    let mut reaper = Tally {
+        reaped: reaped.len() as i64,
+        ..Tally::default()
+    };
+    for r in &reaped {
+        if let Some(status) = ItemStatus::parse(&r.status) {
+            reaper.count_terminal(&r.batch_id, status);
         }
-        Trigger::Tick => {
-            let reaped = store
-                .reap_expired_leases(clock::now_ms(), REAP_PAGE)
-                .await
-                .map_err(DrainError::Prepare)?;
-            tally.reaped = reaped.len() as i64;
-            for r in &reaped {
-                if let Some(status) = ItemStatus::parse(&r.status) {
-                    tally.count_terminal(&r.batch_id, status);
-                }
-                log::event(
-                    "lease_expired",
-                    json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
-                );
-            }
-        }
+        log::event(
+            "lease_expired",
+            json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
+        );
     }
     let self_service = match cfg.settings.dispatch_mode {
         DispatchMode::Fanout => Some(
@@ -108,8 +82,10 @@ async fn run_invocation(
     };
     let (drained, result) = drain::run(cfg, store, self_service.as_ref(), started).await;
     // The reaper's share (reaped, its failures per batch) plus the drain's.
-    let reaper = std::mem::replace(tally, drained);
+    *tally = drained;
     tally.absorb(reaper);
+    // The summary's batches: those the tick created and those it claimed from.
+    tally.batch_ids.extend(fired);
     let stop = result?;
     // The tail the plan kept: finish batches, then the summary.
     let finished = store
@@ -128,21 +104,79 @@ async fn run_invocation(
     Ok(stop)
 }
 
+/// Fire every due schedule (a page of them) and log one line per fire; returns the
+/// ids of the batches created.
+async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
+    let now = clock::now_ms();
+    let report = match store
+        .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::random_id)
+        .await
+    {
+        Ok(report) => report,
+        Err(e) => {
+            log::error(
+                "schedules_fire_failed",
+                json!({ "message": e.to_string(), "note": "nothing was applied; due schedules fire on the next tick" }),
+            );
+            return Vec::new();
+        }
+    };
+    for e in &report.plan.unreadable {
+        log::error(
+            "schedule_unreadable",
+            json!({ "schedule_id": e.schedule_id, "message": e.what, "note": "disabled; PUT /schedules/{id} to fix it" }),
+        );
+    }
+    let fired = match report.outcomes {
+        Ok(fired) => fired,
+        Err(e) => {
+            log::error(
+                "schedules_fired_unread",
+                json!({ "message": e.to_string(), "keys": report.plan.keys() }),
+            );
+            return Vec::new();
+        }
+    };
+    for f in &fired {
+        match f {
+            Fired::Created {
+                schedule_id,
+                batch_id,
+                key,
+                total,
+            } => log::event(
+                "schedule_fired",
+                json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "total": total }),
+            ),
+            Fired::Existing {
+                schedule_id,
+                batch_id,
+                key,
+            } => log::event(
+                "schedule_refired",
+                json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "note": "the key exists: nothing created" }),
+            ),
+            Fired::Superseded { schedule_id, key } => log::event(
+                "schedule_superseded",
+                json!({ "schedule_id": schedule_id, "key": key, "note": "replaced or deleted since planned: nothing applied" }),
+            ),
+        }
+    }
+    fired
+        .iter()
+        .filter_map(|f| f.created_batch_id().map(str::to_string))
+        .collect()
+}
+
 /// Log the invocation summary once and store it as one row, if the budget can
 /// still pay for the insert (the plan kept it; only an error path can use it up).
-async fn record_summary(
-    store: &DrainStore,
-    tally: Tally,
-    trigger: Trigger,
-    started: i64,
-    stop_reason: StopReason,
-) {
+async fn record_summary(store: &DrainStore, tally: Tally, started: i64, stop_reason: StopReason) {
     let (usage, budget) = (store.usage(), store.db().budget());
     // The figures include this summary's own insert: one call and statement, and
     // its rows (the row and its index entry).
     let own = i64::from(budget.free() >= 1);
     let summary = InvocationSummary {
-        trigger,
+        trigger: Trigger::Tick,
         started_at: started,
         elapsed_ms: clock::now_ms() - started,
         tally,

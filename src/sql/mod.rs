@@ -21,6 +21,7 @@ sql! {
     FINISH_BATCHES => "finish_batches.sql",
     UPSERT_SUBJECTS => "upsert_subjects.sql",
     LIST_SUBJECTS => "list_subjects.sql",
+    GET_SUBJECT => "get_subject.sql",
     DELETE_SUBJECT => "delete_subject.sql",
     LIST_BATCH_ITEMS => "list_batch_items.sql",
     LIST_FAILED_ITEMS => "list_failed_items.sql",
@@ -39,4 +40,5 @@ sql! {
     RECENT_THROUGHPUT => "recent_throughput.sql",
     BATCH_TIMELINE => "batch_timeline.sql",
     METRICS_SNAPSHOT => "metrics_snapshot.sql",
+    GET_BATCHES_BY_KEYS => "get_batches_by_keys.sql",
 }

@@ -25,6 +25,7 @@ use crate::core::model::{
 use crate::core::requests::{ItemInput, SubjectInput};
 use crate::core::schedule::jitter::subject_seed;
 use crate::core::schedule::plan::{FirePlan, ZoneUse};
+use crate::core::schedule::tick::{self, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::core::throughput;
 use crate::sql;
@@ -320,7 +321,8 @@ impl<D: Db> Store<D> {
             .iter()
             .map(|s| {
                 json!({"id": s.id, "kind": s.kind, "payload": s.payload.to_string(),
-                       "active": i64::from(s.active), "seed": subject_seed(&s.id)})
+                       "active": i64::from(s.active), "group": s.group,
+                       "timezone": s.timezone, "seed": subject_seed(&s.id)})
             })
             .collect();
         self.db
@@ -336,6 +338,14 @@ impl<D: Db> Store<D> {
         self.db
             .query(sql::LIST_SUBJECTS, vec![after.into(), limit.into()])
             .await
+    }
+
+    pub async fn get_subject(&self, id: &str) -> StoreResult<Option<SubjectRow>> {
+        Ok(self
+            .db
+            .query(sql::GET_SUBJECT, vec![id.into()])
+            .await?
+            .pop())
     }
 
     /// Returns whether the subject existed.
@@ -553,6 +563,47 @@ impl<D: Db> Store<D> {
         Ok(!rows.is_empty())
     }
 
+    /// One tick's firing, plan then apply: the oldest `page` due schedules, the
+    /// zones in use (read once, only if a due schedule runs on each subject's
+    /// time), a plan per schedule (`core::schedule::tick`), every plan in one
+    /// `batch()`, then one read of the batches their keys name. So 1 D1 call when
+    /// nothing is due, at most 4 however many are. `Err` means nothing was
+    /// applied: every schedule is still due and the next tick tries again; a
+    /// failed read-back after the apply is `Ok` with [`FireReport::outcomes`] `Err`.
+    pub async fn fire_due(
+        &self,
+        now: i64,
+        page: i64,
+        max_attempts: i64,
+        new_id: &dyn Fn() -> String,
+    ) -> StoreResult<FireReport> {
+        let due = self.due_schedules(now, page).await?;
+        let in_use = if tick::needs_zones(&due) {
+            self.zones_in_use(None).await?
+        } else {
+            Vec::new()
+        };
+        let plan = tick::plan_tick(&due, now, &in_use, new_id, max_attempts);
+        self.fire_schedules(&plan.plans).await?;
+        let keys = plan.keys();
+        let outcomes = if keys.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.batches_by_keys(&keys)
+                .await
+                .map(|batches| tick::outcomes(&plan.plans, &batches))
+        };
+        Ok(FireReport { plan, outcomes })
+    }
+
+    /// The batches with these keys (one statement; missing keys are left out).
+    pub async fn batches_by_keys(&self, keys: &[&str]) -> StoreResult<Vec<BatchRow>> {
+        let keys = serde_json::to_string(keys).map_err(|e| StoreError::Json(e.to_string()))?;
+        self.db
+            .query(sql::GET_BATCHES_BY_KEYS, vec![keys.into()])
+            .await
+    }
+
     /// Apply fire plans in one transaction: for each, its batch (created unless the
     /// key exists or the schedule changed since planning), its items (one
     /// `INSERT … SELECT` whatever the number of subjects), its total, and the
@@ -603,6 +654,15 @@ impl<D: Db> Store<D> {
         }
         self.db.batch(statements).await
     }
+}
+
+/// What [`Store::fire_due`] applied, and what became of each fire.
+#[derive(Debug)]
+pub struct FireReport {
+    pub plan: TickPlan,
+    /// Per fire with a batch, read back after the apply; `Err` if that read failed
+    /// (the fires were applied all the same).
+    pub outcomes: StoreResult<Vec<Fired>>,
 }
 
 /// The JSON parameter of `commit_outcomes.sql`, or `None` for no transitions.

@@ -9,7 +9,8 @@
 //!   [`ScheduleSpec::latest_at_or_before`]);
 //! - [`key`]: batch keys and the keys ad-hoc batches may not use;
 //! - [`jitter`]: per-(fire, subject) start offsets, twin of the fire SQL;
-//! - [`plan`]: a due schedule row → the one fire the store applies.
+//! - [`plan`]: a due schedule row → the one fire the store applies;
+//! - [`tick`]: one tick's page of due rows → plans, and what became of each fire.
 
 pub mod body;
 pub mod cron;
@@ -17,6 +18,7 @@ pub mod jitter;
 pub mod key;
 pub mod occurrence;
 pub mod plan;
+pub mod tick;
 pub mod zone;
 
 use std::fmt;
