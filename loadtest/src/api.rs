@@ -14,9 +14,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::time::Duration;
 
-/// The cron expressions in wrangler.toml.
-pub const DAILY_CRON: &str = "0 12 * * *";
+/// The trigger in wrangler.toml: every cron runs the same tick.
 pub const TICK_CRON: &str = "* * * * *";
+/// The old daily trigger's expression: now just another tick (the daily batch is
+/// the `daily` schedule), fired by the re-fire checks to show it.
+pub const DAILY_CRON: &str = "0 12 * * *";
 
 /// Largest page (and `PUT /subjects` chunk) the API accepts.
 pub const MAX_PAGE: usize = 1000;
@@ -56,6 +58,12 @@ pub struct SubjectIn {
     pub kind: String,
     pub payload: Value,
     pub active: bool,
+    /// `None`: the Worker's default (`"default"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// `None`: the Worker's default (`"UTC"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -64,6 +72,26 @@ pub struct Subject {
     pub kind: String,
     pub payload: Value,
     pub active: bool,
+    pub group: String,
+    pub timezone: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A schedule as `PUT`/`GET /schedules` answer it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub id: String,
+    pub cron: Option<String>,
+    pub every_seconds: Option<u64>,
+    pub at: Option<String>,
+    pub timezone: String,
+    pub group: Option<String>,
+    pub jitter_seconds: u64,
+    pub enabled: bool,
+    pub next_fire_at: Option<String>,
+    pub last_fired_at: Option<String>,
+    pub last_batch_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -91,6 +119,8 @@ pub struct Batch {
     pub eta: Option<String>,
     pub created_at: String,
     pub finished_at: Option<String>,
+    /// The schedule that fired it (`None`: ad-hoc).
+    pub schedule_id: Option<String>,
 }
 
 impl Batch {
@@ -383,6 +413,52 @@ impl Api {
         }
     }
 
+    /// `PUT /schedules/{id}`: `true` with the schedule when it was created (201),
+    /// `false` when it replaced one (200).
+    pub async fn put_schedule(&self, id: &str, body: &Value) -> Result<(bool, Schedule)> {
+        let path = format!("/schedules/{}", encode(id));
+        let (status, schedule) = self.call(Method::PUT, &path, Some(body)).await?;
+        match status {
+            StatusCode::CREATED => Ok((true, schedule)),
+            StatusCode::OK => Ok((false, schedule)),
+            other => Err(anyhow!("PUT {path}: expected 201 or 200, got {other}")),
+        }
+    }
+
+    pub async fn schedule(&self, id: &str) -> Result<Schedule> {
+        self.get(&format!("/schedules/{}", encode(id))).await
+    }
+
+    /// Every schedule, following `next_after`.
+    pub async fn all_schedules(&self) -> Result<Vec<Schedule>> {
+        #[derive(Deserialize)]
+        struct Page {
+            schedules: Vec<Schedule>,
+            next_after: Option<String>,
+        }
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut path = format!("/schedules?limit={MAX_PAGE}");
+            if let Some(after) = &after {
+                path.push_str(&format!("&after={}", encode(after)));
+            }
+            let page: Page = self.get(&path).await?;
+            all.extend(page.schedules);
+            match page.next_after {
+                Some(next) if Some(&next) != after.as_ref() => after = Some(next),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    pub async fn delete_schedule(&self, id: &str) -> Result<()> {
+        let path = format!("/schedules/{}", encode(id));
+        self.call::<Value>(Method::DELETE, &path, None::<&()>)
+            .await?;
+        Ok(())
+    }
+
     pub async fn batches(&self, limit: usize) -> Result<Vec<Batch>> {
         #[derive(Deserialize)]
         struct Resp {
@@ -548,7 +624,8 @@ mod tests {
         let b: Batch = serde_json::from_str(
             r#"{"id":"x","key":"daily:2026-01-01","status":"running","total":3,"pending":1,
                "processing":1,"completed":1,"failed":0,"percent":33.3,
-               "created_at":"2026-01-01T12:00:00.000Z","finished_at":null}"#,
+               "created_at":"2026-01-01T12:00:00.000Z","finished_at":null,
+               "schedule_id":"daily"}"#,
         )
         .unwrap();
         assert!(!b.is_finished());

@@ -562,6 +562,8 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
                     kind: "webhook".into(),
                     id,
                     active: true,
+                    group: None,
+                    timezone: None,
                 }
             } else {
                 plan::noop_subject(id)

@@ -1,16 +1,16 @@
 //! `loadtest demo`: the README's demo. Starts the Worker on a persistent local
 //! state dir with the secrets from `.dev.vars`, seeds subjects with realistic
-//! latencies and a few faults, fires the daily cron and then a tick every second
-//! (production ticks every minute), and shows the batch's progress until it
-//! finishes. Then it prints the dashboard's URL and the admin token and keeps
-//! the Worker up until Ctrl-C.
+//! latencies and a few faults, saves a one-off schedule due now, and fires a tick
+//! every second (production ticks every minute): the first tick fires the
+//! schedule's batch; the demo shows its progress until it finishes. Then it
+//! prints the dashboard's URL and the admin token and keeps the Worker up until
+//! Ctrl-C.
 
-use crate::api::{Api, DAILY_CRON, TICK_CRON};
+use crate::api::{Api, TICK_CRON};
 use crate::drive::{self, Pace};
-use crate::plan;
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::{Context, Result};
-use serde_json::json;
+use crate::{plan, steps};
+use anyhow::Result;
 use std::time::Duration;
 
 /// Demo settings: production's small subrequest budget (so the batch visibly
@@ -64,33 +64,21 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let upserted = api.put_subjects(&subjects).await?;
     println!("seeded {upserted} subjects (latency 50..500 ms, a few failing webhooks)");
 
-    println!("firing the daily cron ({DAILY_CRON}) ...");
-    api.fire_cron(DAILY_CRON).await?;
-    let key = format!("daily:{}", chrono::Utc::now().format("%Y-%m-%d"));
-    let daily = api
-        .batches(100)
-        .await?
-        .into_iter()
-        .find(|b| b.key.as_deref() == Some(key.as_str()))
-        .with_context(|| format!("the daily cron created no batch {key}"))?;
-    let batch = if daily.is_finished() {
-        // The state dir persists: a second demo on the same day finds today's
-        // batch done (that is the idempotency at work), so run an ad-hoc one.
-        let adhoc = format!("demo-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
-        println!("{key} already finished earlier today; creating ad-hoc batch {adhoc}");
-        api.create_batch(&json!({"key": adhoc, "source": "subjects"}))
-            .await?
-            .1
-    } else {
-        daily
-    };
+    // The state dir persists, so each demo saves the one-off again with a new
+    // instant: a new key, a new batch.
+    let (body, key) = steps::one_off_now(&api, "demo").await?;
+    println!("saved the schedule demo {body}; the next tick fires batch {key}");
+    let mut running = tokio::task::JoinSet::new();
+    let first = api.clone();
+    running.spawn(async move { first.fire_cron(TICK_CRON).await });
+    let batch = steps::await_batch(&api, &key, &mut running, Duration::from_secs(60)).await?;
 
     let pace = Pace {
         every: Duration::from_secs_f64(args.tick_every),
         max_in_flight: 2,
         timeout: Duration::from_secs(args.timeout_secs),
     };
-    let finished = drive::until_finished(&api, &batch, pace, Default::default())
+    let finished = drive::until_finished(&api, &batch, pace, running)
         .await?
         .batch;
     println!(

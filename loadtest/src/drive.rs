@@ -29,8 +29,8 @@ pub struct Driven {
 const POLL: Duration = Duration::from_millis(250);
 
 /// Fires ticks at `pace` and updates a progress bar until `batch` finishes.
-/// `running` holds scheduled runs already under way (e.g. the daily cron that
-/// created the batch and drains it); they count against `max_in_flight` but not
+/// `running` holds scheduled runs already under way (e.g. the tick that fired the
+/// batch and drains it); they count against `max_in_flight` but not
 /// as ticks. Runs still going at the end are awaited, so that their invocation
 /// summaries are stored before anyone reads `GET /invocations`.
 pub async fn until_finished(

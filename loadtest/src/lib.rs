@@ -13,7 +13,8 @@
 //! - `checks`: the `ok - ` / `FAIL - ` report of the e2e suite.
 //! - `clock`: the Worker's test clock (`TEST_CLOCK_OFFSET_MS`) seen from the harness.
 //! - `drive`: firing ticks until a batch finishes, with a progress bar.
-//! - `steps`: daily batch, crash mid-batch and daily re-fire, shared by e2e and run.
+//! - `steps`: a one-off schedule fired by the next tick, crash mid-batch, re-firing,
+//!   shared by e2e, run and demo.
 //! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
 //! - `scenario`: what each `run` scenario seeds and configures.

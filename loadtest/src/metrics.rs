@@ -3,7 +3,6 @@
 
 use crate::api::{Invocation, Item};
 use anyhow::{Context, Result};
-use cron_fanout::core::model::Trigger;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -120,13 +119,16 @@ impl Usage {
     }
 }
 
-/// A run's D1 cost: per item overall, and split by trigger. The daily invocation
-/// both initialises the batch and drains what it can, so its row is "init plus
-/// its share of the drain"; the ticks are drain only.
+/// A run's D1 cost: per item overall, and split between the invocation that
+/// fired the run's batch (a tick that created it from a schedule, then drained
+/// what it could: "init plus its share of the drain") and the other ticks (drain
+/// only). The firing one is the earliest-started invocation listing the batch in
+/// its `batch_ids`; runs fire one tick at a time, so no other tick can claim from
+/// the batch before it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct D1Cost {
     pub total: Usage,
-    pub daily: Usage,
+    pub firing: Usage,
     pub ticks: Usage,
     pub statements_per_item: Option<f64>,
     pub rows_written_per_item: Option<f64>,
@@ -136,18 +138,23 @@ pub struct D1Cost {
 }
 
 impl D1Cost {
-    pub fn of(invocations: &[&Invocation], items: u64) -> D1Cost {
+    pub fn of(invocations: &[&Invocation], items: u64, batch_id: &str) -> D1Cost {
         let total = Usage::of(invocations.iter().copied());
-        let daily_run = |i: &&Invocation| i.summary.trigger == Trigger::Daily;
-        let daily = Usage::of(invocations.iter().copied().filter(daily_run));
-        let ticks = Usage::of(invocations.iter().copied().filter(|i| !daily_run(i)));
+        let firing_id = invocations
+            .iter()
+            .filter(|i| i.summary.tally.batch_ids.contains(batch_id))
+            .min_by_key(|i| (i.summary.started_at, i.id))
+            .map(|i| i.id);
+        let is_firing = |i: &&Invocation| Some(i.id) == firing_id;
+        let firing = Usage::of(invocations.iter().copied().filter(is_firing));
+        let ticks = Usage::of(invocations.iter().copied().filter(|i| !is_firing(i)));
         D1Cost {
             statements_per_item: ratio(total.d1_statements as f64, items as f64),
             rows_written_per_item: ratio(total.d1_rows_written as f64, items as f64),
             tick_statements_per_claim: ratio(ticks.d1_statements as f64, ticks.claimed as f64),
             tick_rows_written_per_claim: ratio(ticks.d1_rows_written as f64, ticks.claimed as f64),
             total,
-            daily,
+            firing,
             ticks,
         }
     }
@@ -156,7 +163,7 @@ impl D1Cost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally};
+    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
 
     fn item(attempt: u32, completed_at: Option<&str>) -> Item {
         Item {
@@ -249,22 +256,29 @@ mod tests {
     }
 
     #[test]
-    fn d1_cost_splits_daily_from_ticks() {
-        let invs = [
-            invocation(Trigger::Daily, 10, 1003, 50, 12),
+    fn d1_cost_splits_the_firing_tick_from_the_others() {
+        let mut invs = [
             invocation(Trigger::Tick, 20, 300, 150, 160),
+            invocation(Trigger::Tick, 10, 1003, 50, 12),
             invocation(Trigger::Tick, 2, 1, 0, 3),
         ];
+        // The second started first and lists the batch: it fired it.
+        for (n, (inv, started)) in invs.iter_mut().zip([2_000, 1_000, 3_000]).enumerate() {
+            inv.id = n as i64 + 1;
+            inv.summary.started_at = started;
+        }
+        invs[0].summary.tally.batch_ids.insert("b".into());
+        invs[1].summary.tally.batch_ids.insert("b".into());
         let refs: Vec<&Invocation> = invs.iter().collect();
-        let c = D1Cost::of(&refs, 200);
+        let c = D1Cost::of(&refs, 200, "b");
         assert_eq!(c.total.invocations, 3);
         assert_eq!(c.total.d1_statements, 32);
         assert_eq!(c.total.max_subrequests, 160);
         assert_eq!(c.total.subrequest_budget, 100);
-        assert_eq!(c.daily.d1_rows_written, 1003);
+        assert_eq!((c.firing.invocations, c.firing.d1_rows_written), (1, 1003));
         assert_eq!(c.statements_per_item, Some(0.16));
         assert_eq!(c.rows_written_per_item, Some(1304.0 / 200.0));
         assert_eq!(c.tick_statements_per_claim, Some(22.0 / 150.0));
-        assert_eq!(D1Cost::of(&[], 0).statements_per_item, None);
+        assert_eq!(D1Cost::of(&[], 0, "b").statements_per_item, None);
     }
 }

@@ -100,6 +100,8 @@ impl Planned {
                 "data": self.data(n),
             }),
             active: true,
+            group: None,
+            timezone: None,
         }
     }
 }
@@ -111,6 +113,8 @@ pub fn noop_subject(id: String) -> SubjectIn {
         kind: "noop".into(),
         payload: json!({}),
         active: true,
+        group: None,
+        timezone: None,
     }
 }
 

@@ -100,7 +100,7 @@ impl RunReport {
             items_per_second: makespan_ms.and_then(|m| metrics::per_second(items, m)),
             latency_ms: Percentiles::of(&latencies),
             ticks: o.ticks,
-            d1: D1Cost::of(o.invocations, items),
+            d1: D1Cost::of(o.invocations, items, &o.batch.id.0),
             deliveries: o.deliveries,
             in_flight_at_kill: o.in_flight_at_kill,
             verdicts,
@@ -154,10 +154,10 @@ impl RunReport {
         ]);
         t.row(&["ticks fired".to_string(), self.ticks.to_string()]);
         t.row(&[
-            "invocations (daily + ticks)".to_string(),
+            "invocations (firing + others)".to_string(),
             format!(
                 "{} ({} + {})",
-                d1.total.invocations, d1.daily.invocations, d1.ticks.invocations
+                d1.total.invocations, d1.firing.invocations, d1.ticks.invocations
             ),
         ]);
         t.row(&[
@@ -173,14 +173,14 @@ impl RunReport {
             ),
         ]);
         t.row(&[
-            "  daily invocation (init + its drain)".to_string(),
+            "  firing tick (init + its drain)".to_string(),
             format!(
                 "{} / {} ({} claimed)",
-                d1.daily.d1_statements, d1.daily.d1_rows_written, d1.daily.claimed
+                d1.firing.d1_statements, d1.firing.d1_rows_written, d1.firing.claimed
             ),
         ]);
         t.row(&[
-            "  ticks, per claimed item".to_string(),
+            "  other ticks, per claimed item".to_string(),
             format!(
                 "{} / {} ({} claimed)",
                 num(d1.tick_statements_per_claim, 3),
@@ -248,6 +248,7 @@ mod tests {
             eta: None,
             created_at: "2026-01-01T12:00:00.000Z".into(),
             finished_at: None,
+            schedule_id: None,
         };
         let item = |id: i64, at: &str| Item {
             id,

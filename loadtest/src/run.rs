@@ -1,18 +1,22 @@
 //! `loadtest run`: one scenario end to end — seed, create the batch, fire ticks
 //! until it finishes, then measure and judge it (`report`).
 
-use crate::api::{Api, Batch, Invocation, Item, SubjectIn, DAILY_CRON};
+use crate::api::{Invocation, Item, SubjectIn, TICK_CRON};
 use crate::drive::{self, Pace};
 use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Job, Scenario, Spec};
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{metrics, steps, verdict};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinSet;
+
+/// The one-off schedule each run creates its batch with: fired by a tick, like
+/// the `daily` schedule, so the batch's init is part of that tick's invocation.
+pub const RUN_SCHEDULE: &str = "loadtest";
 
 /// Pacing of ticks during a run: back to back, one at a time (two invocations
 /// draining at once would blur the throughput figures), but not faster than
@@ -106,7 +110,7 @@ pub async fn on_fresh_target(
     Ok(report)
 }
 
-/// The scenario on an open target (its state must hold no other daily batch).
+/// The scenario on an open target (a fresh state: its batches are the run's).
 pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Result<RunReport> {
     let api = target.api.clone();
     let plan = spec.plan();
@@ -135,15 +139,21 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
         timeout,
     };
 
+    // The `daily` schedule would fire over the same subjects once the real clock
+    // passes 12:00 UTC: this run measures its own batch only.
+    api.delete_schedule("daily").await?;
+    let mut one_off = None;
     let (driven, in_flight_at_kill) = if spec.scenario == Scenario::Crash {
         crash(target, &plan, pace).await?
     } else {
-        // The daily cron creates the batch and starts draining it in the same
-        // invocation; the progress bar follows it while it runs.
+        // A one-off schedule due now: the next tick creates the batch and starts
+        // draining it in the same invocation; the progress bar follows it.
+        let (body, key) = steps::one_off_now(&api, RUN_SCHEDULE).await?;
         let mut running: JoinSet<Result<()>> = JoinSet::new();
-        let daily = api.clone();
-        running.spawn(async move { daily.fire_cron(DAILY_CRON).await });
-        let batch = await_daily_batch(&api, &mut running, timeout).await?;
+        let first = api.clone();
+        running.spawn(async move { first.fire_cron(TICK_CRON).await });
+        let batch = steps::await_batch(&api, &key, &mut running, timeout).await?;
+        one_off = Some(body);
         (
             drive::until_finished(&api, &batch, pace, running).await?,
             None,
@@ -229,13 +239,17 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
         "no invocation used more subrequests than its budget",
         verdict::within_budget(&ours_owned),
     ));
-    if spec.scenario == Scenario::Refire {
+    if let (Scenario::Refire, Some(body)) = (spec.scenario, &one_off) {
+        // The same fire again: the one-off saved again with the same instant is due
+        // at once, and its key names the finished batch.
         let before = stats.as_ref().map_or(0, |s| s.total);
+        let refired = async {
+            api.put_schedule(RUN_SCHEDULE, body).await?;
+            steps::refire(target, &batch, before).await
+        };
         verdicts.push(Verdict::new(
-            "re-firing the daily cron creates no batch and no delivery",
-            steps::refire(target, &batch, before)
-                .await
-                .map_err(|e| format!("{e:#}")),
+            "firing the same occurrence again (the one-off saved again) creates no batch and no delivery",
+            refired.await.map_err(|e| format!("{e:#}")),
         ));
     }
     let settings: BTreeMap<String, String> = target.settings.clone();
@@ -254,42 +268,8 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
     )
 }
 
-/// Waits until the daily cron (running in `running`) has inserted today's batch.
-async fn await_daily_batch(
-    api: &Api,
-    running: &mut JoinSet<Result<()>>,
-    timeout: Duration,
-) -> Result<Batch> {
-    let today = chrono::Utc::now().date_naive();
-    let keys = steps::daily_keys(&[today, today.succ_opt().context("date overflow")?]);
-    let deadline = Instant::now() + timeout;
-    loop {
-        match steps::daily_batches(api, &keys).await?.as_slice() {
-            [b] => return Ok(b.clone()),
-            [] => {}
-            many => bail!(
-                "{} daily batches with keys {keys:?}: the state is not fresh",
-                many.len()
-            ),
-        }
-        // A daily cron that ended without a batch failed; say why.
-        if let Some(done) = running.try_join_next() {
-            done??;
-            if steps::daily_batches(api, &keys).await?.is_empty() {
-                bail!("the daily cron created no batch with key {keys:?}");
-            }
-            continue;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "no daily batch after {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The e2e crash: an ad-hoc batch (a daily cron would drain it before its call
-/// returns), SIGKILL while items are in flight, restart on the same state,
+/// The e2e crash: an ad-hoc batch (a tick that fired it would drain it before its
+/// call returns), SIGKILL while items are in flight, restart on the same state,
 /// then ticks until the reaper and the drain finish it. Returns the driven
 /// batch and how many items were `processing` at the kill.
 async fn crash(

@@ -18,7 +18,8 @@ pub enum Scenario {
     Poison,
     /// The runtime is SIGKILLed mid-batch and restarted; leases are reaped.
     Crash,
-    /// The daily cron fires again after the batch finished: nothing new.
+    /// The batch's occurrence fires again after it finished (its one-off schedule
+    /// saved again, ticks and the old daily expression fired): nothing new.
     Refire,
 }
 

@@ -1,39 +1,74 @@
-//! Scenario steps that the e2e suite and `loadtest run` share: creating the daily
-//! batch, crashing the runtime mid-batch, and re-firing the daily cron.
+//! Scenario steps that the e2e suite, `loadtest run` and the demo share: a
+//! one-off schedule that the next tick fires, waiting for the batch it creates,
+//! crashing the runtime mid-batch, and firing crons again after a batch finished.
 
 use crate::api::{Api, Batch, Id, DAILY_CRON, TICK_CRON};
 use crate::target::Target;
-use anyhow::{ensure, Context, Result};
-use std::collections::HashSet;
+use anyhow::{bail, ensure, Context, Result};
+use cron_fanout::core::time::rfc3339;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 
-/// The keys a daily batch created on any of `dates` has: `daily:<UTC date>`.
-pub fn daily_keys(dates: &[chrono::NaiveDate]) -> HashSet<String> {
-    dates
-        .iter()
-        .map(|d| format!("daily:{}", d.format("%Y-%m-%d")))
-        .collect()
+/// Saves the one-off schedule `id` due now (`{"at": <now>}`, real time) and
+/// returns its body and the key of the batch the next tick fires from it
+/// (`<id>:<instant>`). The batch is then created inside a tick, as every
+/// scheduled batch is, with its init counted in that invocation.
+pub async fn one_off_now(api: &Api, id: &str) -> Result<(Value, String)> {
+    let at = rfc3339(chrono::Utc::now().timestamp_millis());
+    let body = json!({ "at": at });
+    let (_, schedule) = api.put_schedule(id, &body).await?;
+    ensure!(
+        schedule.next_fire_at.as_deref() == Some(at.as_str()),
+        "PUT /schedules/{id}: next_fire_at {:?}, want {at}",
+        schedule.next_fire_at
+    );
+    Ok((body, format!("{id}:{at}")))
 }
 
-/// The batches whose key is one of `keys`.
-pub async fn daily_batches(api: &Api, keys: &HashSet<String>) -> Result<Vec<Batch>> {
-    Ok(api
+/// The one batch with key `key`, if any (an error if several: keys are unique).
+pub async fn batch_by_key(api: &Api, key: &str) -> Result<Option<Batch>> {
+    let found: Vec<Batch> = api
         .batches(100)
         .await?
         .into_iter()
-        .filter(|b| b.key.as_ref().is_some_and(|k| keys.contains(k)))
-        .collect())
+        .filter(|b| b.key.as_deref() == Some(key))
+        .collect();
+    match found.as_slice() {
+        [] => Ok(None),
+        [b] => Ok(Some(b.clone())),
+        many => bail!("{} batches with key {key:?}", many.len()),
+    }
 }
 
-/// Fires the daily cron once and returns the keys today's batch may have (two
-/// when the UTC date rolls over during the call) and the batches that carry one.
-pub async fn fire_daily(api: &Api) -> Result<(HashSet<String>, Vec<Batch>)> {
-    let before = chrono::Utc::now().date_naive();
-    api.fire_cron(DAILY_CRON).await?;
-    let after = chrono::Utc::now().date_naive();
-    let keys = daily_keys(&[before, after]);
-    let found = daily_batches(api, &keys).await?;
-    Ok((keys, found))
+/// Waits until the batch with `key` exists, while the scheduled runs in `running`
+/// (the tick that fires it) go on; a run that ended without creating it failed.
+pub async fn await_batch(
+    api: &Api,
+    key: &str,
+    running: &mut JoinSet<Result<()>>,
+    timeout: Duration,
+) -> Result<Batch> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(b) = batch_by_key(api, key).await? {
+            return Ok(b);
+        }
+        if let Some(done) = running.try_join_next() {
+            done??;
+            if running.is_empty() {
+                return batch_by_key(api, key)
+                    .await?
+                    .with_context(|| format!("the tick created no batch {key:?}"));
+            }
+            continue;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no batch {key:?} after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Fires ticks (one at a time) until some but not all items of batch `id` are
@@ -75,9 +110,9 @@ pub async fn kill_mid_batch(target: &mut Target, id: &Id, timeout: Duration) -> 
     Ok(at_kill)
 }
 
-/// Fires crons again after `daily` finished — a tick and the old daily expression
-/// (every cron runs a tick) — : the key must still name that one batch, unchanged,
-/// and the sink must have seen no new delivery.
+/// Fires crons again after `daily` (a finished scheduled batch) — a tick and the
+/// old daily expression, now just another tick: the key must still name that one
+/// batch, unchanged, and the sink must have seen no new delivery.
 pub async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> Result<()> {
     target.api.fire_cron(TICK_CRON).await?;
     target.api.fire_cron(DAILY_CRON).await?;
@@ -109,20 +144,4 @@ pub async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> R
         now - deliveries_before
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn daily_keys_per_date() {
-        let d = chrono::NaiveDate::from_ymd_opt(2026, 1, 31).unwrap();
-        let next = d.succ_opt().unwrap();
-        assert_eq!(
-            daily_keys(&[d, d]),
-            HashSet::from(["daily:2026-01-31".to_string()])
-        );
-        assert_eq!(daily_keys(&[d, next]).len(), 2);
-    }
 }

@@ -508,6 +508,7 @@ mod tests {
             eta: None,
             created_at: String::new(),
             finished_at: (status == "finished").then(String::new),
+            schedule_id: None,
         }
     }
 
