@@ -86,6 +86,9 @@ pub struct E2eArgs {
     /// Skip the crash scenario.
     #[arg(long)]
     pub skip_crash: bool,
+    /// Skip the schedules part (its own runtime, restarted on a moving test clock).
+    #[arg(long)]
+    pub skip_schedules: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -299,11 +302,21 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         );
     }
 
+    let local = target.runtime.is_some();
     if let Some(runtime) = target.runtime.as_mut() {
         checks.record(
             "wrangler dev stops on SIGTERM, no process left",
             runtime.stop().await.map_err(text),
         );
+    }
+
+    // Schedules: a runtime of its own, restarted at chosen instants.
+    if args.skip_schedules {
+        println!("# schedules part skipped (--skip-schedules)");
+    } else if !local {
+        println!("# schedules part skipped: --url mode cannot move the Worker's clock");
+    } else {
+        crate::e2e_schedules::run(args, checks).await?;
     }
     Ok(())
 }

@@ -23,7 +23,8 @@
 //! - `table`: aligned plain-text tables.
 //! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
 //! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP.
-//! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above.
+//! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above
+//!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock).
 
 pub mod api;
 pub mod bench;
@@ -34,6 +35,7 @@ pub mod demo;
 pub mod devvars;
 pub mod drive;
 pub mod e2e;
+pub mod e2e_schedules;
 pub mod edges;
 pub mod faults;
 pub mod metrics;

@@ -1,0 +1,696 @@
+//! The schedules part of `loadtest e2e` (issue 10), on a `wrangler dev` of its own
+//! whose test clock (`TEST_CLOCK_OFFSET_MS`) the suite moves by restarting it, so
+//! that ticks run "at" chosen instants of a January day (no DST anywhere in play:
+//! the host tests cover the transitions):
+//!
+//! | phase | the Worker's clock | what must happen |
+//! |---|---|---|
+//! | setup | 2027-01-14 18:00:00Z | subjects in three zones; three schedules; bad bodies refused; nothing due |
+//! | Kiritimati | 19:00:30Z | 09:00 on the 15th at UTC+14: the digest batch, its Kiritimati items only; feeds fires once for an hour of missed minutes; the one-off fires and disables itself |
+//! | a minute later | 19:01:30Z | feeds fires once more, nothing else |
+//! | Berlin | 01-15 08:00:30Z | Berlin's 09:00: its items; feeds once for 13 missed hours |
+//! | New York | 14:00:30Z | New York's 09:00: its items; the digest batch finishes |
+//!
+//! Every phase fires two ticks at once first (they race for the same due
+//! schedules), then ticks until nothing is in flight or due. Items are webhooks to
+//! the in-process sink, which records each delivery.
+
+use crate::api::{Api, Batch, SubjectIn, TICK_CRON};
+use crate::checks::Checks;
+use crate::clock::TestClock;
+use crate::e2e::{self, E2eArgs};
+use crate::faults::Faults;
+use crate::metrics::timestamp_ms;
+use crate::sink::Delivery;
+use crate::target::{Secrets, Target};
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Duration, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// The zones of the digest's subjects, each with its 09:00 on 2027-01-15 in UTC,
+/// worked out by hand: UTC+14, UTC+1 and UTC-5 in January.
+const ZONES: [(&str, &str, &str); 3] = [
+    ("kir", "Pacific/Kiritimati", "2027-01-14T19:00:00.000Z"),
+    ("ber", "Europe/Berlin", "2027-01-15T08:00:00.000Z"),
+    ("nyc", "America/New_York", "2027-01-15T14:00:00.000Z"),
+];
+const SETUP: &str = "2027-01-14T18:00:00Z";
+const BACKFILL_AT: &str = "2027-01-14T19:00:10.000Z";
+/// How far past each phase's instant its clock starts: the restart and the first
+/// ticks take seconds, well inside the same minute.
+const PAST_SECONDS: i64 = 30;
+/// Digest subjects per zone.
+const PER_ZONE: usize = 2;
+
+fn t(rfc: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(rfc)
+        .expect("a valid instant")
+        .to_utc()
+}
+
+fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
+/// Runs the phases; one check line each, as the rest of the suite.
+pub async fn run(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
+    let started = Instant::now();
+    let clock = TestClock::at(t(SETUP), Utc::now());
+    let mut settings = e2e::settings();
+    settings.extend(clock.vars());
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut target = Target::open(
+        &args.target,
+        "e2e-schedules",
+        &settings,
+        Secrets::Random,
+        true,
+    )
+    .await
+    .context("starting the schedules Worker")?;
+    let result = phases(&mut target, clock, checks).await;
+    if let Some(runtime) = target.runtime.as_mut() {
+        checks.record(
+            "schedules: wrangler dev stops on SIGTERM, no process left",
+            runtime.stop().await.map_err(text),
+        );
+    }
+    println!(
+        "# schedules part: {:.1} s (5 runtime starts)",
+        started.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// What the suite reads back after each phase.
+struct Seen {
+    batches: Vec<Batch>,
+    deliveries: Vec<Delivery>,
+}
+
+impl Seen {
+    /// Keys of the batches `schedule_id` fired, sorted.
+    fn keys(&self, schedule_id: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .batches
+            .iter()
+            .filter(|b| b.schedule_id.as_deref() == Some(schedule_id))
+            .filter_map(|b| b.key.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn batch(&self, key: &str) -> Result<&Batch> {
+        self.batches
+            .iter()
+            .find(|b| b.key.as_deref() == Some(key))
+            .with_context(|| format!("no batch {key:?}"))
+    }
+
+    /// Subject → deliveries of batch `key`.
+    fn delivered(&self, key: &str) -> BTreeMap<String, usize> {
+        let Ok(batch) = self.batch(key) else {
+            return BTreeMap::new();
+        };
+        let mut by_subject = BTreeMap::new();
+        for d in &self.deliveries {
+            if d.batch_id.as_deref() == Some(batch.id.0.as_str()) {
+                *by_subject.entry(d.subject_id.clone()).or_default() += 1;
+            }
+        }
+        by_subject
+    }
+}
+
+async fn seen(target: &Target) -> Result<Seen> {
+    Ok(Seen {
+        batches: target.api.batches(100).await?,
+        deliveries: target
+            .sink
+            .stats(true)
+            .await?
+            .deliveries
+            .unwrap_or_default(),
+    })
+}
+
+/// `subjects` each delivered exactly once, and nobody else.
+fn exactly_once(got: &BTreeMap<String, usize>, subjects: &[String]) -> Result<(), String> {
+    let want: BTreeMap<String, usize> = subjects.iter().map(|s| (s.clone(), 1)).collect();
+    if *got == want {
+        Ok(())
+    } else {
+        Err(format!("deliveries by subject {got:?}, want {want:?}"))
+    }
+}
+
+fn digest_subjects(prefix: &str) -> Vec<String> {
+    (1..=PER_ZONE).map(|n| format!("{prefix}-{n}")).collect()
+}
+
+/// The subjects of the zones up to and including `last` (in `ZONES` order).
+fn digest_through(last: usize) -> Vec<String> {
+    ZONES[..=last]
+        .iter()
+        .flat_map(|(prefix, _, _)| digest_subjects(prefix))
+        .collect()
+}
+
+/// The start of the minute `now` falls in, RFC 3339 as the API writes it.
+fn minute(now: DateTime<Utc>) -> String {
+    cron_fanout::core::time::rfc3339(now.timestamp_millis().div_euclid(60_000) * 60_000)
+}
+
+/// The key an every-60-s schedule fires at `now`: that minute's.
+fn minute_key(id: &str, now: DateTime<Utc>) -> String {
+    format!("{id}:{}", minute(now))
+}
+
+/// Restarts the runtime with its clock at `to` (plus a few seconds of start-up).
+async fn move_clock(target: &mut Target, to: DateTime<Utc>) -> Result<TestClock> {
+    let clock = TestClock::at(to, Utc::now());
+    let runtime = target
+        .runtime
+        .as_mut()
+        .context("the schedules part needs a local runtime")?;
+    runtime.set_var("TEST_CLOCK_OFFSET_MS", Some(&clock.offset_ms.to_string()));
+    runtime.restart().await?;
+    Ok(clock)
+}
+
+/// Fires two ticks at once (racing for the same due schedules), then ticks until
+/// no batch has an item in flight or due by the Worker's clock. Returns the
+/// minute key feeds would fire in (read before the first tick).
+async fn settle(api: &Api, clock: &TestClock) -> Result<String> {
+    let feeds_key = minute_key("feeds", clock.now());
+    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+    a?;
+    b?;
+    for _ in 0..20 {
+        if !busy(api, clock.now()).await? {
+            return Ok(feeds_key);
+        }
+        api.fire_cron(TICK_CRON).await?;
+    }
+    bail!("items still in flight or due after 20 ticks")
+}
+
+async fn busy(api: &Api, now: DateTime<Utc>) -> Result<bool> {
+    for b in api.batches(100).await? {
+        if b.processing > 0 {
+            return Ok(true);
+        }
+        if b.pending > 0 {
+            for item in api.all_items(&b.id, Some("pending")).await? {
+                let run_after = timestamp_ms(item.run_after.as_deref().unwrap_or_default())?;
+                if run_after <= now.timestamp_millis() {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
+}
+
+fn subject(target: &Target, id: &str, group: &str, timezone: &str) -> SubjectIn {
+    SubjectIn {
+        id: id.to_string(),
+        kind: "webhook".into(),
+        payload: json!({"url": target.sink.hook_url(id, &Faults::default()), "data": {"id": id}}),
+        active: true,
+        group: Some(group.to_string()),
+        timezone: Some(timezone.to_string()),
+    }
+}
+
+async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> Result<()> {
+    setup(target, &clock, checks).await?;
+
+    // 19:00:30Z: 09:00 of the 15th in Kiritimati.
+    let clock = move_clock(target, t(ZONES[0].2) + Duration::seconds(PAST_SECONDS)).await?;
+    let feeds_1900 = settle(&target.api, &clock).await?;
+    kiritimati(target, &feeds_1900, checks).await?;
+    refire(target, checks).await?;
+
+    // A minute later: feeds only.
+    let clock = move_clock(target, t(ZONES[0].2) + Duration::seconds(60 + PAST_SECONDS)).await?;
+    let feeds_1901 = settle(&target.api, &clock).await?;
+    let s = seen(target).await?;
+    checks.record(
+        &format!("a minute later feeds fires exactly one more batch ({feeds_1901}), delivered once each; nothing else fires"),
+        (|| {
+            let want = vec![feeds_1900.clone(), feeds_1901.clone()];
+            if s.keys("feeds") != want {
+                return Err(format!("feeds batches {:?}, want {want:?}", s.keys("feeds")));
+            }
+            if s.batches.len() != 4 {
+                return Err(format!("{} batches, want 4", s.batches.len()));
+            }
+            exactly_once(&s.delivered(&feeds_1901), &["feed-1".into(), "feed-2".into()])
+        })(),
+    );
+
+    // Berlin's and New York's 09:00.
+    for (zone, (_, name, nine)) in ZONES.iter().enumerate().skip(1) {
+        let clock = move_clock(target, t(nine) + Duration::seconds(PAST_SECONDS)).await?;
+        let feeds_now = settle(&target.api, &clock).await?;
+        let s = seen(target).await?;
+        let waiting = digest_through(ZONES.len() - 1).len() - digest_through(zone).len();
+        checks.record(
+            &format!("at 09:00 in {name} its subjects are delivered, once each; {waiting} later ones still wait"),
+            exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(zone)),
+        );
+        checks.record(
+            &format!("feeds, idle for hours, fires once for the latest minute ({feeds_now}), not once per missed minute"),
+            (|| {
+                // Two before the first zone here, then one per zone.
+                let fired = s.keys("feeds");
+                if !fired.contains(&feeds_now) || fired.len() != 2 + zone {
+                    return Err(format!("feeds batches {fired:?}"));
+                }
+                exactly_once(&s.delivered(&feeds_now), &["feed-1".into(), "feed-2".into()])
+            })(),
+        );
+    }
+    finale(target, checks).await
+}
+
+/// Subjects, schedules and bad bodies at 2027-01-14T18:00Z; nothing is due yet.
+async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
+    let api = &target.api;
+    let mut subjects: Vec<SubjectIn> = ZONES
+        .iter()
+        .flat_map(|(prefix, zone, _)| {
+            digest_subjects(prefix)
+                .into_iter()
+                .map(|id| subject(target, &id, "digest", zone))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    subjects.push(subject(target, "feed-1", "feeds", "UTC"));
+    subjects.push(subject(target, "feed-2", "feeds", "Asia/Tokyo"));
+    subjects.push(subject(target, "once-1", "once", "UTC"));
+    api.put_subjects(&subjects).await?;
+    let ber = api
+        .subjects_page(Some("ber-0"), 1)
+        .await?
+        .subjects
+        .pop()
+        .context("no subject ber-1")?;
+    checks.record(
+        "PUT /subjects stores each subject's group and timezone; GET /subjects lists them",
+        if (ber.id.as_str(), ber.group.as_str(), ber.timezone.as_str())
+            == ("ber-1", "digest", "Europe/Berlin")
+        {
+            Ok(())
+        } else {
+            Err(format!("{ber:?}"))
+        },
+    );
+    let one = api.admin_raw(Method::GET, "/subjects/nyc-2", None).await?;
+    checks.record(
+        "GET /subjects/{id} answers one subject with its group and timezone",
+        match one.json() {
+            Some(v)
+                if v["group"] == json!("digest") && v["timezone"] == json!("America/New_York") =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{} {}", one.status, one.body)),
+        },
+    );
+
+    // The migration's `daily` would fire over these subjects at 12:00 UTC: off.
+    api.put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
+        .await?;
+    let (created, digest) = api
+        .put_schedule(
+            "digest",
+            &json!({"cron": "0 9 * * *", "timezone": "subject", "group": "digest"}),
+        )
+        .await?;
+    let (_, backfill) = api
+        .put_schedule("backfill", &json!({"at": BACKFILL_AT, "group": "once"}))
+        .await?;
+    let (_, feeds) = api
+        .put_schedule("feeds", &json!({"every_seconds": 60, "group": "feeds"}))
+        .await?;
+    let next_minute = minute(clock.now() + Duration::minutes(1));
+    checks.record(
+        "PUT /schedules/{id} creates (201) and answers next_fire_at: each subject's 09:00 at the earliest zone's (Kiritimati's, 2027-01-14T19:00Z), a one-off at its instant, every 60 s at the next minute",
+        match (
+            created,
+            digest.next_fire_at.as_deref(),
+            backfill.next_fire_at.as_deref(),
+            feeds.next_fire_at.as_deref(),
+        ) {
+            (true, Some(d), Some(b), Some(f))
+                if d == ZONES[0].2 && b == BACKFILL_AT && f == next_minute =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let (created_again, again) = api
+        .put_schedule("feeds", &json!({"every_seconds": 60, "group": "feeds"}))
+        .await?;
+    checks.record(
+        "PUT /schedules/{id} on an existing schedule replaces it (200), keeping created_at",
+        if !created_again
+            && again.created_at == feeds.created_at
+            && again.updated_at >= feeds.updated_at
+        {
+            Ok(())
+        } else {
+            Err(format!("created {created_again}, {again:?}"))
+        },
+    );
+
+    bad_bodies(api, checks).await?;
+
+    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+    a?;
+    b?;
+    let batches = api.batches(100).await?;
+    checks.record(
+        "ticks before any schedule is due create no batch",
+        if batches.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} batches", batches.len()))
+        },
+    );
+    Ok(())
+}
+
+/// Bad schedule bodies get their 400 code and change nothing.
+async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
+    let before = api.all_schedules().await?;
+    let cases: [(&str, &str, Value, &str); 10] = [
+        (
+            "a cron Cloudflare refuses",
+            "bad",
+            json!({"cron": "61 * * * *"}),
+            "invalid_cron",
+        ),
+        (
+            "a cron that never fires",
+            "bad",
+            json!({"cron": "0 0 30 2 *"}),
+            "invalid_cron",
+        ),
+        (
+            "every_seconds under 60",
+            "bad",
+            json!({"every_seconds": 59}),
+            "invalid_schedule",
+        ),
+        (
+            "cron and at together",
+            "bad",
+            json!({"cron": "0 9 * * *", "at": BACKFILL_AT}),
+            "invalid_schedule",
+        ),
+        (
+            "each subject's time with a cron that fires hourly",
+            "bad",
+            json!({"cron": "0 * * * *", "timezone": "subject"}),
+            "invalid_schedule",
+        ),
+        (
+            "jitter over an hour",
+            "bad",
+            json!({"cron": "0 9 * * *", "jitter_seconds": 3601}),
+            "invalid_schedule",
+        ),
+        (
+            "an unknown time zone",
+            "bad",
+            json!({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}),
+            "invalid_timezone",
+        ),
+        (
+            "an unknown field",
+            "bad",
+            json!({"cron": "0 9 * * *", "retries": 3}),
+            "invalid_json",
+        ),
+        (
+            "an id with ':'",
+            "a:b",
+            json!({"every_seconds": 60}),
+            "invalid_id",
+        ),
+        (
+            "the reserved id adhoc",
+            "adhoc",
+            json!({"every_seconds": 60}),
+            "reserved_id",
+        ),
+    ];
+    for (name, id, body, code) in cases {
+        let r = api
+            .admin_raw(
+                Method::PUT,
+                &format!("/schedules/{}", crate::api::encode(id)),
+                Some(body.to_string()),
+            )
+            .await?;
+        let got = r.error_shape().map(|(c, _)| c);
+        checks.record(
+            &format!("bad schedule body ({name}): 400 {code}"),
+            if r.status == StatusCode::BAD_REQUEST && got.as_deref() == Some(code) {
+                Ok(())
+            } else {
+                Err(format!("{} {}", r.status, crate::api::clip(&r.body)))
+            },
+        );
+    }
+    let reserved = api
+        .admin_raw(
+            Method::POST,
+            "/batches",
+            Some(json!({"key": "digest:2027-01-15", "source": "subjects"}).to_string()),
+        )
+        .await?;
+    checks.record(
+        "POST /batches with a key under a schedule's prefix (digest:…): 400 reserved_key",
+        match reserved.error_shape() {
+            Some((code, _)) if code == "reserved_key" => Ok(()),
+            _ => Err(format!(
+                "{} {}",
+                reserved.status,
+                crate::api::clip(&reserved.body)
+            )),
+        },
+    );
+    let after = api.all_schedules().await?;
+    let batches = api.batches(100).await?;
+    checks.record(
+        "bad schedule bodies changed nothing: GET /schedules identical, no batch",
+        if after == before && batches.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} schedules (was {}), {} batches",
+                after.len(),
+                before.len(),
+                batches.len()
+            ))
+        },
+    );
+    Ok(())
+}
+
+/// Checks at Kiritimati's 09:00, after the racing ticks.
+async fn kiritimati(target: &Target, feeds_key: &str, checks: &mut Checks) -> Result<()> {
+    let s = seen(target).await?;
+    let backfill_key = format!("backfill:{BACKFILL_AT}");
+    let fired: Vec<(String, u64)> = {
+        let mut all: Vec<(String, u64)> = s
+            .batches
+            .iter()
+            .map(|b| (b.key.clone().unwrap_or_default(), b.total))
+            .collect();
+        all.sort();
+        all
+    };
+    let mut want = vec![
+        (backfill_key.clone(), 1),
+        (
+            "digest:2027-01-15".to_string(),
+            (ZONES.len() * PER_ZONE) as u64,
+        ),
+        (feeds_key.to_string(), 2),
+    ];
+    want.sort();
+    checks.record(
+        "at 09:00 in Kiritimati two racing ticks fire each due schedule exactly once: digest:2027-01-15 over its 6 subjects, feeds once for an hour of missed minutes, the one-off",
+        if fired == want {
+            Ok(())
+        } else {
+            Err(format!("batches {fired:?}, want {want:?}"))
+        },
+    );
+    let digest = s.batch("digest:2027-01-15")?;
+    let items = target.api.all_items(&digest.id, None).await?;
+    let run_after: BTreeMap<String, String> = items
+        .iter()
+        .map(|i| {
+            (
+                i.subject_id.clone(),
+                i.run_after.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = ZONES
+        .iter()
+        .flat_map(|(prefix, _, nine)| {
+            digest_subjects(prefix)
+                .into_iter()
+                .map(|id| (id, nine.to_string()))
+        })
+        .collect();
+    checks.record(
+        "each digest item's run_after is exactly its subject's 09:00 (Kiritimati 01-14T19:00Z, Berlin 01-15T08:00Z, New York 01-15T14:00Z)",
+        if run_after == want {
+            Ok(())
+        } else {
+            Err(format!("{run_after:?}"))
+        },
+    );
+    checks.record(
+        "only the Kiritimati subjects are delivered at Kiritimati's 09:00 (once each); the others wait in pending",
+        exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(0)).and_then(|()| {
+            if digest.pending == (2 * PER_ZONE) as u64 && digest.schedule_id.as_deref() == Some("digest") {
+                Ok(())
+            } else {
+                Err(format!("{} {:?}", digest.progress(), digest.schedule_id))
+            }
+        }),
+    );
+    checks.record(
+        "the every-60-s and one-off batches are delivered once each",
+        exactly_once(&s.delivered(feeds_key), &["feed-1".into(), "feed-2".into()])
+            .and_then(|()| exactly_once(&s.delivered(&backfill_key), &["once-1".into()])),
+    );
+    let backfill = target.api.schedule("backfill").await?;
+    let batch_id = s.batch(&backfill_key)?.id.0.clone();
+    checks.record(
+        "the one-off disabled itself after firing (enabled false, next_fire_at null, last_batch_id its batch)",
+        if !backfill.enabled
+            && backfill.next_fire_at.is_none()
+            && backfill.last_batch_id.as_deref() == Some(batch_id.as_str())
+        {
+            Ok(())
+        } else {
+            Err(format!("{backfill:?}"))
+        },
+    );
+    let digest_schedule = target.api.schedule("digest").await?;
+    checks.record(
+        "digest's next fire is the 16th's at Kiritimati (2027-01-15T19:00Z)",
+        if digest_schedule.next_fire_at.as_deref() == Some("2027-01-15T19:00:00.000Z") {
+            Ok(())
+        } else {
+            Err(format!("{digest_schedule:?}"))
+        },
+    );
+    Ok(())
+}
+
+/// Re-firing creates nothing: ticks again at the same instant, and the one-off
+/// saved again with its instant (due at once, same key).
+async fn refire(target: &Target, checks: &mut Checks) -> Result<()> {
+    let before = seen(target).await?;
+    let api = &target.api;
+    let result = async {
+        let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+        a?;
+        b?;
+        let (created, saved) = api
+            .put_schedule("backfill", &json!({"at": BACKFILL_AT, "group": "once"}))
+            .await?;
+        if created || saved.next_fire_at.as_deref() != Some(BACKFILL_AT) {
+            bail!("saving backfill again: created {created}, {saved:?}");
+        }
+        api.fire_cron(TICK_CRON).await?;
+        let after = seen(target).await?;
+        let keys = |s: &Seen| {
+            s.batches
+                .iter()
+                .map(|b| (b.key.clone(), b.total))
+                .collect::<Vec<_>>()
+        };
+        if keys(&after) != keys(&before) || after.deliveries.len() != before.deliveries.len() {
+            bail!(
+                "{} batches (was {}), {} deliveries (was {})",
+                after.batches.len(),
+                before.batches.len(),
+                after.deliveries.len(),
+                before.deliveries.len()
+            );
+        }
+        let backfill = api.schedule("backfill").await?;
+        if backfill.enabled {
+            bail!("backfill is enabled again after its re-fire: {backfill:?}");
+        }
+        Ok(())
+    };
+    checks.record(
+        "re-firing creates nothing: ticks again, and the one-off saved again (same instant) then ticked, add no batch and no delivery",
+        result.await.map_err(text),
+    );
+    Ok(())
+}
+
+/// After New York's 09:00: the digest batch is done, each item at its own hour.
+async fn finale(target: &Target, checks: &mut Checks) -> Result<()> {
+    let s = seen(target).await?;
+    let digest = s.batch("digest:2027-01-15")?;
+    let items = target.api.all_items(&digest.id, None).await?;
+    let mut order: Vec<(i64, String)> = Vec::new();
+    let mut late = Vec::new();
+    for i in &items {
+        let run_after = timestamp_ms(i.run_after.as_deref().unwrap_or_default())?;
+        let done = timestamp_ms(i.completed_at.as_deref().unwrap_or("1970-01-01T00:00:00Z"))?;
+        // Completed by the phase's ticks, which start seconds after its 09:00 + 30 s.
+        if i.status != "completed" || done < run_after || done > run_after + 120_000 {
+            late.push(format!(
+                "{} {} at {:?} (due {:?})",
+                i.subject_id, i.status, i.completed_at, i.run_after
+            ));
+        }
+        order.push((done, i.subject_id.clone()));
+    }
+    order.sort();
+    let zones_in_order: Vec<&str> = order.iter().map(|(_, s)| &s[..3]).collect();
+    let want: Vec<&str> = ZONES.iter().flat_map(|(p, _, _)| [*p; PER_ZONE]).collect();
+    checks.record(
+        "the digest batch finished: every item completed once, within two minutes after its own 09:00, in zone order Kiritimati, Berlin, New York",
+        exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(ZONES.len() - 1)).and_then(|()| {
+            if !digest.is_finished() || !late.is_empty() {
+                Err(format!("{}; off time: {late:?}", digest.progress()))
+            } else if zones_in_order != want {
+                Err(format!("completion order {order:?}"))
+            } else {
+                Ok(())
+            }
+        }),
+    );
+    let invocations = target.api.invocations(1000).await?;
+    checks.record(
+        "the disabled daily schedule fired nothing; no invocation used more subrequests than its budget",
+        if !s.keys("daily").is_empty() {
+            Err(format!("daily batches {:?}", s.keys("daily")))
+        } else {
+            crate::verdict::within_budget(&invocations)
+        },
+    );
+    Ok(())
+}
