@@ -24,7 +24,8 @@
 //! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
 //! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP.
 //! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above
-//!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock).
+//!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock), and
+//!   `schedules`: what schedules cost the tick.
 
 pub mod api;
 pub mod bench;
@@ -45,6 +46,7 @@ pub mod report;
 pub mod run;
 pub mod runtime;
 pub mod scenario;
+pub mod schedules;
 pub mod signature;
 pub mod sink;
 pub mod steps;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use loadtest::{bench, demo, e2e, probe, run, sink};
+use loadtest::{bench, demo, e2e, probe, run, schedules, sink};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -41,6 +41,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// How many SELF calls one invocation can make (locally or on --url).
     Probe(probe::ProbeArgs),
+    /// What schedules cost the tick: idle ticks with and without 1,000 idle
+    /// schedules, 1 vs 100 due at once, 100 due over subjects; with verdicts.
+    Schedules(schedules::SchedulesArgs),
 }
 
 #[tokio::main]
@@ -69,6 +72,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Run(args) => run::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Probe(args) => probe::run(args).await,
+        Command::Schedules(args) => schedules::run(args).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
