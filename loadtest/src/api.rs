@@ -387,12 +387,27 @@ impl Api {
 
     /// Every subject, following `next_after`.
     pub async fn all_subjects(&self) -> Result<Vec<Subject>> {
+        self.all_pages(&format!("/subjects?limit={MAX_PAGE}"), "subjects")
+            .await
+    }
+
+    /// Every row of a listing paged by `after`: `path` (with its other query
+    /// parameters) is fetched with `&after=<next_after>` until a page has none.
+    async fn all_pages<T: DeserializeOwned>(&self, path: &str, list: &str) -> Result<Vec<T>> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.subjects_page(after.as_deref(), MAX_PAGE).await?;
-            all.extend(page.subjects);
-            match page.next_after {
+            let mut page_path = path.to_string();
+            if let Some(after) = &after {
+                page_path.push_str(&format!("&after={}", encode(after)));
+            }
+            let mut page: Value = self.get(&page_path).await?;
+            let rows: Vec<T> = serde_json::from_value(page[list].take())
+                .with_context(|| format!("GET {page_path}: \"{list}\""))?;
+            let next: Option<String> = serde_json::from_value(page["next_after"].take())
+                .with_context(|| format!("GET {page_path}: \"next_after\""))?;
+            all.extend(rows);
+            match next {
                 Some(next) if Some(&next) != after.as_ref() => after = Some(next),
                 _ => return Ok(all),
             }
@@ -431,25 +446,8 @@ impl Api {
 
     /// Every schedule, following `next_after`.
     pub async fn all_schedules(&self) -> Result<Vec<Schedule>> {
-        #[derive(Deserialize)]
-        struct Page {
-            schedules: Vec<Schedule>,
-            next_after: Option<String>,
-        }
-        let mut all = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut path = format!("/schedules?limit={MAX_PAGE}");
-            if let Some(after) = &after {
-                path.push_str(&format!("&after={}", encode(after)));
-            }
-            let page: Page = self.get(&path).await?;
-            all.extend(page.schedules);
-            match page.next_after {
-                Some(next) if Some(&next) != after.as_ref() => after = Some(next),
-                _ => return Ok(all),
-            }
-        }
+        self.all_pages(&format!("/schedules?limit={MAX_PAGE}"), "schedules")
+            .await
     }
 
     pub async fn delete_schedule(&self, id: &str) -> Result<()> {
@@ -476,23 +474,11 @@ impl Api {
 
     /// Every item of a batch (optionally of one status), following `next_after`.
     pub async fn all_items(&self, id: &Id, status: Option<&str>) -> Result<Vec<Item>> {
-        let mut all = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut path = format!("/batches/{}/items?limit={MAX_PAGE}", encode(&id.0));
-            if let Some(status) = status {
-                path.push_str(&format!("&status={status}"));
-            }
-            if let Some(after) = &after {
-                path.push_str(&format!("&after={}", encode(after)));
-            }
-            let page: ItemsPage = self.get(&path).await?;
-            all.extend(page.items);
-            match page.next_after {
-                Some(next) if Some(&next) != after.as_ref() => after = Some(next),
-                _ => return Ok(all),
-            }
+        let mut path = format!("/batches/{}/items?limit={MAX_PAGE}", encode(&id.0));
+        if let Some(status) = status {
+            path.push_str(&format!("&status={status}"));
         }
+        self.all_pages(&path, "items").await
     }
 
     pub async fn invocations(&self, limit: usize) -> Result<Vec<Invocation>> {

@@ -204,17 +204,22 @@ impl RunReport {
         if let Some(n) = self.in_flight_at_kill {
             t.row(&["in flight at the kill".to_string(), n.to_string()]);
         }
-        t.section("verdicts");
-        for v in &self.verdicts {
-            let mark = if v.ok { "ok" } else { "FAIL" };
-            let detail = v
-                .detail
-                .as_deref()
-                .map(|d| format!(": {d}"))
-                .unwrap_or_default();
-            t.row(&[mark.to_string(), format!("{}{detail}", v.name)]);
-        }
+        verdict_rows(&mut t, &self.verdicts);
         t
+    }
+}
+
+/// A `verdicts` section: one `ok` / `FAIL` row per verdict, with why it failed.
+pub fn verdict_rows(t: &mut Table, verdicts: &[Verdict]) {
+    t.section("verdicts");
+    for v in verdicts {
+        let mark = if v.ok { "ok" } else { "FAIL" };
+        let detail = v
+            .detail
+            .as_deref()
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        t.row(&[mark.to_string(), format!("{}{detail}", v.name)]);
     }
 }
 

@@ -504,16 +504,7 @@ impl SchedulesReport {
                 self.items, self.drain_ticks
             ),
         ]);
-        t.section("verdicts");
-        for v in &self.verdicts {
-            let mark = if v.ok { "ok" } else { "FAIL" };
-            let detail = v
-                .detail
-                .as_deref()
-                .map(|d| format!(": {d}"))
-                .unwrap_or_default();
-            t.row(&[mark.to_string(), format!("{}{detail}", v.name)]);
-        }
+        crate::report::verdict_rows(&mut t, &self.verdicts);
         t
     }
 }

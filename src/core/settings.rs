@@ -36,7 +36,7 @@ pub struct Settings {
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
     pub allow_private_targets: bool,
-    /// Added to every instant the Worker reads (`edge::clock`), so tests can run
+    /// Added to the queue's clock (`edge::clock::now_ms`), so tests can run
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
     /// setting that no deployment may set (docs/operations.md).
     pub test_clock_offset_ms: i64,

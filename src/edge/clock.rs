@@ -1,10 +1,12 @@
 //! The only sources of time and randomness; `core` gets them as arguments.
 //!
-//! Every instant the Worker reads is `Date.now()` plus this isolate's test clock
+//! The queue's clock ([`now_ms`]) is `Date.now()` plus this isolate's test clock
 //! offset (`TEST_CLOCK_OFFSET_MS`, refused unless `ALLOW_TEST_CLOCK=true`; 0 in any
 //! deployment), so a test runtime can run ticks "at" chosen instants: fires, leases,
-//! `run_after` and deadlines all move together. Webhook signatures keep the real
-//! time (`jobs::webhook`): the receiver checks them against its own clock.
+//! `run_after`, deadlines and every stored time move together. Signature
+//! timestamps and log rate limits read the real time ([`wall_ms`]): another party
+//! checks a signature against its own clock (webhook receivers, and whoever signs a
+//! dispatch), and a rate is about real seconds.
 
 use std::cell::Cell;
 
@@ -19,8 +21,14 @@ pub fn set_offset(offset_ms: i64) {
     OFFSET_MS.with(|o| o.set(offset_ms));
 }
 
+/// The queue's clock: the real time plus the test clock's offset.
 pub fn now_ms() -> i64 {
-    worker::js_sys::Date::now() as i64 + OFFSET_MS.with(Cell::get)
+    wall_ms() + OFFSET_MS.with(Cell::get)
+}
+
+/// The real time, never shifted: for signatures and log rate limits.
+pub fn wall_ms() -> i64 {
+    worker::js_sys::Date::now() as i64
 }
 
 /// A random id (UUID v4 from the platform's CSPRNG), for batch ids and lease tokens.

@@ -50,7 +50,7 @@ impl Config {
             // Loud on purpose: a shifted clock must never go unnoticed.
             log::error(
                 "test_clock",
-                serde_json::json!({ "offset_ms": offset, "note": "TEST_CLOCK_OFFSET_MS is set: every instant this Worker reads is shifted (test runtimes only)" }),
+                serde_json::json!({ "offset_ms": offset, "note": "TEST_CLOCK_OFFSET_MS is set: the queue's clock (fires, leases, run_after, stored times) is shifted (test runtimes only)" }),
             );
         }
         CACHED.with(|c| *c.borrow_mut() = Some(cfg.clone()));

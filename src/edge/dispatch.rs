@@ -68,7 +68,7 @@ async fn dispatch(
         Ok(b) => b,
         Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")),
     };
-    let sig = signature::sign(secret, clock::now_ms() / 1_000, body.as_bytes());
+    let sig = signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
     let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
         let headers = web_sys::Headers::new()?;
         headers.set(SIGNATURE_HEADER, &sig)?;

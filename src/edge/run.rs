@@ -65,7 +65,7 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Outcome {
 /// of the request is read: a dispatch older than the lease can never be valid
 /// (`signature::dispatch_max_age_secs`).
 pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiError> {
-    let now_secs = clock::now_ms() / 1_000;
+    let now_secs = clock::wall_ms() / 1_000;
     let max_age = signature::dispatch_max_age_secs(cfg.settings.lease_ms);
     SignatureHeader::parse(header)
         .and_then(|h| h.check_fresh(now_secs, max_age).map(|()| h))
@@ -100,7 +100,7 @@ pub async fn handle(
 
 /// A refused dispatch: 401, and a log line unless too many were written lately.
 fn reject(reason: SignatureError) -> ApiError {
-    let decision = REJECTED.with(|l| l.borrow_mut().decide(clock::now_ms()));
+    let decision = REJECTED.with(|l| l.borrow_mut().decide(clock::wall_ms()));
     if let LogDecision::Write { suppressed } = decision {
         log::error(
             "dispatch_rejected",
