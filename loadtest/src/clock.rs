@@ -3,7 +3,7 @@
 //! offset, so the suite can run ticks "at" chosen instants. The offset is fixed per
 //! `wrangler dev` start; moving the clock means restarting with another one.
 
-use chrono::{DateTime, Duration, NaiveTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 
 /// Milliseconds added to the Worker's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,54 +33,12 @@ impl TestClock {
     }
 }
 
-/// 12:00:30 UTC on the date `real_now + lead` falls on. A Worker whose clock starts
-/// there (offset negative when the real time is later that day) has passed the
-/// `daily` schedule's 12:00 fire by its first tick, whatever the real time of day:
-/// the migration set that fire to 12:00 of the real date it ran on, and `lead`
-/// covers migrations and start-up running past a real midnight.
-pub fn noon_of(real_now: DateTime<Utc>, lead: Duration) -> DateTime<Utc> {
-    let noon = NaiveTime::from_hms_opt(12, 0, 30).expect("a valid time");
-    (real_now + lead).date_naive().and_time(noon).and_utc()
-}
-
-/// The key of the `daily` batch that a tick at `virtual_now` fires: the UTC date of
-/// the latest 12:00 at or before it (`daily:<date>`).
-pub fn daily_key(virtual_now: DateTime<Utc>) -> String {
-    let date = (virtual_now - Duration::hours(12)).date_naive();
-    format!("daily:{}", date.format("%Y-%m-%d"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
-    }
-
-    #[test]
-    fn noon_of_the_real_date_unless_midnight_is_near() {
-        let lead = Duration::minutes(5);
-        for real in [
-            "2026-11-21T08:00:00Z",
-            "2026-11-21T15:00:00Z",
-            "2026-11-21T23:54:59Z",
-        ] {
-            assert_eq!(noon_of(t(real), lead), t("2026-11-21T12:00:30Z"), "{real}");
-        }
-        assert_eq!(
-            noon_of(t("2026-11-21T23:55:00Z"), lead),
-            t("2026-11-22T12:00:30Z"),
-            "the migration may run after midnight"
-        );
-    }
-
-    #[test]
-    fn daily_keys_follow_the_latest_noon() {
-        assert_eq!(daily_key(t("2026-11-21T12:00:30Z")), "daily:2026-11-21");
-        assert_eq!(daily_key(t("2026-11-21T23:59:59Z")), "daily:2026-11-21");
-        assert_eq!(daily_key(t("2026-11-22T11:59:59Z")), "daily:2026-11-21");
-        assert_eq!(daily_key(t("2026-11-22T12:00:00Z")), "daily:2026-11-22");
     }
 
     #[test]

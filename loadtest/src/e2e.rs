@@ -1,18 +1,18 @@
 //! `loadtest e2e`: the end-to-end suite CI runs against a real Worker.
 //!
 //! It seeds subjects whose webhooks succeed, fail for a while, fail for good or
-//! hang; fires tick crons the way production does, on a Worker whose test clock
-//! (`TEST_CLOCK_OFFSET_MS`) has just passed 12:00 UTC, so the first tick creates
-//! the day's `daily` batch (no `0 12 * * *` cron is fired: issue 9 item 2); and
-//! checks the end state through the API and the sink, the timeline and /metrics.
-//! Then it fires crons again (nothing new), sends bad input, drives the dashboard
-//! in a headless Chromium (`ui`), and crashes the runtime mid-batch. Waits are on
+//! hang; saves a one-off schedule due now and fires tick crons the way production
+//! does, so the first tick creates the batch (schedules are all the Worker has: no
+//! daily cron); and checks the end state through the API and the sink, the
+//! timeline and /metrics. Then it fires the same occurrence again (nothing new),
+//! sends bad input, drives the dashboard in a headless Chromium (`ui`), crashes
+//! the runtime mid-batch, and runs the schedules part (`e2e_schedules`: time zones,
+//! intervals, one-offs and the missed daily batch, on a test clock). Waits are on
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
 use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
-use crate::clock::{self, TestClock};
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
@@ -103,11 +103,7 @@ pub async fn run(args: E2eArgs) -> bool {
 }
 
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
-    // The Worker's clock starts at 12:00:30 UTC: past the `daily` schedule's fire.
-    let real = chrono::Utc::now();
-    let clock = TestClock::at(clock::noon_of(real, chrono::Duration::minutes(5)), real);
-    let mut settings = settings();
-    settings.extend(clock.vars());
+    let settings = settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // A rotation under way: dispatches signed with the previous secret still run.
     let mut target_args = args.target.clone();
@@ -159,11 +155,13 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         seed(&api, &subjects).await.map_err(text),
     );
 
-    // Daily batch: made by ticks alone.
-    let daily = daily_batch(&api, &clock, plan.len(), checks).await?;
-    let finished = drive(&api, &daily.id, timeout, "daily").await;
+    // The batch: a one-off schedule fired by ticks. (`daily` would fire over the
+    // same subjects after 12:00 UTC; the schedules part tests it on a test clock.)
+    api.delete_schedule("daily").await?;
+    let (one_off, daily) = scheduled_batch(&api, plan.len(), checks).await?;
+    let finished = drive(&api, &daily.id, timeout, "batch").await;
     let finished = checks.step(
-        "daily batch finishes while tick crons fire (2 at a time)",
+        "the batch finishes while tick crons fire (2 at a time)",
         finished,
     );
     let items = items_by_subject(&api, &daily.id).await?;
@@ -259,11 +257,13 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     }
 
     // Re-fire: nothing new.
+    let refired = async {
+        api.put_schedule(E2E_SCHEDULE, &one_off).await?;
+        steps::refire(&target, &daily, stats.total).await
+    };
     checks.record(
-        "firing crons again (a tick, and `0 12 * * *`, now just a tick) creates no batch and no delivery",
-        steps::refire(&target, &daily, stats.total)
-            .await
-            .map_err(text),
+        "firing the same occurrence again (the one-off saved again, ticks and `0 12 * * *` — now just a tick — fired) creates no batch and no delivery",
+        refired.await.map_err(text),
     );
 
     // Bad input.
@@ -344,17 +344,13 @@ async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
     Ok(())
 }
 
-/// Fires two tick crons at once on a Worker whose clock is past 12:00 UTC and finds
-/// the `daily` batch they created (`daily:<date>`): every tick creates the day's
-/// batch once its time has passed (issue 9 item 2), exactly once even when ticks
-/// race. No `0 12 * * *` cron is fired.
-async fn daily_batch(
-    api: &Api,
-    clock: &TestClock,
-    total: usize,
-    checks: &mut Checks,
-) -> Result<Batch> {
-    let key = clock::daily_key(clock.now());
+/// The one-off schedule the suite's batch is fired with.
+const E2E_SCHEDULE: &str = "e2e";
+
+/// Saves a one-off schedule due now, fires two tick crons at once (they race for
+/// it) and finds the one batch they created; returns the schedule's body too.
+async fn scheduled_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<(Value, Batch)> {
+    let (body, key) = steps::one_off_now(api, E2E_SCHEDULE).await?;
     let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
     a?;
     b?;
@@ -374,12 +370,12 @@ async fn daily_batch(
         many => Err(format!("{} batches with key {key:?}", many.len())),
     };
     let name = format!(
-        "two ticks after 12:00 UTC (no daily cron) create exactly one batch {key} over all {total} subjects"
+        "a one-off schedule due now: two racing ticks create exactly one batch {key} over all {total} subjects"
     );
     if !checks.record(&name, result) && found.is_empty() {
-        bail!("no daily batch to follow");
+        bail!("no batch to follow");
     }
-    Ok(found[0].clone())
+    Ok((body, found[0].clone()))
 }
 
 /// Fires tick crons (two concurrently, to exercise exclusive claims) until the

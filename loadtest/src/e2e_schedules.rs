@@ -5,7 +5,7 @@
 //!
 //! | phase | the Worker's clock | what must happen |
 //! |---|---|---|
-//! | setup | 2027-01-14 18:00:00Z | subjects in three zones; three schedules; bad bodies refused; nothing due |
+//! | setup | 2027-01-14 18:00:00Z | the `daily` schedule's noon fire was missed (the migration set it to 12:00 of the real date): the first ticks create `daily:2027-01-14`, once; then subjects in three zones, three schedules, bad bodies refused, nothing due |
 //! | Kiritimati | 19:00:30Z | 09:00 on the 15th at UTC+14: the digest batch, its Kiritimati items only; feeds fires once for an hour of missed minutes; the one-off fires and disables itself |
 //! | a minute later | 19:01:30Z | feeds fires once more, nothing else |
 //! | Berlin | 01-15 08:00:30Z | Berlin's 09:00: its items; feeds once for 13 missed hours |
@@ -228,6 +228,7 @@ fn subject(target: &Target, id: &str, group: &str, timezone: &str) -> SubjectIn 
 }
 
 async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> Result<()> {
+    missed_daily(target, &clock, checks).await?;
     setup(target, &clock, checks).await?;
 
     // 19:00:30Z: 09:00 of the 15th in Kiritimati.
@@ -247,8 +248,8 @@ async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> R
             if s.keys("feeds") != want {
                 return Err(format!("feeds batches {:?}, want {want:?}", s.keys("feeds")));
             }
-            if s.batches.len() != 4 {
-                return Err(format!("{} batches, want 4", s.batches.len()));
+            if s.batches.len() != 5 {
+                return Err(format!("{} batches, want 5", s.batches.len()));
             }
             exactly_once(&s.delivered(&feeds_1901), &["feed-1".into(), "feed-2".into()])
         })(),
@@ -277,6 +278,41 @@ async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> R
         );
     }
     finale(target, checks).await
+}
+
+/// Issue 9 item 2: the noon fire of `daily` never ran (the Worker was down since
+/// before it; Cloudflare retries no cron run). Only tick crons are fired, after
+/// 12:00: the first creates the day's batch, and a racing second creates nothing.
+async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
+    let api = &target.api;
+    let subjects: Vec<SubjectIn> = (1..=3)
+        .map(|n| subject(target, &format!("early-{n}"), "early", "UTC"))
+        .collect();
+    api.put_subjects(&subjects).await?;
+    settle(api, clock).await?;
+    let s = seen(target).await?;
+    checks.record(
+        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over every subject, delivered once each (issue 9 item 2)",
+        if s.keys("daily") == ["daily:2027-01-14"] && s.batches.len() == 1 {
+            let ids: Vec<String> = subjects.iter().map(|s| s.id.clone()).collect();
+            exactly_once(&s.delivered("daily:2027-01-14"), &ids)
+        } else {
+            Err(format!("batches {:?}", s.batches.iter().map(|b| &b.key).collect::<Vec<_>>()))
+        },
+    );
+    let daily = api.schedule("daily").await?;
+    checks.record(
+        "the daily schedule then waits for the next noon (2027-01-15T12:00Z)",
+        if daily.next_fire_at.as_deref() == Some("2027-01-15T12:00:00.000Z") {
+            Ok(())
+        } else {
+            Err(format!("{daily:?}"))
+        },
+    );
+    // From here on it would fire over every subject at 12:00 UTC: off.
+    api.put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
+        .await?;
+    Ok(())
 }
 
 /// Subjects, schedules and bad bodies at 2027-01-14T18:00Z; nothing is due yet.
@@ -324,9 +360,6 @@ async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Resul
         },
     );
 
-    // The migration's `daily` would fire over these subjects at 12:00 UTC: off.
-    api.put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
-        .await?;
     let (created, digest) = api
         .put_schedule(
             "digest",
@@ -379,10 +412,13 @@ async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Resul
     let batches = api.batches(100).await?;
     checks.record(
         "ticks before any schedule is due create no batch",
-        if batches.is_empty() {
+        if batches.len() == 1 {
             Ok(())
         } else {
-            Err(format!("{} batches", batches.len()))
+            Err(format!(
+                "{} batches, want only the daily one",
+                batches.len()
+            ))
         },
     );
     Ok(())
@@ -391,6 +427,7 @@ async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Resul
 /// Bad schedule bodies get their 400 code and change nothing.
 async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
     let before = api.all_schedules().await?;
+    let batches_before = api.batches(100).await?.len();
     let cases: [(&str, &str, Value, &str); 10] = [
         (
             "a cron Cloudflare refuses",
@@ -493,7 +530,7 @@ async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
     let batches = api.batches(100).await?;
     checks.record(
         "bad schedule bodies changed nothing: GET /schedules identical, no batch",
-        if after == before && batches.is_empty() {
+        if after == before && batches.len() == batches_before {
             Ok(())
         } else {
             Err(format!(
@@ -521,6 +558,7 @@ async fn kiritimati(target: &Target, feeds_key: &str, checks: &mut Checks) -> Re
         all
     };
     let mut want = vec![
+        ("daily:2027-01-14".to_string(), 3),
         (backfill_key.clone(), 1),
         (
             "digest:2027-01-15".to_string(),
@@ -530,7 +568,7 @@ async fn kiritimati(target: &Target, feeds_key: &str, checks: &mut Checks) -> Re
     ];
     want.sort();
     checks.record(
-        "at 09:00 in Kiritimati two racing ticks fire each due schedule exactly once: digest:2027-01-15 over its 6 subjects, feeds once for an hour of missed minutes, the one-off",
+        "at 09:00 in Kiritimati two racing ticks fire each due schedule exactly once: digest:2027-01-15 over its 6 subjects, feeds once for an hour of missed minutes, the one-off (the disabled daily nothing)",
         if fired == want {
             Ok(())
         } else {
@@ -685,8 +723,8 @@ async fn finale(target: &Target, checks: &mut Checks) -> Result<()> {
     );
     let invocations = target.api.invocations(1000).await?;
     checks.record(
-        "the disabled daily schedule fired nothing; no invocation used more subrequests than its budget",
-        if !s.keys("daily").is_empty() {
+        "the daily schedule, once disabled, fired nothing more; no invocation used more subrequests than its budget",
+        if s.keys("daily") != ["daily:2027-01-14"] {
             Err(format!("daily batches {:?}", s.keys("daily")))
         } else {
             crate::verdict::within_budget(&invocations)
