@@ -207,7 +207,7 @@
       async refresh() {
         const { batches } = await api("/batches?limit=50");
         if (!batches.length) {
-          replace(list, h("p", { class: "panel empty" }, "No batches yet. The daily cron creates one, and so does POST /batches."));
+          replace(list, h("p", { class: "panel empty" }, "No batches yet. A schedule creates one when it fires (the daily one at 12:00 UTC), and so does POST /batches."));
           return;
         }
         replace(
