@@ -9,7 +9,7 @@ use cron_fanout::core::budget::Budget;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
-use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::core::retry::{decide, release, RetryPolicy};
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
@@ -431,6 +431,158 @@ fn group_commit_applies_held_leases_and_reports_lost_ones() {
     );
 }
 
+fn lease_of(store: &Store<SqliteDb>, id: i64) -> (Option<String>, Option<i64>) {
+    store
+        .db_conn()
+        .query_row(
+            "SELECT lease_token, lease_expires_at FROM cron_queue WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_committed_row_keeps_its_token_until_a_claim_or_the_reaper_replaces_it() {
+    // Issue 9 item 3: "not processing and still my token" = "my commit applied it".
+    let store = setup();
+    batch_of(&store, "x", 2, 5);
+    let items = claim(&store, 0, 2, "t");
+    assert!(commit(&store, &items[0], Outcome::Done, 1));
+    assert!(commit(&store, &items[1], Outcome::Retry("503".into()), 1));
+    for item in &items {
+        assert_eq!(
+            lease_of(&store, item.item_id),
+            (Some(item.lease_token.clone()), None)
+        );
+    }
+    // Out of the index of leased items: the live `processing` count and the
+    // reaper never see them.
+    assert_eq!(
+        block_on(store.get_batch("batch-x"))
+            .unwrap()
+            .unwrap()
+            .processing,
+        0
+    );
+    assert!(block_on(store.reap_expired_leases(i64::MAX / 2, 100))
+        .unwrap()
+        .is_empty());
+    // A new claim replaces the retried row's token; the reaper clears it.
+    let again = claim(&store, 100_000, 2, "u");
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        lease_of(&store, again[0].item_id).0.as_deref(),
+        Some(again[0].lease_token.as_str())
+    );
+    block_on(store.reap_expired_leases(100_000 + LEASE_MS, 100)).unwrap();
+    assert_eq!(lease_of(&store, again[0].item_id), (None, None));
+}
+
+#[test]
+fn a_retried_commit_reads_back_what_its_failed_attempt_applied() {
+    let store = setup();
+    batch_of(&store, "x", 4, 5);
+    let items = claim(&store, 0, 4, "t");
+    let transitions: Vec<Transition> = items
+        .iter()
+        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
+        .collect();
+    // The first attempt applied items 1 and 2, and its answer was lost.
+    block_on(store.commit_outcomes(&transitions[..2])).unwrap();
+    // Meanwhile item 3's lease expired and another tick's reaper took it.
+    store
+        .db_conn()
+        .execute(
+            "UPDATE cron_queue SET lease_expires_at = 1 WHERE id = 3",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        block_on(store.reap_expired_leases(2, 100)).unwrap().len(),
+        1
+    );
+    // The retry: one call of two statements, writing only item 4.
+    let before = store.usage();
+    let mut applied = block_on(store.recommit_outcomes(&transitions)).unwrap();
+    applied.sort_unstable();
+    assert_eq!(
+        applied,
+        vec![1, 2, 4],
+        "item 3's lease is lost, the others applied"
+    );
+    let after = store.usage();
+    assert_eq!(after.statements - before.statements, 2);
+    let written_once = {
+        let fresh = setup();
+        batch_of(&fresh, "y", 1, 5);
+        let one = claim(&fresh, 0, 1, "t");
+        let before = fresh.usage().rows_written;
+        let t = decide(&one[0], &Outcome::Done, POLICY, 5, 0.0);
+        block_on(fresh.commit_outcomes(&[t])).unwrap();
+        fresh.usage().rows_written - before
+    };
+    assert_eq!(after.rows_written - before.rows_written, written_once);
+    assert_eq!(status_of(&store, 3).0, "pending");
+    assert_eq!(status_of(&store, 4).0, "completed");
+    // Through the metered store it is one subrequest.
+    let budget = Budget::new(10);
+    let metered = Store::new(Metered::new(store.into_db(), budget.clone()));
+    assert_eq!(
+        block_on(metered.recommit_outcomes(&transitions))
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(budget.used(), 1);
+}
+
+#[test]
+fn the_read_back_finds_rows_by_primary_key() {
+    // It runs after every retried commit: it must read the rows it names, not
+    // scan the queue.
+    let store = setup();
+    let conn = store.db_conn();
+    let mut stmt = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            cron_fanout::sql::COMMITTED_OUTCOMES
+        ))
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map(["[]"], |r| r.get::<_, String>(3))
+        .unwrap()
+        .map(|d| d.unwrap())
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("SEARCH q USING INTEGER PRIMARY KEY")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|d| d.starts_with("SCAN q")), "{plan:?}");
+}
+
+#[test]
+fn a_released_item_gets_its_attempt_back_and_can_be_claimed_again() {
+    // Its last attempt: without the attempt back it could never be claimed again.
+    let store = setup();
+    let batch = batch_of(&store, "x", 1, 1);
+    let item = claim(&store, 0, 1, "t").pop().unwrap();
+    assert_eq!(item.attempt, 1);
+    assert_eq!(
+        block_on(store.commit_outcomes(&[release(&item)])).unwrap(),
+        vec![item.item_id]
+    );
+    let (status, attempt, error) = status_of(&store, item.item_id);
+    assert_eq!((status.as_str(), attempt), ("pending", 0));
+    assert!(error.unwrap().starts_with("attempt 1 released unrun"));
+    let again = claim(&store, 1, 1, "u").pop().unwrap();
+    assert_eq!((again.item_id, again.attempt), (item.item_id, 1));
+    assert!(commit(&store, &again, Outcome::Done, 2));
+    let row = block_on(store.get_batch(&batch)).unwrap().unwrap();
+    assert_eq!((row.completed, row.failed), (1, 0));
+}
+
 #[test]
 fn a_batch_is_marked_finished_exactly_once() {
     let store = setup();
@@ -593,6 +745,7 @@ fn invocation_summaries_round_trip() {
             retried: 1,
             failed: 0,
             lost_leases: 0,
+            released: 5,
             reaped: 4,
             per_batch: [
                 (
@@ -677,7 +830,7 @@ fn the_invocations_json_is_the_documented_one() {
         json!({
             "id": 1, "trigger": "daily", "started_at": "2026-11-21T12:00:00.123Z",
             "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
-            "failed": 0, "lost_leases": 0, "reaped": 0, "subrequests": 3,
+            "failed": 0, "lost_leases": 0, "released": 0, "reaped": 0, "subrequests": 3,
             "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4,
             "stop_reason": "drained", "per_batch": {}
         })

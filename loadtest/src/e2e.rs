@@ -778,9 +778,9 @@ async fn crash(
     for Invocation { id, summary: i } in since_crash.iter().rev() {
         let t = &i.tally;
         eprintln!(
-            "  [crash] invocation {id} {} at {} {} ms: claimed {} completed {} retried {} failed {} lost_leases {} reaped {} subrequests {}/{}",
+            "  [crash] invocation {id} {} at {} {} ms: claimed {} completed {} retried {} failed {} lost_leases {} released {} reaped {} subrequests {}/{}",
             i.trigger.as_str(), rfc3339(i.started_at), i.elapsed_ms, t.claimed, t.completed, t.retried,
-            t.failed, t.lost_leases, t.reaped, i.subrequests, i.subrequest_budget
+            t.failed, t.lost_leases, t.released, t.reaped, i.subrequests, i.subrequest_budget
         );
     }
     let reaped: i64 = since_crash.iter().map(|i| i.summary.tally.reaped).sum();

@@ -5,8 +5,8 @@
 //! The ledger is charged where calls happen: every D1 call by the metered store
 //! (`store::metered`), every `SELF` dispatch (or inline job) by the drain. The
 //! planner reserves ahead what a step will need — a claim its statement and every
-//! item it may return — and keeps room for the flushes and the tail, so no step is
-//! started that the budget cannot finish.
+//! item it may return — and keeps room for the flushes, one commit retry and the
+//! tail, so no step is started that the budget cannot finish.
 
 use std::cell::Cell;
 use std::fmt;
@@ -23,6 +23,12 @@ pub const FLUSH_MAX_ROWS: i64 = 500;
 /// record the invocation summary.
 pub const TAIL_SUBREQUESTS: i64 = 2;
 
+/// Commit retries the plan keeps room for, per invocation: one transient D1
+/// error on a commit (the last flush included) costs a statement, not a chunk of
+/// delivered items left to the reaper. Spent once used; more retries go out only
+/// when the budget has room to spare.
+pub const RETRY_RESERVE: i64 = 1;
+
 /// Most D1 calls a tick's schedule firing makes before the drain (`Store::fire_due`):
 /// the due page, the zones in use, the fire `batch()` and its read-back. An idle
 /// tick makes only the first.
@@ -31,8 +37,9 @@ pub const FIRE_SUBREQUESTS: i64 = 4;
 /// The reaper's one statement per tick.
 pub const REAP_SUBREQUESTS: i64 = 1;
 
-/// The smallest drain worth a tick: one claim, one item's dispatch, its flush.
-const SMALLEST_DRAIN: i64 = 3;
+/// The smallest drain worth a tick: one claim, one item's dispatch, its flush and
+/// the retry the plan keeps for it.
+const SMALLEST_DRAIN: i64 = 3 + RETRY_RESERVE;
 
 /// The smallest `SUBREQUEST_BUDGET` settings accept: a tick that fires schedules
 /// and reaps still has room to drain one item, finish batches and record its
@@ -181,6 +188,8 @@ pub struct DrainLimits {
     pub per_item_cost: i64,
     pub job_timeout_ms: i64,
     pub deadline_ms: i64,
+    /// How long a claim owns its items.
+    pub lease_ms: i64,
 }
 
 /// Where a drain is now.
@@ -190,9 +199,17 @@ pub struct DrainState {
     pub in_flight: i64,
     /// Claimed items waiting for a free slot.
     pub queued: i64,
-    /// Outcomes known but not yet in a commit.
-    pub buffered: i64,
+    /// Flush statements kept for the outcomes not yet in a commit (queued,
+    /// running, waiting): one per 500 of each lease, so the outcomes of an older
+    /// claim can be committed before their lease expires without waiting for the
+    /// newer ones (`Drain`'s lease rule).
+    pub flushes: i64,
+    /// Commit retries still kept (`RETRY_RESERVE` less those sent).
+    pub retries: i64,
     pub elapsed_ms: i64,
+    /// What a claim's items need besides their call times, at the D1 round trips
+    /// seen (`timing::wind_down_ms`).
+    pub wind_down_ms: i64,
     /// A claim came back short: nothing else is due right now.
     pub drained: bool,
 }
@@ -219,14 +236,16 @@ pub fn refill_at(claim_chunk: i64) -> i64 {
 /// Measured: claiming only once the queue was empty left the window under-full
 /// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks.md).
 ///
-/// The deadline shortens the line instead of ending the claims early: an item is
-/// claimed only if it can wait, run and be committed before the deadline
-/// (`timing::line_allowed`). A line shorter than half a chunk is claimed only once
-/// it is all free (it is a whole number of windows), so claims stay at least half
-/// a chunk or one window long.
+/// The deadline and the lease shorten the line instead of ending the claims
+/// early: an item is claimed only if it can wait, run and be committed before the
+/// deadline and before its lease expires, at the D1 round trips seen
+/// (`timing::line_allowed` with `state.wind_down_ms`). A line shorter than half a
+/// chunk is claimed only once it is all free (it is a whole number of windows),
+/// so claims stay at least half a chunk or one window long.
 ///
 /// A claim is affordable when its statement, every item it may return, the flushes
-/// for everything outstanding and the tail all fit in what the budget has free.
+/// for everything outstanding and for its own items, the retry kept and the tail
+/// all fit in what the budget has free.
 pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> NextClaim {
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
@@ -234,24 +253,25 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
     let allowed = line_allowed(
         state.elapsed_ms,
         limits.deadline_ms,
+        limits.lease_ms,
+        state.wind_down_ms,
         limits.job_timeout_ms,
         limits.concurrency,
     );
     let line = (limits.concurrency + limits.claim_chunk).min(allowed);
     if line == 0 {
-        // Not even an item that starts at once could finish; it only gets later.
+        // Not even an item that starts at once could finish; it only gets later
+        // (or D1 is too slow for the lease: nothing claimed could be committed).
         return NextClaim::Stop(StopReason::Deadline);
     }
     let free = line - state.in_flight - state.queued;
     if free < refill_at(limits.claim_chunk).min(line) {
         return NextClaim::Hold;
     }
-    let outstanding = state.in_flight + state.queued + state.buffered;
+    let kept = state.flushes + state.retries + TAIL_SUBREQUESTS;
     let mut k = free.min(limits.claim_chunk);
-    let affordable = |k: i64| {
-        1 + k * limits.per_item_cost + flush_reserve(outstanding + k) + TAIL_SUBREQUESTS
-            <= budget.free()
-    };
+    let affordable =
+        |k: i64| 1 + k * limits.per_item_cost + flush_reserve(k) + kept <= budget.free();
     while k > 0 && !affordable(k) {
         k -= 1;
     }
@@ -263,11 +283,11 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
 }
 
 /// Whether a commit statement (a flush, or a retry of one) fits the budget while
-/// keeping enough to commit the `others` outcomes it does not carry — items still
-/// running, queued or being claimed, and outcomes buffered behind it — and for the
-/// tail.
-pub fn may_commit(budget: &Budget, others: i64) -> bool {
-    1 + flush_reserve(others) + TAIL_SUBREQUESTS <= budget.free()
+/// keeping `flushes` for the outcomes it does not carry (items still running,
+/// queued or being claimed, outcomes waiting behind it; counted per lease, see
+/// `DrainState::flushes`), `retries` commit retries and the tail.
+pub fn may_commit(budget: &Budget, flushes: i64, retries: i64) -> bool {
+    1 + flushes + retries + TAIL_SUBREQUESTS <= budget.free()
 }
 
 #[cfg(test)]
@@ -281,14 +301,18 @@ mod tests {
         per_item_cost: 1,
         job_timeout_ms: 10_000,
         deadline_ms: 50_000,
+        lease_ms: 3_600_000,
     };
 
-    fn state(in_flight: i64, buffered: i64) -> DrainState {
+    /// `flushes` kept for outstanding outcomes, the retry still kept, quick D1.
+    fn state(in_flight: i64, flushes: i64) -> DrainState {
         DrainState {
             in_flight,
             queued: 0,
-            buffered,
+            flushes,
+            retries: RETRY_RESERVE,
             elapsed_ms: 0,
+            wind_down_ms: WIND_DOWN_MS,
             drained: false,
         }
     }
@@ -399,17 +423,24 @@ mod tests {
     }
 
     #[test]
-    fn free_plan_budget_of_45_leaves_room_for_claim_flush_and_tail() {
-        // After reap (1): 44 left. 1 claim + k items + 1 flush + 2 tail ≤ 44 → k = 40.
+    fn free_plan_budget_of_45_leaves_room_for_claim_flush_retry_and_tail() {
+        // After the due-schedules read and the reap (2): 43 left. 1 claim + k items
+        // + 1 flush + 1 retry + 2 tail ≤ 43 → k = 38.
         let b = Budget::new(45);
         b.charge_call().unwrap();
-        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(40));
-        b.reserve(1, 40).unwrap();
-        // 3 left: exactly the flush and the tail; no further claim.
+        b.charge_call().unwrap();
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(38));
+        b.reserve(1, 38).unwrap();
+        // 4 left: exactly the flush, its retry and the tail; no further claim.
+        assert_eq!(b.free(), 4);
         assert_eq!(
-            next_claim(&b, LIMITS, state(0, 40)),
+            next_claim(&b, LIMITS, state(0, 1)),
             NextClaim::Stop(StopReason::Budget)
         );
+        // The last flush goes out keeping the retry; if it fails, the retry fits.
+        assert!(may_commit(&b, 0, RETRY_RESERVE));
+        b.reserve(1, 0).unwrap();
+        assert!(may_commit(&b, 0, 0));
     }
 
     #[test]
@@ -417,13 +448,29 @@ mod tests {
         // Held dispatches are as spent as made ones for planning.
         let b = Budget::new(100);
         b.reserve(0, 50).unwrap();
-        // 50 free: 1 + k + 1 flush + 2 tail ≤ 50 → k = 46 of the chunk's 50.
-        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(46));
+        // 50 free: 1 + k + 1 flush + 1 retry + 2 tail ≤ 50 → k = 45 of the chunk's 50.
+        assert_eq!(next_claim(&b, LIMITS, state(0, 0)), NextClaim::Take(45));
+    }
+
+    #[test]
+    fn the_plan_keeps_a_flush_per_lease_and_the_retry_until_it_is_spent() {
+        let b = Budget::new(60);
+        // Outcomes of two earlier claims outstanding (two flushes kept): 1 + k + 1
+        // + 2 + 1 + 2 ≤ 60 → k = 53, capped by the chunk.
+        assert_eq!(next_claim(&b, LIMITS, state(25, 2)), NextClaim::Take(50));
+        let b = Budget::new(20);
+        assert_eq!(next_claim(&b, LIMITS, state(25, 2)), NextClaim::Take(13));
+        // Once the retry was sent, it is no longer kept.
+        let spent = DrainState {
+            retries: 0,
+            ..state(25, 2)
+        };
+        assert_eq!(next_claim(&b, LIMITS, spent), NextClaim::Take(14));
     }
 
     #[test]
     fn the_smallest_budget_drains_an_item_after_a_full_firing_step() {
-        assert_eq!(MIN_SUBREQUEST_BUDGET, 10);
+        assert_eq!(MIN_SUBREQUEST_BUDGET, 11);
         let b = Budget::new(MIN_SUBREQUEST_BUDGET);
         for _ in 0..FIRE_SUBREQUESTS + REAP_SUBREQUESTS {
             b.charge_call().unwrap();
@@ -448,7 +495,7 @@ mod tests {
             per_item_cost: 3,
             ..LIMITS
         };
-        // 1 + 3k + 1 + 2 ≤ 45 → k = 13.
+        // 1 + 3k + 1 + 1 + 2 ≤ 45 → k = 13.
         assert_eq!(next_claim(&b, inline, state(0, 0)), NextClaim::Take(13));
     }
 
@@ -463,9 +510,8 @@ mod tests {
                 DrainState {
                     in_flight,
                     queued,
-                    buffered: 0,
                     elapsed_ms,
-                    drained: false,
+                    ..state(0, 0)
                 },
             )
         };
@@ -528,9 +574,8 @@ mod tests {
                 let state = DrainState {
                     in_flight: running,
                     queued: line.len() as i64 - running,
-                    buffered: 0,
                     elapsed_ms: now,
-                    drained: false,
+                    ..state(0, 0)
                 };
                 match next_claim(&b, limits, state) {
                     NextClaim::Take(k) => {
@@ -580,12 +625,40 @@ mod tests {
     #[test]
     fn a_commit_keeps_the_reserve_for_every_other_outcome() {
         let b = Budget::new(10);
-        b.charge(6).unwrap();
-        // 4 free: this commit 1 + one flush for 3 others + tail 2 = 4.
-        assert!(may_commit(&b, 3));
+        b.charge(5).unwrap();
+        // 5 free: this commit 1 + one flush for the others + the retry + tail 2.
+        assert!(may_commit(&b, 1, 1));
         b.charge(1).unwrap();
-        assert!(!may_commit(&b, 3));
-        // Nothing else outstanding: only this commit and the tail.
-        assert!(may_commit(&b, 0));
+        assert!(!may_commit(&b, 1, 1));
+        // A retry (no retry kept behind it) still fits; so does the last flush.
+        assert!(may_commit(&b, 1, 0));
+        assert!(may_commit(&b, 0, 1));
+    }
+
+    #[test]
+    fn a_slow_d1_or_a_short_lease_shortens_the_line() {
+        let b = Budget::new(10_000);
+        let limits = DrainLimits {
+            lease_ms: crate::core::timing::min_lease_ms(10_000, 50, 25),
+            ..LIMITS
+        };
+        // The smallest lease: 3 call times and 1 s, a full line of 75 with quick D1.
+        assert_eq!(next_claim(&b, limits, state(0, 0)), NextClaim::Take(50));
+        assert_eq!(next_claim(&b, limits, state(25, 0)), NextClaim::Take(50));
+        // D1 at 1 s: the wind-down is 8.1 s, two call times fit in the lease.
+        let slow = DrainState {
+            wind_down_ms: crate::core::timing::wind_down_ms(1_000, 25),
+            ..state(25, 0)
+        };
+        assert_eq!(next_claim(&b, limits, slow), NextClaim::Take(25));
+        // D1 so slow that not one call and its commits fit in the lease.
+        let hopeless = DrainState {
+            wind_down_ms: 30_000,
+            ..state(0, 0)
+        };
+        assert_eq!(
+            next_claim(&b, limits, hopeless),
+            NextClaim::Stop(StopReason::Deadline)
+        );
     }
 }

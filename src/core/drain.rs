@@ -1,43 +1,44 @@
 //! The drain as a deterministic state machine, in the style of quinn-proto's
 //! `Connection`: no I/O, no clock, no randomness. The shell (`edge::drain` in the
-//! Worker, a simulation on the host) feeds it what happened — `claimed`,
-//! `finished`, `committed`, `timer`, each with `now` — and asks `poll(now)` what to
-//! do next until it answers `Wait` or `Done`. Notable results (retries, failures,
-//! lost leases, failed calls) come out of `next_report` for the shell to log.
+//! Worker, a simulation on the host) feeds it what happened — `prepared`,
+//! `claimed`, `finished`, `committed`, `timer`, each with `now` — and asks
+//! `poll(now)` what to do next until it answers `Wait` or `Done`. Notable results
+//! (retries, failures, releases, lost leases, failed calls) come out of
+//! `next_report` for the shell to log.
 //!
 //! It owns the window (at most `DISPATCH_CONCURRENCY` items running), the
 //! claim-ahead rule and the deadline (`budget::next_claim`), the flush rule
-//! (every [`FLUSH_INTERVAL_MS`] or [`FLUSH_MAX_ROWS`] outcomes), the watchdog
-//! cohorts (`core::watchdog`), the subrequest reservations with their refunds, the
-//! commit retry and the tally.
+//! (every [`FLUSH_INTERVAL_MS`] or [`FLUSH_MAX_ROWS`] outcomes, or sooner when a
+//! lease would expire first), the lease rule (each claimed item's lease expiry is
+//! known: an item that could no longer run and be committed before it, or before
+//! the deadline, at the D1 round trips seen is released unrun), the watchdog
+//! cohorts (`core::watchdog`), the subrequest reservations with their refunds,
+//! the commit retry and the tally.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
-use super::budget::FLUSH_MAX_ROWS;
-use super::budget::{may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim};
+use super::budget::{
+    flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
+    FLUSH_MAX_ROWS, RETRY_RESERVE,
+};
 use super::model::{ClaimedItem, ItemStatus, Outcome, StopReason, Tally, Transition};
-use super::retry::{decide, RetryPolicy};
+use super::retry::{decide, release, RetryPolicy};
 use super::settings::Settings;
+use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use super::watchdog;
 use crate::store::StoreError;
 
-/// Group-commit interval: an outcome waits at most this long (plus a running
-/// commit) before its commit starts; a commit also starts once FLUSH_MAX_ROWS are
-/// waiting. Measured: one commit per interval rather than per CLAIM_CHUNK outcomes
-/// saves a D1 call per chunk, about 1 ms of the runtime's CPU each locally
-/// (docs/benchmarks.md).
-pub const FLUSH_INTERVAL_MS: i64 = 100;
+pub use super::timing::FLUSH_INTERVAL_MS;
 
 /// Attempts of one commit statement: commits are fenced, so repeating one never
-/// applies anything twice.
+/// applies anything twice, and the second reads back what the first applied.
 pub const COMMIT_TRIES: u8 = 2;
 
 /// What a drain is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub limits: DrainLimits,
-    pub lease_ms: i64,
     pub retry: RetryPolicy,
 }
 
@@ -52,18 +53,20 @@ impl Policy {
                 per_item_cost,
                 job_timeout_ms: settings.job_timeout_ms,
                 deadline_ms: settings.invocation_deadline_ms,
+                lease_ms: settings.lease_ms,
             },
-            lease_ms: settings.lease_ms,
             retry: settings.retry,
         }
     }
 }
 
-/// A claimed item with the transition its outcome decided.
+/// A claimed item with the transition its outcome (or its release) decided, and
+/// when its lease expires.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settled {
     pub item: ClaimedItem,
     pub transition: Transition,
+    pub lease_expires_at: i64,
 }
 
 /// What the shell should do next.
@@ -80,6 +83,11 @@ pub enum Action {
     Claim { limit: i64, lease_expires_at: i64 },
     /// Commit these outcomes (one statement), then hand them back to `committed`.
     Commit(Vec<Settled>),
+    /// Commit these outcomes again after a failed attempt, which may have been
+    /// applied all the same: apply what is still fenced and read back what is
+    /// applied (`Store::recommit_outcomes`, one call), then hand them back to
+    /// `committed`.
+    CommitAgain(Vec<Settled>),
     /// Nothing to start now: wait for a running call, claim or commit to answer,
     /// or until this time, then call `timer`.
     Wait(Option<i64>),
@@ -96,24 +104,38 @@ pub enum Report {
     Settled(Settled),
     /// An outcome not applied: the item's lease had been lost.
     LeaseLost(ClaimedItem),
+    /// A claimed item not dispatched: its call and commit could no longer end
+    /// before its lease expired or the deadline, at the D1 round trips seen. It
+    /// goes back to `pending` unrun, its attempt given back, in the next commit.
+    Released(ClaimedItem),
     /// A claim failed: the drain claims nothing more and commits what it has.
     ClaimFailed(StoreError),
     /// A commit failed and is sent again.
     CommitRetry { error: StoreError, rows: usize },
     /// A commit failed for good: these items stay `processing` until their leases
-    /// expire and the reaper requeues them (a duplicate delivery, never a loss).
+    /// expire and the reaper requeues them (a duplicate delivery, never a loss),
+    /// unless the failed attempt had applied them.
     CommitFailed {
         error: StoreError,
         item_ids: Vec<i64>,
     },
 }
 
-/// The slowest D1 round trips seen, in ms (for rules that will size leases and
-/// deadlines by them).
+/// The slowest D1 round trips seen, in ms: the lease and deadline rules are sized
+/// by them (`timing::wind_down_ms`, `timing::commit_allowance_ms`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundTrips {
+    /// The reaper's statement, just before the drain.
+    pub prepare_ms: i64,
     pub claim_ms: i64,
     pub commit_ms: i64,
+}
+
+impl RoundTrips {
+    /// D1 is one writer: a slow claim means slow commits too, and the other way.
+    pub fn slowest(&self) -> i64 {
+        self.prepare_ms.max(self.claim_ms).max(self.commit_ms)
+    }
 }
 
 /// When waiting outcomes are due for a commit.
@@ -127,22 +149,47 @@ enum FlushTimer {
     Fired,
 }
 
+/// A claimed item waiting for a slot.
+#[derive(Debug)]
+struct Queued {
+    item: ClaimedItem,
+    lease_expires_at: i64,
+}
+
+/// The running claim.
+#[derive(Debug, Clone, Copy)]
+struct Claiming {
+    asked: i64,
+    sent: i64,
+    lease_expires_at: i64,
+}
+
+/// The running commit.
+#[derive(Debug, Clone, Copy)]
+struct Committing {
+    tries: u8,
+    sent: i64,
+}
+
 pub struct Drain {
     policy: Policy,
     budget: Budget,
     started: i64,
-    /// Claimed items waiting for a slot.
-    queue: VecDeque<ClaimedItem>,
-    /// Items dispatched and not finished.
-    in_flight: i64,
-    /// The running claim: rows asked and when it was sent.
-    claiming: Option<(i64, i64)>,
-    /// The running commit: its attempt and when it was sent.
-    committing: Option<(u8, i64)>,
+    /// Claimed items waiting for a slot, in claim order, so in lease order.
+    queue: VecDeque<Queued>,
+    /// Items dispatched and not finished: lease token → lease expiry.
+    running: HashMap<String, i64>,
+    claiming: Option<Claiming>,
+    committing: Option<Committing>,
     /// A failed commit's rows, to send again on the next poll.
     retry: Option<Vec<Settled>>,
     /// Outcomes not yet in a commit.
     buffer: Vec<Settled>,
+    /// Items whose outcome is not yet in a commit (queued, running or in the
+    /// buffer), by lease expiry: the plan keeps a flush per 500 of each.
+    outstanding: BTreeMap<i64, i64>,
+    /// Commit retries sent; the plan keeps `RETRY_RESERVE` until they are used.
+    retries_sent: i64,
     flush_timer: FlushTimer,
     /// When the current watchdog cohort started.
     watchdog_since: Option<i64>,
@@ -163,11 +210,13 @@ impl Drain {
             budget,
             started,
             queue: VecDeque::new(),
-            in_flight: 0,
+            running: HashMap::new(),
             claiming: None,
             committing: None,
             retry: None,
             buffer: Vec::new(),
+            outstanding: BTreeMap::new(),
+            retries_sent: 0,
             flush_timer: FlushTimer::Idle,
             watchdog_since: None,
             drained: false,
@@ -181,11 +230,12 @@ impl Drain {
     /// The next thing to do. Call until it answers `Wait` or `Done`.
     pub fn poll(&mut self, now: i64) -> Action {
         if let Some(rows) = self.retry.take() {
-            return Action::Commit(rows);
+            return Action::CommitAgain(rows);
         }
-        if self.in_flight < self.policy.limits.concurrency {
-            if let Some(item) = self.queue.pop_front() {
-                return self.dispatch(now, item);
+        self.release_late(now);
+        if (self.running.len() as i64) < self.policy.limits.concurrency {
+            if let Some(queued) = self.queue.pop_front() {
+                return self.dispatch(now, queued);
             }
         }
         if self.claiming.is_none() && self.stop.is_none() {
@@ -203,36 +253,45 @@ impl Drain {
         if self.unfinished() == 0 && self.committing.is_none() && self.buffer.is_empty() {
             return Action::Done(self.stop.unwrap_or(StopReason::Drained));
         }
-        Action::Wait(match self.flush_timer {
-            FlushTimer::Armed(at) => Some(at),
-            FlushTimer::Idle | FlushTimer::Fired => None,
-        })
+        Action::Wait(self.wake_at(now))
+    }
+
+    /// The reaper's statement just before the drain took `round_trip_ms`: the
+    /// first claim is sized by it.
+    pub fn prepared(&mut self, round_trip_ms: i64) {
+        self.round_trips.prepare_ms = round_trip_ms.max(0);
     }
 
     /// The claim asked for by `Action::Claim` answered.
     pub fn claimed(&mut self, now: i64, result: Result<Vec<ClaimedItem>, StoreError>) {
-        let Some((asked, sent)) = self.claiming.take() else {
+        let Some(claim) = self.claiming.take() else {
             debug_assert!(false, "claimed() without a claim");
             return;
         };
         let rt = &mut self.round_trips.claim_ms;
-        *rt = (*rt).max(now - sent);
+        *rt = (*rt).max(now - claim.sent);
         let cost = self.policy.limits.per_item_cost;
         match result {
             Ok(items) => {
                 let got = items.len() as i64;
-                self.drained = got < asked;
-                self.budget.release((asked - got) * cost);
+                self.drained = got < claim.asked;
+                self.budget.release((claim.asked - got) * cost);
                 self.tally.claimed += got;
                 for item in &items {
                     if !self.tally.batch_ids.contains(&item.batch_id) {
                         self.tally.batch_ids.insert(item.batch_id.clone());
                     }
                 }
-                self.queue.extend(items);
+                if got > 0 {
+                    *self.outstanding.entry(claim.lease_expires_at).or_default() += got;
+                }
+                self.queue.extend(items.into_iter().map(|item| Queued {
+                    item,
+                    lease_expires_at: claim.lease_expires_at,
+                }));
             }
             Err(error) => {
-                self.budget.release(asked * cost);
+                self.budget.release(claim.asked * cost);
                 // Claim nothing more, but still commit what is running.
                 self.stop = Some(StopReason::Error);
                 self.reports.push_back(Report::ClaimFailed(error));
@@ -243,44 +302,55 @@ impl Drain {
     /// A dispatched item answered (or was abandoned, which is a `Retry`).
     /// `jitter` in [0, 1) spreads its retry (`RetryPolicy::backoff_ms`).
     pub fn finished(&mut self, now: i64, item: ClaimedItem, outcome: &Outcome, jitter: f64) {
-        self.in_flight -= 1;
+        let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
+            debug_assert!(false, "finished() for an item not running: {item:?}");
+            return;
+        };
         let transition = decide(&item, outcome, self.policy.retry, now, jitter);
-        self.buffer.push(Settled { item, transition });
-        if self.flush_timer == FlushTimer::Idle {
-            self.flush_timer = FlushTimer::Armed(now + FLUSH_INTERVAL_MS);
-        }
+        self.settle(
+            now,
+            Settled {
+                item,
+                transition,
+                lease_expires_at,
+            },
+        );
     }
 
-    /// The commit asked for by `Action::Commit` answered: the ids that still held
-    /// their lease, or an error.
+    /// The commit asked for by `Action::Commit` or `Action::CommitAgain`
+    /// answered: the ids applied (by this attempt or, for `CommitAgain`, the
+    /// failed one before it), or an error.
     pub fn committed(
         &mut self,
         now: i64,
         rows: Vec<Settled>,
         result: Result<Vec<i64>, StoreError>,
     ) {
-        let Some((tries, sent)) = self.committing.take() else {
+        let Some(commit) = self.committing.take() else {
             debug_assert!(false, "committed() without a commit");
             return;
         };
         let rt = &mut self.round_trips.commit_ms;
-        *rt = (*rt).max(now - sent);
+        *rt = (*rt).max(now - commit.sent);
         let error = match result {
             Ok(applied) => return self.account(rows, applied),
             Err(error) => error,
         };
-        // A retry must leave room to commit everything else: what is running and
-        // what is waiting behind it.
-        let others = self.unfinished() + self.buffer.len() as i64;
-        if tries < COMMIT_TRIES
-            && may_commit(&self.budget, others)
+        // A retry keeps the flushes for everything else (what is running and what
+        // waits behind it) and may spend the retry the plan kept.
+        if commit.tries < COMMIT_TRIES
+            && may_commit(&self.budget, self.flushes(), 0)
             && self.budget.reserve(1, 0).is_ok()
         {
+            self.retries_sent += 1;
             self.reports.push_back(Report::CommitRetry {
                 error,
                 rows: rows.len(),
             });
-            self.committing = Some((tries + 1, now));
+            self.committing = Some(Committing {
+                tries: commit.tries + 1,
+                sent: now,
+            });
             self.retry = Some(rows);
         } else {
             self.reports.push_back(Report::CommitFailed {
@@ -315,21 +385,123 @@ impl Drain {
 
     /// Claimed (or being claimed) items without an outcome yet.
     fn unfinished(&self) -> i64 {
-        self.in_flight + self.queue.len() as i64 + self.claiming.map_or(0, |(k, _)| k)
+        self.running.len() as i64 + self.queue.len() as i64 + self.claiming.map_or(0, |c| c.asked)
+    }
+
+    /// The slowest D1 round trip known at `now`: those seen, and the age of a
+    /// claim or commit still out (a call slower than any before is seen while it
+    /// runs).
+    fn d1_ms(&self, now: i64) -> i64 {
+        let claim = self.claiming.map_or(0, |c| now - c.sent);
+        let commit = self.committing.map_or(0, |c| now - c.sent);
+        self.round_trips.slowest().max(claim).max(commit)
+    }
+
+    /// How long an outcome known at `now` may take to be committed.
+    fn commit_allowance(&self, now: i64) -> i64 {
+        commit_allowance_ms(self.d1_ms(now), self.policy.limits.concurrency)
+    }
+
+    /// The same from the answered round trips only: it changes only when a call
+    /// answers, so a wake-up time computed from it does not drift (the shell keeps
+    /// one timer until the time changes).
+    fn answered_commit_allowance(&self) -> i64 {
+        commit_allowance_ms(self.round_trips.slowest(), self.policy.limits.concurrency)
+    }
+
+    /// The latest time a commit of an item under this lease may land: before the
+    /// reaper may take the lease (`lease_expires_at <= now`), and by the deadline.
+    fn landing_limit(&self, lease_expires_at: i64) -> i64 {
+        (lease_expires_at - 1).min(self.started + self.policy.limits.deadline_ms)
+    }
+
+    /// Whether an item dispatched at `now` could overrun: its call and its commit
+    /// might not end by its landing limit.
+    fn too_late(&self, now: i64, lease_expires_at: i64) -> bool {
+        now + call_ms(self.policy.limits.job_timeout_ms) + self.commit_allowance(now)
+            > self.landing_limit(lease_expires_at)
+    }
+
+    /// Flushes kept for the outcomes not yet in a commit: one per 500 of each
+    /// lease expiry, so the oldest claim's outcomes can always be committed before
+    /// their lease expires, whatever newer claims still run.
+    fn flushes(&self) -> i64 {
+        self.outstanding.values().map(|&n| flush_reserve(n)).sum()
+    }
+
+    /// `flushes()` once these rows are in a commit.
+    fn flushes_without(&self, rows: &[Settled]) -> i64 {
+        let mut taken: BTreeMap<i64, i64> = BTreeMap::new();
+        for r in rows {
+            *taken.entry(r.lease_expires_at).or_default() += 1;
+        }
+        self.outstanding
+            .iter()
+            .map(|(at, &n)| flush_reserve(n - taken.get(at).copied().unwrap_or(0)))
+            .sum()
+    }
+
+    fn retries_kept(&self) -> i64 {
+        (RETRY_RESERVE - self.retries_sent).max(0)
     }
 
     fn plan_state(&self, now: i64) -> DrainState {
         DrainState {
-            in_flight: self.in_flight,
+            in_flight: self.running.len() as i64,
             queued: self.queue.len() as i64,
-            buffered: self.buffer.len() as i64,
+            flushes: self.flushes(),
+            retries: self.retries_kept(),
             elapsed_ms: now - self.started,
+            wind_down_ms: wind_down_ms(self.d1_ms(now), self.policy.limits.concurrency),
             drained: self.drained,
         }
     }
 
-    fn dispatch(&mut self, now: i64, item: ClaimedItem) -> Action {
-        self.in_flight += 1;
+    /// An outcome (or a release) waits for its commit.
+    fn settle(&mut self, now: i64, settled: Settled) {
+        self.buffer.push(settled);
+        if self.flush_timer == FlushTimer::Idle {
+            self.flush_timer = FlushTimer::Armed(now + FLUSH_INTERVAL_MS);
+        }
+    }
+
+    /// Release the queued items that could no longer be dispatched in time: the
+    /// queue is in lease order and the deadline is the same for all, so only its
+    /// front can be the first too late.
+    fn release_late(&mut self, now: i64) {
+        while let Some(front) = self.queue.front() {
+            if !self.too_late(now, front.lease_expires_at) {
+                return;
+            }
+            let Some(Queued {
+                item,
+                lease_expires_at,
+            }) = self.queue.pop_front()
+            else {
+                return;
+            };
+            // Its dispatch was held by its claim; it will not be made.
+            self.budget.release(self.policy.limits.per_item_cost);
+            self.reports.push_back(Report::Released(item.clone()));
+            let transition = release(&item);
+            self.settle(
+                now,
+                Settled {
+                    item,
+                    transition,
+                    lease_expires_at,
+                },
+            );
+        }
+    }
+
+    fn dispatch(&mut self, now: i64, queued: Queued) -> Action {
+        let Queued {
+            item,
+            lease_expires_at,
+        } = queued;
+        self.running
+            .insert(item.lease_token.clone(), lease_expires_at);
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);
         debug_assert!(paid.is_ok(), "a claimed item's dispatch is held: {paid:?}");
@@ -345,49 +517,117 @@ impl Drain {
         // runs while the claim is out cannot spend it.
         let held = self.budget.reserve(1, k * self.policy.limits.per_item_cost);
         debug_assert!(held.is_ok(), "next_claim takes only what is free: {held:?}");
-        self.claiming = Some((k, now));
+        let lease_expires_at = now + self.policy.limits.lease_ms;
+        self.claiming = Some(Claiming {
+            asked: k,
+            sent: now,
+            lease_expires_at,
+        });
         Action::Claim {
             limit: k,
-            lease_expires_at: now + self.policy.lease_ms,
+            lease_expires_at,
         }
+    }
+
+    /// Whether the oldest waiting outcome's commit must start now to land before
+    /// its lease expires.
+    fn lease_due(&self, now: i64) -> bool {
+        self.oldest_waiting()
+            .is_some_and(|at| self.landing_limit(at) - self.commit_allowance(now) <= now)
+    }
+
+    /// The earliest lease expiry among the waiting outcomes.
+    fn oldest_waiting(&self) -> Option<i64> {
+        self.buffer.iter().map(|s| s.lease_expires_at).min()
     }
 
     /// The next group commit, if one is due and affordable. Commits are paced by
     /// the timer, not by a row count: one statement per FLUSH_INTERVAL_MS carries
-    /// every outcome of that interval. Once nothing runs, whatever waits is
-    /// committed at once, in as many statements as the plan kept for it.
+    /// every outcome of that interval; an outcome whose lease would otherwise
+    /// expire before its commit lands goes at once. Once nothing runs, whatever
+    /// waits is committed at once, in as many statements as the plan kept for it.
     fn flush(&mut self, now: i64) -> Option<Vec<Settled>> {
         if self.buffer.is_empty() {
             return None;
         }
         let n = self.buffer.len().min(FLUSH_MAX_ROWS as usize);
+        if self.buffer.len() > n {
+            // Oldest leases first (a stable sort: each lease's rows keep their order).
+            self.buffer.sort_by_key(|s| s.lease_expires_at);
+        }
         let last = self.unfinished() == 0;
         if !last {
-            let due =
-                self.buffer.len() as i64 >= FLUSH_MAX_ROWS || self.flush_timer == FlushTimer::Fired;
-            let others = self.unfinished() + (self.buffer.len() - n) as i64;
-            if !due || !may_commit(&self.budget, others) {
+            let due = self.buffer.len() as i64 >= FLUSH_MAX_ROWS
+                || self.flush_timer == FlushTimer::Fired
+                || self.lease_due(now);
+            // When the oldest lease's items have all answered, committing them
+            // frees the flush kept for them, so a commit the lease needs is
+            // always affordable.
+            let kept = self.flushes_without(&self.buffer[..n]);
+            if !due || !may_commit(&self.budget, kept, self.retries_kept()) {
                 return None;
             }
         }
         if let Err(e) = self.budget.reserve(1, 0) {
             // Only a planning bug gets here, and then no commit can be paid for.
-            let item_ids = self.buffer.drain(..).map(|r| r.item.item_id).collect();
+            let rows = std::mem::take(&mut self.buffer);
+            self.forget_outstanding(&rows);
             self.reports.push_back(Report::CommitFailed {
                 error: StoreError::OverBudget(e),
-                item_ids,
+                item_ids: rows.iter().map(|r| r.item.item_id).collect(),
             });
             return None;
         }
         let rest = self.buffer.split_off(n);
         let rows = std::mem::replace(&mut self.buffer, rest);
-        self.committing = Some((1, now));
+        self.forget_outstanding(&rows);
+        self.committing = Some(Committing {
+            tries: 1,
+            sent: now,
+        });
         self.flush_timer = if self.buffer.is_empty() {
             FlushTimer::Idle
         } else {
             FlushTimer::Armed(now + FLUSH_INTERVAL_MS)
         };
         Some(rows)
+    }
+
+    /// These outcomes are in a commit: no flush is kept for them any more.
+    fn forget_outstanding(&mut self, rows: &[Settled]) {
+        for r in rows {
+            if let Some(n) = self.outstanding.get_mut(&r.lease_expires_at) {
+                *n -= 1;
+                if *n <= 0 {
+                    self.outstanding.remove(&r.lease_expires_at);
+                }
+            }
+        }
+    }
+
+    /// When to wake up if nothing answers first: the flush timer, the moment the
+    /// front of the queue could no longer be dispatched in time, the moment the
+    /// oldest waiting outcome's commit must start (both at the answered round
+    /// trips: a call still out only moves them earlier, and its answer wakes the
+    /// machine anyway). A moment already past whose commit is held back (by the
+    /// budget, or a commit still out) waits for an answer instead.
+    fn wake_at(&self, now: i64) -> Option<i64> {
+        let timer = match self.flush_timer {
+            FlushTimer::Armed(at) => Some(at),
+            FlushTimer::Idle | FlushTimer::Fired => None,
+        };
+        let allowance = self.answered_commit_allowance();
+        let release = self.queue.front().map(|q| {
+            self.landing_limit(q.lease_expires_at)
+                - call_ms(self.policy.limits.job_timeout_ms)
+                - allowance
+                + 1
+        });
+        let commit = self
+            .oldest_waiting()
+            .map(|at| self.landing_limit(at) - allowance)
+            .filter(|&at| at > now && self.committing.is_none());
+        [timer, release, commit].into_iter().flatten().min()
     }
 
     /// Count a commit's rows: applied ones by their new state; the others lost
@@ -404,6 +644,8 @@ impl Drain {
                 .count_terminal(&row.item.batch_id, row.transition.status);
             match row.transition.status {
                 ItemStatus::Completed => self.tally.completed += 1,
+                // Reported when it was released.
+                ItemStatus::Pending if row.transition.is_release() => self.tally.released += 1,
                 ItemStatus::Pending => {
                     self.tally.retried += 1;
                     self.reports.push_back(Report::Settled(row));

@@ -75,6 +75,16 @@ pub struct Transition {
     /// Set for terminal states.
     pub completed_at: Option<i64>,
     pub error: Option<String>,
+    /// The attempt count to store instead of the claim's: set only for an item
+    /// released unrun, which gives its unused attempt back.
+    pub attempt: Option<i64>,
+}
+
+impl Transition {
+    /// An item given back unrun (`retry::release`), not an outcome of a run.
+    pub fn is_release(&self) -> bool {
+        self.attempt.is_some()
+    }
 }
 
 /// A batch as stored, with the live `processing` count.
@@ -241,7 +251,8 @@ pub enum StopReason {
     Drained,
     /// The next claim would not have fit the subrequest budget.
     Budget,
-    /// No further item could have finished by the deadline.
+    /// No further item could have run and been committed before the deadline,
+    /// or before its lease expired (a D1 too slow for the lease).
     Deadline,
     /// A step failed (a claim, or the invocation's first step); what was running
     /// was still committed.
@@ -279,6 +290,10 @@ pub struct Tally {
     pub failed: i64,
     /// Outcomes not applied because the lease had been lost.
     pub lost_leases: i64,
+    /// Claimed items given back unrun (pending, attempt restored): the time left
+    /// before their lease expired or the deadline could not cover a call and its
+    /// commit at the D1 round trips seen.
+    pub released: i64,
     /// Expired leases the reaper requeued or failed.
     pub reaped: i64,
     /// Items each batch moved to a terminal state in this invocation (drain
@@ -322,6 +337,7 @@ impl Tally {
         self.retried += other.retried;
         self.failed += other.failed;
         self.lost_leases += other.lost_leases;
+        self.released += other.released;
         self.reaped += other.reaped;
         for (batch, counts) in other.per_batch {
             let mine = self.per_batch.entry(batch).or_default();

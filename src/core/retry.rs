@@ -40,6 +40,7 @@ pub fn decide(
         run_after: None,
         completed_at: Some(now_ms),
         error: None,
+        attempt: None,
     };
     match outcome {
         Outcome::Done => base,
@@ -63,6 +64,24 @@ pub fn decide(
             error: Some(format!("attempt {} failed: {reason}", item.attempt)),
             ..base
         },
+    }
+}
+
+/// Give a claimed item back unrun: `pending` again, due as before, with the
+/// attempt its claim counted given back (it never ran, so it must not use one up;
+/// an item on its last attempt would otherwise never be claimable again).
+pub fn release(item: &ClaimedItem) -> Transition {
+    Transition {
+        id: item.item_id,
+        token: item.lease_token.clone(),
+        status: ItemStatus::Pending,
+        run_after: None,
+        completed_at: None,
+        error: Some(format!(
+            "attempt {} released unrun: too little time left to run and commit it before its lease expired or the deadline",
+            item.attempt
+        )),
+        attempt: Some(item.attempt - 1),
     }
 }
 
@@ -166,5 +185,28 @@ mod tests {
         );
         assert_eq!(t.status, ItemStatus::Failed);
         assert_eq!(t.error.as_deref(), Some("permanent failure: HTTP 400"));
+    }
+
+    #[test]
+    fn outcomes_of_runs_keep_the_claims_attempt_count() {
+        for outcome in [
+            Outcome::Done,
+            Outcome::Retry("x".into()),
+            Outcome::Fail("x".into()),
+        ] {
+            let t = decide(&item(2, 5), &outcome, POLICY, 1_000, 0.0);
+            assert!(!t.is_release() && t.attempt.is_none(), "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn a_release_gives_the_unused_attempt_back_and_says_why() {
+        // The last attempt included: it must stay claimable (attempt < max).
+        let t = release(&item(5, 5));
+        assert!(t.is_release());
+        assert_eq!((t.status, t.attempt), (ItemStatus::Pending, Some(4)));
+        assert_eq!((t.run_after, t.completed_at), (None, None));
+        assert!(t.error.unwrap().starts_with("attempt 5 released unrun"));
+        assert_eq!((t.id, t.token.as_str()), (7, "tok"));
     }
 }

@@ -2,12 +2,37 @@
 //! its claim and its commit, and so how long leases and deadlines must be. Settings
 //! validate against these rules, the drain's planner claims by them, and loadtest
 //! sizes its leases with them.
+//!
+//! Two kinds of rule. The static ones (`min_lease_ms`, `min_deadline_ms`) know no
+//! D1 round trip and keep [`WIND_DOWN_MS`] for them. The drain's own rules
+//! (`wind_down_ms`, `commit_allowance_ms`) use the slowest D1 round trip it has
+//! seen in the invocation, so a slow D1 (the single writer busy with a daily
+//! `INSERT … SELECT`) shortens the line and holds items back instead of letting a
+//! lease expire under a live item or the deadline pass.
+
+use super::budget::flush_reserve;
 
 /// Time the dispatcher allows on top of the job timeout for a child to answer.
 pub const DISPATCH_GRACE_MS: i64 = 2_000;
 
-/// Wall time kept back after the last child can answer, for the final flush.
+/// Wall time kept for the D1 round trips around an item's calls (its claim
+/// before, its group commit after) until the drain has seen D1: what the minimum
+/// lease and the minimum deadline add to the call times, and the least the drain
+/// keeps whatever it sees.
 pub const WIND_DOWN_MS: i64 = 1_000;
+
+/// Group-commit interval: an outcome waits at most this long (plus a running
+/// commit) before its commit starts; a commit also starts once FLUSH_MAX_ROWS are
+/// waiting. Measured: one commit per interval rather than per CLAIM_CHUNK outcomes
+/// saves a D1 call per chunk, about 1 ms of the runtime's CPU each locally
+/// (docs/benchmarks.md).
+pub const FLUSH_INTERVAL_MS: i64 = 100;
+
+/// The safety margin on D1 round trips: the drain's rules cover calls up to this
+/// many times slower than the slowest one seen so far in the invocation. An
+/// assumption (production D1's variation is not measured here); the host
+/// simulation checks the rules hold for a D1 within it.
+pub const ROUND_TRIP_MARGIN: i64 = 2;
 
 /// The longest one call can take before the dispatcher abandons it: the job's own
 /// timeout plus the grace for the child's answer to come back.
@@ -24,7 +49,7 @@ pub fn call_rounds(claim_chunk: i64, concurrency: i64) -> i64 {
 }
 
 /// The shortest lease that can never expire under a live item (see `call_rounds`),
-/// including the wait for its group commit.
+/// including the wind-down for D1 round trips.
 pub fn min_lease_ms(job_timeout_ms: i64, claim_chunk: i64, concurrency: i64) -> i64 {
     call_rounds(claim_chunk, concurrency) * call_ms(job_timeout_ms) + WIND_DOWN_MS
 }
@@ -35,24 +60,54 @@ pub fn min_deadline_ms(job_timeout_ms: i64) -> i64 {
     call_ms(job_timeout_ms) + WIND_DOWN_MS
 }
 
+/// Commit statements an outcome may wait for, from the moment it is known to its
+/// commit landing: one already running, the flushes of a whole window of outcomes
+/// that ended together (⌈concurrency / 500⌉), and a retry of its own.
+pub fn commit_round_trips(concurrency: i64) -> i64 {
+    2 + flush_reserve(concurrency.max(1))
+}
+
+/// How long an outcome, once known, may take to be committed with D1 round trips
+/// of up to `d1_ms` (with the margin): the flush interval, then
+/// `commit_round_trips`. The drain dispatches an item only if its call and this
+/// still end before its lease expires and before the deadline, and starts a
+/// waiting outcome's commit this long before its lease expires at the latest.
+pub fn commit_allowance_ms(d1_ms: i64, concurrency: i64) -> i64 {
+    FLUSH_INTERVAL_MS + ROUND_TRIP_MARGIN * commit_round_trips(concurrency) * d1_ms
+}
+
+/// What the items of a claim sent now need besides their call times: the claim's
+/// own round trip and the commit allowance (margins included), never less than
+/// [`WIND_DOWN_MS`]. With D1 round trips up to about 110 ms (a window of at most
+/// 500) this is the static 1 s.
+pub fn wind_down_ms(d1_ms: i64, concurrency: i64) -> i64 {
+    WIND_DOWN_MS.max(ROUND_TRIP_MARGIN * d1_ms + commit_allowance_ms(d1_ms, concurrency))
+}
+
 /// The longest line of items (running, queued and being claimed) whose last item
-/// still finishes, and is committed, by the deadline. All running calls end within
-/// one call time, and so does each of the next `concurrency` starts, so the w-th
-/// item in line is done within ⌈w / concurrency⌉ call times: a line of
+/// still finishes and is committed, `wind_down_ms` included, both before the
+/// deadline and before the lease of a claim sent now expires. All running calls
+/// end within one call time, and so does each of the next `concurrency` starts, so
+/// the w-th item in line is done within ⌈w / concurrency⌉ call times: a line of
 /// `rounds × concurrency` items fits in `rounds` call times.
 pub fn line_allowed(
     elapsed_ms: i64,
     deadline_ms: i64,
+    lease_ms: i64,
+    wind_down_ms: i64,
     job_timeout_ms: i64,
     concurrency: i64,
 ) -> i64 {
-    let left = deadline_ms - elapsed_ms - WIND_DOWN_MS;
+    let left = (deadline_ms - elapsed_ms).min(lease_ms) - wind_down_ms;
     (left.max(0) / call_ms(job_timeout_ms)) * concurrency
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lease that never binds before the deadline does.
+    const LONG_LEASE: i64 = 3_600_000;
 
     #[test]
     fn call_rounds_and_lease_follow_the_queue_depth() {
@@ -69,19 +124,65 @@ mod tests {
     #[test]
     fn the_line_shrinks_by_a_window_per_call_time() {
         // 50 s deadline, 12 s calls, 1 s wind-down: 4 call times fit at the start.
-        assert_eq!(line_allowed(0, 50_000, 10_000, 25), 100);
-        assert_eq!(line_allowed(1_000, 50_000, 10_000, 25), 100);
-        assert_eq!(line_allowed(1_001, 50_000, 10_000, 25), 75);
-        assert_eq!(line_allowed(25_001, 50_000, 10_000, 25), 25);
-        assert_eq!(line_allowed(37_000, 50_000, 10_000, 25), 25);
-        assert_eq!(line_allowed(37_001, 50_000, 10_000, 25), 0);
-        assert_eq!(line_allowed(90_000, 50_000, 10_000, 25), 0);
+        let line = |elapsed| line_allowed(elapsed, 50_000, LONG_LEASE, 1_000, 10_000, 25);
+        assert_eq!(line(0), 100);
+        assert_eq!(line(1_000), 100);
+        assert_eq!(line(1_001), 75);
+        assert_eq!(line(25_001), 25);
+        assert_eq!(line(37_000), 25);
+        assert_eq!(line(37_001), 0);
+        assert_eq!(line(90_000), 0);
     }
 
     #[test]
     fn min_deadline_allows_exactly_one_window() {
         assert_eq!(min_deadline_ms(10_000), 13_000);
-        assert_eq!(line_allowed(0, 13_000, 10_000, 25), 25);
-        assert_eq!(line_allowed(1, 13_000, 10_000, 25), 0);
+        let line = |elapsed| line_allowed(elapsed, 13_000, LONG_LEASE, 1_000, 10_000, 25);
+        assert_eq!(line(0), 25);
+        assert_eq!(line(1), 0);
+    }
+
+    #[test]
+    fn quick_d1_keeps_the_static_wind_down() {
+        assert_eq!(wind_down_ms(0, 25), WIND_DOWN_MS);
+        // 2 × 110 (claim) + 100 + 2 × 3 × 110 (commits) = 980 ms.
+        assert_eq!(commit_round_trips(25), 3);
+        assert_eq!(wind_down_ms(110, 25), WIND_DOWN_MS);
+        assert_eq!(wind_down_ms(150, 25), 300 + 100 + 900);
+        // A window of 600 outcomes ending together takes two flushes.
+        assert_eq!(commit_round_trips(600), 4);
+        assert_eq!(commit_allowance_ms(10, 600), 100 + 2 * 4 * 10);
+    }
+
+    #[test]
+    fn a_slow_d1_shortens_the_line_by_the_deadline() {
+        // D1 at 2 s: 4 s for the claim, 0.1 s + 12 s for the commits.
+        let wind_down = wind_down_ms(2_000, 25);
+        assert_eq!(wind_down, 16_100);
+        // 50 s deadline, 12 s calls: 2 call times fit at the start, not 4.
+        assert_eq!(
+            line_allowed(0, 50_000, LONG_LEASE, wind_down, 10_000, 25),
+            50
+        );
+        assert_eq!(
+            line_allowed(9_901, 50_000, LONG_LEASE, wind_down, 10_000, 25),
+            25
+        );
+    }
+
+    #[test]
+    fn the_line_also_fits_the_lease_of_the_claim() {
+        // Defaults at the smallest lease: 5 call times and the 1 s wind-down, so
+        // with quick D1 a full line of chunk 100 + 25 running fits...
+        let lease = min_lease_ms(10_000, 100, 25);
+        assert_eq!(line_allowed(0, 900_000, lease, 1_000, 10_000, 25), 125);
+        // ...and with D1 at 2 s only 3 call times do (61 s − 16.1 s).
+        let slow = wind_down_ms(2_000, 25);
+        assert_eq!(line_allowed(0, 900_000, lease, slow, 10_000, 25), 75);
+        // Late in a long invocation the lease, not the deadline, still binds.
+        assert_eq!(
+            line_allowed(600_000, 900_000, lease, 1_000, 10_000, 25),
+            125
+        );
     }
 }

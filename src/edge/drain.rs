@@ -43,12 +43,14 @@ enum Event {
 
 /// Drain due items until the machine is done; returns its tally, and why it
 /// stopped or the claim error that stopped it.
-/// `started`: when the invocation started (the deadline counts from it).
+/// `started`: when the invocation started (the deadline counts from it);
+/// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
 pub async fn run(
     cfg: &Config,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
+    prepare_ms: i64,
 ) -> (Tally, Result<StopReason, DrainError>) {
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
@@ -57,6 +59,7 @@ pub async fn run(
     };
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
+    machine.prepared(prepare_ms);
     let mut watchdog = Watchdog::new(call_ms(s.job_timeout_ms));
     let mut in_flight = FuturesUnordered::new();
     let mut claiming: Option<LocalBoxFuture<'_, StoreResult<Vec<ClaimedItem>>>> = None;
@@ -64,8 +67,12 @@ pub async fn run(
     // The flush timer the machine asked for, kept until it names another time.
     let mut timer: Option<(i64, Delay)> = None;
     let mut claim_error: Option<StoreError> = None;
+    // The runtime's clock moves only with I/O: a fired timer has reached its time
+    // even if the clock says otherwise, and time never runs backwards for the
+    // machine.
+    let mut floor = started;
     loop {
-        let now = clock::now_ms();
+        let now = clock::now_ms().max(floor);
         let until = loop {
             match machine.poll(now) {
                 Action::Dispatch { item, new_watchdog } => {
@@ -84,7 +91,8 @@ pub async fn run(
                     };
                     claiming = Some(claim.boxed_local());
                 }
-                Action::Commit(rows) => committing = Some(commit(store, rows)),
+                Action::Commit(rows) => committing = Some(commit(store, rows, false)),
+                Action::CommitAgain(rows) => committing = Some(commit(store, rows, true)),
                 Action::Wait(until) => break until,
                 Action::Done(stop) => {
                     log_reports(&mut machine, &mut claim_error);
@@ -126,7 +134,8 @@ pub async fn run(
         })
         .await;
 
-        let now = clock::now_ms();
+        let now = clock::now_ms().max(floor);
+        floor = now;
         match event {
             Event::Claimed(result) => {
                 claiming = None;
@@ -140,9 +149,9 @@ pub async fn run(
                 machine.finished(now, item, &outcome, clock::jitter())
             }
             Event::Timer => {
-                // The clock only moves with I/O; a timer that fired has reached its time.
                 if let Some((at, _)) = timer.take() {
-                    machine.timer(now.max(at));
+                    floor = now.max(at);
+                    machine.timer(floor);
                 }
             }
         }
@@ -150,12 +159,16 @@ pub async fn run(
     }
 }
 
-/// One group-commit statement; the rows come back with the result.
-fn commit(store: &DrainStore, rows: Vec<Settled>) -> Committing<'_> {
+/// One group-commit call; the rows come back with the result. `again`: after a
+/// failed attempt, also read back what that attempt applied.
+fn commit(store: &DrainStore, rows: Vec<Settled>, again: bool) -> Committing<'_> {
     async move {
-        let result = store
-            .commit_outcomes(rows.iter().map(|r| &r.transition))
-            .await;
+        let transitions = rows.iter().map(|r| &r.transition);
+        let result = if again {
+            store.recommit_outcomes(transitions).await
+        } else {
+            store.commit_outcomes(transitions).await
+        };
         (rows, result)
     }
     .boxed_local()
@@ -174,7 +187,9 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
     };
     while let Some(report) = machine.next_report() {
         match report {
-            Report::Settled(Settled { item, transition }) => {
+            Report::Settled(Settled {
+                item, transition, ..
+            }) => {
                 let name = match transition.status {
                     ItemStatus::Pending => "item_retry",
                     _ => "item_failed",
@@ -186,6 +201,7 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
                 log::event(name, line);
             }
             Report::LeaseLost(item) => log::event("lease_lost", ids(&item)),
+            Report::Released(item) => log::event("item_released", ids(&item)),
             Report::ClaimFailed(e) => *claim_error = Some(e),
             Report::CommitRetry { error, rows } => log::error(
                 "commit_retry",
@@ -195,7 +211,7 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
                 "commit_failed",
                 json!({
                     "message": error.to_string(), "item_ids": item_ids,
-                    "note": "leases will expire and the reaper requeues them",
+                    "note": "unless the failed attempt applied them, leases will expire and the reaper requeues them",
                 }),
             ),
         }

@@ -56,10 +56,13 @@ async fn run_invocation(
     // Firing never fails the tick: a failed fire leaves its schedules due for the
     // next tick, and the drain below does not depend on it.
     let fired = fire_schedules(cfg, store).await;
+    // The reaper's round trip (one statement) sizes the drain's first claim.
+    let prepare_from = clock::now_ms();
     let reaped = store
         .reap_expired_leases(clock::now_ms(), REAP_PAGE)
         .await
         .map_err(DrainError::Prepare)?;
+    let prepare_ms = clock::now_ms() - prepare_from;
     let mut reaper = Tally {
         reaped: reaped.len() as i64,
         ..Tally::default()
@@ -80,7 +83,8 @@ async fn run_invocation(
         ),
         DispatchMode::Inline => None,
     };
-    let (drained, result) = drain::run(cfg, store, self_service.as_ref(), started).await;
+    let (drained, result) =
+        drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
     // The reaper's share (reaped, its failures per batch) plus the drain's.
     *tally = drained;
     tally.absorb(reaper);

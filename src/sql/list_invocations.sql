@@ -7,10 +7,10 @@ SELECT json_object(
          'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
          'elapsed_ms', elapsed_ms, 'batch_ids', json(batch_ids), 'claimed', claimed,
          'completed', completed, 'retried', retried, 'failed', failed,
-         'lost_leases', lost_leases, 'reaped', reaped, 'subrequests', subrequests,
-         'subrequest_budget', subrequest_budget, 'd1_statements', d1_statements,
-         'd1_rows_written', d1_rows_written, 'stop_reason', stop_reason,
-         'per_batch', json(per_batch)
+         'lost_leases', lost_leases, 'released', released, 'reaped', reaped,
+         'subrequests', subrequests, 'subrequest_budget', subrequest_budget,
+         'd1_statements', d1_statements, 'd1_rows_written', d1_rows_written,
+         'stop_reason', stop_reason, 'per_batch', json(per_batch)
        ) AS invocation
 FROM invocations
 ORDER BY id DESC

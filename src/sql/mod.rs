@@ -17,6 +17,7 @@ sql! {
     LIST_BATCHES => "list_batches.sql",
     CLAIM_DUE_ITEMS => "claim_due_items.sql",
     COMMIT_OUTCOMES => "commit_outcomes.sql",
+    COMMITTED_OUTCOMES => "committed_outcomes.sql",
     REAP_EXPIRED_LEASES => "reap_expired_leases.sql",
     FINISH_BATCHES => "finish_batches.sql",
     UPSERT_SUBJECTS => "upsert_subjects.sql",

@@ -1,6 +1,8 @@
 -- Requeue items whose lease expired (their runner died or lost track), or fail them
 -- when they have used every attempt (invariant 3). Only expired leases match, so a
--- live lease is never touched (invariant 2). Paged by ?2. ?1 now.
+-- live lease is never touched (invariant 2). Clearing the token ends the lease for
+-- good: a late commit under it matches nothing, and its retry does not read the
+-- row back as applied (committed_outcomes.sql). Paged by ?2. ?1 now.
 UPDATE cron_queue
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
     completed_at = CASE WHEN attempt >= max_attempts THEN ?1 END,

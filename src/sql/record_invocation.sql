@@ -3,12 +3,14 @@
 -- are the column names, its started_at RFC 3339 text, stored as Unix milliseconds;
 -- per_batch (items each batch ended) is kept as JSON text for the timeline.
 INSERT INTO invocations (trigger_kind, started_at, elapsed_ms, batch_ids, claimed, completed,
-                         retried, failed, lost_leases, reaped, subrequests, subrequest_budget,
-                         d1_statements, d1_rows_written, stop_reason, per_batch)
+                         retried, failed, lost_leases, released, reaped, subrequests,
+                         subrequest_budget, d1_statements, d1_rows_written, stop_reason,
+                         per_batch)
 SELECT j ->> 'trigger',
        CAST(round((julianday(j ->> 'started_at') - 2440587.5) * 86400000.0) AS INTEGER),
        j ->> 'elapsed_ms', j -> 'batch_ids', j ->> 'claimed',
-       j ->> 'completed', j ->> 'retried', j ->> 'failed', j ->> 'lost_leases', j ->> 'reaped',
+       j ->> 'completed', j ->> 'retried', j ->> 'failed', j ->> 'lost_leases', j ->> 'released',
+       j ->> 'reaped',
        j ->> 'subrequests', j ->> 'subrequest_budget', j ->> 'd1_statements',
        j ->> 'd1_rows_written', j ->> 'stop_reason', coalesce(j -> 'per_batch', '{}')
 FROM (SELECT json(?1) AS j);

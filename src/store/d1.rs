@@ -82,7 +82,10 @@ impl Db for D1Db {
             .map_err(|e| StoreError::Json(e.to_string()))
     }
 
-    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+    async fn batch_rows<T: DeserializeOwned>(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<T>> {
         let n = statements.len() as i64;
         let prepared = statements
             .iter()
@@ -91,9 +94,14 @@ impl Db for D1Db {
         match self.db.batch(prepared).await {
             Ok(results) => {
                 self.count(n, &results.iter().collect::<Vec<_>>());
-                match results.iter().find_map(|r| r.error()) {
-                    Some(e) => Err(StoreError::Db(format!("D1: {e}"))),
-                    None => Ok(()),
+                if let Some(e) = results.iter().find_map(|r| r.error()) {
+                    return Err(StoreError::Db(format!("D1: {e}")));
+                }
+                match results.last() {
+                    Some(last) => last
+                        .results::<T>()
+                        .map_err(|e| StoreError::Json(e.to_string())),
+                    None => Ok(Vec::new()),
                 }
             }
             Err(e) => {

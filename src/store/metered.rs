@@ -44,10 +44,13 @@ impl<D: Db> Db for Metered<D> {
         self.inner.query(sql, params).await
     }
 
-    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+    async fn batch_rows<T: DeserializeOwned>(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<T>> {
         // A batch() is one call, however many statements it carries.
         self.budget.charge_call()?;
-        self.inner.batch(statements).await
+        self.inner.batch_rows(statements).await
     }
 
     fn usage(&self) -> Usage {

@@ -124,8 +124,16 @@ pub trait Db {
         sql: &str,
         params: Vec<Param>,
     ) -> StoreResult<Vec<T>>;
+    /// Run statements as one transaction (all or nothing, one call) and decode the
+    /// rows of the last one.
+    async fn batch_rows<T: DeserializeOwned>(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<T>>;
     /// Run statements as one transaction: all or nothing.
-    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()>;
+    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+        self.batch_rows::<Value>(statements).await.map(|_| ())
+    }
     fn usage(&self) -> Usage;
 }
 
@@ -268,6 +276,28 @@ impl<D: Db> Store<D> {
         let rows: Vec<Id<i64>> = self
             .db
             .query(sql::COMMIT_OUTCOMES, vec![json.into()])
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    /// Commit outcomes again after an attempt that failed, which may have been
+    /// applied all the same (D1 does not say when an answer is lost): apply what is
+    /// still fenced, then read back every row now carrying the outcome (one call,
+    /// two statements). Returns the ids applied by either attempt; the others lost
+    /// their lease. No outcomes, no call.
+    pub async fn recommit_outcomes<'t>(
+        &self,
+        transitions: impl IntoIterator<Item = &'t Transition>,
+    ) -> StoreResult<Vec<i64>> {
+        let Some(json) = transitions_json(transitions) else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<Id<i64>> = self
+            .db
+            .batch_rows(vec![
+                (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
+                (sql::COMMITTED_OUTCOMES, vec![json.into()]),
+            ])
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
@@ -679,6 +709,7 @@ pub fn transitions_json<'t>(
                 "run_after": t.run_after,
                 "completed_at": t.completed_at,
                 "error": t.error,
+                "attempt": t.attempt,
             })
         })
         .collect();

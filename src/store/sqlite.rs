@@ -131,17 +131,23 @@ impl Db for SqliteDb {
         Ok(out)
     }
 
-    async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
+    async fn batch_rows<T: DeserializeOwned>(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<T>> {
         let mut conn = self.conn.borrow_mut();
         let before = Self::total_changes(&conn);
         let n = statements.len() as i64;
         let tx = conn.transaction().map_err(err)?;
+        let mut last = Vec::new();
         for (sql, params) in &statements {
-            Self::run::<Value>(&tx, sql, params)?;
+            last = Self::run::<Value>(&tx, sql, params)?;
         }
         tx.commit().map_err(err)?;
         self.count(n, Self::total_changes(&conn) - before);
-        Ok(())
+        last.into_iter()
+            .map(|row| serde_json::from_value(row).map_err(|e| StoreError::Json(e.to_string())))
+            .collect()
     }
 
     fn usage(&self) -> Usage {

@@ -11,8 +11,8 @@ const POLICY: Policy = Policy {
         per_item_cost: 1,
         job_timeout_ms: 1_000,
         deadline_ms: 60_000,
+        lease_ms: 30_000,
     },
-    lease_ms: 30_000,
     retry: RetryPolicy {
         base_ms: 100,
         max_ms: 400,
@@ -57,7 +57,10 @@ impl Run {
         let mut out = Vec::new();
         loop {
             let a = self.m.poll(now);
-            if matches!(a, Action::Claim { .. } | Action::Commit(_)) {
+            if matches!(
+                a,
+                Action::Claim { .. } | Action::Commit(_) | Action::CommitAgain(_)
+            ) {
                 self.budget.charge_call().expect("a planned call is paid");
             }
             let end = matches!(a, Action::Wait(_) | Action::Done(_));
@@ -93,6 +96,27 @@ fn take_commit(actions: Vec<Action>) -> Vec<Settled> {
         .expect("a commit")
 }
 
+/// The retry of a failed commit.
+fn take_commit_again(actions: Vec<Action>) -> Vec<Settled> {
+    actions
+        .into_iter()
+        .find_map(|a| match a {
+            Action::CommitAgain(rows) => Some(rows),
+            _ => None,
+        })
+        .expect("a commit retry")
+}
+
+fn released(reports: &[Report]) -> Vec<i64> {
+    reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Released(item) => Some(item.item_id),
+            _ => None,
+        })
+        .collect()
+}
+
 fn ids(rows: &[Settled]) -> Vec<i64> {
     rows.iter().map(|r| r.item.item_id).collect()
 }
@@ -114,6 +138,8 @@ fn claims_a_chunk_fills_the_window_and_claims_ahead() {
     let a = r.actions(5);
     // Two run, two wait; half a chunk fits behind them, so the next claim goes out.
     assert_eq!(dispatched(&a), vec![1, 2]);
+    // It wakes when item 3, first in the queue, could no longer start in time:
+    // its lease, less a 3 s call and the commit allowance (0.1 s + 2 × 3 × 5 ms).
     assert_eq!(
         a[2..],
         [
@@ -121,7 +147,7 @@ fn claims_a_chunk_fills_the_window_and_claims_ahead() {
                 limit: 2,
                 lease_expires_at: 30_005
             },
-            Action::Wait(None)
+            Action::Wait(Some(29_999 - 3_000 - 130 + 1))
         ]
     );
     assert_eq!(r.m.tally().claimed, 4);
@@ -294,7 +320,7 @@ fn a_failed_commit_is_retried_once_then_left_to_the_reaper() {
     r.m.finished(1, item(1), &Outcome::Done, 0.0);
     let rows = take_commit(r.actions(1));
     r.m.committed(2, rows, Err(StoreError::Db("D1: reset".into())));
-    let again = take_commit(r.actions(2));
+    let again = take_commit_again(r.actions(2));
     assert_eq!(ids(&again), vec![1]);
     r.m.committed(3, again, Err(StoreError::Db("D1: reset".into())));
     assert_eq!(r.actions(3), vec![Action::Done(StopReason::Drained)]);
@@ -306,30 +332,114 @@ fn a_failed_commit_is_retried_once_then_left_to_the_reaper() {
 
 #[test]
 fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
-    // Issue 9, item 8. Budget 7: a claim of 3 (1 + 3 + a flush + the tail) that
-    // returns 2.
-    let mut r = Run::new(POLICY, 7);
+    // Issue 9, items 3 and 8. Budget 8: a claim of 3 (1 + 3 + a flush + the
+    // retry + the tail) that returns 2.
+    let mut r = Run::new(POLICY, 8);
     assert!(matches!(r.actions(0)[0], Action::Claim { limit: 3, .. }));
     r.m.claimed(0, Ok(items(1..3)));
     let a = r.actions(0);
     assert_eq!(dispatched(&a), vec![1, 2]);
-    assert_eq!(r.budget.free(), 4);
-    // Item 1's commit (4 free: it, a flush for item 2 still running, the tail).
+    assert_eq!(r.budget.free(), 5);
+    // Item 1's commit (5 free: it, a flush for item 2 still running, the retry,
+    // the tail).
     r.m.finished(10, item(1), &Outcome::Done, 0.0);
     r.m.timer(110);
     let first = take_commit(r.actions(110));
-    assert_eq!(r.budget.free(), 3);
-    // Item 2 answers while that commit is out; then the commit fails.
+    assert_eq!(r.budget.free(), 4);
+    // Item 2 answers while that commit is out; then the commit fails. Its retry
+    // spends the retry kept and still leaves item 2's flush and the tail.
     r.m.finished(115, item(2), &Outcome::Done, 0.0);
     r.m.committed(120, first, Err(StoreError::Db("D1: reset".into())));
-    // 3 free: a retry would leave 2, and item 2's flush and the tail need 3. The
-    // retry is refused rather than the outcome waiting behind it.
-    let rows = take_commit(r.actions(120));
+    let again = take_commit_again(r.actions(120));
+    assert_eq!(ids(&again), vec![1]);
+    r.m.committed(125, again, Ok(vec![1]));
+    let rows = take_commit(r.actions(125));
     assert_eq!(ids(&rows), vec![2]);
-    assert!(matches!(&r.reports()[0], Report::CommitFailed { item_ids, .. } if item_ids == &[1]));
-    r.m.committed(130, rows, Ok(vec![2]));
+    // A second failure has no retry left: item 2 is left to the reaper rather
+    // than the tail spent.
+    r.m.committed(130, rows, Err(StoreError::Db("D1: reset".into())));
     assert_eq!(r.actions(130), vec![Action::Done(StopReason::Drained)]);
+    let reports = r.reports();
+    assert!(matches!(reports[0], Report::CommitRetry { rows: 1, .. }));
+    assert!(matches!(&reports[1], Report::CommitFailed { item_ids, .. } if item_ids == &[2]));
+    assert_eq!(r.m.tally().completed, 1);
     assert_eq!(r.budget.free(), TAIL_SUBREQUESTS);
+}
+
+/// The defaults' drain limits (chunk 100 behind 25 slots, 10 s jobs, 50 s
+/// deadline, 120 s leases).
+const DEFAULTS: Policy = Policy {
+    limits: DrainLimits {
+        concurrency: 25,
+        claim_chunk: 100,
+        per_item_cost: 1,
+        job_timeout_ms: 10_000,
+        deadline_ms: 50_000,
+        lease_ms: 120_000,
+    },
+    retry: POLICY.retry,
+};
+
+/// The Free plan's default budget of 45 after a tick's due-schedules read and its
+/// reap (nothing to fire): one claim of 38 items, 25 dispatched at once.
+fn free_plan_run() -> Run {
+    let mut r = Run::new(DEFAULTS, 45);
+    r.budget.charge_call().unwrap();
+    r.budget.charge_call().unwrap();
+    let a = r.actions(0);
+    assert!(matches!(a[0], Action::Claim { limit: 38, .. }), "{a:?}");
+    r.m.claimed(10, Ok(items(0..38)));
+    assert_eq!(dispatched(&r.actions(10)).len(), 25);
+    r
+}
+
+#[test]
+fn the_free_plan_budget_keeps_a_retry_for_its_one_flush() {
+    // Issue 9 item 3: with SUBREQUEST_BUDGET=45 every outcome goes in one flush
+    // at the end (no budget for a flush while calls run), and a transient error
+    // on it costs a retry, not 38 delivered items left to the reaper.
+    let mut r = free_plan_run();
+    for id in 0..25 {
+        r.m.finished(100 + id, item(id), &Outcome::Done, 0.0);
+    }
+    // The timer fires, but a flush now would leave too little for the rest.
+    r.m.timer(1_000);
+    let a = r.actions(1_000);
+    assert_eq!(dispatched(&a).len(), 13);
+    assert!(!a.iter().any(|a| matches!(a, Action::Commit(_))), "{a:?}");
+    for id in 25..38 {
+        r.m.finished(2_000, item(id), &Outcome::Done, 0.0);
+    }
+    let rows = take_commit(r.actions(2_000));
+    assert_eq!(rows.len(), 38);
+    r.m.committed(2_050, rows, Err(StoreError::Db("D1: reset".into())));
+    let again = take_commit_again(r.actions(2_050));
+    assert_eq!(again.len(), 38);
+    r.m.committed(2_100, again, Ok((0..38).collect()));
+    assert_eq!(r.actions(2_100), vec![Action::Done(StopReason::Budget)]);
+    assert_eq!(r.m.tally().completed, 38);
+    // 1 schedules read + 1 reap + 1 claim + 38 dispatches + 2 commit calls; the
+    // tail is left.
+    assert_eq!((r.budget.used(), r.budget.free()), (43, TAIL_SUBREQUESTS));
+}
+
+#[test]
+fn a_retry_counts_what_its_failed_attempt_applied_as_applied() {
+    // The failed attempt applied item 1 and lost its answer; the retry applies
+    // item 2 and reads item 1 back: both completed, no lost lease.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..3)));
+    r.actions(0);
+    r.m.finished(1, item(1), &Outcome::Done, 0.0);
+    r.m.finished(1, item(2), &Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(1));
+    r.m.committed(2, rows, Err(StoreError::Db("D1: answer lost".into())));
+    let again = take_commit_again(r.actions(2));
+    r.m.committed(3, again, Ok(vec![1, 2]));
+    assert_eq!(r.actions(3), vec![Action::Done(StopReason::Drained)]);
+    let t = r.m.tally();
+    assert_eq!((t.completed, t.lost_leases), (2, 0));
 }
 
 #[test]
@@ -375,6 +485,102 @@ fn outcomes_of_lost_leases_are_counted_and_reported() {
     let reports = r.reports();
     assert!(matches!(&reports[0], Report::LeaseLost(i) if i.item_id == 1));
     assert!(matches!(&reports[1], Report::Settled(s) if s.transition.status == ItemStatus::Failed));
+}
+
+#[test]
+fn a_claim_slower_than_its_lease_allows_releases_its_items_unrun() {
+    // Issue 9 item 9: the claim took 27 s of a 30 s lease; a 3 s call and its
+    // commit no longer fit. The items go back unrun (attempt given back) in one
+    // commit instead of running under a lease the reaper may take.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(27_000, Ok(items(1..4)));
+    let a = r.actions(27_000);
+    assert!(dispatched(&a).is_empty(), "{a:?}");
+    assert_eq!(released(&r.reports()), vec![1, 2, 3]);
+    let rows = take_commit(a);
+    assert!(rows.iter().all(|s| s.transition.is_release()));
+    assert_eq!(rows[0].transition.attempt, Some(0));
+    assert_eq!(rows[0].lease_expires_at, 30_000);
+    // Their dispatches were held by the claim and are given back.
+    assert_eq!(r.budget.ledger().reserved, 0);
+    r.m.committed(27_010, rows, Ok(vec![1, 2, 3]));
+    assert_eq!(r.actions(27_010), vec![Action::Done(StopReason::Drained)]);
+    let t = r.m.tally();
+    assert_eq!((t.claimed, t.released, t.retried), (3, 3, 0));
+}
+
+#[test]
+fn a_commit_slower_than_the_wind_down_holds_back_what_could_not_land() {
+    // A commit still out after 4.4 s: D1 is that slow now, so an item's commit
+    // may take 0.1 s + 2 × 3 × 4.4 s. Item 3 started before (with time to spare)
+    // runs on; item 4 could no longer land before its lease expires and is
+    // released when it would have started.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(10, Ok(items(1..5)));
+    assert_eq!(dispatched(&r.actions(10)), vec![1, 2]);
+    r.m.finished(500, item(1), &Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(500)), vec![3]);
+    r.m.timer(600);
+    let rows = take_commit(r.actions(600));
+    r.m.finished(5_000, item(2), &Outcome::Done, 0.0);
+    let a = r.actions(5_000);
+    assert!(dispatched(&a).is_empty(), "{a:?}");
+    assert_eq!(released(&r.reports()), vec![4]);
+    r.m.committed(5_100, rows, Ok(vec![1]));
+    r.m.finished(5_200, item(3), &Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(5_200));
+    assert_eq!(ids(&rows), vec![2, 4, 3]);
+    r.m.committed(5_300, rows, Ok(vec![2, 3, 4]));
+    let t = r.m.tally();
+    assert_eq!((t.completed, t.released), (3, 1));
+    assert_eq!(r.m.round_trips().commit_ms, 4_500);
+}
+
+#[test]
+fn a_slow_first_step_shortens_the_first_claim() {
+    // The smallest lease for these limits: 3 call times and the 1 s wind-down.
+    let lease_ms = crate::core::timing::min_lease_ms(1_000, 4, 2);
+    let policy = Policy {
+        limits: DrainLimits {
+            lease_ms,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let first_claim = |prepare_ms: i64| {
+        let mut r = Run::new(policy, 1_000);
+        r.m.prepared(prepare_ms);
+        r.actions(prepare_ms).remove(0)
+    };
+    // Quick D1: the whole line of 6 fits the lease, a chunk of 4 is claimed.
+    assert!(matches!(first_claim(10), Action::Claim { limit: 4, .. }));
+    // D1 at 0.5 s: 4.1 s of wind-down leaves one call time, a line of 2.
+    assert!(matches!(first_claim(500), Action::Claim { limit: 2, .. }));
+    // D1 at 2 s: nothing claimed could be committed within its lease.
+    assert_eq!(first_claim(2_000), Action::Done(StopReason::Deadline));
+}
+
+#[test]
+fn an_outcome_whose_lease_is_near_is_committed_without_waiting_for_the_timer() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(10, Ok(items(1..5)));
+    r.actions(10);
+    r.m.finished(100, item(1), &Outcome::Done, 0.0);
+    r.actions(100);
+    // A commit takes 26 s: D1 is that slow now.
+    r.m.timer(200);
+    let rows = take_commit(r.actions(200));
+    r.m.committed(26_200, rows, Ok(vec![1]));
+    // Item 2 answers; with commits this slow its lease (30 s) is too near for
+    // the 100 ms flush timer: it goes out at once with item 4, released, while
+    // item 3 still runs.
+    r.m.finished(26_300, item(2), &Outcome::Done, 0.0);
+    let a = r.actions(26_300);
+    assert_eq!(released(&r.reports()), vec![4]);
+    assert_eq!(ids(&take_commit(a)), vec![2, 4]);
 }
 
 #[test]
