@@ -185,6 +185,8 @@ pub struct Drain {
     retry: Option<Vec<Settled>>,
     /// Outcomes not yet in a commit.
     buffer: Vec<Settled>,
+    /// The earliest lease expiry in `buffer` (kept so a poll need not scan it).
+    buffer_oldest: Option<i64>,
     /// Items whose outcome is not yet in a commit (queued, running or in the
     /// buffer), by lease expiry: the plan keeps a flush per 500 of each.
     outstanding: BTreeMap<i64, i64>,
@@ -215,6 +217,7 @@ impl Drain {
             committing: None,
             retry: None,
             buffer: Vec::new(),
+            buffer_oldest: None,
             outstanding: BTreeMap::new(),
             retries_sent: 0,
             flush_timer: FlushTimer::Idle,
@@ -459,6 +462,8 @@ impl Drain {
 
     /// An outcome (or a release) waits for its commit.
     fn settle(&mut self, now: i64, settled: Settled) {
+        let at = settled.lease_expires_at;
+        self.buffer_oldest = Some(self.buffer_oldest.map_or(at, |oldest| oldest.min(at)));
         self.buffer.push(settled);
         if self.flush_timer == FlushTimer::Idle {
             self.flush_timer = FlushTimer::Armed(now + FLUSH_INTERVAL_MS);
@@ -538,7 +543,7 @@ impl Drain {
 
     /// The earliest lease expiry among the waiting outcomes.
     fn oldest_waiting(&self) -> Option<i64> {
-        self.buffer.iter().map(|s| s.lease_expires_at).min()
+        self.buffer_oldest
     }
 
     /// The next group commit, if one is due and affordable. Commits are paced by
@@ -560,17 +565,21 @@ impl Drain {
             let due = self.buffer.len() as i64 >= FLUSH_MAX_ROWS
                 || self.flush_timer == FlushTimer::Fired
                 || self.lease_due(now);
+            if !due {
+                return None;
+            }
             // When the oldest lease's items have all answered, committing them
             // frees the flush kept for them, so a commit the lease needs is
             // always affordable.
             let kept = self.flushes_without(&self.buffer[..n]);
-            if !due || !may_commit(&self.budget, kept, self.retries_kept()) {
+            if !may_commit(&self.budget, kept, self.retries_kept()) {
                 return None;
             }
         }
         if let Err(e) = self.budget.reserve(1, 0) {
             // Only a planning bug gets here, and then no commit can be paid for.
             let rows = std::mem::take(&mut self.buffer);
+            self.buffer_oldest = None;
             self.forget_outstanding(&rows);
             self.reports.push_back(Report::CommitFailed {
                 error: StoreError::OverBudget(e),
@@ -580,6 +589,7 @@ impl Drain {
         }
         let rest = self.buffer.split_off(n);
         let rows = std::mem::replace(&mut self.buffer, rest);
+        self.buffer_oldest = self.buffer.iter().map(|s| s.lease_expires_at).min();
         self.forget_outstanding(&rows);
         self.committing = Some(Committing {
             tries: 1,
