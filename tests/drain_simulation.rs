@@ -35,11 +35,14 @@
 //! reaper and every item that answered `Done` ends `completed`.
 //!
 //! `DRAIN_SIM_SEEDS=n` runs more seeds (default 150, 10–20 s unoptimised; 1,000
-//! take about two minutes and pass). Against the code before issue 9 items 3 and
-//! 9, seed 4 counts an applied commit whose answer was lost as lost leases, seed 10
-//! (busy D1) ends past its deadline, seed 77 lands a commit after its leases
-//! expired, the one-failure runs leave delivered items to the reaper, and seed 650
-//! (quick D1) lets a flush held back by the budget outlive a lease.
+//! take about two minutes and pass). This test's first version (the commit "tests
+//! (failing): drain simulation with one failure per kind…", whose seeds draw their
+//! worlds slightly differently) failed against the code before issue 9 items 3
+//! and 9: its seed 4 counted an applied commit whose answer was lost as lost
+//! leases, seed 10 (busy D1) ended past its deadline, seed 77 landed a commit after
+//! its leases expired, the one-failure runs left delivered items to the reaper, and
+//! seed 650 (quick D1, 1,000 seeds) let a flush held back by the budget outlive a
+//! lease.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
