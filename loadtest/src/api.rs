@@ -112,6 +112,7 @@ pub struct Batch {
     pub processing: u64,
     pub completed: u64,
     pub failed: u64,
+    pub cancelled: u64,
     pub percent: f64,
     #[serde(default)]
     pub rate_per_min: Option<f64>,
@@ -128,10 +129,21 @@ impl Batch {
         self.status == "finished"
     }
 
-    /// One-line progress, e.g. `pending 10 processing 25 completed 400 failed 3 (80.6%)`.
+    /// Finished, or cancelled with nothing left in flight: `finished_at` is set.
+    pub fn has_ended(&self) -> bool {
+        self.finished_at.is_some()
+    }
+
+    /// One-line progress, e.g. `pending 10 processing 25 completed 400 failed 3 (80.6%)`
+    /// (and `cancelled n` when there are any).
     pub fn progress(&self) -> String {
+        let cancelled = if self.cancelled > 0 {
+            format!(" cancelled {}", self.cancelled)
+        } else {
+            String::new()
+        };
         format!(
-            "pending {} processing {} completed {} failed {} ({:.1}%)",
+            "pending {} processing {} completed {} failed {}{cancelled} ({:.1}%)",
             self.pending, self.processing, self.completed, self.failed, self.percent
         )
     }
@@ -155,6 +167,12 @@ pub struct Item {
 pub struct ItemsPage {
     pub items: Vec<Item>,
     pub next_after: Option<String>,
+}
+
+/// The answer of a replay.
+#[derive(Debug, Deserialize)]
+struct Requeued {
+    requeued: u64,
 }
 
 /// One `GET /invocations` row: the Worker's own type, so the two cannot drift.
@@ -472,6 +490,27 @@ impl Api {
         self.get(&format!("/batches/{}", encode(&id.0))).await
     }
 
+    /// `POST /batches/{id}/<action>` (`pause`, `resume`, `cancel`): the batch after it.
+    pub async fn control(&self, id: &Id, action: &str) -> Result<Batch> {
+        let path = format!("/batches/{}/{action}", encode(&id.0));
+        Ok(self.call(Method::POST, &path, None::<&()>).await?.1)
+    }
+
+    /// `POST /batches/{id}/retry` with `body`: how many failed items were requeued.
+    pub async fn retry_batch(&self, id: &Id, body: &Value) -> Result<u64> {
+        let path = format!("/batches/{}/retry", encode(&id.0));
+        let (_, answer): (_, Requeued) = self.call(Method::POST, &path, Some(body)).await?;
+        Ok(answer.requeued)
+    }
+
+    /// `POST /items/{id}/retry`: 1 when the failed item was requeued, 0 when it was
+    /// pending or in flight already.
+    pub async fn retry_item(&self, item_id: i64) -> Result<u64> {
+        let path = format!("/items/{item_id}/retry");
+        let (_, answer): (_, Requeued) = self.call(Method::POST, &path, None::<&()>).await?;
+        Ok(answer.requeued)
+    }
+
     /// Every item of a batch (optionally of one status), following `next_after`.
     pub async fn all_items(&self, id: &Id, status: Option<&str>) -> Result<Vec<Item>> {
         let mut path = format!("/batches/{}/items?limit={MAX_PAGE}", encode(&id.0));
@@ -609,7 +648,7 @@ mod tests {
     fn batch_parses_contract_shape() {
         let b: Batch = serde_json::from_str(
             r#"{"id":"x","key":"daily:2026-01-01","status":"running","total":3,"pending":1,
-               "processing":1,"completed":1,"failed":0,"percent":33.3,
+               "processing":1,"completed":1,"failed":0,"cancelled":0,"percent":33.3,
                "created_at":"2026-01-01T12:00:00.000Z","finished_at":null,
                "schedule_id":"daily"}"#,
         )

@@ -4,6 +4,7 @@
 //! 1M) items. Every part runs on a fresh state dir and stops its runtime.
 
 use crate::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
+use crate::control_bench::{self, ControlBench};
 use crate::drive::{self, Pace};
 use crate::faults::Faults;
 use crate::metrics::{self, ratio};
@@ -69,6 +70,12 @@ pub struct BenchArgs {
     /// Run only the rows-read part (a minute, not the whole bench).
     #[arg(long)]
     pub only_rows_read: bool,
+    /// Items of the batches paused, cancelled and replayed (batch control).
+    #[arg(long, default_value_t = 100_000)]
+    pub control_items: usize,
+    /// Run only the batch-control part (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_control: bool,
 }
 
 /// One fan-out run between two probes, on its own fresh, warmed-up runtime.
@@ -157,6 +164,7 @@ pub struct BenchReport {
     pub latency: LatencyBound,
     pub init: Vec<InitTiming>,
     pub rows_read: RowsRead,
+    pub control: ControlBench,
 }
 
 impl BenchReport {
@@ -263,6 +271,7 @@ impl BenchReport {
         }
         t.section("D1 rows read by GET /batches/{id}/items?status=failed");
         t.row(&self.rows_read.row());
+        self.control.table(&mut t);
         t
     }
 }
@@ -272,6 +281,18 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         bail!("bench starts its own runtimes on fresh state; --url is not supported");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_control {
+        eprintln!("== batch control");
+        let c = control_bench::measure(&args.target, args.control_items, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+        } else {
+            let mut t = Table::default();
+            c.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
     if args.only_rows_read {
         eprintln!("== rows read by ?status=failed");
         let r = rows_read(&args, timeout).await?;
@@ -350,6 +371,9 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     eprintln!("== rows read by ?status=failed");
     let rows_read = rows_read(&args, timeout).await?;
 
+    eprintln!("== batch control");
+    let control = control_bench::measure(&args.target, args.control_items, timeout).await?;
+
     let round_ratios: Vec<f64> = fanout.iter().filter_map(|r| r.fanout_over_probe).collect();
     let fanout_rates: Vec<f64> = fanout
         .iter()
@@ -371,6 +395,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         latency,
         init,
         rows_read,
+        control,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -1,10 +1,10 @@
 //! Firing tick crons until a batch finishes, with a progress bar on stderr.
 
-use crate::api::{Api, Batch, TICK_CRON};
-use anyhow::{bail, Context, Result};
+use crate::api::{Api, Batch, Id, TICK_CRON};
+use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 /// How ticks are fired.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +28,8 @@ pub struct Driven {
 /// rarely enough not to load the single-writer database being measured.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Fires ticks at `pace` and updates a progress bar until `batch` finishes.
+/// Fires ticks at `pace` and updates a progress bar until `batch` ends (finishes,
+/// or ends cancelled).
 /// `running` holds scheduled runs already under way (e.g. the tick that fired the
 /// batch and drains it); they count against `max_in_flight` but not
 /// as ticks. Runs still going at the end are awaited, so that their invocation
@@ -63,7 +64,8 @@ pub async fn until_finished(
         let b = api.batch(&batch.id).await?;
         bar.set_position(b.completed + b.failed);
         bar.set_message(format!("{} | ticks {fired}", b.progress()));
-        if b.is_finished() {
+        // Finished, or cancelled with nothing left in flight.
+        if b.has_ended() {
             bar.finish();
             while let Some(done) = ticks.join_next().await {
                 done??;
@@ -78,5 +80,46 @@ pub async fn until_finished(
             bail!("batch {} not finished after {:?}", b.id, pace.timeout);
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// How often `ticks_until` reads the batch: a request meant to land mid-batch must
+/// not miss the moment.
+const WATCH: Duration = Duration::from_millis(20);
+
+/// Fires ticks one after another in the background until `ready` holds for the
+/// batch (it must not end first); returns the batch as seen then and the tick still
+/// running (await it, or kill the runtime under it).
+pub async fn ticks_until(
+    api: &Api,
+    id: &Id,
+    timeout: Duration,
+    ready: impl Fn(&Batch) -> bool,
+) -> Result<(Batch, JoinHandle<Result<()>>)> {
+    let deadline = Instant::now() + timeout;
+    let mut tick: Option<JoinHandle<Result<()>>> = None;
+    loop {
+        if tick.as_ref().is_none_or(|t| t.is_finished()) {
+            if let Some(done) = tick.take() {
+                done.await??;
+            }
+            let api = api.clone();
+            tick = Some(tokio::spawn(async move { api.fire_cron(TICK_CRON).await }));
+        }
+        let b = api.batch(id).await?;
+        if ready(&b) {
+            return Ok((b, tick.context("a tick is running")?));
+        }
+        ensure!(
+            !b.has_ended(),
+            "batch {id} ended before the request: {}",
+            b.progress()
+        );
+        ensure!(
+            Instant::now() < deadline,
+            "batch {id} not ready within {timeout:?}: {}",
+            b.progress()
+        );
+        tokio::time::sleep(WATCH).await;
     }
 }

@@ -16,7 +16,7 @@ use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{edges, sink, steps, ui, verdict};
+use crate::{control, edges, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
@@ -89,14 +89,27 @@ pub struct E2eArgs {
     /// Skip the schedules part (its own runtime, restarted on a moving test clock).
     #[arg(long)]
     pub skip_schedules: bool,
+    /// Run only the batch-control part (pause, cancel, replay, retention; its own
+    /// Worker).
+    #[arg(long)]
+    pub only_control: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
 /// `N passed, M failed`. Returns whether everything passed.
 pub async fn run(args: E2eArgs) -> bool {
     let mut checks = Checks::default();
-    if let Err(e) = suite(&args, &mut checks).await {
-        checks.record("suite ran to completion", Err(format!("{e:#}")));
+    if !args.only_control {
+        if let Err(e) = suite(&args, &mut checks).await {
+            checks.record("suite ran to completion", Err(format!("{e:#}")));
+        }
+    }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
+        checks.record(
+            "batch-control part ran to completion",
+            Err(format!("{e:#}")),
+        );
     }
     println!("{}", checks.summary());
     checks.all_passed()

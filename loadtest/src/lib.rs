@@ -15,6 +15,8 @@
 //! - `drive`: firing ticks until a batch finishes, with a progress bar.
 //! - `steps`: a one-off schedule fired by the next tick, crash mid-batch, re-firing,
 //!   shared by e2e, run and demo.
+//! - `control`: pause, resume, cancel, replay and retention end to end (issue 11):
+//!   the e2e checks, the `cancel` and `replay` scenarios' flows, their verdicts.
 //! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
 //! - `scenario`: what each `run` scenario seeds and configures.
@@ -32,6 +34,8 @@ pub mod bench;
 pub mod browser;
 pub mod checks;
 pub mod clock;
+pub mod control;
+pub mod control_bench;
 pub mod demo;
 pub mod devvars;
 pub mod drive;

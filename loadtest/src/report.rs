@@ -33,6 +33,7 @@ pub struct States {
     pub processing: u64,
     pub completed: u64,
     pub failed: u64,
+    pub cancelled: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +95,7 @@ impl RunReport {
                 processing: o.batch.processing,
                 completed: o.batch.completed,
                 failed: o.batch.failed,
+                cancelled: o.batch.cancelled,
             },
             attempts: metrics::attempts_histogram(o.items),
             makespan_ms,
@@ -127,8 +129,8 @@ impl RunReport {
         t.row(&[
             "states".to_string(),
             format!(
-                "completed {} failed {} pending {} processing {}",
-                s.completed, s.failed, s.pending, s.processing
+                "completed {} failed {} cancelled {} pending {} processing {}",
+                s.completed, s.failed, s.cancelled, s.pending, s.processing
             ),
         ]);
         let attempts: Vec<String> = self
@@ -248,6 +250,7 @@ mod tests {
             processing: 0,
             completed: 2,
             failed: 0,
+            cancelled: 0,
             percent: 100.0,
             rate_per_min: None,
             eta: None,

@@ -7,7 +7,7 @@ use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Job, Scenario, Spec};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{metrics, steps, verdict};
+use crate::{control, metrics, steps, verdict};
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -138,6 +138,9 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
         max_in_flight: 1,
         timeout,
     };
+    if matches!(spec.scenario, Scenario::Cancel | Scenario::Replay) {
+        return control::scenario(spec, target, &plan, &known, pace).await;
+    }
 
     // The `daily` schedule would fire over the same subjects once the real clock
     // passes 12:00 UTC: this run measures its own batch only.

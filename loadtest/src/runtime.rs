@@ -121,27 +121,46 @@ impl RuntimeConfig {
 
     /// `wrangler d1 migrations apply DB --local --persist-to <state dir>`.
     pub async fn apply_migrations(&self) -> Result<()> {
+        self.d1(&["migrations", "apply"], &[], "migrations").await
+    }
+
+    /// `wrangler d1 execute DB --local --persist-to <state dir> --command <sql>`: SQL
+    /// run on the local D1 behind the runtime's back, for fixtures no API makes
+    /// (rows backdated by days, as if time had passed). Run it with the runtime
+    /// stopped: two processes must not write one SQLite file.
+    pub async fn d1_execute(&self, sql: &str) -> Result<()> {
+        self.d1(&["execute"], &["--command", sql], "d1 execute")
+            .await
+            .with_context(|| format!("running {sql}"))
+    }
+
+    /// `wrangler d1 <verb…> DB --local --persist-to <state dir> <extra…>`, bounded
+    /// by MIGRATE_TIMEOUT, its output in the migrations log.
+    async fn d1(&self, verb: &[&str], extra: &[&str], what: &str) -> Result<()> {
         let log_path = self.migrations_log();
-        let log = self.open_log(&log_path, "d1 migrations apply")?;
+        let log = self.open_log(&log_path, &format!("d1 {}", verb.join(" ")))?;
         let mut cmd = self.wrangler()?;
-        cmd.args(["d1", "migrations", "apply", "DB", "--local", "--persist-to"])
+        cmd.arg("d1")
+            .args(verb)
+            .args(["DB", "--local", "--persist-to"])
             .arg(&self.state_dir)
+            .args(extra)
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
         let mut child = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
             .spawn()
-            .context("starting wrangler d1 migrations apply")?;
+            .with_context(|| format!("starting wrangler d1 {}", verb.join(" ")))?;
         let status = match tokio::time::timeout(MIGRATE_TIMEOUT, child.wait()).await {
             Ok(status) => status?,
             Err(_) => bail!(
-                "migrations did not finish within {MIGRATE_TIMEOUT:?}; see {}",
+                "{what} did not finish within {MIGRATE_TIMEOUT:?}; see {}",
                 log_path.display()
             ),
         };
         if !status.success() {
-            bail!("migrations failed ({status}):\n{}", tail(&log_path, 20));
+            bail!("{what} failed ({status}):\n{}", tail(&log_path, 20));
         }
         Ok(())
     }

@@ -21,6 +21,12 @@ pub enum Scenario {
     /// The batch's occurrence fires again after it finished (its one-off schedule
     /// saved again, ticks and the old daily expression fired): nothing new.
     Refire,
+    /// Slow webhooks (`--latency-ms`); the batch is cancelled once 30 % of it
+    /// completed: it ends cancelled, only items in flight are delivered after.
+    Cancel,
+    /// `--poison-share` of the subjects answer 500 until they fail; their receivers
+    /// are then fixed and the failures replayed: each is delivered once more.
+    Replay,
 }
 
 impl Scenario {
@@ -32,6 +38,8 @@ impl Scenario {
             Scenario::Poison => "poison",
             Scenario::Crash => "crash",
             Scenario::Refire => "refire",
+            Scenario::Cancel => "cancel",
+            Scenario::Replay => "replay",
         }
     }
 }
@@ -148,7 +156,7 @@ impl Spec {
         };
         let (faults, odd) = match self.scenario {
             Scenario::Happy | Scenario::Refire => (Faults::default(), None),
-            Scenario::Latency | Scenario::Crash => (slow, None),
+            Scenario::Latency | Scenario::Crash | Scenario::Cancel => (slow, None),
             Scenario::Flaky => (
                 Faults {
                     error_rate: self.error_rate,
@@ -156,7 +164,7 @@ impl Spec {
                 },
                 None,
             ),
-            Scenario::Poison => (
+            Scenario::Poison | Scenario::Replay => (
                 Faults::default(),
                 Some((
                     self.poison_share,

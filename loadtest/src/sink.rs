@@ -9,6 +9,9 @@
 //!   Counted (`Stats::redirect_hits`); the Worker must never get here.
 //! - `POST /secrets`: `{"<subject_id>": "<signing secret>"}`, the subjects whose
 //!   deliveries are verified with their own secret instead of the sink's.
+//! - `POST /fixed`: `["<subject_id>", ...]`, receivers fixed from now on: their
+//!   deliveries answer 200 after any latency, whatever faults their URL asks for
+//!   (a dead-letter replay after the receiver was repaired).
 //! - `GET /stats[?deliveries=1]`: totals, counts per Idempotency-Key and, on request,
 //!   every delivery record (`Stats`).
 //! - `POST /reset`: forget everything (deliveries and redirect hits; not secrets).
@@ -26,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::net::TcpListener;
@@ -111,6 +114,8 @@ struct Inner {
     redirect_hits: u64,
     /// Per-subject signing secrets (`POST /secrets`).
     subject_secrets: HashMap<String, Vec<u8>>,
+    /// Subjects whose receiver was fixed (`POST /fixed`).
+    fixed: HashSet<String>,
 }
 
 struct Shared {
@@ -168,6 +173,7 @@ fn router(webhook_secret: &str) -> Router {
         .route("/hook/{subject_id}", post(hook))
         .route("/redirected/{subject_id}", any(redirected))
         .route("/secrets", post(secrets))
+        .route("/fixed", post(fixed))
         .route("/stats", get(stats))
         .route("/reset", post(reset))
         .with_state(shared)
@@ -224,8 +230,9 @@ async fn hook(
     let error = admitted.as_ref().err();
 
     let body = parsed.ok();
-    let (seq, index, delivery_no) = {
+    let (seq, index, delivery_no, fixed) = {
         let mut inner = shared.lock();
+        let fixed = inner.fixed.contains(&subject_id);
         let delivery_no = match &key {
             Some(k) => {
                 let n = inner.per_key.entry(k.clone()).or_insert(0);
@@ -251,9 +258,14 @@ async fn hook(
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             error: error.map(|(_, why)| why.clone()),
         });
-        (seq, inner.deliveries.len() - 1, delivery_no)
+        (seq, inner.deliveries.len() - 1, delivery_no, fixed)
     };
     let faults = match admitted {
+        // A fixed receiver keeps its latency and answers.
+        Ok(faults) if fixed => Faults {
+            latency_ms: faults.latency_ms,
+            ..Faults::default()
+        },
         Ok(faults) => faults,
         Err((status, why)) => return (status, why).into_response(),
     };
@@ -295,6 +307,12 @@ async fn secrets(
     for (subject, secret) in secrets {
         inner.subject_secrets.insert(subject, secret.into_bytes());
     }
+    StatusCode::NO_CONTENT
+}
+
+/// Marks receivers as fixed: their later deliveries ignore the faults.
+async fn fixed(State(shared): State<Arc<Shared>>, Json(subjects): Json<Vec<String>>) -> StatusCode {
+    shared.lock().fixed.extend(subjects);
     StatusCode::NO_CONTENT
 }
 
@@ -387,10 +405,19 @@ impl SinkClient {
 
     /// Registers subjects whose deliveries are signed with their own secret.
     pub async fn set_subject_secrets(&self, secrets: &HashMap<String, String>) -> Result<()> {
-        let url = format!("{}/secrets", self.base);
+        self.post("/secrets", secrets).await
+    }
+
+    /// Fixes these subjects' receivers: their deliveries answer 200 from now on.
+    pub async fn fix(&self, subjects: &[String]) -> Result<()> {
+        self.post("/fixed", &subjects).await
+    }
+
+    async fn post(&self, path: &str, body: &impl Serialize) -> Result<()> {
+        let url = format!("{}{path}", self.base);
         self.http
             .post(&url)
-            .json(secrets)
+            .json(body)
             .send()
             .await
             .with_context(|| format!("POST {url}"))?

@@ -3,6 +3,7 @@
 //! crashing the runtime mid-batch, and firing crons again after a batch finished.
 
 use crate::api::{Api, Batch, Id, DAILY_CRON, TICK_CRON};
+use crate::drive;
 use crate::target::Target;
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
@@ -76,37 +77,14 @@ pub async fn await_batch(
 /// the kill. The caller restarts the runtime.
 pub async fn kill_mid_batch(target: &mut Target, id: &Id, timeout: Duration) -> Result<Batch> {
     let api = target.api.clone();
-    let deadline = Instant::now() + timeout;
-    let mut tick: Option<tokio::task::JoinHandle<Result<()>>> = None;
-    let at_kill = loop {
-        if tick.as_ref().is_none_or(|t| t.is_finished()) {
-            if let Some(done) = tick.take() {
-                done.await??;
-            }
-            let api = api.clone();
-            tick = Some(tokio::spawn(async move { api.fire_cron(TICK_CRON).await }));
-        }
-        let b = api.batch(id).await?;
-        if b.completed > 0 && b.completed + b.failed < b.total {
-            break b;
-        }
-        ensure!(
-            b.completed + b.failed < b.total,
-            "the batch finished before the kill: {}",
-            b.progress()
-        );
-        ensure!(
-            Instant::now() < deadline,
-            "no item completed within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (at_kill, tick) = drive::ticks_until(&api, id, timeout, |b| {
+        b.completed > 0 && b.completed + b.failed < b.total
+    })
+    .await?;
     let runtime = target.runtime.as_mut().context("no local runtime")?;
     runtime.kill_hard();
-    if let Some(t) = tick {
-        // The in-flight trigger request dies with the runtime; its error is expected.
-        let _ = t.await;
-    }
+    // The in-flight trigger request dies with the runtime; its error is expected.
+    let _ = tick.await;
     Ok(at_kill)
 }
 

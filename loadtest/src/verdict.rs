@@ -503,6 +503,7 @@ mod tests {
             processing: 0,
             completed,
             failed,
+            cancelled: 0,
             percent: (completed + failed) as f64 * 100.0 / (pending + completed + failed) as f64,
             rate_per_min: None,
             eta: None,

@@ -196,3 +196,20 @@ async fn sustains_concurrent_load() {
         n as f64 / elapsed.as_secs_f64()
     );
 }
+
+#[tokio::test]
+async fn a_fixed_receiver_answers_200_whatever_its_faults() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    let url = format!("{}/hook/s7?status=500", sink.url());
+    assert_eq!(deliver(&url, 7, 1, Some(SECRET)).await.status(), 500);
+    client.fix(&["s7".to_string()]).await.unwrap();
+    assert_eq!(deliver(&url, 7, 2, Some(SECRET)).await.status(), 200);
+    // Others keep their faults; a bad signature is still refused.
+    let other = format!("{}/hook/s8?status=500", sink.url());
+    assert_eq!(deliver(&other, 8, 1, Some(SECRET)).await.status(), 500);
+    assert_eq!(deliver(&url, 7, 3, None).await.status(), 401);
+    let stats = client.stats(false).await.unwrap();
+    assert_eq!(stats.by_status.get("200"), Some(&1));
+    assert_eq!(stats.by_status.get("500"), Some(&2));
+}

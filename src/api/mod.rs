@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod batches;
+pub mod control;
 pub mod invocations;
 pub mod metrics;
 pub mod page;
@@ -21,6 +22,7 @@ pub mod subjects;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::core::control::Control;
 use crate::core::error::ApiError;
 use crate::core::requests::{parse_page_query, MAX_BODY_BYTES};
 use crate::core::settings::Settings;
@@ -147,6 +149,17 @@ pub async fn serve<D: Db>(
         Handler::ListBatches => batches::list(app, query).await?.into(),
         Handler::GetBatch => batches::get(app, params[0]).await?.into(),
         Handler::ListItems => batches::items(app, params[0], query).await?.into(),
+        Handler::PauseBatch => control::control(app, params[0], Control::Pause)
+            .await?
+            .into(),
+        Handler::ResumeBatch => control::control(app, params[0], Control::Resume)
+            .await?
+            .into(),
+        Handler::CancelBatch => control::control(app, params[0], Control::Cancel)
+            .await?
+            .into(),
+        Handler::RetryBatch => control::retry_batch(app, params[0], &body).await?.into(),
+        Handler::RetryItem => control::retry_item(app, params[0]).await?.into(),
         Handler::ListInvocations => invocations::list(app, query).await?.into(),
         Handler::Timeline => batches::timeline(app, params[0], query).await?.into(),
         Handler::Metrics => Served::Text(metrics::get(app).await?),

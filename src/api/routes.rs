@@ -43,6 +43,13 @@ pub enum Handler {
     ListBatches,
     GetBatch,
     ListItems,
+    /// Pause, resume, cancel a batch (`api::control`).
+    PauseBatch,
+    ResumeBatch,
+    CancelBatch,
+    /// Dead-letter replay of a batch's failed items, or of one item.
+    RetryBatch,
+    RetryItem,
     ListInvocations,
     Timeline,
     Metrics,
@@ -162,6 +169,11 @@ pub static ROUTES: &[Route] = &[
     Route::admin(GET,    "/batches/{id}",       GetBatch,        Refused, Unread),
     Route::admin(GET,    "/batches/{id}/items", ListItems,       Parsed,  Unread),
     Route::admin(GET,    "/batches/{id}/timeline", Timeline,     Parsed,  Unread),
+    Route::admin(POST,   "/batches/{id}/pause", PauseBatch,      Refused, Unread),
+    Route::admin(POST,   "/batches/{id}/resume", ResumeBatch,    Refused, Unread),
+    Route::admin(POST,   "/batches/{id}/cancel", CancelBatch,    Refused, Unread),
+    Route::admin(POST,   "/batches/{id}/retry", RetryBatch,      Refused, Json),
+    Route::admin(POST,   "/items/{id}/retry",   RetryItem,       Refused, Unread),
     Route::admin(GET,    "/invocations",        ListInvocations, Parsed,  Unread),
     Route::admin(GET,    "/metrics",            Metrics,         Refused, Unread),
     Route::admin(PUT,    "/schedules/{id}",     PutSchedule,     Refused, Json),
@@ -270,6 +282,8 @@ mod tests {
         assert_eq!(allowed(POST, "/schedules/a"), "GET, PUT, DELETE");
         assert_eq!(allowed(PUT, "/schedules"), "GET");
         assert_eq!(allowed(PUT, "/batches/b/items"), "GET");
+        assert_eq!(allowed(GET, "/batches/b/cancel"), "POST");
+        assert_eq!(allowed(DELETE, "/items/1/retry"), "POST");
     }
 
     #[test]

@@ -664,7 +664,10 @@ impl Drain {
                     self.tally.failed += 1;
                     self.reports.push_back(Report::Settled(row));
                 }
-                ItemStatus::Processing => {}
+                // A job's outcome never decides these (`retry::decide`): an item of a
+                // cancelled batch that comes back for a retry goes pending and is
+                // swept by the tick's upkeep.
+                ItemStatus::Processing | ItemStatus::Cancelled => {}
             }
         }
     }
@@ -679,7 +682,7 @@ pub enum DrainError {
     Prepare(StoreError),
     /// A claim failed; what was running was still committed.
     Claim(StoreError),
-    /// Marking finished batches failed.
+    /// The tail's upkeep and finish check failed.
     Finish(StoreError),
 }
 

@@ -13,6 +13,9 @@ pub enum ApiError {
     NotFound(String),
     /// 405: the route exists, the method does not; `allowed` is e.g. `"GET, PUT"`.
     MethodNotAllowed { allowed: String },
+    /// 409: the request is valid but the resource's state does not allow it
+    /// (`invalid_transition`: resume a finished batch, replay into a cancelled one).
+    Conflict { code: &'static str, message: String },
     /// 413: the body is over the size limit.
     PayloadTooLarge { limit: usize },
     /// 415: the body is not JSON.
@@ -32,12 +35,21 @@ impl ApiError {
         }
     }
 
+    /// 409 `invalid_transition`.
+    pub fn invalid_transition(message: impl Into<String>) -> ApiError {
+        ApiError::Conflict {
+            code: "invalid_transition",
+            message: message.into(),
+        }
+    }
+
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest { .. } => 400,
             ApiError::Unauthorized => 401,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed { .. } => 405,
+            ApiError::Conflict { .. } => 409,
             ApiError::PayloadTooLarge { .. } => 413,
             ApiError::UnsupportedMediaType => 415,
             ApiError::Misconfigured(_) | ApiError::Internal(_) => 500,
@@ -46,7 +58,7 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::BadRequest { code, .. } => code,
+            ApiError::BadRequest { code, .. } | ApiError::Conflict { code, .. } => code,
             ApiError::Unauthorized => "unauthorized",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
@@ -60,7 +72,9 @@ impl ApiError {
     /// What the client sees. `Internal` hides its detail (SQL text, binding names).
     pub fn public_message(&self) -> String {
         match self {
-            ApiError::BadRequest { message, .. } => message.clone(),
+            ApiError::BadRequest { message, .. } | ApiError::Conflict { message, .. } => {
+                message.clone()
+            }
             ApiError::Unauthorized => "missing or invalid credentials".into(),
             ApiError::NotFound(what) => format!("{what} not found"),
             ApiError::MethodNotAllowed { allowed } => {
@@ -106,6 +120,8 @@ mod tests {
             json!({"error": {"code": "invalid_id", "message": "id must not be empty"}})
         );
         assert_eq!(ApiError::Unauthorized.status(), 401);
+        let e = ApiError::invalid_transition("batch \"b\" is finished");
+        assert_eq!((e.status(), e.code()), (409, "invalid_transition"));
         assert_eq!(ApiError::PayloadTooLarge { limit: 10 }.status(), 413);
     }
 }

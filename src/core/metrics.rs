@@ -93,14 +93,16 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
     let pending = (s.total - s.completed - s.failed - s.processing).max(0);
     let by_status = ItemStatus::ALL
         .into_iter()
-        .map(|status| {
+        .filter_map(|status| {
             let n = match status {
                 ItemStatus::Pending => pending,
                 ItemStatus::Processing => s.processing,
                 ItemStatus::Completed => s.completed,
                 ItemStatus::Failed => s.failed,
+                // Only a cancelled batch has cancelled items, and it is not running.
+                ItemStatus::Cancelled => return None,
             };
-            (vec![("status", status.as_str().to_string())], n as f64)
+            Some((vec![("status", status.as_str().to_string())], n as f64))
         })
         .collect();
     let h = &s.hour;

@@ -2,6 +2,7 @@
 //! arguments, so everything here is deterministic and unit-tested on the host.
 
 pub mod budget;
+pub mod control;
 pub mod dispatch;
 pub mod drain;
 pub mod error;
@@ -18,4 +19,5 @@ pub mod target;
 pub mod throughput;
 pub mod time;
 pub mod timing;
+pub mod upkeep;
 pub mod watchdog;

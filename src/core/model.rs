@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-/// Where an item is in its life. `Completed` and `Failed` are terminal: nothing
-/// ever moves an item out of them.
+/// Where an item is in its life. `Completed`, `Failed` and `Cancelled` are
+/// terminal: nothing moves an item out of them, except a dead-letter replay, which
+/// moves a `Failed` item back to `Pending` (`core::control`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ItemStatus {
@@ -14,14 +15,17 @@ pub enum ItemStatus {
     Processing,
     Completed,
     Failed,
+    /// Its batch was cancelled before it ran (or while a retry of it waited).
+    Cancelled,
 }
 
 impl ItemStatus {
-    pub const ALL: [ItemStatus; 4] = [
+    pub const ALL: [ItemStatus; 5] = [
         ItemStatus::Pending,
         ItemStatus::Processing,
         ItemStatus::Completed,
         ItemStatus::Failed,
+        ItemStatus::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -30,6 +34,7 @@ impl ItemStatus {
             ItemStatus::Processing => "processing",
             ItemStatus::Completed => "completed",
             ItemStatus::Failed => "failed",
+            ItemStatus::Cancelled => "cancelled",
         }
     }
 
@@ -96,11 +101,20 @@ pub struct BatchRow {
     pub total: i64,
     pub completed: i64,
     pub failed: i64,
+    pub cancelled: i64,
     pub processing: i64,
     pub created_at: i64,
     pub finished_at: Option<i64>,
     /// The schedule that fired it; `None` for ad-hoc batches (`POST /batches`).
     pub schedule_id: Option<String>,
+}
+
+impl BatchRow {
+    /// Items not yet ended nor in flight. Exact: the terminal counters are kept by
+    /// a trigger and the bulk moves, `processing` is counted live.
+    pub fn pending(&self) -> i64 {
+        (self.total - self.completed - self.failed - self.cancelled - self.processing).max(0)
+    }
 }
 
 /// The progress view of a batch served by `GET /batches/{id}`.
@@ -114,6 +128,7 @@ pub struct BatchProgress {
     pub processing: i64,
     pub completed: i64,
     pub failed: i64,
+    pub cancelled: i64,
     pub percent: f64,
     /// Items ended per minute lately (`core::throughput`); null when unknown.
     pub rate_per_min: Option<f64>,
@@ -125,11 +140,11 @@ pub struct BatchProgress {
 }
 
 impl BatchProgress {
-    /// `pending` is derived: the counters of terminal items are exact (kept by a
-    /// trigger) and `processing` is counted live, so no million-row count is needed.
+    /// `pending` is derived ([`BatchRow::pending`]), so no million-row count is
+    /// needed. `percent` is the share of items that ended, whichever way.
     pub fn from_row(row: &BatchRow) -> BatchProgress {
-        let done = row.completed + row.failed;
-        let pending = (row.total - done - row.processing).max(0);
+        let done = row.completed + row.failed + row.cancelled;
+        let pending = row.pending();
         let percent = if row.total == 0 {
             100.0
         } else {
@@ -145,6 +160,7 @@ impl BatchProgress {
             processing: row.processing,
             completed: row.completed,
             failed: row.failed,
+            cancelled: row.cancelled,
             percent,
             rate_per_min: None,
             eta: None,
@@ -188,6 +204,15 @@ pub struct TimelineBucket {
     pub failed: i64,
 }
 
+/// An item and its batch's status, what a replay of it is decided on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRef {
+    pub id: i64,
+    pub batch_id: String,
+    pub status: String,
+    pub batch_status: String,
+}
+
 /// A subject as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubjectRow {
@@ -203,14 +228,18 @@ pub struct SubjectRow {
     pub updated_at: i64,
 }
 
-/// A batch that the finish compare-and-set moved to `finished` (observed once).
+/// A batch that the finish compare-and-set ended (observed once per end):
+/// `status` is `finished`, or `cancelled` for a cancelled batch whose last items
+/// ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinishedBatch {
     pub id: String,
     pub key: String,
+    pub status: String,
     pub total: i64,
     pub completed: i64,
     pub failed: i64,
+    pub cancelled: i64,
     pub created_at: i64,
     pub finished_at: i64,
 }
@@ -317,7 +346,9 @@ impl Tally {
         let (completed, failed) = match status {
             ItemStatus::Completed => (1, 0),
             ItemStatus::Failed => (0, 1),
-            ItemStatus::Pending | ItemStatus::Processing => return,
+            // A commit or the reaper never ends an item cancelled: the cancel sweep
+            // does, outside any drain.
+            ItemStatus::Pending | ItemStatus::Processing | ItemStatus::Cancelled => return,
         };
         // Completions are the hot path: no key allocation once the batch is known.
         let counts = match self.per_batch.get_mut(batch_id) {
@@ -388,6 +419,7 @@ mod tests {
             total,
             completed,
             failed,
+            cancelled: 0,
             processing,
             created_at: 0,
             finished_at: None,
@@ -403,6 +435,16 @@ mod tests {
             (4, 1, 3, 2)
         );
         assert_eq!(p.percent, 50.0);
+    }
+
+    #[test]
+    fn cancelled_items_count_as_ended_not_pending() {
+        let p = BatchProgress::from_row(&BatchRow {
+            cancelled: 4,
+            ..row(10, 3, 2, 1)
+        });
+        assert_eq!((p.pending, p.cancelled), (0, 4));
+        assert_eq!(p.percent, 90.0);
     }
 
     #[test]

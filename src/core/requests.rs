@@ -255,9 +255,10 @@ pub fn parse_page_query(
             "after" => q.after = value.clone(),
             "status" if allow_status => {
                 q.status = Some(ItemStatus::parse(value).ok_or_else(|| {
+                    let all: Vec<&str> = ItemStatus::ALL.iter().map(|s| s.as_str()).collect();
                     ApiError::bad_request(
                         "invalid_query",
-                        "status must be one of pending, processing, completed, failed",
+                        format!("status must be one of {}", all.join(", ")),
                     )
                 })?)
             }

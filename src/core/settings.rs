@@ -40,6 +40,9 @@ pub struct Settings {
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
     /// setting that no deployment may set (docs/operations.md).
     pub test_clock_offset_ms: i64,
+    /// Days an ended batch (its items) and an invocation summary are kept; 0 keeps
+    /// them forever (`core::upkeep`).
+    pub retention_days: i64,
 }
 
 /// The farthest a test clock may be moved either way: ten years.
@@ -61,6 +64,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
+    ("RETENTION_DAYS", "30"),
 ];
 
 impl Settings {
@@ -143,6 +147,7 @@ impl Settings {
             dispatch_mode,
             allow_private_targets,
             test_clock_offset_ms,
+            retention_days: int("RETENTION_DAYS", 0, 36_500)?,
         };
         settings.validate()?;
         Ok(settings)
@@ -228,6 +233,9 @@ mod tests {
             !s.allow_private_targets,
             "private targets are refused by default"
         );
+        assert_eq!(s.retention_days, 30);
+        assert_eq!(parse(&[("RETENTION_DAYS", "0")]).unwrap().retention_days, 0);
+        assert!(parse(&[("RETENTION_DAYS", "-1")]).is_err());
     }
 
     #[test]

@@ -139,6 +139,7 @@ mod tests {
             total,
             completed: ended,
             failed: 0,
+            cancelled: 0,
             processing: 0,
             created_at: NOW - created_ago_ms,
             finished_at: None,

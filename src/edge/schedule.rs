@@ -14,6 +14,7 @@ use crate::core::drain::DrainError;
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
+use crate::core::upkeep::Upkeep;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
@@ -91,17 +92,20 @@ async fn run_invocation(
     // The summary's batches: those the tick created and those it claimed from.
     tally.batch_ids.extend(fired);
     let stop = result?;
-    // The tail the plan kept: finish batches, then the summary.
+    // The tail the plan kept: one call for the upkeep (cancel sweep, retention) and
+    // the finish check, then the summary.
+    let now = clock::now_ms();
     let finished = store
-        .finish_batches(clock::now_ms())
+        .finish_tick(now, &Upkeep::at(now, cfg.settings.retention_days))
         .await
         .map_err(DrainError::Finish)?;
     for b in finished {
         log::event(
             "batch_finished",
             json!({
-                "batch_id": b.id, "key": b.key, "total": b.total, "completed": b.completed,
-                "failed": b.failed, "duration_ms": b.finished_at - b.created_at,
+                "batch_id": b.id, "key": b.key, "status": b.status, "total": b.total,
+                "completed": b.completed, "failed": b.failed, "cancelled": b.cancelled,
+                "duration_ms": b.finished_at - b.created_at,
             }),
         );
     }
@@ -191,6 +195,8 @@ async fn record_summary(store: &DrainStore, tally: Tally, started: i64, stop_rea
         stop_reason,
     };
     let mut line = json!(summary);
+    // Rows read are billed too; logged, not stored (`loadtest bench` reads it here).
+    line["d1_rows_read"] = json!(usage.rows_read);
     if own == 1 {
         if let Err(e) = store.record_invocation(&summary).await {
             log::error("summary_not_stored", json!({ "message": e.to_string() }));

@@ -2,11 +2,29 @@
 -- out twice). The attempt is counted here, at claim, so a run that crashes still
 -- uses up an attempt (invariant 3). Each row gets its own lease token, ?3 (random
 -- per claim) joined with the row id, which fences every later write about it.
+--
+-- `claimable` is the one definition of which batches' items may be claimed:
+-- running ones, read from their partial index. Paused and cancelled batches are
+-- not in it, so their items are never read: the claim seeks each claimable batch in the due index (keyed by
+-- batch, then run_after) and reads at most ?2 entries of each, then takes the
+-- first ?2 of those by (run_after, id), the same order as a single global index.
+-- Cost: at most ?2 index entries per claimable batch with due items, one seek per
+-- claimable batch without.
 -- ?1 now, ?2 limit, ?3 token prefix, ?4 lease expiry.
-WITH next AS (
-  SELECT id FROM cron_queue INDEXED BY cron_queue_due
-  WHERE status = 'pending' AND run_after <= ?1 AND attempt < max_attempts
-  ORDER BY run_after, id
+WITH claimable AS (
+  SELECT id FROM batches INDEXED BY batches_running WHERE status = 'running'
+),
+next AS (
+  SELECT q.id
+  FROM claimable AS b, cron_queue AS q
+  WHERE q.id IN (
+    SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
+    WHERE d.batch_id = b.id AND d.status = 'pending' AND d.run_after <= ?1
+      AND d.attempt < d.max_attempts
+    ORDER BY d.run_after, d.id
+    LIMIT ?2
+  )
+  ORDER BY q.run_after, q.id
   LIMIT ?2
 )
 UPDATE cron_queue

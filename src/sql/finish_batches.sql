@@ -1,7 +1,17 @@
--- Mark running batches with no pending or processing item as finished. One
--- compare-and-set on status: a batch is returned here exactly once (invariant 6).
--- The counters are exact (trigger), so no item is counted.
+-- End batches with nothing pending or in flight, each returned exactly once per end
+-- (invariant 6; a replay reopens a finished batch, which then ends again):
+-- running ones become finished, cancelled ones keep their status and get their
+-- finished_at (a cancelled batch "ends cancelled" once its in-flight items have
+-- committed and its pending ones were swept). One compare-and-set on (status,
+-- finished_at); the counters are exact (trigger and bulk moves), so no item is
+-- counted. Paused batches are left alone: they end after a resume.
+-- ?1 now.
 UPDATE batches
-SET status = 'finished', finished_at = ?1
-WHERE status = 'running' AND completed + failed >= total
-RETURNING id, key, total, completed, failed, created_at, finished_at;
+SET status = CASE status WHEN 'running' THEN 'finished' ELSE status END,
+    finished_at = ?1
+WHERE id IN (
+  SELECT id FROM batches INDEXED BY batches_status
+  WHERE status IN ('running', 'cancelled') AND finished_at IS NULL
+    AND completed + failed + cancelled >= total
+)
+RETURNING id, key, status, total, completed, failed, cancelled, created_at, finished_at;

@@ -3,8 +3,8 @@
 -- found the key taken (invariant 5: re-firing creates nothing) or was superseded
 -- (no batch). One statement for the whole page of fires; each key is a lookup on
 -- the UNIQUE key index. ?1 JSON array of keys.
-SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.created_at, b.finished_at,
-       b.schedule_id,
+SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
+       b.finished_at, b.schedule_id,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
         WHERE q.status = 'processing' AND q.batch_id = b.id) AS processing
 FROM batches AS b

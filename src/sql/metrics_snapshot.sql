@@ -2,19 +2,27 @@
 -- bounded read (docs/api.md states the cost per scrape):
 --   running batches' counters   the batches_running partial index (running batches only)
 --   processing                  the cron_queue_leased partial index (items in flight only)
---   due                         cron_queue_due, counted up to ?2 rows (LIMIT)
---   oldest_due                  the first entry of cron_queue_due (one row)
+--   due                         running batches' entries of cron_queue_due (keyed by
+--                               batch, then run_after), counted up to ?2 rows (LIMIT)
+--   oldest_due                  each running batch's first entry of cron_queue_due
+--                               (one row per running batch)
 --   the last hour's summaries   invocations_started from ?3 (one row per invocation),
 --                               read twice: sums, then counts by stop reason
 -- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
 SELECT r.running_batches, r.total, r.completed, r.failed,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
         WHERE q.status = 'processing') AS processing,
-       (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_due
-                              WHERE q.status = 'pending' AND q.run_after <= ?1
+       (SELECT count(*) FROM (SELECT 1
+                              FROM batches AS b INDEXED BY batches_running
+                              JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
+                              WHERE b.status = 'running' AND q.status = 'pending'
+                                AND q.run_after <= ?1
                               LIMIT ?2)) AS due,
-       (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
-        WHERE q.status = 'pending' AND q.run_after <= ?1) AS oldest_due,
+       (SELECT min(first_due)
+        FROM (SELECT (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
+                      WHERE q.batch_id = b.id AND q.status = 'pending') AS first_due
+              FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
+        WHERE first_due <= ?1) AS oldest_due,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
        h.lost_leases, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
        h.d1_statements, h.d1_rows_written,

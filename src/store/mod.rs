@@ -17,10 +17,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::core::budget::OverBudget;
+use crate::core::control::BatchStatus;
 use crate::core::metrics::{self, HourSums, Snapshot};
 use crate::core::model::{
-    BatchRow, BatchTally, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemRow,
-    ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
+    BatchRow, BatchTally, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemRef,
+    ItemRow, ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
 };
 use crate::core::requests::{ItemInput, SubjectInput};
 use crate::core::schedule::jitter::subject_seed;
@@ -28,6 +29,7 @@ use crate::core::schedule::plan::{FirePlan, ZoneUse};
 use crate::core::schedule::tick::{self, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::core::throughput;
+use crate::core::upkeep::Upkeep;
 use crate::sql;
 
 /// A bound parameter. Integers stay integers end to end (D1 gets them as JS
@@ -135,6 +137,29 @@ pub trait Db {
         self.batch_rows::<Value>(statements).await.map(|_| ())
     }
     fn usage(&self) -> Usage;
+}
+
+/// A borrowed database is one too: a second `Store` over the same connection (the
+/// host simulation's "another request" arriving during a drain).
+impl<D: Db> Db for &D {
+    async fn query<T: DeserializeOwned>(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> StoreResult<Vec<T>> {
+        (**self).query(sql, params).await
+    }
+
+    async fn batch_rows<T: DeserializeOwned>(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<T>> {
+        (**self).batch_rows(statements).await
+    }
+
+    fn usage(&self) -> Usage {
+        (**self).usage()
+    }
 }
 
 /// Whether `create_batch` made a new batch or found the key taken.
@@ -693,6 +718,147 @@ pub struct FireReport {
     /// Per fire with a batch, read back after the apply; `Err` if that read failed
     /// (the fires were applied all the same).
     pub outcomes: StoreResult<Vec<Fired>>,
+}
+
+/// Batch control (issue 11): pause, resume, cancel, dead-letter replay, and the
+/// tick's upkeep (cancel sweep, retention) with its finish check. Every bulk move
+/// is a page: one statement of bounded size, counted in the same transaction.
+impl<D: Db> Store<D> {
+    /// Move batch `id` from `from` to `to` if it is still `from` (compare-and-set);
+    /// returns whether it moved.
+    pub async fn set_batch_status(
+        &self,
+        id: &str,
+        from: BatchStatus,
+        to: BatchStatus,
+    ) -> StoreResult<bool> {
+        let rows: Vec<Id<String>> = self
+            .db
+            .query(
+                sql::SET_BATCH_STATUS,
+                vec![id.into(), from.as_str().into(), to.as_str().into()],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Move up to `page` pending items of cancelled batch `id` to `cancelled`,
+    /// counting them, and read the batch back: one call (a `batch()` of three
+    /// statements). A batch that is not cancelled is only read.
+    pub async fn cancel_pending(
+        &self,
+        id: &str,
+        page: i64,
+        now: i64,
+    ) -> StoreResult<Option<BatchRow>> {
+        let rows = self
+            .db
+            .batch_rows(vec![
+                (sql::COUNT_CANCELLED_PAGE, vec![id.into(), page.into()]),
+                (
+                    sql::CANCEL_PENDING_PAGE,
+                    vec![id.into(), page.into(), now.into()],
+                ),
+                (sql::GET_BATCH, vec![id.into()]),
+            ])
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Requeue up to `page` failed items of batch `id` whose subject_id sorts after
+    /// `after` (and whose last error contains `error_contains`), due at `now`, with
+    /// `grow` more attempts; reopens the batch if it had finished. One call (two
+    /// statements). Returns what moved, in subject_id order: nothing for a
+    /// cancelled batch.
+    pub async fn requeue_failed_page(
+        &self,
+        id: &str,
+        after: &str,
+        error_contains: Option<&str>,
+        page: i64,
+        now: i64,
+        grow: i64,
+    ) -> StoreResult<Vec<Requeued>> {
+        let selection =
+            || -> Vec<Param> { vec![id.into(), after.into(), error_contains.into(), page.into()] };
+        let mut requeue = selection();
+        requeue.extend([now.into(), grow.into()]);
+        self.db
+            .batch_rows(vec![
+                (sql::REOPEN_FOR_REPLAY, selection()),
+                (sql::REQUEUE_FAILED_PAGE, requeue),
+            ])
+            .await
+    }
+
+    /// Requeue one failed item (see `requeue_failed_page`); whether it moved.
+    pub async fn requeue_failed_item(
+        &self,
+        item_id: i64,
+        now: i64,
+        grow: i64,
+    ) -> StoreResult<bool> {
+        let rows: Vec<Id<i64>> = self
+            .db
+            .batch_rows(vec![
+                (sql::REOPEN_FOR_ITEM_REPLAY, vec![item_id.into()]),
+                (
+                    sql::REQUEUE_FAILED_ITEM,
+                    vec![item_id.into(), now.into(), grow.into()],
+                ),
+            ])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// One item with its batch's status.
+    pub async fn get_item(&self, id: i64) -> StoreResult<Option<ItemRef>> {
+        Ok(self.db.query(sql::GET_ITEM, vec![id.into()]).await?.pop())
+    }
+
+    /// A scheduled invocation's tail before its summary, in one call: sweep a page
+    /// of every cancelled batch's pending items, delete what retention no longer
+    /// keeps (items, then their batches, then old summaries; each capped), then end
+    /// the batches with nothing left (`finish_batches.sql`). Returns the batches
+    /// that ended, each once.
+    pub async fn finish_tick(&self, now: i64, upkeep: &Upkeep) -> StoreResult<Vec<FinishedBatch>> {
+        let any: Param = Param::Null;
+        let mut statements = vec![
+            (
+                sql::COUNT_CANCELLED_PAGE,
+                vec![any.clone(), upkeep.cancel_page.into()],
+            ),
+            (
+                sql::CANCEL_PENDING_PAGE,
+                vec![any, upkeep.cancel_page.into(), now.into()],
+            ),
+        ];
+        if let Some(r) = &upkeep.retention {
+            statements.extend([
+                (
+                    sql::DELETE_EXPIRED_ITEMS,
+                    vec![r.cutoff.into(), r.items.into()],
+                ),
+                (
+                    sql::DELETE_EXPIRED_BATCHES,
+                    vec![r.cutoff.into(), r.batches.into()],
+                ),
+                (
+                    sql::DELETE_OLD_INVOCATIONS,
+                    vec![r.cutoff.into(), r.invocations.into()],
+                ),
+            ]);
+        }
+        statements.push((sql::FINISH_BATCHES, vec![now.into()]));
+        self.db.batch_rows(statements).await
+    }
+}
+
+/// An item a replay moved back to pending.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Requeued {
+    pub id: i64,
+    pub subject_id: String,
 }
 
 /// The JSON parameter of `commit_outcomes.sql`, or `None` for no transitions.

@@ -34,9 +34,12 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SqliteDb {
-    /// A fresh in-memory database with every migration applied.
+    /// A fresh in-memory database with every migration applied. Foreign keys are
+    /// enforced, as D1 enforces them in every query and migration.
     pub fn in_memory(migrations_dir: &Path) -> StoreResult<SqliteDb> {
         let conn = Connection::open_in_memory().map_err(err)?;
+        conn.execute_batch("PRAGMA foreign_keys = ON")
+            .map_err(err)?;
         let db = SqliteDb {
             conn: RefCell::new(conn),
             usage: Cell::new(Usage::default()),

@@ -155,6 +155,7 @@ mod tests {
             total,
             completed: 0,
             failed: 0,
+            cancelled: 0,
             processing: 0,
             created_at: 0,
             finished_at: None,

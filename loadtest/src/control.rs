@@ -1,0 +1,905 @@
+//! Batch control end to end (issue 11 part A): pause, resume, cancel, dead-letter
+//! replay and retention against a real Worker and sink. The e2e checks
+//! ([`e2e`]), the `cancel` and `replay` scenarios of `loadtest run`
+//! ([`scenario`]), and the pure verdicts they share.
+//!
+//! "After a request" is measured on one clock: the sink stamps each delivery when
+//! it arrives, and the request's answer is stamped when it comes back, both on
+//! this machine.
+
+use crate::api::{Api, Batch, Id, Invocation, Item, TICK_CRON};
+use crate::checks::Checks;
+use crate::drive::{self, Pace};
+use crate::faults::Faults;
+use crate::plan::Planned;
+use crate::report::{Deliveries, Observed, RunReport, Verdict};
+use crate::scenario::{Scenario, Spec};
+use crate::sink::{Delivery, SinkClient};
+use crate::target::{Secrets, Target, TargetArgs};
+use crate::{metrics, verdict};
+use anyhow::{bail, ensure, Context, Result};
+use chrono::{DateTime, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+// ---------------------------------------------------------------- pure verdicts
+
+/// When a delivery arrived at the sink.
+fn received(d: &Delivery) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&d.received_at)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Deliveries that arrived after `at`.
+pub fn delivered_after(deliveries: &[&Delivery], at: DateTime<Utc>) -> u64 {
+    deliveries
+        .iter()
+        .filter(|d| received(d).is_none_or(|t| t > at))
+        .count() as u64
+}
+
+/// After a pause or a cancel answered with `in_flight` items processing, at most
+/// those are delivered: claims skip the batch from the request on.
+pub fn only_in_flight_after(
+    deliveries: &[&Delivery],
+    at: DateTime<Utc>,
+    in_flight: u64,
+) -> Result<(), String> {
+    let after = delivered_after(deliveries, at);
+    eprintln!("  {after} deliveries after the request, {in_flight} items were in flight");
+    if after <= in_flight {
+        Ok(())
+    } else {
+        Err(format!(
+            "{after} deliveries after the request answered, but only {in_flight} items were in flight"
+        ))
+    }
+}
+
+/// A cancelled batch ended: status cancelled, `finished_at` set, nothing pending
+/// or in flight, and completed + failed + cancelled = total (100 %).
+pub fn ended_cancelled(b: &Batch, total: u64) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    if b.status != "cancelled" || b.finished_at.is_none() {
+        wrong.push(format!(
+            "status {} finished_at {:?} (want cancelled, set)",
+            b.status, b.finished_at
+        ));
+    }
+    if b.pending + b.processing != 0 {
+        wrong.push("items left pending or in flight".to_string());
+    }
+    if b.total != total || b.completed + b.failed + b.cancelled != total {
+        wrong.push(format!("completed + failed + cancelled != total {total}"));
+    }
+    if (b.percent - 100.0).abs() > 1e-9 {
+        wrong.push("percent is not 100".into());
+    }
+    if b.cancelled == 0 {
+        wrong.push("nothing was cancelled".into());
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}", wrong.join("; "), b.progress()))
+    }
+}
+
+/// Items by their id as text (the Idempotency-Key).
+fn by_key(items: &[Item]) -> HashMap<String, &Item> {
+    items.iter().map(|i| (i.id.to_string(), i)).collect()
+}
+
+/// Every cancelled item was never delivered (it was pending when cancelled and
+/// its receiver is healthy), every completed one exactly once.
+pub fn cancelled_never_delivered(
+    items: &[Item],
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    for (key, item) in by_key(items) {
+        let n = deliveries.get(&key).map_or(0, Vec::len);
+        let want = match item.status.as_str() {
+            "cancelled" => 0,
+            "completed" => 1,
+            other => {
+                wrong.push(format!("{}: {other}", item.subject_id));
+                continue;
+            }
+        };
+        if n != want {
+            wrong.push(format!(
+                "{} ({}): {n} deliveries, want {want}",
+                item.subject_id, item.status
+            ));
+        }
+    }
+    summarize(wrong, items.len())
+}
+
+/// After a replay of items that had failed for good: each is completed, delivered
+/// exactly once more than before (the replay's attempt, numbered on from the
+/// last), with `grow` more attempts allowed, its last delivery answered 2xx.
+pub fn replayed_once_more(
+    before: &[Item],
+    after: &[Item],
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+    grow: u32,
+) -> Result<(), String> {
+    let after = by_key(after);
+    let mut wrong = Vec::new();
+    for old in before {
+        let key = old.id.to_string();
+        let Some(new) = after.get(&key) else {
+            wrong.push(format!("{}: gone", old.subject_id));
+            continue;
+        };
+        let ds = deliveries.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+        let attempts: Vec<Option<u32>> = ds.iter().map(|d| d.attempt).collect();
+        let want: Vec<Option<u32>> = (1..=old.attempt + 1).map(Some).collect();
+        if new.status != "completed" || new.attempt != old.attempt + 1 {
+            wrong.push(format!(
+                "{}: {} on attempt {} (want completed on {})",
+                old.subject_id,
+                new.status,
+                new.attempt,
+                old.attempt + 1
+            ));
+        } else if new.max_attempts != old.max_attempts + grow {
+            wrong.push(format!(
+                "{}: max_attempts {} (want {})",
+                old.subject_id,
+                new.max_attempts,
+                old.max_attempts + grow
+            ));
+        } else if attempts != want {
+            wrong.push(format!(
+                "{}: delivered attempts {attempts:?} (want {want:?})",
+                old.subject_id
+            ));
+        } else if !ds
+            .last()
+            .and_then(|d| d.status)
+            .is_some_and(|s| (200..300).contains(&s))
+        {
+            wrong.push(format!(
+                "{}: the replayed delivery did not succeed",
+                old.subject_id
+            ));
+        }
+    }
+    summarize(wrong, before.len())
+}
+
+fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = wrong.iter().take(5).cloned().collect();
+    Err(format!("{} of {of}: {}", wrong.len(), shown.join("; ")))
+}
+
+// ---------------------------------------------------------------- flows
+
+/// Creates ad-hoc batch `key` of `n` webhook items to the sink, each with
+/// `faults` (subjects `<key>-00000`...).
+pub async fn webhook_batch(
+    api: &Api,
+    sink: &SinkClient,
+    key: &str,
+    n: usize,
+    faults: &Faults,
+) -> Result<Batch> {
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            let subject = format!("{key}-{i:05}");
+            json!({"subject_id": subject, "kind": "webhook",
+                   "payload": {"url": sink.hook_url(&subject, faults), "data": {"n": i}}})
+        })
+        .collect();
+    let (created, batch) = api
+        .create_batch(&json!({"key": key, "items": items}))
+        .await?;
+    ensure!(created, "batch {key} existed already");
+    ensure!(
+        batch.total == n as u64,
+        "batch {key} has {} items",
+        batch.total
+    );
+    Ok(batch)
+}
+
+/// Fires ticks (one at a time) until the batch has ended; returns it.
+pub async fn until_ended(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let b = api.batch(id).await?;
+        if b.has_ended() {
+            return Ok(b);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "batch {id} not ended within {timeout:?}: {}",
+            b.progress()
+        );
+        api.fire_cron(TICK_CRON).await?;
+    }
+}
+
+/// Every delivery the sink recorded.
+async fn deliveries(sink: &SinkClient) -> Result<Vec<Delivery>> {
+    Ok(sink.stats(true).await?.deliveries.unwrap_or_default())
+}
+
+/// What a batch left behind: every delivery the sink recorded, and its items.
+async fn outcome(api: &Api, sink: &SinkClient, id: &Id) -> Result<(Vec<Delivery>, Vec<Item>)> {
+    Ok((deliveries(sink).await?, api.all_items(id, None).await?))
+}
+
+/// What a pause or cancel mid-batch observed.
+pub struct Interrupted {
+    pub batch: Batch,
+    /// The request's answer.
+    pub answer: Batch,
+    /// When it came back.
+    pub at: DateTime<Utc>,
+}
+
+/// Ticks until at least `after_completed` items of the batch completed, then
+/// `POST /batches/{id}/<action>`; waits for the tick that was running.
+pub async fn interrupt(
+    api: &Api,
+    batch: &Batch,
+    action: &str,
+    after_completed: u64,
+    timeout: Duration,
+) -> Result<Interrupted> {
+    let (_, tick) =
+        drive::ticks_until(api, &batch.id, timeout, |b| b.completed >= after_completed).await?;
+    let answer = api.control(&batch.id, action).await?;
+    let at = Utc::now();
+    eprintln!(
+        "  [{action}] answered {} {}",
+        answer.status,
+        answer.progress()
+    );
+    tick.await??;
+    Ok(Interrupted {
+        batch: batch.clone(),
+        answer,
+        at,
+    })
+}
+
+// ---------------------------------------------------------------- e2e
+
+/// Items of the pause and cancel batches, and the latency of their receivers:
+/// slow enough that a request lands while the batch drains.
+const MID_BATCH_ITEMS: usize = 200;
+const MID_BATCH_LATENCY_MS: u64 = 200;
+/// Items of the replay batch, failing for good until their receivers are fixed.
+const REPLAY_ITEMS: usize = 20;
+
+/// The e2e checks of batch control on a Worker of their own (the suite's
+/// settings; retention restarts it): pause, cancel and replay mid-batch, then
+/// retention of what they left.
+pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let settings = crate::e2e::settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut target = Target::open(args, "e2e-control", &settings, Secrets::Random, true)
+        .await
+        .context("starting the batch-control Worker")?;
+    let paused = pause_mid_batch(&target, timeout, checks).await?;
+    let cancelled = cancel_mid_batch(&target, timeout, checks).await?;
+    let replayed = replay_after_fix(&target, timeout, checks).await?;
+    if target.runtime.is_some() {
+        retention(&mut target, [paused, cancelled], replayed, checks).await?;
+    } else {
+        println!("# retention skipped: --url mode cannot backdate rows or restart the Worker");
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(())
+}
+
+async fn pause_mid_batch(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
+    let (api, sink) = (&target.api, &target.sink);
+    let slow = Faults {
+        latency_ms: MID_BATCH_LATENCY_MS,
+        ..Faults::default()
+    };
+    let batch = webhook_batch(api, sink, "ctl-pause", MID_BATCH_ITEMS, &slow).await?;
+    let paused = interrupt(api, &batch, "pause", 25, timeout).await?;
+    checks.record(
+        "pause mid-batch answers 200 with status paused",
+        if paused.answer.status == "paused" && paused.answer.pending > 0 {
+            Ok(())
+        } else {
+            Err(paused.answer.progress())
+        },
+    );
+    // Two more ticks while paused: nothing of it is claimed.
+    let frozen = api.batch(&batch.id).await?;
+    let before = deliveries(sink).await?.len();
+    api.fire_cron(TICK_CRON).await?;
+    api.fire_cron(TICK_CRON).await?;
+    let still = api.batch(&batch.id).await?;
+    let all = deliveries(sink).await?;
+    checks.record(
+        "paused: ticks deliver nothing and claim nothing of the batch",
+        if all.len() == before && still.pending == frozen.pending && still.status == "paused" {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} new deliveries; {} -> {}",
+                all.len() - before,
+                frozen.progress(),
+                still.progress()
+            ))
+        },
+    );
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
+    checks.record(
+        "paused: only the items in flight at the pause were delivered after it",
+        only_in_flight_after(&ours, paused.at, paused.answer.processing),
+    );
+    let repeat = api.control(&batch.id, "pause").await?;
+    checks.record(
+        "a repeated pause is a no-op 200",
+        if repeat.status == "paused" && repeat.pending == still.pending {
+            Ok(())
+        } else {
+            Err(repeat.progress())
+        },
+    );
+    let resumed = api.control(&batch.id, "resume").await?;
+    ensure!(
+        resumed.status == "running",
+        "resume: {}",
+        resumed.progress()
+    );
+    let done = until_ended(api, &batch.id, timeout).await?;
+    let (all, items) = outcome(api, sink, &batch.id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    checks.record(
+        "resumed: the batch finishes, every item completed after exactly one delivery",
+        verdict::batch_counts(&done, MID_BATCH_ITEMS as u64, MID_BATCH_ITEMS as u64, 0)
+            .and_then(|()| cancelled_never_delivered(&items, &by_item)),
+    );
+    Ok(batch.id)
+}
+
+async fn cancel_mid_batch(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
+    let (api, sink) = (&target.api, &target.sink);
+    let slow = Faults {
+        latency_ms: MID_BATCH_LATENCY_MS,
+        ..Faults::default()
+    };
+    let batch = webhook_batch(api, sink, "ctl-cancel", MID_BATCH_ITEMS, &slow).await?;
+    let cancelled = interrupt(api, &batch, "cancel", 25, timeout).await?;
+    let a = &cancelled.answer;
+    checks.record(
+        "cancel mid-batch answers 200: status cancelled, nothing pending, the rest cancelled",
+        if a.status == "cancelled" && a.pending == 0 && a.cancelled > 0 {
+            Ok(())
+        } else {
+            Err(a.progress())
+        },
+    );
+    let ended = until_ended(api, &batch.id, timeout).await?;
+    checks.record(
+        "cancelled: the batch ends cancelled once its items in flight committed; counts add up",
+        ended_cancelled(&ended, MID_BATCH_ITEMS as u64),
+    );
+    let all = deliveries(sink).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
+    checks.record(
+        "cancelled: only the items in flight at the cancel were delivered after it",
+        only_in_flight_after(&ours, cancelled.at, a.processing),
+    );
+    let items = api.all_items(&batch.id, None).await?;
+    checks.record(
+        "cancelled items were never delivered; completed ones exactly once",
+        cancelled_never_delivered(&items, &by_item),
+    );
+    let before = all.len();
+    api.fire_cron(TICK_CRON).await?;
+    let again = api.control(&batch.id, "cancel").await?;
+    checks.record(
+        "after the end: a tick delivers nothing, a repeated cancel is a no-op 200",
+        if deliveries(sink).await?.len() == before && again.finished_at == ended.finished_at {
+            Ok(())
+        } else {
+            Err(format!("{} then {}", ended.progress(), again.progress()))
+        },
+    );
+    let mut refused = Vec::new();
+    for (path, body) in [
+        (format!("/batches/{}/resume", batch.id), None),
+        (format!("/batches/{}/pause", batch.id), None),
+        (
+            format!("/batches/{}/retry", batch.id),
+            Some(json!({"status": "failed"}).to_string()),
+        ),
+    ] {
+        let r = api.admin_raw(Method::POST, &path, body).await?;
+        let code = r.error_shape().map(|(c, _)| c);
+        if r.status != StatusCode::CONFLICT || code.as_deref() != Some("invalid_transition") {
+            refused.push(format!("{path}: {} {}", r.status, r.body));
+        }
+    }
+    checks.record(
+        "resume, pause and replay of a cancelled batch are 409 invalid_transition",
+        summarize(refused, 3),
+    );
+    Ok(batch.id)
+}
+
+async fn replay_after_fix(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
+    let (api, sink) = (&target.api, &target.sink);
+    let broken = Faults {
+        status: Some(500),
+        ..Faults::default()
+    };
+    let batch = webhook_batch(api, sink, "ctl-replay", REPLAY_ITEMS, &broken).await?;
+    let first = until_ended(api, &batch.id, timeout).await?;
+    ensure!(
+        first.is_finished() && first.failed == REPLAY_ITEMS as u64,
+        "the broken batch did not fail whole: {}",
+        first.progress()
+    );
+    let failed = api.all_items(&batch.id, Some("failed")).await?;
+    let subjects: Vec<String> = failed.iter().map(|i| i.subject_id.clone()).collect();
+    sink.fix(&subjects).await?;
+
+    let grow = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+    let one = api.retry_item(failed[0].id).await?;
+    let rest = api
+        .retry_batch(&batch.id, &json!({"status": "failed"}))
+        .await?;
+    let again = api
+        .retry_batch(&batch.id, &json!({"status": "failed"}))
+        .await?;
+    let reopened = api.batch(&batch.id).await?;
+    checks.record(
+        "replay: one item, then the batch's other failures, requeued; the same replay again requeues nothing; the batch runs again",
+        if (one, rest, again) == (1, REPLAY_ITEMS as u64 - 1, 0)
+            && reopened.status == "running"
+            && reopened.failed == 0
+            && reopened.finished_at.is_none()
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "requeued {one}, {rest}, {again}; {} {}",
+                reopened.status,
+                reopened.progress()
+            ))
+        },
+    );
+    let done = until_ended(api, &batch.id, timeout).await?;
+    let (all, items) = outcome(api, sink, &batch.id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    checks.record(
+        "replay after the receivers were fixed: each failed item delivered exactly once more, completed; the batch finishes again",
+        verdict::batch_counts(&done, REPLAY_ITEMS as u64, REPLAY_ITEMS as u64, 0)
+            .and_then(|()| {
+                if done.finished_at > first.finished_at {
+                    Ok(())
+                } else {
+                    Err("finished_at did not move".into())
+                }
+            })
+            .and_then(|()| replayed_once_more(&failed, &items, &by_item, grow)),
+    );
+    let r = api
+        .admin_raw(Method::POST, &format!("/items/{}/retry", items[0].id), None)
+        .await?;
+    checks.record(
+        "replaying a completed item is 409 invalid_transition",
+        match r.error_shape() {
+            Some((code, _)) if r.status == StatusCode::CONFLICT && code == "invalid_transition" => {
+                Ok(())
+            }
+            _ => Err(format!("{} {}", r.status, r.body)),
+        },
+    );
+    Ok(batch.id)
+}
+
+/// Retention with the shortest setting, RETENTION_DAYS=1: `old` batches ended
+/// two days ago (their `finished_at` backdated in D1, with every invocation
+/// summary so far, the runtime stopped meanwhile), `kept` ended just now. One tick
+/// deletes the old batches with their items and the old summaries, and nothing
+/// else; item ids are not handed out again.
+async fn retention(target: &mut Target, old: [Id; 2], kept: Id, checks: &mut Checks) -> Result<()> {
+    let api = target.api.clone();
+    let kept_before = api.all_items(&kept, None).await?;
+    let mut max_id = kept_before.iter().map(|i| i.id).max().unwrap_or(0);
+    for id in &old {
+        let items = api.all_items(id, None).await?;
+        max_id = max_id.max(items.iter().map(|i| i.id).max().unwrap_or(0));
+    }
+    let two_days = 2 * 86_400_000;
+    let ids = old
+        .iter()
+        .map(|id| format!("'{}'", id.0))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    runtime.stop().await?;
+    runtime
+        .config()
+        .d1_execute(&format!(
+            "UPDATE batches SET finished_at = finished_at - {two_days} WHERE id IN ({ids}); \
+             UPDATE invocations SET started_at = started_at - {two_days};"
+        ))
+        .await?;
+    runtime.set_var("RETENTION_DAYS", Some("1"));
+    runtime.restart().await?;
+    let started = Utc::now();
+    api.fire_cron(TICK_CRON).await?;
+
+    let mut wrong = Vec::new();
+    for id in &old {
+        let r = api
+            .admin_raw(Method::GET, &format!("/batches/{}/items", id.0), None)
+            .await?;
+        if r.status != StatusCode::NOT_FOUND {
+            wrong.push(format!("batch {id} is still there: {}", r.status));
+        }
+    }
+    let kept_after = api.all_items(&kept, None).await?;
+    if kept_after.len() != kept_before.len()
+        || api.batch(&kept).await?.total != kept_before.len() as u64
+    {
+        wrong.push(format!("batch {kept} lost items"));
+    }
+    let cutoff = started - chrono::Duration::days(1);
+    let invocations = api.invocations(1000).await?;
+    let stale = invocations
+        .iter()
+        .filter(|i| i.summary.started_at < cutoff.timestamp_millis())
+        .count();
+    if stale > 0 || invocations.is_empty() {
+        wrong.push(format!(
+            "{stale} summaries older than a day left of {}",
+            invocations.len()
+        ));
+    }
+    checks.record(
+        "retention (RETENTION_DAYS=1): one tick deletes the batches that ended 2 days ago, their items and old summaries; the recent batch is whole",
+        summarize(wrong, 4),
+    );
+    let fresh = webhook_batch(
+        &api,
+        &target.sink,
+        "ctl-after-retention",
+        3,
+        &Faults::default(),
+    )
+    .await?;
+    let new_ids: Vec<i64> = api
+        .all_items(&fresh.id, None)
+        .await?
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    checks.record(
+        "item ids are never handed out again after retention deleted rows (AUTOINCREMENT on D1)",
+        if new_ids.iter().all(|id| *id > max_id) {
+            Ok(())
+        } else {
+            Err(format!("new ids {new_ids:?}, largest before {max_id}"))
+        },
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- `loadtest run` scenarios
+
+/// Share of the items completed when the `cancel` scenario cancels its batch.
+pub const CANCEL_AT_SHARE: f64 = 0.3;
+
+/// The `cancel` and `replay` scenarios on seeded subjects (`plan`): an ad-hoc
+/// batch over them, driven by ticks at `pace`; the report and its verdicts.
+/// `known`: invocations that ran before this one.
+pub async fn scenario(
+    spec: &Spec,
+    target: &mut Target,
+    plan: &[Planned],
+    known: &HashSet<i64>,
+    pace: Pace,
+) -> Result<RunReport> {
+    let api = target.api.clone();
+    let key = format!("{}-{}", spec.scenario.name(), Utc::now().timestamp_millis());
+    let (_, batch) = api
+        .create_batch(&json!({"key": key, "source": "subjects"}))
+        .await?;
+    ensure!(
+        batch.total == plan.len() as u64,
+        "batch has {} items",
+        batch.total
+    );
+    let (driven, mut verdicts, ticks) = match spec.scenario {
+        Scenario::Cancel => cancel_run(target, &batch, pace).await?,
+        Scenario::Replay => replay_run(target, &batch, pace).await?,
+        other => bail!("{} is not a batch-control scenario", other.name()),
+    };
+    let (all, items) = outcome(&api, &target.sink, &batch.id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    let total = by_item.values().map(|d| d.len() as u64).sum::<u64>();
+    let invocations: Vec<Invocation> = api
+        .invocations(1000)
+        .await?
+        .into_iter()
+        .filter(|i| !known.contains(&i.id))
+        .collect();
+    verdicts.push(Verdict::new(
+        "no invocation used more subrequests than its budget",
+        verdict::within_budget(&invocations),
+    ));
+    let ours: Vec<&Invocation> = invocations.iter().collect();
+    RunReport::build(
+        Observed {
+            spec,
+            settings: &target.settings,
+            batch: &driven,
+            items: &items,
+            invocations: &ours,
+            deliveries: Some(Deliveries {
+                total,
+                per_item: metrics::ratio(total as f64, items.len() as f64),
+                duplicates: verdict::duplicate_deliveries(&by_item),
+            }),
+            ticks,
+            in_flight_at_kill: None,
+        },
+        verdicts,
+    )
+}
+
+/// Cancels the batch once `CANCEL_AT_SHARE` of it completed, then ticks until it
+/// ends.
+async fn cancel_run(
+    target: &Target,
+    batch: &Batch,
+    pace: Pace,
+) -> Result<(Batch, Vec<Verdict>, u64)> {
+    let api = &target.api;
+    let at = (batch.total as f64 * CANCEL_AT_SHARE).ceil() as u64;
+    let cancelled = interrupt(api, batch, "cancel", at, pace.timeout).await?;
+    let driven = drive::until_finished(api, &cancelled.answer, pace, JoinSet::new()).await?;
+    let (all, items) = outcome(api, &target.sink, &batch.id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
+    let verdicts = vec![
+        Verdict::new(
+            "the cancel answered: cancelled, nothing pending",
+            if cancelled.answer.status == "cancelled" && cancelled.answer.pending == 0 {
+                Ok(())
+            } else {
+                Err(cancelled.answer.progress())
+            },
+        ),
+        Verdict::new(
+            "the batch ended cancelled; completed + failed + cancelled = total",
+            ended_cancelled(&driven.batch, batch.total),
+        ),
+        Verdict::new(
+            "only the items in flight at the cancel were delivered after it",
+            only_in_flight_after(&ours, cancelled.at, cancelled.answer.processing),
+        ),
+        Verdict::new(
+            "cancelled items were never delivered; completed ones exactly once",
+            cancelled_never_delivered(&items, &by_item),
+        ),
+    ];
+    Ok((driven.batch, verdicts, driven.ticks))
+}
+
+/// Drives the batch until it finishes with its poisoned items failed, fixes their
+/// receivers, replays the failures and drives it to its second finish.
+async fn replay_run(
+    target: &Target,
+    batch: &Batch,
+    pace: Pace,
+) -> Result<(Batch, Vec<Verdict>, u64)> {
+    let api = &target.api;
+    let first = drive::until_finished(api, batch, pace, JoinSet::new()).await?;
+    let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+    let before = api.all_items(&batch.id, None).await?;
+    let failed: Vec<Item> = before
+        .iter()
+        .filter(|i| i.status == "failed")
+        .cloned()
+        .collect();
+    let subjects: Vec<String> = failed.iter().map(|i| i.subject_id.clone()).collect();
+    target.sink.fix(&subjects).await?;
+    let started = Instant::now();
+    let requeued = api
+        .retry_batch(&batch.id, &json!({"status": "failed"}))
+        .await?;
+    let replay_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let again = api
+        .retry_batch(&batch.id, &json!({"status": "failed"}))
+        .await?;
+    eprintln!("replayed {requeued} failed items in {replay_ms:.0} ms; again: {again}");
+    let reopened = api.batch(&batch.id).await?;
+    let second = drive::until_finished(api, &reopened, pace, JoinSet::new()).await?;
+    let (all, after) = outcome(api, &target.sink, &batch.id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    let failed_keys: HashSet<i64> = failed.iter().map(|i| i.id).collect();
+    let healthy_once: Vec<String> = after
+        .iter()
+        .filter(|i| !failed_keys.contains(&i.id))
+        .filter_map(|i| {
+            let n = by_item.get(&i.id.to_string()).map_or(0, Vec::len);
+            (i.status != "completed" || n != 1)
+                .then(|| format!("{}: {} after {n} deliveries", i.subject_id, i.status))
+        })
+        .collect();
+    let verdicts = vec![
+        Verdict::new(
+            "first finish: the poisoned items failed after MAX_ATTEMPTS, the others completed",
+            verdict::batch_counts(
+                &first.batch,
+                batch.total,
+                batch.total - failed.len() as u64,
+                failed.len() as u64,
+            )
+            .and_then(|()| {
+                match failed.iter().find(|i| i.attempt != max_attempts) {
+                    Some(i) => Err(format!("{} failed on attempt {}", i.subject_id, i.attempt)),
+                    None if failed.is_empty() => Err("nothing failed to replay".into()),
+                    None => Ok(()),
+                }
+            }),
+        ),
+        Verdict::new(
+            "the replay requeued every failed item, a second one nothing; the batch ran again",
+            if requeued == failed.len() as u64 && again == 0 && reopened.finished_at.is_none() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "requeued {requeued} of {}, then {again}; {}",
+                    failed.len(),
+                    reopened.progress()
+                ))
+            },
+        ),
+        Verdict::new(
+            "each replayed item was delivered exactly once more and completed; the batch finished again",
+            verdict::batch_counts(&second.batch, batch.total, batch.total, 0)
+                .and_then(|()| replayed_once_more(&failed, &after, &by_item, max_attempts)),
+        ),
+        Verdict::new(
+            "the other items were delivered exactly once",
+            summarize(healthy_once, after.len() - failed.len()),
+        ),
+    ];
+    Ok((second.batch, verdicts, first.ticks + second.ticks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(key: &str, attempt: u32, at: &str, status: Option<u16>) -> Delivery {
+        Delivery {
+            seq: 0,
+            subject_id: "s".into(),
+            idempotency_key: Some(key.into()),
+            delivery_no: attempt,
+            item_id: key.parse().ok(),
+            batch_id: Some("b".into()),
+            body_subject_id: Some("s".into()),
+            attempt: Some(attempt),
+            data_sha256: None,
+            signature: "valid".into(),
+            status,
+            received_at: at.into(),
+            error: None,
+        }
+    }
+
+    fn item(id: i64, status: &str, attempt: u32, max_attempts: u32) -> Item {
+        Item {
+            id,
+            subject_id: format!("s{id}"),
+            kind: "webhook".into(),
+            status: status.into(),
+            attempt,
+            max_attempts,
+            last_error: None,
+            run_after: None,
+            started_at: None,
+            completed_at: None,
+        }
+    }
+
+    fn batch(status: &str, completed: u64, cancelled: u64, finished: bool) -> Batch {
+        Batch {
+            id: Id("b".into()),
+            key: Some("k".into()),
+            status: status.into(),
+            total: 10,
+            pending: 0,
+            processing: 0,
+            completed,
+            failed: 0,
+            cancelled,
+            percent: 100.0,
+            rate_per_min: None,
+            eta: None,
+            created_at: "2026-11-21T12:00:00.000Z".into(),
+            finished_at: finished.then(|| "2026-11-21T12:01:00.000Z".into()),
+            schedule_id: None,
+        }
+    }
+
+    #[test]
+    fn only_deliveries_after_the_answer_count_against_the_items_in_flight() {
+        let at = DateTime::parse_from_rfc3339("2026-11-21T12:00:00.500Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let ds = [
+            delivery("1", 1, "2026-11-21T12:00:00.100Z", Some(200)),
+            delivery("2", 1, "2026-11-21T12:00:00.600Z", Some(200)),
+            delivery("3", 1, "2026-11-21T12:00:01.000Z", Some(200)),
+        ];
+        let refs: Vec<&Delivery> = ds.iter().collect();
+        assert_eq!(delivered_after(&refs, at), 2);
+        assert!(only_in_flight_after(&refs, at, 2).is_ok());
+        assert!(only_in_flight_after(&refs, at, 1).is_err());
+    }
+
+    #[test]
+    fn a_cancelled_batch_must_have_ended_with_counts_that_add_up() {
+        assert!(ended_cancelled(&batch("cancelled", 4, 6, true), 10).is_ok());
+        assert!(ended_cancelled(&batch("cancelled", 4, 6, false), 10).is_err());
+        assert!(ended_cancelled(&batch("cancelled", 4, 5, true), 10).is_err());
+        assert!(ended_cancelled(&batch("finished", 10, 0, true), 10).is_err());
+    }
+
+    #[test]
+    fn cancelled_items_have_no_delivery_completed_ones_one() {
+        let items = [item(1, "completed", 1, 3), item(2, "cancelled", 0, 3)];
+        let d1 = delivery("1", 1, "2026-11-21T12:00:00.100Z", Some(200));
+        let d2 = delivery("2", 1, "2026-11-21T12:00:00.100Z", Some(200));
+        let mut map: HashMap<String, Vec<&Delivery>> = HashMap::new();
+        map.insert("1".into(), vec![&d1]);
+        assert!(cancelled_never_delivered(&items, &map).is_ok());
+        map.insert("2".into(), vec![&d2]);
+        assert!(cancelled_never_delivered(&items, &map).is_err());
+    }
+
+    #[test]
+    fn a_replayed_item_is_delivered_exactly_once_more() {
+        let before = [item(1, "failed", 3, 3)];
+        let after = [item(1, "completed", 4, 6)];
+        let ds: Vec<Delivery> = (1..=4)
+            .map(|a| {
+                delivery(
+                    "1",
+                    a,
+                    "2026-11-21T12:00:00.100Z",
+                    Some(if a == 4 { 200 } else { 500 }),
+                )
+            })
+            .collect();
+        let mut map: HashMap<String, Vec<&Delivery>> = HashMap::new();
+        map.insert("1".into(), ds.iter().collect());
+        assert!(replayed_once_more(&before, &after, &map, 3).is_ok());
+        assert!(replayed_once_more(&before, &after, &map, 2).is_err());
+        map.insert("1".into(), ds.iter().take(3).collect());
+        assert!(replayed_once_more(&before, &after, &map, 3).is_err());
+    }
+}

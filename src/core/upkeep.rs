@@ -1,0 +1,76 @@
+//! What every scheduled invocation does besides draining, in the same single D1
+//! call as its finish check (`Store::finish_tick`): sweep a page of each cancelled
+//! batch's pending items, and delete what retention no longer keeps. Each part is
+//! bounded per tick, so one tick never holds D1 for long, and an idle tick costs
+//! index seeks that find nothing.
+
+use super::control::CANCEL_PAGE;
+
+pub const DAY_MS: i64 = 86_400_000;
+/// Items of ended batches deleted per tick at most: 7.2 million a day at one tick a
+/// minute. One statement.
+pub const RETENTION_ITEMS_PER_TICK: i64 = 5_000;
+/// Ended batches (already emptied of items) deleted per tick at most.
+pub const RETENTION_BATCHES_PER_TICK: i64 = 100;
+/// Invocation summaries deleted per tick at most (a tick writes one).
+pub const RETENTION_INVOCATIONS_PER_TICK: i64 = 1_000;
+
+/// What retention deletes this tick: rows of batches that ended, and summaries of
+/// invocations that started, before `cutoff`; at most the caps per statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub cutoff: i64,
+    pub items: i64,
+    pub batches: i64,
+    pub invocations: i64,
+}
+
+impl Retention {
+    /// `RETENTION_DAYS` at `now`; `None` when it is 0 (keep forever).
+    pub fn at(now: i64, days: i64) -> Option<Retention> {
+        (days > 0).then(|| Retention {
+            cutoff: now.saturating_sub(days.saturating_mul(DAY_MS)),
+            items: RETENTION_ITEMS_PER_TICK,
+            batches: RETENTION_BATCHES_PER_TICK,
+            invocations: RETENTION_INVOCATIONS_PER_TICK,
+        })
+    }
+}
+
+/// One tick's upkeep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upkeep {
+    /// Pending items of each cancelled, unended batch moved to `cancelled`.
+    pub cancel_page: i64,
+    pub retention: Option<Retention>,
+}
+
+impl Upkeep {
+    pub fn at(now: i64, retention_days: i64) -> Upkeep {
+        Upkeep {
+            cancel_page: CANCEL_PAGE,
+            retention: Retention::at(now, retention_days),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_keeps_the_last_days_and_zero_keeps_everything() {
+        let now = 100 * DAY_MS + 5;
+        let r = Retention::at(now, 30).unwrap();
+        assert_eq!(r.cutoff, 70 * DAY_MS + 5);
+        assert_eq!((r.items, r.batches, r.invocations), (5_000, 100, 1_000));
+        assert_eq!(Retention::at(now, 0), None);
+        assert_eq!(Upkeep::at(now, 0).retention, None);
+        assert_eq!(Upkeep::at(now, 1).cancel_page, CANCEL_PAGE);
+    }
+
+    #[test]
+    fn huge_settings_do_not_overflow() {
+        assert_eq!(Retention::at(0, i64::MAX).unwrap().cutoff, -i64::MAX);
+    }
+}

@@ -1,0 +1,1021 @@
+//! SQL conformance of batch control (issue 11 part A) on real SQLite with the D1
+//! migrations, through the same `Store` code: paused and cancelled batches are
+//! never claimed (and the claim never reads their items), cancel against items in
+//! flight, replay, the counters under random mixes of all of it, retention, and
+//! the migration that rebuilt the tables. Time is an argument; nothing sleeps.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use cron_fanout::core::budget::Budget;
+use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move};
+use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
+use cron_fanout::core::requests::ItemInput;
+use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
+use cron_fanout::sql;
+use cron_fanout::store::metered::Metered;
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{BatchSource, Created, Param, Store};
+use futures::executor::block_on;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::types::ValueRef;
+use rusqlite::StatementStatus;
+use serde_json::json;
+
+const LEASE_MS: i64 = 60_000;
+const POLICY: RetryPolicy = RetryPolicy {
+    base_ms: 1_000,
+    max_ms: 4_000,
+};
+
+fn migrations() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
+}
+
+fn setup() -> Store<SqliteDb> {
+    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
+}
+
+/// A batch `key` of `n` items (subjects `<key>-00000`...), created at t=0.
+fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
+    let items: Vec<ItemInput> = (0..n)
+        .map(|i| ItemInput {
+            subject_id: format!("{key}-{i:05}"),
+            kind: "noop".into(),
+            payload: json!({}),
+        })
+        .collect();
+    let id = format!("b-{key}");
+    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
+        .unwrap()
+    {
+        Created::New(row) => row.id,
+        Created::Existing(_) => panic!("{key} existed"),
+    }
+}
+
+fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
+    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
+}
+
+fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
+    decide(item, &outcome, POLICY, now, 0.0)
+}
+
+fn commit(store: &Store<SqliteDb>, transitions: &[Transition]) -> usize {
+    block_on(store.commit_outcomes(transitions)).unwrap().len()
+}
+
+fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
+    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn status_of(store: &Store<SqliteDb>, batch: &str) -> (String, Option<i64>) {
+    store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT status, finished_at FROM batches WHERE id = ?1",
+            [batch],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+/// A control request as the handler makes it: decide from the status read, then
+/// compare-and-set. Returns the move.
+fn control(store: &Store<SqliteDb>, batch: &str, c: Control) -> Move {
+    let from = BatchStatus::parse(&status_of(store, batch).0).unwrap();
+    let m = decide_move(c, from);
+    if let Move::To(to) = m {
+        assert!(block_on(store.set_batch_status(batch, from, to)).unwrap());
+    }
+    m
+}
+
+/// The tail of a tick with retention off: sweep, finish.
+fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
+    block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap()
+}
+
+/// Every batch's counters equal the real counts of its items.
+fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(
+            "SELECT b.id, b.completed, b.failed, b.cancelled,
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'completed'),
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'failed'),
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'cancelled'),
+                    b.total, (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id)
+             FROM batches b",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                [r.get::<_, i64>(1)?, r.get(2)?, r.get(3)?],
+                [r.get::<_, i64>(4)?, r.get(5)?, r.get(6)?],
+                (r.get::<_, i64>(7)?, r.get::<_, i64>(8)?),
+            ))
+        })
+        .unwrap();
+    for row in rows {
+        let (id, counters, real, (total, items)) = row.unwrap();
+        assert_eq!(
+            counters, real,
+            "{ctx}: batch {id} counters (completed, failed, cancelled)"
+        );
+        assert_eq!(total, items, "{ctx}: batch {id} total");
+    }
+}
+
+/// EXPLAIN QUERY PLAN of `sql` with `params`: one detail line per step.
+fn plan(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> Vec<String> {
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// The steps of a plan that read a table (by name or by the aliases the
+/// statements use) from end to end instead of seeking an index. Walking the
+/// partial index of leased items is allowed: it holds the items in flight only.
+fn scans(plan: &[String]) -> Vec<&String> {
+    const TABLES: [&str; 6] = ["cron_queue", "batches", "invocations", "b", "q", "d"];
+    plan.iter()
+        .filter(|s| {
+            s.strip_prefix("SCAN ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|object| TABLES.contains(&object))
+                && !s.ends_with("INDEX cron_queue_leased")
+        })
+        .collect()
+}
+
+/// Virtual machine steps SQLite takes to run `sql` once (rolled back afterwards):
+/// the work a statement does, the same on every run of the same data. A stand-in
+/// for D1's rows read, which SQLite does not report.
+fn vm_steps(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> i32 {
+    let conn = store.db().conn();
+    conn.execute_batch("SAVEPOINT measure").unwrap();
+    let steps = {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
+            .unwrap();
+        while rows.next().unwrap().is_some() {}
+        drop(rows);
+        stmt.get_status(StatementStatus::VmStep)
+    };
+    conn.execute_batch("ROLLBACK TO measure; RELEASE measure")
+        .unwrap();
+    steps
+}
+
+fn claim_params(now: i64, limit: i64) -> Vec<Param> {
+    vec![
+        now.into(),
+        limit.into(),
+        "m".into(),
+        (now + LEASE_MS).into(),
+    ]
+}
+
+// ---------------------------------------------------------------- claims
+
+#[test]
+fn paused_and_cancelled_batches_are_never_claimed() {
+    let store = setup();
+    let running = batch_of(&store, "run", 5, 3);
+    let paused = batch_of(&store, "paused", 5, 3);
+    let cancelled = batch_of(&store, "gone", 5, 3);
+    assert_eq!(
+        control(&store, &paused, Control::Pause),
+        Move::To(BatchStatus::Paused)
+    );
+    control(&store, &cancelled, Control::Cancel);
+    // The cancelled batch's items are still pending (not swept yet): never claimed.
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'pending'"
+        ),
+        15
+    );
+    let got = claim(&store, 1, 100, "a");
+    assert_eq!(got.len(), 5);
+    assert!(got.iter().all(|i| i.batch_id == running), "{got:?}");
+    assert!(claim(&store, 2, 100, "b").is_empty());
+
+    control(&store, &paused, Control::Resume);
+    let got = claim(&store, 3, 100, "c");
+    assert_eq!(got.len(), 5);
+    assert!(got.iter().all(|i| i.batch_id == paused));
+    assert!(claim(&store, 4, 100, "d").is_empty());
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE batch_id = 'b-gone' AND status = 'pending'"
+        ),
+        5
+    );
+}
+
+/// The claim seeks each running batch in the due index and never reads the items
+/// of a paused or cancelled one: its plan is index seeks only, and it does exactly
+/// the same work whether a paused batch holds 10 due items or 20,000.
+#[test]
+fn the_claim_never_walks_a_paused_batch() {
+    let with_paused = |paused_items: usize| {
+        let store = setup();
+        batch_of(&store, "run", 50, 3);
+        let big = batch_of(&store, "big", paused_items, 3);
+        control(&store, &big, Control::Pause);
+        let params = claim_params(1, 10);
+        let steps = vm_steps(&store, sql::CLAIM_DUE_ITEMS, &params);
+        (store, params, steps)
+    };
+    let (store, params, big) = with_paused(20_000);
+    let (_, _, small) = with_paused(10);
+    eprintln!(
+        "claim of 10 with a paused batch of 20,000 due items: {big} VM steps; of 10: {small}"
+    );
+    assert_eq!(
+        big, small,
+        "the claim's work depends on the paused batch's size"
+    );
+
+    let plan = plan(&store, sql::CLAIM_DUE_ITEMS, &params);
+    assert!(
+        plan.iter()
+            .any(|s| s.contains("USING COVERING INDEX batches_running (status=?)")),
+        "{plan:?}"
+    );
+    assert!(
+        plan.iter()
+            .any(|s| s.contains("USING INDEX cron_queue_due (batch_id=? AND run_after<?)")),
+        "{plan:?}"
+    );
+    assert!(scans(&plan).is_empty(), "the claim scans: {plan:?}");
+
+    // The same batch running is read: at most a claim's worth of it.
+    let running = setup();
+    batch_of(&running, "run", 50, 3);
+    batch_of(&running, "big", 20_000, 3);
+    let both = vm_steps(&running, sql::CLAIM_DUE_ITEMS, &params);
+    assert!(both > small, "{both} vs {small}");
+    let (_, _, bigger) = with_paused(40_000);
+    assert_eq!(bigger, small);
+}
+
+#[test]
+fn the_claim_keeps_the_global_due_order_across_batches() {
+    let store = setup();
+    let a = batch_of(&store, "a", 4, 3);
+    let b = batch_of(&store, "b", 4, 3);
+    // Interleave due times across the two batches.
+    store
+        .db()
+        .conn()
+        .execute_batch("UPDATE cron_queue SET run_after = (id * 37) % 11")
+        .unwrap();
+    let want: Vec<i64> = {
+        let conn = store.db().conn();
+        let mut stmt = conn
+            .prepare("SELECT id FROM cron_queue ORDER BY run_after, id LIMIT 5")
+            .unwrap();
+        let ids = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        ids
+    };
+    let mut got: Vec<i64> = claim(&store, 100, 5, "t")
+        .iter()
+        .map(|i| i.item_id)
+        .collect();
+    got.sort_unstable();
+    let mut want_sorted = want.clone();
+    want_sorted.sort_unstable();
+    assert_eq!(
+        got, want_sorted,
+        "the first 5 by (run_after, id) over {a} and {b}"
+    );
+}
+
+// ---------------------------------------------------------------- cancel
+
+#[test]
+fn cancel_moves_pending_items_in_counted_pages_of_one_call_each() {
+    let db = setup().into_db();
+    let budget = Budget::new(1_000);
+    let store = Store::new(Metered::new(db, budget.clone()));
+    let items: Vec<ItemInput> = (0..25)
+        .map(|i| ItemInput {
+            subject_id: format!("s{i:03}"),
+            kind: "noop".into(),
+            payload: json!({}),
+        })
+        .collect();
+    block_on(store.create_batch("b", "k", 0, 3, BatchSource::Items(&items))).unwrap();
+    assert!(
+        block_on(store.set_batch_status("b", BatchStatus::Running, BatchStatus::Cancelled))
+            .unwrap()
+    );
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (calls, statements) = (budget.used(), store.usage().statements);
+        let row = block_on(store.cancel_pending("b", 10, 7)).unwrap().unwrap();
+        assert_eq!(budget.used() - calls, 1, "one call per page");
+        assert_eq!(store.usage().statements - statements, 3);
+        seen.push((row.cancelled, row.pending()));
+    }
+    assert_eq!(seen, [(10, 15), (20, 5), (25, 0), (25, 0)]);
+    // A batch that is not cancelled is only read.
+    block_on(store.create_batch("r", "r", 0, 3, BatchSource::Items(&items))).unwrap();
+    let row = block_on(store.cancel_pending("r", 10, 7)).unwrap().unwrap();
+    assert_eq!((row.cancelled, row.pending()), (0, 25));
+}
+
+#[test]
+fn the_tick_sweeps_a_page_of_every_cancelled_batch_and_ends_it_once() {
+    let store = setup();
+    let a = batch_of(&store, "a", 15_000, 3);
+    let b = batch_of(&store, "b", 3, 3);
+    control(&store, &a, Control::Cancel);
+    control(&store, &b, Control::Cancel);
+    let ended = tail(&store, 10);
+    // b is swept whole and ends in the same call; a, 10,000 of 15,000.
+    assert_eq!(ended.len(), 1);
+    assert_eq!(
+        (
+            ended[0].id.as_str(),
+            ended[0].status.as_str(),
+            ended[0].cancelled
+        ),
+        (b.as_str(), "cancelled", 3)
+    );
+    assert_eq!(
+        count(&store, "SELECT cancelled FROM batches WHERE id = 'b-a'"),
+        10_000
+    );
+    let ended = tail(&store, 20);
+    assert_eq!(
+        ended
+            .iter()
+            .map(|e| (e.id.as_str(), e.cancelled))
+            .collect::<Vec<_>>(),
+        [(a.as_str(), 15_000)]
+    );
+    assert!(tail(&store, 30).is_empty(), "ended once");
+    assert_eq!(status_of(&store, &a), ("cancelled".into(), Some(20)));
+    assert_counters_exact(&store, "after the sweep");
+}
+
+/// Items in flight when their batch is cancelled commit normally; a retry or an
+/// expired lease of one comes back pending and is swept to `cancelled`, never
+/// claimed again; the batch ends cancelled once the last of them has ended, and
+/// the counters are exact at every step, whatever the order.
+#[test]
+fn cancel_against_items_in_flight_in_every_order() {
+    // Each case: (outcomes committed before the cancel, after it but before the
+    // sweep, after the sweep) for the 4 in-flight items; `None` is an item whose
+    // runner died (left to the reaper).
+    type Plan = [Option<Outcome>; 4];
+    let done = || Some(Outcome::Done);
+    let retry = || Some(Outcome::Retry("HTTP 503".into()));
+    let fail = || Some(Outcome::Fail("HTTP 400".into()));
+    let cases: Vec<(&str, Plan, usize)> = vec![
+        (
+            "all done after the sweep",
+            [done(), done(), done(), done()],
+            2,
+        ),
+        ("mixed after the sweep", [done(), retry(), fail(), None], 2),
+        ("mixed before the sweep", [retry(), done(), None, fail()], 1),
+        ("retries only", [retry(), retry(), retry(), retry()], 2),
+        ("runners died", [None, None, None, None], 2),
+    ];
+    for (name, outcomes, when) in cases {
+        let store = setup();
+        let id = batch_of(&store, "x", 10, 3);
+        let in_flight = claim(&store, 0, 4, "t");
+        assert_eq!(in_flight.len(), 4);
+        control(&store, &id, Control::Cancel);
+        let commit_all = |now: i64| {
+            let ts: Vec<Transition> = in_flight
+                .iter()
+                .zip(&outcomes)
+                .filter_map(|(i, o)| o.clone().map(|o| settle(i, o, now)))
+                .collect();
+            assert_eq!(
+                commit(&store, &ts),
+                ts.len(),
+                "{name}: fenced commits apply"
+            );
+        };
+        let retried = outcomes
+            .iter()
+            .filter(|o| matches!(o, Some(Outcome::Retry(_))))
+            .count() as i64;
+        if when == 1 {
+            commit_all(5);
+        }
+        let ended = tail(&store, 10);
+        assert_counters_exact(&store, name);
+        assert!(ended.is_empty(), "{name}: items still in flight");
+        // The 6 pending items, and the retries that came back before the sweep.
+        let swept_with = if when == 1 { retried } else { 0 };
+        assert_eq!(
+            count(&store, "SELECT cancelled FROM batches"),
+            6 + swept_with,
+            "{name}"
+        );
+        if when == 2 {
+            commit_all(15);
+            assert_counters_exact(&store, name);
+        }
+        // No item of a cancelled batch is claimed again, whatever is due.
+        assert!(claim(&store, 10 * LEASE_MS, 100, "u").is_empty(), "{name}");
+        // Dead runners' leases expire; the reaper requeues them; a tick sweeps them.
+        let reaped = block_on(store.reap_expired_leases(2 * LEASE_MS, 100)).unwrap();
+        let dead = outcomes.iter().filter(|o| o.is_none()).count();
+        assert_eq!(reaped.len(), dead, "{name}");
+        let ended = tail(&store, 2 * LEASE_MS + 1);
+        assert_counters_exact(&store, name);
+        assert_eq!(ended.len(), 1, "{name}: ends once nothing is in flight");
+        assert_eq!(ended[0].status, "cancelled");
+        let completed = outcomes.iter().filter(|o| **o == done()).count() as i64;
+        let failed = outcomes.iter().filter(|o| **o == fail()).count() as i64;
+        assert_eq!(
+            (ended[0].completed, ended[0].failed, ended[0].cancelled),
+            (completed, failed, 6 + retried + dead as i64),
+            "{name}"
+        );
+        assert_eq!(
+            count(
+                &store,
+                "SELECT count(*) FROM cron_queue WHERE status IN ('pending', 'processing')"
+            ),
+            0,
+            "{name}"
+        );
+        assert!(tail(&store, 3 * LEASE_MS).is_empty(), "{name}: ended once");
+    }
+}
+
+// ---------------------------------------------------------------- replay
+
+fn failed_batch(store: &Store<SqliteDb>, key: &str, n: usize) -> String {
+    let id = batch_of(store, key, n, 2);
+    let items = claim(store, 0, n as i64, "f");
+    let ts: Vec<Transition> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let reason = if i % 2 == 0 { "HTTP 500" } else { "HTTP 404" };
+            settle(item, Outcome::Fail(reason.into()), 1)
+        })
+        .collect();
+    commit(store, &ts);
+    assert_eq!(tail(store, 2).len(), 1);
+    id
+}
+
+#[test]
+fn replay_pages_through_failed_items_reads_only_them_and_reopens_the_batch() {
+    let store = setup();
+    let id = failed_batch(&store, "r", 9);
+    let page = |after: &str, contains: Option<&str>, size: i64| {
+        block_on(store.requeue_failed_page(&id, after, contains, size, 100, 2)).unwrap()
+    };
+    let first = page("", Some("HTTP 500"), 2);
+    assert_eq!(
+        first
+            .iter()
+            .map(|r| r.subject_id.as_str())
+            .collect::<Vec<_>>(),
+        ["r-00000", "r-00002"]
+    );
+    assert_eq!(status_of(&store, &id), ("running".into(), None));
+    assert_counters_exact(&store, "first page");
+    let rest = page(&first[1].subject_id, Some("HTTP 500"), 10);
+    assert_eq!(rest.len(), 3, "r-00004, 6, 8");
+    assert_counters_exact(&store, "second page");
+    // Requeued items are pending: a second replay of the same failures finds none.
+    assert!(page("", Some("HTTP 500"), 10).is_empty());
+    let (status, attempt, max, run_after, error): (String, i64, i64, i64, String) = store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT status, attempt, max_attempts, run_after, last_error FROM cron_queue WHERE subject_id = 'r-00004'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), attempt, max, run_after, error.as_str()),
+        ("pending", 1, 4, 100, "permanent failure: HTTP 500")
+    );
+    // They are claimed again, with the next attempt number.
+    let again = claim(&store, 100, 10, "g");
+    assert_eq!(again.len(), 5);
+    assert!(again.iter().all(|i| i.attempt == 2 && i.max_attempts == 4));
+
+    // The statements read the failed-items index, never the batch.
+    let params: Vec<Param> = vec![id.as_str().into(), "".into(), Param::Null, 10.into()];
+    for statement in [sql::REOPEN_FOR_REPLAY, sql::REQUEUE_FAILED_PAGE] {
+        let mut p = params.clone();
+        if statement == sql::REQUEUE_FAILED_PAGE {
+            p.extend([100.into(), 2.into()]);
+        }
+        let steps = plan(&store, statement, &p);
+        assert!(
+            steps.iter().any(|s| s.contains("cron_queue_failed")),
+            "{steps:?}"
+        );
+        assert!(scans(&steps).is_empty(), "{steps:?}");
+    }
+}
+
+#[test]
+fn replay_into_a_cancelled_batch_moves_nothing() {
+    let store = setup();
+    let id = batch_of(&store, "c", 4, 1);
+    let items = claim(&store, 0, 2, "t");
+    let ts: Vec<Transition> = items
+        .iter()
+        .map(|i| settle(i, Outcome::Fail("HTTP 400".into()), 1))
+        .collect();
+    commit(&store, &ts);
+    control(&store, &id, Control::Cancel);
+    let before = count(&store, "SELECT failed FROM batches");
+    assert!(block_on(store.requeue_failed_page(&id, "", None, 10, 5, 1))
+        .unwrap()
+        .is_empty());
+    assert!(!block_on(store.requeue_failed_item(items[0].item_id, 5, 1)).unwrap());
+    assert_eq!(count(&store, "SELECT failed FROM batches"), before);
+    assert_counters_exact(&store, "cancelled");
+}
+
+#[test]
+fn item_replay_counts_and_reopens_once() {
+    let store = setup();
+    let id = failed_batch(&store, "i", 2);
+    let item: i64 = count(
+        &store,
+        "SELECT id FROM cron_queue WHERE subject_id = 'i-00001'",
+    );
+    assert!(block_on(store.requeue_failed_item(item, 50, 2)).unwrap());
+    assert_eq!(status_of(&store, &id), ("running".into(), None));
+    assert!(!block_on(store.requeue_failed_item(item, 51, 2)).unwrap());
+    assert_counters_exact(&store, "item replay");
+    let got = claim(&store, 50, 10, "t");
+    assert_eq!(got.len(), 1);
+    commit(&store, &[settle(&got[0], Outcome::Done, 60)]);
+    let ended = tail(&store, 70);
+    assert_eq!(
+        (ended.len(), ended[0].completed, ended[0].failed),
+        (1, 1, 1)
+    );
+}
+
+// ---------------------------------------------------------------- counters under random mixes
+
+/// Random interleavings of everything that moves items or batches — claims,
+/// commits, lost runners, the reaper, pause, resume, cancel, sweeps, replays of
+/// pages and of single items, the tick's tail — over several batches: after every
+/// step the counters equal the real counts, no item of a batch that is not running
+/// is claimed, attempts stay within their allowance, and an ended batch has
+/// nothing pending or in flight.
+#[test]
+fn counters_stay_exact_under_random_control_and_replay() {
+    // What each kind of step changed, over every seed: each must have happened.
+    let mut effects = BTreeMap::<&str, i64>::new();
+    for seed in 0..40 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let store = setup();
+        let batches: Vec<String> = (0..3)
+            .map(|b| {
+                let n = rng.random_range(1..60);
+                batch_of(&store, &format!("m{b}"), n, rng.random_range(1..4))
+            })
+            .collect();
+        let mut now = 1;
+        let mut in_flight: Vec<ClaimedItem> = Vec::new();
+        for step in 0..400 {
+            now += rng.random_range(1..2_000);
+            let ctx = format!("seed {seed} step {step}");
+            let batch = &batches[rng.random_range(0..batches.len())];
+            let moved = |m: Move| i64::from(matches!(m, Move::To(_)));
+            let (op, effect) = match rng.random_range(0..100) {
+                0..=24 => {
+                    let got = claim(&store, now, rng.random_range(1..20), &format!("c{step}"));
+                    for item in &got {
+                        assert_eq!(status_of(&store, &item.batch_id).0, "running", "{ctx}");
+                        assert!(item.attempt <= item.max_attempts, "{ctx}");
+                    }
+                    let n = got.len() as i64;
+                    in_flight.extend(got);
+                    ("claim", n)
+                }
+                25..=49 => {
+                    let n = rng.random_range(0..=in_flight.len());
+                    let mut ts = Vec::new();
+                    for item in in_flight.drain(..n) {
+                        let outcome = match rng.random_range(0..10) {
+                            0..=4 => Outcome::Done,
+                            5..=6 => Outcome::Retry("HTTP 503".into()),
+                            7..=8 => Outcome::Fail("HTTP 400".into()),
+                            // The runner died: left to the reaper.
+                            _ => continue,
+                        };
+                        ts.push(settle(&item, outcome, now));
+                    }
+                    ("commit", commit(&store, &ts) as i64)
+                }
+                50..=57 => {
+                    let reaped = block_on(store.reap_expired_leases(now, 1_000)).unwrap();
+                    ("reap", reaped.len() as i64)
+                }
+                58..=63 => ("pause", moved(control(&store, batch, Control::Pause))),
+                64..=71 => ("resume", moved(control(&store, batch, Control::Resume))),
+                72..=73 => ("cancel", moved(control(&store, batch, Control::Cancel))),
+                74..=77 => {
+                    let before = count(&store, "SELECT sum(cancelled) FROM batches");
+                    block_on(store.cancel_pending(batch, rng.random_range(1..10), now)).unwrap();
+                    let after = count(&store, "SELECT sum(cancelled) FROM batches");
+                    ("cancel page", after - before)
+                }
+                78..=85 => {
+                    let contains = ["HTTP 400", "gave up", "expired", "x"][rng.random_range(0..4)];
+                    let contains = rng.random_bool(0.5).then_some(contains);
+                    let requeued = block_on(store.requeue_failed_page(
+                        batch,
+                        "",
+                        contains,
+                        rng.random_range(1..10),
+                        now,
+                        rng.random_range(1..4),
+                    ))
+                    .unwrap();
+                    ("replay", requeued.len() as i64)
+                }
+                86..=89 => {
+                    let failed = ids_of(
+                        &store,
+                        "SELECT CAST(id AS TEXT) FROM cron_queue WHERE status = 'failed' LIMIT 1",
+                    );
+                    let moved = match failed.first() {
+                        Some(id) => {
+                            block_on(store.requeue_failed_item(id.parse().unwrap(), now, 1))
+                                .unwrap()
+                        }
+                        None => false,
+                    };
+                    ("item replay", i64::from(moved))
+                }
+                _ => {
+                    let upkeep = Upkeep {
+                        cancel_page: rng.random_range(1..20),
+                        retention: None,
+                    };
+                    let ended = block_on(store.finish_tick(now, &upkeep)).unwrap();
+                    ("tail", ended.len() as i64)
+                }
+            };
+            *effects.entry(op).or_default() += effect;
+            assert_counters_exact(&store, &ctx);
+            assert_eq!(
+                count(
+                    &store,
+                    "SELECT count(*) FROM cron_queue WHERE attempt > max_attempts"
+                ),
+                0,
+                "{ctx}"
+            );
+            assert_eq!(
+                count(
+                    &store,
+                    "SELECT count(*) FROM batches b WHERE b.finished_at IS NOT NULL AND EXISTS
+                       (SELECT 1 FROM cron_queue q WHERE q.batch_id = b.id
+                        AND q.status IN ('pending', 'processing'))"
+                ),
+                0,
+                "{ctx}: an ended batch has open items"
+            );
+        }
+    }
+    eprintln!("effects over 40 seeds: {effects:?}");
+    assert_eq!(effects.len(), 10);
+    assert!(
+        effects.values().all(|&n| n > 0),
+        "every step changed something: {effects:?}"
+    );
+}
+
+// ---------------------------------------------------------------- retention
+
+/// Builds: an old finished batch (3 items), an old cancelled batch that ended (2),
+/// a recent finished batch (2), an old batch still running (2), an old paused one
+/// (1), and invocation summaries old and new.
+fn retention_fixture(store: &Store<SqliteDb>) {
+    let conn = store.db().conn();
+    conn.execute_batch(
+        "INSERT INTO batches (id, key, status, total, completed, failed, cancelled, created_at, finished_at) VALUES
+           ('old', 'old', 'finished', 3, 2, 1, 0, 0, 1000),
+           ('oldc', 'oldc', 'cancelled', 2, 0, 0, 2, 0, 2000),
+           ('new', 'new', 'finished', 2, 2, 0, 0, 0, 90000000),
+           ('run', 'run', 'running', 2, 0, 0, 0, 0, NULL),
+           ('pause', 'pause', 'paused', 1, 0, 0, 0, 0, NULL);
+         INSERT INTO cron_queue (batch_id, subject_id, kind, payload, status, max_attempts, run_after) VALUES
+           ('old', 'a', 'noop', '{}', 'completed', 1, 0), ('old', 'b', 'noop', '{}', 'completed', 1, 0),
+           ('old', 'c', 'noop', '{}', 'failed', 1, 0),
+           ('oldc', 'a', 'noop', '{}', 'cancelled', 1, 0), ('oldc', 'b', 'noop', '{}', 'cancelled', 1, 0),
+           ('new', 'a', 'noop', '{}', 'completed', 1, 0), ('new', 'b', 'noop', '{}', 'completed', 1, 0),
+           ('run', 'a', 'noop', '{}', 'pending', 1, 0), ('run', 'b', 'noop', '{}', 'pending', 1, 0),
+           ('pause', 'a', 'noop', '{}', 'pending', 1, 0);",
+    )
+    .unwrap();
+    for (i, started) in [10, 20, 30, 95_000_000].iter().enumerate() {
+        conn.execute(
+            "INSERT INTO invocations (trigger_kind, started_at, elapsed_ms, batch_ids, claimed,
+             completed, retried, failed, lost_leases, reaped, subrequests, subrequest_budget,
+             d1_statements, d1_rows_written, stop_reason)
+             VALUES ('tick', ?1, 1, '[]', 0, 0, 0, 0, 0, 0, ?2, 45, 1, 1, 'drained')",
+            [*started, i as i64],
+        )
+        .unwrap();
+    }
+}
+
+fn ids_of(store: &Store<SqliteDb>, sql: &str) -> Vec<String> {
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let ids = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    ids
+}
+
+#[test]
+fn retention_deletes_only_ended_batches_older_than_the_cutoff_in_bounded_pages() {
+    let store = setup();
+    retention_fixture(&store);
+    // Cutoff at 50,000,000 ms: 'old' and 'oldc' ended before it, 'new' after.
+    let upkeep = |now| Upkeep {
+        cancel_page: 10,
+        retention: Some(Retention {
+            cutoff: now - 40_000_000,
+            items: 2,
+            batches: 1,
+            invocations: 2,
+        }),
+    };
+    let now = 90_000_000;
+    let items = |store: &Store<SqliteDb>| {
+        ids_of(
+            store,
+            "SELECT batch_id || '/' || subject_id FROM cron_queue ORDER BY batch_id, subject_id",
+        )
+    };
+    let batches = |store: &Store<SqliteDb>| ids_of(store, "SELECT id FROM batches ORDER BY id");
+    let kept_always = ["new/a", "new/b", "pause/a", "run/a", "run/b"];
+
+    let mut deleted_per_tick = Vec::new();
+    for tick in 0..5 {
+        let before = items(&store).len();
+        block_on(store.finish_tick(now + tick, &upkeep(now + tick))).unwrap();
+        deleted_per_tick.push(before - items(&store).len());
+        for kept in kept_always {
+            assert!(items(&store).contains(&kept.to_string()), "{kept} deleted");
+        }
+    }
+    assert_eq!(
+        deleted_per_tick,
+        [2, 2, 1, 0, 0],
+        "at most 2 items per tick"
+    );
+    assert_eq!(items(&store), kept_always);
+    // A batch goes only once its items are gone, one per tick here.
+    assert_eq!(batches(&store), ["new", "pause", "run"]);
+    let started = ids_of(
+        &store,
+        "SELECT CAST(started_at AS TEXT) FROM invocations ORDER BY started_at",
+    );
+    assert_eq!(
+        started,
+        ["95000000"],
+        "old summaries, 2 per tick, oldest first"
+    );
+    assert_counters_exact(&store, "retention");
+
+    // Retention off deletes nothing.
+    let store = setup();
+    retention_fixture(&store);
+    block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap();
+    assert_eq!(items(&store).len(), 10);
+    assert_eq!(count(&store, "SELECT count(*) FROM invocations"), 4);
+}
+
+/// Every statement of the tick's tail seeks an index: an idle tick reads nothing
+/// of the batches that are running or recently ended, nor of their items.
+#[test]
+fn the_ticks_upkeep_statements_are_index_seeks() {
+    let store = setup();
+    retention_fixture(&store);
+    let n = Param::Null;
+    let cases: Vec<(&str, Vec<Param>)> = vec![
+        (sql::COUNT_CANCELLED_PAGE, vec![n.clone(), 10.into()]),
+        (sql::CANCEL_PENDING_PAGE, vec![n, 10.into(), 5.into()]),
+        (sql::DELETE_EXPIRED_ITEMS, vec![5.into(), 10.into()]),
+        (sql::DELETE_EXPIRED_BATCHES, vec![5.into(), 10.into()]),
+        (sql::DELETE_OLD_INVOCATIONS, vec![5.into(), 10.into()]),
+        (sql::FINISH_BATCHES, vec![5.into()]),
+    ];
+    for (statement, params) in cases {
+        let steps = plan(&store, statement, &params);
+        assert!(scans(&steps).is_empty(), "{statement}\n{steps:?}");
+    }
+    // One call, whatever it carries.
+    let budget = Budget::new(10);
+    let metered = Store::new(Metered::new(store.into_db(), budget.clone()));
+    block_on(metered.finish_tick(5, &Upkeep::at(5, 30))).unwrap();
+    assert_eq!(budget.used(), 1);
+}
+
+/// The due index is keyed by batch now: `/metrics` counts due items and finds the
+/// oldest one per running batch (a seek each), not by walking the index, and
+/// leaves paused batches' items out.
+#[test]
+fn metrics_read_the_due_items_of_running_batches_by_seeks() {
+    let store = setup();
+    let running = batch_of(&store, "run", 5, 3);
+    let paused = batch_of(&store, "paused", 2_000, 3);
+    control(&store, &paused, Control::Pause);
+    let params: Vec<Param> = vec![10.into(), 1_000.into(), 0.into()];
+    let steps = plan(&store, sql::METRICS_SNAPSHOT, &params);
+    assert!(scans(&steps).is_empty(), "{steps:?}");
+    let (due, oldest): (i64, i64) = store
+        .db()
+        .conn()
+        .query_row(
+            &format!(
+                "SELECT due, oldest_due FROM ({})",
+                sql::METRICS_SNAPSHOT.trim().trim_end_matches(';')
+            ),
+            rusqlite::params_from_iter(params.iter()),
+            |r| Ok((r.get("due")?, r.get("oldest_due")?)),
+        )
+        .unwrap();
+    assert_eq!((due, oldest), (5, 0), "{running}'s items only");
+}
+
+#[test]
+fn item_ids_are_never_handed_out_again_after_retention() {
+    let store = setup();
+    let old = batch_of(&store, "old", 3, 1);
+    let max_before = count(&store, "SELECT max(id) FROM cron_queue");
+    let items = claim(&store, 0, 3, "t");
+    let ts: Vec<Transition> = items.iter().map(|i| settle(i, Outcome::Done, 1)).collect();
+    commit(&store, &ts);
+    tail(&store, 2);
+    let cutoff = 2 + 31 * DAY_MS;
+    for _ in 0..2 {
+        block_on(store.finish_tick(cutoff, &Upkeep::at(cutoff, 30))).unwrap();
+    }
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
+    assert!(ids_of(&store, "SELECT id FROM batches")
+        .iter()
+        .all(|b| *b != old));
+    batch_of(&store, "new", 2, 1);
+    assert!(count(&store, "SELECT min(id) FROM cron_queue") > max_before);
+}
+
+// ---------------------------------------------------------------- the migration
+
+/// The rebuild of migration 0005 keeps every row, id and counter of a database
+/// made by the migrations before it, recreates every index and the trigger, and
+/// leaves no foreign key dangling.
+#[test]
+fn the_rebuild_keeps_rows_ids_and_counters() {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(migrations())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort();
+    let (before, after): (Vec<PathBuf>, Vec<PathBuf>) = files
+        .into_iter()
+        .partition(|p| p.file_name().unwrap().to_str().unwrap() < "0005");
+    for f in &before {
+        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
+            .unwrap();
+    }
+    conn.execute_batch(
+        "INSERT INTO batches (id, key, status, total, completed, failed, created_at, finished_at, schedule_id)
+           VALUES ('f', 'daily:2026-01-01', 'finished', 2, 1, 1, 5, 9, 'daily'),
+                  ('r', 'adhoc', 'running', 3, 0, 0, 6, NULL, NULL);
+         INSERT INTO cron_queue (id, batch_id, subject_id, kind, payload, status, attempt, max_attempts,
+                                 lease_token, lease_expires_at, run_after, started_at, completed_at, last_error)
+           VALUES (7, 'f', 'a', 'noop', '{}', 'completed', 1, 3, NULL, NULL, 0, 1, 2, NULL),
+                  (8, 'f', 'b', 'noop', '{}', 'failed', 3, 3, NULL, NULL, 0, 1, 2, 'gave up'),
+                  (9, 'r', 'a', 'noop', '{}', 'pending', 0, 3, NULL, NULL, 4, NULL, NULL, NULL),
+                  (10, 'r', 'b', 'noop', '{}', 'processing', 1, 3, 'tok.10', 99, 0, 1, NULL, NULL),
+                  (11, 'r', 'c', 'webhook', '{\"url\":\"https://e.com\"}', 'pending', 1, 3, NULL, NULL, 5, 1, NULL, 'attempt 1 failed');",
+    )
+    .unwrap();
+    let dump = |conn: &rusqlite::Connection, sql: &str| -> Vec<String> {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let n = stmt.column_count();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| match r.get_ref(i).unwrap() {
+                        ValueRef::Null => "NULL".to_string(),
+                        ValueRef::Integer(v) => v.to_string(),
+                        ValueRef::Real(v) => v.to_string(),
+                        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                        ValueRef::Blob(b) => format!("{b:?}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    let items = "SELECT * FROM cron_queue ORDER BY id";
+    let batch_cols = "SELECT id, key, status, total, completed, failed, created_at, finished_at, schedule_id FROM batches ORDER BY id";
+    let (items_before, batches_before) = (dump(&conn, items), dump(&conn, batch_cols));
+    for f in &after {
+        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
+            .unwrap();
+    }
+    assert_eq!(dump(&conn, items), items_before);
+    assert_eq!(dump(&conn, batch_cols), batches_before);
+    assert_eq!(dump(&conn, "SELECT cancelled FROM batches"), ["0", "0"]);
+    assert!(dump(&conn, "PRAGMA foreign_key_check").is_empty());
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    assert_eq!(
+        dump(
+            &conn,
+            "SELECT \"table\" FROM pragma_foreign_key_list('cron_queue')"
+        ),
+        ["batches"]
+    );
+    let mut objects = dump(
+        &conn,
+        "SELECT type || ' ' || name FROM sqlite_master
+         WHERE tbl_name IN ('batches', 'cron_queue', 'invocations') AND name NOT LIKE 'sqlite_autoindex%'
+         ORDER BY 1",
+    );
+    objects.sort();
+    assert_eq!(
+        objects,
+        [
+            "index batches_running",
+            "index batches_status",
+            "index cron_queue_due",
+            "index cron_queue_failed",
+            "index cron_queue_leased",
+            "index invocations_started",
+            "table batches",
+            "table cron_queue",
+            "table invocations",
+            "trigger cron_queue_count_terminal",
+        ]
+    );
+    // New ids continue after the largest one; the trigger counts.
+    conn.execute(
+        "INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+         VALUES ('r', 'd', 'noop', '{}', 3, 0)",
+        [],
+    )
+    .unwrap();
+    assert_eq!(conn.last_insert_rowid(), 12);
+    conn.execute(
+        "UPDATE cron_queue SET status = 'completed' WHERE id = 10",
+        [],
+    )
+    .unwrap();
+    assert_eq!(
+        dump(&conn, "SELECT completed FROM batches WHERE id = 'r'"),
+        ["1"]
+    );
+}
