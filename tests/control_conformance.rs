@@ -905,7 +905,7 @@ fn item_ids_are_never_handed_out_again_after_retention() {
 
 // ---------------------------------------------------------------- the migration
 
-/// The rebuild of migration 0005 keeps every row, id and counter of a database
+/// The rebuild of migration 0006 keeps every row, id and counter of a database
 /// made by the migrations before it, recreates every index and the trigger, and
 /// leaves no foreign key dangling.
 #[test]
@@ -920,7 +920,7 @@ fn the_rebuild_keeps_rows_ids_and_counters() {
     files.sort();
     let (before, after): (Vec<PathBuf>, Vec<PathBuf>) = files
         .into_iter()
-        .partition(|p| p.file_name().unwrap().to_str().unwrap() < "0005");
+        .partition(|p| p.file_name().unwrap().to_str().unwrap() < "0006");
     for f in &before {
         conn.execute_batch(&std::fs::read_to_string(f).unwrap())
             .unwrap();

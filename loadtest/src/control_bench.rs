@@ -2,7 +2,7 @@
 //! replay of a 100,000-item batch, each one HTTP request timed from outside; what
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
-//! and what migration 0005 costs on a queue of a million items (host SQLite).
+//! and what migration 0006 costs on a queue of a million items (host SQLite).
 
 use crate::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::drive::{self, Pace};
@@ -40,7 +40,7 @@ pub struct Size {
     pub per_row: Option<f64>,
 }
 
-/// Migration 0005 on a queue of `items` (host SQLite, in memory).
+/// Migration 0006 on a queue of `items` (host SQLite, in memory).
 #[derive(Debug, Serialize)]
 pub struct MigrationCost {
     pub items: u64,
@@ -107,7 +107,7 @@ impl ControlBench {
         }
         let m = &self.migration;
         t.row(&[
-            format!("migration 0005 on {} items (host SQLite)", m.items),
+            format!("migration 0006 on {} items (host SQLite)", m.items),
             format!("{} ms", num(Some(m.ms), 0)),
             format!("{} rows changed", m.rows_changed),
         ]);
@@ -184,7 +184,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
         .context("bench runs its own runtime")?;
     runtime.stop().await?;
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
-    eprintln!("migration 0005 on 1,000,000 items (host SQLite) ...");
+    eprintln!("migration 0006 on 1,000,000 items (host SQLite) ...");
     let migration = migration_cost(&runtime.config().repo.join("migrations"), 1_000_000)?;
     Ok(ControlBench {
         items: items as u64,
@@ -348,8 +348,8 @@ fn sizes(state_dir: &Path) -> Result<(Vec<Size>, u64, u64)> {
     Ok((out, items, subjects))
 }
 
-/// Applies the migrations before 0005 to an in-memory SQLite, fills a batch of
-/// `items` webhook items (a tenth completed, a tenth failed), then times 0005.
+/// Applies the migrations before 0006 to an in-memory SQLite, fills a batch of
+/// `items` webhook items (a tenth completed, a tenth failed), then times 0006.
 fn migration_cost(migrations: &Path, items: u64) -> Result<MigrationCost> {
     let conn = rusqlite::Connection::open_in_memory()?;
     conn.execute_batch("PRAGMA foreign_keys = ON")?;
@@ -361,11 +361,11 @@ fn migration_cost(migrations: &Path, items: u64) -> Result<MigrationCost> {
     let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
     let (before, rest): (Vec<PathBuf>, Vec<PathBuf>) = files
         .into_iter()
-        .partition(|p| name(p).is_some_and(|n| n.as_str() < "0005"));
+        .partition(|p| name(p).is_some_and(|n| n.as_str() < "0006"));
     let target = rest
         .first()
-        .filter(|p| name(p).is_some_and(|n| n.starts_with("0005")))
-        .context("no migration 0005")?;
+        .filter(|p| name(p).is_some_and(|n| n.starts_with("0006")))
+        .context("no migration 0006")?;
     for f in &before {
         conn.execute_batch(&std::fs::read_to_string(f)?)?;
     }
