@@ -10,6 +10,8 @@
 
 use super::routes::ROUTES;
 use super::Text;
+use crate::core::control::{decide, BatchStatus, Control, Move};
+use crate::core::model::ItemStatus;
 
 /// One of the dashboard's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +33,15 @@ const SCRIPT: &str = include_str!("../dashboard/app.js");
 const STYLE: &str = include_str!("../dashboard/app.css");
 const ICON: &str = include_str!("../dashboard/icon.svg");
 
-/// Where the page learns which optional views the Worker has routes for.
-const FEATURES_SLOT: &str = "{{features}}";
+/// What the Worker tells the page, each in a `<meta>` of `index.html` filled in
+/// here: the optional views its route table enables, and the rules of `core` the
+/// page shows (which batch action does something in which status, the item
+/// statuses), so the page never keeps a copy of them that could drift.
+const SLOTS: &[(&str, fn() -> String)] = &[
+    ("{{features}}", features),
+    ("{{actions}}", actions),
+    ("{{item-statuses}}", item_statuses),
+];
 
 /// The parts of the page that exist only once their routes do, each with the
 /// route that enables it. Read from the route table, so the page never probes
@@ -52,12 +61,44 @@ pub fn features() -> String {
         .join(" ")
 }
 
+/// For each batch action, the batch statuses it moves a batch out of
+/// (`core::control::decide`; a replay: `BatchStatus::takes_replays`), e.g.
+/// `pause:running resume:paused cancel:running,paused retry:running,paused,finished`.
+/// The page enables an action only there: elsewhere it is a no-op (pausing a
+/// paused batch) or refused with 409.
+pub fn actions() -> String {
+    let statuses = |keep: &dyn Fn(BatchStatus) -> bool| {
+        BatchStatus::ALL
+            .into_iter()
+            .filter(|&s| keep(s))
+            .map(BatchStatus::as_str)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    Control::ALL
+        .into_iter()
+        .map(|c| {
+            let moves = statuses(&|s| matches!(decide(c, s), Move::To(_)));
+            format!("{}:{moves}", c.as_str())
+        })
+        .chain([format!("retry:{}", statuses(&BatchStatus::takes_replays))])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every item status, in the order the page lists them (its status tabs).
+pub fn item_statuses() -> String {
+    ItemStatus::ALL.map(ItemStatus::as_str).join(" ")
+}
+
 /// The asset with its content type and the security headers.
 pub fn serve(asset: Asset) -> Text {
     let (content_type, body) = match asset {
         Asset::Html => (
             "text/html; charset=utf-8",
-            HTML.replace(FEATURES_SLOT, &features()),
+            SLOTS
+                .iter()
+                .fold(HTML.to_string(), |html, (slot, fill)| html.replace(slot, &fill())),
         ),
         Asset::Script => ("text/javascript; charset=utf-8", SCRIPT.to_string()),
         Asset::Style => ("text/css; charset=utf-8", STYLE.to_string()),
@@ -90,7 +131,7 @@ mod tests {
         let html = text(Asset::Html).body;
         assert!(html.contains(r#"<script src="/dashboard/app.js" defer></script>"#));
         assert!(html.contains(r#"<link rel="stylesheet" href="/dashboard/app.css">"#));
-        assert!(!html.contains(FEATURES_SLOT));
+        assert!(!html.contains("{{"), "a slot was left unfilled");
         // No inline script or style for the CSP to refuse, no other host.
         assert_eq!(html.matches("<script").count(), 1);
         assert!(!html.contains("<style") && !html.contains(" style="));
@@ -142,5 +183,28 @@ mod tests {
         let html = text(Asset::Html).body;
         let meta = format!(r#"<meta name="cron-fanout-features" content="{on}">"#);
         assert!(html.contains(&meta), "{meta}");
+    }
+
+    #[test]
+    fn actions_follow_the_transition_table() {
+        assert_eq!(
+            actions(),
+            "pause:running resume:paused cancel:running,paused retry:running,paused,finished"
+        );
+        let html = text(Asset::Html).body;
+        let meta = format!(r#"<meta name="cron-fanout-actions" content="{}">"#, actions());
+        assert!(html.contains(&meta), "{meta}");
+        // The page has a button for each action, under the same name.
+        for part in actions().split(' ') {
+            let name = part.split(':').next().unwrap();
+            assert!(SCRIPT.contains(&format!("name: \"{name}\"")), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_page_lists_every_item_status() {
+        let html = text(Asset::Html).body;
+        let meta = r#"<meta name="cron-fanout-item-statuses" content="pending processing completed failed cancelled">"#;
+        assert!(html.contains(meta), "{html}");
     }
 }

@@ -75,6 +75,8 @@ pub enum Control {
 }
 
 impl Control {
+    pub const ALL: [Control; 3] = [Control::Pause, Control::Resume, Control::Cancel];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Control::Pause => "pause",

@@ -9,18 +9,32 @@
   const TOKEN_KEY = "cron-fanout.admin-token";
   const REFRESH_MS = 3000;
   const PAGE_SIZE = 20;
+  const SCHEDULE_PAGE = 100;
   const SVG_NS = "http://www.w3.org/2000/svg";
-  // Bar order: what is done first, then what is still to come.
-  const BAR = ["completed", "failed", "processing", "pending"];
-  const ITEM_STATUSES = ["pending", "processing", "completed", "failed"];
+  // Bar order: what has ended first, then what is still to come.
+  const BAR = ["completed", "failed", "cancelled", "processing", "pending"];
   // Timeline buckets the page may ask for (seconds), finest first.
   const BUCKETS = [10, 30, 60, 300, 900, 3600];
   const MAX_BARS = 120;
 
-  const meta = document.querySelector('meta[name="cron-fanout-features"]');
-  const features = new Set(((meta && meta.content) || "").split(/\s+/).filter(Boolean));
+  // What the Worker tells the page (filled in by src/api/page.rs): the optional
+  // views its routes enable, the batch statuses each batch action changes (its
+  // transition table), and the item statuses. Never a copy kept here.
+  const metaWords = (name) => {
+    const meta = document.querySelector(`meta[name="${name}"]`);
+    return ((meta && meta.content) || "").split(/\s+/).filter(Boolean);
+  };
+  const features = new Set(metaWords("cron-fanout-features"));
+  const ACTION_FROM = new Map(
+    metaWords("cron-fanout-actions").map((word) => {
+      const [name, from] = word.split(":");
+      return [name, new Set((from || "").split(",").filter(Boolean))];
+    }),
+  );
+  const ITEM_STATUSES = metaWords("cron-fanout-item-statuses");
   const $ = (id) => document.getElementById(id);
   const numberFormat = new Intl.NumberFormat();
+  const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone || "your time zone";
 
   // ---------------------------------------------------------------- helpers
 
@@ -59,13 +73,19 @@
 
   const num = (n) => (n === null || n === undefined ? "—" : numberFormat.format(n));
 
+  /** An instant in the viewer's time zone: the time, with the date unless today. */
   function time(iso) {
     if (!iso) return "—";
     const d = new Date(iso);
-    const today = new Date().toDateString() === d.toDateString();
+    const now = new Date();
     const t = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
-    return today ? t : `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${t}`;
+    if (now.toDateString() === d.toDateString()) return t;
+    const year = d.getFullYear() === now.getFullYear() ? undefined : "numeric";
+    return `${d.toLocaleDateString([], { year, month: "short", day: "numeric" })} ${t}`;
   }
+
+  /** The UTC instant, for a title: `2026-11-22 08:00:00.000 UTC`. */
+  const utc = (iso) => (iso ? `${iso.replace("T", " ").replace(/Z$/, "")} UTC` : null);
 
   function duration(ms) {
     if (ms === null || ms === undefined || !isFinite(ms)) return "—";
@@ -78,10 +98,11 @@
   }
 
   function timeCell(iso) {
-    return h("time", { datetime: iso || null, title: iso || null }, time(iso));
+    return h("time", { datetime: iso || null, title: utc(iso) }, time(iso));
   }
 
   function eta(batch) {
+    if (batch.status === "paused") return "paused";
     if (batch.status !== "running") return "—";
     if (!batch.eta) return "unknown";
     const left = new Date(batch.eta).getTime() - Date.now();
@@ -97,29 +118,39 @@
 
   class Unauthorized extends Error {}
 
-  async function request(path, token) {
+  /** An error answer of the API: its status and `{"error": {code, message}}`. */
+  class ApiError extends Error {
+    constructor(status, error) {
+      super(error ? `${error.code}: ${error.message}` : `HTTP ${status}`);
+      this.status = status;
+    }
+  }
+
+  /** `GET path`, or `POST` with a JSON body: the answer's JSON. */
+  async function request(path, token, { method = "GET", body } = {}) {
+    const headers = { Authorization: `Bearer ${token}`, Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch(path, {
-      headers: { Authorization: `Bearer ${token}`, Accept: "application/json" },
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
       cache: "no-store",
     });
     if (res.status === 401) throw new Unauthorized("unauthorized");
-    let body = null;
+    let answer = null;
     try {
-      body = await res.json();
+      answer = await res.json();
     } catch (_) {
-      body = null;
+      answer = null;
     }
-    if (!res.ok) {
-      const e = body && body.error;
-      throw new Error(e ? `${e.code}: ${e.message}` : `HTTP ${res.status}`);
-    }
-    return body;
+    if (!res.ok) throw new ApiError(res.status, answer && answer.error);
+    return answer;
   }
 
-  function api(path) {
+  function api(path, options) {
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (!token) return Promise.reject(new Unauthorized("signed out"));
-    return request(path, token);
+    return request(path, token, options);
   }
 
   const enc = encodeURIComponent;
@@ -196,6 +227,169 @@
     append(el, children);
   }
 
+  /** A line under the header saying what the last action did (or why it could not). */
+  function notice(text, isError) {
+    const el = $("notice");
+    el.textContent = text;
+    el.className = isError ? "notice banner error" : "notice banner";
+    el.hidden = !text;
+  }
+
+  // ---------------------------------------------------------------- batch actions
+
+  // Batch control (issue 11), in button order. Where each may be pressed comes
+  // from the Worker (ACTION_FROM); this says how to ask for it and what it does.
+  const ACTIONS = [
+    {
+      name: "pause",
+      label: "Pause",
+      leadsTo: "paused",
+      explain: (b) =>
+        `Nothing more of it is claimed until it is resumed: its ${num(b.pending)} pending items wait. ` +
+        `Items already in flight (${num(b.processing)}) finish and commit.`,
+      done: (b) => `Paused ${b.key}.`,
+    },
+    {
+      name: "resume",
+      label: "Resume",
+      leadsTo: "running",
+      explain: (b) => `Its ${num(b.pending)} pending items are claimed again from the next tick.`,
+      done: (b) => `Resumed ${b.key}.`,
+    },
+    {
+      name: "cancel",
+      label: "Cancel batch",
+      leadsTo: "cancelled",
+      danger: true,
+      explain: (b) =>
+        `Its ${num(b.pending)} pending items become cancelled and never run; items in flight ` +
+        `(${num(b.processing)}) finish and commit. This cannot be undone.`,
+      done: (b) => `Cancelled ${b.key}: ${num(b.cancelled)} items cancelled.`,
+    },
+    {
+      name: "retry",
+      label: "Retry failed",
+      body: { status: "failed" },
+      needs: (b) => (b.failed > 0 ? null : "no failed items"),
+      explain: (b) =>
+        `Its ${num(b.failed)} failed items go back to pending, due now, each with a fresh allowance ` +
+        `of attempts; their last error stays visible until they run again.` +
+        (b.status === "finished" ? " The batch runs again." : "") +
+        (b.status === "paused" ? " The batch stays paused until it is resumed." : ""),
+      done: (b, answer) => `Requeued ${num(answer.requeued)} failed items of ${b.key}.`,
+    },
+  ].filter((a) => ACTION_FROM.has(a.name));
+
+  /** Why `action` cannot be pressed for batch `b` now, or null when it can. */
+  function whyNot(action, b) {
+    if (!ACTION_FROM.get(action.name).has(b.status)) {
+      return action.leadsTo === b.status ? `already ${b.status}` : `not possible: the batch is ${b.status}`;
+    }
+    return action.needs ? action.needs(b) : null;
+  }
+
+  let confirming = null;
+
+  /**
+   * Asks in the modal dialog before `run` does anything. A refusal (a 4xx, e.g.
+   * a 409 because the batch changed since the page last read it) is shown in the
+   * dialog and the view reloads behind it.
+   */
+  function askFirst({ title, text, yes, danger, run }) {
+    const dialog = $("confirm");
+    $("confirm-title").textContent = title;
+    $("confirm-text").textContent = text;
+    $("confirm-error").hidden = true;
+    $("confirm-error").textContent = "";
+    const ok = $("confirm-yes");
+    ok.textContent = yes;
+    ok.className = danger ? "danger" : "";
+    ok.disabled = false;
+    $("confirm-no").textContent = "Keep it";
+    confirming = { run, busy: false };
+    dialog.showModal();
+    // The harmless choice has the focus: Enter does not cancel a batch.
+    $("confirm-no").focus();
+  }
+
+  $("confirm-yes").addEventListener("click", async () => {
+    const asked = confirming;
+    if (!asked || asked.busy) return;
+    const ok = $("confirm-yes");
+    asked.busy = true;
+    ok.disabled = true;
+    $("confirm-no").disabled = true;
+    try {
+      await asked.run();
+      $("confirm").close();
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        $("confirm").close();
+        report(e);
+        return;
+      }
+      $("confirm-error").textContent = `Not done: ${e.message}`;
+      $("confirm-error").hidden = false;
+      $("confirm-no").textContent = "Close";
+      notice(`Not done: ${e.message}`, true);
+      refreshNow();
+    } finally {
+      asked.busy = false;
+      $("confirm-no").disabled = false;
+    }
+  });
+  $("confirm-no").addEventListener("click", () => $("confirm").close());
+  // Escape closes the dialog, except while its request is on its way.
+  $("confirm").addEventListener("cancel", (event) => {
+    if (confirming && confirming.busy) event.preventDefault();
+  });
+  $("confirm").addEventListener("close", () => (confirming = null));
+
+  /**
+   * The buttons of the batch actions for `b`. `compact` (the list) shows only
+   * what can be pressed now; the batch view shows each, disabled with the reason.
+   * `applied(answer)` draws a control's answer (the batch after it) at once.
+   */
+  function actionButtons(b, { compact, applied }) {
+    return ACTIONS.map((a) => {
+      const why = whyNot(a, b);
+      if (compact && why) return null;
+      return h(
+        "button",
+        {
+          type: "button",
+          class: [a.danger ? "danger" : "secondary", compact ? "small" : ""].join(" ").trim(),
+          "data-action": a.name,
+          disabled: Boolean(why),
+          title: why ? `${a.label}: ${why}` : null,
+          on: { click: () => askAction(a, b, applied) },
+        },
+        a.label,
+      );
+    });
+  }
+
+  function askAction(a, b, applied) {
+    askFirst({
+      title: `${a.label}: ${b.key}?`,
+      text: a.explain(b),
+      yes: a.name === "retry" ? `Retry ${num(b.failed)} failed items` : `${a.label.replace(/ batch$/, "")} batch`,
+      danger: a.danger,
+      run: async () => {
+        const answer = await api(`/batches/${enc(b.id)}/${a.name}`, { method: "POST", body: a.body });
+        notice(a.done(answer && answer.id ? answer : b, answer));
+        if (answer && answer.id && applied) applied(answer);
+        refreshNow();
+      },
+    });
+  }
+
+  /** Unavailable actions and why, as text (a disabled button's title is not read on touch screens). */
+  function unavailable(b) {
+    const why = ACTIONS.map((a) => [a, whyNot(a, b)]).filter(([, w]) => w);
+    return why.length ? `Unavailable now: ${why.map(([a, w]) => `${a.label} (${w})`).join(", ")}.` : "";
+  }
+
   // ---------------------------------------------------------------- views
 
   /** Batches, newest first, each with its bar, rate and ETA. */
@@ -228,13 +422,9 @@
                 "div",
                 { class: "figures" },
                 h("span", {}, h("span", { class: "label" }, "done"), h("b", { class: "num" }, `${b.percent}%`), ` of ${num(b.total)}`),
-                b.status === "running"
-                  ? [
-                      h("span", {}, h("span", { class: "label" }, "rate"), h("b", { class: "num", "data-rate": "" }, rate(b))),
-                      h("span", {}, h("span", { class: "label" }, "ETA"), h("b", { "data-eta": "" }, eta(b))),
-                    ]
-                  : h("span", {}, h("span", { class: "label" }, "finished"), timeCell(b.finished_at)),
+                statusFigures(b),
               ),
+              ACTIONS.length ? h("div", { class: "card-actions" }, actionButtons(b, { compact: true })) : null,
             ),
           ),
         );
@@ -242,7 +432,25 @@
     };
   }
 
-  /** One batch: counts, throughput chart, failed items, items by status. */
+  /** What a batch's status adds to its figures in the list. */
+  function statusFigures(b) {
+    const figure = (label, ...value) => h("span", {}, h("span", { class: "label" }, label), value);
+    switch (b.status) {
+      case "running":
+        return [figure("rate", h("b", { class: "num", "data-rate": "" }, rate(b))), figure("ETA", h("b", { "data-eta": "" }, eta(b)))];
+      case "paused":
+        return figure("paused", `nothing is claimed until it is resumed; ${num(b.pending)} pending`);
+      case "cancelled":
+        return [
+          figure("cancelled", h("b", { class: "num" }, num(b.cancelled))),
+          b.finished_at ? figure("ended", timeCell(b.finished_at)) : figure("ending", `${num(b.processing)} in flight`),
+        ];
+      default:
+        return figure("finished", timeCell(b.finished_at));
+    }
+  }
+
+  /** One batch: counts, actions, throughput chart, failed items, items by status. */
   function batchView(id) {
     const head = h("div", {});
     const progress = h("div", {});
@@ -258,15 +466,45 @@
     const timeline = { bucket: 0, points: new Map(), from: null, to: null };
     let batch = null;
 
-    const actions = features.has("batch-control")
-      ? // Batch control (issue 11): pause / resume / cancel / retry failed, each
-        // with a confirmation. Shown only once the Worker has those routes.
-        h("section", { class: "panel placeholder", id: "batch-actions", "data-feature": "batch-control" }, h("h2", {}, "Actions"))
+    // Batch control (issue 11): pause, resume, cancel, retry failed, each asked
+    // first. Shown only once the Worker has those routes.
+    const control = features.has("batch-control") && ACTIONS.length > 0;
+    const actions = h("div", {});
+    const actionsPanel = control
+      ? h("section", { class: "panel", id: "batch-actions", "data-feature": "batch-control" }, h("h2", {}, "Actions"), actions)
       : null;
+
+    /** Whether a failed item of this batch may be retried now (its own button). */
+    const itemsRetryable = () => control && batch && ACTION_FROM.has("retry") && ACTION_FROM.get("retry").has(batch.status);
+
+    function askItemRetry(i) {
+      askFirst({
+        title: `Retry ${i.subject_id}?`,
+        text:
+          `Item ${i.id} goes back to pending, due now, with a fresh allowance of attempts ` +
+          `(${i.attempt} of ${i.max_attempts} used). Its last error stays visible until it runs again.`,
+        yes: "Retry item",
+        run: async () => {
+          const r = await api(`/items/${enc(String(i.id))}/retry`, { method: "POST" });
+          notice(r.requeued ? `Requeued ${i.subject_id} (item ${i.id}).` : `${i.subject_id} was already pending or in flight: nothing to do.`);
+          refreshNow();
+        },
+      });
+    }
 
     async function loadFailed() {
       const after = failedPage.cursors[failedPage.cursors.length - 1];
       const page = await api(`/batches/${enc(id)}/items?status=failed&limit=${PAGE_SIZE}&after=${enc(after)}`);
+      const retry = itemsRetryable()
+        ? [
+            {
+              title: "Retry",
+              cls: "num",
+              cell: (i) =>
+                h("button", { type: "button", class: "small secondary", "data-retry-item": i.id, on: { click: () => askItemRetry(i) } }, "Retry"),
+            },
+          ]
+        : [];
       replace(
         failed,
         table(
@@ -275,6 +513,7 @@
             { title: "Attempts", cls: "num", cell: (i) => `${i.attempt}/${i.max_attempts}` },
             { title: "Last error", cls: "error-text", cell: (i) => i.last_error || "—" },
             { title: "Ended", cls: "hide-narrow", cell: (i) => timeCell(i.completed_at) },
+            ...retry,
           ],
           page.items,
           "No failed items.",
@@ -417,6 +656,7 @@
         ["Total", num(b.total)],
         ["Completed", num(b.completed)],
         ["Failed", num(b.failed)],
+        ["Cancelled", num(b.cancelled)],
         ["Processing", num(b.processing)],
         ["Pending", num(b.pending)],
         ["Done", `${b.percent}%`],
@@ -437,6 +677,23 @@
       );
     }
 
+    function drawActions(b) {
+      if (!control) return;
+      replace(
+        actions,
+        h("div", { class: "action-buttons" }, actionButtons(b, { compact: false, applied: paint })),
+        h("p", { class: "muted hint", id: "actions-unavailable" }, unavailable(b)),
+      );
+    }
+
+    /** Draws what one read of the batch shows (a refresh, or a control's answer). */
+    function paint(b) {
+      batch = b;
+      drawHead(b);
+      drawTabs();
+      drawActions(b);
+    }
+
     return {
       nav: "batches",
       root: h(
@@ -444,17 +701,17 @@
         {},
         head,
         h("section", { class: "panel" }, progress),
-        actions,
+        actionsPanel,
         panel("Throughput", chart),
         panel("Failed items", failed),
         panel("Items by status", items),
       ),
       async refresh() {
-        batch = await api(`/batches/${enc(id)}`);
-        drawHead(batch);
-        drawTabs();
+        paint(await api(`/batches/${enc(id)}`));
         const loads = [loadTimeline()];
-        const failedNow = batch.failed;
+        // Reload the failed items when their number changes, or whether they
+        // can be retried (the batch's status) does.
+        const failedNow = `${batch.failed} ${itemsRetryable()}`;
         if (failedShown !== failedNow) loads.push(loadFailed().then(() => (failedShown = failedNow)));
         if (!itemsShown) loads.push(loadItems().then(() => (itemsShown = true)));
         await Promise.all(loads);
@@ -505,29 +762,74 @@
     return [`${num(i.subrequests)} / ${num(i.subrequest_budget)}`, meter];
   }
 
-  /** Schedules (issue 10): only reachable once the Worker has the routes. */
+  /** How often an `every_seconds` schedule fires, in words. */
+  function every(seconds) {
+    const units = [
+      [86400, "day"],
+      [3600, "hour"],
+      [60, "minute"],
+    ];
+    for (const [size, name] of units) {
+      if (seconds % size === 0) {
+        const n = seconds / size;
+        return n === 1 ? `every ${name}` : `every ${numberFormat.format(n)} ${name}s`;
+      }
+    }
+    return `every ${numberFormat.format(seconds)} seconds`;
+  }
+
+  /** A schedule's kind and when it fires. */
+  function when(s) {
+    if (s.cron) return ["cron", h("code", {}, s.cron)];
+    if (s.every_seconds) return ["every", every(s.every_seconds)];
+    return ["at", timeCell(s.at)];
+  }
+
+  /** Schedules (issue 10): only reachable once the Worker has the routes. Read-only. */
   function schedulesView() {
     const body = h("div", {});
+    const page = { cursors: [""] };
+    const load = async () => {
+      const after = page.cursors[page.cursors.length - 1];
+      const { schedules, next_after } = await api(`/schedules?limit=${SCHEDULE_PAGE}&after=${enc(after)}`);
+      replace(
+        body,
+        table(
+          [
+            { title: "Schedule", cell: (s) => h("span", { class: "mono", "data-schedule-id": s.id }, s.id) },
+            { title: "Kind", cell: (s) => h("span", { class: "kind" }, when(s)[0]) },
+            { title: "When", cell: (s) => when(s)[1] },
+            { title: "Time zone", cls: "hide-narrow", cell: (s) => (s.timezone === "subject" ? "each subject's own" : s.timezone) },
+            { title: "Group", cls: "hide-narrow", cell: (s) => (s.group === null || s.group === undefined ? h("span", { class: "muted" }, "all subjects") : h("span", { class: "mono" }, s.group)) },
+            { title: "Jitter", cls: "num hide-narrow", cell: (s) => (s.jitter_seconds ? `up to ${duration(s.jitter_seconds * 1000)}` : "none") },
+            { title: "Enabled", cell: (s) => h("span", { class: `flag ${s.enabled ? "on" : "off"}` }, s.enabled ? "yes" : "no") },
+            { title: "Next fire", cell: (s) => h("span", { "data-next-fire": "" }, s.next_fire_at ? timeCell(s.next_fire_at) : "—") },
+            { title: "Last fired", cls: "hide-narrow", cell: (s) => timeCell(s.last_fired_at) },
+            {
+              title: "Last batch",
+              cell: (s) => (s.last_batch_id ? h("a", { class: "mono", href: `#/batches/${enc(s.last_batch_id)}`, title: s.last_batch_id }, s.last_batch_id.slice(0, 8)) : "—"),
+            },
+          ],
+          schedules,
+          "No schedules. PUT /schedules/{id} creates one.",
+        ),
+        schedules.length || page.cursors.length > 1 ? pager(page, next_after, () => load().catch(report)) : null,
+      );
+    };
     return {
       nav: "schedules",
-      root: h("div", {}, h("div", { class: "panel-head" }, h("h1", {}, "Schedules")), h("section", { class: "panel" }, body)),
-      async refresh() {
-        const { schedules } = await api("/schedules");
-        replace(
-          body,
-          table(
-            [
-              { title: "Schedule", cell: (s) => h("span", { class: "mono" }, s.id) },
-              { title: "When", cell: (s) => s.cron || (s.every_seconds ? `every ${duration(s.every_seconds * 1000)}` : s.at) || "—" },
-              { title: "Time zone", cls: "hide-narrow", cell: (s) => s.timezone || "UTC" },
-              { title: "Next fire", cell: (s) => timeCell(s.next_fire_at) },
-              { title: "Last fired", cls: "hide-narrow", cell: (s) => timeCell(s.last_fired_at) },
-            ],
-            schedules || [],
-            "No schedules.",
-          ),
-        );
-      },
+      root: h(
+        "div",
+        {},
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h1", {}, "Schedules"),
+          h("span", { class: "muted", id: "schedules-zone" }, `times in ${viewerZone} (yours); hover one for its UTC instant`),
+        ),
+        h("section", { class: "panel", id: "schedules" }, body),
+      ),
+      refresh: load,
     };
   }
 
@@ -547,6 +849,7 @@
 
   function show() {
     view = viewFor(location.hash);
+    notice("");
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === view.nav);
     replace($("view"), view.root);
     $("view").hidden = false;
@@ -623,6 +926,8 @@
     $("signout").hidden = true;
     $("live").hidden = true;
     $("error").hidden = true;
+    $("notice").hidden = true;
+    if ($("confirm").open) $("confirm").close();
     $("signin").hidden = false;
     const err = $("signin-error");
     err.textContent = message || "";
