@@ -28,6 +28,12 @@ const CHROMIUM_FLAGS: &[&str] = &[
     "--disable-dev-shm-usage",
 ];
 
+/// The browser's time zone (its `TZ`): not UTC, and half an hour off any whole
+/// hour, so a page that showed UTC or the machine's zone instead of the viewer's
+/// would be caught. Kolkata keeps UTC+05:30 all year (no DST).
+pub const BROWSER_TZ: &str = "Asia/Kolkata";
+pub const BROWSER_TZ_OFFSET_MINUTES: i64 = 5 * 60 + 30;
+
 /// Names the Debian (and Ubuntu) packages install the binaries under.
 const CHROMIUM_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
 const DRIVER_NAMES: &[&str] = &["chromedriver"];
@@ -101,6 +107,8 @@ impl Browser {
         let log = std::fs::File::create(work_dir.join("chromedriver.log"))?;
         let driver = Command::new(&driver_bin)
             .arg(format!("--port={port}"))
+            // Chromium inherits it from the driver.
+            .env("TZ", BROWSER_TZ)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -93,12 +93,23 @@ pub struct E2eArgs {
     /// Worker).
     #[arg(long)]
     pub only_control: bool,
+    /// Run only the dashboard's browser part (its own Worker with the suite's
+    /// settings): a quick loop while working on the page.
+    #[arg(long, conflicts_with = "only_control")]
+    pub only_dashboard: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
 /// `N passed, M failed`. Returns whether everything passed.
 pub async fn run(args: E2eArgs) -> bool {
     let mut checks = Checks::default();
+    if args.only_dashboard {
+        if let Err(e) = dashboard_only(&args.target, &mut checks).await {
+            checks.record("dashboard part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     if !args.only_control {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
@@ -113,6 +124,16 @@ pub async fn run(args: E2eArgs) -> bool {
     }
     println!("{}", checks.summary());
     checks.all_passed()
+}
+
+/// The dashboard's browser part alone, on a Worker of its own.
+async fn dashboard_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
+    let settings = settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let target = Target::open(args, "e2e-dashboard", &settings, Secrets::Random, true)
+        .await
+        .context("starting the dashboard's Worker")?;
+    ui::dashboard(&target, &args.repo, checks).await
 }
 
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {

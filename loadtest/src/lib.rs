@@ -24,7 +24,8 @@
 //! - `report`: a run's report and verdicts, as a table or JSON.
 //! - `table`: aligned plain-text tables.
 //! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
-//! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP.
+//! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP;
+//!   `ui_actions`: its batch actions and schedules view.
 //! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above
 //!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock), and
 //!   `schedules`: what schedules cost the tick.
@@ -57,4 +58,5 @@ pub mod steps;
 pub mod table;
 pub mod target;
 pub mod ui;
+pub mod ui_actions;
 pub mod verdict;

@@ -10,6 +10,7 @@ use crate::browser::{page_errors, Browser, LogEntry};
 use crate::checks::Checks;
 use crate::faults::Faults;
 use crate::target::Target;
+use crate::ui_actions;
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -25,7 +26,7 @@ const UI_ITEMS: usize = 500;
 const UI_LATENCY_MS: u64 = 500;
 /// One item in this many answers 400: a permanent failure with a `last_error`.
 const UI_FAIL_EVERY: usize = 100;
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// The dashboard in a real browser. Not optional: without Chromium the checks
 /// fail, saying how to install it.
@@ -53,9 +54,13 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     let api = &target.api;
     let token = api.token().to_string();
     let base = api.base().to_string();
-    let batch = seed_ui_batch(target).await?;
+    let (batch, failing) = seed_ui_batch(target).await?;
     let id = batch.id.0.clone();
     let card = format!("#batches [data-batch-id=\"{id}\"]");
+    // The parts of the page the Worker's routes switch on.
+    let features = cron_fanout::api::page::features();
+    let features: Vec<&str> = features.split(' ').collect();
+    let control = features.contains(&"batch-control");
 
     // A wrong token: a clear message, nothing stored, nothing shown.
     b.client.goto(&format!("{base}/")).await?;
@@ -205,6 +210,11 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
         .await?;
     b.screenshot(&shots.join("batch.png")).await?;
 
+    // Batch control: retry the failed items once their receivers are fixed.
+    if control {
+        ui_actions::retry_failed(b, target, &batch, &failing, shots, checks).await?;
+    }
+
     // Polling stops while the tab is hidden and resumes when it is shown.
     checks.record(
         "browser: polling stops while the tab is hidden and resumes when visible",
@@ -226,6 +236,13 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
         ticks.map(|_| ()).map_err(|e| format!("{e:#}")),
     );
 
+    // Batch control: pause, resume and cancel a running batch; a refusal.
+    if control {
+        ui_actions::pause_resume_cancel(b, target, shots, checks).await?;
+        ui_actions::refused_action(b, api, shots, checks).await?;
+        b.client.goto(&format!("{base}/#/")).await?;
+    }
+
     // Phone width: the list and the batch, no sideways scrolling.
     b.client.set_window_size(390, 844).await?;
     b.client.goto(&format!("{base}/#/")).await?;
@@ -242,6 +259,12 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     .await?;
     let batch_fits = fits_width(b).await?;
     b.screenshot(&shots.join("phone-batch.png")).await?;
+    if control {
+        b.client
+            .execute("document.getElementById('batch-actions').scrollIntoView(); return 0;", vec![])
+            .await?;
+        b.screenshot(&shots.join("phone-batch-actions.png")).await?;
+    }
     checks.record(
         "browser: usable at phone width (390 px, no horizontal scrolling)",
         if list_fits && batch_fits {
@@ -250,6 +273,10 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
             Err(format!("list fits: {list_fits}, batch fits: {batch_fits}"))
         },
     );
+
+    if features.contains(&"schedules") {
+        ui_actions::schedules_view(b, api, shots, checks).await?;
+    }
 
     // The token never leaves the tab's session storage and the header.
     let cookie = b.client.execute("return document.cookie;", vec![]).await?;
@@ -321,12 +348,18 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     Ok(())
 }
 
-/// A batch of slow healthy items and a few permanent failures, created ad hoc.
-async fn seed_ui_batch(target: &Target) -> Result<Batch> {
+/// A batch of slow healthy items and a few permanent failures, created ad hoc;
+/// with the subjects that fail.
+async fn seed_ui_batch(target: &Target) -> Result<(Batch, Vec<String>)> {
+    let fails = |n: usize| n % UI_FAIL_EVERY == UI_FAIL_EVERY / 2;
+    let failing = (0..UI_ITEMS)
+        .filter(|&n| fails(n))
+        .map(|n| format!("ui-{n:04}"))
+        .collect();
     let items: Vec<Value> = (0..UI_ITEMS)
         .map(|n| {
             let subject = format!("ui-{n:04}");
-            let faults = if n % UI_FAIL_EVERY == UI_FAIL_EVERY / 2 {
+            let faults = if fails(n) {
                 Faults {
                     status: Some(400),
                     ..Faults::default()
@@ -350,11 +383,11 @@ async fn seed_ui_batch(target: &Target) -> Result<Batch> {
         created && batch.total == UI_ITEMS as u64,
         "batch {key}: {batch:?}"
     );
-    Ok(batch)
+    Ok((batch, failing))
 }
 
 /// Fires ticks one after another until the batch is finished (at most 2 minutes).
-async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
+pub(crate) async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
     let start = Instant::now();
     loop {
         api.fire_cron(TICK_CRON).await?;
@@ -380,7 +413,7 @@ async fn session_token(b: &Browser) -> Result<Option<String>> {
     Ok(v.as_str().map(str::to_string))
 }
 
-async fn fits_width(b: &Browser) -> Result<bool> {
+pub(crate) async fn fits_width(b: &Browser) -> Result<bool> {
     let v = b
         .client
         .execute(
@@ -436,7 +469,7 @@ async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
     Ok(())
 }
 
-fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(), String> {
+pub(crate) fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(), String> {
     let errors = page_errors(logs, allow);
     if errors.is_empty() {
         Ok(())
@@ -450,7 +483,7 @@ fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(),
 }
 
 /// The number in a count cell (`1,234`), if it shows one.
-fn number(text: Option<String>) -> Result<Option<u64>> {
+pub(crate) fn number(text: Option<String>) -> Result<Option<u64>> {
     Ok(text.and_then(|t| {
         let digits: String = t.chars().filter(char::is_ascii_digit).collect();
         digits.parse().ok()

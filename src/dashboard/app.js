@@ -398,8 +398,9 @@
     return {
       nav: "batches",
       root: h("div", {}, h("div", { class: "panel-head" }, h("h1", {}, "Batches"), h("span", { class: "muted" }, "newest first")), list),
-      async refresh() {
+      async refresh(fresh) {
         const { batches } = await api("/batches?limit=50");
+        if (!fresh()) return;
         if (!batches.length) {
           replace(list, h("p", { class: "panel empty" }, "No batches yet. A schedule creates one when it fires (the daily one at 12:00 UTC), and so does POST /batches."));
           return;
@@ -706,8 +707,11 @@
         panel("Failed items", failed),
         panel("Items by status", items),
       ),
-      async refresh() {
-        paint(await api(`/batches/${enc(id)}`));
+      async refresh(fresh) {
+        const b = await api(`/batches/${enc(id)}`);
+        // An action's answer may have been drawn while this read was on its way.
+        if (!fresh()) return;
+        paint(b);
         const loads = [loadTimeline()];
         // Reload the failed items when their number changes, or whether they
         // can be retried (the batch's status) does.
@@ -725,8 +729,9 @@
     return {
       nav: "invocations",
       root: h("div", {}, h("div", { class: "panel-head" }, h("h1", {}, "Invocations"), h("span", { class: "muted" }, "recent ticks, newest first")), h("section", { class: "panel" }, body)),
-      async refresh() {
+      async refresh(fresh) {
         const { invocations } = await api("/invocations?limit=50");
+        if (!fresh()) return;
         replace(
           body,
           table(
@@ -789,9 +794,10 @@
   function schedulesView() {
     const body = h("div", {});
     const page = { cursors: [""] };
-    const load = async () => {
+    const load = async (fresh = () => true) => {
       const after = page.cursors[page.cursors.length - 1];
       const { schedules, next_after } = await api(`/schedules?limit=${SCHEDULE_PAGE}&after=${enc(after)}`);
+      if (!fresh()) return;
       replace(
         body,
         table(
@@ -880,7 +886,8 @@
     if (!view || document.hidden) return;
     const mine = ++generation;
     try {
-      await view.refresh();
+      // A newer refresh (e.g. right after an action) makes this one's answers stale.
+      await view.refresh(() => mine === generation);
       if (mine !== generation) return;
       $("error").hidden = true;
       setLive(`live · updated ${time(new Date().toISOString())}`);

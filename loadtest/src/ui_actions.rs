@@ -1,0 +1,676 @@
+//! The dashboard's batch actions and schedules view in the real browser (issue 12,
+//! part 2), run by `ui::dashboard`: "Retry" on a failed item's row and "Retry
+//! failed" after the sink is fixed; pause (progress stops while ticks go on),
+//! resume and cancel of a running batch; a refused action (409) showing the API's
+//! message; the schedules view with its next fire time in the viewer's zone.
+//!
+//! Each action is pressed the way an operator does (its button, then the dialog's
+//! confirm button) with the page's polling frozen, so what the page shows next
+//! comes from the action itself, not from the next poll.
+
+use crate::api::{encode, Api, Batch, Id, TICK_CRON};
+use crate::browser::{Browser, BROWSER_TZ_OFFSET_MINUTES};
+use crate::checks::Checks;
+use crate::control::webhook_batch;
+use crate::faults::Faults;
+use crate::target::Target;
+use crate::ui::{fits_width, no_errors, number, tick_until_finished, WAIT};
+use anyhow::{ensure, Context, Result};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The page's refresh period (`REFRESH_MS` in app.js) plus slack: waiting this
+/// long lets at least one poll land.
+const ONE_POLL: Duration = Duration::from_millis(3_800);
+/// Items of the batch that is paused, resumed and cancelled, and how slow each
+/// delivery is: it must still have pending items after a pause and a resume.
+const CONTROL_ITEMS: usize = 600;
+const CONTROL_LATENCY_MS: u64 = 300;
+/// Ticks that fire while the batch is paused, in which nothing may progress.
+const PAUSED_TICKS: u64 = 3;
+
+// ---------------------------------------------------------------- page helpers
+
+/// The batch view's status badge (`running`, `paused`, ...).
+async fn badge(b: &Browser) -> Result<Option<String>> {
+    b.text("#view .batch-head .badge").await
+}
+
+/// A number of the batch view's stats (`completed`, `failed`, `cancelled`, ...).
+async fn stat(b: &Browser, name: &str) -> Result<Option<u64>> {
+    number(b.text(&format!("#view [data-stat={name}]")).await?)
+}
+
+/// Whether the batch view's button for `action` is there and enabled.
+async fn enabled(b: &Browser, action: &str) -> Result<Option<bool>> {
+    let v = b
+        .client
+        .execute(
+            "const el = document.querySelector(`#batch-actions [data-action=${arguments[0]}]`);\
+             return el ? !el.disabled : null;",
+            vec![json!(action)],
+        )
+        .await?;
+    Ok(v.as_bool())
+}
+
+/// Stops the page's polling: its next timer is never set. A refresh already on
+/// its way lands first.
+async fn freeze_polling(b: &Browser) -> Result<()> {
+    b.client
+        .execute(
+            "if (!window.__setTimeout) window.__setTimeout = window.setTimeout;\
+             window.setTimeout = () => 0; return 0;",
+            vec![],
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    Ok(())
+}
+
+/// Starts the polling again (the page refreshes when its tab becomes visible).
+async fn thaw_polling(b: &Browser) -> Result<()> {
+    b.client
+        .execute(
+            "window.setTimeout = window.__setTimeout;\
+             document.dispatchEvent(new Event('visibilitychange')); return 0;",
+            vec![],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Presses the button `css`, waits for the confirmation dialog (screenshot to
+/// `shot`, if given) and confirms.
+async fn press(b: &Browser, css: &str, shot: Option<&Path>) -> Result<()> {
+    b.click(css).await?;
+    b.until("the confirmation dialog", WAIT, || async {
+        Ok((b.count("#confirm[open]").await? == 1).then_some(()))
+    })
+    .await?;
+    if let Some(path) = shot {
+        b.screenshot(path).await?;
+    }
+    b.click("#confirm-yes").await
+}
+
+/// Waits until the batch view shows what `want` accepts (badge and stats read
+/// together), for at most `WAIT`.
+async fn until_shown<F>(b: &Browser, what: &str, want: F) -> Result<Shown>
+where
+    F: Fn(&Shown) -> bool,
+{
+    b.until(what, WAIT, || async {
+        let shown = shown(b).await?;
+        Ok(want(&shown).then_some(shown))
+    })
+    .await
+}
+
+/// What the batch view shows of a batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Shown {
+    status: String,
+    completed: Option<u64>,
+    failed: Option<u64>,
+    cancelled: Option<u64>,
+    processing: Option<u64>,
+    pending: Option<u64>,
+    total: Option<u64>,
+    dialog_open: bool,
+}
+
+async fn shown(b: &Browser) -> Result<Shown> {
+    Ok(Shown {
+        status: badge(b).await?.unwrap_or_default(),
+        completed: stat(b, "completed").await?,
+        failed: stat(b, "failed").await?,
+        cancelled: stat(b, "cancelled").await?,
+        processing: stat(b, "processing").await?,
+        pending: stat(b, "pending").await?,
+        total: stat(b, "total").await?,
+        dialog_open: b.count("#confirm[open]").await? == 1,
+    })
+}
+
+fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
+// ---------------------------------------------------------------- ticks
+
+/// Fires ticks one after another in the background until stopped, counting them.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    fired: Arc<AtomicU64>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Ticker {
+    fn start(api: Api) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicU64::new(0));
+        let (s, f) = (stop.clone(), fired.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Ordering::SeqCst) {
+                api.fire_cron(TICK_CRON).await?;
+                f.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(())
+        });
+        Ticker { stop, fired, task }
+    }
+
+    fn fired(&self) -> u64 {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more ticks than `since` have completed.
+    async fn until_fired(&self, since: u64, n: u64) -> Result<()> {
+        let start = std::time::Instant::now();
+        while self.fired() < since + n {
+            ensure!(
+                !self.task.is_finished(),
+                "the ticks stopped (a tick failed)"
+            );
+            ensure!(start.elapsed() < WAIT, "{n} ticks did not fire within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn stop(self) -> Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.context("the tick task")?
+    }
+}
+
+/// Polls the API until `ready` holds for the batch (at most `WAIT`).
+async fn until_batch(api: &Api, id: &Id, what: &str, ready: impl Fn(&Batch) -> bool) -> Result<Batch> {
+    let start = std::time::Instant::now();
+    loop {
+        let batch = api.batch(id).await?;
+        if ready(&batch) {
+            return Ok(batch);
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "batch {id}: {what} not within {WAIT:?}: {}",
+            batch.progress()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// ---------------------------------------------------------------- retry failed
+
+/// On the open view of the finished batch `batch`, whose `failing` subjects
+/// failed for good: fixes their receivers, retries one from its row, then the
+/// rest with "Retry failed", and watches the batch run again and finish.
+pub async fn retry_failed(
+    b: &Browser,
+    target: &Target,
+    batch: &Batch,
+    failing: &[String],
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    let api = &target.api;
+    let failed = failing.len() as u64;
+    target.sink.fix(failing).await?;
+
+    freeze_polling(b).await?;
+    press(b, "#failed-items [data-retry-item]", None).await?;
+    let one = until_shown(b, "one failed item fewer", |s| {
+        s.failed == Some(failed - 1) && !s.dialog_open
+    })
+    .await;
+    checks.record(
+        &format!("browser: \"Retry\" on a failed item's row, confirmed, requeues it: failed {failed} → {} at once (polling frozen)", failed - 1),
+        one.map(|_| ()).map_err(text),
+    );
+    let rows = b.count("#failed-items tbody tr").await?;
+    press(
+        b,
+        "#batch-actions [data-action=retry]",
+        Some(&shots.join("confirm-retry.png")),
+    )
+    .await?;
+    let all = until_shown(b, "no failed item and the batch running", |s| {
+        s.failed == Some(0) && s.status == "running" && !s.dialog_open
+    })
+    .await;
+    let notice = b.text("#notice").await?.unwrap_or_default();
+    checks.record(
+        &format!("browser: \"Retry failed\", confirmed after the sink is fixed: failed {} → 0 and the batch running again at once, the failed list emptied ({rows} rows before)", failed - 1),
+        match all {
+            Ok(_) if notice.contains(&format!("Requeued {} failed items", failed - 1)) => {
+                let now = b.count("#failed-items tbody tr").await?;
+                if now == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{now} failed rows still listed"))
+                }
+            }
+            Ok(s) => Err(format!("shown {s:?}, notice {notice:?}")),
+            Err(e) => Err(text(e)),
+        },
+    );
+    thaw_polling(b).await?;
+
+    let finished = tick_until_finished(api.clone(), batch.id.clone()).await;
+    let total = batch.total;
+    let again = match finished {
+        Ok(_) => until_shown(b, "the batch finished again", |s| {
+            s.status == "finished" && s.completed == Some(total) && s.failed == Some(0)
+        })
+        .await
+        .map(|_| ())
+        .map_err(text),
+        Err(e) => Err(text(e)),
+    };
+    checks.record(
+        &format!("browser: the replayed batch runs and finishes again: finished, {total} completed, 0 failed"),
+        again,
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- pause, resume, cancel
+
+/// A running batch paused, resumed and cancelled from its view while ticks fire.
+pub async fn pause_resume_cancel(
+    b: &Browser,
+    target: &Target,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    let api = &target.api;
+    let key = format!("ui-control-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
+    let faults = Faults {
+        latency_ms: CONTROL_LATENCY_MS,
+        ..Faults::default()
+    };
+    let batch = webhook_batch(api, &target.sink, &key, CONTROL_ITEMS, &faults).await?;
+    let id = batch.id.clone();
+    b.client
+        .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
+        .await?;
+    until_shown(b, "the new batch running", |s| {
+        s.status == "running" && s.total == Some(CONTROL_ITEMS as u64)
+    })
+    .await?;
+    let ticker = Ticker::start(api.clone());
+    let result = pause_resume_cancel_ticking(b, api, &id, &ticker, shots, checks).await;
+    let stopped = ticker.stop().await;
+    result?;
+    stopped
+}
+
+async fn pause_resume_cancel_ticking(
+    b: &Browser,
+    api: &Api,
+    id: &Id,
+    ticker: &Ticker,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    until_shown(b, "the batch to progress", |s| {
+        s.completed.is_some_and(|c| c > 0)
+    })
+    .await?;
+
+    // Pause: shown at once; then nothing progresses while ticks go on.
+    freeze_polling(b).await?;
+    press(b, "#batch-actions [data-action=pause]", None).await?;
+    let paused = until_shown(b, "the batch paused", |s| {
+        s.status == "paused" && !s.dialog_open
+    })
+    .await;
+    let buttons = (enabled(b, "pause").await?, enabled(b, "resume").await?);
+    checks.record(
+        "browser: \"Pause\", confirmed, shows the batch paused at once (polling frozen); Pause is then disabled, Resume enabled",
+        match (paused, buttons) {
+            (Ok(_), (Some(false), Some(true))) => Ok(()),
+            (Ok(s), buttons) => Err(format!("shown {s:?}, pause/resume enabled: {buttons:?}")),
+            (Err(e), _) => Err(text(e)),
+        },
+    );
+    thaw_polling(b).await?;
+    // Items claimed before the pause still run and commit; then nothing moves.
+    let held = until_batch(api, id, "nothing in flight", |b| b.processing == 0).await?;
+    let since = ticker.fired();
+    ticker.until_fired(since, PAUSED_TICKS).await?;
+    tokio::time::sleep(ONE_POLL).await;
+    let after = api.batch(id).await?;
+    let page = shown(b).await?;
+    b.screenshot(&shots.join("batch-paused.png")).await?;
+    checks.record(
+        &format!("browser: a paused batch does not progress: completed stays {} over {PAUSED_TICKS} ticks, on the page and in the API, and it stays paused", held.completed),
+        if after.completed == held.completed
+            && after.status == "paused"
+            && page.completed == Some(held.completed)
+            && page.status == "paused"
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "held {}, then API {} ({}), page {page:?}",
+                held.progress(),
+                after.progress(),
+                after.status
+            ))
+        },
+    );
+
+    // Resume: running at once, and progress moves again.
+    freeze_polling(b).await?;
+    press(b, "#batch-actions [data-action=resume]", None).await?;
+    let resumed = until_shown(b, "the batch running", |s| {
+        s.status == "running" && !s.dialog_open
+    })
+    .await;
+    thaw_polling(b).await?;
+    let moved = match resumed {
+        Ok(_) => until_shown(b, "progress after the resume", |s| {
+            s.completed.is_some_and(|c| c > held.completed)
+        })
+        .await
+        .map(|s| println!("#   completed {} when paused, {:?} after the resume", held.completed, s.completed))
+        .map_err(text),
+        Err(e) => Err(text(e)),
+    };
+    checks.record(
+        "browser: \"Resume\", confirmed, shows the batch running at once, and its progress moves again",
+        moved,
+    );
+
+    // Cancel: cancelled at once, with the count of items it cancelled.
+    let before = api.batch(id).await?;
+    ensure!(
+        before.pending > 0,
+        "nothing left to cancel: {}",
+        before.progress()
+    );
+    freeze_polling(b).await?;
+    press(
+        b,
+        "#batch-actions [data-action=cancel]",
+        Some(&shots.join("confirm-cancel.png")),
+    )
+    .await?;
+    let cancelled = until_shown(b, "the batch cancelled", |s| {
+        s.status == "cancelled" && s.cancelled.is_some_and(|n| n > 0) && !s.dialog_open
+    })
+    .await;
+    let legend = number(b.text("#view [data-count=cancelled]").await?)?;
+    checks.record(
+        "browser: \"Cancel batch\", confirmed, shows the batch cancelled at once with its cancelled count (stats and bar legend)",
+        match cancelled {
+            Ok(s) if legend == s.cancelled => {
+                println!("#   cancelled {:?} of {CONTROL_ITEMS}", s.cancelled);
+                Ok(())
+            }
+            Ok(s) => Err(format!("shown {s:?}, legend {legend:?}")),
+            Err(e) => Err(text(e)),
+        },
+    );
+    thaw_polling(b).await?;
+    let ended = until_batch(api, id, "the cancelled batch ended", Batch::has_ended).await?;
+    let total = CONTROL_ITEMS as u64;
+    let adds_up = until_shown(b, "the cancelled batch's final counts", |s| {
+        s.status == "cancelled"
+            && s.pending == Some(0)
+            && s.processing == Some(0)
+            && s.completed == Some(ended.completed)
+            && s.cancelled == Some(ended.cancelled)
+    })
+    .await;
+    let tab = b.text("#items .tabs button:nth-child(5)").await?;
+    b.screenshot(&shots.join("batch-cancelled.png")).await?;
+    checks.record(
+        &format!("browser: the cancelled batch's counts add up on the page: completed + failed + cancelled = {total}, and a `cancelled` items tab with its count"),
+        match adds_up {
+            Ok(s) => {
+                let sum = s.completed.unwrap_or(0) + s.failed.unwrap_or(0) + s.cancelled.unwrap_or(0);
+                let tab_count = tab
+                    .as_deref()
+                    .filter(|t| t.starts_with("cancelled"))
+                    .and_then(|t| number(Some(t.to_string())).ok().flatten());
+                if sum == total && tab_count == Some(ended.cancelled) {
+                    Ok(())
+                } else {
+                    Err(format!("shown {s:?} (sum {sum}), tab {tab:?}"))
+                }
+            }
+            Err(e) => Err(text(e)),
+        },
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- a refused action
+
+/// The page offers "Pause" for a running batch; another operator cancels it
+/// before the confirmation: the 409 the Worker answers is shown as it is, and
+/// the view catches up.
+pub async fn refused_action(b: &Browser, api: &Api, shots: &Path, checks: &mut Checks) -> Result<()> {
+    let key = format!("ui-refused-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
+    let items: Vec<Value> = (0..3)
+        .map(|n| json!({"subject_id": format!("{key}-{n}"), "kind": "noop", "payload": {}}))
+        .collect();
+    let (_, batch) = api
+        .create_batch(&json!({"key": key, "items": items}))
+        .await?;
+    b.client
+        .goto(&format!("{}/#/batches/{}", api.base(), encode(&batch.id.0)))
+        .await?;
+    until_shown(b, "the batch running", |s| s.status == "running").await?;
+    b.logs().await?;
+    b.click("#batch-actions [data-action=pause]").await?;
+    b.until("the confirmation dialog", WAIT, || async {
+        Ok((b.count("#confirm[open]").await? == 1).then_some(()))
+    })
+    .await?;
+    // Another operator, meanwhile.
+    api.control(&batch.id, "cancel").await?;
+    b.click("#confirm-yes").await?;
+    let message = b
+        .until("the refusal in the dialog", WAIT, || async {
+            Ok(if b.count("#confirm-error:not([hidden])").await? == 1 {
+                b.text("#confirm-error").await?
+            } else {
+                None
+            })
+        })
+        .await;
+    let caught_up = until_shown(b, "the view showing the batch cancelled", |s| {
+        s.status == "cancelled" && s.cancelled == Some(3)
+    })
+    .await;
+    let none_enabled = {
+        let mut any = Vec::new();
+        for action in ["pause", "resume", "cancel", "retry"] {
+            if enabled(b, action).await? != Some(false) {
+                any.push(action);
+            }
+        }
+        any
+    };
+    b.screenshot(&shots.join("refused.png")).await?;
+    let want = format!("invalid_transition: cannot pause batch \"{}\": it is cancelled", batch.id);
+    checks.record(
+        "browser: a refused action (409) shows the API's error message in the dialog, and the view catches up (cancelled, 3 cancelled, every action disabled)",
+        match (message, caught_up) {
+            (Ok(m), Ok(_)) if m.contains(&want) && none_enabled.is_empty() => {
+                println!("#   shown: {m}");
+                Ok(())
+            }
+            (Ok(m), Ok(_)) => Err(format!("message {m:?} (want {want:?}), enabled: {none_enabled:?}")),
+            (m, c) => Err(format!("message {m:?}, view {c:?}")),
+        },
+    );
+    b.click("#confirm-no").await?;
+    let logs = b.logs().await?;
+    checks.record(
+        "browser: the refusal's 409 is the only console error",
+        no_errors(&logs, &|e| e.message.contains("status of 409")),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- schedules
+
+/// A cron schedule and a fired one-off listed with kind, zone, group, jitter,
+/// enabled, next fire time in the viewer's zone (UTC on hover) and last batch.
+pub async fn schedules_view(
+    b: &Browser,
+    api: &Api,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    const CRON: &str = "ui-digest";
+    const ONCE: &str = "ui-once";
+    let (_, cron) = api
+        .put_schedule(
+            CRON,
+            &json!({"cron": "0 9 * * *", "timezone": "Europe/Berlin", "group": CRON, "jitter_seconds": 600}),
+        )
+        .await?;
+    // A one-off over a group without subjects, fired by a tick: a last batch to link.
+    let at = cron_fanout::core::time::rfc3339(chrono::Utc::now().timestamp_millis());
+    api.put_schedule(ONCE, &json!({"at": at, "group": "ui-nobody"}))
+        .await?;
+    api.fire_cron(TICK_CRON).await?;
+    let once = api.schedule(ONCE).await?;
+    let result = check_schedules(b, api, &cron, &once, shots, checks).await;
+    api.delete_schedule(CRON).await?;
+    api.delete_schedule(ONCE).await?;
+    result
+}
+
+async fn check_schedules(
+    b: &Browser,
+    api: &Api,
+    cron: &crate::api::Schedule,
+    once: &crate::api::Schedule,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    b.client.goto(&format!("{}/#/schedules", api.base())).await?;
+    let rows = b
+        .until("the schedules listed", WAIT, || async {
+            let v = b
+                .client
+                .execute(
+                    "return [...document.querySelectorAll('#schedules tbody tr')].map(tr => ({\
+                       id: tr.querySelector('[data-schedule-id]').textContent,\
+                       cells: [...tr.cells].map(td => td.textContent),\
+                       next: (t => t && {text: t.textContent, title: t.title})(tr.querySelector('[data-next-fire] time')),\
+                       link: (a => a && a.getAttribute('href'))(tr.querySelector('a[href^=\"#/batches/\"]')),\
+                     }));",
+                    vec![],
+                )
+                .await?;
+            let rows: Vec<Value> = serde_json::from_value(v)?;
+            let ours = rows.iter().filter(|r| r["id"] == cron.id || r["id"] == once.id).count();
+            Ok((ours == 2).then_some(rows))
+        })
+        .await?;
+    let zone = b.text("#schedules-zone").await?.unwrap_or_default();
+    b.screenshot(&shots.join("schedules.png")).await?;
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).cloned().unwrap_or_default();
+    let cells = |r: &Value| -> Vec<String> {
+        r["cells"]
+            .as_array()
+            .map(|c| c.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    };
+
+    // The cron one: every column, and its next fire time in the browser's zone.
+    let next = cron.next_fire_at.clone().context("the cron schedule has no next_fire_at")?;
+    let r = row(&cron.id);
+    let local = local_hour_minute(&next)?;
+    let title_want = format!("{} UTC", next.replace('T', " ").trim_end_matches('Z'));
+    let shown_next = &r["next"];
+    let c = cells(&r);
+    let want_cells = ["ui-digest", "cron", "0 9 * * *", "Europe/Berlin", "ui-digest", "up to 10 min", "yes"];
+    checks.record(
+        "browser: the schedules view lists a cron schedule: kind, cron, time zone, group, jitter, enabled",
+        if c.len() >= want_cells.len() && c.iter().zip(want_cells).all(|(got, want)| got == want) {
+            Ok(())
+        } else {
+            Err(format!("cells {c:?}, want {want_cells:?}"))
+        },
+    );
+    checks.record(
+        &format!("browser: its next fire time is shown in the viewer's zone ({}; UTC {next}) with the UTC instant as the title", crate::browser::BROWSER_TZ),
+        if shown_next["title"] == title_want.as_str()
+            && local.iter().any(|t| shown_next["text"].as_str().is_some_and(|s| s.contains(t.as_str())))
+            && zone.contains(crate::browser::BROWSER_TZ)
+        {
+            println!("#   next fire shown as {} (title {})", shown_next["text"], shown_next["title"]);
+            Ok(())
+        } else {
+            Err(format!("shown {shown_next}, want {local:?} and title {title_want:?}; zone note {zone:?}"))
+        },
+    );
+
+    // The fired one-off: disabled, no next fire, a link to its batch.
+    let r = row(&once.id);
+    let c = cells(&r);
+    let want_link = once.last_batch_id.as_ref().map(|id| format!("#/batches/{}", encode(id)));
+    checks.record(
+        "browser: a fired one-off is listed as kind `at`, disabled, with no next fire and a link to its last batch",
+        if want_link.is_some()
+            && r["link"].as_str() == want_link.as_deref()
+            && c.get(1).map(String::as_str) == Some("at")
+            && c.get(6).map(String::as_str) == Some("no")
+            && c.get(7).map(String::as_str) == Some("—")
+            && c.get(4).map(String::as_str) == Some("ui-nobody")
+        {
+            Ok(())
+        } else {
+            Err(format!("cells {c:?}, link {}, want {want_link:?}", r["link"]))
+        },
+    );
+
+    // Phone width: no sideways scrolling.
+    b.client.set_window_size(390, 844).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fits = fits_width(b).await?;
+    b.screenshot(&shots.join("phone-schedules.png")).await?;
+    b.client.set_window_size(1280, 900).await?;
+    checks.record(
+        "browser: the schedules view fits a phone (390 px, no horizontal scrolling)",
+        if fits { Ok(()) } else { Err("the page scrolls sideways".into()) },
+    );
+    Ok(())
+}
+
+/// `HH:MM` of an RFC 3339 UTC instant in the browser's zone, as a 24-hour and a
+/// 12-hour clock would show it (the page follows the browser's locale).
+fn local_hour_minute(iso: &str) -> Result<Vec<String>> {
+    let at = chrono::DateTime::parse_from_rfc3339(iso).with_context(|| format!("parsing {iso}"))?;
+    let local = at + chrono::Duration::minutes(BROWSER_TZ_OFFSET_MINUTES);
+    Ok(vec![local.format("%H:%M").to_string(), local.format("%I:%M").to_string()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_times_are_shifted_by_the_browser_zone() {
+        // Asia/Kolkata is UTC+05:30 all year.
+        assert_eq!(
+            local_hour_minute("2026-11-22T08:00:00.000Z").unwrap(),
+            vec!["13:30".to_string(), "01:30".to_string()]
+        );
+    }
+}
