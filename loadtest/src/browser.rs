@@ -30,9 +30,10 @@ const CHROMIUM_FLAGS: &[&str] = &[
 
 /// The browser's time zone (its `TZ`): not UTC, and half an hour off any whole
 /// hour, so a page that showed UTC or the machine's zone instead of the viewer's
-/// would be caught. Kolkata keeps UTC+05:30 all year (no DST).
-pub const BROWSER_TZ: &str = "Asia/Kolkata";
-pub const BROWSER_TZ_OFFSET_MINUTES: i64 = 5 * 60 + 30;
+/// would be caught. Darwin keeps UTC+09:30 all year (no DST), and ICU knows it by
+/// this name (Kolkata, say, it calls Asia/Calcutta).
+pub const BROWSER_TZ: &str = "Australia/Darwin";
+pub const BROWSER_TZ_OFFSET_MINUTES: i64 = 9 * 60 + 30;
 
 /// Names the Debian (and Ubuntu) packages install the binaries under.
 const CHROMIUM_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];

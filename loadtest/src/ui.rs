@@ -261,7 +261,10 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     b.screenshot(&shots.join("phone-batch.png")).await?;
     if control {
         b.client
-            .execute("document.getElementById('batch-actions').scrollIntoView(); return 0;", vec![])
+            .execute(
+                "document.getElementById('batch-actions').scrollIntoView(); return 0;",
+                vec![],
+            )
             .await?;
         b.screenshot(&shots.join("phone-batch-actions.png")).await?;
     }
@@ -469,7 +472,10 @@ async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(), String> {
+pub(crate) fn no_errors(
+    logs: &[LogEntry],
+    allow: &dyn Fn(&LogEntry) -> bool,
+) -> Result<(), String> {
     let errors = page_errors(logs, allow);
     if errors.is_empty() {
         Ok(())

@@ -9,13 +9,14 @@
 //! comes from the action itself, not from the next poll.
 
 use crate::api::{encode, Api, Batch, Id, TICK_CRON};
-use crate::browser::{Browser, BROWSER_TZ_OFFSET_MINUTES};
+use crate::browser::{Browser, BROWSER_TZ, BROWSER_TZ_OFFSET_MINUTES};
 use crate::checks::Checks;
 use crate::control::webhook_batch;
 use crate::faults::Faults;
 use crate::target::Target;
 use crate::ui::{fits_width, no_errors, number, tick_until_finished, WAIT};
 use anyhow::{ensure, Context, Result};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,8 +29,8 @@ use tokio::task::JoinHandle;
 const ONE_POLL: Duration = Duration::from_millis(3_800);
 /// Items of the batch that is paused, resumed and cancelled, and how slow each
 /// delivery is: it must still have pending items after a pause and a resume.
-const CONTROL_ITEMS: usize = 600;
-const CONTROL_LATENCY_MS: u64 = 300;
+const CONTROL_ITEMS: usize = 1_000;
+const CONTROL_LATENCY_MS: u64 = 500;
 /// Ticks that fire while the batch is paused, in which nothing may progress.
 const PAUSED_TICKS: u64 = 3;
 
@@ -58,18 +59,47 @@ async fn enabled(b: &Browser, action: &str) -> Result<Option<bool>> {
     Ok(v.as_bool())
 }
 
-/// Stops the page's polling: its next timer is never set. A refresh already on
-/// its way lands first.
+/// Stops the page's polling: the timer of its next refresh is cleared (every
+/// timer of the page: their ids count up from 1) and no new one can be set. Then
+/// waits until a refresh already on its way has landed: no fetch ended for a
+/// second.
 async fn freeze_polling(b: &Browser) -> Result<()> {
     b.client
         .execute(
             "if (!window.__setTimeout) window.__setTimeout = window.setTimeout;\
+             const newest = window.__setTimeout(() => {}, 0);\
+             for (let id = 1; id <= newest; id++) clearTimeout(id);\
              window.setTimeout = () => 0; return 0;",
             vec![],
         )
         .await?;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    Ok(())
+    let mut fetches = fetch_count(b).await?;
+    let start = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let now = fetch_count(b).await?;
+        if now == fetches {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "the page kept fetching after its polling stopped"
+        );
+        fetches = now;
+    }
+}
+
+/// The page's fetches that have ended so far.
+async fn fetch_count(b: &Browser) -> Result<u64> {
+    let v = b
+        .client
+        .execute(
+            "performance.setResourceTimingBufferSize(100000);\
+             return performance.getEntriesByType('resource').filter(e => e.initiatorType === 'fetch').length;",
+            vec![],
+        )
+        .await?;
+    v.as_u64().context("a count of fetches")
 }
 
 /// Starts the polling again (the page refreshes when its tab becomes visible).
@@ -178,7 +208,10 @@ impl Ticker {
                 !self.task.is_finished(),
                 "the ticks stopped (a tick failed)"
             );
-            ensure!(start.elapsed() < WAIT, "{n} ticks did not fire within {WAIT:?}");
+            ensure!(
+                start.elapsed() < WAIT,
+                "{n} ticks did not fire within {WAIT:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
@@ -191,7 +224,12 @@ impl Ticker {
 }
 
 /// Polls the API until `ready` holds for the batch (at most `WAIT`).
-async fn until_batch(api: &Api, id: &Id, what: &str, ready: impl Fn(&Batch) -> bool) -> Result<Batch> {
+async fn until_batch(
+    api: &Api,
+    id: &Id,
+    what: &str,
+    ready: impl Fn(&Batch) -> bool,
+) -> Result<Batch> {
     let start = std::time::Instant::now();
     loop {
         let batch = api.batch(id).await?;
@@ -381,7 +419,12 @@ async fn pause_resume_cancel_ticking(
             s.completed.is_some_and(|c| c > held.completed)
         })
         .await
-        .map(|s| println!("#   completed {} when paused, {:?} after the resume", held.completed, s.completed))
+        .map(|s| {
+            println!(
+                "#   completed {} when paused, {:?} after the resume",
+                held.completed, s.completed
+            )
+        })
         .map_err(text),
         Err(e) => Err(text(e)),
     };
@@ -459,7 +502,12 @@ async fn pause_resume_cancel_ticking(
 /// The page offers "Pause" for a running batch; another operator cancels it
 /// before the confirmation: the 409 the Worker answers is shown as it is, and
 /// the view catches up.
-pub async fn refused_action(b: &Browser, api: &Api, shots: &Path, checks: &mut Checks) -> Result<()> {
+pub async fn refused_action(
+    b: &Browser,
+    api: &Api,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
     let key = format!("ui-refused-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
     let items: Vec<Value> = (0..3)
         .map(|n| json!({"subject_id": format!("{key}-{n}"), "kind": "noop", "payload": {}}))
@@ -503,7 +551,10 @@ pub async fn refused_action(b: &Browser, api: &Api, shots: &Path, checks: &mut C
         any
     };
     b.screenshot(&shots.join("refused.png")).await?;
-    let want = format!("invalid_transition: cannot pause batch \"{}\": it is cancelled", batch.id);
+    let want = format!(
+        "invalid_transition: cannot pause batch \"{}\": it is cancelled",
+        batch.id
+    );
     checks.record(
         "browser: a refused action (409) shows the API's error message in the dialog, and the view catches up (cancelled, 3 cancelled, every action disabled)",
         match (message, caught_up) {
@@ -554,6 +605,34 @@ pub async fn schedules_view(
     result
 }
 
+/// One row of the schedules view, read by column.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ScheduleRow {
+    id: String,
+    kind: String,
+    when: String,
+    zone: Option<String>,
+    group: String,
+    jitter: String,
+    enabled: String,
+    next: String,
+    next_title: Option<String>,
+    link: Option<String>,
+}
+
+const SCHEDULE_ROWS: &str =
+    "return [...document.querySelectorAll('#schedules tbody tr')].map(tr => {\
+      const col = (k) => tr.querySelector(`td[data-col=\"${k}\"]`);\
+      const next = col('next').querySelector('time');\
+      const link = col('last-batch').querySelector('a');\
+      const zone = col('when').querySelector('[data-zone]');\
+      return {id: col('id').textContent, kind: col('kind').textContent,\
+        when: col('when').firstChild.textContent, zone: zone && zone.textContent,\
+        group: col('group').textContent, jitter: col('jitter').textContent,\
+        enabled: col('enabled').textContent, next: col('next').textContent,\
+        next_title: next && next.title, link: link && link.getAttribute('href')};\
+    });";
+
 async fn check_schedules(
     b: &Browser,
     api: &Api,
@@ -562,81 +641,91 @@ async fn check_schedules(
     shots: &Path,
     checks: &mut Checks,
 ) -> Result<()> {
-    b.client.goto(&format!("{}/#/schedules", api.base())).await?;
+    b.client.set_window_size(1280, 900).await?;
+    b.client
+        .goto(&format!("{}/#/schedules", api.base()))
+        .await?;
     let rows = b
         .until("the schedules listed", WAIT, || async {
-            let v = b
-                .client
-                .execute(
-                    "return [...document.querySelectorAll('#schedules tbody tr')].map(tr => ({\
-                       id: tr.querySelector('[data-schedule-id]').textContent,\
-                       cells: [...tr.cells].map(td => td.textContent),\
-                       next: (t => t && {text: t.textContent, title: t.title})(tr.querySelector('[data-next-fire] time')),\
-                       link: (a => a && a.getAttribute('href'))(tr.querySelector('a[href^=\"#/batches/\"]')),\
-                     }));",
-                    vec![],
-                )
-                .await?;
-            let rows: Vec<Value> = serde_json::from_value(v)?;
-            let ours = rows.iter().filter(|r| r["id"] == cron.id || r["id"] == once.id).count();
+            let v = b.client.execute(SCHEDULE_ROWS, vec![]).await?;
+            let rows: Vec<ScheduleRow> = serde_json::from_value(v)?;
+            let ours = rows
+                .iter()
+                .filter(|r| r.id == cron.id || r.id == once.id)
+                .count();
             Ok((ours == 2).then_some(rows))
         })
         .await?;
     let zone = b.text("#schedules-zone").await?.unwrap_or_default();
     b.screenshot(&shots.join("schedules.png")).await?;
-    let row = |id: &str| rows.iter().find(|r| r["id"] == id).cloned().unwrap_or_default();
-    let cells = |r: &Value| -> Vec<String> {
-        r["cells"]
-            .as_array()
-            .map(|c| c.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect())
+    let row = |id: &str| {
+        rows.iter()
+            .find(|r| r.id == id)
+            .cloned()
             .unwrap_or_default()
     };
 
     // The cron one: every column, and its next fire time in the browser's zone.
-    let next = cron.next_fire_at.clone().context("the cron schedule has no next_fire_at")?;
     let r = row(&cron.id);
-    let local = local_hour_minute(&next)?;
-    let title_want = format!("{} UTC", next.replace('T', " ").trim_end_matches('Z'));
-    let shown_next = &r["next"];
-    let c = cells(&r);
-    let want_cells = ["ui-digest", "cron", "0 9 * * *", "Europe/Berlin", "ui-digest", "up to 10 min", "yes"];
-    checks.record(
-        "browser: the schedules view lists a cron schedule: kind, cron, time zone, group, jitter, enabled",
-        if c.len() >= want_cells.len() && c.iter().zip(want_cells).all(|(got, want)| got == want) {
-            Ok(())
-        } else {
-            Err(format!("cells {c:?}, want {want_cells:?}"))
-        },
+    let seen = (
+        r.kind.as_str(),
+        r.when.as_str(),
+        r.zone.as_deref(),
+        r.group.as_str(),
+        r.jitter.as_str(),
+        r.enabled.as_str(),
+    );
+    let want = (
+        "cron",
+        "0 9 * * *",
+        Some("Europe/Berlin"),
+        "ui-digest",
+        "up to 10 min",
+        "yes",
     );
     checks.record(
-        &format!("browser: its next fire time is shown in the viewer's zone ({}; UTC {next}) with the UTC instant as the title", crate::browser::BROWSER_TZ),
-        if shown_next["title"] == title_want.as_str()
-            && local.iter().any(|t| shown_next["text"].as_str().is_some_and(|s| s.contains(t.as_str())))
-            && zone.contains(crate::browser::BROWSER_TZ)
-        {
-            println!("#   next fire shown as {} (title {})", shown_next["text"], shown_next["title"]);
+        "browser: the schedules view lists a cron schedule: kind, cron, time zone, group, jitter, enabled",
+        if seen == want {
             Ok(())
         } else {
-            Err(format!("shown {shown_next}, want {local:?} and title {title_want:?}; zone note {zone:?}"))
+            Err(format!("shown {seen:?}, want {want:?}"))
+        },
+    );
+    let next = cron
+        .next_fire_at
+        .clone()
+        .context("the cron schedule has no next_fire_at")?;
+    let local = local_hour_minute(&next)?;
+    let title = format!("{} UTC", next.replace('T', " ").trim_end_matches('Z'));
+    checks.record(
+        &format!("browser: its next fire time is shown in the viewer's zone ({BROWSER_TZ}; UTC {next}), with the UTC instant as the title"),
+        if r.next_title.as_deref() == Some(title.as_str())
+            && local.iter().any(|t| r.next.contains(t.as_str()))
+            && zone.contains(BROWSER_TZ)
+        {
+            println!("#   next fire shown as {:?} (title {title:?})", r.next);
+            Ok(())
+        } else {
+            Err(format!("shown {:?} (title {:?}), want {local:?} and title {title:?}; zone note {zone:?}", r.next, r.next_title))
         },
     );
 
     // The fired one-off: disabled, no next fire, a link to its batch.
     let r = row(&once.id);
-    let c = cells(&r);
-    let want_link = once.last_batch_id.as_ref().map(|id| format!("#/batches/{}", encode(id)));
+    let link = once
+        .last_batch_id
+        .as_ref()
+        .map(|id| format!("#/batches/{}", encode(id)));
     checks.record(
         "browser: a fired one-off is listed as kind `at`, disabled, with no next fire and a link to its last batch",
-        if want_link.is_some()
-            && r["link"].as_str() == want_link.as_deref()
-            && c.get(1).map(String::as_str) == Some("at")
-            && c.get(6).map(String::as_str) == Some("no")
-            && c.get(7).map(String::as_str) == Some("—")
-            && c.get(4).map(String::as_str) == Some("ui-nobody")
+        if link.is_some()
+            && r.link == link
+            && (r.kind.as_str(), r.enabled.as_str(), r.next.as_str(), r.group.as_str())
+                == ("at", "no", "—", "ui-nobody")
         {
             Ok(())
         } else {
-            Err(format!("cells {c:?}, link {}, want {want_link:?}", r["link"]))
+            Err(format!("shown {r:?}, want link {link:?}"))
         },
     );
 
@@ -648,7 +737,11 @@ async fn check_schedules(
     b.client.set_window_size(1280, 900).await?;
     checks.record(
         "browser: the schedules view fits a phone (390 px, no horizontal scrolling)",
-        if fits { Ok(()) } else { Err("the page scrolls sideways".into()) },
+        if fits {
+            Ok(())
+        } else {
+            Err("the page scrolls sideways".into())
+        },
     );
     Ok(())
 }
@@ -658,7 +751,10 @@ async fn check_schedules(
 fn local_hour_minute(iso: &str) -> Result<Vec<String>> {
     let at = chrono::DateTime::parse_from_rfc3339(iso).with_context(|| format!("parsing {iso}"))?;
     let local = at + chrono::Duration::minutes(BROWSER_TZ_OFFSET_MINUTES);
-    Ok(vec![local.format("%H:%M").to_string(), local.format("%I:%M").to_string()])
+    Ok(vec![
+        local.format("%H:%M").to_string(),
+        local.format("%I:%M").to_string(),
+    ])
 }
 
 #[cfg(test)]
@@ -667,10 +763,10 @@ mod tests {
 
     #[test]
     fn local_times_are_shifted_by_the_browser_zone() {
-        // Asia/Kolkata is UTC+05:30 all year.
+        // Australia/Darwin is UTC+09:30 all year.
         assert_eq!(
             local_hour_minute("2026-11-22T08:00:00.000Z").unwrap(),
-            vec!["13:30".to_string(), "01:30".to_string()]
+            vec!["17:30".to_string(), "05:30".to_string()]
         );
     }
 }

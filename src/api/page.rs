@@ -96,9 +96,9 @@ pub fn serve(asset: Asset) -> Text {
     let (content_type, body) = match asset {
         Asset::Html => (
             "text/html; charset=utf-8",
-            SLOTS
-                .iter()
-                .fold(HTML.to_string(), |html, (slot, fill)| html.replace(slot, &fill())),
+            SLOTS.iter().fold(HTML.to_string(), |html, (slot, fill)| {
+                html.replace(slot, &fill())
+            }),
         ),
         Asset::Script => ("text/javascript; charset=utf-8", SCRIPT.to_string()),
         Asset::Style => ("text/css; charset=utf-8", STYLE.to_string()),
@@ -192,7 +192,10 @@ mod tests {
             "pause:running resume:paused cancel:running,paused retry:running,paused,finished"
         );
         let html = text(Asset::Html).body;
-        let meta = format!(r#"<meta name="cron-fanout-actions" content="{}">"#, actions());
+        let meta = format!(
+            r#"<meta name="cron-fanout-actions" content="{}">"#,
+            actions()
+        );
         assert!(html.contains(&meta), "{meta}");
         // The page has a button for each action, under the same name.
         for part in actions().split(' ') {

@@ -197,7 +197,7 @@
         h(
           "tbody",
           {},
-          rows.map((r) => h("tr", {}, columns.map((c) => h("td", { class: c.cls || null }, c.cell(r))))),
+          rows.map((r) => h("tr", {}, columns.map((c) => h("td", { class: c.cls || null, "data-col": c.key || null }, c.cell(r))))),
         ),
       ),
     );
@@ -387,7 +387,9 @@
   /** Unavailable actions and why, as text (a disabled button's title is not read on touch screens). */
   function unavailable(b) {
     const why = ACTIONS.map((a) => [a, whyNot(a, b)]).filter(([, w]) => w);
-    return why.length ? `Unavailable now: ${why.map(([a, w]) => `${a.label} (${w})`).join(", ")}.` : "";
+    if (!why.length) return "";
+    if (why.length === ACTIONS.length) return `Nothing to do: the batch is ${b.status}${b.failed ? "" : " and has no failed items"}.`;
+    return `Unavailable now: ${why.map(([a, w]) => `${a.label} (${w})`).join(", ")}.`;
   }
 
   // ---------------------------------------------------------------- views
@@ -783,11 +785,16 @@
     return `every ${numberFormat.format(seconds)} seconds`;
   }
 
-  /** A schedule's kind and when it fires. */
+  const kind = (s) => (s.cron ? "cron" : s.every_seconds ? "every" : "at");
+
+  /** When a schedule fires; a cron with the zone it reads (intervals and one-offs are instants). */
   function when(s) {
-    if (s.cron) return ["cron", h("code", {}, s.cron)];
-    if (s.every_seconds) return ["every", every(s.every_seconds)];
-    return ["at", timeCell(s.at)];
+    if (s.cron) {
+      const zone = s.timezone === "subject" ? "each subject's own time zone" : s.timezone;
+      return [h("code", { class: "cron" }, s.cron), h("div", { class: "muted small", "data-zone": "" }, zone)];
+    }
+    if (s.every_seconds) return every(s.every_seconds);
+    return timeCell(s.at);
   }
 
   /** Schedules (issue 10): only reachable once the Worker has the routes. Read-only. */
@@ -802,16 +809,17 @@
         body,
         table(
           [
-            { title: "Schedule", cell: (s) => h("span", { class: "mono", "data-schedule-id": s.id }, s.id) },
-            { title: "Kind", cell: (s) => h("span", { class: "kind" }, when(s)[0]) },
-            { title: "When", cell: (s) => when(s)[1] },
-            { title: "Time zone", cls: "hide-narrow", cell: (s) => (s.timezone === "subject" ? "each subject's own" : s.timezone) },
-            { title: "Group", cls: "hide-narrow", cell: (s) => (s.group === null || s.group === undefined ? h("span", { class: "muted" }, "all subjects") : h("span", { class: "mono" }, s.group)) },
-            { title: "Jitter", cls: "num hide-narrow", cell: (s) => (s.jitter_seconds ? `up to ${duration(s.jitter_seconds * 1000)}` : "none") },
-            { title: "Enabled", cell: (s) => h("span", { class: `flag ${s.enabled ? "on" : "off"}` }, s.enabled ? "yes" : "no") },
-            { title: "Next fire", cell: (s) => h("span", { "data-next-fire": "" }, s.next_fire_at ? timeCell(s.next_fire_at) : "—") },
-            { title: "Last fired", cls: "hide-narrow", cell: (s) => timeCell(s.last_fired_at) },
+            { key: "id", title: "Schedule", cell: (s) => h("span", { class: "mono", "data-schedule-id": s.id }, s.id) },
+            // On a phone the kind shows in how "when" reads (a cron, "every …", a date).
+            { key: "kind", title: "Kind", cls: "hide-narrow", cell: (s) => h("span", { class: "kind" }, kind(s)) },
+            { key: "when", title: "When (time zone)", cell: when },
+            { key: "group", title: "Group", cls: "hide-narrow", cell: (s) => (s.group === null || s.group === undefined ? h("span", { class: "muted" }, "all subjects") : h("span", { class: "mono" }, s.group)) },
+            { key: "jitter", title: "Jitter", cls: "num hide-narrow", cell: (s) => (s.jitter_seconds ? `up to ${duration(s.jitter_seconds * 1000)}` : "none") },
+            { key: "enabled", title: "Enabled", cell: (s) => h("span", { class: `flag ${s.enabled ? "on" : "off"}` }, s.enabled ? "yes" : "no") },
+            { key: "next", title: "Next fire", cell: (s) => (s.next_fire_at ? timeCell(s.next_fire_at) : "—") },
+            { key: "last-fired", title: "Last fired", cls: "hide-narrow", cell: (s) => timeCell(s.last_fired_at) },
             {
+              key: "last-batch",
               title: "Last batch",
               cell: (s) => (s.last_batch_id ? h("a", { class: "mono", href: `#/batches/${enc(s.last_batch_id)}`, title: s.last_batch_id }, s.last_batch_id.slice(0, 8)) : "—"),
             },
