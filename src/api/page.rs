@@ -33,11 +33,14 @@ const SCRIPT: &str = include_str!("../dashboard/app.js");
 const STYLE: &str = include_str!("../dashboard/app.css");
 const ICON: &str = include_str!("../dashboard/icon.svg");
 
+/// Computes what a slot is filled with.
+type Fill = fn() -> String;
+
 /// What the Worker tells the page, each in a `<meta>` of `index.html` filled in
 /// here: the optional views its route table enables, and the rules of `core` the
 /// page shows (which batch action does something in which status, the item
 /// statuses), so the page never keeps a copy of them that could drift.
-const SLOTS: &[(&str, fn() -> String)] = &[
+const SLOTS: &[(&str, Fill)] = &[
     ("{{features}}", features),
     ("{{actions}}", actions),
     ("{{item-statuses}}", item_statuses),

@@ -389,7 +389,9 @@
     const why = ACTIONS.map((a) => [a, whyNot(a, b)]).filter(([, w]) => w);
     if (!why.length) return "";
     if (why.length === ACTIONS.length) return `Nothing to do: the batch is ${b.status}${b.failed ? "" : " and has no failed items"}.`;
-    return `Unavailable now: ${why.map(([a, w]) => `${a.label} (${w})`).join(", ")}.`;
+    const byReason = new Map();
+    for (const [a, w] of why) byReason.set(w, [...(byReason.get(w) || []), a.label]);
+    return `Unavailable now: ${[...byReason].map(([w, labels]) => `${labels.join(", ")} (${w})`).join("; ")}.`;
   }
 
   // ---------------------------------------------------------------- views
