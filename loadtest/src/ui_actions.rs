@@ -388,6 +388,36 @@ async fn pause_resume_cancel_ticking(
     let after = api.batch(id).await?;
     let page = shown(b).await?;
     b.screenshot(&shots.join("batch-paused.png")).await?;
+    // The list shows it paused too, with what can be done to it.
+    b.client.goto(&format!("{}/#/", api.base())).await?;
+    let card = format!("#batches [data-batch-id=\"{id}\"]");
+    let listed = b
+        .until("the paused batch in the list", WAIT, || async {
+            let status = b.text(&format!("{card} .badge")).await?;
+            let actions: Vec<String> = serde_json::from_value(
+                b.client
+                    .execute(
+                        "return [...document.querySelectorAll(arguments[0] + ' [data-action]')].map(e => e.dataset.action);",
+                        vec![json!(card)],
+                    )
+                    .await?,
+            )?;
+            Ok((status.as_deref() == Some("paused")).then_some(actions))
+        })
+        .await;
+    b.screenshot(&shots.join("batches-paused.png")).await?;
+    checks.record(
+        "browser: the list shows the batch paused, offering only Resume and Cancel batch",
+        match listed {
+            Ok(a) if a == ["resume", "cancel"] => Ok(()),
+            Ok(a) => Err(format!("actions offered: {a:?}")),
+            Err(e) => Err(text(e)),
+        },
+    );
+    b.client
+        .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
+        .await?;
+    until_shown(b, "the paused batch's view", |s| s.status == "paused").await?;
     checks.record(
         &format!("browser: a paused batch does not progress: completed stays {} over {PAUSED_TICKS} ticks, on the page and in the API, and it stays paused", held.completed),
         if after.completed == held.completed
