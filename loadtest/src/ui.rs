@@ -3,7 +3,9 @@
 //! failed items and throughput chart, the views at phone width, no console
 //! errors or CSP violations, polling that stops while the tab is hidden), and the
 //! numbers behind it over HTTP (`/metrics` against docs/api.md, the timeline
-//! against the batch counters). Screenshots go to `.loadtest/screenshots/`.
+//! against the batch counters). The batch actions and the schedules view, when
+//! the Worker has their routes, are `ui_actions`, called from here. Screenshots
+//! go to `.loadtest/screenshots/`.
 
 use crate::api::{Api, Batch, Id, TICK_CRON};
 use crate::browser::{page_errors, Browser, LogEntry};
