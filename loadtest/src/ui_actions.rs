@@ -247,9 +247,91 @@ async fn until_batch(
 
 // ---------------------------------------------------------------- retry failed
 
+/// How late the page gets the answer of each read of failed items while the
+/// retries are checked: a view that drew its counts before its lists would be
+/// seen between the two (the Worker answers a page read in a few milliseconds,
+/// too fast to catch that reliably).
+const SLOW_FAILED_READ_MS: u64 = 500;
+
+/// Wraps the page's `fetch` so that its reads of failed items (`status=failed`:
+/// the failed list and the items tab) reach the page `delay_ms` after the Worker
+/// answered; with `hold`, those started from now on are kept, once answered,
+/// until `release_held_reads`. Returns how many are kept now.
+async fn gate_failed_reads(b: &Browser, delay_ms: u64, hold: bool) -> Result<u64> {
+    let v = b
+        .client
+        .execute(
+            "const [delay, hold] = arguments;\
+             const later = window.__setTimeout || window.setTimeout;\
+             if (!window.__gate) {\
+               const gate = { fetch: window.fetch, delay: 0, hold: false, held: [], released: 0 };\
+               window.__gate = gate;\
+               window.fetch = async (input, init) => {\
+                 if (!String(input).includes('status=failed')) return gate.fetch.call(window, input, init);\
+                 const kept = gate.hold;\
+                 const res = await gate.fetch.call(window, input, init);\
+                 const body = await res.text();\
+                 if (kept) await new Promise((go) => gate.held.push(go));\
+                 else await new Promise((go) => later(go, gate.delay));\
+                 return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });\
+               };\
+             }\
+             window.__gate.delay = delay; window.__gate.hold = hold;\
+             return window.__gate.held.length;",
+            vec![json!(delay_ms), json!(hold)],
+        )
+        .await?;
+    v.as_u64().context("a count of held reads")
+}
+
+/// Hands the held reads to the page; returns how many have been handed over
+/// since the gate was put on.
+async fn release_held_reads(b: &Browser) -> Result<u64> {
+    let v = b
+        .client
+        .execute(
+            "const held = window.__gate.held.splice(0);\
+             held.forEach((go) => go());\
+             window.__gate.released += held.length;\
+             return window.__gate.released;",
+            vec![],
+        )
+        .await?;
+    v.as_u64().context("a count of released reads")
+}
+
+/// Takes the gate off: the page's own `fetch` again.
+async fn ungate_reads(b: &Browser) -> Result<()> {
+    b.client
+        .execute(
+            "if (window.__gate) { window.__gate.held.splice(0).forEach((go) => go());\
+               window.fetch = window.__gate.fetch; delete window.__gate; }\
+             return 0;",
+            vec![],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Rows of the batch view's failed list and of its items table (the items tab
+/// shown).
+async fn rows(b: &Browser) -> Result<(usize, usize)> {
+    Ok((
+        b.count("#failed-items tbody tr").await?,
+        b.count("#items tbody tr").await?,
+    ))
+}
+
 /// On the open view of the finished batch `batch`, whose `failing` subjects
-/// failed for good: fixes their receivers, retries one from its row, then the
-/// rest with "Retry failed", and watches the batch run again and finish.
+/// failed for good: fixes their receivers, retries one from its row, another
+/// through the API (another operator) while a refresh of the page is on its way,
+/// then the rest with "Retry failed", and watches the batch run again and
+/// finish.
+///
+/// With polling frozen, what the page shows when the confirmation dialog closes
+/// must be the action's whole result (the page promises that: it closes the
+/// dialog once the batch after the action and every list the action changed are
+/// drawn), and no answer of a read started before the action may replace it.
 pub async fn retry_failed(
     b: &Browser,
     target: &Target,
@@ -260,19 +342,70 @@ pub async fn retry_failed(
 ) -> Result<()> {
     let api = &target.api;
     let failed = failing.len() as u64;
+    ensure!(failed >= 3, "{failed} failing subjects: the checks need 3");
     target.sink.fix(failing).await?;
 
     freeze_polling(b).await?;
+    gate_failed_reads(b, SLOW_FAILED_READ_MS, false).await?;
     press(b, "#failed-items [data-retry-item]", None).await?;
     let one = until_shown(b, "one failed item fewer", |s| {
         s.failed == Some(failed - 1) && !s.dialog_open
     })
     .await;
+    let (listed, _) = rows(b).await?;
     checks.record(
-        &format!("browser: \"Retry\" on a failed item's row, confirmed, requeues it: failed {failed} → {} at once (polling frozen)", failed - 1),
-        one.map(|_| ()).map_err(text),
+        &format!("browser: \"Retry\" on a failed item's row, confirmed, requeues it at once (polling frozen): failed {failed} → {}, and its row has left the failed list when the dialog closes", failed - 1),
+        match one {
+            Ok(_) if listed as u64 == failed - 1 => Ok(()),
+            Ok(_) => Err(format!("{listed} failed rows listed")),
+            Err(e) => Err(text(e)),
+        },
     );
-    let rows = b.count("#failed-items tbody tr").await?;
+
+    // The items tab of failed items, which the replay empties too.
+    b.click("#items .tabs button:nth-child(4)").await?;
+    b.until("the items tab of failed items", WAIT, || async {
+        let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
+        let (_, items) = rows(b).await?;
+        Ok(
+            (pressed.is_some_and(|p| p.starts_with("failed")) && items as u64 == failed - 1)
+                .then_some(()),
+        )
+    })
+    .await?;
+
+    // Another operator requeues one more through the API; a refresh of the page
+    // (as a poll would) reads the failed list, and that answer is held back until
+    // after the replay below.
+    let first = api
+        .all_items(&batch.id, Some("failed"))
+        .await?
+        .into_iter()
+        .next()
+        .context("a failed item")?;
+    ensure!(
+        api.retry_item(first.id).await? == 1,
+        "item {} not requeued",
+        first.id
+    );
+    let left = failed - 2;
+    gate_failed_reads(b, SLOW_FAILED_READ_MS, true).await?;
+    b.client
+        .execute(
+            "document.dispatchEvent(new Event('visibilitychange')); return 0;",
+            vec![],
+        )
+        .await?;
+    b.until(
+        "a refresh's read of the failed items, answered and held",
+        WAIT,
+        || async {
+            Ok((gate_failed_reads(b, SLOW_FAILED_READ_MS, true).await? == 1).then_some(()))
+        },
+    )
+    .await?;
+    gate_failed_reads(b, SLOW_FAILED_READ_MS, false).await?;
+
     press(
         b,
         "#batch-actions [data-action=retry]",
@@ -284,21 +417,45 @@ pub async fn retry_failed(
     })
     .await;
     let notice = b.text("#notice").await?.unwrap_or_default();
+    let (listed, tab) = rows(b).await?;
     checks.record(
-        &format!("browser: \"Retry failed\", confirmed after the sink is fixed: failed {} → 0 and the batch running again at once, the failed list emptied ({rows} rows before)", failed - 1),
+        &format!("browser: \"Retry failed\", confirmed after the sink is fixed: failed {left} → 0 and the batch running again at once, the failed list and the failed items tab empty when the dialog closes"),
         match all {
-            Ok(_) if notice.contains(&format!("Requeued {} failed items", failed - 1)) => {
-                let now = b.count("#failed-items tbody tr").await?;
-                if now == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{now} failed rows still listed"))
-                }
+            Ok(_) if !notice.contains(&format!("Requeued {left} failed items")) => {
+                Err(format!("notice {notice:?}"))
             }
-            Ok(s) => Err(format!("shown {s:?}, notice {notice:?}")),
+            Ok(_) if (listed, tab) == (0, 0) => Ok(()),
+            Ok(_) => Err(format!("{listed} failed rows still listed, {tab} in the failed items tab")),
             Err(e) => Err(text(e)),
         },
     );
+
+    // The refresh's read, started before the replay, reaches the page once the
+    // replay's own reads have been drawn (at once on a page that keeps its
+    // promise; a bounded wait for one that does not, so the stale answer really
+    // comes last).
+    let emptied = b
+        .until("the failed list emptied", WAIT, || async {
+            Ok((rows(b).await?.0 == 0).then_some(()))
+        })
+        .await;
+    let released = release_held_reads(b).await?;
+    tokio::time::sleep(Duration::from_millis(SLOW_FAILED_READ_MS)).await;
+    let after = shown(b).await?;
+    let (listed, _) = rows(b).await?;
+    checks.record(
+        &format!("browser: an answer of a read started before \"Retry failed\" ({left} failed rows, held until after it) does not replace the view: still failed 0, no failed row"),
+        if let Err(e) = emptied {
+            Err(text(e))
+        } else if released != 1 {
+            Err(format!("{released} held reads handed over"))
+        } else if after.failed == Some(0) && listed == 0 {
+            Ok(())
+        } else {
+            Err(format!("shown {after:?}, {listed} failed rows listed"))
+        },
+    );
+    ungate_reads(b).await?;
     thaw_polling(b).await?;
 
     let finished = tick_until_finished(api.clone(), batch.id.clone()).await;
