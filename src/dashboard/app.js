@@ -222,6 +222,20 @@
     return h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, title)), children);
   }
 
+  /**
+   * Keeps the reads of one list in order: call it as a read starts; the function
+   * it returns says, once the answer is in, whether no newer read of that list
+   * has started since. Only then may the answer be drawn (a page turned, a tab
+   * switched or a refresh after an action wins over a read started before it).
+   */
+  function newestOnly() {
+    let started = 0;
+    return () => {
+      const mine = ++started;
+      return () => mine === started;
+    };
+  }
+
   function replace(el, ...children) {
     el.replaceChildren();
     append(el, children);
@@ -332,7 +346,8 @@
       $("confirm-error").hidden = false;
       $("confirm-no").textContent = "Close";
       notice(`Not done: ${e.message}`, true);
-      refreshNow();
+      // The batch changed under the page: read it and its lists again.
+      refreshNow({ batch: null });
     } finally {
       asked.busy = false;
       $("confirm-no").disabled = false;
@@ -348,9 +363,8 @@
   /**
    * The buttons of the batch actions for `b`. `compact` (the list) shows only
    * what can be pressed now; the batch view shows each, disabled with the reason.
-   * `applied(answer)` draws a control's answer (the batch after it) at once.
    */
-  function actionButtons(b, { compact, applied }) {
+  function actionButtons(b, { compact }) {
     return ACTIONS.map((a) => {
       const why = whyNot(a, b);
       if (compact && why) return null;
@@ -362,14 +376,14 @@
           "data-action": a.name,
           disabled: Boolean(why),
           title: why ? `${a.label}: ${why}` : null,
-          on: { click: () => askAction(a, b, applied) },
+          on: { click: () => askAction(a, b) },
         },
         a.label,
       );
     });
   }
 
-  function askAction(a, b, applied) {
+  function askAction(a, b) {
     askFirst({
       title: `${a.label}: ${b.key}?`,
       text: a.explain(b),
@@ -377,9 +391,11 @@
       danger: a.danger,
       run: async () => {
         const answer = await api(`/batches/${enc(b.id)}/${a.name}`, { method: "POST", body: a.body });
-        notice(a.done(answer && answer.id ? answer : b, answer));
-        if (answer && answer.id && applied) applied(answer);
-        refreshNow();
+        // Pause, resume and cancel answer with the batch after them; a replay
+        // with {"requeued": n}, so the refresh reads the batch.
+        const after = answer && answer.id ? answer : null;
+        notice(a.done(after || b, answer));
+        await refreshNow({ batch: after });
       },
     });
   }
@@ -464,8 +480,12 @@
     const tabs = h("div", { class: "tabs", role: "group", "aria-label": "status" });
     const itemRows = h("div", {});
     const items = h("div", { id: "items" }, tabs, itemRows);
+    // What the failed list was drawn for (failedKey); whether the items list has
+    // been drawn since the view opened or the last action.
     let failedShown = null;
     let itemsShown = false;
+    const failedReads = newestOnly();
+    const itemsReads = newestOnly();
     const failedPage = { cursors: [""] };
     const itemsPage = { cursors: [""], status: "pending" };
     const timeline = { bucket: 0, points: new Map(), from: null, to: null };
@@ -479,8 +499,12 @@
       ? h("section", { class: "panel", id: "batch-actions", "data-feature": "batch-control" }, h("h2", {}, "Actions"), actions)
       : null;
 
-    /** Whether a failed item of this batch may be retried now (its own button). */
-    const itemsRetryable = () => control && batch && ACTION_FROM.has("retry") && ACTION_FROM.get("retry").has(batch.status);
+    /** Whether a failed item of batch `b` may be retried now (its own button). */
+    const itemsRetryable = (b) => control && ACTION_FROM.has("retry") && ACTION_FROM.get("retry").has(b.status);
+    /** The failed list is read again when this changes: the failed count, or whether they can be retried. */
+    const failedKey = (b) => `${b.failed} ${itemsRetryable(b)}`;
+    /** Draws what a read returns now, for the operator's paging and tabs. */
+    const drawNow = (read) => read.then((draw) => draw()).catch(report);
 
     function askItemRetry(i) {
       askFirst({
@@ -492,15 +516,27 @@
         run: async () => {
           const r = await api(`/items/${enc(String(i.id))}/retry`, { method: "POST" });
           notice(r.requeued ? `Requeued ${i.subject_id} (item ${i.id}).` : `${i.subject_id} was already pending or in flight: nothing to do.`);
-          refreshNow();
+          await refreshNow({ batch: null });
         },
       });
     }
 
-    async function loadFailed() {
+    /**
+     * Reads a page of the failed items of batch `b` (as last read); returns what
+     * draws it, if no newer read of the list has started by then.
+     */
+    async function readFailed(b) {
+      const newest = failedReads();
       const after = failedPage.cursors[failedPage.cursors.length - 1];
       const page = await api(`/batches/${enc(id)}/items?status=failed&limit=${PAGE_SIZE}&after=${enc(after)}`);
-      const retry = itemsRetryable()
+      return () => {
+        if (newest()) drawFailed(b, page);
+      };
+    }
+
+    function drawFailed(b, page) {
+      failedShown = failedKey(b);
+      const retry = itemsRetryable(b)
         ? [
             {
               title: "Retry",
@@ -523,7 +559,7 @@
           page.items,
           "No failed items.",
         ),
-        page.items.length || failedPage.cursors.length > 1 ? pager(failedPage, page.next_after, () => loadFailed().catch(report)) : null,
+        page.items.length || failedPage.cursors.length > 1 ? pager(failedPage, page.next_after, () => drawNow(readFailed(batch))) : null,
       );
     }
 
@@ -531,7 +567,8 @@
     // the batch's items in subject order (there is no index by status; one would
     // cost a written row per item), so on a big batch with few matches it reads
     // many rows. They load when the view opens, when the operator pages, switches
-    // tab or reloads, and (failed items, indexed) when the failed count changes.
+    // tab or reloads, after an action, and (failed items, indexed) when the failed
+    // count changes.
     function drawTabs() {
       replace(
         tabs,
@@ -546,20 +583,30 @@
                   itemsPage.status = s;
                   itemsPage.cursors = [""];
                   drawTabs();
-                  loadItems().catch(report);
+                  drawNow(readItems());
                 },
               },
             },
             `${s} (${num(batch ? batch[s] : null)})`,
           ),
         ),
-        h("button", { type: "button", class: "link", on: { click: () => loadItems().catch(report) } }, "Reload"),
+        h("button", { type: "button", class: "link", on: { click: () => drawNow(readItems()) } }, "Reload"),
       );
     }
 
-    async function loadItems() {
+    /** Reads a page of the items tab shown; returns what draws it (if still the newest read). */
+    async function readItems() {
+      const newest = itemsReads();
+      const status = itemsPage.status;
       const after = itemsPage.cursors[itemsPage.cursors.length - 1];
-      const page = await api(`/batches/${enc(id)}/items?status=${itemsPage.status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
+      const page = await api(`/batches/${enc(id)}/items?status=${status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
+      return () => {
+        if (newest()) drawItems(status, page);
+      };
+    }
+
+    function drawItems(status, page) {
+      itemsShown = true;
       replace(
         itemRows,
         table(
@@ -572,9 +619,9 @@
             { title: "Last error", cls: "error-text hide-narrow", cell: (i) => i.last_error || "" },
           ],
           page.items,
-          `No ${itemsPage.status} items.`,
+          `No ${status} items.`,
         ),
-        page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => loadItems().catch(report)) : null,
+        page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => drawNow(readItems())) : null,
       );
     }
 
@@ -585,22 +632,26 @@
       return BUCKETS.find((s) => life / (s * 1000) <= MAX_BARS) || BUCKETS[BUCKETS.length - 1];
     }
 
-    async function loadTimeline() {
-      const bucket = bucketFor(batch);
+    /** Reads the timeline of batch `b`; returns what merges it in and draws the chart. */
+    async function readTimeline(b) {
+      const bucket = bucketFor(b);
       let query = `bucket_seconds=${bucket}`;
-      if (bucket !== timeline.bucket) {
-        timeline.bucket = bucket;
-        timeline.points = new Map();
-      } else if (timeline.points.size) {
+      if (bucket === timeline.bucket && timeline.points.size) {
         // Only what is new: the last bucket (it may have grown) and after.
         const last = [...timeline.points.keys()].pop();
         query += `&since=${enc(last)}`;
       }
       const t = await api(`/batches/${enc(id)}/timeline?${query}`);
-      for (const p of t.points) timeline.points.set(p.at, p);
-      if (!timeline.from) timeline.from = t.from;
-      timeline.to = t.to;
-      drawChart();
+      return () => {
+        if (bucket !== timeline.bucket) {
+          timeline.bucket = bucket;
+          timeline.points = new Map();
+        }
+        for (const p of t.points) timeline.points.set(p.at, p);
+        if (!timeline.from) timeline.from = t.from;
+        timeline.to = t.to;
+        drawChart();
+      };
     }
 
     function drawChart() {
@@ -686,12 +737,12 @@
       if (!control) return;
       replace(
         actions,
-        h("div", { class: "action-buttons" }, actionButtons(b, { compact: false, applied: paint })),
+        h("div", { class: "action-buttons" }, actionButtons(b, { compact: false })),
         h("p", { class: "muted hint", id: "actions-unavailable" }, unavailable(b)),
       );
     }
 
-    /** Draws what one read of the batch shows (a refresh, or a control's answer). */
+    /** Draws the batch's head, counts, tabs and actions. */
     function paint(b) {
       batch = b;
       drawHead(b);
@@ -711,18 +762,35 @@
         panel("Failed items", failed),
         panel("Items by status", items),
       ),
-      async refresh(fresh) {
-        const b = await api(`/batches/${enc(id)}`);
-        // An action's answer may have been drawn while this read was on its way.
+      /**
+       * After an action: both lists are read again by the next refresh, whatever
+       * the counts say, and no read of them started before the action draws.
+       */
+      acted() {
+        failedShown = null;
+        itemsShown = false;
+        failedReads();
+        itemsReads();
+      },
+      /**
+       * Reads the batch (or takes an action's answer, the batch after it), then
+       * what it changed: the timeline, the failed items when their number or
+       * whether they can be retried changed, the items tab when not yet shown
+       * (both after an action: see `acted`). All is drawn together once every
+       * answer is in, so the counts never disagree with the lists under them;
+       * nothing is drawn if a newer refresh started meanwhile (one after an
+       * action: its view is the newer one).
+       */
+      async refresh(fresh, action) {
+        const b = action && action.batch ? action.batch : await api(`/batches/${enc(id)}`);
+        if (!fresh()) return;
+        const reads = [readTimeline(b)];
+        if (failedShown !== failedKey(b)) reads.push(readFailed(b));
+        if (!itemsShown) reads.push(readItems());
+        const draws = await Promise.all(reads);
         if (!fresh()) return;
         paint(b);
-        const loads = [loadTimeline()];
-        // Reload the failed items when their number changes, or whether they
-        // can be retried (the batch's status) does.
-        const failedNow = `${batch.failed} ${itemsRetryable()}`;
-        if (failedShown !== failedNow) loads.push(loadFailed().then(() => (failedShown = failedNow)));
-        if (!itemsShown) loads.push(loadItems().then(() => (itemsShown = true)));
-        await Promise.all(loads);
+        for (const draw of draws) draw();
       },
     };
   }
@@ -889,15 +957,23 @@
     setLive("stale: last refresh failed", "stale");
   }
 
-  /** Refresh the view now, then every REFRESH_MS while the tab is visible. */
-  async function refreshNow() {
+  /**
+   * Refresh the view now, then every REFRESH_MS while the tab is visible. After
+   * an action, `action` is `{batch}`: the batch after it when its answer is one
+   * (else null); the view then reads again every list the action may change.
+   * Resolves once the view is drawn (or the refresh failed, or a newer one took
+   * over), so an action's dialog can close on its result.
+   */
+  async function refreshNow(action) {
     clearTimeout(timer);
     timer = null;
+    if (action && view && view.acted) view.acted();
     if (!view || document.hidden) return;
     const mine = ++generation;
     try {
-      // A newer refresh (e.g. right after an action) makes this one's answers stale.
-      await view.refresh(() => mine === generation);
+      // A newer refresh (e.g. right after an action) makes this one's answers
+      // stale: they were read before it, and are not drawn.
+      await view.refresh(() => mine === generation, action);
       if (mine !== generation) return;
       $("error").hidden = true;
       setLive(`live · updated ${time(new Date().toISOString())}`);
@@ -906,7 +982,7 @@
       report(e);
     }
     if (mine === generation && view && !document.hidden && sessionStorage.getItem(TOKEN_KEY)) {
-      timer = setTimeout(refreshNow, REFRESH_MS);
+      timer = setTimeout(() => refreshNow(), REFRESH_MS);
     }
   }
 
