@@ -256,7 +256,8 @@ const SLOW_FAILED_READ_MS: u64 = 500;
 /// Wraps the page's `fetch` so that its reads of failed items (`status=failed`:
 /// the failed list and the items tab) reach the page `delay_ms` after the Worker
 /// answered; with `hold`, those started from now on are kept, once answered,
-/// until `release_held_reads`. Returns how many are kept now.
+/// until `release_held_reads`, and counted in `taken` once the page has read
+/// their body. Returns how many are kept now.
 async fn gate_failed_reads(b: &Browser, delay_ms: u64, hold: bool) -> Result<u64> {
     let v = b
         .client
@@ -264,16 +265,22 @@ async fn gate_failed_reads(b: &Browser, delay_ms: u64, hold: bool) -> Result<u64
             "const [delay, hold] = arguments;\
              const later = window.__setTimeout || window.setTimeout;\
              if (!window.__gate) {\
-               const gate = { fetch: window.fetch, delay: 0, hold: false, held: [], released: 0 };\
+               const gate = { fetch: window.fetch, delay: 0, hold: false, held: [], released: 0, taken: 0 };\
                window.__gate = gate;\
                window.fetch = async (input, init) => {\
                  if (!String(input).includes('status=failed')) return gate.fetch.call(window, input, init);\
                  const kept = gate.hold;\
                  const res = await gate.fetch.call(window, input, init);\
                  const body = await res.text();\
-                 if (kept) await new Promise((go) => gate.held.push(go));\
-                 else await new Promise((go) => later(go, gate.delay));\
-                 return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });\
+                 if (!kept) {\
+                   await new Promise((go) => later(go, gate.delay));\
+                   return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });\
+                 }\
+                 await new Promise((go) => gate.held.push(go));\
+                 const answer = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });\
+                 const json = answer.json.bind(answer);\
+                 answer.json = async () => { const v = await json(); gate.taken++; return v; };\
+                 return answer;\
                };\
              }\
              window.__gate.delay = delay; window.__gate.hold = hold;\
@@ -284,8 +291,10 @@ async fn gate_failed_reads(b: &Browser, delay_ms: u64, hold: bool) -> Result<u64
     v.as_u64().context("a count of held reads")
 }
 
-/// Hands the held reads to the page; returns how many have been handed over
-/// since the gate was put on.
+/// Hands the held reads to the page, and waits until it has read their answers
+/// (what it does with one then runs before any script of the test can: it is
+/// all promise continuations, no more I/O). Returns how many have been handed
+/// over since the gate was put on.
 async fn release_held_reads(b: &Browser) -> Result<u64> {
     let v = b
         .client
@@ -297,7 +306,18 @@ async fn release_held_reads(b: &Browser) -> Result<u64> {
             vec![],
         )
         .await?;
-    v.as_u64().context("a count of released reads")
+    let released = v.as_u64().context("a count of released reads")?;
+    b.until("the page to read the held answers", WAIT, || async {
+        let taken = b
+            .client
+            .execute("return window.__gate.taken;", vec![])
+            .await?
+            .as_u64()
+            .context("a count of answers read")?;
+        Ok((taken == released).then_some(()))
+    })
+    .await?;
+    Ok(released)
 }
 
 /// Takes the gate off: the page's own `fetch` again.
@@ -440,7 +460,6 @@ pub async fn retry_failed(
         })
         .await;
     let released = release_held_reads(b).await?;
-    tokio::time::sleep(Duration::from_millis(SLOW_FAILED_READ_MS)).await;
     let after = shown(b).await?;
     let (listed, _) = rows(b).await?;
     checks.record(
