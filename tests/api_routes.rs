@@ -296,7 +296,8 @@ fn item(subject_id: &str) -> Value {
     json!({"subject_id": subject_id, "kind": "noop", "payload": {}})
 }
 
-const PROGRESS_KEYS: [&str; 15] = [
+const PROGRESS_KEYS: [&str; 17] = [
+    "callback",
     "cancelled",
     "completed",
     "created_at",
@@ -305,6 +306,7 @@ const PROGRESS_KEYS: [&str; 15] = [
     "finished_at",
     "id",
     "key",
+    "on_finish",
     "pending",
     "percent",
     "processing",
@@ -326,7 +328,7 @@ const SUBJECT_KEYS: [&str; 8] = [
 ];
 
 /// A schedule's keys in answers (one of cron / every_seconds / at besides these).
-const SCHEDULE_KEYS: [&str; 11] = [
+const SCHEDULE_KEYS: [&str; 12] = [
     "created_at",
     "enabled",
     "group",
@@ -335,6 +337,7 @@ const SCHEDULE_KEYS: [&str; 11] = [
     "last_batch_id",
     "last_fired_at",
     "next_fire_at",
+    "on_finish",
     "timezone",
     "updated_at",
     "cron",
@@ -440,6 +443,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
                         "kind",
                         "last_error",
                         "max_attempts",
+                        "receipts",
                         "run_after",
                         "started_at",
                         "status",
@@ -1002,7 +1006,7 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
                "pending": 2, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0,
                "percent": 0.0, "rate_per_min": null, "eta": null,
                "created_at": "2026-11-18T11:06:40.123Z", "finished_at": null,
-               "schedule_id": null})
+               "schedule_id": null, "on_finish": null, "callback": null})
     );
     // A subject added since is not added to the existing batch: nothing is written.
     host.put_subjects(json!([subject("late")]));
@@ -1204,7 +1208,8 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
         json!({"id": "digest", "cron": "0 9 * * *", "timezone": "Europe/Berlin",
                "group": "digest", "jitter_seconds": 600, "enabled": true,
                "next_fire_at": "2026-11-19T08:00:00.000Z", "last_fired_at": null,
-               "last_batch_id": null, "created_at": rfc3339(NOW), "updated_at": rfc3339(NOW)})
+               "last_batch_id": null, "created_at": rfc3339(NOW), "updated_at": rfc3339(NOW),
+               "on_finish": null})
     );
     host.now.set(NOW + 1_000);
     let replaced = host.ok(

@@ -86,7 +86,7 @@ fn put_schedule(store: &Store<SqliteDb>, id: &str, body: Value, now: i64) -> Sch
     let in_use = block_on(store.zones_in_use(spec.group.as_deref())).unwrap();
     let zones = zones_for(spec.group.as_deref(), &in_use);
     let next = next_fire_at(&spec, now, &zones);
-    block_on(store.upsert_schedule(id, &spec, next, now))
+    block_on(store.upsert_schedule(id, &spec, next, now, None))
         .unwrap()
         .expect("the row just written")
 }

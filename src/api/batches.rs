@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use super::{limit_only, next_after, to_json, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
+use crate::core::receipts;
 use crate::core::requests::{
     parse_json, parse_page_query, validate_create_batch, CreateBatch, CreateBatchBody,
 };
@@ -20,10 +21,12 @@ use crate::store::{BatchSource, Created, Db};
 /// or 200 with the existing batch of that key (nothing added). Keys under a
 /// schedule's prefix (`<schedule id>:`, and `daily:` always) are the schedule's.
 pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
-    let body: CreateBatchBody = parse_json(body)?;
+    let mut body: CreateBatchBody = parse_json(body)?;
+    let on_finish = body.on_finish.take();
     let request = validate_create_batch(body, &|kind, payload| {
         jobs::check_payload(kind, payload, policy)
     })?;
+    let on_finish = on_finish.map(|o| o.validate(policy)).transpose()?;
     let (key, source) = match &request {
         CreateBatch::FromSubjects { key } => (key.clone(), BatchSource::ActiveSubjects),
         CreateBatch::FromItems { key, items } => (key.clone(), BatchSource::Items(items)),
@@ -37,7 +40,14 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<
     let key = key.unwrap_or_else(|| format!("adhoc:{id}"));
     let created = app
         .store
-        .create_batch(&id, &key, app.now, app.settings.max_attempts, source)
+        .create_batch_calling_back(
+            &id,
+            &key,
+            app.now,
+            app.settings.max_attempts,
+            source,
+            on_finish.as_deref(),
+        )
         .await?;
     let (status, event, row) = match created {
         Created::New(row) => (201, "batch_created", row),
@@ -153,5 +163,6 @@ fn item_json(i: &ItemRow) -> Value {
         "run_after": rfc3339(i.run_after),
         "started_at": i.started_at.map(rfc3339),
         "completed_at": i.completed_at.map(rfc3339),
+        "receipts": receipts::view(i.receipts.as_deref(), jobs::has_channels(&i.kind)),
     })
 }

@@ -163,7 +163,7 @@ pub async fn serve<D: Db>(
         Handler::ListInvocations => invocations::list(app, query).await?.into(),
         Handler::Timeline => batches::timeline(app, params[0], query).await?.into(),
         Handler::Metrics => Served::Text(metrics::get(app).await?),
-        Handler::PutSchedule => schedules::put(app, params[0], &body).await?.into(),
+        Handler::PutSchedule => schedules::put(app, params[0], &body, &policy).await?.into(),
         Handler::ListSchedules => schedules::list(app, query).await?.into(),
         Handler::GetSchedule => schedules::get(app, params[0]).await?.into(),
         Handler::DeleteSchedule => schedules::delete(app, params[0]).await?.into(),

@@ -10,16 +10,25 @@ use crate::core::requests::{parse_json, parse_page_query, validate_id};
 use crate::core::schedule::body::{validate_schedule, validate_schedule_id, ScheduleBody};
 use crate::core::schedule::plan::{next_fire_at, zones_for};
 use crate::core::schedule::{ScheduleView, Zone};
+use crate::core::target::TargetPolicy;
 use crate::store::{Db, StoreError};
 
 /// Create (201) or replace (200) a schedule, answering it with its `next_fire_at`.
-/// Everything is validated before anything is written. A new schedule may not take
-/// an id that batches it did not make already use as their key prefix: its keys
-/// (`<id>:<date or instant>`) could collide with theirs.
-pub async fn put<D: Db>(app: &App<'_, D>, id: &str, body: &[u8]) -> ApiResult {
+/// Everything is validated before anything is written, `on_finish` under the
+/// webhook target `policy`. A new schedule may not take an id that batches it did
+/// not make already use as their key prefix: its keys (`<id>:<date or instant>`)
+/// could collide with theirs.
+pub async fn put<D: Db>(
+    app: &App<'_, D>,
+    id: &str,
+    body: &[u8],
+    policy: &TargetPolicy<'_>,
+) -> ApiResult {
     validate_schedule_id(id)?;
-    let body: ScheduleBody = parse_json(body)?;
+    let mut body: ScheduleBody = parse_json(body)?;
+    let on_finish = body.on_finish.take();
     let spec = validate_schedule(body, app.now)?;
+    let on_finish = on_finish.map(|o| o.validate(policy)).transpose()?;
     let exists = app.store.get_schedule(id).await?.is_some();
     if !exists && app.store.key_prefix_used_by_others(id).await? {
         return Err(ApiError::bad_request(
@@ -39,7 +48,7 @@ pub async fn put<D: Db>(app: &App<'_, D>, id: &str, body: &[u8]) -> ApiResult {
     let next = next_fire_at(&spec, app.now, &zones);
     let row = app
         .store
-        .upsert_schedule(id, &spec, next, app.now)
+        .upsert_schedule(id, &spec, next, app.now, on_finish.as_deref())
         .await?
         .ok_or_else(|| StoreError::Missing(format!("schedule {id:?}, right after writing it,")))?;
     Ok((

@@ -22,7 +22,8 @@ use super::budget::{
     flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
-use super::model::{ClaimedItem, ItemStatus, Outcome, StopReason, Tally, Transition};
+use super::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally, Transition};
+use super::receipts;
 use super::retry::{decide, release, RetryPolicy};
 use super::settings::Settings;
 use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
@@ -302,14 +303,19 @@ impl Drain {
         }
     }
 
-    /// A dispatched item answered (or was abandoned, which is a `Retry`).
-    /// `jitter` in [0, 1) spreads its retry (`RetryPolicy::backoff_ms`).
-    pub fn finished(&mut self, now: i64, item: ClaimedItem, outcome: &Outcome, jitter: f64) {
+    /// A dispatched item answered (or was abandoned, which is a `Retry`): its
+    /// outcome and, for kinds with channels, each channel's result, committed
+    /// together (`receipts::settle`). `jitter` in [0, 1) spreads its retry
+    /// (`RetryPolicy::backoff_ms`).
+    pub fn finished(&mut self, now: i64, item: ClaimedItem, ran: impl Into<Ran>, jitter: f64) {
         let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
             debug_assert!(false, "finished() for an item not running: {item:?}");
             return;
         };
-        let transition = decide(&item, outcome, self.policy.retry, now, jitter);
+        let ran = ran.into();
+        let mut transition = decide(&item, &ran.outcome, self.policy.retry, now, jitter);
+        transition.receipts =
+            receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(
             now,
             Settled {
@@ -650,8 +656,11 @@ impl Drain {
                 self.reports.push_back(Report::LeaseLost(row.item));
                 continue;
             }
-            self.tally
-                .count_terminal(&row.item.batch_id, row.transition.status);
+            // A callback is no item of its batch: it counts in no timeline.
+            if !row.item.is_callback() {
+                self.tally
+                    .count_terminal(&row.item.batch_id, row.transition.status);
+            }
             match row.transition.status {
                 ItemStatus::Completed => self.tally.completed += 1,
                 // Reported when it was released.

@@ -2,6 +2,7 @@
 //! arguments, so everything here is deterministic and unit-tested on the host.
 
 pub mod budget;
+pub mod callback;
 pub mod control;
 pub mod dispatch;
 pub mod drain;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod log_limit;
 pub mod metrics;
 pub mod model;
+pub mod receipts;
 pub mod requests;
 pub mod retry;
 pub mod schedule;

@@ -57,6 +57,19 @@ pub struct ClaimedItem {
     pub kind: String,
     /// The subject's payload as JSON text, exactly as stored.
     pub payload: String,
+    /// The item's stored receipts (kinds with channels, `core::receipts`): a run
+    /// sends only the channels not yet delivered. Left out of the dispatched JSON
+    /// when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipts: Option<String>,
+}
+
+impl ClaimedItem {
+    /// A batch's completion callback (`core::callback`), not one of its items: it
+    /// counts in no batch counter and no timeline.
+    pub fn is_callback(&self) -> bool {
+        self.kind == super::callback::KIND
+    }
 }
 
 /// What a job reports. `Retry` is transient (try again later), `Fail` permanent.
@@ -66,6 +79,31 @@ pub enum Outcome {
     Done,
     Retry(String),
     Fail(String),
+}
+
+/// What one run of an item produced: its outcome and, for kinds with channels,
+/// what each channel it sent did (`core::receipts`), committed with the outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    pub outcome: Outcome,
+    /// `None` for kinds without channels, and for a run that never answered
+    /// (timed out, abandoned, a failed dispatch).
+    pub channels: Option<super::receipts::ChannelResults>,
+}
+
+impl From<Outcome> for Ran {
+    fn from(outcome: Outcome) -> Ran {
+        Ran {
+            outcome,
+            channels: None,
+        }
+    }
+}
+
+impl From<&Outcome> for Ran {
+    fn from(outcome: &Outcome) -> Ran {
+        Ran::from(outcome.clone())
+    }
 }
 
 /// The write that commits one outcome: applied only while the row is still
@@ -83,6 +121,10 @@ pub struct Transition {
     /// The attempt count to store instead of the claim's: set only for an item
     /// released unrun, which gives its unused attempt back.
     pub attempt: Option<i64>,
+    /// Receipts to merge into the stored ones (JSON, `core::receipts::settle`);
+    /// `None` leaves them as they are.
+    #[serde(default)]
+    pub receipts: Option<String>,
 }
 
 impl Transition {
@@ -107,6 +149,17 @@ pub struct BatchRow {
     pub finished_at: Option<i64>,
     /// The schedule that fired it; `None` for ad-hoc batches (`POST /batches`).
     pub schedule_id: Option<String>,
+    /// Its completion callback as stored (`{"url": …}`, `core::callback`), if any.
+    #[serde(default)]
+    pub on_finish: Option<String>,
+    /// The callback row of its latest end, if it ended with an `on_finish`: its
+    /// item status, attempts made and last error.
+    #[serde(default)]
+    pub callback_status: Option<String>,
+    #[serde(default)]
+    pub callback_attempts: Option<i64>,
+    #[serde(default)]
+    pub callback_error: Option<String>,
 }
 
 impl BatchRow {
@@ -137,6 +190,10 @@ pub struct BatchProgress {
     pub created_at: String,
     pub finished_at: Option<String>,
     pub schedule_id: Option<String>,
+    /// Where its completion callback goes (`{"url": …}`), or null.
+    pub on_finish: Option<super::callback::OnFinish>,
+    /// The delivery of its completion callback, or null without `on_finish`.
+    pub callback: Option<super::callback::CallbackView>,
 }
 
 impl BatchProgress {
@@ -167,6 +224,8 @@ impl BatchProgress {
             created_at: super::time::rfc3339(row.created_at),
             finished_at: row.finished_at.map(super::time::rfc3339),
             schedule_id: row.schedule_id.clone(),
+            on_finish: super::callback::OnFinish::from_stored(row.on_finish.as_deref()),
+            callback: super::callback::CallbackView::from_row(row),
         }
     }
 }
@@ -193,6 +252,9 @@ pub struct ItemRow {
     pub run_after: i64,
     pub started_at: Option<i64>,
     pub completed_at: Option<i64>,
+    /// Per-channel receipts as stored (`core::receipts`), for kinds with channels.
+    #[serde(default)]
+    pub receipts: Option<String>,
 }
 
 /// One bucket of a batch's timeline: items ended in the invocations that started
@@ -250,6 +312,8 @@ pub struct ReapedItem {
     pub id: i64,
     pub batch_id: String,
     pub status: String,
+    /// Its job kind: a callback's expired lease counts in no batch's timeline.
+    pub kind: String,
 }
 
 /// What started a scheduled invocation.
@@ -424,6 +488,10 @@ mod tests {
             created_at: 0,
             finished_at: None,
             schedule_id: None,
+            on_finish: None,
+            callback_status: None,
+            callback_attempts: None,
+            callback_error: None,
         }
     }
 

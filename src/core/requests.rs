@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::callback::OnFinish;
 use super::error::ApiError;
 use super::model::ItemStatus;
 use super::schedule::body::validate_group;
@@ -78,6 +79,9 @@ pub struct CreateBatchBody {
     pub key: Option<String>,
     pub source: Option<String>,
     pub items: Option<Vec<ItemInput>>,
+    /// The completion callback (`core::callback`), validated with the target
+    /// policy by the handler.
+    pub on_finish: Option<OnFinish>,
 }
 
 /// A validated `POST /batches`.
@@ -453,10 +457,20 @@ mod tests {
     }
 
     /// The worst payload of the maximum size, in the worst item (longest ids of
-    /// the characters that escape the most), still fits the child's body limit.
+    /// the characters that escape the most, the largest receipts a multi-channel
+    /// item can store), still fits the child's body limit.
     #[test]
     fn the_largest_payload_always_fits_the_dispatch() {
-        use crate::core::model::ClaimedItem;
+        use crate::core::model::{ClaimedItem, ItemStatus, Outcome};
+        use crate::core::receipts::{self, MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS, MAX_REASON_BYTES};
+        // Every channel failed, with names and errors of quotes (stored errors are
+        // cut to MAX_REASON_BYTES, names capped).
+        let channels: receipts::ChannelResults = (0..MAX_CHANNELS)
+            .map(|i| {
+                let name = format!("{i}{}", "\"".repeat(MAX_CHANNEL_NAME_CHARS - 1));
+                (name, Outcome::Fail("\"".repeat(MAX_REASON_BYTES * 4)))
+            })
+            .collect();
         // A JSON string of quotes: every byte of its text is `"` or `\`.
         let quotes = "\"".repeat((MAX_PAYLOAD_BYTES - 2) / 2);
         let payload = Value::String(quotes).to_string();
@@ -472,8 +486,13 @@ mod tests {
                 subject_id: subject_id.clone(),
                 attempt: 100,
                 max_attempts: 100,
-                kind: "webhook".into(),
+                kind: "multi".into(),
                 payload: payload.clone(),
+                receipts: None,
+            };
+            let item = ClaimedItem {
+                receipts: receipts::settle(&item, Some(&channels), ItemStatus::Failed, i64::MAX),
+                ..item
             };
             let dispatched = serde_json::to_string(&item).unwrap();
             assert!(

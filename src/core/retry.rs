@@ -41,6 +41,7 @@ pub fn decide(
         completed_at: Some(now_ms),
         error: None,
         attempt: None,
+        receipts: None,
     };
     match outcome {
         Outcome::Done => base,
@@ -82,6 +83,7 @@ pub fn release(item: &ClaimedItem) -> Transition {
             item.attempt
         )),
         attempt: Some(item.attempt - 1),
+        receipts: None,
     }
 }
 
@@ -104,6 +106,7 @@ mod tests {
             max_attempts,
             kind: "webhook".into(),
             payload: "{}".into(),
+            receipts: None,
         }
     }
 

@@ -144,6 +144,10 @@ mod tests {
             created_at: NOW - created_ago_ms,
             finished_at: None,
             schedule_id: None,
+            on_finish: None,
+            callback_status: None,
+            callback_attempts: None,
+            callback_error: None,
         }
     }
 

@@ -7,8 +7,8 @@ use worker::{web_sys, Fetcher, Request};
 use super::config::Config;
 use super::run::{run_with_timeout, SIGNATURE_HEADER};
 use super::{clock, SELF_ORIGIN};
-use crate::core::model::{ClaimedItem, Outcome};
-use crate::core::{dispatch, signature};
+use crate::core::model::{ClaimedItem, Outcome, Ran};
+use crate::core::{dispatch, receipts, signature};
 
 /// Abandons dispatches that outlive their limit: the platform's own
 /// `AbortSignal.timeout`, one per cohort of dispatches (`core::watchdog`; the drain
@@ -46,14 +46,14 @@ pub async fn execute(
     cfg: &Config,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
-) -> (ClaimedItem, Outcome) {
-    let outcome = match via {
+) -> (ClaimedItem, Ran) {
+    let ran = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
         Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
         None => run_with_timeout(&item, cfg).await,
     };
-    (item, outcome)
+    (item, ran)
 }
 
 /// One signed `POST /internal/run` through the SELF binding, abandoned when
@@ -63,10 +63,10 @@ async fn dispatch(
     secret: &str,
     item: &ClaimedItem,
     signal: &web_sys::AbortSignal,
-) -> Outcome {
+) -> Ran {
     let body = match serde_json::to_string(item) {
         Ok(b) => b,
-        Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")),
+        Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")).into(),
     };
     let sig = signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
     let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
@@ -90,18 +90,29 @@ async fn dispatch(
     let response = match request {
         Ok(req) => match service.fetch_request(req).await {
             Ok(r) => r,
-            Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")),
+            Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")).into(),
         },
-        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")),
+        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")).into(),
     };
     // The outcome is in the headers; the body is never read (core::dispatch).
     if response.status_code() != dispatch::OUTCOME_STATUS {
-        return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code()));
+        return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code())).into();
     }
     let header = |name: &str| response.headers().get(name).ok().flatten();
-    dispatch::decode(
+    let outcome = dispatch::decode(
         header(dispatch::OUTCOME_HEADER).as_deref(),
         header(dispatch::REASON_HEADER).as_deref(),
-    )
-    .unwrap_or_else(|e| Outcome::Retry(format!("unreadable dispatch answer: {e}")))
+    );
+    // Channel results travel with the outcome (kinds with channels only).
+    let channels = header(receipts::HEADER)
+        .map(|value| receipts::decode_header(&value))
+        .transpose();
+    match (outcome, channels) {
+        (Ok(outcome), Ok(channels)) => Ran { outcome, channels },
+        // Without readable results every channel not known delivered is sent
+        // again: a duplicate, never a loss.
+        (Err(e), _) | (_, Err(e)) => {
+            Outcome::Retry(format!("unreadable dispatch answer: {e}")).into()
+        }
+    }
 }

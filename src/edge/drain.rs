@@ -19,7 +19,7 @@ use super::config::Config;
 use super::dispatch::{execute, Watchdog};
 use super::{clock, log};
 use crate::core::drain::{Action, Drain, DrainError, Policy, Report, Settled};
-use crate::core::model::{ClaimedItem, ItemStatus, Outcome, StopReason, Tally};
+use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
 use crate::core::timing::call_ms;
 use crate::jobs;
@@ -37,7 +37,7 @@ type Committing<'a> = LocalBoxFuture<'a, (Vec<Settled>, StoreResult<Vec<i64>>)>;
 enum Event {
     Claimed(StoreResult<Vec<ClaimedItem>>),
     Committed(Vec<Settled>, StoreResult<Vec<i64>>),
-    Finished(ClaimedItem, Outcome),
+    Finished(ClaimedItem, Ran),
     Timer,
 }
 
@@ -122,8 +122,8 @@ pub async fn run(
                     return Poll::Ready(Event::Committed(rows, r));
                 }
             }
-            if let Poll::Ready(Some((item, outcome))) = in_flight.poll_next_unpin(cx) {
-                return Poll::Ready(Event::Finished(item, outcome));
+            if let Poll::Ready(Some((item, ran))) = in_flight.poll_next_unpin(cx) {
+                return Poll::Ready(Event::Finished(item, ran));
             }
             if let Some((_, t)) = timer.as_mut() {
                 if t.poll_unpin(cx).is_ready() {
@@ -145,9 +145,7 @@ pub async fn run(
                 committing = None;
                 machine.committed(now, rows, result);
             }
-            Event::Finished(item, outcome) => {
-                machine.finished(now, item, &outcome, clock::jitter())
-            }
+            Event::Finished(item, ran) => machine.finished(now, item, ran, clock::jitter()),
             Event::Timer => {
                 if let Some((at, _)) = timer.take() {
                     floor = now.max(at);

@@ -17,7 +17,8 @@ use crate::api::routes::{self, Route, Target};
 use crate::api::{self, App, BodySource, Method, Served};
 use crate::core::dispatch;
 use crate::core::error::ApiError;
-use crate::core::model::Outcome;
+use crate::core::model::Ran;
+use crate::core::receipts;
 use crate::core::requests::MAX_BODY_BYTES;
 use crate::store::d1::D1Db;
 use crate::store::Store;
@@ -31,7 +32,7 @@ pub const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
 enum Reply {
     Json(u16, Value),
     Text(api::Text),
-    Outcome(Outcome),
+    Outcome(Ran),
 }
 
 pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
@@ -145,13 +146,17 @@ fn header(req: &Request, name: &str) -> Option<String> {
     req.headers().get(name).ok().flatten()
 }
 
-/// A child's answer: status 204, the outcome in headers, no body (core::dispatch).
-fn outcome_response(outcome: &Outcome) -> worker::Result<Response> {
-    let (kind, reason) = dispatch::encode(outcome);
+/// A child's answer: status 204, the outcome in headers (and its channels'
+/// results, for kinds with channels), no body (core::dispatch, core::receipts).
+fn outcome_response(ran: &Ran) -> worker::Result<Response> {
+    let (kind, reason) = dispatch::encode(&ran.outcome);
     let headers = Headers::new();
     headers.set(dispatch::OUTCOME_HEADER, kind)?;
     if let Some(reason) = reason {
         headers.set(dispatch::REASON_HEADER, &reason)?;
+    }
+    if let Some(channels) = &ran.channels {
+        headers.set(receipts::HEADER, &receipts::encode_header(channels))?;
     }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)

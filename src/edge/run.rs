@@ -10,7 +10,7 @@ use super::config::Config;
 use super::{clock, log};
 use crate::core::error::ApiError;
 use crate::core::log_limit::{LogDecision, LogLimit};
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::requests::parse_json;
 use crate::core::signature::{self, SignatureError, SignatureHeader};
 use crate::jobs::{self, JobContext};
@@ -23,11 +23,12 @@ thread_local! {
     static REJECTED: RefCell<LogLimit> = const { RefCell::new(LogLimit::rejected_dispatches()) };
 }
 
-/// Run `item`'s job, giving up after `JOB_TIMEOUT_MS` (a transient failure). The
-/// abort signal also cancels the job's own fetches.
-pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Outcome {
+/// Run `item`'s job, giving up after `JOB_TIMEOUT_MS` (a transient failure, with
+/// no channel results: a channel that answered before is sent again). The abort
+/// signal also cancels the job's own fetches.
+pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
     let Some(job) = jobs::find(&item.kind) else {
-        return Outcome::Fail(format!("unknown job kind {:?}", item.kind));
+        return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
     };
     let timeout_ms = cfg.settings.job_timeout_ms;
     let controller = AbortController::default();
@@ -57,7 +58,7 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Outcome {
     };
     outcome.unwrap_or_else(|| {
         controller.abort();
-        Outcome::Retry(format!("timed out after {timeout_ms} ms"))
+        Outcome::Retry(format!("timed out after {timeout_ms} ms")).into()
     })
 }
 
@@ -80,22 +81,22 @@ pub async fn handle(
     item_json: &[u8],
     header: &SignatureHeader,
     cfg: &Config,
-) -> Result<Outcome, ApiError> {
+) -> Result<Ran, ApiError> {
     header
         .check_tag(cfg.secrets.dispatch_keys(), item_json)
         .map_err(reject)?;
     let item: ClaimedItem = parse_json(item_json)?;
-    let outcome = run_with_timeout(&item, cfg).await;
-    if outcome != Outcome::Done {
+    let ran = run_with_timeout(&item, cfg).await;
+    if ran.outcome != Outcome::Done {
         log::event(
             "item_outcome",
             serde_json::json!({
                 "batch_id": item.batch_id, "item_id": item.item_id, "subject_id": item.subject_id,
-                "attempt": item.attempt, "outcome": outcome,
+                "attempt": item.attempt, "outcome": ran.outcome, "channels": ran.channels,
             }),
         );
     }
-    Ok(outcome)
+    Ok(ran)
 }
 
 /// A refused dispatch: 401, and a log line unless too many were written lately.

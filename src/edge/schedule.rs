@@ -10,6 +10,7 @@ use super::config::Config;
 use super::drain::{self, DrainStore};
 use super::{clock, log};
 use crate::core::budget::Budget;
+use crate::core::callback;
 use crate::core::drain::DrainError;
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
@@ -69,7 +70,8 @@ async fn run_invocation(
         ..Tally::default()
     };
     for r in &reaped {
-        if let Some(status) = ItemStatus::parse(&r.status) {
+        // A completion callback is no item of its batch (core::callback).
+        if let Some(status) = ItemStatus::parse(&r.status).filter(|_| r.kind != callback::KIND) {
             reaper.count_terminal(&r.batch_id, status);
         }
         log::event(

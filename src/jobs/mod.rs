@@ -1,14 +1,18 @@
 //! Job kinds: what running one item means. A kind validates its payload when a
 //! subject or item is written (pure, host-tested) and runs it in the Worker.
 //! Add a kind by implementing [`JobKind`] and listing it in [`REGISTRY`].
+//! [`INTERNAL`] kinds run rows the Worker enqueues itself (completion callbacks):
+//! no subject or item may name them.
 
+pub mod callback;
+pub mod multi;
 pub mod noop;
 pub mod webhook;
 
 use serde_json::Value;
 
 #[cfg(target_arch = "wasm32")]
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::{ClaimedItem, Ran};
 use crate::core::target::TargetPolicy;
 
 /// What a job may use while it runs.
@@ -24,6 +28,22 @@ pub struct JobContext {
     pub signal: worker::AbortSignal,
 }
 
+#[cfg(target_arch = "wasm32")]
+impl JobContext {
+    /// The target policy a run checks its URLs against again (the Worker's own
+    /// host is not known to a child).
+    pub fn policy(&self) -> TargetPolicy<'static> {
+        TargetPolicy {
+            allow_private: self.allow_private_targets,
+            own_host: None,
+        }
+    }
+
+    pub fn dispatch_keys(&self) -> Vec<&str> {
+        self.dispatch_secrets.iter().map(String::as_str).collect()
+    }
+}
+
 pub trait JobKind: Sync {
     /// The `kind` stored on subjects and items.
     fn name(&self) -> &'static str;
@@ -35,28 +55,48 @@ pub trait JobKind: Sync {
     /// Hide what a listing must not show (secrets), in place. Default: nothing.
     fn redact(&self, _payload: &mut Value) {}
 
-    /// Subrequests one run makes; counted against the budget in inline mode.
+    /// Subrequests one run makes at most; counted against the budget in inline
+    /// mode.
     fn subrequests_per_run(&self) -> i64;
 
-    /// Run one item. Must not touch D1: the dispatcher commits the outcome.
+    /// Whether its items have channels, each with its receipt (`core::receipts`).
+    fn has_channels(&self) -> bool {
+        false
+    }
+
+    /// Run one item: its outcome and, for kinds with channels, each channel's
+    /// result. Must not touch D1: the dispatcher commits them.
     #[cfg(target_arch = "wasm32")]
     fn run<'a>(
         &'a self,
         ctx: &'a JobContext,
         item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Outcome>;
+    ) -> futures::future::LocalBoxFuture<'a, Ran>;
 }
 
-/// Every job kind this Worker knows.
-pub static REGISTRY: &[&dyn JobKind] = &[&webhook::Webhook, &noop::Noop];
+/// Every job kind subjects and items may use.
+pub static REGISTRY: &[&dyn JobKind] = &[&webhook::Webhook, &multi::Multi, &noop::Noop];
 
+/// Kinds of rows the Worker enqueues itself: completion callbacks.
+pub static INTERNAL: &[&dyn JobKind] = &[&callback::Callback];
+
+/// The kind that runs a claimed row, public or internal.
 pub fn find(kind: &str) -> Option<&'static dyn JobKind> {
-    REGISTRY.iter().copied().find(|k| k.name() == kind)
+    REGISTRY
+        .iter()
+        .chain(INTERNAL)
+        .copied()
+        .find(|k| k.name() == kind)
 }
 
-/// The payload check used by request validation.
+/// Whether items of `kind` have channels (their listing shows `receipts`).
+pub fn has_channels(kind: &str) -> bool {
+    find(kind).is_some_and(|k| k.has_channels())
+}
+
+/// The payload check used by request validation: public kinds only.
 pub fn check_payload(kind: &str, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
-    match find(kind) {
+    match REGISTRY.iter().find(|k| k.name() == kind) {
         Some(job) => job.validate(payload, policy),
         None => {
             let known: Vec<&str> = REGISTRY.iter().map(|k| k.name()).collect();
@@ -76,10 +116,12 @@ pub fn public_payload(kind: &str, mut payload: Value) -> Value {
     payload
 }
 
-/// The largest per-run subrequest cost of any kind (inline budget planning).
+/// The largest per-run subrequest cost of any kind (inline budget planning: a
+/// claim cannot know its items' kinds, so each is held at the worst, `multi`'s).
 pub fn max_subrequests_per_run() -> i64 {
     REGISTRY
         .iter()
+        .chain(INTERNAL)
         .map(|k| k.subrequests_per_run())
         .max()
         .unwrap_or(1)
@@ -98,7 +140,15 @@ mod tests {
     #[test]
     fn unknown_kinds_name_the_known_ones() {
         let err = check_payload("email", &json!({}), &POLICY).unwrap_err();
-        assert_eq!(err, "unknown kind \"email\"; known kinds: webhook, noop");
+        assert_eq!(
+            err,
+            "unknown kind \"email\"; known kinds: webhook, multi, noop"
+        );
+        // Internal kinds run, but no subject or item may name them.
+        assert!(find("callback").is_some());
+        let err = check_payload("callback", &json!({"url": "https://example.com/"}), &POLICY)
+            .unwrap_err();
+        assert!(err.starts_with("unknown kind \"callback\""), "{err}");
     }
 
     #[test]
@@ -108,5 +158,20 @@ mod tests {
         assert!(check("webhook", json!({"url": "ftp://example.com/x"})).is_err());
         assert!(check("noop", json!({})).is_ok());
         assert!(check("noop", json!([])).is_err());
+        let channels = json!({"channels": [{"name": "email", "url": "https://example.com/e"}]});
+        assert!(check("multi", channels).is_ok());
+        assert!(check("multi", json!({"channels": []})).is_err());
+    }
+
+    #[test]
+    fn only_multi_has_channels_and_the_inline_cost_is_its_worst() {
+        assert!(has_channels("multi"));
+        for kind in ["webhook", "noop", "callback", "unknown"] {
+            assert!(!has_channels(kind), "{kind}");
+        }
+        assert_eq!(
+            max_subrequests_per_run(),
+            crate::core::receipts::MAX_CHANNELS as i64
+        );
     }
 }

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::JobKind;
 #[cfg(target_arch = "wasm32")]
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::target::TargetPolicy;
 
 pub struct Noop;
@@ -32,7 +32,7 @@ impl JobKind for Noop {
         &'a self,
         _ctx: &'a super::JobContext,
         _item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Outcome> {
-        Box::pin(async { Outcome::Done })
+    ) -> futures::future::LocalBoxFuture<'a, Ran> {
+        Box::pin(async { Outcome::Done.into() })
     }
 }

@@ -54,25 +54,29 @@ pub fn parse_payload(
         format!("webhook payload must be {{\"url\": \"http(s)://...\", \"data\": <any>, \"signing_secret\": <optional>}}: {e}")
     })?;
     let url = target::validate(&p.url, policy).map_err(|e| e.to_string())?;
-    if let Some(secret) = &p.signing_secret {
-        if secret.chars().count() < MIN_SECRET_CHARS {
-            return Err(format!(
-                "signing_secret must be at least {MIN_SECRET_CHARS} characters"
-            ));
-        }
-    }
+    check_signing_secret(p.signing_secret.as_deref())?;
     Ok((p, url))
 }
 
-/// The secret that signs a delivery: the subject's own, or `default`
+/// A subject's own signing secret, if it has one, must be long enough.
+pub fn check_signing_secret(secret: Option<&str>) -> Result<(), String> {
+    match secret {
+        Some(s) if s.chars().count() < MIN_SECRET_CHARS => Err(format!(
+            "signing_secret must be at least {MIN_SECRET_CHARS} characters"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The secret that signs a delivery: the subject's own (`own`), or `default`
 /// (`WEBHOOK_SECRET`). A subject secret equal to a dispatch secret would hand its
 /// receiver the power to forge `POST /internal/run`: refused.
 pub fn signing_secret<'a>(
-    payload: &'a WebhookPayload,
+    own: Option<&'a str>,
     default: &'a str,
     dispatch_secrets: &[&str],
 ) -> Result<&'a str, String> {
-    match payload.signing_secret.as_deref() {
+    match own {
         None => Ok(default),
         Some(own)
             if dispatch_secrets
@@ -133,27 +137,22 @@ impl JobKind for Webhook {
         &'a self,
         ctx: &'a super::JobContext,
         item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Outcome> {
-        Box::pin(run(ctx, item))
+    ) -> futures::future::LocalBoxFuture<'a, crate::core::model::Ran> {
+        Box::pin(async move { run(ctx, item).await.into() })
     }
 }
 
 #[cfg(target_arch = "wasm32")]
 async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
-    use worker::{Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
-
     // Checked again here, not only when the subject was written: settings change
     // (ALLOW_PRIVATE_TARGETS back to false), and queued items keep their payload.
-    let policy = TargetPolicy {
-        allow_private: ctx.allow_private_targets,
-        own_host: None,
-    };
-    let dispatch_secrets: Vec<&str> = ctx.dispatch_secrets.iter().map(String::as_str).collect();
+    let dispatch_secrets = ctx.dispatch_keys();
     let checked = serde_json::from_str::<Value>(&item.payload)
         .map_err(|e| e.to_string())
-        .and_then(|v| parse_payload(&v, &policy))
+        .and_then(|v| parse_payload(&v, &ctx.policy()))
         .and_then(|(p, url)| {
-            let secret = signing_secret(&p, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
+            let own = p.signing_secret.as_deref();
+            let secret = signing_secret(own, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
             Ok((p, url, secret))
         });
     let (payload, url, secret) = match checked {
@@ -161,12 +160,30 @@ async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
         Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
     let body = delivery_body(item, &payload.data);
+    post_signed(ctx, &url, body, &item.item_id.to_string(), &secret).await
+}
+
+/// POST a signed JSON `body` to a checked `url` with this `Idempotency-Key`, the
+/// way every delivery goes out (webhooks, multi-channel items' channels,
+/// completion callbacks): `Fanout-Signature` with `secret`, redirects not
+/// followed, aborted with the job (`JobContext::signal`). The answer's status is
+/// the outcome ([`classify_status`]).
+#[cfg(target_arch = "wasm32")]
+pub async fn post_signed(
+    ctx: &super::JobContext,
+    url: &Url,
+    body: String,
+    idempotency_key: &str,
+    secret: &str,
+) -> Outcome {
+    use worker::{Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
+
     let now_secs = (worker::Date::now().as_millis() / 1_000) as i64;
-    let signature = crate::core::signature::sign(&secret, now_secs, body.as_bytes());
+    let signature = crate::core::signature::sign(secret, now_secs, body.as_bytes());
     let request = (|| {
         let headers = Headers::new();
         headers.set("Content-Type", "application/json")?;
-        headers.set("Idempotency-Key", &item.item_id.to_string())?;
+        headers.set("Idempotency-Key", idempotency_key)?;
         headers.set("Fanout-Signature", &signature)?;
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
@@ -249,17 +266,26 @@ mod tests {
         let parse = |v: Value| parse_payload(&v, &PROD).map(|(p, _)| p);
         let plain = parse(json!({"url": "https://example.com"})).unwrap();
         assert_eq!(
-            signing_secret(&plain, "global-secret", &[]),
+            signing_secret(plain.signing_secret.as_deref(), "global-secret", &[]),
             Ok("global-secret")
         );
         let own =
             parse(json!({"url": "https://example.com", "signing_secret": "subject-secret-0123"}))
                 .unwrap();
         assert_eq!(
-            signing_secret(&own, "global-secret", &["dispatch-secret-01"]),
+            signing_secret(
+                own.signing_secret.as_deref(),
+                "global-secret",
+                &["dispatch-secret-01"]
+            ),
             Ok("subject-secret-0123")
         );
-        let err = signing_secret(&own, "global-secret", &["x", "subject-secret-0123"]).unwrap_err();
+        let err = signing_secret(
+            own.signing_secret.as_deref(),
+            "global-secret",
+            &["x", "subject-secret-0123"],
+        )
+        .unwrap_err();
         assert!(err.contains("DISPATCH_SECRET"), "{err}");
         for short in ["", "short", REDACTED] {
             let err =
@@ -310,6 +336,7 @@ mod tests {
             max_attempts: 5,
             kind: "webhook".into(),
             payload: "{}".into(),
+            receipts: None,
         };
         let body: Value = serde_json::from_str(&delivery_body(&item, &json!({"k": "v"}))).unwrap();
         assert_eq!(

@@ -18,7 +18,7 @@ WHERE id IN (
   WHERE b.status = 'cancelled' AND b.finished_at IS NULL AND (?1 IS NULL OR b.id = ?1)
     AND q.id IN (
       SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
-      WHERE d.batch_id = b.id AND d.status = 'pending'
+      WHERE d.batch_id = b.id AND d.status = 'pending' AND d.kind <> 'callback'
       LIMIT ?2
     )
 );

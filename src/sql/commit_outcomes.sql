@@ -1,20 +1,42 @@
 -- Group commit: apply many outcomes in one statement. ?1 is a JSON array of
--- {"id", "token", "status", "run_after", "completed_at", "error", "attempt"}
--- ("attempt" is set only for an item released unrun: its unused attempt is given
--- back; otherwise the claim's count stands).
+-- {"id", "token", "status", "run_after", "completed_at", "error", "attempt",
+-- "receipts"} ("attempt" is set only for an item released unrun: its unused attempt
+-- is given back; otherwise the claim's count stands. "receipts", only for items
+-- with channels, is the JSON text of the receipts this outcome settles,
+-- core::receipts::settle).
 -- Each row is fenced by (id, lease_token, status = 'processing') (invariant 2): a
 -- row whose lease was lost (reaped, re-claimed) matches nothing and is never
 -- overwritten. RETURNING tells the caller which outcomes were applied.
 -- The token stays on the row: until the reaper clears it or a claim replaces it,
 -- "not processing and still my token" means "my commit applied it", which a retry
 -- after a lost answer reads back (committed_outcomes.sql). It costs no written row.
+-- Receipts merge into the stored ones in the same write (no extra row): a channel
+-- the commit names takes its new receipt unless it is stored `delivered`, which
+-- is never replaced; channels it does not name keep theirs. So a delivered
+-- channel stays delivered whatever a commit carries. Rows without "receipts" keep
+-- theirs untouched (the CASE reads nothing more for them).
 UPDATE cron_queue
 SET status = o.value ->> 'status',
     run_after = coalesce(o.value ->> 'run_after', cron_queue.run_after),
     completed_at = o.value ->> 'completed_at',
     last_error = o.value ->> 'error',
     attempt = coalesce(o.value ->> 'attempt', cron_queue.attempt),
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    receipts = CASE
+      WHEN o.value ->> 'receipts' IS NULL THEN cron_queue.receipts
+      ELSE (
+        SELECT json_group_object(m.key, json(m.value))
+        FROM (
+          SELECT prev.key, prev.value FROM json_each(cron_queue.receipts) AS prev
+          WHERE prev.value ->> 'status' = 'delivered'
+             OR prev.key NOT IN (SELECT key FROM json_each(o.value ->> 'receipts'))
+          UNION ALL
+          SELECT incoming.key, incoming.value FROM json_each(o.value ->> 'receipts') AS incoming
+          WHERE incoming.key NOT IN (SELECT prev.key FROM json_each(cron_queue.receipts) AS prev
+                                     WHERE prev.value ->> 'status' = 'delivered')
+        ) AS m
+      )
+    END
 FROM json_each(?1) AS o
 WHERE cron_queue.id = o.value ->> 'id'
   AND cron_queue.lease_token = o.value ->> 'token'

@@ -10,7 +10,7 @@ UPDATE batches
 SET cancelled = cancelled + (
   SELECT count(*) FROM (
     SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_due
-    WHERE q.batch_id = batches.id AND q.status = 'pending'
+    WHERE q.batch_id = batches.id AND q.status = 'pending' AND q.kind <> 'callback'
     LIMIT ?2
   )
 )
@@ -18,5 +18,6 @@ WHERE id IN (
   SELECT b.id FROM batches AS b INDEXED BY batches_status
   WHERE b.status = 'cancelled' AND b.finished_at IS NULL AND (?1 IS NULL OR b.id = ?1)
     AND EXISTS (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_due
-                WHERE q.batch_id = b.id AND q.status = 'pending')
+                WHERE q.batch_id = b.id AND q.status = 'pending'
+                  AND q.kind <> 'callback')
 );

@@ -1,5 +1,8 @@
 -- Create a batch row unless its key exists (invariant 5: idempotent per key).
 -- ?1 is a fresh id: the statements that follow in the same batch() only act on
--- ?1, so when the key already existed they change nothing.
-INSERT OR IGNORE INTO batches (id, key, status, created_at)
-VALUES (?1, ?2, 'running', ?3);
+-- ?1, so when the key already existed they change nothing (an existing batch
+-- keeps its own on_finish too).
+-- ?2 key, ?3 now, ?4 on_finish as stored ({"url": …}, core::callback) or NULL,
+-- ?5 the attempts its callback gets (MAX_ATTEMPTS), NULL without ?4.
+INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts)
+VALUES (?1, ?2, 'running', ?3, ?4, ?5);

@@ -3,9 +3,13 @@
 -- exists (invariant 5: re-firing creates nothing) or the schedule was replaced or
 -- deleted since the fire was planned (revision). The statements after it act on
 -- batch ?1 only, so then they add nothing.
+-- The batch carries the schedule's on_finish (its completion callback), whose
+-- delivery gets ?6 attempts.
 -- ?1 fresh batch id, ?2 key (<schedule id>:<date or instant>), ?3 now,
--- ?4 schedule id, ?5 the schedule's revision when planned.
-INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id)
-SELECT ?1, ?2, 'running', ?3, s.id
+-- ?4 schedule id, ?5 the schedule's revision when planned, ?6 MAX_ATTEMPTS.
+INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id, on_finish,
+                               callback_max_attempts)
+SELECT ?1, ?2, 'running', ?3, s.id, s.on_finish,
+       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END
 FROM schedules AS s
 WHERE s.id = ?4 AND s.revision = ?5 AND s.enabled = 1;

@@ -4,6 +4,9 @@
 -- unfinished batch is read, so an idle tick costs a seek. Deleting items does not
 -- touch the batch counters (no trigger on DELETE): the batch row keeps its
 -- figures until step 2 deletes it.
+-- A batch whose completion callback still waits for its delivery (pending or in
+-- flight, migration 0007) is kept whole until it is delivered or has failed:
+-- retention never loses a callback (one seek per ended batch).
 -- ?1 cutoff (now - RETENTION_DAYS), ?2 most rows per statement.
 DELETE FROM cron_queue
 WHERE id IN (
@@ -11,5 +14,8 @@ WHERE id IN (
   FROM batches AS b INDEXED BY batches_status
   JOIN cron_queue AS q ON q.batch_id = b.id
   WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
+    AND NOT EXISTS (SELECT 1 FROM cron_queue AS c
+                    WHERE c.batch_id = b.id AND c.subject_id = ''
+                      AND c.status IN ('pending', 'processing'))
   LIMIT ?2
 );

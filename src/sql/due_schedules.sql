@@ -3,7 +3,7 @@
 -- enabled schedules, so the read is the rows returned however many are idle or
 -- disabled.
 SELECT id, cron, every_seconds, at, timezone, group_name, jitter_seconds, enabled,
-       next_fire_at, last_fired_at, last_batch_id, revision, created_at, updated_at
+       next_fire_at, last_fired_at, last_batch_id, revision, created_at, updated_at, on_finish
 FROM schedules INDEXED BY schedules_due
 WHERE enabled = 1 AND next_fire_at <= ?1
 ORDER BY next_fire_at, id

@@ -5,6 +5,9 @@
 -- committed and its pending ones were swept). One compare-and-set on (status,
 -- finished_at); the counters are exact (trigger and bulk moves), so no item is
 -- counted. Paused batches are left alone: they end after a resume.
+-- Setting finished_at fires the trigger batches_enqueue_callback (migration 0007):
+-- a batch with on_finish gets its completion callback enqueued (or re-armed) in
+-- this very statement, so an end and its callback commit together or not at all.
 -- ?1 now.
 UPDATE batches
 SET status = CASE status WHEN 'running' THEN 'finished' ELSE status END,

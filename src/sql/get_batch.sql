@@ -1,8 +1,14 @@
 -- One batch with its live `processing` count. INDEXED BY pins the partial index of
--- leased items, so the count reads only items in flight, never the whole batch.
+-- leased items, so the count reads only items in flight, never the whole batch; a
+-- completion callback in flight is no item of the batch. With its `on_finish` and
+-- the state of its callback row (subject_id '', migration 0007): one seek on the
+-- UNIQUE (batch_id, subject_id) index, NULL until the batch ended with one.
+-- ?1 batch id.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
-       b.finished_at, b.schedule_id,
+       b.finished_at, b.schedule_id, b.on_finish,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.batch_id = b.id) AS processing
+        WHERE q.status = 'processing' AND q.batch_id = b.id AND q.kind <> 'callback') AS processing,
+       c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM batches AS b
+LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
 WHERE b.id = ?1;

@@ -1,7 +1,9 @@
 -- One batch by its key, with its live `processing` count (see get_batch.sql).
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
-       b.finished_at, b.schedule_id,
+       b.finished_at, b.schedule_id, b.on_finish,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.batch_id = b.id) AS processing
+        WHERE q.status = 'processing' AND q.batch_id = b.id AND q.kind <> 'callback') AS processing,
+       c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM batches AS b
+LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
 WHERE b.key = ?1;

@@ -1,9 +1,11 @@
 -- A page of a batch's items in subject_id order after ?2 (keyset pagination on the
 -- UNIQUE (batch_id, subject_id) index), optionally of one status (?3 NULL = any).
 -- Failed items are listed by list_failed_items.sql instead: filtering here would
--- read every item of the batch to find a few failures.
+-- read every item of the batch to find a few failures. The batch's completion
+-- callback (subject_id '', migration 0007) is no item: `subject_id > ?2` never
+-- matches it, as '' sorts before every subject id.
 SELECT id, subject_id, kind, status, attempt, max_attempts, last_error,
-       run_after, started_at, completed_at
+       run_after, started_at, completed_at, receipts
 FROM cron_queue
 WHERE batch_id = ?1 AND subject_id > ?2 AND (?3 IS NULL OR status = ?3)
 ORDER BY subject_id

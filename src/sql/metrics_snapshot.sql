@@ -11,16 +11,18 @@
 -- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
 SELECT r.running_batches, r.total, r.completed, r.failed,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing') AS processing,
+        WHERE q.status = 'processing' AND q.kind <> 'callback') AS processing,
        (SELECT count(*) FROM (SELECT 1
                               FROM batches AS b INDEXED BY batches_running
                               JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
                               WHERE b.status = 'running' AND q.status = 'pending'
+                                AND q.kind <> 'callback'
                                 AND q.run_after <= ?1
                               LIMIT ?2)) AS due,
        (SELECT min(first_due)
         FROM (SELECT (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
-                      WHERE q.batch_id = b.id AND q.status = 'pending') AS first_due
+                      WHERE q.batch_id = b.id AND q.status = 'pending'
+                        AND q.kind <> 'callback') AS first_due
               FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
         WHERE first_due <= ?1) AS oldest_due,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,

@@ -2,7 +2,9 @@
 -- when they have used every attempt (invariant 3). Only expired leases match, so a
 -- live lease is never touched (invariant 2). Clearing the token ends the lease for
 -- good: a late commit under it matches nothing, and its retry does not read the
--- row back as applied (committed_outcomes.sql). Paged by ?2. ?1 now.
+-- row back as applied (committed_outcomes.sql). Returns each row's kind: a
+-- completion callback's expired lease counts in no batch's timeline. Receipts
+-- (multi-channel items) are left as they are. Paged by ?2. ?1 now.
 UPDATE cron_queue
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
     completed_at = CASE WHEN attempt >= max_attempts THEN ?1 END,
@@ -18,4 +20,4 @@ WHERE id IN (
   ORDER BY lease_expires_at
   LIMIT ?2
 )
-RETURNING id, batch_id, status;
+RETURNING id, batch_id, status, kind;

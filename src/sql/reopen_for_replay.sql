@@ -4,7 +4,8 @@
 -- page is not empty reopen a finished batch (running again, finished_at cleared,
 -- so it ends, and is reported, once more). Only running, paused and finished
 -- batches are replayed into; for any other the page statement moves nothing either.
--- The page reads the partial index of failed items, never the whole batch.
+-- The page reads the partial index of failed items, never the whole batch, and
+-- never the batch's failed completion callback (subject_id '' is not after ?2).
 -- ?1 batch id, ?2 subject_id to page after ('' for the first page),
 -- ?3 substring last_error must contain (NULL: any), ?4 page size.
 UPDATE batches

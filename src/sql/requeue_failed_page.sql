@@ -4,8 +4,10 @@
 -- last error kept. Counted by reopen_for_replay.sql, which runs right before it in
 -- the same batch() with the same ?1..?4 and reopens the batch. Only into a running
 -- or paused batch (a finished one is running again by then): a cancelled batch
--- gets nothing. Returns the rows moved; the last subject_id is where the next page
--- starts.
+-- gets nothing. Receipts (multi-channel items) are kept: a replay sends only the
+-- channels not yet delivered. A failed completion callback (subject_id '') is
+-- never in a page: '' is not after ?2. Returns the rows moved; the last subject_id
+-- is where the next page starts.
 -- ?1 batch id, ?2 subject_id to page after, ?3 substring of last_error or NULL,
 -- ?4 page size, ?5 now, ?6 attempts to add (MAX_ATTEMPTS).
 UPDATE cron_queue

@@ -1,12 +1,14 @@
 -- Create or replace one schedule (PUT /schedules/{id}), validated beforehand
 -- (core::schedule::body). A replace bumps `revision`, so a fire planned from the old
--- row applies nothing, and keeps created_at, last_fired_at and last_batch_id.
+-- row applies nothing, and keeps created_at, last_fired_at and last_batch_id. A
+-- replace without on_finish removes it (batches already fired keep theirs).
 -- ?1 id, ?2 cron, ?3 every_seconds, ?4 at (exactly one of ?2-?4 non-NULL),
 -- ?5 timezone, ?6 group_name (NULL: all subjects), ?7 jitter_seconds, ?8 enabled
--- (0/1), ?9 next_fire_at (NULL when disabled), ?10 now.
+-- (0/1), ?9 next_fire_at (NULL when disabled), ?10 now, ?11 on_finish as stored
+-- ({"url": …}, core::callback) or NULL.
 INSERT INTO schedules (id, cron, every_seconds, at, timezone, group_name, jitter_seconds,
-                       enabled, next_fire_at, revision, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10, ?10)
+                       enabled, next_fire_at, revision, created_at, updated_at, on_finish)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10, ?10, ?11)
 ON CONFLICT (id) DO UPDATE
 SET cron = excluded.cron,
     every_seconds = excluded.every_seconds,
@@ -16,7 +18,9 @@ SET cron = excluded.cron,
     jitter_seconds = excluded.jitter_seconds,
     enabled = excluded.enabled,
     next_fire_at = excluded.next_fire_at,
+    on_finish = excluded.on_finish,
     revision = schedules.revision + 1,
     updated_at = excluded.updated_at
 RETURNING id, cron, every_seconds, at, timezone, group_name, jitter_seconds, enabled,
-          next_fire_at, last_fired_at, last_batch_id, revision, created_at, updated_at;
+          next_fire_at, last_fired_at, last_batch_id, revision, created_at, updated_at,
+          on_finish;

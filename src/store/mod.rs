@@ -211,7 +211,8 @@ impl<D: Db> Store<D> {
 
     /// Create batch `key` (or return the existing one): the batch row, its items and
     /// its total in one transaction, in O(1) statements for subjects and
-    /// O(N / 500) for explicit items.
+    /// O(N / 500) for explicit items. No completion callback
+    /// ([`Store::create_batch_calling_back`]).
     pub async fn create_batch(
         &self,
         id: &str,
@@ -220,7 +221,32 @@ impl<D: Db> Store<D> {
         max_attempts: i64,
         source: BatchSource<'_>,
     ) -> StoreResult<Created> {
-        let mut statements = vec![(sql::CREATE_BATCH, vec![id.into(), key.into(), now.into()])];
+        self.create_batch_calling_back(id, key, now, max_attempts, source, None)
+            .await
+    }
+
+    /// [`Store::create_batch`] with `on_finish` (as stored, `core::callback`): the
+    /// batch calls it back each time it ends, with `max_attempts` tries.
+    pub async fn create_batch_calling_back(
+        &self,
+        id: &str,
+        key: &str,
+        now: i64,
+        max_attempts: i64,
+        source: BatchSource<'_>,
+        on_finish: Option<&str>,
+    ) -> StoreResult<Created> {
+        let callback_attempts = on_finish.map(|_| max_attempts);
+        let mut statements = vec![(
+            sql::CREATE_BATCH,
+            vec![
+                id.into(),
+                key.into(),
+                now.into(),
+                on_finish.into(),
+                callback_attempts.into(),
+            ],
+        )];
         match source {
             BatchSource::ActiveSubjects => statements.push((
                 sql::ENQUEUE_FROM_SUBJECTS,
@@ -551,13 +577,15 @@ impl<D: Db> Store<D> {
 /// statements in one `batch()`, one subrequest however many are due.
 impl<D: Db> Store<D> {
     /// Create or replace a validated schedule and return the stored row (`None`
-    /// only if the database lost the row it just wrote).
+    /// only if the database lost the row it just wrote). `on_finish`: the
+    /// completion callback of every batch it fires, as stored (`core::callback`).
     pub async fn upsert_schedule(
         &self,
         id: &str,
         spec: &ScheduleSpec,
         next_fire_at: Option<i64>,
         now: i64,
+        on_finish: Option<&str>,
     ) -> StoreResult<Option<ScheduleRow>> {
         let params = vec![
             id.into(),
@@ -570,6 +598,7 @@ impl<D: Db> Store<D> {
             i64::from(spec.enabled).into(),
             next_fire_at.into(),
             now.into(),
+            on_finish.into(),
         ];
         Ok(self.db.query(sql::UPSERT_SCHEDULE, params).await?.pop())
     }
@@ -679,6 +708,7 @@ impl<D: Db> Store<D> {
                         b.created_at.into(),
                         plan.schedule_id.as_str().into(),
                         plan.revision.into(),
+                        b.max_attempts.into(),
                     ],
                 ));
                 statements.push((
@@ -876,6 +906,7 @@ pub fn transitions_json<'t>(
                 "completed_at": t.completed_at,
                 "error": t.error,
                 "attempt": t.attempt,
+                "receipts": t.receipts,
             })
         })
         .collect();

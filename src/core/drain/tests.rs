@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::core::budget::TAIL_SUBREQUESTS;
+use crate::core::model::Outcome;
 
 const POLICY: Policy = Policy {
     limits: DrainLimits {
@@ -29,6 +30,7 @@ fn item(id: i64) -> ClaimedItem {
         max_attempts: 3,
         kind: "noop".into(),
         payload: "{}".into(),
+        receipts: None,
     }
 }
 
@@ -160,11 +162,11 @@ fn outcomes_wait_for_the_flush_timer_and_go_in_one_commit() {
     r.m.claimed(0, Ok(items(1..4)));
     r.actions(0);
     // Item 1 answers: item 3 takes its slot, and the flush timer starts.
-    r.m.finished(10, item(1), &Outcome::Done, 0.0);
+    r.m.finished(10, item(1), Outcome::Done, 0.0);
     let a = r.actions(10);
     assert_eq!(dispatched(&a), vec![3]);
     assert_eq!(a.last(), Some(&Action::Wait(Some(10 + FLUSH_INTERVAL_MS))));
-    r.m.finished(50, item(2), &Outcome::Retry("HTTP 503".into()), 0.0);
+    r.m.finished(50, item(2), Outcome::Retry("HTTP 503".into()), 0.0);
     // A timer call before its time changes nothing.
     r.m.timer(100);
     assert_eq!(r.actions(100), vec![Action::Wait(Some(110))]);
@@ -173,7 +175,7 @@ fn outcomes_wait_for_the_flush_timer_and_go_in_one_commit() {
     assert_eq!(ids(&rows), vec![1, 2]);
     r.m.committed(125, rows, Ok(vec![1, 2]));
     // Once nothing runs, the last outcome goes at once, without the timer.
-    r.m.finished(130, item(3), &Outcome::Done, 0.0);
+    r.m.finished(130, item(3), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(130));
     r.m.committed(140, rows, Ok(vec![3]));
     assert_eq!(r.actions(140), vec![Action::Done(StopReason::Drained)]);
@@ -203,7 +205,7 @@ fn a_full_buffer_commits_without_waiting_for_the_timer() {
     r.m.claimed(0, Ok(items(0..600)));
     r.actions(0);
     for id in 0..FLUSH_MAX_ROWS {
-        r.m.finished(1, item(id), &Outcome::Done, 0.0);
+        r.m.finished(1, item(id), Outcome::Done, 0.0);
     }
     let rows = take_commit(r.actions(1));
     assert_eq!(rows.len(), FLUSH_MAX_ROWS as usize);
@@ -258,9 +260,9 @@ fn a_new_cohort_starts_once_the_current_one_is_old() {
         })
     };
     assert_eq!(new_watchdog(&r.actions(0)), Some(true));
-    r.m.finished(249, item(0), &Outcome::Done, 0.0);
+    r.m.finished(249, item(0), Outcome::Done, 0.0);
     assert_eq!(new_watchdog(&r.actions(249)), Some(false));
-    r.m.finished(250, item(1), &Outcome::Done, 0.0);
+    r.m.finished(250, item(1), Outcome::Done, 0.0);
     assert_eq!(new_watchdog(&r.actions(250)), Some(true));
 }
 
@@ -278,7 +280,7 @@ fn a_short_claim_refunds_what_it_held_and_ends_the_claims() {
     assert_eq!(r.budget.ledger().reserved, 0);
     // One claim statement, one dispatch.
     assert_eq!(r.budget.used(), 2);
-    r.m.finished(5, item(1), &Outcome::Done, 0.0);
+    r.m.finished(5, item(1), Outcome::Done, 0.0);
     // Nothing else runs: the outcome is committed at once, without the timer.
     let rows = take_commit(r.actions(5));
     r.m.committed(6, rows, Ok(vec![1]));
@@ -299,11 +301,11 @@ fn a_failed_claim_stops_claiming_but_commits_what_runs() {
     // Nothing held for the failed claim's items any more; two still queued.
     assert_eq!(r.budget.ledger().reserved, 2);
     // Items 1 and 2 answer, 3 and 4 take their slots and answer.
-    r.m.finished(2, item(1), &Outcome::Done, 0.0);
-    r.m.finished(2, item(2), &Outcome::Done, 0.0);
+    r.m.finished(2, item(1), Outcome::Done, 0.0);
+    r.m.finished(2, item(2), Outcome::Done, 0.0);
     assert_eq!(dispatched(&r.actions(2)), vec![3, 4]);
-    r.m.finished(3, item(3), &Outcome::Done, 0.0);
-    r.m.finished(3, item(4), &Outcome::Done, 0.0);
+    r.m.finished(3, item(3), Outcome::Done, 0.0);
+    r.m.finished(3, item(4), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(3));
     assert_eq!(ids(&rows), vec![1, 2, 3, 4]);
     r.m.committed(4, rows, Ok(vec![1, 2, 3, 4]));
@@ -317,7 +319,7 @@ fn a_failed_commit_is_retried_once_then_left_to_the_reaper() {
     r.actions(0);
     r.m.claimed(0, Ok(items(1..2)));
     r.actions(0);
-    r.m.finished(1, item(1), &Outcome::Done, 0.0);
+    r.m.finished(1, item(1), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(1));
     r.m.committed(2, rows, Err(StoreError::Db("D1: reset".into())));
     let again = take_commit_again(r.actions(2));
@@ -342,13 +344,13 @@ fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
     assert_eq!(r.budget.free(), 5);
     // Item 1's commit (5 free: it, a flush for item 2 still running, the retry,
     // the tail).
-    r.m.finished(10, item(1), &Outcome::Done, 0.0);
+    r.m.finished(10, item(1), Outcome::Done, 0.0);
     r.m.timer(110);
     let first = take_commit(r.actions(110));
     assert_eq!(r.budget.free(), 4);
     // Item 2 answers while that commit is out; then the commit fails. Its retry
     // spends the retry kept and still leaves item 2's flush and the tail.
-    r.m.finished(115, item(2), &Outcome::Done, 0.0);
+    r.m.finished(115, item(2), Outcome::Done, 0.0);
     r.m.committed(120, first, Err(StoreError::Db("D1: reset".into())));
     let again = take_commit_again(r.actions(120));
     assert_eq!(ids(&again), vec![1]);
@@ -400,7 +402,7 @@ fn the_free_plan_budget_keeps_a_retry_for_its_one_flush() {
     // on it costs a retry, not 38 delivered items left to the reaper.
     let mut r = free_plan_run();
     for id in 0..25 {
-        r.m.finished(100 + id, item(id), &Outcome::Done, 0.0);
+        r.m.finished(100 + id, item(id), Outcome::Done, 0.0);
     }
     // The timer fires, but a flush now would leave too little for the rest.
     r.m.timer(1_000);
@@ -408,7 +410,7 @@ fn the_free_plan_budget_keeps_a_retry_for_its_one_flush() {
     assert_eq!(dispatched(&a).len(), 13);
     assert!(!a.iter().any(|a| matches!(a, Action::Commit(_))), "{a:?}");
     for id in 25..38 {
-        r.m.finished(2_000, item(id), &Outcome::Done, 0.0);
+        r.m.finished(2_000, item(id), Outcome::Done, 0.0);
     }
     let rows = take_commit(r.actions(2_000));
     assert_eq!(rows.len(), 38);
@@ -431,8 +433,8 @@ fn a_retry_counts_what_its_failed_attempt_applied_as_applied() {
     r.actions(0);
     r.m.claimed(0, Ok(items(1..3)));
     r.actions(0);
-    r.m.finished(1, item(1), &Outcome::Done, 0.0);
-    r.m.finished(1, item(2), &Outcome::Done, 0.0);
+    r.m.finished(1, item(1), Outcome::Done, 0.0);
+    r.m.finished(1, item(2), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(1));
     r.m.committed(2, rows, Err(StoreError::Db("D1: answer lost".into())));
     let again = take_commit_again(r.actions(2));
@@ -458,7 +460,7 @@ fn the_last_outcomes_go_out_at_once_in_statements_of_at_most_500() {
     r.actions(0);
     // Everything answers: no timer, one statement per 500 outcomes, one at a time.
     for id in 0..900 {
-        r.m.finished(1, item(id), &Outcome::Done, 0.0);
+        r.m.finished(1, item(id), Outcome::Done, 0.0);
     }
     let first = take_commit(r.actions(1));
     assert_eq!(first.len(), 500);
@@ -476,8 +478,8 @@ fn outcomes_of_lost_leases_are_counted_and_reported() {
     r.actions(0);
     r.m.claimed(0, Ok(items(1..3)));
     r.actions(0);
-    r.m.finished(1, item(1), &Outcome::Done, 0.0);
-    r.m.finished(1, item(2), &Outcome::Fail("HTTP 400".into()), 0.0);
+    r.m.finished(1, item(1), Outcome::Done, 0.0);
+    r.m.finished(1, item(2), Outcome::Fail("HTTP 400".into()), 0.0);
     let rows = take_commit(r.actions(1));
     r.m.committed(2, rows, Ok(vec![2]));
     let t = r.m.tally();
@@ -520,16 +522,16 @@ fn a_commit_slower_than_the_wind_down_holds_back_what_could_not_land() {
     r.actions(0);
     r.m.claimed(10, Ok(items(1..5)));
     assert_eq!(dispatched(&r.actions(10)), vec![1, 2]);
-    r.m.finished(500, item(1), &Outcome::Done, 0.0);
+    r.m.finished(500, item(1), Outcome::Done, 0.0);
     assert_eq!(dispatched(&r.actions(500)), vec![3]);
     r.m.timer(600);
     let rows = take_commit(r.actions(600));
-    r.m.finished(5_000, item(2), &Outcome::Done, 0.0);
+    r.m.finished(5_000, item(2), Outcome::Done, 0.0);
     let a = r.actions(5_000);
     assert!(dispatched(&a).is_empty(), "{a:?}");
     assert_eq!(released(&r.reports()), vec![4]);
     r.m.committed(5_100, rows, Ok(vec![1]));
-    r.m.finished(5_200, item(3), &Outcome::Done, 0.0);
+    r.m.finished(5_200, item(3), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(5_200));
     assert_eq!(ids(&rows), vec![2, 4, 3]);
     r.m.committed(5_300, rows, Ok(vec![2, 3, 4]));
@@ -568,7 +570,7 @@ fn an_outcome_whose_lease_is_near_is_committed_without_waiting_for_the_timer() {
     r.actions(0);
     r.m.claimed(10, Ok(items(1..5)));
     r.actions(10);
-    r.m.finished(100, item(1), &Outcome::Done, 0.0);
+    r.m.finished(100, item(1), Outcome::Done, 0.0);
     r.actions(100);
     // A commit takes 26 s: D1 is that slow now.
     r.m.timer(200);
@@ -577,7 +579,7 @@ fn an_outcome_whose_lease_is_near_is_committed_without_waiting_for_the_timer() {
     // Item 2 answers; with commits this slow its lease (30 s) is too near for
     // the 100 ms flush timer: it goes out at once with item 4, released, while
     // item 3 still runs.
-    r.m.finished(26_300, item(2), &Outcome::Done, 0.0);
+    r.m.finished(26_300, item(2), Outcome::Done, 0.0);
     let a = r.actions(26_300);
     assert_eq!(released(&r.reports()), vec![4]);
     assert_eq!(ids(&take_commit(a)), vec![2, 4]);

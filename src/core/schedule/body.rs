@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::cron::CronExpr;
 use super::zone::{parse_zone, DEFAULT_ZONE, SUBJECT_ZONE};
 use super::{ScheduleSpec, Timing, Zone};
+use crate::core::callback::OnFinish;
 use crate::core::error::ApiError;
 use crate::core::requests::validate_id;
 
@@ -30,6 +31,9 @@ pub struct ScheduleBody {
     pub group: Option<String>,
     pub jitter_seconds: Option<i64>,
     pub enabled: Option<bool>,
+    /// The completion callback of every batch it fires (`core::callback`),
+    /// validated with the target policy by the handler.
+    pub on_finish: Option<OnFinish>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -204,7 +208,11 @@ mod tests {
     fn every_bad_body_has_its_code() {
         // Shape: unknown fields and wrong types.
         assert_eq!(
-            code(json!({"cron": "0 9 * * *", "on_finish": {"url": "https://x"}})),
+            code(json!({"cron": "0 9 * * *", "notify": {"url": "https://x"}})),
+            "invalid_json"
+        );
+        assert_eq!(
+            code(json!({"cron": "0 9 * * *", "on_finish": {"url": "https://x", "secret": "s"}})),
             "invalid_json"
         );
         assert_eq!(code(json!({"every_seconds": "60"})), "invalid_json");

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use self::cron::CronExpr;
 use self::zone::{parse_zone, SUBJECT_ZONE};
+use crate::core::callback::OnFinish;
 use crate::core::time::rfc3339;
 
 /// When a schedule fires.
@@ -166,6 +167,10 @@ pub struct ScheduleRow {
     pub created_at: i64,
     /// When the schedule was last written by `PUT` (fires do not change it).
     pub updated_at: i64,
+    /// The completion callback of every batch it fires, as stored (`{"url": …}`,
+    /// `core::callback`).
+    #[serde(default)]
+    pub on_finish: Option<String>,
 }
 
 /// A schedule as the API answers it (times RFC 3339 UTC).
@@ -187,6 +192,8 @@ pub struct ScheduleView {
     pub last_batch_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Where the completion callback of each batch it fires goes, or null.
+    pub on_finish: Option<OnFinish>,
 }
 
 impl ScheduleView {
@@ -205,6 +212,7 @@ impl ScheduleView {
             last_batch_id: row.last_batch_id.clone(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
+            on_finish: OnFinish::from_stored(row.on_finish.as_deref()),
         }
     }
 }

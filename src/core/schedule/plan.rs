@@ -172,6 +172,7 @@ mod tests {
             revision: 3,
             created_at: ms("2026-01-01T00:00:00Z"),
             updated_at: ms("2026-01-01T00:00:00Z"),
+            on_finish: None,
         }
     }
 

@@ -144,6 +144,7 @@ mod tests {
             revision: 1,
             created_at: 0,
             updated_at: 0,
+            on_finish: None,
         }
     }
 
@@ -160,6 +161,10 @@ mod tests {
             created_at: 0,
             finished_at: None,
             schedule_id: None,
+            on_finish: None,
+            callback_status: None,
+            callback_attempts: None,
+            callback_error: None,
         }
     }
 

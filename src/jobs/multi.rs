@@ -1,0 +1,331 @@
+//! Built-in kind `multi`: one item, several channels (email, push, …), each a
+//! signed webhook to its own URL. A run sends every channel not yet delivered
+//! (the claim carries the item's receipts), all at once, and reports each
+//! channel's result with the outcome (`core::receipts`): done when every channel
+//! is delivered, a permanent failure when one fails permanently, otherwise a
+//! retry that sends only what is still missing. Each channel's answer is
+//! classified like a webhook's.
+
+use std::collections::HashSet;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use url::Url;
+
+use super::webhook::{check_signing_secret, REDACTED};
+use super::JobKind;
+use crate::core::model::ClaimedItem;
+use crate::core::receipts::{MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS};
+use crate::core::requests::validate_id;
+use crate::core::target::{self, TargetPolicy};
+
+pub struct Multi;
+
+/// The payload of a multi-channel item.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MultiPayload {
+    pub channels: Vec<Channel>,
+    #[serde(default)]
+    pub data: Value,
+    /// Signs every channel's deliveries instead of `WEBHOOK_SECRET` (as a
+    /// webhook's). Never listed.
+    #[serde(default)]
+    pub signing_secret: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Channel {
+    /// Unique within the item; the id rules, at most
+    /// [`MAX_CHANNEL_NAME_CHARS`] characters.
+    pub name: String,
+    pub url: String,
+}
+
+/// The JSON body one channel's receiver gets: a webhook delivery with the channel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChannelDelivery<'a> {
+    pub item_id: i64,
+    pub batch_id: &'a str,
+    pub subject_id: &'a str,
+    pub attempt: i64,
+    pub channel: &'a str,
+    pub data: &'a Value,
+}
+
+/// What an `Idempotency-Key` cannot carry raw: controls, `%`, and non-ASCII
+/// (header values are byte strings), percent-encoded as UTF-8.
+const KEY_ESCAPES: &AsciiSet = &CONTROLS.add(b'%');
+
+/// Parse and validate a payload: its shape, 1 to [`MAX_CHANNELS`] channels with
+/// unique valid names, each URL as a webhook target under `policy`, the signing
+/// secret. Returns the payload and each channel's checked URL, in order.
+pub fn parse_payload(
+    payload: &Value,
+    policy: &TargetPolicy,
+) -> Result<(MultiPayload, Vec<Url>), String> {
+    let p: MultiPayload = serde_json::from_value(payload.clone()).map_err(|e| {
+        format!("multi payload must be {{\"channels\": [{{\"name\": \"…\", \"url\": \"http(s)://…\"}}, …], \"data\": <any>, \"signing_secret\": <optional>}}: {e}")
+    })?;
+    if p.channels.is_empty() || p.channels.len() > MAX_CHANNELS {
+        return Err(format!(
+            "channels must hold 1 to {MAX_CHANNELS} channels, got {}",
+            p.channels.len()
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut urls = Vec::with_capacity(p.channels.len());
+    for (i, c) in p.channels.iter().enumerate() {
+        let field = format!("channels[{i}].name");
+        validate_id(&field, &c.name).map_err(|e| e.public_message())?;
+        let chars = c.name.chars().count();
+        if chars > MAX_CHANNEL_NAME_CHARS {
+            return Err(format!(
+                "{field} must be at most {MAX_CHANNEL_NAME_CHARS} characters, got {chars}"
+            ));
+        }
+        if !seen.insert(c.name.as_str()) {
+            return Err(format!("{field} {:?} appears twice", c.name));
+        }
+        let url = target::validate(&c.url, policy).map_err(|e| format!("channels[{i}].{e}"))?;
+        urls.push(url);
+    }
+    check_signing_secret(p.signing_secret.as_deref())?;
+    Ok((p, urls))
+}
+
+/// `Idempotency-Key` of one channel's deliveries: `<item id>:<channel>`, the same
+/// on every attempt (the name percent-encoded where a header cannot carry it).
+pub fn idempotency_key(item_id: i64, channel: &str) -> String {
+    format!("{item_id}:{}", utf8_percent_encode(channel, KEY_ESCAPES))
+}
+
+/// The request body of one channel's delivery.
+pub fn delivery_body(item: &ClaimedItem, channel: &str, data: &Value) -> String {
+    let delivery = ChannelDelivery {
+        item_id: item.item_id,
+        batch_id: &item.batch_id,
+        subject_id: &item.subject_id,
+        attempt: item.attempt,
+        channel,
+        data,
+    };
+    serde_json::to_string(&delivery).expect("serialising plain data cannot fail")
+}
+
+impl JobKind for Multi {
+    fn name(&self) -> &'static str {
+        "multi"
+    }
+
+    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
+        parse_payload(payload, policy).map(|_| ())
+    }
+
+    fn redact(&self, payload: &mut Value) {
+        if let Some(secret) = payload.get_mut("signing_secret").filter(|v| !v.is_null()) {
+            *secret = Value::from(REDACTED);
+        }
+    }
+
+    /// One webhook per channel, at most.
+    fn subrequests_per_run(&self) -> i64 {
+        MAX_CHANNELS as i64
+    }
+
+    fn has_channels(&self) -> bool {
+        true
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn run<'a>(
+        &'a self,
+        ctx: &'a super::JobContext,
+        item: &'a ClaimedItem,
+    ) -> futures::future::LocalBoxFuture<'a, crate::core::model::Ran> {
+        Box::pin(run(ctx, item))
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model::Ran {
+    use super::webhook::{post_signed, signing_secret};
+    use crate::core::model::{Outcome, Ran};
+    use crate::core::receipts::{self, ChannelResults};
+
+    // Checked again, as a webhook is: settings change, queued items do not.
+    let dispatch_secrets = ctx.dispatch_keys();
+    let checked = serde_json::from_str::<Value>(&item.payload)
+        .map_err(|e| e.to_string())
+        .and_then(|v| parse_payload(&v, &ctx.policy()))
+        .and_then(|(p, urls)| {
+            let own = p.signing_secret.as_deref();
+            let secret = signing_secret(own, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
+            Ok((p, urls, secret))
+        });
+    let (payload, urls, secret) = match checked {
+        Ok(checked) => checked,
+        Err(e) => return Outcome::Fail(format!("not sent: {e}")).into(),
+    };
+    let delivered = receipts::parse(item.receipts.as_deref());
+    let todo: Vec<(&Channel, &Url)> = payload
+        .channels
+        .iter()
+        .zip(&urls)
+        .filter(|(c, _)| !receipts::is_delivered(&delivered, &c.name))
+        .collect();
+    // Every channel at once: the run takes as long as its slowest channel.
+    let answers = futures::future::join_all(todo.iter().map(|(c, url)| {
+        let body = delivery_body(item, &c.name, &payload.data);
+        let key = idempotency_key(item.item_id, &c.name);
+        let secret = secret.as_str();
+        async move { post_signed(ctx, url, body, &key, secret).await }
+    }))
+    .await;
+    let results: ChannelResults = todo
+        .iter()
+        .map(|(c, _)| c.name.clone())
+        .zip(answers)
+        .collect();
+    Ran {
+        outcome: receipts::outcome(&results),
+        channels: Some(results),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DEV: TargetPolicy = TargetPolicy {
+        allow_private: true,
+        own_host: None,
+    };
+    const PROD: TargetPolicy = TargetPolicy {
+        allow_private: false,
+        own_host: None,
+    };
+
+    fn channels(n: usize) -> Value {
+        Value::Array(
+            (0..n)
+                .map(
+                    |i| json!({"name": format!("c{i}"), "url": format!("https://example.com/{i}")}),
+                )
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn accepts_one_to_eight_channels_with_data_and_a_secret() {
+        let (p, urls) = parse_payload(
+            &json!({"channels": channels(8), "data": {"n": 1}, "signing_secret": "subject-secret-0123"}),
+            &PROD,
+        )
+        .unwrap();
+        assert_eq!((p.channels.len(), urls.len()), (8, 8));
+        assert_eq!(urls[3].as_str(), "https://example.com/3");
+        assert_eq!(p.data, json!({"n": 1}));
+        let (p, _) = parse_payload(&json!({"channels": channels(1)}), &PROD).unwrap();
+        assert_eq!((p.data, p.signing_secret), (Value::Null, None));
+    }
+
+    #[test]
+    fn refuses_bad_channel_lists() {
+        let long = "x".repeat(MAX_CHANNEL_NAME_CHARS + 1);
+        for (bad, says) in [
+            (json!({"channels": []}), "1 to 8"),
+            (json!({"channels": channels(9)}), "1 to 8"),
+            (json!({}), "multi payload must be"),
+            (
+                json!({"channels": channels(1), "url": "https://example.com"}),
+                "unknown field",
+            ),
+            (
+                json!({"channels": [{"name": "a", "url": "https://example.com", "x": 1}]}),
+                "unknown field",
+            ),
+            (
+                json!({"channels": [{"name": "", "url": "https://example.com"}]}),
+                "channels[0].name",
+            ),
+            (
+                json!({"channels": [{"name": "a\nb", "url": "https://example.com"}]}),
+                "control",
+            ),
+            (
+                json!({"channels": [{"name": "..", "url": "https://example.com"}]}),
+                "channels[0].name",
+            ),
+            (
+                json!({"channels": [{"name": long, "url": "https://example.com"}]}),
+                "at most 64",
+            ),
+            (
+                json!({"channels": [{"name": "a", "url": "https://example.com/1"}, {"name": "a", "url": "https://example.com/2"}]}),
+                "appears twice",
+            ),
+            (
+                json!({"channels": [{"name": "a", "url": "ftp://example.com"}]}),
+                "channels[0].url",
+            ),
+            (
+                json!({"channels": channels(1), "signing_secret": "short"}),
+                "at least 16",
+            ),
+        ] {
+            let err = parse_payload(&bad, &DEV).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_channel_url_follows_the_target_policy() {
+        let local = json!({"channels": [{"name": "a", "url": "https://example.com"}, {"name": "b", "url": "http://127.0.0.1:9000/x"}]});
+        assert!(parse_payload(&local, &DEV).is_ok());
+        let err = parse_payload(&local, &PROD).unwrap_err();
+        assert!(
+            err.starts_with("channels[1].url host 127.0.0.1 is"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn keys_name_the_item_and_the_channel_in_a_header_safe_form() {
+        assert_eq!(idempotency_key(42, "email"), "42:email");
+        assert_eq!(idempotency_key(42, "push: ios"), "42:push: ios");
+        assert_eq!(idempotency_key(7, "ünï 100%"), "7:%C3%BCn%C3%AF 100%25");
+    }
+
+    #[test]
+    fn a_channel_delivery_is_a_webhook_delivery_with_the_channel() {
+        let item = ClaimedItem {
+            item_id: 42,
+            lease_token: "secret-token".into(),
+            batch_id: "b1".into(),
+            subject_id: "s1".into(),
+            attempt: 2,
+            max_attempts: 5,
+            kind: "multi".into(),
+            payload: "{}".into(),
+            receipts: None,
+        };
+        let body: Value =
+            serde_json::from_str(&delivery_body(&item, "push", &json!({"k": "v"}))).unwrap();
+        assert_eq!(
+            body,
+            json!({"item_id": 42, "batch_id": "b1", "subject_id": "s1", "attempt": 2,
+                   "channel": "push", "data": {"k": "v"}})
+        );
+    }
+
+    #[test]
+    fn listings_hide_the_signing_secret() {
+        let mut p = json!({"channels": channels(1), "signing_secret": "subject-secret-0123"});
+        Multi.redact(&mut p);
+        assert_eq!(p["signing_secret"], json!(REDACTED));
+    }
+}
