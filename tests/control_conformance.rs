@@ -918,9 +918,12 @@ fn the_rebuild_keeps_rows_ids_and_counters() {
         .filter(|p| p.extension().is_some_and(|x| x == "sql"))
         .collect();
     files.sort();
+    let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
+    // The ones before it, then 0006 alone (later migrations have tests of their own).
     let (before, after): (Vec<PathBuf>, Vec<PathBuf>) = files
         .into_iter()
-        .partition(|p| p.file_name().unwrap().to_str().unwrap() < "0006");
+        .filter(|p| name(p).as_str() < "0007")
+        .partition(|p| name(p).as_str() < "0006");
     for f in &before {
         conn.execute_batch(&std::fs::read_to_string(f).unwrap())
             .unwrap();
