@@ -2554,3 +2554,302 @@ fn item_replay_requeues_one_failed_item_once() {
     assert_eq!(name, "item_requeued");
     assert_eq!(fields, json!({"batch_id": id, "item_id": failed}));
 }
+
+// ---------------------------------------------------------------- delivery (issue 11 part B)
+
+const HOOK: &str = "https://hooks.example.com/batch-done";
+
+/// Claim every due row (items and callbacks) and commit `outcome` for each.
+fn run_rows(host: &Host, outcome: Outcome) -> Vec<i64> {
+    let now = host.now.get();
+    let claimed = block_on(host.store.claim_due_items(now, 1_000, "r", now + 60_000)).unwrap();
+    let done: Vec<Transition> = claimed
+        .iter()
+        .map(|c| decide(c, &outcome, host.settings.retry, now, 0.0))
+        .collect();
+    block_on(host.store.commit_outcomes(&done)).unwrap()
+}
+
+#[test]
+fn on_finish_is_validated_like_a_webhook_target_before_anything_is_written() {
+    let host = setup();
+    let post =
+        |on_finish: Value| json!({"key": "cb", "items": [item("a")], "on_finish": on_finish});
+    for url in [
+        "ftp://hooks.example.com/x",
+        "http://127.0.0.1:9000/done",
+        "http://169.254.169.254/latest/meta-data",
+        "https://user:pw@hooks.example.com/",
+        "https://hooks.example.com/ x",
+        "not a url",
+    ] {
+        let message = host.bad(
+            POST,
+            "/batches",
+            &post(json!({"url": url})),
+            "invalid_on_finish",
+        );
+        assert!(message.starts_with("on_finish.url"), "{url}: {message}");
+    }
+    for shape in [json!({}), json!({"url": HOOK, "secret": "x"}), json!(HOOK)] {
+        host.bad(POST, "/batches", &post(shape), "invalid_json");
+    }
+    // The items are checked too, whatever on_finish says.
+    let bad_item = json!({"items": [{"subject_id": "a", "kind": "email", "payload": {}}], "on_finish": {"url": HOOK}});
+    host.bad(POST, "/batches", &bad_item, "invalid_payload");
+    let created = host.ok(POST, "/batches", Some(post(json!({"url": HOOK}))), 201);
+    assert_eq!(created["on_finish"], json!({"url": HOOK}));
+    assert_eq!(
+        created["callback"],
+        json!({"status": "pending", "attempts": 0, "last_error": null})
+    );
+    // The key exists: the existing batch is answered as it is, nothing written.
+    let before = host.fingerprint();
+    let again = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "cb", "items": [item("a")], "on_finish": {"url": "https://other.example.com/"}})),
+        200,
+    );
+    assert_eq!(again["on_finish"], json!({"url": HOOK}));
+    assert_eq!(host.fingerprint(), before);
+}
+
+#[test]
+fn the_worker_itself_is_no_callback_target() {
+    let mut host = setup();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
+    let mut req = admin(POST, "/batches");
+    req.host = Some("127.0.0.1:8787".into());
+    let body = json!({"items": [item("a")], "on_finish": {"url": "http://127.0.0.1:8787/batches"}});
+    let message = host.refused(&req, body.to_string().as_bytes(), 400, "invalid_on_finish");
+    assert!(message.contains("own host"), "{message}");
+    let body = json!({"items": [item("a")], "on_finish": {"url": "http://127.0.0.1:9000/done"}});
+    let (status, _) = host.call(&req, body.to_string().as_bytes());
+    assert_eq!(status, 201, "a private target is allowed by the setting");
+}
+
+#[test]
+fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
+    let host = setup();
+    let created = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "cb", "items": [item("a"), item("b")], "on_finish": {"url": HOOK}})),
+        201,
+    );
+    let id = created["id"].as_str().unwrap();
+    let plain = new_batch(&host, "plain", 1);
+    run_due(&host, |_| Outcome::Done);
+    let ended = batch_json(&host, id);
+    assert_eq!(
+        (
+            ended["status"].clone(),
+            ended["total"].clone(),
+            ended["processing"].clone()
+        ),
+        (json!("finished"), json!(2), json!(0))
+    );
+    assert_eq!(
+        ended["callback"],
+        json!({"status": "pending", "attempts": 0, "last_error": null})
+    );
+    assert_eq!(batch_json(&host, &plain)["callback"], Value::Null);
+    // A first delivery fails: still pending, with the attempt and the reason.
+    host.now.set(NOW + 10);
+    let tried = run_rows(&host, Outcome::Retry("HTTP 503".into()));
+    assert_eq!(tried.len(), 1, "only the callback was due");
+    let callback_id = tried[0];
+    let retrying = batch_json(&host, id);
+    assert_eq!(
+        retrying["callback"],
+        json!({"status": "pending", "attempts": 1, "last_error": "attempt 1 failed: HTTP 503"})
+    );
+    assert_eq!(
+        (
+            retrying["completed"].clone(),
+            retrying["pending"].clone(),
+            retrying["percent"].clone()
+        ),
+        (json!(2), json!(0), json!(100.0)),
+        "the callback is no item"
+    );
+    host.now.set(NOW + 3_600_000);
+    assert_eq!(run_rows(&host, Outcome::Done), vec![callback_id]);
+    assert_eq!(
+        batch_json(&host, id)["callback"],
+        json!({"status": "delivered", "attempts": 2, "last_error": null})
+    );
+    let listed = host.ok(GET, "/batches", None, 200);
+    let mine = listed["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == json!(id))
+        .unwrap();
+    assert_eq!(mine["callback"]["status"], json!("delivered"));
+    let items = host.ok(GET, &format!("/batches/{id}/items"), None, 200);
+    assert_eq!(
+        column(&items, "items", "subject_id"),
+        strings(&["a", "b"]),
+        "the callback is not listed"
+    );
+    // Its row is no item: replaying it by id finds nothing.
+    host.refused(
+        &admin(POST, &format!("/items/{callback_id}/retry")),
+        b"",
+        404,
+        "not_found",
+    );
+}
+
+#[test]
+fn schedules_carry_on_finish_to_every_batch_they_fire() {
+    let host = setup();
+    let body = |on_finish: Value| json!({"every_seconds": 3600, "on_finish": on_finish});
+    for url in ["http://10.0.0.1/done", "gopher://hooks.example.com/"] {
+        host.bad(
+            PUT,
+            "/schedules/hourly",
+            &body(json!({"url": url})),
+            "invalid_on_finish",
+        );
+    }
+    host.bad(
+        PUT,
+        "/schedules/hourly",
+        &body(json!({"uri": HOOK})),
+        "invalid_json",
+    );
+    let created = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(body(json!({"url": HOOK}))),
+        201,
+    );
+    assert_eq!(created["on_finish"], json!({"url": HOOK}));
+    assert_eq!(
+        host.ok(GET, "/schedules/hourly", None, 200)["on_finish"],
+        json!({"url": HOOK})
+    );
+    // Fired: its batch calls back.
+    host.put_subjects(json!([subject("a")]));
+    let fire_at = created["next_fire_at"].as_str().unwrap();
+    host.now.set(
+        chrono::DateTime::parse_from_rfc3339(fire_at)
+            .unwrap()
+            .timestamp_millis(),
+    );
+    let new_id = || "fired-1".to_string();
+    block_on(
+        host.store
+            .fire_due(host.now.get(), 10, MAX_ATTEMPTS, &new_id),
+    )
+    .unwrap();
+    assert_eq!(
+        batch_json(&host, "fired-1")["on_finish"],
+        json!({"url": HOOK})
+    );
+    // A replace without on_finish removes it; the fired batch keeps its own.
+    let replaced = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(json!({"every_seconds": 3600})),
+        200,
+    );
+    assert_eq!(replaced["on_finish"], Value::Null);
+    assert_eq!(
+        batch_json(&host, "fired-1")["on_finish"],
+        json!({"url": HOOK})
+    );
+}
+
+fn multi_subject(id: &str, channels: Value) -> Value {
+    json!({"id": id, "kind": "multi", "payload": {"channels": channels, "data": {"n": 1}}})
+}
+
+#[test]
+fn multi_payloads_are_validated_when_written() {
+    let host = setup();
+    let ch = |name: &str, url: &str| json!({"name": name, "url": url});
+    let email = ch("email", "https://mail.example.com/hook");
+    let many: Vec<Value> = (0..9)
+        .map(|i| ch(&format!("c{i}"), "https://example.com/"))
+        .collect();
+    for (channels, says) in [
+        (json!([]), "1 to 8"),
+        (Value::Array(many), "1 to 8"),
+        (json!([email.clone(), email.clone()]), "appears twice"),
+        (json!([ch("", "https://example.com/")]), "channels[0].name"),
+        (
+            json!([ch(&"n".repeat(65), "https://example.com/")]),
+            "at most 64",
+        ),
+        (
+            json!([email.clone(), ch("push", "http://192.168.1.2/push")]),
+            "channels[1].url",
+        ),
+        (json!([{"name": "email"}]), "multi payload must be"),
+    ] {
+        let body = json!({"subjects": [multi_subject("m", channels.clone())]});
+        let message = host.bad(PUT, "/subjects", &body, "invalid_payload");
+        assert!(message.contains(says), "{channels}: {message}");
+        let batch = json!({"items": [{"subject_id": "m", "kind": "multi", "payload": {"channels": channels}}]});
+        host.bad(POST, "/batches", &batch, "invalid_payload");
+    }
+    let secret = json!({"id": "m", "kind": "multi", "payload": {"channels": [email], "signing_secret": "subject-secret-0123"}});
+    host.put_subjects(json!([secret]));
+    let listed = host.ok(GET, "/subjects/m", None, 200);
+    assert_eq!(listed["payload"]["signing_secret"], json!("[redacted]"));
+    assert_eq!(listed["payload"]["channels"][0]["name"], json!("email"));
+}
+
+#[test]
+fn items_show_receipts_for_kinds_with_channels_only() {
+    let host = setup();
+    let channels = json!([{"name": "email", "url": "https://mail.example.com/"},
+                          {"name": "push", "url": "https://push.example.com/"}]);
+    host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "mixed", "items": [
+            {"subject_id": "m", "kind": "multi", "payload": {"channels": channels}},
+            item("n")]})),
+        201,
+    );
+    let list = || host.ok(GET, "/batches/batch-1/items", None, 200)["items"].clone();
+    assert_eq!(
+        (list()[0]["receipts"].clone(), list()[1]["receipts"].clone()),
+        (json!({}), Value::Null),
+        "a multi item before its first run; a noop item"
+    );
+    let now = host.now.get();
+    let claimed = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
+    let multi = claimed.iter().find(|c| c.kind == "multi").unwrap();
+    let results = cron_fanout::core::receipts::ChannelResults::from([
+        ("email".to_string(), Outcome::Done),
+        ("push".to_string(), Outcome::Retry("HTTP 503".into())),
+    ]);
+    let mut t = decide(
+        multi,
+        &cron_fanout::core::receipts::outcome(&results),
+        host.settings.retry,
+        now,
+        0.0,
+    );
+    t.receipts = cron_fanout::core::receipts::settle(multi, Some(&results), t.status, now);
+    block_on(host.store.commit_outcomes([&t])).unwrap();
+    let shown = list();
+    assert_eq!(
+        shown[0]["receipts"],
+        json!({"email": {"status": "delivered", "at": rfc3339(now)},
+               "push": {"status": "pending", "error": "HTTP 503"}})
+    );
+    assert_eq!(
+        shown[0]["last_error"],
+        json!("attempt 1 failed: channel push: HTTP 503")
+    );
+    assert_eq!(shown[1]["receipts"], Value::Null);
+}
