@@ -770,7 +770,10 @@ fn a_commit_whose_lease_was_lost_applies_no_receipt() {
         ],
         LEASE_MS + 2,
     );
-    assert_eq!(commit(&store, std::slice::from_ref(&t)), vec![second.item_id]);
+    assert_eq!(
+        commit(&store, std::slice::from_ref(&t)),
+        vec![second.item_id]
+    );
     assert_eq!(
         block_on(store.recommit_outcomes([&t])).unwrap(),
         vec![second.item_id]

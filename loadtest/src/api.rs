@@ -122,6 +122,21 @@ pub struct Batch {
     pub finished_at: Option<String>,
     /// The schedule that fired it (`None`: ad-hoc).
     pub schedule_id: Option<String>,
+    /// Where its completion callback goes (`{"url": …}`), if anywhere.
+    #[serde(default)]
+    pub on_finish: Option<Value>,
+    /// Its completion callback's delivery (`None` without `on_finish`).
+    #[serde(default)]
+    pub callback: Option<Callback>,
+}
+
+/// A batch's completion callback as `GET /batches/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Callback {
+    /// `pending`, `delivered` or `failed`.
+    pub status: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
 }
 
 impl Batch {
@@ -161,6 +176,9 @@ pub struct Item {
     pub run_after: Option<String>,
     pub started_at: Option<String>,
     pub completed_at: Option<String>,
+    /// Per-channel receipts (multi-channel items); `None` for other kinds.
+    #[serde(default)]
+    pub receipts: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -802,6 +802,7 @@ mod tests {
             batch_id: Some("b".into()),
             body_subject_id: Some("s".into()),
             attempt: Some(attempt),
+            channel: None,
             data_sha256: None,
             signature: "valid".into(),
             status,
@@ -822,6 +823,7 @@ mod tests {
             run_after: None,
             started_at: None,
             completed_at: None,
+            receipts: None,
         }
     }
 
@@ -842,6 +844,8 @@ mod tests {
             created_at: "2026-11-21T12:00:00.000Z".into(),
             finished_at: finished.then(|| "2026-11-21T12:01:00.000Z".into()),
             schedule_id: None,
+            on_finish: None,
+            callback: None,
         }
     }
 

@@ -177,6 +177,7 @@ mod tests {
             run_after: None,
             started_at: None,
             completed_at: completed_at.map(str::to_string),
+            receipts: None,
         }
     }
 

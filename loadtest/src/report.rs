@@ -257,6 +257,8 @@ mod tests {
             created_at: "2026-01-01T12:00:00.000Z".into(),
             finished_at: None,
             schedule_id: None,
+            on_finish: None,
+            callback: None,
         };
         let item = |id: i64, at: &str| Item {
             id,
@@ -269,6 +271,7 @@ mod tests {
             run_after: None,
             started_at: None,
             completed_at: Some(at.into()),
+            receipts: None,
         };
         let items = [
             item(1, "2026-01-01T12:00:00.500Z"),

@@ -2,9 +2,14 @@
 //! Worker's signatures, injects faults (see `faults`) and records every delivery.
 //!
 //! Routes:
-//! - `POST /hook/<subject_id>?<faults>`: a delivery. Answers 401 on a bad signature,
-//!   400 on a missing Idempotency-Key, a body that is not the delivery JSON or an
-//!   unknown fault, and otherwise what the faults decide (200 by default).
+//! - `POST /hook/<subject_id>?<faults>`: a delivery (a webhook's, or one channel's
+//!   of a multi-channel item: its body names the `channel`). Answers 401 on a bad
+//!   signature, 400 on a missing Idempotency-Key, a body that is not the delivery
+//!   JSON or an unknown fault, and otherwise what the faults decide (200 by
+//!   default).
+//! - `POST /callback/<name>?<faults>`: a batch's completion callback, checked and
+//!   answered the same way, its body the batch summary; kept apart from the
+//!   deliveries (`Stats::callbacks`), with its own count per Idempotency-Key.
 //! - `ANY /redirected/<subject_id>`: where the `redirect` fault's `Location` points.
 //!   Counted (`Stats::redirect_hits`); the Worker must never get here.
 //! - `POST /secrets`: `{"<subject_id>": "<signing secret>"}`, the subjects whose
@@ -51,6 +56,9 @@ pub struct Delivery {
     /// The body's own `subject_id`, to compare with the path's.
     pub body_subject_id: Option<String>,
     pub attempt: Option<u32>,
+    /// The channel of a multi-channel item's delivery (`None` for a webhook's).
+    #[serde(default)]
+    pub channel: Option<String>,
     /// SHA-256 (hex) of the body's `data`, re-serialised canonically: compared with
     /// the subject's payload to prove it arrived intact (`data_digest`).
     #[serde(default)]
@@ -86,6 +94,44 @@ pub struct Stats {
     /// Every record, oldest first; only with `?deliveries=1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliveries: Option<Vec<Delivery>>,
+    /// Every completion callback received, oldest first (always: they are few).
+    #[serde(default)]
+    pub callbacks: Vec<CallbackRecord>,
+}
+
+/// One completion callback as the sink saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CallbackRecord {
+    /// Arrival order among callbacks.
+    pub seq: u64,
+    /// From the URL path (`/callback/<name>`).
+    pub name: String,
+    pub idempotency_key: Option<String>,
+    /// 1 for the first callback of this Idempotency-Key, 2 for the next...
+    pub delivery_no: u32,
+    /// `valid`, `missing`, `malformed`, `stale` or `mismatch`.
+    pub signature: String,
+    /// The body, when it is exactly the documented summary.
+    pub summary: Option<Summary>,
+    /// What the sink answered (`None`: still sleeping, or the Worker hung up).
+    pub status: Option<u16>,
+    pub received_at: String,
+    pub error: Option<String>,
+}
+
+/// The body of a completion callback: exactly these fields (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub batch_id: String,
+    pub key: String,
+    pub status: String,
+    pub total: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub created_at: String,
+    pub finished_at: String,
 }
 
 /// The JSON body the Worker sends.
@@ -95,6 +141,9 @@ struct Body {
     batch_id: String,
     subject_id: String,
     attempt: u32,
+    /// Only in a multi-channel item's deliveries.
+    #[serde(default)]
+    channel: Option<String>,
     /// Required by the contract (may be null); recorded as a digest.
     data: serde_json::Value,
 }
@@ -116,6 +165,8 @@ struct Inner {
     subject_secrets: HashMap<String, Vec<u8>>,
     /// Subjects whose receiver was fixed (`POST /fixed`).
     fixed: HashSet<String>,
+    callbacks: Vec<CallbackRecord>,
+    callback_per_key: HashMap<String, u32>,
 }
 
 struct Shared {
@@ -171,6 +222,7 @@ fn router(webhook_secret: &str) -> Router {
     });
     Router::new()
         .route("/hook/{subject_id}", post(hook))
+        .route("/callback/{name}", post(callback))
         .route("/redirected/{subject_id}", any(redirected))
         .route("/secrets", post(secrets))
         .route("/fixed", post(fixed))
@@ -180,10 +232,10 @@ fn router(webhook_secret: &str) -> Router {
 }
 
 /// Whether a delivery is acceptable, and if so the faults to apply to it.
-fn admit(
+fn admit<T>(
     sig: signature::Verdict,
     has_key: bool,
-    body: &Result<Body, serde_json::Error>,
+    body: &Result<T, serde_json::Error>,
     query: &str,
 ) -> Result<Faults, (StatusCode, String)> {
     if sig != signature::Verdict::Valid {
@@ -252,6 +304,7 @@ async fn hook(
             batch_id: body.as_ref().map(|b| b.batch_id.clone()),
             body_subject_id: body.as_ref().map(|b| b.subject_id.clone()),
             attempt: body.as_ref().map(|b| b.attempt),
+            channel: body.as_ref().and_then(|b| b.channel.clone()),
             data_sha256: body.as_ref().map(|b| data_digest(&b.data)),
             signature: sig.as_str().to_string(),
             status: error.map(|(s, _)| s.as_u16()),
@@ -290,6 +343,64 @@ async fn hook(
         }
     }
     response
+}
+
+/// A completion callback: verified, recorded and answered like a delivery (the
+/// faults of its URL, decided per Idempotency-Key and delivery number).
+async fn callback(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let now = chrono::Utc::now();
+    let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
+    let sig = signature::verify(&shared.secret, sig_header, &body, now.timestamp());
+    let key = headers
+        .get("Idempotency-Key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let parsed: Result<Summary, _> = serde_json::from_slice(&body);
+    let admitted = admit(sig, key.is_some(), &parsed, query.as_deref().unwrap_or(""));
+    let error = admitted.as_ref().err();
+    let (index, delivery_no) = {
+        let mut inner = shared.lock();
+        let delivery_no = match &key {
+            Some(k) => {
+                let n = inner.callback_per_key.entry(k.clone()).or_insert(0);
+                *n += 1;
+                *n
+            }
+            None => 1,
+        };
+        let seq = inner.callbacks.len() as u64;
+        inner.callbacks.push(CallbackRecord {
+            seq,
+            name,
+            idempotency_key: key.clone(),
+            delivery_no,
+            signature: sig.as_str().to_string(),
+            summary: parsed.ok(),
+            status: error.map(|(s, _)| s.as_u16()),
+            received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            error: error.map(|(_, why)| why.clone()),
+        });
+        (inner.callbacks.len() - 1, delivery_no)
+    };
+    let faults = match admitted {
+        Ok(faults) => faults,
+        Err((status, why)) => return (status, why).into_response(),
+    };
+    let decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
+    if !decision.delay.is_zero() {
+        tokio::time::sleep(decision.delay).await;
+    }
+    if let Some(c) = shared.lock().callbacks.get_mut(index) {
+        c.status = Some(decision.status);
+    }
+    let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(serde_json::json!({ "received": index }))).into_response()
 }
 
 /// The redirect target: whatever gets here followed a redirect it should not have.
@@ -334,6 +445,7 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -
             .map(|&n| u64::from(n.saturating_sub(1)))
             .sum(),
         deliveries: want_list.then(|| inner.deliveries.clone()),
+        callbacks: inner.callbacks.clone(),
         redirect_hits: inner.redirect_hits,
         ..Stats::default()
     };
@@ -355,6 +467,8 @@ async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
     let mut inner = shared.lock();
     inner.deliveries.clear();
     inner.per_key.clear();
+    inner.callbacks.clear();
+    inner.callback_per_key.clear();
     inner.redirect_hits = 0;
     StatusCode::NO_CONTENT
 }
@@ -383,6 +497,13 @@ impl SinkClient {
         let q = faults.to_query();
         let sep = if q.is_empty() { "" } else { "?" };
         format!("{}/hook/{subject_id}{sep}{q}", self.base)
+    }
+
+    /// Where a batch's completion callback goes (`<base>/callback/<name>?<faults>`).
+    pub fn callback_url(&self, name: &str, faults: &Faults) -> String {
+        let q = faults.to_query();
+        let sep = if q.is_empty() { "" } else { "?" };
+        format!("{}/callback/{name}{sep}{q}", self.base)
     }
 
     pub async fn stats(&self, with_deliveries: bool) -> Result<Stats> {

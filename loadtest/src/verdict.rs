@@ -370,6 +370,7 @@ mod tests {
             run_after: None,
             started_at: None,
             completed_at: None,
+            receipts: None,
         }
     }
 
@@ -383,6 +384,7 @@ mod tests {
             batch_id: Some("b".into()),
             body_subject_id: Some("s".into()),
             attempt: Some(attempt),
+            channel: None,
             data_sha256: None,
             signature: "valid".into(),
             status: Some(200),
@@ -510,6 +512,8 @@ mod tests {
             created_at: String::new(),
             finished_at: (status == "finished").then(String::new),
             schedule_id: None,
+            on_finish: None,
+            callback: None,
         }
     }
 

@@ -213,3 +213,63 @@ async fn a_fixed_receiver_answers_200_whatever_its_faults() {
     assert_eq!(stats.by_status.get("200"), Some(&1));
     assert_eq!(stats.by_status.get("500"), Some(&2));
 }
+
+/// Posts a completion callback the way the Worker does.
+async fn call_back(url: &str, body: &serde_json::Value, secret: &str) -> reqwest::Response {
+    let body = body.to_string();
+    let t = chrono::Utc::now().timestamp();
+    reqwest::Client::new()
+        .post(url)
+        .header("Idempotency-Key", "batch:b1")
+        .header("Content-Type", "application/json")
+        .header(
+            signature::HEADER,
+            signature::sign(secret.as_bytes(), t, body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("sink reachable")
+}
+
+#[tokio::test]
+async fn callbacks_are_recorded_apart_with_their_summary_and_faults() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    let url = client.callback_url(
+        "done",
+        &loadtest::faults::Faults {
+            fail_first: 2,
+            ..Default::default()
+        },
+    );
+    let summary = serde_json::json!({"batch_id": "b1", "key": "k", "status": "finished",
+        "total": 3, "completed": 2, "failed": 1, "cancelled": 0,
+        "created_at": "2026-11-21T12:00:00.000Z", "finished_at": "2026-11-21T12:01:00.000Z"});
+    let statuses = [
+        call_back(&url, &summary, SECRET).await.status(),
+        call_back(&url, &summary, SECRET).await.status(),
+        call_back(&url, &summary, SECRET).await.status(),
+    ];
+    assert_eq!(statuses.map(|s| s.as_u16()), [503, 503, 200]);
+    let mut extra = summary.clone();
+    extra["items"] = serde_json::json!([]);
+    assert_eq!(call_back(&url, &extra, SECRET).await.status(), 400);
+    assert_eq!(call_back(&url, &summary, "wrong").await.status(), 401);
+
+    let stats = client.stats(false).await.unwrap();
+    assert_eq!(stats.total, 0, "callbacks are not deliveries");
+    let c = &stats.callbacks;
+    assert_eq!(c.len(), 5);
+    assert_eq!(
+        c.iter().map(|r| r.delivery_no).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    assert_eq!(c[2].summary.as_ref().unwrap().completed, 2);
+    assert_eq!(
+        (c[2].name.as_str(), c[2].signature.as_str(), c[2].status),
+        ("done", "valid", Some(200))
+    );
+    assert!(c[3].summary.is_none() && c[3].error.is_some());
+    assert_eq!(c[4].signature, "mismatch");
+}
