@@ -16,7 +16,7 @@ use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{control, edges, sink, steps, ui, verdict};
+use crate::{control, delivery, edges, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
@@ -95,8 +95,12 @@ pub struct E2eArgs {
     pub only_control: bool,
     /// Run only the dashboard's browser part (its own Worker with the suite's
     /// settings): a quick loop while working on the page.
-    #[arg(long, conflicts_with = "only_control")]
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery"])]
     pub only_dashboard: bool,
+    /// Run only the delivery part (completion callbacks, multi-channel items; its
+    /// own Worker).
+    #[arg(long)]
+    pub only_delivery: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -110,17 +114,25 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
-    if !args.only_control {
+    let only_one_part = args.only_control || args.only_delivery;
+    if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
         }
     }
     let timeout = Duration::from_secs(args.timeout_secs);
-    if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
-        checks.record(
-            "batch-control part ran to completion",
-            Err(format!("{e:#}")),
-        );
+    if !only_one_part || args.only_control {
+        if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
+            checks.record(
+                "batch-control part ran to completion",
+                Err(format!("{e:#}")),
+            );
+        }
+    }
+    if !only_one_part || args.only_delivery {
+        if let Err(e) = delivery::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("delivery part ran to completion", Err(format!("{e:#}")));
+        }
     }
     println!("{}", checks.summary());
     checks.all_passed()

@@ -17,6 +17,8 @@
 //!   shared by e2e, run and demo.
 //! - `control`: pause, resume, cancel, replay and retention end to end (issue 11):
 //!   the e2e checks, the `cancel` and `replay` scenarios' flows, their verdicts.
+//! - `delivery`: completion callbacks and multi-channel items end to end (issue 11
+//!   part B): the e2e checks, the `multi` scenario's flow, their verdicts.
 //! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
 //! - `scenario`: what each `run` scenario seeds and configures.
@@ -37,6 +39,7 @@ pub mod checks;
 pub mod clock;
 pub mod control;
 pub mod control_bench;
+pub mod delivery;
 pub mod demo;
 pub mod devvars;
 pub mod drive;

@@ -7,7 +7,7 @@ use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Job, Scenario, Spec};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{control, metrics, steps, verdict};
+use crate::{control, delivery, metrics, steps, verdict};
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -115,6 +115,9 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
     let api = target.api.clone();
     let plan = spec.plan();
     let subjects: Vec<SubjectIn> = match spec.job {
+        Job::Webhook if spec.scenario == Scenario::Multi => {
+            delivery::subjects(&target.sink, &plan, spec.error_rate)
+        }
         Job::Noop => plan
             .iter()
             .map(|p| plan::noop_subject(p.id.clone()))
@@ -140,6 +143,10 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
     };
     if matches!(spec.scenario, Scenario::Cancel | Scenario::Replay) {
         return control::scenario(spec, target, &plan, &known, pace).await;
+    }
+    if spec.scenario == Scenario::Multi {
+        api.delete_schedule("daily").await?;
+        return delivery::scenario(spec, target, &plan, &known, pace).await;
     }
 
     // The `daily` schedule would fire over the same subjects once the real clock

@@ -27,6 +27,10 @@ pub enum Scenario {
     /// `--poison-share` of the subjects answer 500 until they fail; their receivers
     /// are then fixed and the failures replayed: each is delivered once more.
     Replay,
+    /// Multi-channel items (email, push, sms); push answers 500 with probability
+    /// `--error-rate` per delivery. Each channel is sent until delivered, never
+    /// after; the batch's completion callback is refused once, then received.
+    Multi,
 }
 
 impl Scenario {
@@ -40,6 +44,7 @@ impl Scenario {
             Scenario::Refire => "refire",
             Scenario::Cancel => "cancel",
             Scenario::Replay => "replay",
+            Scenario::Multi => "multi",
         }
     }
 }
@@ -155,7 +160,8 @@ impl Spec {
             ..Faults::default()
         };
         let (faults, odd) = match self.scenario {
-            Scenario::Happy | Scenario::Refire => (Faults::default(), None),
+            // Multi's channels carry their faults (`delivery::scenario_channels`).
+            Scenario::Happy | Scenario::Refire | Scenario::Multi => (Faults::default(), None),
             Scenario::Latency | Scenario::Crash | Scenario::Cancel => (slow, None),
             Scenario::Flaky => (
                 Faults {

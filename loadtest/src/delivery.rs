@@ -1,0 +1,878 @@
+//! Delivery end to end (issue 11 part B): completion callbacks and multi-channel
+//! items against a real Worker and sink. The e2e checks ([`e2e`]), the `multi`
+//! scenario of `loadtest run` ([`scenario`]), and the pure verdicts they share.
+//!
+//! A callback is told apart by its `Idempotency-Key` (`batch:<id>`, the same for
+//! every end of a batch) and an end by the summary's `finished_at`; a channel's
+//! deliveries by theirs (`<item id>:<channel>`).
+
+use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
+use crate::checks::Checks;
+use crate::control::until_ended;
+use crate::drive::{self, Pace};
+use crate::faults::Faults;
+use crate::plan::Planned;
+use crate::report::{Deliveries, Observed, RunReport, Verdict};
+use crate::scenario::Spec;
+use crate::sink::{CallbackRecord, Delivery, SinkClient, Summary};
+use crate::target::{Secrets, Target, TargetArgs};
+use crate::{metrics, signature, verdict};
+use anyhow::{ensure, Context, Result};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+// ---------------------------------------------------------------- pure verdicts
+
+/// The callbacks of batch `id` (its Idempotency-Key), in arrival order.
+pub fn callbacks_of<'a>(all: &'a [CallbackRecord], id: &Id) -> Vec<&'a CallbackRecord> {
+    let key = format!("batch:{id}");
+    let mut of: Vec<&CallbackRecord> = all
+        .iter()
+        .filter(|c| c.idempotency_key.as_deref() == Some(key.as_str()))
+        .collect();
+    of.sort_by_key(|c| c.seq);
+    of
+}
+
+/// A callback's summary is the batch as the API shows it at its end.
+pub fn summary_matches(s: &Summary, b: &Batch) -> Result<(), String> {
+    let want = (
+        b.id.0.as_str(),
+        b.key.as_deref().unwrap_or_default(),
+        b.status.as_str(),
+        (b.total, b.completed, b.failed, b.cancelled),
+        b.created_at.as_str(),
+        b.finished_at.as_deref().unwrap_or_default(),
+    );
+    let got = (
+        s.batch_id.as_str(),
+        s.key.as_str(),
+        s.status.as_str(),
+        (s.total, s.completed, s.failed, s.cancelled),
+        s.created_at.as_str(),
+        s.finished_at.as_str(),
+    );
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("summary {got:?}, batch {want:?}"))
+    }
+}
+
+/// Every callback signed and carrying the documented summary, and each end
+/// (`finished_at`) received with exactly one 2xx answer, its last delivery (the
+/// ones before it are retries of the same body). Returns each end's summary, in
+/// order, with the statuses its deliveries were answered.
+pub fn one_success_per_end(
+    records: &[&CallbackRecord],
+) -> Result<Vec<(Summary, Vec<Option<u16>>)>, String> {
+    let mut ends: Vec<(Summary, Vec<Option<u16>>)> = Vec::new();
+    for c in records {
+        if c.signature != signature::Verdict::Valid.as_str() {
+            return Err(format!("callback #{} signature {}", c.seq, c.signature));
+        }
+        let Some(summary) = &c.summary else {
+            return Err(format!("callback #{} body: {:?}", c.seq, c.error));
+        };
+        match ends.last_mut() {
+            Some((s, statuses)) if s.finished_at == summary.finished_at => {
+                if s != summary {
+                    return Err(format!(
+                        "a retry changed the summary: {s:?} then {summary:?}"
+                    ));
+                }
+                statuses.push(c.status);
+            }
+            _ => ends.push((summary.clone(), vec![c.status])),
+        }
+    }
+    for (s, statuses) in &ends {
+        let ok = |st: &Option<u16>| st.is_some_and(|s| (200..300).contains(&s));
+        if statuses.iter().filter(|st| ok(st)).count() != 1 || !statuses.last().is_some_and(ok) {
+            return Err(format!(
+                "the end at {} was answered {statuses:?} (want one 2xx, last)",
+                s.finished_at
+            ));
+        }
+    }
+    Ok(ends)
+}
+
+/// Sink records grouped by Idempotency-Key (`<item id>:<channel>` for a channel),
+/// in arrival order.
+pub fn deliveries_by_key(deliveries: &[Delivery]) -> HashMap<String, Vec<&Delivery>> {
+    let mut map: HashMap<String, Vec<&Delivery>> = HashMap::new();
+    for d in deliveries {
+        map.entry(d.idempotency_key.clone().unwrap_or_default())
+            .or_default()
+            .push(d);
+    }
+    for list in map.values_mut() {
+        list.sort_by_key(|d| d.seq);
+    }
+    map
+}
+
+/// How one channel of one item must have been delivered: which attempts of the
+/// item sent it and what each was answered (`faults` decide per key and delivery
+/// number, so this is exact), and whether it ends delivered.
+pub fn expected_channel(faults: &Faults, key: &str, max_attempts: u32) -> (Vec<u16>, bool) {
+    let mut answers = Vec::new();
+    for n in 1..=max_attempts {
+        let status = faults.decide(key, n).status;
+        answers.push(status);
+        if (200..300).contains(&status) {
+            return (answers, true);
+        }
+        if !matches!(status, 408 | 425 | 429 | 500..=599) {
+            return (answers, false);
+        }
+    }
+    (answers, false)
+}
+
+/// A multi-channel item ended as its channels' faults dictate: each channel sent
+/// once per attempt until it was delivered (never after), its deliveries signed
+/// and naming the channel; the item completed on the attempt its slowest channel
+/// got through, or failed with every undelivered channel `failed` in its receipts.
+pub fn multi_item_ok(
+    item: &Item,
+    channels: &[(String, Faults)],
+    max_attempts: u32,
+    by_key: &HashMap<String, Vec<&Delivery>>,
+) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    // Attempts run while any channel still needs one; a permanent failure of one
+    // channel ends the item on that attempt.
+    let expected: Vec<(&String, Vec<u16>, bool)> = channels
+        .iter()
+        .map(|(name, faults)| {
+            let key = format!("{}:{name}", item.id);
+            let (answers, delivered) = expected_channel(faults, &key, max_attempts);
+            (name, answers, delivered)
+        })
+        .collect();
+    let permanent_at = expected
+        .iter()
+        .filter(|(_, a, d)| !d && a.len() < max_attempts as usize)
+        .map(|(_, a, _)| a.len())
+        .min();
+    let last_attempt =
+        permanent_at.unwrap_or_else(|| expected.iter().map(|(_, a, _)| a.len()).max().unwrap_or(1));
+    let completes = expected.iter().all(|(_, _, d)| *d);
+    let (status, attempt) = if completes {
+        ("completed", last_attempt as u32)
+    } else {
+        ("failed", last_attempt as u32)
+    };
+    if (item.status.as_str(), item.attempt) != (status, attempt) {
+        wrong.push(format!(
+            "{} on attempt {} (want {status} on {attempt})",
+            item.status, item.attempt
+        ));
+    }
+    for (name, answers, delivered) in &expected {
+        let key = format!("{}:{name}", item.id);
+        let sent = by_key.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+        // An item that ends early (a permanent failure elsewhere) stops sending.
+        let want: Vec<u16> = answers.iter().copied().take(last_attempt).collect();
+        let got: Vec<Option<u16>> = sent.iter().map(|d| d.status).collect();
+        let want_attempts: Vec<Option<u32>> = (1..=want.len() as u32).map(Some).collect();
+        if got != want.iter().map(|s| Some(*s)).collect::<Vec<_>>()
+            || sent.iter().map(|d| d.attempt).collect::<Vec<_>>() != want_attempts
+        {
+            wrong.push(format!(
+                "{name}: answered {got:?} on attempts {:?} (want {want:?})",
+                sent.iter().map(|d| d.attempt).collect::<Vec<_>>()
+            ));
+        }
+        if let Some(d) = sent
+            .iter()
+            .find(|d| d.signature != "valid" || d.channel.as_deref() != Some(name.as_str()))
+        {
+            wrong.push(format!(
+                "{name}: delivery #{} signature {} channel {:?}",
+                d.seq, d.signature, d.channel
+            ));
+        }
+        let receipt = item
+            .receipts
+            .as_ref()
+            .and_then(|r| r.get(name.as_str()))
+            .and_then(|r| r.get("status"))
+            .and_then(Value::as_str);
+        // Delivered within the attempts the item made, or `failed` with it.
+        let want_receipt = if *delivered && answers.len() <= last_attempt {
+            "delivered"
+        } else {
+            "failed"
+        };
+        if receipt != Some(want_receipt) {
+            wrong.push(format!("{name}: receipt {receipt:?} (want {want_receipt})"));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("item {}: {}", item.subject_id, wrong.join("; ")))
+    }
+}
+
+/// A callback whose delivery a kill interrupted: pending after the restart, then
+/// delivered by a later attempt; every delivery signed with the same summary (the
+/// batch's), the last one answered 2xx, one attempt counted per delivery.
+pub fn killed_then_delivered(
+    at_restart: &Batch,
+    done: &Batch,
+    records: &[CallbackRecord],
+) -> Result<(), String> {
+    let statuses: Vec<Option<u16>> = records.iter().map(|c| c.status).collect();
+    let state = |b: &Batch| b.callback.as_ref().map(|c| (c.status.clone(), c.attempts));
+    let first = records
+        .first()
+        .and_then(|c| c.summary.as_ref())
+        .ok_or("no callback")?;
+    let same = records
+        .iter()
+        .all(|c| c.summary.as_ref() == Some(first) && c.signature == "valid");
+    let last_ok = statuses
+        .last()
+        .is_some_and(|s| s.is_some_and(|s| (200..300).contains(&s)));
+    match (state(at_restart), state(done)) {
+        (Some((before, _)), Some((after, attempts)))
+            if before == "pending"
+                && after == "delivered"
+                && records.len() >= 2
+                && attempts as usize == records.len()
+                && same
+                && last_ok =>
+        {
+            summary_matches(first, done)
+        }
+        other => Err(format!("{other:?}; answered {statuses:?}")),
+    }
+}
+
+fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = wrong.iter().take(5).cloned().collect();
+    Err(format!("{} of {of}: {}", wrong.len(), shown.join("; ")))
+}
+
+// ---------------------------------------------------------------- flows
+
+/// An ad-hoc batch `key` of these items, calling back `on_finish` (a URL).
+async fn create(
+    api: &Api,
+    key: &str,
+    items: Vec<Value>,
+    on_finish: Option<String>,
+) -> Result<Batch> {
+    let n = items.len() as u64;
+    let mut body = json!({"key": key, "items": items});
+    if let Some(url) = on_finish {
+        body["on_finish"] = json!({ "url": url });
+    }
+    let (created, batch) = api.create_batch(&body).await?;
+    ensure!(created, "batch {key} existed already");
+    ensure!(batch.total == n, "batch {key} has {} items", batch.total);
+    Ok(batch)
+}
+
+/// `n` webhook items to the sink, subjects `<key>-00000`…, each with `faults`.
+fn webhook_items(sink: &SinkClient, key: &str, n: usize, faults: &Faults) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            let subject = format!("{key}-{i:05}");
+            json!({"subject_id": subject, "kind": "webhook",
+                   "payload": {"url": sink.hook_url(&subject, faults), "data": {"n": i}}})
+        })
+        .collect()
+}
+
+/// A multi-channel item to the sink: one URL per channel, each with its faults.
+fn multi_item(sink: &SinkClient, subject: &str, channels: &[(String, Faults)]) -> Value {
+    let channels: Vec<Value> = channels
+        .iter()
+        .map(|(name, faults)| {
+            json!({"name": name, "url": sink.hook_url(&format!("{subject}-{name}"), faults)})
+        })
+        .collect();
+    json!({"subject_id": subject, "kind": "multi",
+           "payload": {"channels": channels, "data": {"subject": subject}}})
+}
+
+/// Fires ticks (one at a time) until the batch's callback is no longer pending;
+/// returns the batch then.
+pub async fn until_called_back(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let b = api.batch(id).await?;
+        let cb = b.callback.as_ref().context("the batch has no callback")?;
+        if b.has_ended() && cb.status != "pending" {
+            return Ok(b);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "batch {id}'s callback still {} after {timeout:?}: {}",
+            cb.status,
+            b.progress()
+        );
+        api.fire_cron(TICK_CRON).await?;
+    }
+}
+
+async fn callbacks(sink: &SinkClient, id: &Id) -> Result<Vec<CallbackRecord>> {
+    let all = sink.stats(false).await?.callbacks;
+    Ok(callbacks_of(&all, id).into_iter().cloned().collect())
+}
+
+/// The callback of `b` is delivered after `attempts` tries, its end received once.
+fn delivered_once(
+    b: &Batch,
+    records: &[CallbackRecord],
+    attempts: u32,
+) -> Result<Vec<Summary>, String> {
+    let refs: Vec<&CallbackRecord> = records.iter().collect();
+    let ends = one_success_per_end(&refs)?;
+    let cb = b.callback.clone().ok_or("no callback in the batch")?;
+    if (cb.status.as_str(), cb.attempts, cb.last_error.as_deref()) != ("delivered", attempts, None)
+    {
+        return Err(format!("callback {cb:?} (want delivered after {attempts})"));
+    }
+    let last = ends.last().ok_or("no callback received")?;
+    summary_matches(&last.0, b)?;
+    Ok(ends.into_iter().map(|(s, _)| s).collect())
+}
+
+// ---------------------------------------------------------------- e2e
+
+/// The e2e checks of delivery on a Worker of their own (the suite's settings):
+/// callbacks (a receiver failing twice first, a cancelled batch, an end after a
+/// replay, the runtime killed mid-delivery) and multi-channel items.
+pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let settings = crate::e2e::settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut target = Target::open(args, "e2e-delivery", &settings, Secrets::Random, true)
+        .await
+        .context("starting the delivery Worker")?;
+    callback_after_two_failures(&target, timeout, checks).await?;
+    callback_of_a_cancelled_batch(&target, timeout, checks).await?;
+    callback_again_after_replay(&target, timeout, checks).await?;
+    multi_channel_items(&target, timeout, checks).await?;
+    if target.runtime.is_some() {
+        callback_survives_a_kill(&mut target, timeout, checks).await?;
+    } else {
+        println!("# callback crash check skipped: --url mode cannot kill the Worker");
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(())
+}
+
+async fn callback_after_two_failures(
+    target: &Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let (api, sink) = (&target.api, &target.sink);
+    let flaky = Faults {
+        fail_first: 2,
+        ..Faults::default()
+    };
+    let items = webhook_items(sink, "cb-flaky", 5, &Faults::default());
+    let batch = create(
+        api,
+        "cb-flaky",
+        items,
+        Some(sink.callback_url("flaky", &flaky)),
+    )
+    .await?;
+    checks.record(
+        "POST /batches with on_finish answers it, and the callback pending",
+        match (&batch.on_finish, &batch.callback) {
+            (Some(o), Some(cb))
+                if o["url"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("/callback/flaky"))
+                    && cb.status == "pending"
+                    && cb.attempts == 0 =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let ended = until_ended(api, &batch.id, timeout).await?;
+    let done = until_called_back(api, &batch.id, timeout).await?;
+    let records = callbacks(sink, &batch.id).await?;
+    checks.record(
+        "completion callback: the receiver fails twice, the third delivery is received once, signed, with the batch's summary (Idempotency-Key batch:<id>)",
+        delivered_once(&done, &records, 3).and_then(|ends| {
+            let statuses: Vec<Option<u16>> = records.iter().map(|c| c.status).collect();
+            if ends.len() == 1 && statuses == [Some(503), Some(503), Some(200)] && done.finished_at == ended.finished_at {
+                Ok(())
+            } else {
+                Err(format!("{} ends, answered {statuses:?}", ends.len()))
+            }
+        }),
+    );
+    let before = sink.stats(false).await?.callbacks.len();
+    api.fire_cron(TICK_CRON).await?;
+    checks.record(
+        "after its delivery, a tick sends the callback no more",
+        if sink.stats(false).await?.callbacks.len() == before {
+            Ok(())
+        } else {
+            Err("another callback arrived".into())
+        },
+    );
+    Ok(())
+}
+
+async fn callback_of_a_cancelled_batch(
+    target: &Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let (api, sink) = (&target.api, &target.sink);
+    let items = webhook_items(sink, "cb-cancel", 3, &Faults::default());
+    let batch = create(
+        api,
+        "cb-cancel",
+        items,
+        Some(sink.callback_url("cancel", &Faults::default())),
+    )
+    .await?;
+    let answer = api.control(&batch.id, "cancel").await?;
+    ensure!(answer.cancelled == 3, "cancel: {}", answer.progress());
+    until_ended(api, &batch.id, timeout).await?;
+    let done = until_called_back(api, &batch.id, timeout).await?;
+    let records = callbacks(sink, &batch.id).await?;
+    checks.record(
+        "a batch that ends cancelled calls back once with status cancelled and its counts",
+        delivered_once(&done, &records, 1).and_then(|ends| match ends.as_slice() {
+            [s] if s.status == "cancelled" && s.cancelled == 3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }),
+    );
+    Ok(())
+}
+
+async fn callback_again_after_replay(
+    target: &Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let (api, sink) = (&target.api, &target.sink);
+    let mut items = webhook_items(sink, "cb-replay", 2, &Faults::default());
+    let broken = Faults {
+        status: Some(500),
+        ..Faults::default()
+    };
+    items.extend(webhook_items(sink, "cb-replay-broken", 1, &broken));
+    let batch = create(
+        api,
+        "cb-replay",
+        items,
+        Some(sink.callback_url("replay", &Faults::default())),
+    )
+    .await?;
+    until_ended(api, &batch.id, timeout).await?;
+    let first = until_called_back(api, &batch.id, timeout).await?;
+    ensure!(first.failed == 1, "first end: {}", first.progress());
+    sink.fix(&["cb-replay-broken-00000".to_string()]).await?;
+    let requeued = api
+        .retry_batch(&batch.id, &json!({"status": "failed"}))
+        .await?;
+    ensure!(requeued == 1, "replay requeued {requeued}");
+    until_ended(api, &batch.id, timeout).await?;
+    let second = until_called_back(api, &batch.id, timeout).await?;
+    let records = callbacks(sink, &batch.id).await?;
+    checks.record(
+        "replay: the batch ends again and calls back again, the same Idempotency-Key, a later finished_at, the new counts",
+        delivered_once(&second, &records, 1).and_then(|ends| match ends.as_slice() {
+            [a, b] if a.failed == 1 && b.failed == 0 && b.completed == 3
+                && a.finished_at < b.finished_at
+                && Some(a.finished_at.as_str()) == first.finished_at.as_deref() => Ok(()),
+            other => Err(format!("{} ends: {other:?}", other.len())),
+        }),
+    );
+    Ok(())
+}
+
+async fn multi_channel_items(
+    target: &Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let (api, sink) = (&target.api, &target.sink);
+    let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+    let healthy = Faults::default();
+    let twice = Faults {
+        fail_first: 2,
+        ..Faults::default()
+    };
+    let gone = Faults {
+        status: Some(400),
+        ..Faults::default()
+    };
+    let plans: Vec<(&str, Vec<(String, Faults)>)> = vec![
+        (
+            "multi-retry",
+            vec![("email".into(), healthy.clone()), ("push".into(), twice)],
+        ),
+        (
+            "multi-gone",
+            vec![("email".into(), healthy.clone()), ("push".into(), gone)],
+        ),
+    ];
+    let items: Vec<Value> = plans
+        .iter()
+        .map(|(s, ch)| multi_item(sink, s, ch))
+        .collect();
+    let batch = create(api, "multi", items, None).await?;
+    until_ended(api, &batch.id, timeout).await?;
+    let items = api.all_items(&batch.id, None).await?;
+    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let ours: Vec<Delivery> = all
+        .into_iter()
+        .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))
+        .collect();
+    let by_key = deliveries_by_key(&ours);
+    for (subject, channels) in &plans {
+        let item = items
+            .iter()
+            .find(|i| i.subject_id == *subject)
+            .with_context(|| format!("no item {subject}"))?;
+        let name = match *subject {
+            "multi-retry" => "multi item: the second channel fails twice then succeeds; the first is delivered exactly once; completed on attempt 3, both receipts delivered",
+            _ => "multi item: a channel refused for good (400) fails the item at once, its receipt failed with the error, the delivered one kept",
+        };
+        checks.record(name, multi_item_ok(item, channels, max_attempts, &by_key));
+    }
+    let gone = items.iter().find(|i| i.subject_id == "multi-gone");
+    checks.record(
+        "a failed multi item says which channel failed and why",
+        match gone {
+            Some(i)
+                if i.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("channel push") && e.contains("HTTP 400"))
+                    && i.receipts
+                        .as_ref()
+                        .is_some_and(|r| r["push"]["error"] == json!("HTTP 400")) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    Ok(())
+}
+
+/// The callback in flight when the runtime is SIGKILLed: the receiver got it and
+/// the answer was lost with the Worker. After a restart the reaper takes the
+/// expired lease and the callback is delivered again, with the same summary.
+async fn callback_survives_a_kill(
+    target: &mut Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let api = target.api.clone();
+    let sink = target.sink.clone();
+    // Slower than a tick's poll, faster than JOB_TIMEOUT_MS: the kill lands while
+    // the receiver holds the callback.
+    let slow = Faults {
+        latency_ms: 700,
+        ..Faults::default()
+    };
+    let items = webhook_items(&sink, "cb-crash", 2, &Faults::default());
+    let batch = create(
+        &api,
+        "cb-crash",
+        items,
+        Some(sink.callback_url("crash", &slow)),
+    )
+    .await?;
+    until_ended(&api, &batch.id, timeout).await?;
+    let tick = {
+        let api = api.clone();
+        tokio::spawn(async move { api.fire_cron(TICK_CRON).await })
+    };
+    let deadline = Instant::now() + timeout;
+    while callbacks(&sink, &batch.id).await?.is_empty() {
+        ensure!(Instant::now() < deadline, "no callback arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    runtime.kill_hard();
+    let _ = tick.await;
+    runtime
+        .restart()
+        .await
+        .context("restarting after the kill")?;
+    let at_restart = api.batch(&batch.id).await?;
+    let done = until_called_back(&api, &batch.id, timeout).await?;
+    let records = callbacks(&sink, &batch.id).await?;
+    checks.record(
+        "runtime killed while the callback was being delivered: after the restart it is delivered again (same summary, signed) and ends delivered",
+        killed_then_delivered(&at_restart, &done, &records),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- `loadtest run --scenario multi`
+
+/// The channels of every item of the `multi` scenario: `email` and `sms`
+/// healthy, `push` failing with the scenario's error rate (a transient 500 per
+/// delivery, decided per key and delivery number).
+pub fn scenario_channels(error_rate: f64) -> Vec<(String, Faults)> {
+    vec![
+        ("email".into(), Faults::default()),
+        (
+            "push".into(),
+            Faults {
+                error_rate,
+                ..Faults::default()
+            },
+        ),
+        ("sms".into(), Faults::default()),
+    ]
+}
+
+/// The receiver of the scenario's completion callback fails once first.
+fn scenario_callback() -> Faults {
+    Faults {
+        fail_first: 1,
+        ..Faults::default()
+    }
+}
+
+/// The `multi` subjects of the scenario (`plan`), channels to the sink.
+pub fn subjects(sink: &SinkClient, plan: &[Planned], error_rate: f64) -> Vec<SubjectIn> {
+    let channels = scenario_channels(error_rate);
+    plan.iter()
+        .map(|p| {
+            let item = multi_item(sink, &p.id, &channels);
+            SubjectIn {
+                id: p.id.clone(),
+                kind: "multi".into(),
+                payload: item["payload"].clone(),
+                active: true,
+                group: None,
+                timezone: None,
+            }
+        })
+        .collect()
+}
+
+/// `loadtest run --scenario multi`: a batch over the seeded multi-channel
+/// subjects with a completion callback, driven to its end and its callback;
+/// the report and its verdicts. `known`: invocations that ran before.
+pub async fn scenario(
+    spec: &Spec,
+    target: &mut Target,
+    plan: &[Planned],
+    known: &HashSet<i64>,
+    pace: Pace,
+) -> Result<RunReport> {
+    let api = target.api.clone();
+    let sink = target.sink.clone();
+    let key = format!("multi-{}", chrono::Utc::now().timestamp_millis());
+    let body = json!({"key": key, "source": "subjects",
+                      "on_finish": {"url": sink.callback_url("multi", &scenario_callback())}});
+    let (_, batch) = api.create_batch(&body).await?;
+    ensure!(
+        batch.total == plan.len() as u64,
+        "batch has {} items",
+        batch.total
+    );
+    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let called = until_called_back(&api, &batch.id, pace.timeout).await?;
+    let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+    let items = api.all_items(&batch.id, None).await?;
+    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let ours: Vec<Delivery> = all
+        .into_iter()
+        .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))
+        .collect();
+    let by_key = deliveries_by_key(&ours);
+    let channels = scenario_channels(spec.error_rate);
+    let wrong: Vec<String> = items
+        .iter()
+        .filter_map(|i| multi_item_ok(i, &channels, max_attempts, &by_key).err())
+        .collect();
+    let by_subject: HashMap<String, Item> = items
+        .iter()
+        .map(|i| (i.subject_id.clone(), i.clone()))
+        .collect();
+    let redelivered: u64 = by_key
+        .values()
+        .map(|ds| {
+            let first_ok = ds
+                .iter()
+                .position(|d| d.status.is_some_and(|s| (200..300).contains(&s)));
+            first_ok.map_or(0, |at| (ds.len() - at - 1) as u64)
+        })
+        .sum();
+    let failed = items.iter().filter(|i| i.status == "failed").count() as u64;
+    let records = callbacks(&sink, &batch.id).await?;
+    let mut verdicts = vec![
+        Verdict::new(
+            "nothing lost: one item per subject, each completed or failed",
+            verdict::nothing_lost(plan, &by_subject),
+        ),
+        Verdict::new(
+            "each item ended as its channels' faults dictate: every channel sent once per attempt until delivered, never after; receipts match",
+            summarize(wrong, items.len()),
+        ),
+        Verdict::new(
+            "no channel delivered twice",
+            if redelivered == 0 {
+                Ok(())
+            } else {
+                Err(format!("{redelivered} deliveries of channels already delivered"))
+            },
+        ),
+        Verdict::new(
+            "batch finished once, counts add up",
+            verdict::batch_counts(&driven.batch, batch.total, batch.total - failed, failed),
+        ),
+        Verdict::new(
+            "the completion callback, refused once, was received once with the batch's summary",
+            delivered_once(&called, &records, 2).map(|_| ()),
+        ),
+    ];
+    let invocations: Vec<Invocation> = api
+        .invocations(1000)
+        .await?
+        .into_iter()
+        .filter(|i| !known.contains(&i.id))
+        .collect();
+    verdicts.push(Verdict::new(
+        "no invocation used more subrequests than its budget",
+        verdict::within_budget(&invocations),
+    ));
+    let ours_inv: Vec<&Invocation> = invocations.iter().collect();
+    let total = ours.len() as u64;
+    RunReport::build(
+        Observed {
+            spec,
+            settings: &target.settings,
+            batch: &driven.batch,
+            items: &items,
+            invocations: &ours_inv,
+            deliveries: Some(Deliveries {
+                total,
+                per_item: metrics::ratio(total as f64, items.len() as f64),
+                duplicates: redelivered,
+            }),
+            ticks: driven.ticks,
+            in_flight_at_kill: None,
+        },
+        verdicts,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(finished_at: &str, failed: u64) -> Summary {
+        Summary {
+            batch_id: "b".into(),
+            key: "k".into(),
+            status: "finished".into(),
+            total: 3,
+            completed: 3 - failed,
+            failed,
+            cancelled: 0,
+            created_at: "2026-11-21T12:00:00.000Z".into(),
+            finished_at: finished_at.into(),
+        }
+    }
+
+    fn record(seq: u64, s: Summary, status: Option<u16>) -> CallbackRecord {
+        CallbackRecord {
+            seq,
+            name: "cb".into(),
+            idempotency_key: Some("batch:b".into()),
+            delivery_no: seq as u32 + 1,
+            signature: "valid".into(),
+            summary: Some(s),
+            status,
+            received_at: "2026-11-21T12:01:00.000Z".into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn each_end_needs_exactly_one_success_and_it_comes_last() {
+        let a = summary("2026-11-21T12:01:00.000Z", 1);
+        let b = summary("2026-11-21T12:05:00.000Z", 0);
+        let ok = [
+            record(0, a.clone(), Some(503)),
+            record(1, a.clone(), Some(200)),
+            record(2, b.clone(), None),
+            record(3, b.clone(), Some(204)),
+        ];
+        let refs: Vec<&CallbackRecord> = ok.iter().collect();
+        let ends = one_success_per_end(&refs).unwrap();
+        assert_eq!(ends.len(), 2);
+        assert_eq!(ends[1].1, [None, Some(204)]);
+        for bad in [
+            vec![
+                record(0, a.clone(), Some(200)),
+                record(1, a.clone(), Some(200)),
+            ],
+            vec![
+                record(0, a.clone(), Some(200)),
+                record(1, a.clone(), Some(503)),
+            ],
+            vec![record(0, a.clone(), Some(503))],
+        ] {
+            let refs: Vec<&CallbackRecord> = bad.iter().collect();
+            assert!(one_success_per_end(&refs).is_err(), "{bad:?}");
+        }
+        let mut unsigned = record(0, a.clone(), Some(200));
+        unsigned.signature = "mismatch".into();
+        assert!(one_success_per_end(&[&unsigned]).is_err());
+        let changed = [
+            record(0, a.clone(), Some(503)),
+            record(1, summary(&a.finished_at, 0), Some(200)),
+        ];
+        let refs: Vec<&CallbackRecord> = changed.iter().collect();
+        assert!(one_success_per_end(&refs).unwrap_err().contains("changed"));
+    }
+
+    #[test]
+    fn a_channel_is_sent_until_delivered_or_refused() {
+        let twice = Faults {
+            fail_first: 2,
+            ..Faults::default()
+        };
+        assert_eq!(
+            expected_channel(&twice, "1:push", 3),
+            (vec![503, 503, 200], true)
+        );
+        assert_eq!(
+            expected_channel(&twice, "1:push", 2),
+            (vec![503, 503], false)
+        );
+        let gone = Faults {
+            status: Some(400),
+            ..Faults::default()
+        };
+        assert_eq!(expected_channel(&gone, "1:push", 3), (vec![400], false));
+        assert_eq!(
+            expected_channel(&Faults::default(), "1:email", 3),
+            (vec![200], true)
+        );
+    }
+}
