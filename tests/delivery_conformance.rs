@@ -932,3 +932,59 @@ fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
         .unwrap();
     assert_eq!(integrity, "ok");
 }
+
+#[test]
+fn the_reaper_failing_an_item_out_of_attempts_fails_its_undelivered_channels() {
+    let store = setup();
+    batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
+    let mut now = 0;
+    for attempt in 1..MAX_ATTEMPTS {
+        let item = claim(&store, now, 10, &format!("a{attempt}"))
+            .pop()
+            .unwrap();
+        let sent: Vec<(&str, Outcome)> = if attempt == 1 {
+            vec![
+                ("email", Outcome::Done),
+                ("push", Outcome::Retry("HTTP 503".into())),
+            ]
+        } else {
+            vec![("push", Outcome::Retry("HTTP 502".into()))]
+        };
+        commit(&store, &[settle_channels(&item, &sent, now + 1)]);
+        now += 100_000;
+    }
+    // The last attempt's runner dies: the reaper ends the item.
+    let last = claim(&store, now, 10, "last").pop().unwrap();
+    assert_eq!(last.attempt, MAX_ATTEMPTS);
+    let reaped = block_on(store.reap_expired_leases(now + LEASE_MS, 100)).unwrap();
+    assert_eq!(reaped[0].status, "failed");
+    let stored = receipts_of(&store, last.item_id);
+    assert_eq!(stored["email"], Receipt::Delivered { at: 1 });
+    assert_eq!(
+        stored["push"],
+        Receipt::Failed {
+            error: "HTTP 502".into()
+        }
+    );
+    // A requeue by the reaper (attempts left) leaves them as they were.
+    let store = setup();
+    batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
+    let item = claim(&store, 0, 10, "x").pop().unwrap();
+    commit(
+        &store,
+        &[settle_channels(
+            &item,
+            &[
+                ("email", Outcome::Done),
+                ("push", Outcome::Retry("x".into())),
+            ],
+            1,
+        )],
+    );
+    let again = claim(&store, 100_000, 10, "y").pop().unwrap();
+    block_on(store.reap_expired_leases(100_000 + LEASE_MS, 100)).unwrap();
+    assert_eq!(
+        receipts::parse(again.receipts.as_deref()),
+        receipts_of(&store, item.item_id)
+    );
+}

@@ -13,10 +13,11 @@ use crate::drive::{self, Pace};
 use crate::faults::Faults;
 use crate::plan::Planned;
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
+use crate::run::RUN_SCHEDULE;
 use crate::scenario::Spec;
 use crate::sink::{CallbackRecord, Delivery, SinkClient, Summary};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{metrics, signature, verdict};
+use crate::{metrics, signature, steps, verdict};
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -672,9 +673,10 @@ pub fn subjects(sink: &SinkClient, plan: &[Planned], error_rate: f64) -> Vec<Sub
         .collect()
 }
 
-/// `loadtest run --scenario multi`: a batch over the seeded multi-channel
-/// subjects with a completion callback, driven to its end and its callback;
-/// the report and its verdicts. `known`: invocations that ran before.
+/// `loadtest run --scenario multi`: a one-off schedule with `on_finish` fires a
+/// batch over the seeded multi-channel subjects (as `happy` does), driven to its
+/// end and its callback; the report and its verdicts. `known`: invocations that
+/// ran before.
 pub async fn scenario(
     spec: &Spec,
     target: &mut Target,
@@ -684,16 +686,19 @@ pub async fn scenario(
 ) -> Result<RunReport> {
     let api = target.api.clone();
     let sink = target.sink.clone();
-    let key = format!("multi-{}", chrono::Utc::now().timestamp_millis());
-    let body = json!({"key": key, "source": "subjects",
-                      "on_finish": {"url": sink.callback_url("multi", &scenario_callback())}});
-    let (_, batch) = api.create_batch(&body).await?;
+    let on_finish = json!({"on_finish": {"url": sink.callback_url("multi", &scenario_callback())}});
+    let (_, key) = steps::one_off_now_with(&api, RUN_SCHEDULE, on_finish).await?;
+    let mut running: JoinSet<Result<()>> = JoinSet::new();
+    let first = api.clone();
+    running.spawn(async move { first.fire_cron(TICK_CRON).await });
+    let batch = steps::await_batch(&api, &key, &mut running, pace.timeout).await?;
     ensure!(
-        batch.total == plan.len() as u64,
-        "batch has {} items",
-        batch.total
+        batch.total == plan.len() as u64 && batch.on_finish.is_some(),
+        "the schedule's batch: {} items, on_finish {:?}",
+        batch.total,
+        batch.on_finish
     );
-    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let driven = drive::until_finished(&api, &batch, pace, running).await?;
     let called = until_called_back(&api, &batch.id, pace.timeout).await?;
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let items = api.all_items(&batch.id, None).await?;

@@ -16,8 +16,16 @@ use tokio::task::JoinSet;
 /// (`<id>:<instant>`). The batch is then created inside a tick, as every
 /// scheduled batch is, with its init counted in that invocation.
 pub async fn one_off_now(api: &Api, id: &str) -> Result<(Value, String)> {
+    one_off_now_with(api, id, json!({})).await
+}
+
+/// [`one_off_now`] with more fields in the schedule's body (`on_finish`).
+pub async fn one_off_now_with(api: &Api, id: &str, more: Value) -> Result<(Value, String)> {
     let at = rfc3339(chrono::Utc::now().timestamp_millis());
-    let body = json!({ "at": at });
+    let mut body = json!({ "at": at });
+    if let (Some(body), Value::Object(more)) = (body.as_object_mut(), more) {
+        body.extend(more);
+    }
     let (_, schedule) = api.put_schedule(id, &body).await?;
     ensure!(
         schedule.next_fire_at.as_deref() == Some(at.as_str()),

@@ -101,7 +101,8 @@ pub enum Action {
 #[derive(Debug, PartialEq)]
 pub enum Report {
     /// A committed outcome that is not a plain completion: a retry or a failure
-    /// (completions are the hot path and report nothing).
+    /// (completions are the hot path and report nothing), or any outcome of a
+    /// completion callback (rare, and worth a line each).
     Settled(Settled),
     /// An outcome not applied: the item's lease had been lost.
     LeaseLost(ClaimedItem),
@@ -662,7 +663,12 @@ impl Drain {
                     .count_terminal(&row.item.batch_id, row.transition.status);
             }
             match row.transition.status {
-                ItemStatus::Completed => self.tally.completed += 1,
+                ItemStatus::Completed => {
+                    self.tally.completed += 1;
+                    if row.item.is_callback() {
+                        self.reports.push_back(Report::Settled(row));
+                    }
+                }
                 // Reported when it was released.
                 ItemStatus::Pending if row.transition.is_release() => self.tally.released += 1,
                 ItemStatus::Pending => {

@@ -188,9 +188,12 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
             Report::Settled(Settled {
                 item, transition, ..
             }) => {
-                let name = match transition.status {
-                    ItemStatus::Pending => "item_retry",
-                    _ => "item_failed",
+                let name = match (item.is_callback(), transition.status) {
+                    (false, ItemStatus::Pending) => "item_retry",
+                    (false, _) => "item_failed",
+                    (true, ItemStatus::Completed) => "callback_delivered",
+                    (true, ItemStatus::Pending) => "callback_retry",
+                    (true, _) => "callback_failed",
                 };
                 let mut line = ids(&item);
                 if let Value::Object(map) = &mut line {

@@ -3,8 +3,10 @@
 -- live lease is never touched (invariant 2). Clearing the token ends the lease for
 -- good: a late commit under it matches nothing, and its retry does not read the
 -- row back as applied (committed_outcomes.sql). Returns each row's kind: a
--- completion callback's expired lease counts in no batch's timeline. Receipts
--- (multi-channel items) are left as they are. Paged by ?2. ?1 now.
+-- completion callback's expired lease counts in no batch's timeline. An item with
+-- receipts (multi-channel) that fails here fails its channels not delivered, as a
+-- failed run would (core::receipts::settle); delivered ones stay delivered.
+-- Paged by ?2. ?1 now.
 UPDATE cron_queue
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
     completed_at = CASE WHEN attempt >= max_attempts THEN ?1 END,
@@ -13,7 +15,13 @@ SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
                       ELSE 'lease expired during attempt ' || attempt END,
     run_after = ?1,
     lease_token = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    receipts = CASE WHEN attempt >= max_attempts AND receipts IS NOT NULL THEN (
+      SELECT json_group_object(r.key, CASE WHEN r.value ->> 'status' = 'pending'
+                                           THEN json_set(r.value, '$.status', 'failed')
+                                           ELSE json(r.value) END)
+      FROM json_each(cron_queue.receipts) AS r
+    ) ELSE receipts END
 WHERE id IN (
   SELECT id FROM cron_queue INDEXED BY cron_queue_leased
   WHERE status = 'processing' AND lease_expires_at <= ?1

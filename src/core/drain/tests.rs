@@ -592,3 +592,73 @@ fn past_the_deadline_nothing_is_claimed() {
     assert_eq!(r.actions(56_001), vec![Action::Done(StopReason::Deadline)]);
     assert_eq!(r.budget.used(), 0);
 }
+
+#[test]
+fn a_callback_counts_in_no_timeline_and_its_delivery_is_reported() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let callback = ClaimedItem {
+        subject_id: String::new(),
+        kind: crate::core::callback::KIND.into(),
+        ..item(2)
+    };
+    r.m.claimed(0, Ok(vec![item(1), callback.clone()]));
+    r.actions(0);
+    r.m.finished(10, item(1), Outcome::Done, 0.0);
+    r.m.finished(20, callback, Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(20));
+    r.m.committed(30, rows, Ok(vec![1, 2]));
+    let tally = r.m.tally();
+    assert_eq!((tally.claimed, tally.completed), (2, 2));
+    assert_eq!(
+        tally.per_batch["b"].completed, 1,
+        "the batch's timeline counts its item only"
+    );
+    let reported: Vec<i64> = r
+        .reports()
+        .iter()
+        .filter_map(|rep| match rep {
+            Report::Settled(s) => Some(s.item.item_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reported,
+        vec![2],
+        "an item's completion is not reported; a callback's is"
+    );
+}
+
+#[test]
+fn channel_results_are_committed_with_the_outcome() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let multi = ClaimedItem {
+        kind: "multi".into(),
+        ..item(1)
+    };
+    r.m.claimed(0, Ok(vec![multi.clone()]));
+    r.actions(0);
+    let channels = crate::core::receipts::ChannelResults::from([
+        ("email".to_string(), Outcome::Done),
+        ("push".to_string(), Outcome::Retry("HTTP 503".into())),
+    ]);
+    let ran = Ran {
+        outcome: crate::core::receipts::outcome(&channels),
+        channels: Some(channels),
+    };
+    r.m.finished(10, multi, ran, 0.0);
+    let rows = take_commit(r.actions(10));
+    let t = &rows[0].transition;
+    assert_eq!(t.status, ItemStatus::Pending);
+    assert_eq!(
+        t.receipts.as_deref(),
+        Some(
+            r#"{"email":{"status":"delivered","at":10},"push":{"status":"pending","error":"HTTP 503"}}"#
+        )
+    );
+    assert_eq!(
+        t.error.as_deref(),
+        Some("attempt 1 failed: channel push: HTTP 503")
+    );
+}
