@@ -62,14 +62,16 @@ pub fn summary_matches(s: &Summary, b: &Batch) -> Result<(), String> {
     }
 }
 
+/// One end of a batch as its callbacks show it: the summary, and what each
+/// delivery of it was answered.
+pub type End = (Summary, Vec<Option<u16>>);
+
 /// Every callback signed and carrying the documented summary, and each end
 /// (`finished_at`) received with exactly one 2xx answer, its last delivery (the
 /// ones before it are retries of the same body). Returns each end's summary, in
 /// order, with the statuses its deliveries were answered.
-pub fn one_success_per_end(
-    records: &[&CallbackRecord],
-) -> Result<Vec<(Summary, Vec<Option<u16>>)>, String> {
-    let mut ends: Vec<(Summary, Vec<Option<u16>>)> = Vec::new();
+pub fn one_success_per_end(records: &[&CallbackRecord]) -> Result<Vec<End>, String> {
+    let mut ends: Vec<End> = Vec::new();
     for c in records {
         if c.signature != signature::Verdict::Valid.as_str() {
             return Err(format!("callback #{} signature {}", c.seq, c.signature));
