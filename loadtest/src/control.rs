@@ -16,7 +16,7 @@ use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Scenario, Spec};
 use crate::sink::{Delivery, SinkClient};
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{metrics, verdict};
+use crate::{delivery, metrics, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Utc};
 use reqwest::{Method, StatusCode};
@@ -620,8 +620,12 @@ pub async fn scenario(
 ) -> Result<RunReport> {
     let api = target.api.clone();
     let key = format!("{}-{}", spec.scenario.name(), Utc::now().timestamp_millis());
+    // It calls back when it ends (each end, for the replay): checked below.
+    let on_finish = target
+        .sink
+        .callback_url(spec.scenario.name(), &Faults::default());
     let (_, batch) = api
-        .create_batch(&json!({"key": key, "source": "subjects"}))
+        .create_batch(&json!({"key": key, "source": "subjects", "on_finish": {"url": on_finish}}))
         .await?;
     ensure!(
         batch.total == plan.len() as u64,
@@ -677,6 +681,8 @@ async fn cancel_run(
     let at = (batch.total as f64 * CANCEL_AT_SHARE).ceil() as u64;
     let cancelled = interrupt(api, batch, "cancel", at, pace.timeout).await?;
     let driven = drive::until_finished(api, &cancelled.answer, pace, JoinSet::new()).await?;
+    let called = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
+    let records = delivery::callbacks(&target.sink, &batch.id).await?;
     let (all, items) = outcome(api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
     let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
@@ -701,6 +707,15 @@ async fn cancel_run(
             "cancelled items were never delivered; completed ones exactly once",
             cancelled_never_delivered(&items, &by_item),
         ),
+        Verdict::new(
+            "the batch called back once, status cancelled, with its counts",
+            delivery::delivered_once(&called, &records, Some(1)).and_then(|ends| {
+                match ends.as_slice() {
+                    [s] if s.status == "cancelled" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+        ),
     ];
     Ok((driven.batch, verdicts, driven.ticks))
 }
@@ -714,6 +729,9 @@ async fn replay_run(
 ) -> Result<(Batch, Vec<Verdict>, u64)> {
     let api = &target.api;
     let first = drive::until_finished(api, batch, pace, JoinSet::new()).await?;
+    // Its first end's callback goes out before the replay (a later end would
+    // replace one still waiting).
+    let first_call = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let before = api.all_items(&batch.id, None).await?;
     let failed: Vec<Item> = before
@@ -734,6 +752,8 @@ async fn replay_run(
     eprintln!("replayed {requeued} failed items in {replay_ms:.0} ms; again: {again}");
     let reopened = api.batch(&batch.id).await?;
     let second = drive::until_finished(api, &reopened, pace, JoinSet::new()).await?;
+    let second_call = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
+    let records = delivery::callbacks(&target.sink, &batch.id).await?;
     let (all, after) = outcome(api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
     let failed_keys: HashSet<i64> = failed.iter().map(|i| i.id).collect();
@@ -783,6 +803,17 @@ async fn replay_run(
         Verdict::new(
             "the other items were delivered exactly once",
             summarize(healthy_once, after.len() - failed.len()),
+        ),
+        Verdict::new(
+            "the batch called back once per end: with the failures, then (same Idempotency-Key, later finished_at) with none",
+            delivery::delivered_once(&second_call, &records, Some(1)).and_then(|ends| {
+                match ends.as_slice() {
+                    [a, b] if a.finished_at.as_str() == first_call.finished_at.as_deref().unwrap_or_default()
+                        && a.failed == failed.len() as u64
+                        && b.failed == 0 => Ok(()),
+                    other => Err(format!("{} ends: {other:?}", other.len())),
+                }
+            }),
         ),
     ];
     Ok((second.batch, verdicts, first.ticks + second.ticks))
