@@ -213,6 +213,21 @@ fn receipts_of(store: &Store<SqliteDb>, item: i64) -> Receipts {
     receipts::parse(text.as_deref())
 }
 
+/// The only batch's two items run, one completes, the other fails for good; the
+/// tick's tail at t=2 ends the batch.
+fn end_with_one_failure(store: &Store<SqliteDb>) {
+    let items = claim(store, 0, 10, "first");
+    assert_eq!(items.len(), 2);
+    commit(
+        store,
+        &[
+            settle(&items[0], Outcome::Done, 1),
+            settle(&items[1], Outcome::Fail("HTTP 400".into()), 1),
+        ],
+    );
+    assert_eq!(tail(store, 2).len(), 1);
+}
+
 // ---------------------------------------------------------------- callbacks
 
 #[test]
@@ -414,16 +429,7 @@ fn a_callback_retries_with_the_items_policy_is_reaped_and_may_fail_for_good() {
 fn an_end_after_a_replay_rearms_the_callback_with_the_new_summary() {
     let store = setup();
     let batch = batch_of(&store, "replay", 2, true);
-    // One item fails for good, the other completes: the batch ends.
-    let items = claim(&store, 0, 10, "r1");
-    commit(
-        &store,
-        &[
-            settle(&items[0], Outcome::Done, 1),
-            settle(&items[1], Outcome::Fail("HTTP 400".into()), 1),
-        ],
-    );
-    tail(&store, 2);
+    end_with_one_failure(&store);
     let cb = claim(&store, 2, 10, "c1").pop().unwrap();
     commit(&store, &[settle(&cb, Outcome::Done, 3)]);
     assert_eq!(callback_row(&store, &batch).unwrap().0, "completed");
@@ -497,15 +503,7 @@ fn an_end_while_the_last_callback_is_in_flight_fences_that_delivery() {
 fn a_paused_or_cancelled_batch_still_delivers_the_callback_of_its_last_end() {
     let store = setup();
     let batch = batch_of(&store, "ctl", 2, true);
-    let items = claim(&store, 0, 10, "x");
-    commit(
-        &store,
-        &[
-            settle(&items[0], Outcome::Done, 1),
-            settle(&items[1], Outcome::Fail("HTTP 400".into()), 1),
-        ],
-    );
-    tail(&store, 2);
+    end_with_one_failure(&store);
     // Reopened, then paused before the callback of its first end went out.
     block_on(store.requeue_failed_page(&batch, "", None, 100, 3, 3)).unwrap();
     assert!(

@@ -103,21 +103,6 @@ pub fn one_success_per_end(records: &[&CallbackRecord]) -> Result<Vec<End>, Stri
     Ok(ends)
 }
 
-/// Sink records grouped by Idempotency-Key (`<item id>:<channel>` for a channel),
-/// in arrival order.
-pub fn deliveries_by_key(deliveries: &[Delivery]) -> HashMap<String, Vec<&Delivery>> {
-    let mut map: HashMap<String, Vec<&Delivery>> = HashMap::new();
-    for d in deliveries {
-        map.entry(d.idempotency_key.clone().unwrap_or_default())
-            .or_default()
-            .push(d);
-    }
-    for list in map.values_mut() {
-        list.sort_by_key(|d| d.seq);
-    }
-    map
-}
-
 /// How one channel of one item must have been delivered: which attempts of the
 /// item sent it and what each was answered (`faults` decide per key and delivery
 /// number, so this is exact), and whether it ends delivered.
@@ -547,11 +532,8 @@ async fn multi_channel_items(
     until_ended(api, &batch.id, timeout).await?;
     let items = api.all_items(&batch.id, None).await?;
     let all = sink.stats(true).await?.deliveries.unwrap_or_default();
-    let ours: Vec<Delivery> = all
-        .into_iter()
-        .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))
-        .collect();
-    let by_key = deliveries_by_key(&ours);
+    // By Idempotency-Key: `<item id>:<channel>`, one group per channel.
+    let by_key = verdict::deliveries_by_item(&all, &batch.id.0);
     for (subject, channels) in &plans {
         let item = items
             .iter()
@@ -709,11 +691,8 @@ pub async fn scenario(
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let items = api.all_items(&batch.id, None).await?;
     let all = sink.stats(true).await?.deliveries.unwrap_or_default();
-    let ours: Vec<Delivery> = all
-        .into_iter()
-        .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))
-        .collect();
-    let by_key = deliveries_by_key(&ours);
+    // By Idempotency-Key: `<item id>:<channel>`, one group per channel.
+    let by_key = verdict::deliveries_by_item(&all, &batch.id.0);
     let channels = scenario_channels(spec.error_rate);
     let wrong: Vec<String> = items
         .iter()
@@ -771,7 +750,7 @@ pub async fn scenario(
         verdict::within_budget(&invocations),
     ));
     let ours_inv: Vec<&Invocation> = invocations.iter().collect();
-    let total = ours.len() as u64;
+    let total = by_key.values().map(Vec::len).sum::<usize>() as u64;
     RunReport::build(
         Observed {
             spec,

@@ -6,8 +6,9 @@ use crate::plan::{Expect, Planned};
 use crate::sink::Delivery;
 use std::collections::HashMap;
 
-/// Sink records grouped by Idempotency-Key (the item id as text), each group in
-/// arrival order. Only deliveries whose body names `batch_id` are kept.
+/// Sink records grouped by Idempotency-Key (the item id as text, or
+/// `<item id>:<channel>` for a channel of a `multi` item), each group in arrival
+/// order. Only deliveries whose body names `batch_id` are kept.
 pub fn deliveries_by_item<'a>(
     deliveries: &'a [Delivery],
     batch_id: &str,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use url::Url;
 
-use super::webhook::{check_signing_secret, REDACTED};
+use super::webhook::{check_signing_secret, redact_signing_secret};
 use super::JobKind;
 use crate::core::model::ClaimedItem;
 use crate::core::receipts::{MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS};
@@ -125,9 +125,7 @@ impl JobKind for Multi {
     }
 
     fn redact(&self, payload: &mut Value) {
-        if let Some(secret) = payload.get_mut("signing_secret").filter(|v| !v.is_null()) {
-            *secret = Value::from(REDACTED);
-        }
+        redact_signing_secret(payload);
     }
 
     /// One webhook per channel, at most.
@@ -326,6 +324,6 @@ mod tests {
     fn listings_hide_the_signing_secret() {
         let mut p = json!({"channels": channels(1), "signing_secret": "subject-secret-0123"});
         Multi.redact(&mut p);
-        assert_eq!(p["signing_secret"], json!(REDACTED));
+        assert_eq!(p["signing_secret"], json!(super::super::webhook::REDACTED));
     }
 }

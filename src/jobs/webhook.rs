@@ -68,6 +68,13 @@ pub fn check_signing_secret(secret: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// Show a payload's `signing_secret` as [`REDACTED`] (webhook and multi payloads).
+pub fn redact_signing_secret(payload: &mut Value) {
+    if let Some(secret) = payload.get_mut("signing_secret").filter(|v| !v.is_null()) {
+        *secret = Value::from(REDACTED);
+    }
+}
+
 /// The secret that signs a delivery: the subject's own (`own`), or `default`
 /// (`WEBHOOK_SECRET`). A subject secret equal to a dispatch secret would hand its
 /// receiver the power to forge `POST /internal/run`: refused.
@@ -123,9 +130,7 @@ impl JobKind for Webhook {
     }
 
     fn redact(&self, payload: &mut Value) {
-        if let Some(secret) = payload.get_mut("signing_secret").filter(|v| !v.is_null()) {
-            *secret = Value::from(REDACTED);
-        }
+        redact_signing_secret(payload);
     }
 
     fn subrequests_per_run(&self) -> i64 {
