@@ -120,10 +120,10 @@ impl RunReport {
         let lat = self.latency_ms;
         let p = |f: fn(&Percentiles) -> u64| lat.as_ref().map_or("-".into(), |l| f(l).to_string());
         t.section(&format!(
-            "run {} ({} items, {:?} job, batch {})",
+            "run {} ({} items, {} job, batch {})",
             self.spec.scenario.name(),
             self.items,
-            self.spec.job,
+            self.spec.kind(),
             self.batch_id
         ));
         t.row(&[

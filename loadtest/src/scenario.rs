@@ -91,6 +91,16 @@ pub fn min_lease_seconds(job_timeout_ms: u64, claim_chunk: u64, concurrency: u64
 }
 
 impl Spec {
+    /// The job kind of the run's items, as reports name it: `multi` for the multi
+    /// scenario (its items are multi-channel whatever `--job` says), else `--job`'s.
+    pub fn kind(&self) -> &'static str {
+        match (self.scenario, self.job) {
+            (Scenario::Multi, _) => "multi",
+            (_, Job::Webhook) => "webhook",
+            (_, Job::Noop) => "noop",
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.items == 0 {
             return Err("-n must be at least 1".into());

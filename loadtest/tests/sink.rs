@@ -273,3 +273,41 @@ async fn callbacks_are_recorded_apart_with_their_summary_and_faults() {
     assert!(c[3].summary.is_none() && c[3].error.is_some());
     assert_eq!(c[4].signature, "mismatch");
 }
+
+/// The premise of the e2e kill check: a callback whose sender goes away while the
+/// receiver is still working on it (latency) is never answered, so a receiver
+/// answers each end once even when the Worker dies mid-delivery.
+#[tokio::test]
+async fn a_callback_its_sender_abandons_is_never_answered() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    let url = client.callback_url(
+        "slow",
+        &loadtest::faults::Faults {
+            latency_ms: 600,
+            ..Default::default()
+        },
+    );
+    let body = serde_json::json!({"batch_id": "b1", "key": "k", "status": "finished",
+        "total": 1, "completed": 1, "failed": 0, "cancelled": 0,
+        "created_at": "2026-11-21T12:00:00.000Z", "finished_at": "2026-11-21T12:01:00.000Z"})
+    .to_string();
+    let t = chrono::Utc::now().timestamp();
+    let result = reqwest::Client::new()
+        .post(&url)
+        .header("Idempotency-Key", "batch:b1")
+        .header(
+            signature::HEADER,
+            signature::sign(SECRET.as_bytes(), t, body.as_bytes()),
+        )
+        .body(body)
+        .timeout(Duration::from_millis(150))
+        .send()
+        .await;
+    assert!(result.is_err(), "the sender gives up first");
+    // Past the latency: an answer, had one been made, would be recorded by now.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let c = client.stats(false).await.unwrap().callbacks;
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].signature.as_str(), c[0].status), ("valid", None));
+}
