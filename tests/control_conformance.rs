@@ -4,14 +4,14 @@
 //! flight, replay, the counters under random mixes of all of it, retention, and
 //! the migration that rebuilt the tables. Time is an argument; nothing sleeps.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move};
-use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
+use cron_fanout::core::model::{ClaimedItem, Outcome, Transition};
 use cron_fanout::core::requests::ItemInput;
-use cron_fanout::core::retry::{decide, RetryPolicy};
 use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
@@ -24,19 +24,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::StatementStatus;
 use serde_json::json;
 
-const LEASE_MS: i64 = 60_000;
-const POLICY: RetryPolicy = RetryPolicy {
-    base_ms: 1_000,
-    max_ms: 4_000,
-};
-
-fn migrations() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
-}
-
-fn setup() -> Store<SqliteDb> {
-    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
-}
+use common::*;
 
 /// A batch `key` of `n` items (subjects `<key>-00000`...), created at t=0.
 fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
@@ -56,20 +44,8 @@ fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> 
     }
 }
 
-fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
-    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
-}
-
-fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
-    decide(item, &outcome, POLICY, now, 0.0)
-}
-
 fn commit(store: &Store<SqliteDb>, transitions: &[Transition]) -> usize {
     block_on(store.commit_outcomes(transitions)).unwrap().len()
-}
-
-fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
-    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
 fn status_of(store: &Store<SqliteDb>, batch: &str) -> (String, Option<i64>) {
@@ -93,44 +69,6 @@ fn control(store: &Store<SqliteDb>, batch: &str, c: Control) -> Move {
         assert!(block_on(store.set_batch_status(batch, from, to)).unwrap());
     }
     m
-}
-
-/// The tail of a tick with retention off: sweep, finish.
-fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
-    block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap()
-}
-
-/// Every batch's counters equal the real counts of its items.
-fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
-    let conn = store.db().conn();
-    let mut stmt = conn
-        .prepare(
-            "SELECT b.id, b.completed, b.failed, b.cancelled,
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'completed'),
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'failed'),
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.status = 'cancelled'),
-                    b.total, (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id)
-             FROM batches b",
-        )
-        .unwrap();
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                [r.get::<_, i64>(1)?, r.get(2)?, r.get(3)?],
-                [r.get::<_, i64>(4)?, r.get(5)?, r.get(6)?],
-                (r.get::<_, i64>(7)?, r.get::<_, i64>(8)?),
-            ))
-        })
-        .unwrap();
-    for row in rows {
-        let (id, counters, real, (total, items)) = row.unwrap();
-        assert_eq!(
-            counters, real,
-            "{ctx}: batch {id} counters (completed, failed, cancelled)"
-        );
-        assert_eq!(total, items, "{ctx}: batch {id} total");
-    }
 }
 
 /// EXPLAIN QUERY PLAN of `sql` with `params`: one detail line per step.
@@ -912,22 +850,8 @@ fn item_ids_are_never_handed_out_again_after_retention() {
 fn the_rebuild_keeps_rows_ids_and_counters() {
     let conn = rusqlite::Connection::open_in_memory().unwrap();
     conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(migrations())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-        .collect();
-    files.sort();
-    let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
     // The ones before it, then 0006 alone (later migrations have tests of their own).
-    let (before, after): (Vec<PathBuf>, Vec<PathBuf>) = files
-        .into_iter()
-        .filter(|p| name(p).as_str() < "0007")
-        .partition(|p| name(p).as_str() < "0006");
-    for f in &before {
-        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
-            .unwrap();
-    }
+    apply_migrations(&conn, .."0006".to_string());
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, completed, failed, created_at, finished_at, schedule_id)
            VALUES ('f', 'daily:2026-01-01', 'finished', 2, 1, 1, 5, 9, 'daily'),
@@ -963,10 +887,7 @@ fn the_rebuild_keeps_rows_ids_and_counters() {
     let items = "SELECT * FROM cron_queue ORDER BY id";
     let batch_cols = "SELECT id, key, status, total, completed, failed, created_at, finished_at, schedule_id FROM batches ORDER BY id";
     let (items_before, batches_before) = (dump(&conn, items), dump(&conn, batch_cols));
-    for f in &after {
-        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
-            .unwrap();
-    }
+    apply_migrations(&conn, "0006".to_string().."0007".to_string());
     assert_eq!(dump(&conn, items), items_before);
     assert_eq!(dump(&conn, batch_cols), batches_before);
     assert_eq!(dump(&conn, "SELECT cancelled FROM batches"), ["0", "0"]);

@@ -6,14 +6,14 @@
 //! without ever losing a delivered channel (lost leases, replays, stale commits).
 //! Time is an argument; nothing sleeps.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use cron_fanout::core::callback::{self, OnFinish};
 use cron_fanout::core::control::{BatchStatus, CANCEL_PAGE};
-use cron_fanout::core::model::{ClaimedItem, FinishedBatch, ItemStatus, Outcome, Ran, Transition};
+use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Ran, Transition};
 use cron_fanout::core::receipts::{self, ChannelResults, Receipt, Receipts};
 use cron_fanout::core::requests::ItemInput;
-use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::core::retry::decide;
 use cron_fanout::core::target::TargetPolicy;
 use cron_fanout::core::upkeep::{Upkeep, DAY_MS};
 use cron_fanout::store::sqlite::SqliteDb;
@@ -21,21 +21,10 @@ use cron_fanout::store::{BatchSource, Created, Store};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 
-const LEASE_MS: i64 = 60_000;
+use common::*;
+
 const MAX_ATTEMPTS: i64 = 3;
-const POLICY: RetryPolicy = RetryPolicy {
-    base_ms: 1_000,
-    max_ms: 4_000,
-};
 const HOOK: &str = "https://hooks.example.com/done";
-
-fn migrations() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
-}
-
-fn setup() -> Store<SqliteDb> {
-    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
-}
 
 fn on_finish() -> String {
     let policy = TargetPolicy {
@@ -83,14 +72,6 @@ fn batch_of_kind(
     }
 }
 
-fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
-    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
-}
-
-fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
-    decide(item, &outcome, POLICY, now, 0.0)
-}
-
 /// What the drain commits for a run of a multi-channel item: the outcome the
 /// channels make and their receipts.
 fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -> Transition {
@@ -126,15 +107,6 @@ fn complete_all(store: &Store<SqliteDb>, now: i64) {
     }
 }
 
-/// A tick's tail with retention off: sweep, finish.
-fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
-    block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap()
-}
-
-fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
-    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
 /// The callback row of `batch`: (status, attempt, max_attempts, payload, run_after).
 fn callback_row(store: &Store<SqliteDb>, batch: &str) -> Option<(String, i64, i64, Value, i64)> {
     let conn = store.db().conn();
@@ -166,38 +138,6 @@ fn callbacks(store: &Store<SqliteDb>) -> i64 {
         store,
         "SELECT count(*) FROM cron_queue WHERE kind = 'callback'",
     )
-}
-
-/// Every batch's counters equal the real counts of its items (callback rows are
-/// no items), and `total` their number.
-fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
-    let conn = store.db().conn();
-    let mut stmt = conn
-        .prepare(
-            "SELECT b.id, b.completed, b.failed, b.cancelled, b.total,
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'completed'),
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'failed'),
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'cancelled'),
-                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback')
-             FROM batches b",
-        )
-        .unwrap();
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                [r.get::<_, i64>(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
-                [r.get::<_, i64>(5)?, r.get(6)?, r.get(7)?, r.get(8)?],
-            ))
-        })
-        .unwrap();
-    for row in rows {
-        let (id, counters, real) = row.unwrap();
-        assert_eq!(
-            counters, real,
-            "{ctx}: batch {id} (completed, failed, cancelled, total)"
-        );
-    }
 }
 
 fn receipts_of(store: &Store<SqliteDb>, item: i64) -> Receipts {
@@ -644,6 +584,23 @@ fn delivered(r: &Receipts, name: &str) -> bool {
     receipts::is_delivered(r, name)
 }
 
+/// A one-item `multi` batch whose first run (claimed at 0) delivered email and
+/// not push, committed at `now`. Returns that run's claim.
+fn multi_with_email_delivered(store: &Store<SqliteDb>, now: i64) -> ClaimedItem {
+    batch_of_kind(store, "m", 1, "multi", multi_payload(), false);
+    let item = claim(store, 0, 10, "m1").pop().unwrap();
+    let t = settle_channels(
+        &item,
+        &[
+            ("email", Outcome::Done),
+            ("push", Outcome::Retry("x".into())),
+        ],
+        now,
+    );
+    assert_eq!(commit(store, &[t]), vec![item.item_id]);
+    item
+}
+
 #[test]
 fn receipts_commit_with_the_outcome_and_the_claim_hands_them_back() {
     let store = setup();
@@ -702,19 +659,7 @@ fn receipts_commit_with_the_outcome_and_the_claim_hands_them_back() {
 #[test]
 fn a_commit_never_downgrades_a_delivered_channel() {
     let store = setup();
-    batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
-    let item = claim(&store, 0, 10, "m1").pop().unwrap();
-    commit(
-        &store,
-        &[settle_channels(
-            &item,
-            &[
-                ("email", Outcome::Done),
-                ("push", Outcome::Retry("x".into())),
-            ],
-            10,
-        )],
-    );
+    let item = multi_with_email_delivered(&store, 10);
     // A commit built from a stale view (as if email had not been delivered) that
     // says email failed for good, and push delivered.
     let again = claim(&store, 100_000, 10, "m2").pop().unwrap();
@@ -851,17 +796,7 @@ fn a_replay_keeps_delivered_channels_and_sends_only_the_rest() {
 fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
     let conn = rusqlite::Connection::open_in_memory().unwrap();
     conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(migrations())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-        .collect();
-    files.sort();
-    let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
-    for f in files.iter().filter(|p| name(p).as_str() < "0007") {
-        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
-            .unwrap();
-    }
+    apply_migrations(&conn, .."0007".to_string());
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, created_at) VALUES ('r', 'k', 'running', 2, 1);
          INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
@@ -877,10 +812,7 @@ fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
     };
     let rows = "SELECT id || '|' || batch_id || '|' || subject_id || '|' || status || '|' || run_after FROM cron_queue ORDER BY id";
     let before = dump(rows);
-    for f in files.iter().filter(|p| name(p).as_str() >= "0007") {
-        conn.execute_batch(&std::fs::read_to_string(f).unwrap())
-            .unwrap();
-    }
+    apply_migrations(&conn, "0007".to_string()..);
     assert_eq!(dump(rows), before);
     assert_eq!(
         dump("SELECT coalesce(receipts, 'NULL') FROM cron_queue ORDER BY id"),
@@ -966,19 +898,7 @@ fn the_reaper_failing_an_item_out_of_attempts_fails_its_undelivered_channels() {
     );
     // A requeue by the reaper (attempts left) leaves them as they were.
     let store = setup();
-    batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
-    let item = claim(&store, 0, 10, "x").pop().unwrap();
-    commit(
-        &store,
-        &[settle_channels(
-            &item,
-            &[
-                ("email", Outcome::Done),
-                ("push", Outcome::Retry("x".into())),
-            ],
-            1,
-        )],
-    );
+    let item = multi_with_email_delivered(&store, 1);
     let again = claim(&store, 100_000, 10, "y").pop().unwrap();
     block_on(store.reap_expired_leases(100_000 + LEASE_MS, 100)).unwrap();
     assert_eq!(

@@ -569,6 +569,14 @@ impl Api {
             .collect())
     }
 
+    /// The invocations (of the latest 1,000) whose ids are not in `known`
+    /// ([`Api::invocation_ids`] taken before a run): the run's own, newest first.
+    pub async fn invocations_since(&self, known: &HashSet<i64>) -> Result<Vec<Invocation>> {
+        let mut all = self.invocations(1000).await?;
+        all.retain(|i| !known.contains(&i.id));
+        Ok(all)
+    }
+
     /// Runs the `scheduled` handler for `cron` through `wrangler dev`'s trigger
     /// route (`/cdn-cgi/local/scheduled`; wrangler still maps the older
     /// `/cdn-cgi/handler/scheduled` onto it). It answers only after the handler

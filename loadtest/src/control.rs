@@ -640,12 +640,7 @@ pub async fn scenario(
     let (all, items) = outcome(&api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
     let total = by_item.values().map(|d| d.len() as u64).sum::<u64>();
-    let invocations: Vec<Invocation> = api
-        .invocations(1000)
-        .await?
-        .into_iter()
-        .filter(|i| !known.contains(&i.id))
-        .collect();
+    let invocations = api.invocations_since(known).await?;
     verdicts.push(Verdict::new(
         "no invocation used more subrequests than its budget",
         verdict::within_budget(&invocations),

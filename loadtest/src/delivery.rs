@@ -735,12 +735,7 @@ pub async fn scenario(
             delivered_once(&called, &records, Some(2)).map(|_| ()),
         ),
     ];
-    let invocations: Vec<Invocation> = api
-        .invocations(1000)
-        .await?
-        .into_iter()
-        .filter(|i| !known.contains(&i.id))
-        .collect();
+    let invocations = api.invocations_since(known).await?;
     verdicts.push(Verdict::new(
         "no invocation used more subrequests than its budget",
         verdict::within_budget(&invocations),

@@ -239,15 +239,11 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
             ));
         }
     }
-    let invocations = api.invocations(1000).await?;
-    let ours: Vec<&Invocation> = invocations
-        .iter()
-        .filter(|i| !known.contains(&i.id))
-        .collect();
-    let ours_owned: Vec<Invocation> = ours.iter().map(|&i| i.clone()).collect();
+    let invocations = api.invocations_since(&known).await?;
+    let ours: Vec<&Invocation> = invocations.iter().collect();
     verdicts.push(Verdict::new(
         "no invocation used more subrequests than its budget",
-        verdict::within_budget(&ours_owned),
+        verdict::within_budget(&invocations),
     ));
     if let (Scenario::Refire, Some(body)) = (spec.scenario, &one_off) {
         // The same fire again: the one-off saved again with the same instant is due

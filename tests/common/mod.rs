@@ -1,0 +1,96 @@
+//! What the SQL conformance suites share (`mod common;`): a store on real SQLite
+//! with the D1 migrations, the drain's steps as the edge takes them (claim,
+//! settle, the tick's tail) and the counters' check. Each suite uses a part of it.
+#![allow(dead_code)]
+
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+
+use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
+use cron_fanout::core::retry::{decide, RetryPolicy};
+use cron_fanout::core::upkeep::Upkeep;
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::Store;
+use futures::executor::block_on;
+
+pub const LEASE_MS: i64 = 60_000;
+pub const POLICY: RetryPolicy = RetryPolicy {
+    base_ms: 1_000,
+    max_ms: 4_000,
+};
+
+pub fn migrations() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
+}
+
+pub fn setup() -> Store<SqliteDb> {
+    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
+}
+
+/// Claims up to `limit` due items at `now`, leased for [`LEASE_MS`].
+pub fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
+    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
+}
+
+/// What the drain commits for `outcome` at `now` (no jitter).
+pub fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
+    decide(item, &outcome, POLICY, now, 0.0)
+}
+
+/// A tick's tail with retention off: sweep, finish.
+pub fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
+    block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap()
+}
+
+pub fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
+    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Every batch's counters equal the real counts of its items, and `total` their
+/// number (a completion callback's row is no item: migration 0007).
+pub fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(
+            "SELECT b.id, b.completed, b.failed, b.cancelled, b.total,
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'completed'),
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'failed'),
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback' AND q.status = 'cancelled'),
+                    (SELECT count(*) FROM cron_queue q WHERE q.batch_id = b.id AND q.kind <> 'callback')
+             FROM batches b",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                [r.get::<_, i64>(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
+                [r.get::<_, i64>(5)?, r.get(6)?, r.get(7)?, r.get(8)?],
+            ))
+        })
+        .unwrap();
+    for row in rows {
+        let (id, counters, real) = row.unwrap();
+        assert_eq!(
+            counters, real,
+            "{ctx}: batch {id} (completed, failed, cancelled, total)"
+        );
+    }
+}
+
+/// Applies, in name order, the migration files whose names fall in `names`
+/// (`.."0007".into()`: every one before 0007), as D1 would: a migration's own test
+/// builds the database before it, writes rows, then applies it.
+pub fn apply_migrations(conn: &rusqlite::Connection, names: impl RangeBounds<String>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(migrations())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .filter(|p| names.contains(&p.file_name().unwrap().to_str().unwrap().to_string()))
+        .collect();
+    files.sort();
+    for f in files {
+        conn.execute_batch(&std::fs::read_to_string(&f).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+}
