@@ -601,6 +601,33 @@ fn multi_with_email_delivered(store: &Store<SqliteDb>, now: i64) -> ClaimedItem 
     item
 }
 
+/// The `multi` item of the store's only batch runs `attempts` times, 100 s apart
+/// from t=0: the first delivers email and push answers 503; each later run, whose
+/// claim shows email delivered, sends push alone, answered `later`. Returns the
+/// time of the next run.
+fn push_keeps_failing(store: &Store<SqliteDb>, attempts: i64, later: &str) -> i64 {
+    let mut now = 0;
+    for attempt in 1..=attempts {
+        let item = claim(store, now, 10, &format!("a{attempt}")).pop().unwrap();
+        let sent: Vec<(&str, Outcome)> = if attempt == 1 {
+            vec![
+                ("email", Outcome::Done),
+                ("push", Outcome::Retry("HTTP 503".into())),
+            ]
+        } else {
+            let carried = receipts::parse(item.receipts.as_deref());
+            assert!(
+                delivered(&carried, "email"),
+                "attempt {attempt}: {carried:?}"
+            );
+            vec![("push", Outcome::Retry(later.into()))]
+        };
+        commit(store, &[settle_channels(&item, &sent, now + 1)]);
+        now += 100_000;
+    }
+    now
+}
+
 #[test]
 fn receipts_commit_with_the_outcome_and_the_claim_hands_them_back() {
     let store = setup();
@@ -729,27 +756,8 @@ fn a_commit_whose_lease_was_lost_applies_no_receipt() {
 fn a_replay_keeps_delivered_channels_and_sends_only_the_rest() {
     let store = setup();
     let batch = batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
-    let mut now = 0;
     // Push answers 503 on every attempt: the item fails once they run out.
-    for attempt in 1..=MAX_ATTEMPTS {
-        let item = claim(&store, now, 10, &format!("a{attempt}"))
-            .pop()
-            .unwrap();
-        let sent: Vec<(&str, Outcome)> = if attempt == 1 {
-            vec![
-                ("email", Outcome::Done),
-                ("push", Outcome::Retry("HTTP 503".into())),
-            ]
-        } else {
-            assert!(delivered(
-                &receipts::parse(item.receipts.as_deref()),
-                "email"
-            ));
-            vec![("push", Outcome::Retry("HTTP 503".into()))]
-        };
-        commit(&store, &[settle_channels(&item, &sent, now + 1)]);
-        now += 100_000;
-    }
+    let now = push_keeps_failing(&store, MAX_ATTEMPTS, "HTTP 503");
     let failed =
         block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
     assert_eq!(failed.len(), 1);
@@ -867,22 +875,7 @@ fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
 fn the_reaper_failing_an_item_out_of_attempts_fails_its_undelivered_channels() {
     let store = setup();
     batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
-    let mut now = 0;
-    for attempt in 1..MAX_ATTEMPTS {
-        let item = claim(&store, now, 10, &format!("a{attempt}"))
-            .pop()
-            .unwrap();
-        let sent: Vec<(&str, Outcome)> = if attempt == 1 {
-            vec![
-                ("email", Outcome::Done),
-                ("push", Outcome::Retry("HTTP 503".into())),
-            ]
-        } else {
-            vec![("push", Outcome::Retry("HTTP 502".into()))]
-        };
-        commit(&store, &[settle_channels(&item, &sent, now + 1)]);
-        now += 100_000;
-    }
+    let now = push_keeps_failing(&store, MAX_ATTEMPTS - 1, "HTTP 502");
     // The last attempt's runner dies: the reaper ends the item.
     let last = claim(&store, now, 10, "last").pop().unwrap();
     assert_eq!(last.attempt, MAX_ATTEMPTS);
