@@ -2,7 +2,8 @@
 //! replay of a 100,000-item batch, each one HTTP request timed from outside; what
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
-//! and what migration 0006 costs on a queue of a million items (host SQLite).
+//! and what migrations 0006 (batch control) and 0007 (delivery) cost on a queue of
+//! a million items (host SQLite).
 
 use crate::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::drive::{self, Pace};
@@ -40,9 +41,11 @@ pub struct Size {
     pub per_row: Option<f64>,
 }
 
-/// Migration 0006 on a queue of `items` (host SQLite, in memory).
+/// One migration on a queue of `items` (host SQLite, in memory).
 #[derive(Debug, Serialize)]
 pub struct MigrationCost {
+    /// Its file name's number (`0006`).
+    pub migration: String,
     pub items: u64,
     pub ms: f64,
     /// SQLite's count of rows the migration changed (table rows, not index entries).
@@ -62,7 +65,8 @@ pub struct ControlBench {
     pub sizes: Vec<Size>,
     pub queue_items: u64,
     pub subjects: u64,
-    pub migration: MigrationCost,
+    /// Migrations 0006 and 0007.
+    pub migrations: Vec<MigrationCost>,
 }
 
 impl ControlBench {
@@ -105,12 +109,16 @@ impl ControlBench {
                 }),
             ]);
         }
-        let m = &self.migration;
-        t.row(&[
-            format!("migration 0006 on {} items (host SQLite)", m.items),
-            format!("{} ms", num(Some(m.ms), 0)),
-            format!("{} rows changed", m.rows_changed),
-        ]);
+        for m in &self.migrations {
+            t.row(&[
+                format!(
+                    "migration {} on {} items (host SQLite)",
+                    m.migration, m.items
+                ),
+                format!("{} ms", num(Some(m.ms), 0)),
+                format!("{} rows changed", m.rows_changed),
+            ]);
+        }
     }
 }
 
@@ -184,8 +192,12 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
         .context("bench runs its own runtime")?;
     runtime.stop().await?;
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
-    eprintln!("migration 0006 on 1,000,000 items (host SQLite) ...");
-    let migration = migration_cost(&runtime.config().repo.join("migrations"), 1_000_000)?;
+    let mut migrations = Vec::new();
+    for migration in ["0006", "0007"] {
+        eprintln!("migration {migration} on 1,000,000 items (host SQLite) ...");
+        let dir = runtime.config().repo.join("migrations");
+        migrations.push(migration_cost(&dir, migration, 1_000_000)?);
+    }
     Ok(ControlBench {
         items: items as u64,
         drain_ms,
@@ -195,7 +207,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
         sizes,
         queue_items,
         subjects,
-        migration,
+        migrations,
     })
 }
 
@@ -348,9 +360,10 @@ fn sizes(state_dir: &Path) -> Result<(Vec<Size>, u64, u64)> {
     Ok((out, items, subjects))
 }
 
-/// Applies the migrations before 0006 to an in-memory SQLite, fills a batch of
-/// `items` webhook items (a tenth completed, a tenth failed), then times 0006.
-fn migration_cost(migrations: &Path, items: u64) -> Result<MigrationCost> {
+/// Applies the migrations before `migration` (`0006`) to an in-memory SQLite,
+/// fills a batch of `items` webhook items (a tenth completed, a tenth failed),
+/// then times that migration alone.
+fn migration_cost(migrations: &Path, migration: &str, items: u64) -> Result<MigrationCost> {
     let conn = rusqlite::Connection::open_in_memory()?;
     conn.execute_batch("PRAGMA foreign_keys = ON")?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(migrations)?
@@ -361,11 +374,11 @@ fn migration_cost(migrations: &Path, items: u64) -> Result<MigrationCost> {
     let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
     let (before, rest): (Vec<PathBuf>, Vec<PathBuf>) = files
         .into_iter()
-        .partition(|p| name(p).is_some_and(|n| n.as_str() < "0006"));
+        .partition(|p| name(p).is_some_and(|n| n.as_str() < migration));
     let target = rest
         .first()
-        .filter(|p| name(p).is_some_and(|n| n.starts_with("0006")))
-        .context("no migration 0006")?;
+        .filter(|p| name(p).is_some_and(|n| n.starts_with(migration)))
+        .with_context(|| format!("no migration {migration}"))?;
     for f in &before {
         conn.execute_batch(&std::fs::read_to_string(f)?)?;
     }
@@ -388,8 +401,34 @@ fn migration_cost(migrations: &Path, items: u64) -> Result<MigrationCost> {
     conn.execute_batch(&std::fs::read_to_string(target)?)?;
     let ms = ms(started);
     Ok(MigrationCost {
+        migration: migration.to_string(),
         items,
         ms,
         rows_changed: conn.total_changes() - changes_before,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the bench times is the migration it names, applied to a filled queue
+    /// (not a timing: the figures come from `loadtest bench`).
+    #[test]
+    fn the_timed_migration_applies_to_a_filled_queue() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+        let rebuild = migration_cost(&dir, "0006", 100).unwrap();
+        assert_eq!(
+            (rebuild.migration.as_str(), rebuild.rows_changed),
+            ("0006", 101),
+            "every item and the batch copied once"
+        );
+        let delivery = migration_cost(&dir, "0007", 100).unwrap();
+        assert_eq!(
+            (delivery.migration.as_str(), delivery.rows_changed),
+            ("0007", 0),
+            "new columns and indexes rewrite no row"
+        );
+        assert!(migration_cost(&dir, "0099", 10).is_err());
+    }
 }
