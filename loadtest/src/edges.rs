@@ -24,7 +24,8 @@ use tokio::net::TcpStream;
 /// What an endless body is made of, and when the client gives up sending it.
 const STREAM_CHUNK: usize = 64 * 1024;
 const STREAM_CAP: u64 = 64 * 1024 * 1024;
-/// A client that pauses sends this much, then waits [`STALL`] for an answer.
+/// A client that pauses sends this much of a body that must be read to be refused,
+/// then waits [`STALL`] for an answer.
 const BEFORE_STALL: u64 = 1024 * 1024;
 const STALL: Duration = Duration::from_secs(5);
 /// A client that never pauses must be cut off (answered, or its connection closed)
@@ -43,11 +44,12 @@ struct Streamed {
 }
 
 /// Sends `head` (a chunked request, no Content-Length) and a body of spaces that
-/// goes on until [`STREAM_CAP`], reading the answer all along. With `pause`, the
-/// client stops after [`BEFORE_STALL`] bytes for [`STALL`]: an answer given while
-/// the body streams arrives then (under `wrangler dev`, one given while the client
-/// keeps sending races the proxy's own error).
-async fn stream_endless(base: &str, head: &str, pause: bool) -> Result<Streamed> {
+/// goes on until [`STREAM_CAP`], reading the answer all along. With
+/// `stall_after: Some(n)`, the client stops after `n` body bytes for [`STALL`]: an
+/// answer given while the body streams arrives then (under `wrangler dev`, one given
+/// while the client keeps sending races the proxy's own error, and a server that
+/// closes with unread bytes resets the connection, which can discard its answer).
+async fn stream_endless(base: &str, head: &str, stall_after: Option<u64>) -> Result<Streamed> {
     let addr = base
         .strip_prefix("http://")
         .context("the Worker's URL is not http://")?;
@@ -65,7 +67,7 @@ async fn stream_endless(base: &str, head: &str, pause: bool) -> Result<Streamed>
             framed.extend(std::iter::repeat_n(b' ', STREAM_CHUNK));
             framed.extend_from_slice(b"\r\n");
             while sent.load(Ordering::SeqCst) < STREAM_CAP {
-                if pause && sent.load(Ordering::SeqCst) == BEFORE_STALL {
+                if stall_after == Some(sent.load(Ordering::SeqCst)) {
                     tokio::time::sleep(STALL).await;
                 }
                 wr.write_all(&framed).await?;
@@ -145,12 +147,17 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
             ),
             413,
             "payload_too_large",
+            BEFORE_STALL,
         ),
+        // Refused on its headers alone: the client sends no body byte before the
+        // answer (sending some would only race the reset of a connection closed
+        // with unread bytes, not test the Worker).
         (
             "POST /internal/run without a signature",
             head("POST /internal/run", ""),
             401,
             "unauthorized",
+            0,
         ),
         (
             "POST /internal/run with a well-formed signature",
@@ -160,23 +167,24 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
             ),
             413,
             "payload_too_large",
+            BEFORE_STALL,
         ),
     ];
-    for (what, head, want, code) in cases {
-        let paused = stream_endless(&base, &head, true).await;
+    for (what, head, want, code, stall_after) in cases {
+        let paused = stream_endless(&base, &head, Some(stall_after)).await;
         checks.record(
-            &format!("{what}, endless chunked body (no Content-Length), client pausing after 1 MiB: {want} {code} before it sends more"),
+            &format!("{what}, endless chunked body (no Content-Length), client pausing after {}: {want} {code} before it sends more", mib(stall_after)),
             paused.map_err(|e| format!("{e:#}")).and_then(|r| {
                 if r.status != Some(want) || !r.text.contains(code) {
                     return Err(format!("answer {:?}: {}", r.status, clip(&r.text)));
                 }
-                if r.sent > BEFORE_STALL {
+                if r.sent > stall_after {
                     return Err(format!("answered only after {} of the body", mib(r.sent)));
                 }
                 Ok(())
             }),
         );
-        let fast = stream_endless(&base, &head, false).await;
+        let fast = stream_endless(&base, &head, None).await;
         checks.record(
             &format!(
                 "{what}, endless body sent without pause: cut off (answered or closed) before {}",
