@@ -27,7 +27,8 @@
 //! - `table`: aligned plain-text tables.
 //! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
 //! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP;
-//!   `ui_actions`: its batch actions and schedules view.
+//!   `ui_actions`: its batch actions and schedules view; `ui_delivery`: completion
+//!   callbacks and per-channel receipts on it.
 //! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above
 //!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock), and
 //!   `schedules`: what schedules cost the tick.
@@ -62,4 +63,5 @@ pub mod table;
 pub mod target;
 pub mod ui;
 pub mod ui_actions;
+pub mod ui_delivery;
 pub mod verdict;

@@ -4,15 +4,16 @@
 //! errors or CSP violations, polling that stops while the tab is hidden), and the
 //! numbers behind it over HTTP (`/metrics` against docs/api.md, the timeline
 //! against the batch counters). The batch actions and the schedules view, when
-//! the Worker has their routes, are `ui_actions`, called from here. Screenshots
-//! go to `.loadtest/screenshots/`.
+//! the Worker has their routes, are `ui_actions`, called from here, and so are
+//! the completion callbacks and per-channel receipts (`ui_delivery`).
+//! Screenshots go to `.loadtest/screenshots/`.
 
 use crate::api::{Api, Batch, Id, TICK_CRON};
 use crate::browser::{page_errors, Browser, LogEntry};
 use crate::checks::Checks;
 use crate::faults::Faults;
 use crate::target::Target;
-use crate::ui_actions;
+use crate::{ui_actions, ui_delivery};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -186,6 +187,8 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
             .map(|n| println!("#   chart points: {n}"))
             .map_err(|e| format!("{e:#}")),
     );
+    // Its completion callback: pending until the next tick sends it, then delivered.
+    ui_delivery::callback_delivered(b, target, &batch.id, checks).await?;
     // The third status tab is `completed`: a full first page and a next one.
     b.click("#items .tabs button:nth-child(3)").await?;
     let completed_page = b
@@ -216,6 +219,9 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     if control {
         ui_actions::retry_failed(b, target, &batch, &failing, shots, checks).await?;
     }
+
+    // A multi item's receipts, and a callback its receiver refuses.
+    ui_delivery::receipts_and_refused_callback(b, target, shots, checks).await?;
 
     // Polling stops while the tab is hidden and resumes when it is shown.
     checks.record(
@@ -353,8 +359,8 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     Ok(())
 }
 
-/// A batch of slow healthy items and a few permanent failures, created ad hoc;
-/// with the subjects that fail.
+/// A batch of slow healthy items and a few permanent failures, created ad hoc
+/// with a completion callback to the sink; with the subjects that fail.
 async fn seed_ui_batch(target: &Target) -> Result<(Batch, Vec<String>)> {
     let fails = |n: usize| n % UI_FAIL_EVERY == UI_FAIL_EVERY / 2;
     let failing = (0..UI_ITEMS)
@@ -382,7 +388,8 @@ async fn seed_ui_batch(target: &Target) -> Result<(Batch, Vec<String>)> {
     let key = format!("dashboard-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
     let (created, batch) = target
         .api
-        .create_batch(&json!({"key": key, "items": items}))
+        .create_batch(&json!({"key": key, "items": items,
+            "on_finish": {"url": target.sink.callback_url("ui", &Faults::default())}}))
         .await?;
     ensure!(
         created && batch.total == UI_ITEMS as u64,

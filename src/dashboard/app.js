@@ -185,8 +185,20 @@
     return [bar, legend];
   }
 
-  function table(columns, rows, empty) {
+  /**
+   * A table of `rows`. `detail(r)`, if given, may return what goes under a row
+   * across the whole width (a multi item's receipts): one line of its own reads
+   * at phone width, where a column of it would squeeze the others.
+   */
+  function table(columns, rows, empty, detail) {
     if (!rows.length) return h("p", { class: "empty" }, empty);
+    const line = (r) => {
+      const row = h("tr", {}, columns.map((c) => h("td", { class: c.cls || null, "data-col": c.key || null }, c.cell(r))));
+      const more = detail ? detail(r) : null;
+      if (!more) return [row];
+      row.className = "has-detail";
+      return [row, h("tr", { class: "detail" }, h("td", { colspan: columns.length }, more))];
+    };
     return h(
       "div",
       { class: "table-wrap" },
@@ -194,11 +206,7 @@
         "table",
         {},
         h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.cls || null }, c.title)))),
-        h(
-          "tbody",
-          {},
-          rows.map((r) => h("tr", {}, columns.map((c) => h("td", { class: c.cls || null, "data-col": c.key || null }, c.cell(r))))),
-        ),
+        h("tbody", {}, rows.flatMap(line)),
       ),
     );
   }
@@ -247,6 +255,94 @@
     el.textContent = text;
     el.className = isError ? "notice banner error" : "notice banner";
     el.hidden = !text;
+  }
+
+  // ---------------------------------------------------------------- delivery
+
+  /**
+   * Where a completion callback goes, as far as the page shows it: the origin
+   * only. Many receivers carry their credential in the path or the query (chat
+   * webhooks do), and a dashboard ends up on shared screens and screenshots; the
+   * API gives the whole URL to whoever holds the admin token.
+   */
+  function callbackTarget(onFinish) {
+    if (!onFinish || !onFinish.url) return null;
+    try {
+      const url = new URL(onFinish.url);
+      return url.pathname === "/" && !url.search ? url.origin : `${url.origin}/…`;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  const tries = (n) => (n === 1 ? "1 attempt" : `${num(n)} attempts`);
+
+  /** What a callback's state means for batch `b`, in words next to its badge. */
+  function callbackMeaning(b, cb) {
+    switch (cb.status) {
+      case "delivered":
+        return `after ${tries(cb.attempts)}; a later end (after a replay) calls back again`;
+      case "failed":
+        return `gave up after ${tries(cb.attempts)}; only a later end (after a replay) sends it again`;
+      default:
+        if (!b.finished_at) return "sent when the batch ends";
+        return cb.attempts ? `${tries(cb.attempts)} so far, tried again with backoff` : "the batch ended: the next tick sends it";
+    }
+  }
+
+  /**
+   * The batch's completion callback (issue 11): its state as a labelled badge,
+   * what that means, where it goes and its last error; "none" without on_finish.
+   */
+  function callbackLine(b) {
+    const label = h("span", { class: "label" }, "Completion callback");
+    const cb = b.callback;
+    if (!cb) return h("div", { class: "callback", id: "callback", "data-callback": "none" }, label, h("span", { class: "muted" }, "none"));
+    const to = callbackTarget(b.on_finish);
+    return h(
+      "div",
+      { class: "callback", id: "callback", "data-callback": cb.status, "data-attempts": cb.attempts },
+      label,
+      h("span", { class: `badge cb-${cb.status}` }, cb.status),
+      h("span", { class: "meaning" }, callbackMeaning(b, cb)),
+      to ? h("span", { class: "muted" }, "to ", h("span", { class: "mono", "data-callback-to": "", title: "path and query not shown: they may hold the receiver's secret" }, to)) : null,
+      cb.last_error ? h("div", { class: "error-text", "data-callback-error": "" }, `last error: ${cb.last_error}`) : null,
+    );
+  }
+
+  // A receipt's state in a sign as well as a colour (and its word).
+  const RECEIPT_MARK = { delivered: "✓", pending: "…", failed: "✗" };
+
+  /**
+   * A multi item's receipts: each channel's name, state, and when it was
+   * delivered or why it was not. Null for kinds without channels.
+   */
+  function receiptList(i) {
+    const receipts = i.receipts;
+    if (!receipts) return null;
+    const names = Object.keys(receipts);
+    if (!names.length) return h("p", { class: "receipts muted small" }, "channels: none tried yet");
+    return h(
+      "ul",
+      { class: "receipts", "aria-label": `channels of ${i.subject_id}`, "data-receipts": i.id },
+      names.map((name) => {
+        const r = receipts[name];
+        return h(
+          "li",
+          { class: `receipt ${r.status}`, "data-channel": name, "data-receipt": r.status },
+          h("span", { class: "channel mono" }, name),
+          h("span", { class: "state" }, `${RECEIPT_MARK[r.status] || ""} ${r.status}`),
+          r.status === "delivered" ? timeCell(r.at) : h("span", { class: "error-text" }, r.error || ""),
+        );
+      }),
+    );
+  }
+
+  /** The channels of a multi item that a retry does not send again. */
+  function deliveredChannels(i) {
+    return Object.entries(i.receipts || {})
+      .filter(([, r]) => r.status === "delivered")
+      .map(([name]) => name);
   }
 
   // ---------------------------------------------------------------- batch actions
@@ -471,7 +567,10 @@
     }
   }
 
-  /** One batch: counts, actions, throughput chart, failed items, items by status. */
+  /**
+   * One batch: counts and its completion callback, actions, throughput chart,
+   * failed items, items by status (a multi item with its channels' receipts).
+   */
   function batchView(id) {
     const head = h("div", {});
     const progress = h("div", {});
@@ -511,7 +610,8 @@
         title: `Retry ${i.subject_id}?`,
         text:
           `Item ${i.id} goes back to pending, due now, with a fresh allowance of attempts ` +
-          `(${i.attempt} of ${i.max_attempts} used). Its last error stays visible until it runs again.`,
+          `(${i.attempt} of ${i.max_attempts} used). Its last error stays visible until it runs again.` +
+          (deliveredChannels(i).length ? ` Its delivered channels (${deliveredChannels(i).join(", ")}) are not sent again.` : ""),
         yes: "Retry item",
         run: async () => {
           const r = await api(`/items/${enc(String(i.id))}/retry`, { method: "POST" });
@@ -558,6 +658,7 @@
           ],
           page.items,
           "No failed items.",
+          receiptList,
         ),
         page.items.length || failedPage.cursors.length > 1 ? pager(failedPage, page.next_after, () => drawNow(readFailed(batch))) : null,
       );
@@ -620,6 +721,7 @@
           ],
           page.items,
           `No ${status} items.`,
+          receiptList,
         ),
         page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => drawNow(readItems())) : null,
       );
@@ -730,6 +832,7 @@
           { class: "stats" },
           stats.map(([label, value]) => h("div", { class: "stat" }, h("div", { class: "label" }, label), h("div", { class: "value", "data-stat": label.toLowerCase() }, value))),
         ),
+        callbackLine(b),
       );
     }
 
