@@ -199,7 +199,8 @@ pub async fn receipts_and_refused_callback(
         "on_finish": {"url": sink.callback_url("ui-refused", &refused)}});
     let (_, batch) = api.create_batch(&body).await?;
     let id = batch.id.clone();
-    b.client.set_window_size(1280, 1100).await?;
+    // Tall enough for the callback line and the failed list in one screenshot.
+    b.client.set_window_size(1280, 1700).await?;
     b.client
         .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
         .await?;
