@@ -1756,6 +1756,44 @@ fn metrics_report_the_queue_and_the_last_hour() {
 }
 
 #[test]
+fn metrics_count_the_items_released_unrun_in_the_last_hour() {
+    let host = setup();
+    // A tick that ran out of time: 4 claimed, 1 completed, 3 given back unrun;
+    // and one like it older than the window.
+    for (ago_ms, released) in [(60_000, 3), (2 * 3_600_000, 7)] {
+        let summary = InvocationSummary {
+            trigger: Trigger::Tick,
+            started_at: host.now.get() - ago_ms,
+            elapsed_ms: 50_000,
+            tally: Tally {
+                claimed: released + 1,
+                completed: 1,
+                released,
+                ..Tally::default()
+            },
+            subrequests: 9,
+            subrequest_budget: 45,
+            d1_statements: 4,
+            d1_rows_written: 12,
+            stop_reason: StopReason::Deadline,
+        };
+        block_on(host.store.record_invocation(&summary)).unwrap();
+    }
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_last_hour_items{event=\"released\"} 3",
+        "cron_fanout_last_hour_items{event=\"claimed\"} 4",
+        "cron_fanout_last_hour_items{event=\"completed\"} 1",
+        "cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 1",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+}
+
+#[test]
 fn docs_name_every_metric_and_only_those() {
     let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
         .expect("docs/api.md");

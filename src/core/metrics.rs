@@ -44,6 +44,8 @@ pub struct HourSums {
     pub retried: i64,
     pub failed: i64,
     pub lost_leases: i64,
+    /// Claimed items given back unrun (too late to run within the deadline).
+    pub released: i64,
     pub reaped: i64,
     pub subrequests_max: i64,
     pub d1_statements: i64,
@@ -112,6 +114,7 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
         ("retried", h.retried),
         ("failed", h.failed),
         ("lost_lease", h.lost_leases),
+        ("released", h.released),
         ("reaped", h.reaped),
     ]
     .into_iter()
@@ -168,7 +171,7 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
         ),
         gauge(
             "cron_fanout_last_hour_items",
-            "What the invocations of the last hour did to items: claims, outcomes committed, lost leases, expired leases reaped.",
+            "What the invocations of the last hour did to items: claims, outcomes committed, lost leases, items released unrun, expired leases reaped.",
             events,
         ),
         gauge(
@@ -277,6 +280,7 @@ mod tests {
                 retried: 30,
                 failed: 5,
                 lost_leases: 1,
+                released: 3,
                 reaped: 4,
                 subrequests_max: 44,
                 d1_statements: 128,
@@ -315,13 +319,14 @@ cron_fanout_last_hour_invocations{stop_reason=\"budget\"} 2
 cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 0
 cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 58
 cron_fanout_last_hour_invocations{stop_reason=\"error\"} 0
-# HELP cron_fanout_last_hour_items What the invocations of the last hour did to items: claims, outcomes committed, lost leases, expired leases reaped.
+# HELP cron_fanout_last_hour_items What the invocations of the last hour did to items: claims, outcomes committed, lost leases, items released unrun, expired leases reaped.
 # TYPE cron_fanout_last_hour_items gauge
 cron_fanout_last_hour_items{event=\"claimed\"} 640
 cron_fanout_last_hour_items{event=\"completed\"} 600
 cron_fanout_last_hour_items{event=\"retried\"} 30
 cron_fanout_last_hour_items{event=\"failed\"} 5
 cron_fanout_last_hour_items{event=\"lost_lease\"} 1
+cron_fanout_last_hour_items{event=\"released\"} 3
 cron_fanout_last_hour_items{event=\"reaped\"} 4
 # HELP cron_fanout_last_hour_subrequests_max Most subrequests one invocation of the last hour made.
 # TYPE cron_fanout_last_hour_subrequests_max gauge

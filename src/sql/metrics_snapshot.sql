@@ -26,7 +26,7 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
               FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
         WHERE first_due <= ?1) AS oldest_due,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
-       h.lost_leases, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
+       h.lost_leases, h.released, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
        h.d1_statements, h.d1_rows_written,
        (SELECT json_group_object(stop_reason, n)
         FROM (SELECT stop_reason, count(*) AS n
@@ -38,6 +38,7 @@ FROM (SELECT count(*) AS running_batches, coalesce(sum(total), 0) AS total,
      (SELECT count(*) AS invocations, coalesce(sum(claimed), 0) AS claimed,
              coalesce(sum(completed), 0) AS completed, coalesce(sum(retried), 0) AS retried,
              coalesce(sum(failed), 0) AS failed, coalesce(sum(lost_leases), 0) AS lost_leases,
+             coalesce(sum(released), 0) AS released,
              coalesce(sum(reaped), 0) AS reaped, coalesce(sum(subrequests), 0) AS subrequests,
              coalesce(max(subrequests), 0) AS subrequests_max,
              coalesce(max(subrequest_budget), 0) AS subrequest_budget_max,
