@@ -434,9 +434,21 @@ impl Drain {
 
     /// Flushes kept for the outcomes not yet in a commit: one per 500 of each
     /// lease expiry, so the oldest claim's outcomes can always be committed before
-    /// their lease expires, whatever newer claims still run.
+    /// their lease expires, whatever newer claims still run. A claim still out
+    /// keeps the flush its plan counted for its items (`next_claim`): they join
+    /// `outstanding` only when it answers, and a commit sent meanwhile must not
+    /// spend it.
     fn flushes(&self) -> i64 {
-        self.outstanding.values().map(|&n| flush_reserve(n)).sum()
+        self.outstanding
+            .values()
+            .map(|&n| flush_reserve(n))
+            .sum::<i64>()
+            + self.claim_flushes()
+    }
+
+    /// The flushes kept for the items of the claim still out, if any.
+    fn claim_flushes(&self) -> i64 {
+        self.claiming.map_or(0, |c| flush_reserve(c.asked))
     }
 
     /// `flushes()` once these rows are in a commit.
@@ -448,7 +460,8 @@ impl Drain {
         self.outstanding
             .iter()
             .map(|(at, &n)| flush_reserve(n - taken.get(at).copied().unwrap_or(0)))
-            .sum()
+            .sum::<i64>()
+            + self.claim_flushes()
     }
 
     fn retries_kept(&self) -> i64 {

@@ -662,3 +662,75 @@ fn channel_results_are_committed_with_the_outcome() {
         Some("attempt 1 failed: channel push: HTTP 503")
     );
 }
+
+#[test]
+fn a_claim_out_keeps_the_flush_for_its_items() {
+    // Review of 565e1b0: a flush sent while a claim is out must leave the flush
+    // that claim's items were planned with, or the older lease's outcomes can no
+    // longer be committed before it expires. One slot, chunk 4, 16 s leases,
+    // 110 ms D1, 13 subrequests.
+    let policy = Policy {
+        limits: DrainLimits {
+            concurrency: 1,
+            lease_ms: 16_000,
+            ..POLICY.limits
+        },
+        retry: POLICY.retry,
+    };
+    let mut r = Run::new(policy, 13);
+    r.m.prepared(110);
+    let a = r.actions(0);
+    assert!(
+        matches!(
+            a[0],
+            Action::Claim {
+                limit: 4,
+                lease_expires_at: 16_000
+            }
+        ),
+        "{a:?}"
+    );
+    r.m.claimed(110, Ok(items(1..5)));
+    assert_eq!(dispatched(&r.actions(110)), vec![1]);
+    r.m.finished(3_110, item(1), Outcome::Done, 0.0);
+    let a = r.actions(3_110);
+    assert_eq!(dispatched(&a), vec![2]);
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::Claim {
+                limit: 2,
+                lease_expires_at: 19_110
+            }
+        )),
+        "{a:?}"
+    );
+    // The flush timer fires while the second claim is out: a commit of item 1
+    // now would spend the flush its two items need, and items 2 to 4 could only
+    // go in the last flush, after their lease expired.
+    r.m.timer(3_210);
+    let a = r.actions(3_210);
+    assert!(!a.iter().any(|a| matches!(a, Action::Commit(_))), "{a:?}");
+    r.m.claimed(3_220, Ok(items(5..7)));
+    r.m.finished(5_110, item(2), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(5_110)), vec![3]);
+    r.m.finished(8_110, item(3), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(8_110)), vec![4]);
+    // The first lease's items have all answered: their commit frees their flush
+    // and lands well before 16 s.
+    r.m.finished(11_110, item(4), Outcome::Done, 0.0);
+    let a = r.actions(11_110);
+    assert_eq!(dispatched(&a), vec![5]);
+    let rows = take_commit(a);
+    assert_eq!(ids(&rows), vec![1, 2, 3, 4]);
+    r.m.committed(11_220, rows, Ok(vec![1, 2, 3, 4]));
+    r.m.finished(14_110, item(5), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(14_110)), vec![6]);
+    r.m.finished(17_110, item(6), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(17_110));
+    assert_eq!(ids(&rows), vec![5, 6]);
+    r.m.committed(17_220, rows, Ok(vec![5, 6]));
+    assert!(matches!(r.actions(17_220)[..], [Action::Done(_)]));
+    assert_eq!(r.m.tally().completed, 6);
+    assert_eq!(r.m.tally().lost_leases, 0);
+}
