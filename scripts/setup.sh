@@ -63,11 +63,13 @@ if [ -n "${missing// /}" ]; then
   fi
 fi
 
-# --locked: build the tools with the dependency versions their own Cargo.lock names,
-# so a new release of one of their dependencies cannot change or break them.
+# worker-build is built --locked, with the dependency versions its own Cargo.lock
+# names, so a new release of one of them cannot change or break it. wasm-bindgen-cli
+# 0.2.130 cannot be: its Cargo.lock names webpki-roots 1.0.11, which the crates.io
+# index this project's machines reach does not have, so its dependencies resolve anew.
 if [ ! -x "$WASM_BINDGEN_BIN" ]; then
   step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
-  cargo install --locked wasm-bindgen-cli --version "=$WASM_BINDGEN_VERSION" \
+  cargo install wasm-bindgen-cli --version "=$WASM_BINDGEN_VERSION" \
     --root "$TOOLS_ROOT/wasm-bindgen-$WASM_BINDGEN_VERSION"
 fi
 
