@@ -34,6 +34,17 @@ pub struct Occurrence {
     pub zone_times: Vec<(String, i64)>,
 }
 
+impl Occurrence {
+    /// The last of its local fire times (`fire_at` unless per subject zone).
+    pub fn last_local_time(&self) -> i64 {
+        self.zone_times
+            .iter()
+            .map(|(_, at)| *at)
+            .max()
+            .unwrap_or(self.fire_at)
+    }
+}
+
 /// How far to look on each side of an instant for local dates: every zone's local
 /// date is within a day of the UTC date (offsets run from -12 h to +14 h).
 const DATE_MARGIN: Days = Days::new(2);
