@@ -623,6 +623,39 @@ fn each_subject_runs_at_nine_in_its_own_zone() {
 }
 
 #[test]
+fn a_zone_added_after_the_save_does_not_skip_the_promised_date() {
+    let store = setup();
+    add_subjects(&store, "lon", 2, "default", "Europe/London");
+    let row = put_schedule(
+        &store,
+        "digest",
+        json!({"cron": "0 9 * * *", "timezone": "subject"}),
+        ms("2026-11-20T21:00:00Z"),
+    );
+    assert_eq!(row.next_fire_at, Some(ms("2026-11-21T09:00:00Z")));
+    // Auckland's 09:00 on the 21st is 20:00Z on the 20th, before the save.
+    add_subjects(&store, "akl", 2, "default", "Pacific/Auckland");
+    tick(&store, ms("2026-11-21T09:00:05Z"));
+
+    let times = run_after_by_subject(&store, "digest:2026-11-21");
+    let expected: BTreeMap<String, i64> = [
+        ("akl000000", ms("2026-11-20T20:00:00Z")),
+        ("akl000001", ms("2026-11-20T20:00:00Z")),
+        ("lon000000", ms("2026-11-21T09:00:00Z")),
+        ("lon000001", ms("2026-11-21T09:00:00Z")),
+    ]
+    .into_iter()
+    .map(|(s, t)| (s.to_string(), t))
+    .collect();
+    assert_eq!(times, expected, "the 21st fires for both zones");
+    assert_eq!(
+        schedule(&store, "digest").next_fire_at,
+        Some(ms("2026-11-21T20:00:00Z")),
+        "the 22nd, in Auckland first"
+    );
+}
+
+#[test]
 fn jitter_in_sql_equals_the_rust_twin_and_stays_in_its_window() {
     let store = setup();
     add_subjects(&store, "user-", 500, "default", "UTC");
