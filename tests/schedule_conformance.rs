@@ -778,6 +778,34 @@ fn a_fire_planned_before_a_replace_or_a_delete_applies_nothing() {
 }
 
 #[test]
+fn a_fire_planned_before_a_delete_and_recreate_applies_nothing() {
+    let store = setup();
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    // A one-off, due now: its plan would create its batch and disable the row.
+    let at = json!({"at": "2026-11-21T10:00:00Z"});
+    put_schedule(&store, "job", at, now - 30_000);
+    let plans: Vec<FirePlan> = block_on(store.due_schedules(now, 10))
+        .unwrap()
+        .iter()
+        .filter(|r| r.id == "job")
+        .map(|r| plan_fire(r, now, &[], "b-old", MAX_ATTEMPTS).unwrap())
+        .collect();
+    assert_eq!(plans.len(), 1);
+    // Meanwhile `job` is deleted and created again (revision 1 again), every 60 s.
+    block_on(store.delete_schedule("job")).unwrap();
+    let recreated = put_schedule(&store, "job", json!({"every_seconds": 60}), now + 10);
+    assert_eq!(recreated.revision, plans[0].revision, "revisions restart");
+    block_on(store.fire_schedules(&plans)).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(
+        schedule(&store, "job"),
+        recreated,
+        "the new schedule stays enabled, its next_fire_at stands"
+    );
+}
+
+#[test]
 fn a_failed_fire_writes_nothing_and_stays_due() {
     let store = setup();
     exec(&store, "DELETE FROM schedules");

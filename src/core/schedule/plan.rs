@@ -79,6 +79,9 @@ pub struct FirePlan {
     pub schedule_id: String,
     /// The row's revision the plan was made from; a `PUT` since makes it a no-op.
     pub revision: i64,
+    /// The row's `created_at`: revisions restart at 1 when a schedule is deleted
+    /// and created again, so the pair names the row the plan was made from.
+    pub created_at: i64,
     /// `None` when no occurrence is due after all (e.g. the zones in use moved it).
     pub batch: Option<NewBatch>,
     pub next_fire_at: Option<i64>,
@@ -136,6 +139,7 @@ pub fn plan_fire(
     Ok(FirePlan {
         schedule_id: row.id.clone(),
         revision: row.revision,
+        created_at: row.created_at,
         batch,
         next_fire_at: next.filter(|_| spec.enabled),
         enabled: spec.enabled && next.is_some(),
@@ -148,6 +152,7 @@ pub fn disable(row: &ScheduleRow) -> FirePlan {
     FirePlan {
         schedule_id: row.id.clone(),
         revision: row.revision,
+        created_at: row.created_at,
         batch: None,
         next_fire_at: None,
         enabled: false,
