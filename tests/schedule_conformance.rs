@@ -623,6 +623,39 @@ fn each_subject_runs_at_nine_in_its_own_zone() {
 }
 
 #[test]
+fn a_zone_added_after_the_save_does_not_skip_the_promised_date() {
+    let store = setup();
+    add_subjects(&store, "lon", 2, "default", "Europe/London");
+    let row = put_schedule(
+        &store,
+        "digest",
+        json!({"cron": "0 9 * * *", "timezone": "subject"}),
+        ms("2026-11-20T21:00:00Z"),
+    );
+    assert_eq!(row.next_fire_at, Some(ms("2026-11-21T09:00:00Z")));
+    // Auckland's 09:00 on the 21st is 20:00Z on the 20th, before the save.
+    add_subjects(&store, "akl", 2, "default", "Pacific/Auckland");
+    tick(&store, ms("2026-11-21T09:00:05Z"));
+
+    let times = run_after_by_subject(&store, "digest:2026-11-21");
+    let expected: BTreeMap<String, i64> = [
+        ("akl000000", ms("2026-11-20T20:00:00Z")),
+        ("akl000001", ms("2026-11-20T20:00:00Z")),
+        ("lon000000", ms("2026-11-21T09:00:00Z")),
+        ("lon000001", ms("2026-11-21T09:00:00Z")),
+    ]
+    .into_iter()
+    .map(|(s, t)| (s.to_string(), t))
+    .collect();
+    assert_eq!(times, expected, "the 21st fires for both zones");
+    assert_eq!(
+        schedule(&store, "digest").next_fire_at,
+        Some(ms("2026-11-21T20:00:00Z")),
+        "the 22nd, in Auckland first"
+    );
+}
+
+#[test]
 fn jitter_in_sql_equals_the_rust_twin_and_stays_in_its_window() {
     let store = setup();
     add_subjects(&store, "user-", 500, "default", "UTC");
@@ -741,6 +774,34 @@ fn a_fire_planned_before_a_replace_or_a_delete_applies_nothing() {
         schedule(&store, "feeds"),
         replaced,
         "the replace's next_fire_at stands"
+    );
+}
+
+#[test]
+fn a_fire_planned_before_a_delete_and_recreate_applies_nothing() {
+    let store = setup();
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    // A one-off, due now: its plan would create its batch and disable the row.
+    let at = json!({"at": "2026-11-21T10:00:00Z"});
+    put_schedule(&store, "job", at, now - 30_000);
+    let plans: Vec<FirePlan> = block_on(store.due_schedules(now, 10))
+        .unwrap()
+        .iter()
+        .filter(|r| r.id == "job")
+        .map(|r| plan_fire(r, now, &[], "b-old", MAX_ATTEMPTS).unwrap())
+        .collect();
+    assert_eq!(plans.len(), 1);
+    // Meanwhile `job` is deleted and created again (revision 1 again), every 60 s.
+    block_on(store.delete_schedule("job")).unwrap();
+    let recreated = put_schedule(&store, "job", json!({"every_seconds": 60}), now + 10);
+    assert_eq!(recreated.revision, plans[0].revision, "revisions restart");
+    block_on(store.fire_schedules(&plans)).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(
+        schedule(&store, "job"),
+        recreated,
+        "the new schedule stays enabled, its next_fire_at stands"
     );
 }
 

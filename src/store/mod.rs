@@ -711,6 +711,7 @@ impl<D: Db> Store<D> {
                         plan.schedule_id.as_str().into(),
                         plan.revision.into(),
                         b.max_attempts.into(),
+                        plan.created_at.into(),
                     ],
                 ));
                 statements.push((
@@ -736,6 +737,7 @@ impl<D: Db> Store<D> {
                     i64::from(plan.enabled).into(),
                     plan.batch.as_ref().map(|b| b.created_at).into(),
                     plan.batch.as_ref().map(|b| b.key.clone()).into(),
+                    plan.created_at.into(),
                 ],
             ));
         }

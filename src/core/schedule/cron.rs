@@ -83,9 +83,11 @@ impl CronExpr {
 
     /// True when the minute and the hour are each one fixed value: then the
     /// expression fires at most once per local day, whatever its day fields. This
-    /// is also croner's "fixed-time job", the kind whose DST behaviour is the one
-    /// this project promises (a time skipped by spring-forward runs at the first
-    /// valid instant after it; a repeated one runs once, at its first occurrence).
+    /// is also croner's "fixed-time job", and only for these does the DST
+    /// rule hold (a time skipped by spring-forward runs at the first valid instant
+    /// after it; a repeated one runs once, at its first occurrence). Other crons
+    /// get croner's interval rule: no run in the skipped hour, a run at both passes
+    /// of the repeated one (see `occurrence.rs`).
     pub fn fires_at_most_daily(&self) -> bool {
         self.cron.determine_job_type() == JobType::FixedTime
     }

@@ -163,7 +163,10 @@ pub struct ScheduleRow {
     pub last_fired_at: Option<i64>,
     pub last_batch_id: Option<String>,
     /// Bumped by every `PUT`: a fire planned from an older revision applies nothing.
+    /// Restarts at 1 when the schedule is deleted and created again, so fires match
+    /// on (`revision`, `created_at`).
     pub revision: i64,
+    /// When the row was first written; a replace keeps it.
     pub created_at: i64,
     /// When the schedule was last written by `PUT` (fires do not change it).
     pub updated_at: i64,

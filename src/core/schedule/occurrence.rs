@@ -11,8 +11,12 @@
 //!   across the zones in use (UTC+14 first). Its batch key ends with D;
 //! - any other cron: croner's matches in its zone. Its batch key ends with the instant.
 //!
-//! Local times follow one rule everywhere: a time skipped by spring-forward runs at
-//! the first valid instant after it, a repeated one once, at its first occurrence.
+//! DST, for crons that fire at most once a day (each zone on its own with
+//! `"subject"`): a local time skipped by spring-forward runs at the first valid
+//! instant after it, a repeated one once, at its first occurrence. Other crons
+//! follow croner's rule instead: a time in the skipped hour does not run that day,
+//! one in the repeated hour runs at both passes (`30 2,14 * * *` in Europe/Berlin
+//! runs three times on 2026-10-25, `0 2,14 * * *` once on 2026-03-29).
 
 use chrono::{Days, NaiveDate, NaiveDateTime, TimeDelta};
 use chrono_tz::Tz;
@@ -32,6 +36,17 @@ pub struct Occurrence {
     pub key_suffix: String,
     /// `"timezone": "subject"` only: each zone in use → its local fire instant.
     pub zone_times: Vec<(String, i64)>,
+}
+
+impl Occurrence {
+    /// The last of its local fire times (`fire_at` unless per subject zone).
+    pub fn last_local_time(&self) -> i64 {
+        self.zone_times
+            .iter()
+            .map(|(_, at)| *at)
+            .max()
+            .unwrap_or(self.fire_at)
+    }
 }
 
 /// How far to look on each side of an instant for local dates: every zone's local
@@ -322,6 +337,33 @@ mod tests {
         assert_eq!(
             spring,
             ["2026-03-08T06:30:00.000Z", "2026-03-08T07:00:00.000Z"]
+        );
+    }
+
+    #[test]
+    fn crons_with_several_times_a_day_lose_or_double_a_run_on_transition_days() {
+        // Not the daily rule: croner's own search, pinned here so that
+        // docs/operations.md stays true. Europe/Berlin 2026-03-29: 02:00 does not
+        // exist and `0 2,14` has no 02:00 run that day (no run after the gap).
+        let spring = cron("0 2,14 * * *", "Europe/Berlin");
+        assert_eq!(
+            next_n(&spring, "2026-03-28T12:00:00Z", 3, &[]),
+            vec![
+                pair("2026-03-28T13:00:00.000Z", "2026-03-28T13:00:00.000Z"),
+                pair("2026-03-29T12:00:00.000Z", "2026-03-29T12:00:00.000Z"),
+                pair("2026-03-30T00:00:00.000Z", "2026-03-30T00:00:00.000Z"),
+            ]
+        );
+        // 2026-10-25: 02:30 happens twice (CEST, then CET) and `30 2,14` runs at both.
+        let fall = cron("30 2,14 * * *", "Europe/Berlin");
+        assert_eq!(
+            next_n(&fall, "2026-10-24T12:00:00Z", 4, &[]),
+            vec![
+                pair("2026-10-24T12:30:00.000Z", "2026-10-24T12:30:00.000Z"),
+                pair("2026-10-25T00:30:00.000Z", "2026-10-25T00:30:00.000Z"),
+                pair("2026-10-25T01:30:00.000Z", "2026-10-25T01:30:00.000Z"),
+                pair("2026-10-25T13:30:00.000Z", "2026-10-25T13:30:00.000Z"),
+            ]
         );
     }
 

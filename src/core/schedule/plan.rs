@@ -8,7 +8,10 @@
 //! occurrence after `now`. Occurrences from before the schedule was last written
 //! are never fired (a schedule saved at 10:00 with `0 9 * * *` first fires
 //! tomorrow), except that `next_fire_at` itself, when earlier, is honoured: the
-//! migration's `daily` row and a past `at` rely on that.
+//! migration's `daily` row and a past `at` rely on that. With `"timezone":
+//! "subject"`, the local date `next_fire_at` stood for always fires, even when a
+//! subject in an earlier zone, added since, moves that date's first instant before
+//! the save.
 
 use std::collections::BTreeSet;
 
@@ -76,6 +79,9 @@ pub struct FirePlan {
     pub schedule_id: String,
     /// The row's revision the plan was made from; a `PUT` since makes it a no-op.
     pub revision: i64,
+    /// The row's `created_at`: revisions restart at 1 when a schedule is deleted
+    /// and created again, so the pair names the row the plan was made from.
+    pub created_at: i64,
     /// `None` when no occurrence is due after all (e.g. the zones in use moved it).
     pub batch: Option<NewBatch>,
     pub next_fire_at: Option<i64>,
@@ -96,10 +102,16 @@ pub fn plan_fire(
         Zone::Subject => zones_for(spec.group.as_deref(), in_use),
         Zone::Named(_) => Vec::new(),
     };
-    let window_start = row.next_fire_at.unwrap_or(now).min(row.updated_at);
+    let promised = row.next_fire_at.unwrap_or(now);
+    let window_start = promised.min(row.updated_at);
+    // An occurrence fires if it was wholly ahead when the row was written, or if
+    // one of its local times is at or after the promised `next_fire_at`: with
+    // `"timezone": "subject"` a zone that joined since can move a date's fire
+    // instant before the save, and the date `next_fire_at` stood for must still
+    // fire. For one zone the second test implies the first.
     let batch = spec
         .latest_at_or_before(now, &zones)
-        .filter(|o| o.fire_at >= window_start && spec.enabled)
+        .filter(|o| spec.enabled && (o.fire_at >= window_start || o.last_local_time() >= promised))
         .map(|occurrence| {
             let key = batch_key(&row.id, &occurrence);
             let zone_times: Map<String, Value> = occurrence
@@ -127,6 +139,7 @@ pub fn plan_fire(
     Ok(FirePlan {
         schedule_id: row.id.clone(),
         revision: row.revision,
+        created_at: row.created_at,
         batch,
         next_fire_at: next.filter(|_| spec.enabled),
         enabled: spec.enabled && next.is_some(),
@@ -139,6 +152,7 @@ pub fn disable(row: &ScheduleRow) -> FirePlan {
     FirePlan {
         schedule_id: row.id.clone(),
         revision: row.revision,
+        created_at: row.created_at,
         batch: None,
         next_fire_at: None,
         enabled: false,
@@ -249,6 +263,53 @@ mod tests {
             ..row("digest")
         };
         let p = plan(&saved, "2026-11-21T10:00:30Z");
+        assert_eq!(p.batch, None);
+        assert_eq!(p.next_fire_at, Some(ms("2026-11-22T09:00:00Z")));
+    }
+
+    #[test]
+    fn a_subject_date_promised_at_the_save_fires_when_an_earlier_zone_joins() {
+        // Saved at 21:00Z on the 20th with London subjects only: the 21st is next,
+        // at London's 09:00 (09:00Z). Auckland subjects join; their 09:00 on the
+        // 21st (20:00Z on the 20th) was already past at the save, which moves the
+        // 21st's fire instant before it: the 21st must still fire, not the 22nd.
+        let digest = ScheduleRow {
+            cron: Some("0 9 * * *".into()),
+            timezone: "subject".into(),
+            next_fire_at: Some(ms("2026-11-21T09:00:00Z")),
+            updated_at: ms("2026-11-20T21:00:00Z"),
+            ..row("digest")
+        };
+        let zone = |z: &str| ZoneUse {
+            group_name: "default".into(),
+            timezone: z.into(),
+        };
+        let in_use = [zone("Europe/London"), zone("Pacific/Auckland")];
+        let p = plan_fire(&digest, ms("2026-11-21T09:00:20Z"), &in_use, "b", 5).unwrap();
+        let batch = p.batch.expect("the 21st fires");
+        assert_eq!(
+            (batch.key.as_str(), batch.fire_at),
+            ("digest:2026-11-21", ms("2026-11-20T20:00:00Z"))
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&batch.zone_times).unwrap(),
+            serde_json::json!({"Europe/London": ms("2026-11-21T09:00:00Z"),
+                               "Pacific/Auckland": ms("2026-11-20T20:00:00Z")})
+        );
+        assert_eq!(p.next_fire_at, Some(ms("2026-11-21T20:00:00Z")));
+
+        // A date already past at the save in every zone still in use does not fire:
+        // saved at 10:00Z on the 21st with Auckland, London and Los Angeles, the
+        // 22nd was promised (Auckland's 09:00, 20:00Z on the 21st). Auckland's
+        // subjects leave; at 20:00Z the latest date is London's 21st (09:00Z, before
+        // the save), whose Los Angeles time (17:00Z) is before the promised instant.
+        let saved_late = ScheduleRow {
+            next_fire_at: Some(ms("2026-11-21T20:00:00Z")),
+            updated_at: ms("2026-11-21T10:00:00Z"),
+            ..digest
+        };
+        let left = [zone("Europe/London"), zone("America/Los_Angeles")];
+        let p = plan_fire(&saved_late, ms("2026-11-21T20:00:20Z"), &left, "b", 5).unwrap();
         assert_eq!(p.batch, None);
         assert_eq!(p.next_fire_at, Some(ms("2026-11-22T09:00:00Z")));
     }

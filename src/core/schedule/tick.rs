@@ -81,7 +81,7 @@ pub enum Fired {
         key: String,
     },
     /// The schedule was replaced or deleted between the plan and its apply: the
-    /// fire applied nothing (its `revision` no longer matched).
+    /// fire applied nothing (its `revision` and `created_at` no longer matched).
     Superseded { schedule_id: String, key: String },
 }
 
