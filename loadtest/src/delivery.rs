@@ -109,11 +109,7 @@ pub fn one_success_per_end(records: &[&CallbackRecord]) -> Result<Vec<End>, Stri
 /// deadline, which gave up on it as a transient failure and hung up, so the sink
 /// never answered — `hang_ms` must outlast JOB_TIMEOUT_MS), and whether it ends
 /// delivered.
-pub fn expected_channel(
-    faults: &Faults,
-    key: &str,
-    max_attempts: u32,
-) -> (Vec<Option<u16>>, bool) {
+pub fn expected_channel(faults: &Faults, key: &str, max_attempts: u32) -> (Vec<Option<u16>>, bool) {
     let mut answers = Vec::new();
     for n in 1..=max_attempts {
         if faults.hangs(n) {
@@ -179,8 +175,7 @@ pub fn multi_item_ok(
         let want: Vec<Option<u16>> = answers.iter().copied().take(last_attempt).collect();
         let got: Vec<Option<u16>> = sent.iter().map(|d| d.status).collect();
         let want_attempts: Vec<Option<u32>> = (1..=want.len() as u32).map(Some).collect();
-        if got != want || sent.iter().map(|d| d.attempt).collect::<Vec<_>>() != want_attempts
-        {
+        if got != want || sent.iter().map(|d| d.attempt).collect::<Vec<_>>() != want_attempts {
             wrong.push(format!(
                 "{name}: answered {got:?} on attempts {:?} (want {want:?})",
                 sent.iter().map(|d| d.attempt).collect::<Vec<_>>()
@@ -530,7 +525,10 @@ async fn multi_channel_items(
     let plans: Vec<(&str, Vec<(String, Faults)>)> = vec![
         (
             "multi-hang",
-            vec![("email".into(), healthy.clone()), ("push".into(), hangs_twice)],
+            vec![
+                ("email".into(), healthy.clone()),
+                ("push".into(), hangs_twice),
+            ],
         ),
         (
             "multi-retry",

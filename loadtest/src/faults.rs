@@ -129,7 +129,11 @@ impl Faults {
         } else {
             200
         };
-        let hang_ms = if self.hangs(delivery) { self.hang_ms } else { 0 };
+        let hang_ms = if self.hangs(delivery) {
+            self.hang_ms
+        } else {
+            0
+        };
         Decision {
             delay: Duration::from_millis(self.latency_ms.saturating_add(hang_ms)),
             status,
