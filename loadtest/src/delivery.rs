@@ -105,12 +105,19 @@ pub fn one_success_per_end(records: &[&CallbackRecord]) -> Result<Vec<End>, Stri
 
 /// How one channel of one item must have been delivered: which attempts of the
 /// item sent it and what each was answered (`faults` decide per key and delivery
-/// number, so this is exact), and whether it ends delivered.
-pub fn expected_channel(faults: &Faults, key: &str, max_attempts: u32) -> (Vec<u16>, bool) {
+/// number, so this is exact; `None`: the delivery hung past the Worker's channel
+/// deadline, which gave up on it as a transient failure and hung up, so the sink
+/// never answered — `hang_ms` must outlast JOB_TIMEOUT_MS), and whether it ends
+/// delivered.
+pub fn expected_channel(faults: &Faults, key: &str, max_attempts: u32) -> (Vec<Option<u16>>, bool) {
     let mut answers = Vec::new();
     for n in 1..=max_attempts {
+        if faults.hangs(n) {
+            answers.push(None);
+            continue;
+        }
         let status = faults.decide(key, n).status;
-        answers.push(status);
+        answers.push(Some(status));
         if (200..300).contains(&status) {
             return (answers, true);
         }
@@ -134,7 +141,7 @@ pub fn multi_item_ok(
     let mut wrong = Vec::new();
     // Attempts run while any channel still needs one; a permanent failure of one
     // channel ends the item on that attempt.
-    let expected: Vec<(&String, Vec<u16>, bool)> = channels
+    let expected: Vec<(&String, Vec<Option<u16>>, bool)> = channels
         .iter()
         .map(|(name, faults)| {
             let key = format!("{}:{name}", item.id);
@@ -165,12 +172,10 @@ pub fn multi_item_ok(
         let key = format!("{}:{name}", item.id);
         let sent = by_key.get(&key).map(Vec::as_slice).unwrap_or(&[]);
         // An item that ends early (a permanent failure elsewhere) stops sending.
-        let want: Vec<u16> = answers.iter().copied().take(last_attempt).collect();
+        let want: Vec<Option<u16>> = answers.iter().copied().take(last_attempt).collect();
         let got: Vec<Option<u16>> = sent.iter().map(|d| d.status).collect();
         let want_attempts: Vec<Option<u32>> = (1..=want.len() as u32).map(Some).collect();
-        if got != want.iter().map(|s| Some(*s)).collect::<Vec<_>>()
-            || sent.iter().map(|d| d.attempt).collect::<Vec<_>>() != want_attempts
-        {
+        if got != want || sent.iter().map(|d| d.attempt).collect::<Vec<_>>() != want_attempts {
             wrong.push(format!(
                 "{name}: answered {got:?} on attempts {:?} (want {want:?})",
                 sent.iter().map(|d| d.attempt).collect::<Vec<_>>()
@@ -510,7 +515,21 @@ async fn multi_channel_items(
         status: Some(400),
         ..Faults::default()
     };
+    // Outlasts JOB_TIMEOUT_MS on the first two deliveries, then answers at once.
+    let job_timeout_ms = target.setting("JOB_TIMEOUT_MS")?;
+    let hangs_twice = Faults {
+        hang_ms: job_timeout_ms + 2_000,
+        hang_first: 2,
+        ..Faults::default()
+    };
     let plans: Vec<(&str, Vec<(String, Faults)>)> = vec![
+        (
+            "multi-hang",
+            vec![
+                ("email".into(), healthy.clone()),
+                ("push".into(), hangs_twice),
+            ],
+        ),
         (
             "multi-retry",
             vec![("email".into(), healthy.clone()), ("push".into(), twice)],
@@ -537,6 +556,7 @@ async fn multi_channel_items(
             .with_context(|| format!("no item {subject}"))?;
         let name = match *subject {
             "multi-retry" => "multi item: the second channel fails twice then succeeds; the first is delivered exactly once; completed on attempt 3, both receipts delivered",
+            "multi-hang" => "multi item: the second channel hangs past JOB_TIMEOUT_MS twice then answers; the first is delivered exactly once; completed on attempt 3, both receipts delivered",
             _ => "multi item: a channel refused for good (400) fails the item at once, its receipt failed with the error, the delivered one kept",
         };
         checks.record(name, multi_item_ok(item, channels, max_attempts, &by_key));
@@ -900,20 +920,41 @@ mod tests {
         };
         assert_eq!(
             expected_channel(&twice, "1:push", 3),
-            (vec![503, 503, 200], true)
+            (vec![Some(503), Some(503), Some(200)], true)
         );
         assert_eq!(
             expected_channel(&twice, "1:push", 2),
-            (vec![503, 503], false)
+            (vec![Some(503), Some(503)], false)
+        );
+        // A hang is a transient failure the sink never answers.
+        let hangs_twice = Faults {
+            hang_ms: 3_000,
+            hang_first: 2,
+            ..Faults::default()
+        };
+        assert_eq!(
+            expected_channel(&hangs_twice, "1:push", 3),
+            (vec![None, None, Some(200)], true)
+        );
+        let hangs = Faults {
+            hang_ms: 3_000,
+            ..Faults::default()
+        };
+        assert_eq!(
+            expected_channel(&hangs, "1:push", 2),
+            (vec![None, None], false)
         );
         let gone = Faults {
             status: Some(400),
             ..Faults::default()
         };
-        assert_eq!(expected_channel(&gone, "1:push", 3), (vec![400], false));
+        assert_eq!(
+            expected_channel(&gone, "1:push", 3),
+            (vec![Some(400)], false)
+        );
         assert_eq!(
             expected_channel(&Faults::default(), "1:email", 3),
-            (vec![200], true)
+            (vec![Some(200)], true)
         );
     }
 }

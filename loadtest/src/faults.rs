@@ -21,6 +21,9 @@ pub struct Faults {
     pub status: Option<u16>,
     /// Sleep this long; meant to outlast the Worker's job timeout.
     pub hang_ms: u64,
+    /// Hang (`hang_ms`) only on the first N deliveries of a key, then answer
+    /// normally; 0: hang on every delivery.
+    pub hang_first: u32,
     /// Probability in 0..=1 of answering 500, decided per (key, delivery).
     pub error_rate: f64,
     /// Answer this 3xx with `Location: /redirected/<subject>` (the sink's redirect
@@ -38,7 +41,7 @@ pub struct Decision {
 }
 
 impl Faults {
-    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&error_rate=..&redirect=..`
+    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&hang_first=..&error_rate=..&redirect=..`
     /// (any subset, any order). Unknown keys and bad values are errors: a typo
     /// would otherwise silently turn a fault scenario into a healthy one.
     pub fn parse(query: &str) -> Result<Faults, String> {
@@ -52,6 +55,7 @@ impl Faults {
                 "latency_ms" => faults.latency_ms = value.parse().map_err(|e| bad(&e))?,
                 "fail_first" => faults.fail_first = value.parse().map_err(|e| bad(&e))?,
                 "hang_ms" => faults.hang_ms = value.parse().map_err(|e| bad(&e))?,
+                "hang_first" => faults.hang_first = value.parse().map_err(|e| bad(&e))?,
                 "status" => {
                     let code: u16 = value.parse().map_err(|e| bad(&e))?;
                     if !(100..=599).contains(&code) {
@@ -98,6 +102,9 @@ impl Faults {
         if self.hang_ms > 0 {
             add("hang_ms", &self.hang_ms);
         }
+        if self.hang_first > 0 {
+            add("hang_first", &self.hang_first);
+        }
         if self.error_rate > 0.0 {
             add("error_rate", &self.error_rate);
         }
@@ -122,11 +129,21 @@ impl Faults {
         } else {
             200
         };
+        let hang_ms = if self.hangs(delivery) {
+            self.hang_ms
+        } else {
+            0
+        };
         Decision {
-            delay: Duration::from_millis(self.latency_ms.saturating_add(self.hang_ms)),
+            delay: Duration::from_millis(self.latency_ms.saturating_add(hang_ms)),
             status,
             redirect: self.redirect.is_some(),
         }
+    }
+
+    /// Whether delivery number `delivery` (1-based) of a key hangs for `hang_ms`.
+    pub fn hangs(&self, delivery: u32) -> bool {
+        self.hang_ms > 0 && (self.hang_first == 0 || delivery <= self.hang_first)
     }
 }
 
@@ -162,7 +179,7 @@ mod tests {
     #[test]
     fn parses_every_fault_and_round_trips() {
         let f = Faults::parse(
-            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&error_rate=0.25&redirect=302",
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302",
         )
         .unwrap();
         assert_eq!(
@@ -172,6 +189,7 @@ mod tests {
                 fail_first: 2,
                 status: Some(418),
                 hang_ms: 3000,
+                hang_first: 1,
                 error_rate: 0.25,
                 redirect: Some(302),
             }
@@ -189,6 +207,7 @@ mod tests {
             "error_rate=1.5",
             "fail_first",
             "hang_ms=-1",
+            "hang_first=x",
             "redirect=200",
             "redirect=400",
         ] {
@@ -222,6 +241,19 @@ mod tests {
                 redirect: false,
             }
         );
+    }
+
+    #[test]
+    fn hang_first_hangs_the_first_deliveries_only() {
+        let f = Faults::parse("hang_ms=3000&hang_first=2&latency_ms=10").unwrap();
+        let delays: Vec<u64> = (1..=3)
+            .map(|n| f.decide("k", n).delay.as_millis() as u64)
+            .collect();
+        assert_eq!(delays, [3010, 3010, 10]);
+        assert_eq!((f.hangs(2), f.hangs(3)), (true, false));
+        let always = Faults::parse("hang_ms=5").unwrap();
+        assert!(always.hangs(1) && always.hangs(99));
+        assert!(!Faults::default().hangs(1));
     }
 
     #[test]

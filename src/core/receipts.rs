@@ -101,6 +101,13 @@ pub fn outcome(results: &ChannelResults) -> Outcome {
     }
 }
 
+/// One channel's result in a run: its answer, or, when it had none within the
+/// channel deadline (`timing::channel_deadline_ms`, `deadline_ms`), a transient
+/// failure of that channel alone, so the others' results are still committed.
+pub fn answered_or_timed_out(answer: Option<Outcome>, deadline_ms: i64) -> Outcome {
+    answer.unwrap_or_else(|| Outcome::Retry(format!("timed out after {deadline_ms} ms")))
+}
+
 /// The receipts a commit writes for one settled run of `item`, as JSON, or `None`
 /// when it changes none: each channel the run sent (delivered at `now`, or its
 /// error: `pending` while the item will try again, `failed` once it ends
@@ -226,6 +233,39 @@ mod tests {
             .iter()
             .map(|(n, o)| (n.to_string(), o.clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_channel_that_times_out_keeps_the_delivered_ones() {
+        let r: ChannelResults = [("email", Some(Outcome::Done)), ("push", None)]
+            .into_iter()
+            .map(|(n, a)| (n.to_string(), answered_or_timed_out(a, 750)))
+            .collect();
+        assert_eq!(
+            outcome(&r),
+            Outcome::Retry("channel push: timed out after 750 ms".into())
+        );
+        let stored = settle(&item(None), Some(&r), ItemStatus::Pending, 5).unwrap();
+        assert_eq!(
+            parse(Some(&stored)),
+            Receipts::from([
+                ("email".to_string(), Receipt::Delivered { at: 5 }),
+                (
+                    "push".to_string(),
+                    Receipt::Pending {
+                        error: "timed out after 750 ms".into()
+                    }
+                ),
+            ])
+        );
+        // Out of attempts: the timed-out channel ends failed, saying so.
+        let last = settle(&item(Some(&stored)), Some(&r), ItemStatus::Failed, 9).unwrap();
+        assert_eq!(
+            parse(Some(&last))["push"],
+            Receipt::Failed {
+                error: "timed out after 750 ms".into()
+            }
+        );
     }
 
     fn stored(text: &str) -> Receipts {

@@ -40,6 +40,22 @@ pub fn call_ms(job_timeout_ms: i64) -> i64 {
     job_timeout_ms + DISPATCH_GRACE_MS
 }
 
+/// How much sooner than the job's timeout a multi-channel item gives up on a
+/// channel that has not answered, so the run returns every channel's result
+/// (a late channel as timed out) before the job-level timer fires and throws
+/// them all away (`channel_deadline_ms`).
+pub const CHANNEL_MARGIN_MS: i64 = 500;
+
+/// How long one channel of a multi-channel item may take: `JOB_TIMEOUT_MS` less
+/// [`CHANNEL_MARGIN_MS`], but never less than three quarters of it (short
+/// timeouts keep most of their time and still end a quarter early), and at least
+/// 1 ms. The job-level timeout stays the backstop.
+pub fn channel_deadline_ms(job_timeout_ms: i64) -> i64 {
+    (job_timeout_ms - CHANNEL_MARGIN_MS)
+        .max(job_timeout_ms * 3 / 4)
+        .max(1)
+}
+
 /// Call times an item may spend between its claim and its outcome: it waits
 /// behind at most `claim_chunk` queued items — `concurrency` slots each free up
 /// within one call time, so that takes ⌈chunk / concurrency⌉ call times — then runs
@@ -108,6 +124,21 @@ mod tests {
 
     /// A lease that never binds before the deadline does.
     const LONG_LEASE: i64 = 3_600_000;
+
+    #[test]
+    fn a_channel_gives_up_before_its_job_does() {
+        assert_eq!(channel_deadline_ms(10_000), 9_500);
+        assert_eq!(channel_deadline_ms(900_000), 899_500);
+        assert_eq!(channel_deadline_ms(2_000), 1_500);
+        // Short timeouts: three quarters, never the whole job's time or nothing.
+        assert_eq!(channel_deadline_ms(1_000), 750);
+        assert_eq!(channel_deadline_ms(4), 3);
+        assert_eq!(channel_deadline_ms(1), 1);
+        for t in 2..3_000 {
+            let d = channel_deadline_ms(t);
+            assert!(d >= 1 && d < t && d >= t * 3 / 4, "{t}: {d}");
+        }
+    }
 
     #[test]
     fn call_rounds_and_lease_follow_the_queue_depth() {

@@ -24,8 +24,9 @@ thread_local! {
 }
 
 /// Run `item`'s job, giving up after `JOB_TIMEOUT_MS` (a transient failure, with
-/// no channel results: a channel that answered before is sent again). The abort
-/// signal also cancels the job's own fetches.
+/// no channel results). The abort signal also cancels the job's own fetches. A
+/// `multi` job gives up on its late channels before this (`jobs::multi`), so it
+/// returns every channel's result in time; this timer is its backstop.
 pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
     let Some(job) = jobs::find(&item.kind) else {
         return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
@@ -42,6 +43,7 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
             .collect(),
         allow_private_targets: cfg.settings.allow_private_targets,
         signal: controller.signal(),
+        job_timeout_ms: timeout_ms,
     };
     let outcome = {
         let mut run = std::pin::pin!(job.run(&ctx, item));

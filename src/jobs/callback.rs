@@ -56,7 +56,7 @@ async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model:
         Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
     post_signed(
-        ctx,
+        &ctx.signal,
         &url,
         payload.body(),
         &payload.idempotency_key(),

@@ -26,6 +26,9 @@ pub struct JobContext {
     pub allow_private_targets: bool,
     /// Aborted when the job's time is up, so its fetches stop too.
     pub signal: worker::AbortSignal,
+    /// `JOB_TIMEOUT_MS`: a job that can report partial results gives up on
+    /// what is still out a little sooner (`core::timing::channel_deadline_ms`).
+    pub job_timeout_ms: i64,
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -4,7 +4,9 @@
 //! channel's result with the outcome (`core::receipts`): done when every channel
 //! is delivered, a permanent failure when one fails permanently, otherwise a
 //! retry that sends only what is still missing. Each channel's answer is
-//! classified like a webhook's.
+//! classified like a webhook's; a channel with no answer by the channel deadline
+//! (`core::timing::channel_deadline_ms`, a little under `JOB_TIMEOUT_MS`) is
+//! given up as timed out, a transient failure of that channel alone.
 
 use std::collections::HashSet;
 
@@ -149,9 +151,14 @@ impl JobKind for Multi {
 
 #[cfg(target_arch = "wasm32")]
 async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model::Ran {
+    use std::cell::RefCell;
+
+    use futures::future::{join_all, select, Either};
+
     use super::webhook::{post_signed, signing_secret};
     use crate::core::model::{Outcome, Ran};
     use crate::core::receipts::{self, ChannelResults};
+    use crate::core::timing::channel_deadline_ms;
 
     // Checked again, as a webhook is: settings change, queued items do not.
     let dispatch_secrets = ctx.dispatch_keys();
@@ -174,22 +181,71 @@ async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model:
         .zip(&urls)
         .filter(|(c, _)| !receipts::is_delivered(&delivered, &c.name))
         .collect();
-    // Every channel at once: the run takes as long as its slowest channel.
-    let answers = futures::future::join_all(todo.iter().map(|(c, url)| {
+    // Every channel at once, each until it answers or the channel deadline passes
+    // (one timer for all). A channel still out then is a transient failure of its
+    // own, committed with the others' answers: were the job's timer
+    // (`edge::run::run_with_timeout`) to fire first, every answer would be lost
+    // and the channels already delivered sent again.
+    let deadline_ms = channel_deadline_ms(ctx.job_timeout_ms);
+    let late = LateChannels(Some(worker::AbortController::default()));
+    let answers: Vec<RefCell<Option<Outcome>>> = todo.iter().map(|_| RefCell::new(None)).collect();
+    let sends = join_all(todo.iter().zip(&answers).map(|((c, url), answer)| {
         let body = delivery_body(item, &c.name, &payload.data);
         let key = idempotency_key(item.item_id, &c.name);
         let secret = secret.as_str();
-        async move { post_signed(ctx, url, body, &key, secret).await }
-    }))
-    .await;
+        let signal = late.signal();
+        async move {
+            let outcome = post_signed(&signal, url, body, &key, secret).await;
+            *answer.borrow_mut() = Some(outcome);
+        }
+    }));
+    let timer = worker::Delay::from(std::time::Duration::from_millis(deadline_ms as u64));
+    let all_answered = matches!(select(std::pin::pin!(sends), timer).await, Either::Left(_));
+    if all_answered {
+        late.disarm();
+    } else {
+        drop(late);
+    }
     let results: ChannelResults = todo
         .iter()
-        .map(|(c, _)| c.name.clone())
         .zip(answers)
+        .map(|((c, _), answer)| {
+            let outcome = receipts::answered_or_timed_out(answer.into_inner(), deadline_ms);
+            (c.name.clone(), outcome)
+        })
         .collect();
     Ran {
         outcome: receipts::outcome(&results),
         channels: Some(results),
+    }
+}
+
+/// Aborts the fetches of a run's channels when dropped: the late ones at the
+/// channel deadline, or all of them if the job's own timer drops the run first.
+/// Disarmed once every channel has answered (nothing left to stop).
+#[cfg(target_arch = "wasm32")]
+struct LateChannels(Option<worker::AbortController>);
+
+#[cfg(target_arch = "wasm32")]
+impl LateChannels {
+    fn signal(&self) -> worker::AbortSignal {
+        self.0
+            .as_ref()
+            .map(worker::AbortController::signal)
+            .expect("armed until disarmed or dropped")
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl Drop for LateChannels {
+    fn drop(&mut self) {
+        if let Some(controller) = self.0.take() {
+            controller.abort();
+        }
     }
 }
 

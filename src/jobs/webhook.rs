@@ -165,17 +165,18 @@ async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
         Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
     let body = delivery_body(item, &payload.data);
-    post_signed(ctx, &url, body, &item.item_id.to_string(), &secret).await
+    let key = item.item_id.to_string();
+    post_signed(&ctx.signal, &url, body, &key, &secret).await
 }
 
 /// POST a signed JSON `body` to a checked `url` with this `Idempotency-Key`, the
 /// way every delivery goes out (webhooks, multi-channel items' channels,
 /// completion callbacks): `Fanout-Signature` with `secret`, redirects not
-/// followed, aborted with the job (`JobContext::signal`). The answer's status is
-/// the outcome ([`classify_status`]).
+/// followed, aborted with `signal` (the job's, `JobContext::signal`, or a
+/// channel's). The answer's status is the outcome ([`classify_status`]).
 #[cfg(target_arch = "wasm32")]
 pub async fn post_signed(
-    ctx: &super::JobContext,
+    signal: &worker::AbortSignal,
     url: &Url,
     body: String,
     idempotency_key: &str,
@@ -204,7 +205,7 @@ pub async fn post_signed(
         Ok(r) => r,
         Err(e) => return Outcome::Fail(format!("cannot build request: {e}")),
     };
-    match Fetch::Request(request).send_with_signal(&ctx.signal).await {
+    match Fetch::Request(request).send_with_signal(signal).await {
         Ok(response) => classify_status(response.status_code()),
         Err(e) => Outcome::Retry(format!("network error: {e}")),
     }
