@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move, CANCEL_PAGE};
-use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
+use cron_fanout::core::model::{BatchRow, ClaimedItem, FinishedBatch, Outcome, Transition};
 use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
 use cron_fanout::sql;
@@ -953,5 +953,92 @@ fn the_rebuild_keeps_rows_ids_and_counters() {
     assert_eq!(
         dump(&conn, "SELECT completed FROM batches WHERE id = 'r'"),
         ["1"]
+    );
+}
+
+// ---------------------------------------------------------------- batch list
+
+/// `n` batches of one item each, created at `from`, `from + 1`, ... (keys
+/// `<prefix><i>`).
+fn batches_of_one(store: &Store<SqliteDb>, prefix: &str, from: i64, n: i64) {
+    for i in 0..n {
+        let key = format!("{prefix}{i:04}");
+        let items = [ItemInput {
+            subject_id: "s".into(),
+            kind: "noop".into(),
+            payload: json!({}),
+        }];
+        block_on(store.create_batch(
+            &format!("b-{key}"),
+            &key,
+            from + i,
+            3,
+            BatchSource::Items(&items),
+        ))
+        .unwrap();
+    }
+}
+
+/// The dashboard's batch list (`GET /batches?limit=50`, every 3 s) costs the page,
+/// not the table: it reads the newest batches from an index (no scan of the
+/// batches, no sort of them) and counts the items in flight once per refresh, not
+/// once per batch. Measured in SQLite's VM steps (a stand-in for D1's rows read):
+/// 400 more batches, or 150 more items in flight, change the cost of a 50-batch
+/// page by a constant per added item in flight and nothing per added batch.
+#[test]
+fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
+    let store = setup();
+    let page = [Param::from(50_i64)];
+    let steps = |store: &Store<SqliteDb>| vm_steps(store, sql::LIST_BATCHES, &page);
+    batches_of_one(&store, "old", 0, 400);
+    let base = steps(&store);
+    // 400 more batches: the page is another 50, the cost the same.
+    batches_of_one(&store, "new", 10_000, 400);
+    let more_batches = steps(&store);
+    assert!(
+        more_batches <= base + base / 20,
+        "400 more batches cost {more_batches} VM steps instead of {base}"
+    );
+
+    // 150 items in flight, one per batch: a constant per item (about 40 steps:
+    // read, group, look up), not a walk of them per listed batch (about 5 steps
+    // per item and listed batch: 250 for a page of 50).
+    assert_eq!(claim(&store, 20_000, 150, "t").len(), 150);
+    let in_flight = steps(&store);
+    let per_item = (in_flight - more_batches) / 150;
+    assert!(
+        per_item <= 100,
+        "each item in flight costs {per_item} VM steps per refresh (once per listed batch?)"
+    );
+    // 150 more, and the counts are right.
+    assert_eq!(claim(&store, 20_000, 150, "t").len(), 150);
+    let listed = block_on(store.list_batches(800)).unwrap();
+    assert_eq!(listed.len(), 800);
+    assert_eq!(
+        (listed[0].key.as_str(), listed[799].key.as_str()),
+        ("new0399", "old0000"),
+        "newest first"
+    );
+    let in_flight = |b: &&BatchRow| b.processing == 1;
+    assert_eq!(listed.iter().filter(in_flight).count(), 300);
+    assert!(listed.iter().all(|b| b.processing <= 1));
+
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", sql::LIST_BATCHES))
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map([50_i64], |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|s| s.contains("SCAN batches USING INDEX batches_created")),
+        "the page does not come from batches_created: {plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|s| s.contains("CORRELATED")),
+        "a subquery runs once per batch: {plan:?}"
     );
 }
