@@ -9,8 +9,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use cron_fanout::core::budget::Budget;
-use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move};
-use cron_fanout::core::model::{ClaimedItem, Outcome, Transition};
+use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move, CANCEL_PAGE};
+use cron_fanout::core::model::{BatchRow, ClaimedItem, FinishedBatch, Outcome, Transition};
 use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
 use cron_fanout::sql;
@@ -284,38 +284,50 @@ fn cancel_moves_pending_items_in_counted_pages_of_one_call_each() {
     assert_eq!((row.cancelled, row.pending()), (0, 25));
 }
 
+/// The tick's sweep moves one page of items in all, however many batches are
+/// cancelled (never a page per batch): the batches in id order, each swept whole
+/// before the next, the last one of a tick partly; every counter exact after each
+/// tick, and each batch ends once.
 #[test]
-fn the_tick_sweeps_a_page_of_every_cancelled_batch_and_ends_it_once() {
+fn the_tick_sweeps_one_page_over_all_cancelled_batches_and_ends_each_once() {
     let store = setup();
-    let a = batch_of(&store, "a", 15_000, 3);
+    let a = batch_of(&store, "a", 6_000, 3);
     let b = batch_of(&store, "b", 3, 3);
-    control(&store, &a, Control::Cancel);
-    control(&store, &b, Control::Cancel);
-    let ended = tail(&store, 10);
-    // b is swept whole and ends in the same call; a, 10,000 of 15,000.
-    assert_eq!(ended.len(), 1);
-    assert_eq!(
-        (
-            ended[0].id.as_str(),
-            ended[0].status.as_str(),
-            ended[0].cancelled
-        ),
-        (b.as_str(), "cancelled", 3)
-    );
-    assert_eq!(
-        count(&store, "SELECT cancelled FROM batches WHERE id = 'b-a'"),
-        10_000
-    );
-    let ended = tail(&store, 20);
-    assert_eq!(
-        ended
-            .iter()
-            .map(|e| (e.id.as_str(), e.cancelled))
-            .collect::<Vec<_>>(),
-        [(a.as_str(), 15_000)]
-    );
-    assert!(tail(&store, 30).is_empty(), "ended once");
-    assert_eq!(status_of(&store, &a), ("cancelled".into(), Some(20)));
+    let c = batch_of(&store, "c", 15_000, 3);
+    for id in [&a, &b, &c] {
+        control(&store, id, Control::Cancel);
+    }
+    let cancelled = |store: &Store<SqliteDb>| {
+        count(
+            store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'cancelled'",
+        )
+    };
+    let counters = |store: &Store<SqliteDb>| {
+        [&a, &b, &c].map(|id| {
+            count(
+                store,
+                &format!("SELECT cancelled FROM batches WHERE id = '{id}'"),
+            )
+        })
+    };
+    let ended_ids = |ended: Vec<FinishedBatch>| -> Vec<(String, i64)> {
+        ended.into_iter().map(|e| (e.id, e.cancelled)).collect()
+    };
+    // Tick 1: a whole (6,000), b whole (3), then c up to the page: 3,997.
+    let ended = ended_ids(tail(&store, 10));
+    assert_eq!(cancelled(&store), CANCEL_PAGE, "one page in all");
+    assert_eq!(counters(&store), [6_000, 3, 3_997]);
+    assert_eq!(ended, [(a.clone(), 6_000), (b.clone(), 3)]);
+    assert_counters_exact(&store, "after tick 1");
+    // Tick 2: the next page, all of c's.
+    assert!(tail(&store, 20).is_empty());
+    assert_eq!(counters(&store), [6_000, 3, 13_997]);
+    assert_counters_exact(&store, "after tick 2");
+    // Tick 3: c's last 1,003; it ends, once.
+    assert_eq!(ended_ids(tail(&store, 30)), [(c.clone(), 15_000)]);
+    assert!(tail(&store, 40).is_empty(), "ended once");
+    assert_eq!(status_of(&store, &c), ("cancelled".into(), Some(30)));
     assert_counters_exact(&store, "after the sweep");
 }
 
@@ -941,5 +953,92 @@ fn the_rebuild_keeps_rows_ids_and_counters() {
     assert_eq!(
         dump(&conn, "SELECT completed FROM batches WHERE id = 'r'"),
         ["1"]
+    );
+}
+
+// ---------------------------------------------------------------- batch list
+
+/// `n` batches of one item each, created at `from`, `from + 1`, ... (keys
+/// `<prefix><i>`).
+fn batches_of_one(store: &Store<SqliteDb>, prefix: &str, from: i64, n: i64) {
+    for i in 0..n {
+        let key = format!("{prefix}{i:04}");
+        let items = [ItemInput {
+            subject_id: "s".into(),
+            kind: "noop".into(),
+            payload: json!({}),
+        }];
+        block_on(store.create_batch(
+            &format!("b-{key}"),
+            &key,
+            from + i,
+            3,
+            BatchSource::Items(&items),
+        ))
+        .unwrap();
+    }
+}
+
+/// The dashboard's batch list (`GET /batches?limit=50`, every 3 s) costs the page,
+/// not the table: it reads the newest batches from an index (no scan of the
+/// batches, no sort of them) and counts the items in flight once per refresh, not
+/// once per batch. Measured in SQLite's VM steps (a stand-in for D1's rows read):
+/// 400 more batches, or 150 more items in flight, change the cost of a 50-batch
+/// page by a constant per added item in flight and nothing per added batch.
+#[test]
+fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
+    let store = setup();
+    let page = [Param::from(50_i64)];
+    let steps = |store: &Store<SqliteDb>| vm_steps(store, sql::LIST_BATCHES, &page);
+    batches_of_one(&store, "old", 0, 400);
+    let base = steps(&store);
+    // 400 more batches: the page is another 50, the cost the same.
+    batches_of_one(&store, "new", 10_000, 400);
+    let more_batches = steps(&store);
+    assert!(
+        more_batches <= base + base / 20,
+        "400 more batches cost {more_batches} VM steps instead of {base}"
+    );
+
+    // 150 items in flight, one per batch: a constant per item (about 40 steps:
+    // read, group, look up), not a walk of them per listed batch (about 5 steps
+    // per item and listed batch: 250 for a page of 50).
+    assert_eq!(claim(&store, 20_000, 150, "t").len(), 150);
+    let in_flight = steps(&store);
+    let per_item = (in_flight - more_batches) / 150;
+    assert!(
+        per_item <= 100,
+        "each item in flight costs {per_item} VM steps per refresh (once per listed batch?)"
+    );
+    // 150 more, and the counts are right.
+    assert_eq!(claim(&store, 20_000, 150, "t").len(), 150);
+    let listed = block_on(store.list_batches(800)).unwrap();
+    assert_eq!(listed.len(), 800);
+    assert_eq!(
+        (listed[0].key.as_str(), listed[799].key.as_str()),
+        ("new0399", "old0000"),
+        "newest first"
+    );
+    let in_flight = |b: &&BatchRow| b.processing == 1;
+    assert_eq!(listed.iter().filter(in_flight).count(), 300);
+    assert!(listed.iter().all(|b| b.processing <= 1));
+
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", sql::LIST_BATCHES))
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map([50_i64], |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|s| s.contains("SCAN batches USING INDEX batches_created")),
+        "the page does not come from batches_created: {plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|s| s.contains("CORRELATED")),
+        "a subquery runs once per batch: {plan:?}"
     );
 }

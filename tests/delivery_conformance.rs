@@ -820,7 +820,7 @@ fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
     };
     let rows = "SELECT id || '|' || batch_id || '|' || subject_id || '|' || status || '|' || run_after FROM cron_queue ORDER BY id";
     let before = dump(rows);
-    apply_migrations(&conn, "0007".to_string()..);
+    apply_migrations(&conn, "0007".to_string().."0008".to_string());
     assert_eq!(dump(rows), before);
     assert_eq!(
         dump("SELECT coalesce(receipts, 'NULL') FROM cron_queue ORDER BY id"),

@@ -2,8 +2,9 @@
 //! replay of a 100,000-item batch, each one HTTP request timed from outside; what
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
-//! and what migrations 0006 (batch control) and 0007 (delivery) cost on a queue of
-//! a million items (host SQLite).
+//! and what migrations 0006 (batch control), 0007 (delivery) and 0008 (the batch
+//! list's index) cost on a queue of a million items (host SQLite; 0008 also beside
+//! 100,000 ended batches, the table it indexes).
 
 use crate::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::drive::{self, Pace};
@@ -41,12 +42,14 @@ pub struct Size {
     pub per_row: Option<f64>,
 }
 
-/// One migration on a queue of `items` (host SQLite, in memory).
+/// One migration on a queue of `items` in one batch, beside `batches - 1` ended,
+/// empty ones (host SQLite, in memory).
 #[derive(Debug, Serialize)]
 pub struct MigrationCost {
     /// Its file name's number (`0006`).
     pub migration: String,
     pub items: u64,
+    pub batches: u64,
     pub ms: f64,
     /// SQLite's count of rows the migration changed (table rows, not index entries).
     pub rows_changed: u64,
@@ -65,7 +68,7 @@ pub struct ControlBench {
     pub sizes: Vec<Size>,
     pub queue_items: u64,
     pub subjects: u64,
-    /// Migrations 0006 and 0007.
+    /// Migrations 0006, 0007 and 0008.
     pub migrations: Vec<MigrationCost>,
 }
 
@@ -112,8 +115,8 @@ impl ControlBench {
         for m in &self.migrations {
             t.row(&[
                 format!(
-                    "migration {} on {} items (host SQLite)",
-                    m.migration, m.items
+                    "migration {} on {} items, {} batches (host SQLite)",
+                    m.migration, m.items, m.batches
                 ),
                 format!("{} ms", num(Some(m.ms), 0)),
                 format!("{} rows changed", m.rows_changed),
@@ -193,10 +196,11 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     runtime.stop().await?;
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
     let mut migrations = Vec::new();
-    for migration in ["0006", "0007"] {
-        eprintln!("migration {migration} on 1,000,000 items (host SQLite) ...");
+    // 0008 indexes the batches table, so it is also timed beside many batches.
+    for (migration, batches) in [("0006", 1), ("0007", 1), ("0008", 100_000)] {
+        eprintln!("migration {migration} on 1,000,000 items, {batches} batches (host SQLite) ...");
         let dir = runtime.config().repo.join("migrations");
-        migrations.push(migration_cost(&dir, migration, 1_000_000)?);
+        migrations.push(migration_cost(&dir, migration, 1_000_000, batches)?);
     }
     Ok(ControlBench {
         items: items as u64,
@@ -361,9 +365,14 @@ fn sizes(state_dir: &Path) -> Result<(Vec<Size>, u64, u64)> {
 }
 
 /// Applies the migrations before `migration` (`0006`) to an in-memory SQLite,
-/// fills a batch of `items` webhook items (a tenth completed, a tenth failed),
-/// then times that migration alone.
-fn migration_cost(migrations: &Path, migration: &str, items: u64) -> Result<MigrationCost> {
+/// fills a batch of `items` webhook items (a tenth completed, a tenth failed) and
+/// `batches - 1` finished batches without items, then times that migration alone.
+fn migration_cost(
+    migrations: &Path,
+    migration: &str,
+    items: u64,
+    batches: u64,
+) -> Result<MigrationCost> {
     let conn = rusqlite::Connection::open_in_memory()?;
     conn.execute_batch("PRAGMA foreign_keys = ON")?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(migrations)?
@@ -393,7 +402,11 @@ fn migration_cost(migrations: &Path, migration: &str, items: u64) -> Result<Migr
                 CASE i % 10 WHEN 0 THEN 'completed' WHEN 1 THEN 'failed' ELSE 'pending' END,
                 CASE i % 10 WHEN 0 THEN 1 WHEN 1 THEN 5 ELSE 0 END, 5, 0,
                 CASE i % 10 WHEN 1 THEN 'gave up after 5 attempts; last error: HTTP 500' END
-         FROM n;",
+         FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {batches})
+         INSERT INTO batches (id, key, status, created_at, finished_at)
+         SELECT printf('e%07d', i), printf('ended-%07d', i), 'finished', i, i
+         FROM n WHERE i < {batches};",
         tenth = items / 10
     ))?;
     let changes_before = conn.total_changes();
@@ -403,6 +416,7 @@ fn migration_cost(migrations: &Path, migration: &str, items: u64) -> Result<Migr
     Ok(MigrationCost {
         migration: migration.to_string(),
         items,
+        batches,
         ms,
         rows_changed: conn.total_changes() - changes_before,
     })
@@ -417,18 +431,24 @@ mod tests {
     #[test]
     fn the_timed_migration_applies_to_a_filled_queue() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-        let rebuild = migration_cost(&dir, "0006", 100).unwrap();
+        let rebuild = migration_cost(&dir, "0006", 100, 1).unwrap();
         assert_eq!(
             (rebuild.migration.as_str(), rebuild.rows_changed),
             ("0006", 101),
             "every item and the batch copied once"
         );
-        let delivery = migration_cost(&dir, "0007", 100).unwrap();
+        let delivery = migration_cost(&dir, "0007", 100, 1).unwrap();
         assert_eq!(
             (delivery.migration.as_str(), delivery.rows_changed),
             ("0007", 0),
             "new columns and indexes rewrite no row"
         );
-        assert!(migration_cost(&dir, "0099", 10).is_err());
+        let listing = migration_cost(&dir, "0008", 100, 50).unwrap();
+        assert_eq!(
+            (listing.migration.as_str(), listing.rows_changed),
+            ("0008", 0),
+            "an index rewrites no row"
+        );
+        assert!(migration_cost(&dir, "0099", 10, 1).is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! What every scheduled invocation does besides draining, in the same single D1
-//! call as its finish check (`Store::finish_tick`): sweep a page of each cancelled
-//! batch's pending items, and delete what retention no longer keeps. Each part is
-//! bounded per tick, so one tick never holds D1 for long, and an idle tick costs
-//! index seeks that find nothing.
+//! call as its finish check (`Store::finish_tick`): sweep one page of the cancelled
+//! batches' pending items (one page over all of them), and delete what retention
+//! no longer keeps. Each part is bounded per tick, so one tick never holds D1 for
+//! long, and an idle tick costs index seeks that find nothing.
 
 use super::control::CANCEL_PAGE;
 
@@ -40,7 +40,8 @@ impl Retention {
 /// One tick's upkeep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Upkeep {
-    /// Pending items of each cancelled, unended batch moved to `cancelled`.
+    /// Pending items of the cancelled, unended batches moved to `cancelled` per
+    /// tick, over all of them together (`sql/cancel_pending_page.sql`).
     pub cancel_page: i64,
     pub retention: Option<Retention>,
 }

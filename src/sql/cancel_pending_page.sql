@@ -1,12 +1,20 @@
--- Move a page of each cancelled batch's pending items to the terminal status
+-- Move one page of pending items of the cancelled batches to the terminal status
 -- `cancelled` (retries and expired leases of a cancelled batch come back as
--- pending and are swept here too, so nothing loops). Bounded: at most ?2 items per
--- batch per statement, read from the due index by batch, so a million-item cancel
--- never holds D1 for long. Counted by count_cancelled_page.sql, which runs right
--- before it in the same batch() with the same ?1 and ?2. last_error keeps any
--- earlier error and says why the item ended.
+-- pending and are swept here too, so nothing loops). Bounded overall: the page is
+-- ?2 pending items of all the selected batches together, batch by batch in id
+-- order (batches_status yields the unended cancelled batches by id, so nothing is
+-- sorted and the LIMIT stops the walk of the due index). A tick (?1 NULL) thus
+-- moves at most ?2 items however many batches are cancelled, and a million-item
+-- cancel never holds D1 for long; a batch with more than a page pending holds the
+-- sweep of the batches after it until it is swept. Counted by
+-- count_cancelled_page.sql, which runs right before it in the same batch() with
+-- the same ?1 and ?2 and the same FROM, WHERE, ORDER BY and LIMIT (keep them
+-- equal): ORDER BY b.id fixes how many items of each batch the page holds (every
+-- pending item of the batches before the last one, the rest of ?2 from the last),
+-- whichever of a batch's items the walk takes, so the counts are exact.
+-- last_error keeps any earlier error and says why the item ended.
 -- ?1 batch id, or NULL for every cancelled batch that has not ended; ?2 page size
--- per batch; ?3 now.
+-- (items, over all the batches); ?3 now.
 UPDATE cron_queue
 SET status = 'cancelled',
     completed_at = ?3,
@@ -14,11 +22,9 @@ SET status = 'cancelled',
                       ELSE last_error || '; batch cancelled' END
 WHERE id IN (
   SELECT q.id
-  FROM batches AS b INDEXED BY batches_status, cron_queue AS q
+  FROM batches AS b INDEXED BY batches_status, cron_queue AS q INDEXED BY cron_queue_due
   WHERE b.status = 'cancelled' AND b.finished_at IS NULL AND (?1 IS NULL OR b.id = ?1)
-    AND q.id IN (
-      SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
-      WHERE d.batch_id = b.id AND d.status = 'pending' AND d.kind <> 'callback'
-      LIMIT ?2
-    )
+    AND q.batch_id = b.id AND q.status = 'pending' AND q.kind <> 'callback'
+  ORDER BY b.id
+  LIMIT ?2
 );

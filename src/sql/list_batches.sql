@@ -1,10 +1,26 @@
 -- Newest batches first, each with its live `processing` count (see get_batch.sql).
+-- Bounded by the page, not by the number of batches or items: the page is taken
+-- first, newest first from the index batches_created (migration 0008; no sort,
+-- the LIMIT stops the walk), and the items in flight are counted once per refresh,
+-- grouped by batch, from the partial index of leased items (which holds the items
+-- in flight only), instead of once per batch. So a refresh reads ?1 batches, their
+-- callback rows (one seek each on UNIQUE (batch_id, subject_id)) and the items in
+-- flight once. A completion callback in flight is no item of its batch.
+-- ?1 page size.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
        b.finished_at, b.schedule_id, b.on_finish,
-       (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.batch_id = b.id AND q.kind <> 'callback') AS processing,
+       coalesce(p.processing, 0) AS processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
-FROM batches AS b
+FROM (
+  SELECT * FROM batches INDEXED BY batches_created
+  ORDER BY created_at DESC, id DESC
+  LIMIT ?1
+) AS b
+LEFT JOIN (
+  SELECT q.batch_id, count(*) AS processing
+  FROM cron_queue AS q INDEXED BY cron_queue_leased
+  WHERE q.status = 'processing' AND q.kind <> 'callback'
+  GROUP BY q.batch_id
+) AS p ON p.batch_id = b.id
 LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
-ORDER BY b.created_at DESC, b.id DESC
-LIMIT ?1;
+ORDER BY b.created_at DESC, b.id DESC;

@@ -850,10 +850,10 @@ impl<D: Db> Store<D> {
         Ok(self.db.query(sql::GET_ITEM, vec![id.into()]).await?.pop())
     }
 
-    /// A scheduled invocation's tail before its summary, in one call: sweep a page
-    /// of every cancelled batch's pending items, delete what retention no longer
-    /// keeps (items, then their batches, then old summaries; each capped), then end
-    /// the batches with nothing left (`finish_batches.sql`). Returns the batches
+    /// A scheduled invocation's tail before its summary, in one call: sweep one
+    /// page of pending items over all the cancelled batches, delete what
+    /// retention no longer keeps (items, then their batches, then old summaries;
+    /// each capped), then end the batches with nothing left (`finish_batches.sql`). Returns the batches
     /// that ended, each once.
     pub async fn finish_tick(&self, now: i64, upkeep: &Upkeep) -> StoreResult<Vec<FinishedBatch>> {
         let any: Param = Param::Null;
