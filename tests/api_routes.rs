@@ -1755,6 +1755,39 @@ fn metrics_report_the_queue_and_the_last_hour() {
     host.get_refused("/metrics?format=json", 400, "invalid_query");
 }
 
+/// A paused (or cancelled) batch's in-flight items finish, but the batch is not
+/// running: its items are none of `cron_fanout_batch_items`.
+#[test]
+fn metrics_leave_out_the_in_flight_items_of_batches_not_running() {
+    let host = setup();
+    for n in 0..2 {
+        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
+        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    }
+    // One item of each batch in flight; then batch-2 is paused.
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
+             WHERE subject_id IN ('b0-0', 'b1-0')",
+            [NOW + 200_000],
+        )
+        .unwrap();
+    host.ok(POST, "/batches/batch-2/pause", None, 200);
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_batches_running 1",
+        "cron_fanout_batch_items{status=\"processing\"} 1",
+        "cron_fanout_batch_items{status=\"pending\"} 2",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+}
+
 #[test]
 fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     let host = setup();

@@ -22,7 +22,8 @@ pub struct Snapshot {
     pub total: i64,
     pub completed: i64,
     pub failed: i64,
-    /// Items in flight (every one belongs to a running batch).
+    /// Items in flight of running batches (a paused or cancelled batch's in-flight
+    /// items still finish, but are not counted: its batch is not running).
     pub processing: i64,
     /// Pending items due now, counted up to `DUE_CAP`.
     pub due: i64,

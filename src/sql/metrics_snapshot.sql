@@ -1,7 +1,9 @@
 -- Everything GET /metrics reports, in one statement and one row, each part a
 -- bounded read (docs/api.md states the cost per scrape):
 --   running batches' counters   the batches_running partial index (running batches only)
---   processing                  the cron_queue_leased partial index (items in flight only)
+--   processing                  the cron_queue_leased partial index (items in flight only),
+--                               each item's batch by primary key: a paused or cancelled
+--                               batch's in-flight items finish, but it is not running
 --   due                         running batches' entries of cron_queue_due (keyed by
 --                               batch, then run_after), counted up to ?2 rows (LIMIT)
 --   oldest_due                  each running batch's first entry of cron_queue_due
@@ -11,7 +13,9 @@
 -- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
 SELECT r.running_batches, r.total, r.completed, r.failed,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.kind <> 'callback') AS processing,
+        JOIN batches AS b ON b.id = q.batch_id
+        WHERE q.status = 'processing' AND q.kind <> 'callback'
+          AND b.status = 'running') AS processing,
        (SELECT count(*) FROM (SELECT 1
                               FROM batches AS b INDEXED BY batches_running
                               JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
