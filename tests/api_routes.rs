@@ -27,6 +27,7 @@ use cron_fanout::core::model::{Outcome, Transition};
 use cron_fanout::core::requests::MAX_BODY_BYTES;
 use cron_fanout::core::retry::decide;
 use cron_fanout::core::settings::Settings;
+use cron_fanout::core::throughput::MAX_POINTS;
 use cron_fanout::core::time::rfc3339;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::Store;
@@ -1684,6 +1685,40 @@ fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
         recent["points"],
         json!([{"at": rfc3339(minute(3)), "completed": 6, "failed": 2}])
     );
+}
+
+/// More buckets with data than an answer carries: the newest are kept (the
+/// chart's right edge, what a refreshing client asks for), the oldest dropped.
+#[test]
+fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    let n = MAX_POINTS + 5;
+    // NOW is 0.123 s into its 10 s bucket; invocation k ends 1.9 s after the
+    // start of bucket k.
+    let bucket = |k: i64| NOW - 123 + k * 10_000;
+    host.now.set(bucket(n) + 5_000);
+    for k in 0..n {
+        let ago = host.now.get() - (bucket(k) + 1_000);
+        host.invocation(ago, &[("batch-1", k + 1, 0)]);
+    }
+    let got = host.ok(
+        GET,
+        "/batches/batch-1/timeline?bucket_seconds=10",
+        None,
+        200,
+    );
+    let points = got["points"].as_array().unwrap();
+    assert_eq!(points.len() as i64, MAX_POINTS);
+    assert_eq!(
+        points[0],
+        json!({"at": rfc3339(bucket(5)), "completed": 6, "failed": 0})
+    );
+    assert_eq!(
+        points[points.len() - 1],
+        json!({"at": rfc3339(bucket(n - 1)), "completed": n, "failed": 0})
+    );
+    assert_eq!(got["from"], json!(rfc3339(bucket(0))));
 }
 
 #[test]
