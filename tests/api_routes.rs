@@ -1861,6 +1861,80 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     }
 }
 
+/// Moves `subjects`' items to failed, through processing as items really fail
+/// (the counter trigger counts moves out of processing).
+fn mark_failed(host: &Host, subjects: &[&str]) {
+    let list = subjects
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    host.store
+        .db()
+        .conn()
+        .execute_batch(&format!(
+            "UPDATE cron_queue SET status = 'processing' WHERE subject_id IN ({list});
+             UPDATE cron_queue SET status = 'failed', last_error = 'HTTP 400'
+             WHERE subject_id IN ({list})"
+        ))
+        .unwrap();
+}
+
+/// The dead letters are the failed items of every retained batch, finished ones
+/// included (where failures wait for a replay); the scrape reads them through the
+/// failed-items index alone.
+#[test]
+fn metrics_count_the_dead_letters_of_finished_batches_too() {
+    let host = setup();
+    for n in 0..2 {
+        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
+        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    }
+    mark_failed(&host, &["b0-0", "b0-1", "b1-0"]);
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET status = 'finished', finished_at = ?1 WHERE id = 'batch-1'",
+            [NOW],
+        )
+        .unwrap();
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_dead_letters 3",
+        // Running batches only: batch-2's one.
+        "cron_fanout_batch_items{status=\"failed\"} 1",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+    // Every step of the plan is an index search or a scan of a partial index
+    // (or of a subquery's rows); the failed items are read through theirs.
+    let (sql, params) = host.store.db().last_query().expect("the scrape's query");
+    let conn = host.store.db().conn();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let plan: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|d| d == "SCAN q USING INDEX cron_queue_failed"),
+        "{plan:#?}"
+    );
+    for d in plan.iter().filter(|d| d.starts_with("SCAN ")) {
+        let partial = ["cron_queue_failed", "cron_queue_leased"]
+            .iter()
+            .any(|i| d.ends_with(&format!("USING INDEX {i}")));
+        let subquery =
+            ["SCAN r", "SCAN h"].contains(&d.as_str()) || d.starts_with("SCAN (subquery");
+        assert!(partial || subquery, "{d:?} in {plan:#?}");
+    }
+}
+
 #[test]
 fn docs_name_every_metric_and_only_those() {
     let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))

@@ -10,7 +10,12 @@
 --                               (one row per running batch)
 --   the last hour's summaries   invocations_started from ?3 (one row per invocation),
 --                               read twice: sums, then counts by stop reason
--- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
+--   dead_letters                failed items of every retained batch (running or not):
+--                               the cron_queue_failed partial index (failed rows only),
+--                               counted up to ?4 rows (LIMIT); a failed completion
+--                               callback is read and skipped (one per batch at most)
+-- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms), ?4 cap of the
+-- dead-letter count.
 SELECT r.running_batches, r.total, r.completed, r.failed,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
         JOIN batches AS b ON b.id = q.batch_id
@@ -29,6 +34,9 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
                         AND q.kind <> 'callback') AS first_due
               FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
         WHERE first_due <= ?1) AS oldest_due,
+       (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_failed
+                              WHERE q.status = 'failed' AND q.kind <> 'callback'
+                              LIMIT ?4)) AS dead_letters,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
        h.lost_leases, h.released, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
        h.d1_statements, h.d1_rows_written,
