@@ -27,6 +27,7 @@ use cron_fanout::core::model::{Outcome, Transition};
 use cron_fanout::core::requests::MAX_BODY_BYTES;
 use cron_fanout::core::retry::decide;
 use cron_fanout::core::settings::Settings;
+use cron_fanout::core::throughput::MAX_POINTS;
 use cron_fanout::core::time::rfc3339;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::Store;
@@ -1686,6 +1687,40 @@ fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
     );
 }
 
+/// More buckets with data than an answer carries: the newest are kept (the
+/// chart's right edge, what a refreshing client asks for), the oldest dropped.
+#[test]
+fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    let n = MAX_POINTS + 5;
+    // NOW is 0.123 s into its 10 s bucket; invocation k ends 1.9 s after the
+    // start of bucket k.
+    let bucket = |k: i64| NOW - 123 + k * 10_000;
+    host.now.set(bucket(n) + 5_000);
+    for k in 0..n {
+        let ago = host.now.get() - (bucket(k) + 1_000);
+        host.invocation(ago, &[("batch-1", k + 1, 0)]);
+    }
+    let got = host.ok(
+        GET,
+        "/batches/batch-1/timeline?bucket_seconds=10",
+        None,
+        200,
+    );
+    let points = got["points"].as_array().unwrap();
+    assert_eq!(points.len() as i64, MAX_POINTS);
+    assert_eq!(
+        points[0],
+        json!({"at": rfc3339(bucket(5)), "completed": 6, "failed": 0})
+    );
+    assert_eq!(
+        points[points.len() - 1],
+        json!({"at": rfc3339(bucket(n - 1)), "completed": n, "failed": 0})
+    );
+    assert_eq!(got["from"], json!(rfc3339(bucket(0))));
+}
+
 #[test]
 fn the_timeline_refuses_bad_queries_and_unknown_batches() {
     let host = setup();
@@ -1755,6 +1790,39 @@ fn metrics_report_the_queue_and_the_last_hour() {
     host.get_refused("/metrics?format=json", 400, "invalid_query");
 }
 
+/// A paused (or cancelled) batch's in-flight items finish, but the batch is not
+/// running: its items are none of `cron_fanout_batch_items`.
+#[test]
+fn metrics_leave_out_the_in_flight_items_of_batches_not_running() {
+    let host = setup();
+    for n in 0..2 {
+        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
+        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    }
+    // One item of each batch in flight; then batch-2 is paused.
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
+             WHERE subject_id IN ('b0-0', 'b1-0')",
+            [NOW + 200_000],
+        )
+        .unwrap();
+    host.ok(POST, "/batches/batch-2/pause", None, 200);
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_batches_running 1",
+        "cron_fanout_batch_items{status=\"processing\"} 1",
+        "cron_fanout_batch_items{status=\"pending\"} 2",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+}
+
 #[test]
 fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     let host = setup();
@@ -1790,6 +1858,80 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
             text.contains(&format!("\n{line}\n")),
             "no {line:?} in\n{text}"
         );
+    }
+}
+
+/// Moves `subjects`' items to failed, through processing as items really fail
+/// (the counter trigger counts moves out of processing).
+fn mark_failed(host: &Host, subjects: &[&str]) {
+    let list = subjects
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    host.store
+        .db()
+        .conn()
+        .execute_batch(&format!(
+            "UPDATE cron_queue SET status = 'processing' WHERE subject_id IN ({list});
+             UPDATE cron_queue SET status = 'failed', last_error = 'HTTP 400'
+             WHERE subject_id IN ({list})"
+        ))
+        .unwrap();
+}
+
+/// The dead letters are the failed items of every retained batch, finished ones
+/// included (where failures wait for a replay); the scrape reads them through the
+/// failed-items index alone.
+#[test]
+fn metrics_count_the_dead_letters_of_finished_batches_too() {
+    let host = setup();
+    for n in 0..2 {
+        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
+        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    }
+    mark_failed(&host, &["b0-0", "b0-1", "b1-0"]);
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET status = 'finished', finished_at = ?1 WHERE id = 'batch-1'",
+            [NOW],
+        )
+        .unwrap();
+    let text = host.text(&admin(GET, "/metrics")).body;
+    for line in [
+        "cron_fanout_dead_letters 3",
+        // Running batches only: batch-2's one.
+        "cron_fanout_batch_items{status=\"failed\"} 1",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+    // Every step of the plan is an index search or a scan of a partial index
+    // (or of a subquery's rows); the failed items are read through theirs.
+    let (sql, params) = host.store.db().last_query().expect("the scrape's query");
+    let conn = host.store.db().conn();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let plan: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|d| d == "SCAN q USING INDEX cron_queue_failed"),
+        "{plan:#?}"
+    );
+    for d in plan.iter().filter(|d| d.starts_with("SCAN ")) {
+        let partial = ["cron_queue_failed", "cron_queue_leased"]
+            .iter()
+            .any(|i| d.ends_with(&format!("USING INDEX {i}")));
+        let subquery =
+            ["SCAN r", "SCAN h"].contains(&d.as_str()) || d.starts_with("SCAN (subquery");
+        assert!(partial || subquery, "{d:?} in {plan:#?}");
     }
 }
 

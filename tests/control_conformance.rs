@@ -85,7 +85,8 @@ fn plan(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> Vec<String> {
 
 /// The steps of a plan that read a table (by name or by the aliases the
 /// statements use) from end to end instead of seeking an index. Walking the
-/// partial index of leased items is allowed: it holds the items in flight only.
+/// partial index of leased items is allowed: it holds the items in flight only;
+/// so is the failed-items one (failed rows only; the dead-letter count is capped).
 fn scans(plan: &[String]) -> Vec<&String> {
     const TABLES: [&str; 6] = ["cron_queue", "batches", "invocations", "b", "q", "d"];
     plan.iter()
@@ -94,6 +95,8 @@ fn scans(plan: &[String]) -> Vec<&String> {
                 .and_then(|rest| rest.split_whitespace().next())
                 .is_some_and(|object| TABLES.contains(&object))
                 && !s.ends_with("INDEX cron_queue_leased")
+                // Failed rows only, and the metrics' dead-letter count stops at its cap.
+                && !s.ends_with("INDEX cron_queue_failed")
         })
         .collect()
 }
@@ -814,7 +817,7 @@ fn metrics_read_the_due_items_of_running_batches_by_seeks() {
     let running = batch_of(&store, "run", 5, 3);
     let paused = batch_of(&store, "paused", 2_000, 3);
     control(&store, &paused, Control::Pause);
-    let params: Vec<Param> = vec![10.into(), 1_000.into(), 0.into()];
+    let params: Vec<Param> = vec![10.into(), 1_000.into(), 0.into(), 1_000.into()];
     let steps = plan(&store, sql::METRICS_SNAPSHOT, &params);
     assert!(scans(&steps).is_empty(), "{steps:?}");
     let (due, oldest): (i64, i64) = store

@@ -11,6 +11,9 @@ use super::model::{ItemStatus, StopReason};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The due count stops here: beyond it a scrape would read the whole backlog.
 pub const DUE_CAP: i64 = 1_000;
+/// The dead-letter count stops here, for the same reason; its HELP text and
+/// docs/api.md say the number (a test checks the HELP).
+pub const DEAD_LETTER_CAP: i64 = 1_000;
 /// The window of the `last_hour` metrics.
 pub const WINDOW_MS: i64 = 3_600_000;
 
@@ -22,12 +25,16 @@ pub struct Snapshot {
     pub total: i64,
     pub completed: i64,
     pub failed: i64,
-    /// Items in flight (every one belongs to a running batch).
+    /// Items in flight of running batches (a paused or cancelled batch's in-flight
+    /// items still finish, but are not counted: its batch is not running).
     pub processing: i64,
     /// Pending items due now, counted up to `DUE_CAP`.
     pub due: i64,
     /// `run_after` of the oldest due item (ms), if any.
     pub oldest_due: Option<i64>,
+    /// Failed items of every retained batch, running or finished, counted up to
+    /// `DEAD_LETTER_CAP`.
+    pub dead_letters: i64,
     /// Sums over the invocations that started in the last hour.
     pub hour: HourSums,
     /// Those invocations by stop reason (as stored).
@@ -90,6 +97,8 @@ fn one(value: i64) -> Vec<Sample> {
     vec![(Vec::new(), value as f64)]
 }
 
+const DEAD_LETTERS_HELP: &str = "Failed items of every retained batch, running or finished: the dead letters awaiting a look and a retry. Counted up to 1000: 1000 means at least that many.";
+
 /// Every metric, in the order it is written, at `now` (ms).
 pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
     let pending = (s.total - s.completed - s.failed - s.processing).max(0);
@@ -146,8 +155,13 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
         ),
         gauge(
             "cron_fanout_batch_items",
-            "Items of running batches by status (exact counters; processing counted live). Failed items are the dead letters.",
+            "Items of running batches by status (exact counters; processing counted live).",
             by_status,
+        ),
+        gauge(
+            "cron_fanout_dead_letters",
+            DEAD_LETTERS_HELP,
+            one(s.dead_letters),
         ),
         gauge(
             "cron_fanout_items_due",
@@ -273,6 +287,7 @@ mod tests {
             processing: 25,
             due: 370,
             oldest_due: Some(NOW - 42_500),
+            dead_letters: 17,
             hour: HourSums {
                 invocations: 60,
                 claimed: 640,
@@ -298,12 +313,15 @@ mod tests {
 # HELP cron_fanout_batches_running Batches with status running.
 # TYPE cron_fanout_batches_running gauge
 cron_fanout_batches_running 2
-# HELP cron_fanout_batch_items Items of running batches by status (exact counters; processing counted live). Failed items are the dead letters.
+# HELP cron_fanout_batch_items Items of running batches by status (exact counters; processing counted live).
 # TYPE cron_fanout_batch_items gauge
 cron_fanout_batch_items{status=\"pending\"} 370
 cron_fanout_batch_items{status=\"processing\"} 25
 cron_fanout_batch_items{status=\"completed\"} 600
 cron_fanout_batch_items{status=\"failed\"} 5
+# HELP cron_fanout_dead_letters Failed items of every retained batch, running or finished: the dead letters awaiting a look and a retry. Counted up to 1000: 1000 means at least that many.
+# TYPE cron_fanout_dead_letters gauge
+cron_fanout_dead_letters 17
 # HELP cron_fanout_items_due Pending items whose run_after has passed, counted up to cron_fanout_items_due_cap.
 # TYPE cron_fanout_items_due gauge
 cron_fanout_items_due 370
@@ -342,6 +360,24 @@ cron_fanout_last_hour_d1_statements_per_item 0.2
 cron_fanout_last_hour_d1_rows_written_per_item 7
 ";
         assert_eq!(text, want);
+    }
+
+    #[test]
+    fn the_dead_letter_help_names_its_cap() {
+        assert!(DEAD_LETTERS_HELP.contains(&format!(" {DEAD_LETTER_CAP}:")));
+    }
+
+    /// docs/api.md's example scrape is this module's test snapshot rendered, to
+    /// the byte: the block after "Example scrape", between its fences.
+    #[test]
+    fn the_docs_example_scrape_is_the_rendered_test_snapshot() {
+        let docs = include_str!("../../docs/api.md");
+        let (_, after) = docs
+            .split_once("Example scrape")
+            .expect("docs/api.md has an example scrape");
+        let (_, block) = after.split_once("```\n").expect("a fenced block");
+        let (block, _) = block.split_once("```").expect("the fence closes");
+        assert_eq!(block, render(&families(&snapshot(), NOW)));
     }
 
     #[test]

@@ -1,17 +1,26 @@
 -- Everything GET /metrics reports, in one statement and one row, each part a
 -- bounded read (docs/api.md states the cost per scrape):
 --   running batches' counters   the batches_running partial index (running batches only)
---   processing                  the cron_queue_leased partial index (items in flight only)
+--   processing                  the cron_queue_leased partial index (items in flight only),
+--                               each item's batch by primary key: a paused or cancelled
+--                               batch's in-flight items finish, but it is not running
 --   due                         running batches' entries of cron_queue_due (keyed by
 --                               batch, then run_after), counted up to ?2 rows (LIMIT)
 --   oldest_due                  each running batch's first entry of cron_queue_due
 --                               (one row per running batch)
 --   the last hour's summaries   invocations_started from ?3 (one row per invocation),
 --                               read twice: sums, then counts by stop reason
--- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms).
+--   dead_letters                failed items of every retained batch (running or not):
+--                               the cron_queue_failed partial index (failed rows only),
+--                               counted up to ?4 rows (LIMIT); a failed completion
+--                               callback is read and skipped (one per batch at most)
+-- ?1 now (ms), ?2 cap of the due count, ?3 start of the window (ms), ?4 cap of the
+-- dead-letter count.
 SELECT r.running_batches, r.total, r.completed, r.failed,
        (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.kind <> 'callback') AS processing,
+        JOIN batches AS b ON b.id = q.batch_id
+        WHERE q.status = 'processing' AND q.kind <> 'callback'
+          AND b.status = 'running') AS processing,
        (SELECT count(*) FROM (SELECT 1
                               FROM batches AS b INDEXED BY batches_running
                               JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
@@ -25,6 +34,9 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
                         AND q.kind <> 'callback') AS first_due
               FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
         WHERE first_due <= ?1) AS oldest_due,
+       (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_failed
+                              WHERE q.status = 'failed' AND q.kind <> 'callback'
+                              LIMIT ?4)) AS dead_letters,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
        h.lost_leases, h.released, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
        h.d1_statements, h.d1_rows_written,

@@ -503,6 +503,7 @@ impl<D: Db> Store<D> {
             processing: i64,
             due: i64,
             oldest_due: Option<i64>,
+            dead_letters: i64,
             invocations: i64,
             claimed: i64,
             hour_completed: i64,
@@ -521,6 +522,7 @@ impl<D: Db> Store<D> {
             now.into(),
             metrics::DUE_CAP.into(),
             (now - metrics::WINDOW_MS).into(),
+            metrics::DEAD_LETTER_CAP.into(),
         ];
         let row: Row = self
             .db
@@ -538,6 +540,7 @@ impl<D: Db> Store<D> {
             processing: row.processing,
             due: row.due,
             oldest_due: row.oldest_due,
+            dead_letters: row.dead_letters,
             hour: HourSums {
                 invocations: row.invocations,
                 claimed: row.claimed,
