@@ -329,9 +329,10 @@ const SUBJECT_KEYS: [&str; 8] = [
 ];
 
 /// A schedule's keys in answers (one of cron / every_seconds / at besides these).
-const SCHEDULE_KEYS: [&str; 12] = [
+const SCHEDULE_KEYS: [&str; 14] = [
     "created_at",
     "enabled",
+    "fire_failures",
     "group",
     "id",
     "jitter_seconds",
@@ -339,6 +340,7 @@ const SCHEDULE_KEYS: [&str; 12] = [
     "last_fired_at",
     "next_fire_at",
     "on_finish",
+    "retry_at",
     "timezone",
     "updated_at",
     "cron",
@@ -1210,7 +1212,7 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
                "group": "digest", "jitter_seconds": 600, "enabled": true,
                "next_fire_at": "2026-11-19T08:00:00.000Z", "last_fired_at": null,
                "last_batch_id": null, "created_at": rfc3339(NOW), "updated_at": rfc3339(NOW),
-               "on_finish": null})
+               "on_finish": null, "fire_failures": 0, "retry_at": null})
     );
     host.now.set(NOW + 1_000);
     let replaced = host.ok(

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use chrono::DateTime;
-use cron_fanout::core::budget::Budget;
+use cron_fanout::core::budget::{Budget, FIRE_SUBREQUESTS};
 use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
 use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
 use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
 use cron_fanout::core::schedule::tick::{Fired, FIRE_PAGE};
-use cron_fanout::core::schedule::{ScheduleRow, ScheduleSpec};
+use cron_fanout::core::schedule::{ScheduleRow, ScheduleSpec, ScheduleView};
 use cron_fanout::core::time::daily_batch_key;
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
@@ -96,7 +96,8 @@ fn schedule(store: &Store<SqliteDb>, id: &str) -> ScheduleRow {
 }
 
 /// One tick's firing, exactly as the Worker's tick makes it (`Store::fire_due`):
-/// the due page, the zones in use if needed, the plans, one batch(), the read-back.
+/// the due page, the zones in use if needed, the plans, one batch() that also
+/// reads the batches back; every fire applies.
 fn tick<D: Db>(store: &Store<D>, now: i64) -> Vec<FirePlan> {
     let n = Cell::new(0);
     let ids = || {
@@ -104,7 +105,10 @@ fn tick<D: Db>(store: &Store<D>, now: i64) -> Vec<FirePlan> {
         format!("b-{now}-{}", n.get())
     };
     let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
-    report.outcomes.expect("the read-back");
+    assert!(
+        report.failed.is_empty() && report.left.is_empty(),
+        "{report:?}"
+    );
     report.plan.plans
 }
 
@@ -354,7 +358,7 @@ fn due_schedules_read_the_partial_index_and_skip_idle_and_disabled_ones() {
     assert_eq!(ids(2), ["due-a", "due-b"], "bounded page, oldest first");
     let plan = query_plan(&store, sql::DUE_SCHEDULES, vec![now.into(), 100.into()]);
     assert!(
-        plan.contains("SEARCH schedules USING INDEX schedules_due (next_fire_at<?)"),
+        plan.contains("SEARCH schedules USING INDEX schedules_due (<expr><?)"),
         "{plan}"
     );
 }
@@ -372,33 +376,102 @@ fn zones_in_use_skip_from_pair_to_pair_and_ignore_inactive_subjects() {
         "UPDATE subjects SET timezone = 'Asia/Tokyo' WHERE id = 'off'",
     );
 
-    let pairs = |group: Option<&str>| -> Vec<(String, String)> {
+    let pairs = |group: Option<&str>| -> Vec<(Option<String>, String)> {
         block_on(store.zones_in_use(group))
             .unwrap()
             .into_iter()
             .map(|z: ZoneUse| (z.group_name, z.timezone))
             .collect()
     };
-    let p = |g: &str, z: &str| (g.to_string(), z.to_string());
+    let p = |g: &str, z: &str| (Some(g.to_string()), z.to_string());
+    let any = |z: &str| (None, z.to_string());
     assert_eq!(
         pairs(None),
         [
-            p("digest", "Europe/Berlin"),
-            p("digest", "Pacific/Kiritimati"),
-            p("feeds", "America/New_York"),
-            p("feeds", "UTC"),
-        ]
+            any("America/New_York"),
+            any("Europe/Berlin"),
+            any("Pacific/Kiritimati"),
+            any("UTC"),
+        ],
+        "every group's zones, each once"
     );
     assert_eq!(
         pairs(Some("feeds")),
         [p("feeds", "America/New_York"), p("feeds", "UTC")]
     );
     assert_eq!(pairs(Some("nobody")), []);
-    let plan = query_plan(&store, sql::ZONES_IN_USE, vec![Param::Null]);
-    assert!(!plan.contains("SCAN subjects"), "{plan}");
+    let page = block_on(store.zones_of(&["feeds", "digest", "nobody"], true)).unwrap();
+    assert_eq!(page.len(), 2 + 2 + 4, "two groups' pairs and every zone");
+    for (groups, every) in [(json!([]), 1), (json!(["digest"]), 0)] {
+        let plan = query_plan(
+            &store,
+            sql::ZONES_IN_USE,
+            vec![groups.to_string().into(), Param::Int(every)],
+        );
+        assert!(!plan.contains("SCAN subjects"), "{plan}");
+    }
+    let plan = query_plan(
+        &store,
+        sql::ZONES_IN_USE,
+        vec!["[\"digest\"]".into(), Param::Int(1)],
+    );
     assert!(
         plan.contains("SEARCH subjects USING COVERING INDEX subjects_group_zone (group_name=? AND timezone>?)"),
         "{plan}"
+    );
+    assert!(
+        plan.contains("SEARCH subjects USING COVERING INDEX subjects_zone (timezone>?)"),
+        "{plan}"
+    );
+}
+
+/// VM steps SQLite took for one run of the zones read, and the rows it returned.
+fn zones_work(store: &Store<SqliteDb>, groups: &[&str], every: bool) -> (i32, i32, usize) {
+    use rusqlite::StatementStatus;
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(sql::ZONES_IN_USE).unwrap();
+    let groups = serde_json::to_string(groups).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params![groups, i64::from(every)], |_| Ok(()))
+        .unwrap()
+        .count();
+    (
+        stmt.get_status(StatementStatus::VmStep),
+        stmt.get_status(StatementStatus::FullscanStep),
+        rows,
+    )
+}
+
+#[test]
+fn zones_are_read_for_the_page_groups_only_whatever_the_number_of_other_groups() {
+    let work = |tenants: usize| {
+        let store = setup();
+        add_subjects(&store, "b", 20, "digest", "Europe/Berlin");
+        add_subjects(&store, "k", 20, "digest", "Pacific/Kiritimati");
+        // One group per tenant, in two zones between them.
+        let subjects: Vec<SubjectInput> = (0..tenants)
+            .map(|i| SubjectInput {
+                group: format!("tenant-{i:05}"),
+                timezone: if i % 2 == 0 { "UTC" } else { "Asia/Tokyo" }.into(),
+                ..subject(&format!("t{i:05}"), true)
+            })
+            .collect();
+        for chunk in subjects.chunks(1_000) {
+            block_on(store.upsert_subjects(chunk, 1)).unwrap();
+        }
+        (
+            zones_work(&store, &["digest"], false),
+            zones_work(&store, &[], true),
+        )
+    };
+    let (one_group, every_group) = work(10);
+    assert_eq!(one_group.2, 2, "digest's two zones");
+    assert_eq!(every_group.2, 4, "four zones in use");
+    assert_eq!((one_group.1, every_group.1), (0, 0), "no full-scan step");
+    assert_eq!(
+        work(5_000),
+        (one_group, every_group),
+        "the same work with 5,000 other groups as with 10"
     );
 }
 
@@ -423,13 +496,16 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
             .unwrap()
             .unwrap();
         assert_eq!(feeds.total, n as i64);
-        // Minus the two reads (due schedules, the read-back); no zones are read
-        // for a schedule on UTC.
-        (calls - 2, after.statements - before.statements - 2)
+        // Minus the due read; no zones are read for a schedule on UTC.
+        (calls - 1, after.statements - before.statements - 1)
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
-    assert_eq!(small, (1, 4), "one batch() of 4 statements");
+    assert_eq!(
+        small,
+        (1, 5),
+        "one batch() of 4 statements and the read-back"
+    );
 }
 
 #[test]
@@ -448,7 +524,11 @@ fn a_hundred_due_schedules_fire_in_one_call() {
     let (store, budget) = metered(store);
     let plans = tick(&store, now);
     assert_eq!(plans.len(), 100);
-    assert_eq!(budget.used(), 3, "due query, one batch(), one read-back");
+    assert_eq!(
+        budget.used(),
+        2,
+        "due query, one batch() reading back its batches"
+    );
     let store = Store::new(store.into_db().into_inner());
     assert_eq!(
         count(
@@ -582,7 +662,7 @@ fn each_subject_runs_at_nine_in_its_own_zone() {
     // due at the fire instant (the plan's map does not know its zone).
     let due = block_on(store.due_schedules(ms("2026-11-20T19:00:05Z"), 10)).unwrap();
     let digest = due.iter().find(|r| r.id == "digest").unwrap();
-    let in_use = block_on(store.zones_in_use(None)).unwrap();
+    let in_use = block_on(store.zones_in_use(Some("digest"))).unwrap();
     exec(
         &store,
         "UPDATE subjects SET timezone = 'Asia/Tokyo' WHERE id = 'ber000002'",
@@ -985,7 +1065,11 @@ fn zones_are_read_once_and_only_when_a_schedule_on_subject_time_is_due() {
     put_schedule(&store, "utc", json!({"every_seconds": 3600}), saved);
     let (store, budget) = metered(store);
     tick(&store, ms("2026-11-20T13:00:00Z"));
-    assert_eq!(budget.used(), 3, "due, batch(), read-back: no zones");
+    assert_eq!(
+        budget.used(),
+        2,
+        "due, batch() with its read-back: no zones"
+    );
     let store = Store::new(store.into_db().into_inner());
     for id in ["d1", "d2"] {
         put_schedule(
@@ -1000,8 +1084,8 @@ fn zones_are_read_once_and_only_when_a_schedule_on_subject_time_is_due() {
     assert_eq!(plans.len(), 3, "d1, d2 and utc");
     assert_eq!(
         budget.used(),
-        4,
-        "due, zones once for both, batch(), read-back"
+        3,
+        "due, zones once for both, batch() with its read-back"
     );
 }
 
@@ -1026,7 +1110,7 @@ fn the_tick_reports_what_became_of_each_fire() {
     let ids = || "mine".to_string();
     let report = block_on(store.fire_due(now + 100, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
     assert_eq!(
-        report.outcomes.unwrap(),
+        report.fired,
         [
             Fired::Created {
                 schedule_id: "a".into(),
@@ -1106,4 +1190,163 @@ fn a_missed_daily_init_is_recovered_by_any_later_tick() {
             "{late}"
         );
     }
+}
+
+/// Make every fire of schedule `id` fail, the way a D1 error or a 30 s stop would:
+/// a trigger that refuses its batch key.
+fn make_fires_fail(store: &Store<SqliteDb>, id: &str) {
+    exec(
+        store,
+        &format!(
+            "CREATE TEMP TRIGGER fail_{id} BEFORE INSERT ON batches WHEN NEW.key LIKE '{id}:%'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+        ),
+    );
+}
+
+fn backoff_of(store: &Store<SqliteDb>, id: &str) -> (i64, Option<i64>) {
+    store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT fire_failures, retry_at FROM schedules WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+fn batch_count(store: &Store<SqliteDb>, schedule_id: &str) -> i64 {
+    count(
+        store,
+        &format!("SELECT count(*) FROM batches WHERE schedule_id = '{schedule_id}'"),
+    )
+}
+
+/// One tick's firing as the Worker makes it, whatever it reports.
+fn tick_anyway(store: &Store<SqliteDb>, now: i64) {
+    let n = Cell::new(0);
+    let ids = || {
+        n.set(n.get() + 1);
+        format!("b-{now}-{}", n.get())
+    };
+    let _ = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids));
+}
+
+#[test]
+fn a_failing_fire_does_not_stop_the_others_and_backs_off_until_it_recovers() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 5, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    for id in ["a", "b", "c", "d"] {
+        put_schedule(&store, id, json!({"every_seconds": 60}), now - 30_000);
+    }
+    make_fires_fail(&store, "b");
+
+    tick_anyway(&store, now + 500);
+    for id in ["a", "c", "d"] {
+        assert_eq!(batch_count(&store, id), 1, "{id} fired despite b");
+    }
+    assert_eq!(batch_count(&store, "b"), 0);
+    let t = now + 500;
+    assert_eq!(backoff_of(&store, "b"), (1, Some(t + 60_000)));
+    assert_eq!(
+        schedule(&store, "b").next_fire_at,
+        Some(now),
+        "its occurrence stands"
+    );
+
+    // Due again a minute later: fails again, waits two.
+    let t = t + 60_000;
+    tick_anyway(&store, t);
+    assert_eq!(backoff_of(&store, "b"), (2, Some(t + 120_000)));
+    // Backing off: not tried (no failure counted), the others fire.
+    tick_anyway(&store, t + 60_000);
+    assert_eq!(backoff_of(&store, "b"), (2, Some(t + 120_000)));
+    assert_eq!(batch_count(&store, "a"), 3);
+    assert_eq!(batch_count(&store, "b"), 0);
+
+    // The cause goes away: the retry fires the latest occurrence and clears it.
+    exec(&store, "DROP TRIGGER fail_b");
+    tick_anyway(&store, t + 120_000);
+    assert_eq!(backoff_of(&store, "b"), (0, None));
+    let b = block_on(store.batch_by_key("b:2026-11-21T10:03:00.000Z"))
+        .unwrap()
+        .expect("the retry fired the latest occurrence");
+    assert_eq!(b.total, 5);
+    assert_eq!(
+        schedule(&store, "b").next_fire_at,
+        Some(ms("2026-11-21T10:04:00Z"))
+    );
+}
+
+#[test]
+fn a_backing_off_schedule_shows_its_failures_and_retry_and_a_put_clears_them() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 2, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "b", json!({"every_seconds": 60}), now - 30_000);
+    make_fires_fail(&store, "b");
+    tick_anyway(&store, now);
+    let view = serde_json::to_value(ScheduleView::from_row(&schedule(&store, "b"))).unwrap();
+    assert_eq!(
+        (&view["fire_failures"], &view["retry_at"]),
+        (&json!(1), &json!("2026-11-21T10:01:00.000Z"))
+    );
+    let listed = block_on(store.list_schedules("", 10)).unwrap();
+    assert_eq!(listed[0].fire_failures, 1);
+    put_schedule(&store, "b", json!({"every_seconds": 120}), now + 1_000);
+    assert_eq!(backoff_of(&store, "b"), (0, None), "a PUT is the fix");
+}
+
+#[test]
+fn a_failing_fire_among_a_hundred_costs_a_bounded_number_of_calls_and_the_page_drains() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 3, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    for i in 0..100 {
+        put_schedule(
+            &store,
+            &format!("s{i:03}"),
+            json!({"every_seconds": 3600}),
+            now - 30_000,
+        );
+    }
+    make_fires_fail(&store, "s070");
+    let (store, budget) = metered(store);
+    let mut ticks = 0;
+    let mut calls = Vec::new();
+    let store = loop {
+        let before = budget.used();
+        let n = Cell::new(0);
+        let tick_no = ticks;
+        let ids = || {
+            n.set(n.get() + 1);
+            format!("b-{tick_no}-{}", n.get())
+        };
+        let at = now + ticks * 60_000;
+        let report = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+        calls.push(budget.used() - before);
+        ticks += 1;
+        if !report.failed.is_empty() {
+            assert_eq!(report.failed[0].schedule_id, "s070");
+            // What the tick had no call left for fires on the next, s070 not.
+            let before = budget.used();
+            let next = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+            assert!(next.failed.is_empty() && next.left.is_empty());
+            calls.push(budget.used() - before);
+            break Store::new(store.into_db().into_inner());
+        }
+        assert!(ticks < 10, "the page drains");
+    };
+    assert!(
+        calls.iter().all(|&c| c <= FIRE_SUBREQUESTS),
+        "{calls:?} within {FIRE_SUBREQUESTS} calls a tick"
+    );
+    assert!(ticks <= 5, "isolated in {ticks} ticks");
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 99);
+    assert_eq!(backoff_of(&store, "s070").0, 1);
 }

@@ -990,6 +990,12 @@
             { key: "jitter", title: "Jitter", cls: "num hide-narrow", cell: (s) => (s.jitter_seconds ? `up to ${duration(s.jitter_seconds * 1000)}` : "none") },
             { key: "enabled", title: "Enabled", cell: (s) => h("span", { class: `flag ${s.enabled ? "on" : "off"}` }, s.enabled ? "yes" : "no") },
             { key: "next", title: "Next fire", cell: (s) => (s.next_fire_at ? timeCell(s.next_fire_at) : "—") },
+            // A schedule backing off after failed fires (0 failures: nothing shown).
+            {
+              key: "failures",
+              title: "Failed fires",
+              cell: (s) => (s.fire_failures ? h("span", { class: "flag off", "data-fire-failures": s.fire_failures }, `${s.fire_failures}, retry `, timeCell(s.retry_at)) : "—"),
+            },
             { key: "last-fired", title: "Last fired", cls: "hide-narrow", cell: (s) => timeCell(s.last_fired_at) },
             {
               key: "last-batch",

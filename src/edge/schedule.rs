@@ -15,6 +15,7 @@ use crate::core::drain::DrainError;
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
+use crate::core::time::rfc3339;
 use crate::core::upkeep::Upkeep;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
@@ -55,8 +56,8 @@ async fn run_invocation(
     tally: &mut Tally,
     started: i64,
 ) -> Result<StopReason, DrainError> {
-    // Firing never fails the tick: a failed fire leaves its schedules due for the
-    // next tick, and the drain below does not depend on it.
+    // Firing never fails the tick: a fire that fails on its own backs its schedule
+    // off, the others still apply, and the drain below does not depend on it.
     let fired = fire_schedules(cfg, store).await;
     // The reaper's round trip (one statement) sizes the drain's first claim.
     let prepare_from = clock::now_ms();
@@ -114,8 +115,9 @@ async fn run_invocation(
     Ok(stop)
 }
 
-/// Fire every due schedule (a page of them) and log one line per fire; returns the
-/// ids of the batches created.
+/// Fire every due schedule (a page of them), each apart from the others, and log
+/// one line per fire (and per fire that failed and backs off); returns the ids of
+/// the batches created.
 async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
     let now = clock::now_ms();
     let report = match store
@@ -126,7 +128,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
         Err(e) => {
             log::error(
                 "schedules_fire_failed",
-                json!({ "message": e.to_string(), "note": "nothing was applied; due schedules fire on the next tick" }),
+                json!({ "message": e.to_string(), "note": "the due schedules or the zones in use could not be read: nothing was applied; due schedules fire on the next tick" }),
             );
             return Vec::new();
         }
@@ -137,16 +139,30 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
             json!({ "schedule_id": e.schedule_id, "message": e.what, "note": "disabled; PUT /schedules/{id} to fix it" }),
         );
     }
-    let fired = match report.outcomes {
-        Ok(fired) => fired,
-        Err(e) => {
-            log::error(
-                "schedules_fired_unread",
-                json!({ "message": e.to_string(), "keys": report.plan.keys() }),
-            );
-            return Vec::new();
-        }
+    let backoff_note = match &report.backoff {
+        Ok(()) => "backs off; a fire that applies or a PUT clears it".to_string(),
+        Err(e) => format!("backoff not written ({e}): due again on the next tick"),
     };
+    for f in &report.failed {
+        log::error(
+            "schedule_fire_failed",
+            json!({
+                "schedule_id": f.schedule_id, "message": f.error.to_string(),
+                "fire_failures": f.failures, "retry_at": rfc3339(f.retry_at), "note": backoff_note,
+            }),
+        );
+    }
+    if !report.left.is_empty() {
+        let message = report.left_error.as_ref().map(ToString::to_string);
+        log::error(
+            "schedules_fire_deferred",
+            json!({
+                "schedule_ids": report.left, "message": message,
+                "note": "not applied this tick (the other fires were): due again on the next tick",
+            }),
+        );
+    }
+    let fired = report.fired;
     for f in &fired {
         match f {
             Fired::Created {

@@ -38,6 +38,7 @@ sql! {
     CREATE_SCHEDULE_BATCH => "create_schedule_batch.sql",
     ENQUEUE_FOR_SCHEDULE => "enqueue_for_schedule.sql",
     ADVANCE_SCHEDULE => "advance_schedule.sql",
+    RECORD_FIRE_FAILURES => "record_fire_failures.sql",
     RECENT_THROUGHPUT => "recent_throughput.sql",
     BATCH_TIMELINE => "batch_timeline.sql",
     METRICS_SNAPSHOT => "metrics_snapshot.sql",

@@ -636,9 +636,25 @@ impl<D: Db> Store<D> {
             .await
     }
 
-    /// The distinct (group, zone) pairs of active subjects, of one group or of all.
+    /// The zones of active subjects of one group, or of every group (`None`).
     pub async fn zones_in_use(&self, group: Option<&str>) -> StoreResult<Vec<ZoneUse>> {
-        self.db.query(sql::ZONES_IN_USE, vec![group.into()]).await
+        match group {
+            Some(g) => self.zones_of(&[g], false).await,
+            None => self.zones_of(&[], true).await,
+        }
+    }
+
+    /// The distinct (group, zone) pairs of active subjects of `groups`, and, if
+    /// `every_group`, the distinct zones of all of them (`group_name` `None`). One
+    /// statement reading one index entry per row returned (`sql/zones_in_use.sql`).
+    pub async fn zones_of(&self, groups: &[&str], every_group: bool) -> StoreResult<Vec<ZoneUse>> {
+        let groups = serde_json::to_string(groups).map_err(|e| StoreError::Json(e.to_string()))?;
+        self.db
+            .query(
+                sql::ZONES_IN_USE,
+                vec![groups.into(), i64::from(every_group).into()],
+            )
+            .await
     }
 
     /// Whether batches not made by schedule `schedule_id` use its key prefix
@@ -653,12 +669,17 @@ impl<D: Db> Store<D> {
     }
 
     /// One tick's firing, plan then apply: the oldest `page` due schedules, the
-    /// zones in use (read once, only if a due schedule runs on each subject's
-    /// time), a plan per schedule (`core::schedule::tick`), every plan in one
-    /// `batch()`, then one read of the batches their keys name. So 1 D1 call when
-    /// nothing is due, at most 4 however many are. `Err` means nothing was
-    /// applied: every schedule is still due and the next tick tries again; a
-    /// failed read-back after the apply is `Ok` with [`FireReport::outcomes`] `Err`.
+    /// zones in use of their groups (read once, only if a due schedule runs on
+    /// each subject's time), a plan per schedule (`core::schedule::tick`), then the plans applied
+    /// apart from each other ([`tick::Isolation`]): the whole page in one
+    /// `batch()` that also reads back the batches it made; if that fails, each
+    /// half on its own, and so on, at most [`tick::FIRE_APPLY_CALLS`] calls; then
+    /// one statement backing off the schedules whose fire failed on its own. So 1
+    /// D1 call when nothing is due, 2 when the page applies (3 with the zones), at most
+    /// `2 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`) however many fail.
+    /// `Err` only if the due page or the zones could not be read: then nothing was
+    /// applied and every schedule is still due. Every planned fire ends in exactly
+    /// one of [`FireReport`]'s `fired` (or applied without a batch), `failed`, `left`.
     pub async fn fire_due(
         &self,
         now: i64,
@@ -668,21 +689,92 @@ impl<D: Db> Store<D> {
     ) -> StoreResult<FireReport> {
         let due = self.due_schedules(now, page).await?;
         let in_use = if tick::needs_zones(&due) {
-            self.zones_in_use(None).await?
+            let (groups, every_group) = tick::zone_groups(&due);
+            self.zones_of(&groups, every_group).await?
         } else {
             Vec::new()
         };
         let plan = tick::plan_tick(&due, now, &in_use, new_id, max_attempts);
-        self.fire_schedules(&plan.plans).await?;
-        let keys = plan.keys();
-        let outcomes = if keys.is_empty() {
-            Ok(Vec::new())
-        } else {
-            self.batches_by_keys(&keys)
-                .await
-                .map(|batches| tick::outcomes(&plan.plans, &batches))
+        let mut report = FireReport {
+            fired: Vec::new(),
+            failed: Vec::new(),
+            left: Vec::new(),
+            left_error: None,
+            backoff: Ok(()),
+            plan,
         };
-        Ok(FireReport { plan, outcomes })
+        let plans = &report.plan.plans;
+        let mut isolation = tick::Isolation::new(plans.len(), tick::FIRE_APPLY_CALLS);
+        let failure = |i: usize, error: StoreError| {
+            let row = &due[i];
+            let failures = row.fire_failures + 1;
+            FireFailure {
+                schedule_id: row.id.clone(),
+                revision: row.revision,
+                created_at: row.created_at,
+                failures,
+                retry_at: tick::retry_at(now, failures),
+                error,
+            }
+        };
+        // The error of the last call that failed: what a fire found failing
+        // without a call of its own is charged with.
+        let mut last_error = None;
+        loop {
+            let next = isolation.next();
+            for i in isolation.take_inferred() {
+                let error = last_error
+                    .clone()
+                    .unwrap_or(StoreError::Db("failed".into()));
+                report.failed.push(failure(i, error));
+            }
+            let Some(range) = next else { break };
+            let group = &plans[range.clone()];
+            match self.fire_schedules(group).await {
+                Ok(batches) => {
+                    isolation.applied();
+                    report.fired.extend(tick::outcomes(group, &batches));
+                }
+                // Not sent: no fire failed; they wait for the next tick.
+                Err(e @ StoreError::OverBudget(_)) => {
+                    isolation.unsent(range);
+                    report.left_error = Some(e);
+                }
+                Err(e) => {
+                    last_error = Some(e.clone());
+                    match isolation.failed(range) {
+                        Some(i) => report.failed.push(failure(i, e)),
+                        None => report.left_error = Some(e),
+                    }
+                }
+            }
+        }
+        report.left = isolation
+            .left()
+            .map(|i| plans[i].schedule_id.clone())
+            .collect();
+        if !report.failed.is_empty() {
+            report.backoff = self.record_fire_failures(&report.failed).await;
+        }
+        Ok(report)
+    }
+
+    /// Back off the schedules whose fire failed on its own (one statement).
+    pub async fn record_fire_failures(&self, failed: &[FireFailure]) -> StoreResult<()> {
+        let rows: Vec<Value> = failed
+            .iter()
+            .map(|f| {
+                json!({"id": f.schedule_id, "revision": f.revision,
+                       "created_at": f.created_at, "retry_at": f.retry_at})
+            })
+            .collect();
+        self.db
+            .query::<Value>(
+                sql::RECORD_FIRE_FAILURES,
+                vec![Value::Array(rows).to_string().into()],
+            )
+            .await
+            .map(|_| ())
     }
 
     /// The batches with these keys (one statement; missing keys are left out).
@@ -696,11 +788,12 @@ impl<D: Db> Store<D> {
     /// Apply fire plans in one transaction: for each, its batch (created unless the
     /// key exists or the schedule changed since planning), its items (one
     /// `INSERT … SELECT` whatever the number of subjects), its total, and the
-    /// schedule's advance. 4 statements per fire, one call for all of them; nothing
-    /// is written if any statement fails, so every plan is due again.
-    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<()> {
+    /// schedule's advance; last, the batches their keys name, read back. 4
+    /// statements per fire and the read-back, one call for all of them; nothing is
+    /// written if any statement fails, so every plan is due again.
+    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<BatchRow>> {
         if plans.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut statements = Vec::with_capacity(plans.len() * 4);
         for plan in plans {
@@ -744,17 +837,47 @@ impl<D: Db> Store<D> {
                 ],
             ));
         }
-        self.db.batch(statements).await
+        let keys: Vec<&str> = plans
+            .iter()
+            .filter_map(|p| p.batch.as_ref().map(|b| b.key.as_str()))
+            .collect();
+        let keys = serde_json::to_string(&keys).map_err(|e| StoreError::Json(e.to_string()))?;
+        statements.push((sql::GET_BATCHES_BY_KEYS, vec![keys.into()]));
+        self.db.batch_rows(statements).await
     }
 }
 
-/// What [`Store::fire_due`] applied, and what became of each fire.
+/// What [`Store::fire_due`] did with each due schedule: applied ([`Fired`] per
+/// fire with a batch), failed on its own and backed off, or left due.
 #[derive(Debug)]
 pub struct FireReport {
     pub plan: TickPlan,
-    /// Per fire with a batch, read back after the apply; `Err` if that read failed
-    /// (the fires were applied all the same).
-    pub outcomes: StoreResult<Vec<Fired>>,
+    /// Per applied fire with a batch, read back in the same call.
+    pub fired: Vec<Fired>,
+    /// Fires that failed on their own: their schedules back off.
+    pub failed: Vec<FireFailure>,
+    /// Schedules whose fires were not applied this tick (a call carrying them
+    /// failed and the tick's apply calls ran out, or the budget refused one):
+    /// still due, untouched.
+    pub left: Vec<String>,
+    /// The last error of a call that carried several fires (or the budget's
+    /// refusal): why `left` were not applied.
+    pub left_error: Option<StoreError>,
+    /// Whether the backoff of `failed` was written; if not they are due again on
+    /// the next tick, as before.
+    pub backoff: StoreResult<()>,
+}
+
+/// A fire that failed on its own, and the backoff written for its schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FireFailure {
+    pub schedule_id: String,
+    pub revision: i64,
+    pub created_at: i64,
+    /// Failures in a row, this one included.
+    pub failures: i64,
+    pub retry_at: i64,
+    pub error: StoreError,
 }
 
 /// Batch control (issue 11): pause, resume, cancel, dead-letter replay, and the

@@ -174,6 +174,12 @@ pub struct ScheduleRow {
     /// `core::callback`).
     #[serde(default)]
     pub on_finish: Option<String>,
+    /// Fires in a row that failed on their own (0 once one applies or after a PUT).
+    #[serde(default)]
+    pub fire_failures: i64,
+    /// While backing off after failed fires: when the next try is (ms), else NULL.
+    #[serde(default)]
+    pub retry_at: Option<i64>,
 }
 
 /// A schedule as the API answers it (times RFC 3339 UTC).
@@ -197,6 +203,11 @@ pub struct ScheduleView {
     pub updated_at: String,
     /// Where the completion callback of each batch it fires goes, or null.
     pub on_finish: Option<OnFinish>,
+    /// Fires in a row that failed (0 once one applies, or after a `PUT`).
+    pub fire_failures: i64,
+    /// While the schedule backs off after failed fires, when the tick tries again
+    /// (RFC 3339 UTC); `null` otherwise.
+    pub retry_at: Option<String>,
 }
 
 impl ScheduleView {
@@ -216,6 +227,8 @@ impl ScheduleView {
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
             on_finish: OnFinish::from_stored(row.on_finish.as_deref()),
+            fire_failures: row.fire_failures,
+            retry_at: row.retry_at.map(rfc3339),
         }
     }
 }

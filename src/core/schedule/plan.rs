@@ -24,21 +24,23 @@ use super::key::batch_key;
 use super::zone::parse_zone;
 use super::{ScheduleError, ScheduleRow, ScheduleSpec, Timing, Zone};
 
-/// One (group, zone) pair of active subjects (`Store::zones_in_use`).
+/// A zone in use by active subjects (`Store::zones_in_use`): of one group, or,
+/// with `group_name` `None`, of any group.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ZoneUse {
-    pub group_name: String,
+    pub group_name: Option<String>,
     pub timezone: String,
 }
 
-/// The zones a schedule of `group` (`None`: every group) covers, each once. Names
-/// that are not zones (impossible through the API) are left out of the zone map;
-/// their subjects still get an item, due at the fire instant (`coalesce` in
+/// The zones a schedule of `group` (`None`: every group) covers, each once: for a
+/// group its own rows, for every group all rows. Names that are not zones
+/// (impossible through the API) are left out of the zone map; their subjects
+/// still get an item, due at the fire instant (`coalesce` in
 /// `sql/enqueue_for_schedule.sql`).
 pub fn zones_for(group: Option<&str>, in_use: &[ZoneUse]) -> Vec<Tz> {
     let names: BTreeSet<&str> = in_use
         .iter()
-        .filter(|z| group.is_none_or(|g| g == z.group_name))
+        .filter(|z| group.is_none_or(|g| z.group_name.as_deref() == Some(g)))
         .map(|z| z.timezone.as_str())
         .collect();
     names.into_iter().filter_map(parse_zone).collect()
@@ -88,8 +90,9 @@ pub struct FirePlan {
     pub enabled: bool,
 }
 
-/// Plan the fire of a due row at `now`. `in_use` is every (group, zone) pair of
-/// active subjects; `batch_id` a fresh id for the batch it may create.
+/// Plan the fire of a due row at `now`. `in_use` holds the zones in use of its
+/// group (or of every group, for a schedule with none); `batch_id` a fresh id for
+/// the batch it may create.
 pub fn plan_fire(
     row: &ScheduleRow,
     now: i64,
@@ -187,6 +190,8 @@ mod tests {
             created_at: ms("2026-01-01T00:00:00Z"),
             updated_at: ms("2026-01-01T00:00:00Z"),
             on_finish: None,
+            fire_failures: 0,
+            retry_at: None,
         }
     }
 
@@ -281,7 +286,7 @@ mod tests {
             ..row("digest")
         };
         let zone = |z: &str| ZoneUse {
-            group_name: "default".into(),
+            group_name: Some("default".into()),
             timezone: z.into(),
         };
         let in_use = [zone("Europe/London"), zone("Pacific/Auckland")];
@@ -360,7 +365,7 @@ mod tests {
             ..row("digest")
         };
         let zone = |g: &str, z: &str| ZoneUse {
-            group_name: g.into(),
+            group_name: Some(g.into()),
             timezone: z.into(),
         };
         let in_use = [
@@ -395,6 +400,13 @@ mod tests {
             "every group's zones, each once"
         );
         assert_eq!(zones_for(Some("nobody"), &in_use), vec![]);
+        // The every-group rows (group NULL) are not any one group's.
+        let any = [ZoneUse {
+            group_name: None,
+            timezone: "Asia/Tokyo".into(),
+        }];
+        assert_eq!(zones_for(None, &any).len(), 1);
+        assert_eq!(zones_for(Some("digest"), &any), vec![]);
     }
 
     #[test]
