@@ -792,7 +792,10 @@ fn the_ticks_upkeep_statements_are_index_seeks() {
     let cases: Vec<(&str, Vec<Param>)> = vec![
         (sql::COUNT_CANCELLED_PAGE, vec![n.clone(), 10.into()]),
         (sql::CANCEL_PENDING_PAGE, vec![n, 10.into(), 5.into()]),
-        (sql::DELETE_EXPIRED_ITEMS, vec![5.into(), 10.into()]),
+        (
+            sql::DELETE_EXPIRED_ITEMS,
+            vec![5.into(), 10.into(), 10.into()],
+        ),
         (sql::DELETE_EXPIRED_BATCHES, vec![5.into(), 10.into()]),
         (sql::DELETE_OLD_INVOCATIONS, vec![5.into(), 10.into()]),
         (sql::FINISH_BATCHES, vec![5.into()]),
@@ -1044,4 +1047,78 @@ fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
         !plan.iter().any(|s| s.contains("CORRELATED")),
         "a subquery runs once per batch: {plan:?}"
     );
+}
+
+/// `n` batches that ended long ago, each with `items` items (0: emptied by an
+/// earlier tick, not deleted yet), then one with 3 items that ended later.
+fn expired_backlog(store: &Store<SqliteDb>, n: i64, items: i64) {
+    store
+        .db()
+        .conn()
+        .execute_batch(&format!(
+            "WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < {n})
+             INSERT INTO batches (id, key, status, total, completed, created_at, finished_at)
+             SELECT printf('x%06d', n), printf('x%06d', n), 'finished', {items}, {items}, 0, 1000 + n
+             FROM i;
+             WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < {n}),
+                            k(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM k WHERE j < {items})
+             INSERT INTO cron_queue (batch_id, subject_id, kind, payload, status, max_attempts, run_after)
+             SELECT printf('x%06d', n), printf('s%03d', j), 'noop', '{{}}', 'completed', 1, 0
+             FROM i, k WHERE {items} > 0;
+             INSERT INTO batches (id, key, status, total, completed, created_at, finished_at)
+             VALUES ('last', 'last', 'finished', 3, 3, 0, 500000);
+             INSERT INTO cron_queue (batch_id, subject_id, kind, payload, status, max_attempts, run_after)
+             VALUES ('last', 'a', 'noop', '{{}}', 'completed', 1, 0),
+                    ('last', 'b', 'noop', '{{}}', 'completed', 1, 0),
+                    ('last', 'c', 'noop', '{{}}', 'completed', 1, 0);"
+        ))
+        .unwrap();
+}
+
+/// Work of one tick's retention statements (VM steps, rolled back) over a backlog.
+fn retention_work(n: i64, items: i64) -> (i32, i32) {
+    let store = setup();
+    expired_backlog(&store, n, items);
+    let r = Retention::at(DAY_MS * 100, 30).unwrap();
+    (
+        vm_steps(
+            &store,
+            sql::DELETE_EXPIRED_ITEMS,
+            &[r.cutoff.into(), r.items.into(), r.batches.into()],
+        ),
+        vm_steps(
+            &store,
+            sql::DELETE_EXPIRED_BATCHES,
+            &[r.cutoff.into(), r.batches.into()],
+        ),
+    )
+}
+
+#[test]
+fn a_ticks_retention_costs_its_page_whatever_the_backlog_of_emptied_batches() {
+    // Emptied batches waiting for deletion: the items step used to walk them all
+    // to find the one batch with items left.
+    assert_eq!(retention_work(300, 0), retention_work(5_000, 0));
+}
+
+#[test]
+fn a_ticks_retention_costs_its_page_whatever_the_backlog_of_full_batches() {
+    // Expired batches that still have items: the batch step used to walk them all
+    // looking for empty ones.
+    assert_eq!(retention_work(300, 1), retention_work(3_000, 1));
+}
+
+#[test]
+fn retention_empties_and_deletes_a_page_of_batches_in_the_same_tick() {
+    let store = setup();
+    expired_backlog(&store, 250, 2);
+    let now = DAY_MS * 100;
+    let mut batches_left = Vec::new();
+    for _ in 0..4 {
+        block_on(store.finish_tick(now, &Upkeep::at(now, 30))).unwrap();
+        batches_left.push(count(&store, "SELECT count(*) FROM batches"));
+    }
+    // 100 a tick (their 200 items fit the item cap), then the rest with 'last'.
+    assert_eq!(batches_left, [151, 51, 0, 0]);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
 }

@@ -10,7 +10,10 @@ pub const DAY_MS: i64 = 86_400_000;
 /// Items of ended batches deleted per tick at most: 7.2 million a day at one tick a
 /// minute. One statement.
 pub const RETENTION_ITEMS_PER_TICK: i64 = 5_000;
-/// Ended batches (already emptied of items) deleted per tick at most.
+/// The page of expired batches one tick's retention works on: their items (up to
+/// `RETENTION_ITEMS_PER_TICK`) are deleted, then those of them left empty. The
+/// next tick's page starts where this one stopped (deleted batches leave the
+/// index), so a tick reads this many batches however many have expired.
 pub const RETENTION_BATCHES_PER_TICK: i64 = 100;
 /// Invocation summaries deleted per tick at most (a tick writes one).
 pub const RETENTION_INVOCATIONS_PER_TICK: i64 = 1_000;

@@ -1,11 +1,18 @@
--- Retention, step 2: delete up to ?2 batches that ended before ?1 and have no
--- items left (step 1 deletes them first; D1 enforces the items' foreign key, so a
--- batch with items is never deleted). Their keys become free again.
--- ?1 cutoff, ?2 most rows per statement.
+-- Retention, step 2: delete the batches of this tick's page (the first ?2 batches
+-- that ended before ?1 and wait for no callback, in (status, finished_at) order:
+-- the same page as step 1, delete_expired_items.sql, in the same call) that have
+-- no items left (step 1 deletes them first; D1 enforces the items' foreign key,
+-- so a batch with items is never deleted). Their keys become free again. Reads
+-- at most ?2 batches, however many expired ones wait.
+-- ?1 cutoff, ?2 batches a page.
 DELETE FROM batches
 WHERE id IN (
-  SELECT b.id FROM batches AS b INDEXED BY batches_status
-  WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
-    AND NOT EXISTS (SELECT 1 FROM cron_queue AS q WHERE q.batch_id = b.id)
-  LIMIT ?2
+  SELECT page.id
+  FROM (SELECT b.id FROM batches AS b INDEXED BY batches_status
+        WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
+          AND NOT EXISTS (SELECT 1 FROM cron_queue AS c
+                          WHERE c.batch_id = b.id AND c.subject_id = ''
+                            AND c.status IN ('pending', 'processing'))
+        LIMIT ?2) AS page
+  WHERE NOT EXISTS (SELECT 1 FROM cron_queue AS q WHERE q.batch_id = page.id)
 );

@@ -1,21 +1,27 @@
--- Retention, step 1: delete up to ?2 items of batches that ended (finished, or
--- cancelled and ended) before ?1. Reads the ended batches by (status,
--- finished_at) and their items by (batch_id, subject_id): nothing of a recent or
--- unfinished batch is read, so an idle tick costs a seek. Deleting items does not
--- touch the batch counters (no trigger on DELETE): the batch row keeps its
--- figures until step 2 deletes it.
+-- Retention, step 1: delete up to ?2 items of this tick's page of expired batches:
+-- the first ?3 batches that ended (finished, or cancelled and ended) before ?1, in
+-- (status, finished_at) order. Step 2 (delete_expired_batches.sql, same call)
+-- deletes the batches of the same page that have no items left, so an emptied
+-- batch leaves the front of the index in the tick that empties it, and the next
+-- tick's page starts where this one stopped: the deletions are the cursor. So a
+-- tick reads at most ?3 batches and ?2 items, however many expired batches wait
+-- (before, a backlog of emptied batches was walked again every tick). An idle
+-- tick costs a seek. Deleting items does not touch the batch counters (no trigger
+-- on DELETE).
 -- A batch whose completion callback still waits for its delivery (pending or in
 -- flight, migration 0007) is kept whole until it is delivered or has failed:
--- retention never loses a callback (one seek per ended batch).
--- ?1 cutoff (now - RETENTION_DAYS), ?2 most rows per statement.
+-- retention never loses a callback. The page passes over such batches (one seek
+-- each), so their number, not the history, adds to the walk.
+-- ?1 cutoff (now - RETENTION_DAYS), ?2 most items per statement, ?3 batches a page.
 DELETE FROM cron_queue
 WHERE id IN (
   SELECT q.id
-  FROM batches AS b INDEXED BY batches_status
-  JOIN cron_queue AS q ON q.batch_id = b.id
-  WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
-    AND NOT EXISTS (SELECT 1 FROM cron_queue AS c
-                    WHERE c.batch_id = b.id AND c.subject_id = ''
-                      AND c.status IN ('pending', 'processing'))
+  FROM (SELECT b.id FROM batches AS b INDEXED BY batches_status
+        WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
+          AND NOT EXISTS (SELECT 1 FROM cron_queue AS c
+                          WHERE c.batch_id = b.id AND c.subject_id = ''
+                            AND c.status IN ('pending', 'processing'))
+        LIMIT ?3) AS page
+  JOIN cron_queue AS q ON q.batch_id = page.id
   LIMIT ?2
 );

@@ -997,7 +997,7 @@ impl<D: Db> Store<D> {
             statements.extend([
                 (
                     sql::DELETE_EXPIRED_ITEMS,
-                    vec![r.cutoff.into(), r.items.into()],
+                    vec![r.cutoff.into(), r.items.into(), r.batches.into()],
                 ),
                 (
                     sql::DELETE_EXPIRED_BATCHES,
