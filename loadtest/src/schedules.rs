@@ -5,8 +5,8 @@
 //!    statements and subrequests must not move (the due query reads a partial
 //!    index; idle rows are not read).
 //! 2. One tick firing 1 due one-off, then one firing `--due` (100) at once, over an
-//!    empty group: the same subrequests (one `batch()` for every fire, one
-//!    read-back), 4 more statements per fire, one batch each.
+//!    empty group: the same subrequests (one `batch()` for every fire, which also
+//!    reads their batches back), 4 more statements per fire, one batch each.
 //! 3. `--due` one-offs over `--subjects` (10) no-op subjects: one tick creates all
 //!    their batches; ticks then drain every item once.
 
