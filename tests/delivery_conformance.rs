@@ -899,3 +899,29 @@ fn the_reaper_failing_an_item_out_of_attempts_fails_its_undelivered_channels() {
         receipts_of(&store, item.item_id)
     );
 }
+
+#[test]
+fn cancelling_a_batch_fails_the_undelivered_channels_of_its_cancelled_items() {
+    let store = setup();
+    // Email delivered, push answered a retryable error: the item waits pending.
+    let item = multi_with_email_delivered(&store, 1);
+    let batch = item.batch_id.clone();
+    assert!(
+        block_on(store.set_batch_status(&batch, BatchStatus::Running, BatchStatus::Cancelled))
+            .unwrap()
+    );
+    let swept = block_on(store.cancel_pending(&batch, CANCEL_PAGE, 5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(swept.cancelled, 1);
+    let stored = receipts_of(&store, item.item_id);
+    assert_eq!(stored["email"], Receipt::Delivered { at: 1 });
+    assert_eq!(
+        stored["push"],
+        Receipt::Failed {
+            error: "x; batch cancelled".into()
+        },
+        "no receipt stays pending once its item is cancelled"
+    );
+    assert_counters_exact(&store, "after the cancel");
+}
