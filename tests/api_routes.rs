@@ -548,7 +548,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
                         got["timezone"].clone(),
                         got["group"].clone()
                     ),
-                    (json!("0 12 * * *"), json!("UTC"), Value::Null)
+                    (json!("0 12 * * *"), json!("UTC"), json!("default")),
+                    "the migrations' daily schedule: the subjects without a group"
                 );
             }
             (DELETE, "/schedules/{id}") => {

@@ -407,6 +407,47 @@ fn an_end_after_a_replay_rearms_the_callback_with_the_new_summary() {
     assert_counters_exact(&store, "after the second end");
 }
 
+/// A callback of an earlier end still waiting (here: for its retry) when a replay
+/// reopens the batch is held, not sent, while the batch runs again: what it
+/// reports is no longer the batch's state. The next end replaces it, and that
+/// delivery carries its own Idempotency-Key, so a receiver that dedupes on the
+/// key alone keeps the newer summary.
+#[test]
+fn a_callback_of_an_earlier_end_is_held_while_a_replay_runs_and_each_end_has_its_own_key() {
+    let store = setup();
+    let batch = batch_of(&store, "held", 2, true);
+    end_with_one_failure(&store);
+    let first = claim(&store, 2, 10, "c1").pop().unwrap();
+    let first_key = callback::Payload::parse(&first.payload)
+        .unwrap()
+        .idempotency_key();
+    commit(
+        &store,
+        &[settle(&first, Outcome::Retry("HTTP 503".into()), 3)],
+    );
+    let (status, _, _, _, retry_at) = callback_row(&store, &batch).unwrap();
+    assert_eq!(status, "pending");
+    block_on(store.requeue_failed_page(&batch, "", None, 100, 4, 3)).unwrap();
+    // Due, but the batch is running again: the claim takes the item, not the callback.
+    let later = retry_at.max(4) + 1;
+    let claimed = claim(&store, later, 10, "c2");
+    assert_eq!(claimed.len(), 1);
+    assert!(!claimed[0].is_callback(), "the stale callback went out");
+    commit(&store, &[settle(&claimed[0], Outcome::Done, later)]);
+    assert_eq!(tail(&store, later + 1).len(), 1, "it ends again");
+    let second = claim(&store, later + 1, 10, "c3").pop().unwrap();
+    assert!(second.is_callback());
+    let second_key = callback::Payload::parse(&second.payload)
+        .unwrap()
+        .idempotency_key();
+    assert_ne!(first_key, second_key, "each end is keyed on its own");
+    assert!(
+        second_key.starts_with(&format!("batch:{batch}:")),
+        "{second_key}"
+    );
+    assert_counters_exact(&store, "after the second end");
+}
+
 #[test]
 fn an_end_while_the_last_callback_is_in_flight_fences_that_delivery() {
     let store = setup();
@@ -450,18 +491,11 @@ fn a_paused_or_cancelled_batch_still_delivers_the_callback_of_its_last_end() {
         block_on(store.set_batch_status(&batch, BatchStatus::Running, BatchStatus::Paused))
             .unwrap()
     );
-    let claimed = claim(&store, 3, 10, "p");
-    assert_eq!(
-        claimed.len(),
-        1,
-        "the callback only, not the paused batch's item"
+    assert!(
+        claim(&store, 3, 10, "p").is_empty(),
+        "neither the paused batch's item nor the callback of an end it has left"
     );
-    assert!(claimed[0].is_callback());
-    commit(
-        &store,
-        &[settle(&claimed[0], Outcome::Retry("HTTP 503".into()), 4)],
-    );
-    // Cancelled: the sweep takes the item, never the callback waiting for its retry.
+    // Cancelled: the sweep takes the item, never the callback held for the next end.
     assert!(
         block_on(store.set_batch_status(&batch, BatchStatus::Paused, BatchStatus::Cancelled))
             .unwrap()
@@ -898,4 +932,30 @@ fn the_reaper_failing_an_item_out_of_attempts_fails_its_undelivered_channels() {
         receipts::parse(again.receipts.as_deref()),
         receipts_of(&store, item.item_id)
     );
+}
+
+#[test]
+fn cancelling_a_batch_fails_the_undelivered_channels_of_its_cancelled_items() {
+    let store = setup();
+    // Email delivered, push answered a retryable error: the item waits pending.
+    let item = multi_with_email_delivered(&store, 1);
+    let batch = item.batch_id.clone();
+    assert!(
+        block_on(store.set_batch_status(&batch, BatchStatus::Running, BatchStatus::Cancelled))
+            .unwrap()
+    );
+    let swept = block_on(store.cancel_pending(&batch, CANCEL_PAGE, 5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(swept.cancelled, 1);
+    let stored = receipts_of(&store, item.item_id);
+    assert_eq!(stored["email"], Receipt::Delivered { at: 1 });
+    assert_eq!(
+        stored["push"],
+        Receipt::Failed {
+            error: "x; batch cancelled".into()
+        },
+        "no receipt stays pending once its item is cancelled"
+    );
+    assert_counters_exact(&store, "after the cancel");
 }

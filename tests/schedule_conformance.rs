@@ -158,11 +158,12 @@ fn the_migration_adds_the_daily_schedule_due_at_noon_utc_of_its_day() {
             daily.timezone.as_str(),
             daily.group_name.as_deref()
         ),
-        (Some("0 12 * * *"), "UTC", None)
+        (Some("0 12 * * *"), "UTC", Some("default"))
     );
+    // Revision 2: 0002 created it, the later migration narrowed it to ungrouped subjects.
     assert_eq!(
         (daily.enabled, daily.jitter_seconds, daily.revision),
-        (1, 0, 1)
+        (1, 0, 2)
     );
     let next = daily.next_fire_at.unwrap();
     assert_eq!(next.rem_euclid(86_400_000), 12 * 3_600_000, "12:00 UTC");
@@ -965,6 +966,92 @@ fn the_daily_schedule_creates_the_same_batch_as_the_old_daily_cron() {
         schedule(&store, "daily").next_fire_at,
         Some(noon + 86_400_000)
     );
+}
+
+/// The default `daily` schedule reaches only subjects without a group: a subject a
+/// group's schedule claims gets that schedule's deliveries and no noon-UTC one on top.
+#[test]
+fn the_daily_schedule_reaches_only_subjects_without_a_group() {
+    let store = setup();
+    add_subjects(&store, "u", 3, "default", "UTC");
+    add_subjects(&store, "g", 2, "digest", "Europe/Berlin");
+    let noon = schedule(&store, "daily").next_fire_at.unwrap();
+    let now = noon + 30_000;
+    assert_eq!(tick(&store, now).len(), 1);
+    let key = daily_batch_key(now);
+    let batch = block_on(store.batch_by_key(&key)).unwrap().unwrap();
+    assert_eq!(batch.total, 3);
+    assert_eq!(
+        run_after_by_subject(&store, &key)
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["u000000", "u000001", "u000002"]
+    );
+}
+
+/// The narrowing migration on a database of every migration before it: the `daily`
+/// row 0002 created moves to group `default` (revision 2), an operator's replaced
+/// `daily` is left as it is, and nothing else changes.
+#[test]
+fn the_daily_migration_narrows_only_the_untouched_daily_schedule() {
+    let before = |replaced: bool| {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut files: Vec<_> = std::fs::read_dir(migrations())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+            .filter(|p| p.file_name().unwrap().to_str().unwrap() < "0010")
+            .collect();
+        files.sort();
+        for f in files {
+            conn.execute_batch(&std::fs::read_to_string(f).unwrap())
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO subjects (id, kind, payload, active, created_at, updated_at)
+               VALUES ('a', 'noop', '{}', 1, 0, 0);
+             INSERT INTO schedules (id, every_seconds, next_fire_at, created_at, updated_at)
+               VALUES ('feeds', 60, 0, 0, 0);",
+        )
+        .unwrap();
+        if replaced {
+            conn.execute_batch(
+                "UPDATE schedules SET revision = 2, updated_at = 5 WHERE id = 'daily'",
+            )
+            .unwrap();
+        }
+        conn
+    };
+    let rows = |conn: &rusqlite::Connection| -> Vec<String> {
+        let mut stmt = conn
+            .prepare(
+                "SELECT id || '|' || coalesce(group_name, 'NULL') || '|' || revision || '|' ||
+                        coalesce(cron, every_seconds) || '|' || enabled || '|' || next_fire_at
+                 FROM schedules ORDER BY id",
+            )
+            .unwrap();
+        stmt.query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let migration = std::fs::read_to_string(migrations().join("0010_daily_ungrouped.sql")).unwrap();
+
+    let conn = before(false);
+    let old = rows(&conn);
+    conn.execute_batch(&migration).unwrap();
+    let new = rows(&conn);
+    assert_eq!(new[1], old[1], "feeds unchanged");
+    assert_eq!(
+        new[0],
+        old[0].replace("daily|NULL|1|", "daily|default|2|"),
+        "only group and revision change"
+    );
+
+    let conn = before(true);
+    let old = rows(&conn);
+    conn.execute_batch(&migration).unwrap();
+    assert_eq!(rows(&conn), old, "an operator's daily is theirs");
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! items against a real Worker and sink. The e2e checks ([`e2e`]), the `multi`
 //! scenario of `loadtest run` ([`scenario`]), and the pure verdicts they share.
 //!
-//! A callback is told apart by its `Idempotency-Key` (`batch:<id>`, the same for
-//! every end of a batch) and an end by the summary's `finished_at`; a channel's
+//! A callback is told apart by its `Idempotency-Key` (`batch:<id>:<finished_at>`,
+//! one per end of a batch, the same for the retries of one end); a channel's
 //! deliveries by theirs (`<item id>:<channel>`).
 
 use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
@@ -26,12 +26,16 @@ use tokio::task::JoinSet;
 
 // ---------------------------------------------------------------- pure verdicts
 
-/// The callbacks of batch `id` (its Idempotency-Key), in arrival order.
+/// The callbacks of batch `id` (its Idempotency-Keys, `batch:<id>:…`), in arrival order.
 pub fn callbacks_of<'a>(all: &'a [CallbackRecord], id: &Id) -> Vec<&'a CallbackRecord> {
-    let key = format!("batch:{id}");
+    let prefix = format!("batch:{id}:");
     let mut of: Vec<&CallbackRecord> = all
         .iter()
-        .filter(|c| c.idempotency_key.as_deref() == Some(key.as_str()))
+        .filter(|c| {
+            c.idempotency_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with(&prefix))
+        })
         .collect();
     of.sort_by_key(|c| c.seq);
     of
@@ -66,7 +70,13 @@ pub fn summary_matches(s: &Summary, b: &Batch) -> Result<(), String> {
 /// delivery of it was answered.
 pub type End = (Summary, Vec<Option<u16>>);
 
-/// Every callback signed and carrying the documented summary, and each end
+/// The `Idempotency-Key` of the end `s` reports: `batch:<id>:<finished_at>`.
+pub fn end_key(s: &Summary) -> String {
+    format!("batch:{}:{}", s.batch_id, s.finished_at)
+}
+
+/// Every callback signed, carrying the documented summary and its end's own
+/// `Idempotency-Key` ([`end_key`]), and each end
 /// (`finished_at`) received with exactly one 2xx answer, its last delivery (the
 /// ones before it are retries of the same body). Returns each end's summary, in
 /// order, with the statuses its deliveries were answered.
@@ -79,6 +89,14 @@ pub fn one_success_per_end(records: &[&CallbackRecord]) -> Result<Vec<End>, Stri
         let Some(summary) = &c.summary else {
             return Err(format!("callback #{} body: {:?}", c.seq, c.error));
         };
+        if c.idempotency_key.as_deref() != Some(end_key(summary).as_str()) {
+            return Err(format!(
+                "callback #{} Idempotency-Key {:?}, want {:?}",
+                c.seq,
+                c.idempotency_key,
+                end_key(summary)
+            ));
+        }
         match ends.last_mut() {
             Some((s, statuses)) if s.finished_at == summary.finished_at => {
                 if s != summary {
@@ -405,7 +423,7 @@ async fn callback_after_two_failures(
     let done = until_called_back(api, &batch.id, timeout).await?;
     let records = callbacks(sink, &batch.id).await?;
     checks.record(
-        "completion callback: the receiver fails twice, the third delivery is received once, signed, with the batch's summary (Idempotency-Key batch:<id>)",
+        "completion callback: the receiver fails twice, the third delivery is received once, signed, with the batch's summary (Idempotency-Key batch:<id>:<finished_at>)",
         delivered_once(&done, &records, Some(3)).and_then(|ends| {
             let statuses: Vec<Option<u16>> = records.iter().map(|c| c.status).collect();
             if ends.len() == 1 && statuses == [Some(503), Some(503), Some(200)] && done.finished_at == ended.finished_at {
@@ -488,10 +506,11 @@ async fn callback_again_after_replay(
     let second = until_called_back(api, &batch.id, timeout).await?;
     let records = callbacks(sink, &batch.id).await?;
     checks.record(
-        "replay: the batch ends again and calls back again, the same Idempotency-Key, a later finished_at, the new counts",
+        "replay: the batch ends again and calls back again, a later finished_at, the new counts, and its own Idempotency-Key (batch:<id>:<finished_at>), not the first end's",
         delivered_once(&second, &records, Some(1)).and_then(|ends| match ends.as_slice() {
             [a, b] if a.failed == 1 && b.failed == 0 && b.completed == 3
                 && a.finished_at < b.finished_at
+                && end_key(a) != end_key(b)
                 && Some(a.finished_at.as_str()) == first.finished_at.as_deref() => Ok(()),
             other => Err(format!("{} ends: {other:?}", other.len())),
         }),
@@ -803,7 +822,7 @@ mod tests {
         CallbackRecord {
             seq,
             name: "cb".into(),
-            idempotency_key: Some("batch:b".into()),
+            idempotency_key: Some(end_key(&s)),
             delivery_no: seq as u32 + 1,
             signature: "valid".into(),
             summary: Some(s),
@@ -841,6 +860,15 @@ mod tests {
             let refs: Vec<&CallbackRecord> = bad.iter().collect();
             assert!(one_success_per_end(&refs).is_err(), "{bad:?}");
         }
+        // The first end's key on the second end's summary: what a replayed batch
+        // sent before each end had its own key.
+        let mut stale_key = record(1, b.clone(), Some(200));
+        stale_key.idempotency_key = Some(end_key(&a));
+        let stale = [record(0, a.clone(), Some(200)), stale_key];
+        let refs: Vec<&CallbackRecord> = stale.iter().collect();
+        assert!(one_success_per_end(&refs)
+            .unwrap_err()
+            .contains("Idempotency-Key"));
         let mut unsigned = record(0, a.clone(), Some(200));
         unsigned.signature = "mismatch".into();
         assert!(one_success_per_end(&[&unsigned]).is_err());

@@ -5,7 +5,7 @@
 //!
 //! | phase | the Worker's clock | what must happen |
 //! |---|---|---|
-//! | setup | 2027-01-14 18:00:00Z | the `daily` schedule's noon fire was missed (the migration set it to 12:00 of the real date): the first ticks create `daily:2027-01-14`, once; then subjects in three zones, three schedules, bad bodies refused, nothing due |
+//! | setup | 2027-01-14 18:00:00Z | the `daily` schedule's noon fire was missed (the migration set it to 12:00 of the real date): the first ticks create `daily:2027-01-14`, once, over the ungrouped subjects only; then subjects in three zones, three schedules, bad bodies refused, nothing due |
 //! | Kiritimati | 19:00:30Z | 09:00 on the 15th at UTC+14: the digest batch, its Kiritimati items only; feeds fires once for an hour of missed minutes; the one-off fires and disables itself |
 //! | a minute later | 19:01:30Z | feeds fires once more, nothing else |
 //! | Berlin | 01-15 08:00:30Z | Berlin's 09:00: its items; feeds once for 13 missed hours |
@@ -285,19 +285,38 @@ async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> R
 /// 12:00: the first creates the day's batch, and a racing second creates nothing.
 async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
     let api = &target.api;
-    let subjects: Vec<SubjectIn> = (1..=3)
-        .map(|n| subject(target, &format!("early-{n}"), "early", "UTC"))
+    // Three subjects without a group and one in a group: `daily` reaches only the
+    // three; the grouped one belongs to its group's schedules.
+    let ungrouped: Vec<SubjectIn> = (1..=3)
+        .map(|n| SubjectIn {
+            group: None,
+            ..subject(target, &format!("early-{n}"), "", "UTC")
+        })
         .collect();
+    let mut subjects = ungrouped.clone();
+    subjects.push(subject(target, "early-grouped", "early", "UTC"));
     api.put_subjects(&subjects).await?;
     settle(api, clock).await?;
     let s = seen(target).await?;
     checks.record(
-        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over every subject, delivered once each (issue 9 item 2)",
+        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over the subjects without a group, delivered once each (issue 9 item 2)",
         if s.keys("daily") == ["daily:2027-01-14"] && s.batches.len() == 1 {
-            let ids: Vec<String> = subjects.iter().map(|s| s.id.clone()).collect();
+            let ids: Vec<String> = ungrouped.iter().map(|s| s.id.clone()).collect();
             exactly_once(&s.delivered("daily:2027-01-14"), &ids)
         } else {
             Err(format!("batches {:?}", s.batches.iter().map(|b| &b.key).collect::<Vec<_>>()))
+        },
+    );
+    checks.record(
+        "the default daily schedule delivers nothing to a subject in a group",
+        match s
+            .deliveries
+            .iter()
+            .filter(|d| d.subject_id == "early-grouped")
+            .count()
+        {
+            0 => Ok(()),
+            n => Err(format!("early-grouped delivered {n} times")),
         },
     );
     let daily = api.schedule("daily").await?;
@@ -309,7 +328,8 @@ async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -
             Err(format!("{daily:?}"))
         },
     );
-    // From here on it would fire over every subject at 12:00 UTC: off.
+    // From here on it would fire an empty batch (no later subject is ungrouped) at
+    // 12:00 UTC, which the phases' batch counts leave out: off.
     api.put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
         .await?;
     Ok(())

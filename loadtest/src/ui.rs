@@ -158,7 +158,18 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     let finished = checks.step("the browser's batch finishes while ticks fire", finished);
 
     // One batch: its failed items with their error, the chart, items by status.
+    // The page's resource timings show which item lists the view reads as it opens.
+    b.client
+        .execute(
+            "performance.setResourceTimingBufferSize(10000); performance.clearResourceTimings(); return 0;",
+            vec![],
+        )
+        .await?;
     b.click(&format!("{card} a.batch-key")).await?;
+    checks.record(
+        "browser: a finished batch's view opens on its first status with items (completed), and never reads the empty pending list",
+        opens_on_a_status_with_items(b).await,
+    );
     let failed_rows = b
         .until("the failed items", WAIT, || async {
             let rows = b.count("#failed-items tbody tr").await?;
@@ -411,6 +422,41 @@ pub(crate) async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
             bail!("not finished after 2 minutes: {}", b.progress());
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The batch view just opened on a finished batch (nothing pending): its items
+/// tab is the first status with items, `completed`, and no items list it read
+/// asked for `pending` (a walk of the whole batch that finds nothing).
+async fn opens_on_a_status_with_items(b: &Browser) -> Result<(), String> {
+    let opened = b
+        .until("the items tab", WAIT, || async {
+            // Drawn: rows, or the empty list's line.
+            let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
+            let drawn = b.count("#items tbody tr, #items .empty").await? > 0;
+            Ok(pressed.filter(|_| drawn))
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let reads = b
+        .client
+        .execute(
+            "return performance.getEntriesByType('resource').map((e) => e.name)
+               .filter((n) => n.includes('/items?') && !n.includes('status=failed'));",
+            vec![],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let reads: Vec<String> = serde_json::from_value(reads).map_err(|e| e.to_string())?;
+    match reads.first() {
+        Some(first)
+            if opened.starts_with("completed")
+                && first.contains("status=completed")
+                && !reads.iter().any(|r| r.contains("status=pending")) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!("tab {opened:?}, item lists read {reads:?}")),
     }
 }
 

@@ -8,14 +8,16 @@
 //! committed like any item: delivered at least once, never lost across a crash. It
 //! is not one of the batch's items: it counts in no counter, no `total`, no
 //! progress, no listing. A batch that ends again after a replay reuses the row,
-//! reset to a fresh delivery of the new summary (its `finished_at` is newer).
+//! reset to a fresh delivery of the new summary (its `finished_at` is newer, and
+//! so is its key); while the replay runs, an undelivered callback of the earlier
+//! end is held (sql/claim_due_items.sql).
 
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::model::BatchRow;
 use super::target::{self, TargetPolicy};
-use super::time::rfc3339_ms;
+use super::time::{rfc3339, rfc3339_ms};
 
 /// The job kind of callback rows. Internal: no subject or item may use it
 /// (`jobs::check_payload` knows only the public kinds).
@@ -83,7 +85,7 @@ pub struct Payload {
 
 /// The body a callback POSTs: the batch at its end. Times are stored as ms and
 /// sent as RFC 3339 text, as the API shows them; `finished_at` tells an end from
-/// a later one after a replay (the `Idempotency-Key` is the same for both).
+/// a later one after a replay (and is part of the `Idempotency-Key`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
@@ -111,10 +113,15 @@ impl Payload {
         serde_json::to_string(&self.summary).expect("plain data")
     }
 
-    /// `Idempotency-Key: batch:<id>`, the same on every attempt and every end of
-    /// the batch: a receiver tells a later end by `finished_at`.
+    /// `Idempotency-Key: batch:<id>:<finished_at>` (RFC 3339, as in the body): the
+    /// same on every attempt of one end, another for each end, so a receiver that
+    /// dedupes on the key alone keeps a later end's summary.
     pub fn idempotency_key(&self) -> String {
-        format!("batch:{}", self.summary.batch_id)
+        format!(
+            "batch:{}:{}",
+            self.summary.batch_id,
+            rfc3339(self.summary.finished_at)
+        )
     }
 }
 
@@ -223,7 +230,10 @@ mod tests {
                    "created_at": "2026-11-18T11:06:40.123Z",
                    "finished_at": "2026-11-18T11:07:40.000Z"})
         );
-        assert_eq!(payload.idempotency_key(), "batch:b1");
+        assert_eq!(
+            payload.idempotency_key(),
+            "batch:b1:2026-11-18T11:07:40.000Z"
+        );
         assert!(Payload::parse("{}").is_err());
     }
 }

@@ -586,7 +586,9 @@
     const failedReads = newestOnly();
     const itemsReads = newestOnly();
     const failedPage = { cursors: [""] };
-    const itemsPage = { cursors: [""], status: "pending" };
+    // status null: the view picks the first status with items when it reads the
+    // list (see openingStatus) until the operator picks a tab.
+    const itemsPage = { cursors: [""], status: null, chosen: false };
     const timeline = { bucket: 0, points: new Map(), from: null, to: null };
     let batch = null;
 
@@ -682,25 +684,43 @@
               on: {
                 click: () => {
                   itemsPage.status = s;
+                  itemsPage.chosen = true;
                   itemsPage.cursors = [""];
                   drawTabs();
-                  drawNow(readItems());
+                  drawNow(readItems(batch));
                 },
               },
             },
             `${s} (${num(batch ? batch[s] : null)})`,
           ),
         ),
-        h("button", { type: "button", class: "link", on: { click: () => drawNow(readItems()) } }, "Reload"),
+        h("button", { type: "button", class: "link", on: { click: () => drawNow(readItems(null)) } }, "Reload"),
       );
     }
 
-    /** Reads a page of the items tab shown; returns what draws it (if still the newest read). */
-    async function readItems() {
+    /**
+     * The tab the list opens on for batch `b`: the first status with items. A
+     * status whose count is 0 is never read unasked: its page would walk the
+     * whole batch to find nothing (a finished million-item batch's `pending`).
+     */
+    function openingStatus(b) {
+      return ITEM_STATUSES.find((s) => b[s] > 0) || ITEM_STATUSES[0];
+    }
+
+    /**
+     * Reads a page of the items tab shown (for batch `b`, as last read); returns
+     * what draws it (if still the newest read). A status `b` counts none of is
+     * drawn empty without a read; Reload reads it again with fresh counts.
+     */
+    async function readItems(b) {
       const newest = itemsReads();
+      if (!itemsPage.chosen && b) itemsPage.status = openingStatus(b);
       const status = itemsPage.status;
       const after = itemsPage.cursors[itemsPage.cursors.length - 1];
-      const page = await api(`/batches/${enc(id)}/items?status=${status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
+      const page =
+        b && b[status] === 0 && after === ""
+          ? { items: [], next_after: null }
+          : await api(`/batches/${enc(id)}/items?status=${status}&limit=${PAGE_SIZE}&after=${enc(after)}`);
       return () => {
         if (newest()) drawItems(status, page);
       };
@@ -723,7 +743,7 @@
           `No ${status} items.`,
           receiptList,
         ),
-        page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => drawNow(readItems())) : null,
+        page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => drawNow(readItems(null))) : null,
       );
     }
 
@@ -889,7 +909,7 @@
         if (!fresh()) return;
         const reads = [readTimeline(b)];
         if (failedShown !== failedKey(b)) reads.push(readFailed(b));
-        if (!itemsShown) reads.push(readItems());
+        if (!itemsShown) reads.push(readItems(b));
         const draws = await Promise.all(reads);
         if (!fresh()) return;
         paint(b);

@@ -2,7 +2,8 @@
 //! Its rows are enqueued by the Worker when a batch ends, never by a subject or
 //! an item, so it accepts no payload from a request. A run POSTs the batch's
 //! summary to `on_finish.url`, signed with `WEBHOOK_SECRET` like a webhook, with
-//! `Idempotency-Key: batch:<id>`; the answer is classified like a webhook's.
+//! `Idempotency-Key: batch:<id>:<finished_at>` (one per end); the answer is
+//! classified like a webhook's.
 
 use serde_json::Value;
 

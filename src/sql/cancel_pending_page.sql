@@ -12,14 +12,25 @@
 -- equal): ORDER BY b.id fixes how many items of each batch the page holds (every
 -- pending item of the batches before the last one, the rest of ?2 from the last),
 -- whichever of a batch's items the walk takes, so the counts are exact.
--- last_error keeps any earlier error and says why the item ended.
+-- last_error keeps any earlier error and says why the item ended. An item with
+-- receipts (multi-channel) fails its channels not delivered, as the reaper does for
+-- an exhausted item (reap_expired_leases.sql): a cancelled item never runs again,
+-- so a `pending` receipt would promise a delivery that never comes. Each keeps its
+-- last error and says the batch was cancelled; delivered ones stay delivered.
 -- ?1 batch id, or NULL for every cancelled batch that has not ended; ?2 page size
 -- (items, over all the batches); ?3 now.
 UPDATE cron_queue
 SET status = 'cancelled',
     completed_at = ?3,
     last_error = CASE WHEN last_error IS NULL THEN 'batch cancelled'
-                      ELSE last_error || '; batch cancelled' END
+                      ELSE last_error || '; batch cancelled' END,
+    receipts = CASE WHEN receipts IS NOT NULL THEN (
+      SELECT json_group_object(r.key, CASE WHEN r.value ->> 'status' = 'pending'
+        THEN json_set(r.value, '$.status', 'failed', '$.error',
+                      coalesce(r.value ->> 'error' || '; ', '') || 'batch cancelled')
+        ELSE json(r.value) END)
+      FROM json_each(cron_queue.receipts) AS r
+    ) END
 WHERE id IN (
   SELECT q.id
   FROM batches AS b INDEXED BY batches_status, cron_queue AS q INDEXED BY cron_queue_due

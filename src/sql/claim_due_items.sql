@@ -9,10 +9,14 @@
 --   are never read: the claim seeks each claimable batch in the due index (keyed by
 --   batch, then run_after; callback rows are not in it) and reads at most ?2
 --   entries of each.
--- - `callbacks`: due completion callbacks (migration 0007), whatever their batch's
---   status: a callback reports an end, so its batch has ended (or was reopened by a
---   replay since). At most ?2 entries of their own partial index, which holds only
---   callbacks waiting for a delivery.
+-- - `callbacks`: due completion callbacks (migration 0007) of batches that have
+--   ended (finished_at set), whatever their status. A callback of an earlier end
+--   whose batch a replay reopened is held: what it reports is no longer the
+--   batch's state, and the batch's next end replaces it with the new summary
+--   (trigger batches_enqueue_callback). At most ?2 entries of their own partial
+--   index, which holds only callbacks waiting for a delivery, each with one
+--   lookup of its batch by primary key; held ones are skipped, not counted
+--   (as many as batches reopened with an undelivered callback).
 -- The first ?2 of both by (run_after, id) are claimed: the same order as a single
 -- global index. Cost: at most ?2 index entries per claimable batch with due items
 -- and ?2 of the callbacks index, one seek per claimable batch without.
@@ -26,6 +30,7 @@ callbacks AS (
   SELECT c.id, c.run_after FROM cron_queue AS c INDEXED BY cron_queue_callbacks
   WHERE c.status = 'pending' AND c.kind = 'callback' AND c.run_after <= ?1
     AND c.attempt < c.max_attempts
+    AND (SELECT b.finished_at FROM batches AS b WHERE b.id = c.batch_id) IS NOT NULL
   ORDER BY c.run_after, c.id
   LIMIT ?2
 ),
