@@ -34,6 +34,16 @@
 //! good. With one failure per kind and the clocks in step, nothing is left to the
 //! reaper and every item that answered `Done` ends `completed`.
 //!
+//! In about two seeds of five the platform refuses each invocation's dispatches past a
+//! random n-th (`Platform`), and about half the seeds cap the Worker's own dispatches
+//! (`MAX_CHILD_INVOCATIONS`) at random (neither in seeds whose other reaper runs
+//! ahead): no invocation dispatches more than its cap
+//! or anything after the machine heard of a refusal; every refused item and every
+//! item still queued is committed back to `pending` with its attempt given back
+//! and due at once (read back from the database as the commit wrote it), reported
+//! once (`DispatchRefused`) with the drain stopping as `refused`; and nothing is
+//! lost (the checks below hold as ever).
+//!
 //! In two seeds of five an operator (`Operator`) pauses, resumes, cancels and
 //! replays the batch meanwhile, between and during invocations: every claim then
 //! takes only items of a running batch, nothing above breaks, and at the end the
@@ -73,7 +83,7 @@ use std::path::Path;
 
 use cron_fanout::core::budget::{Budget, DrainLimits, TAIL_SUBREQUESTS};
 use cron_fanout::core::control::{decide, BatchStatus, Control, Move};
-use cron_fanout::core::drain::{Action, Drain, Policy, Report, Settled};
+use cron_fanout::core::drain::{Action, Drain, Policy, Refused, Report, Settled};
 use cron_fanout::core::model::{
     ClaimedItem, InvocationSummary, Outcome, Ran, StopReason, Tally, Trigger,
 };
@@ -282,6 +292,8 @@ fn params(rng: &mut StdRng) -> Params {
                 job_timeout_ms,
                 deadline_ms: min_deadline_ms(job_timeout_ms) + rng.random_range(0..=40_000),
                 lease_ms,
+                // Drawn by `Platform::for_seed`, from a stream of its own.
+                max_children: i64::MAX,
             },
             retry: RetryPolicy {
                 base_ms: 100,
@@ -331,6 +343,8 @@ fn key(item: &ClaimedItem) -> Key {
 
 enum Event {
     Child(ClaimedItem, Ran),
+    /// The platform refused this item's dispatch.
+    Refused(ClaimedItem),
     Claimed(StoreResult<Vec<ClaimedItem>>),
     /// A commit's rows, its result, and the rows it really wrote.
     Committed(Vec<Settled>, StoreResult<Vec<i64>>, Vec<i64>),
@@ -379,6 +393,11 @@ struct Seen {
     /// The rows of the commit whose failure was just fed to the machine.
     failed_commit: Vec<Key>,
     dispatches: i64,
+    /// Dispatches the platform refused, and whether the machine was told yet.
+    refused: BTreeSet<Key>,
+    refusal_fed: bool,
+    /// The items the machine reported given back after a refusal.
+    given_back: Option<BTreeSet<i64>>,
     max_in_flight: i64,
     claims_sent: i64,
     commits_sent: i64,
@@ -398,7 +417,10 @@ impl Seen {
 /// every one, or it proves nothing about it.
 #[derive(Debug, Default)]
 struct Coverage {
-    stops: [u32; 4],
+    stops: [u32; 6],
+    /// Dispatches the platform refused, and queued items given back with them.
+    refused: u64,
+    given_back_queued: u64,
     claimed: u64,
     lost: u64,
     left_to_reaper: u64,
@@ -456,6 +478,8 @@ struct Sim<'a> {
     delivered: BTreeMap<(i64, String), i64>,
     /// Attempts abandoned by the watchdog: their channels' answers never came back.
     unanswered: BTreeSet<Key>,
+    /// The platform refusing dispatches, if the seed has it.
+    platform: Option<Platform>,
 }
 
 fn setup(items: usize, max_attempts: i64, channels: Option<&Channels>) -> Faulty {
@@ -718,6 +742,8 @@ impl Sim<'_> {
 
         let mut m = Drain::new(self.p.policy, budget.clone(), started);
         m.prepared(prepare_ms);
+        // The platform refuses this request's dispatches past the n-th.
+        let refuse_after = self.platform.as_mut().map(Platform::refuse_after);
         let mut events = Events::default();
         let mut seen = Seen::default();
         let mut now = started + prepare_ms;
@@ -732,12 +758,19 @@ impl Sim<'_> {
                             cohort = now;
                         }
                         assert!(now - cohort < COHORT_MS, "{ctx}: a stale cohort");
+                        assert!(!seen.refusal_fed, "{ctx}: a dispatch after a refusal");
                         self.dispatched(&item, &ctx);
                         in_flight += 1;
                         seen.dispatches += 1;
                         seen.max_in_flight = seen.max_in_flight.max(in_flight);
-                        let (at, ran) = self.child(now, cohort, &item, &ctx);
-                        events.push(at, Event::Child(item, ran));
+                        if refuse_after.is_some_and(|n| seen.dispatches > n) {
+                            // Thrown at once, before any child ran.
+                            let at = now + self.platform.as_mut().map_or(0, Platform::delay);
+                            events.push(at, Event::Refused(item));
+                        } else {
+                            let (at, ran) = self.child(now, cohort, &item, &ctx);
+                            events.push(at, Event::Child(item, ran));
+                        }
                     }
                     Action::Claim {
                         limit,
@@ -760,6 +793,14 @@ impl Sim<'_> {
                             unreachable!()
                         };
                         let (result, wrote) = self.commit_call(&store, &rows, again, &mut seen);
+                        self.check_given_back(
+                            &store.db().inner().db,
+                            &rows,
+                            &wrote,
+                            now,
+                            &seen,
+                            &ctx,
+                        );
                         let at = now + self.d1_latency();
                         sent.push((now, false, 0));
                         events.push(at, Event::Committed(rows, result, wrote));
@@ -784,6 +825,12 @@ impl Sim<'_> {
             self.operate(&store.db().inner().db, now, 0.01);
             if events.next_at() == Some(now) {
                 match events.pop().1 {
+                    Event::Refused(item) => {
+                        in_flight -= 1;
+                        seen.refused.insert(key(&item));
+                        seen.refusal_fed = true;
+                        m.refused(now, item, Refused(REFUSAL.into()));
+                    }
                     Event::Child(item, ran) => {
                         in_flight -= 1;
                         if ran.outcome == Outcome::Done {
@@ -879,6 +926,40 @@ impl Sim<'_> {
         assert!(budget.used() <= self.p.budget, "{ctx}");
         self.summaries.push(summary);
         store.into_db().into_inner()
+    }
+
+    /// Items given back unrun (released late, or after a refusal) spent no
+    /// attempt and are due at once: as the commit that wrote them left them.
+    fn check_given_back(
+        &self,
+        db: &SqliteDb,
+        rows: &[Settled],
+        wrote: &[i64],
+        now: i64,
+        seen: &Seen,
+        ctx: &str,
+    ) {
+        for r in rows.iter().filter(|r| wrote.contains(&r.item.item_id)) {
+            let k = key(&r.item);
+            let refused = seen.refused.contains(&k);
+            if !r.transition.is_release() {
+                assert!(!refused, "{ctx}: refused {k:?} committed as {r:?}");
+                continue;
+            }
+            let (attempt, run_after): (i64, i64) = db
+                .conn()
+                .query_row(
+                    "SELECT attempt, run_after FROM cron_queue WHERE id = ?1",
+                    [k.0],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .unwrap();
+            assert_eq!(attempt, r.item.attempt - 1, "{ctx}: {k:?} spent an attempt");
+            assert!(
+                run_after <= now,
+                "{ctx}: {k:?} given back due at {run_after}"
+            );
+        }
     }
 
     /// A dispatch: an item that answered `Done` before runs again only if that
@@ -990,6 +1071,21 @@ impl Sim<'_> {
                     self.coverage.claim_failures += 1;
                 }
                 Report::CommitRetry { .. } => self.coverage.commit_retries += 1,
+                Report::DispatchRefused { message, item_ids } => {
+                    assert_eq!(message, REFUSAL, "{ctx}: the first refusal's message");
+                    assert!(seen.given_back.is_none(), "{ctx}: a refusal reported twice");
+                    let ids: BTreeSet<i64> = item_ids.iter().copied().collect();
+                    assert_eq!(ids.len(), item_ids.len(), "{ctx}: given back twice");
+                    // Every refused item, and only items claimed here.
+                    assert!(seen.refused.iter().all(|k| ids.contains(&k.0)), "{ctx}");
+                    assert!(
+                        ids.iter().all(|id| seen.claimed.iter().any(|k| k.0 == *id)),
+                        "{ctx}: gave back {ids:?}"
+                    );
+                    self.coverage.refused += seen.refused.len() as u64;
+                    self.coverage.given_back_queued += (ids.len() - seen.refused.len()) as u64;
+                    seen.given_back = Some(ids);
+                }
                 Report::Settled(_) => {}
             }
         }
@@ -1010,6 +1106,21 @@ impl Sim<'_> {
     ) {
         let limits = self.p.policy.limits;
         assert!(seen.max_in_flight <= limits.concurrency, "{ctx}: window");
+        assert!(
+            seen.dispatches <= limits.max_children,
+            "{ctx}: {} dispatches, cap {}",
+            seen.dispatches,
+            limits.max_children
+        );
+        // A refusal is reported once, and the drain says it stopped for it
+        // (unless a failed claim stopped it first).
+        assert_eq!(seen.given_back.is_some(), !seen.refused.is_empty(), "{ctx}");
+        if !seen.refused.is_empty() {
+            assert!(
+                matches!(stop, StopReason::Refused | StopReason::Error),
+                "{ctx}: {stop:?}"
+            );
+        }
         // The first step may itself run past the deadline; then nothing starts.
         if seen.claims_sent > 0 {
             assert!(
@@ -1103,6 +1214,7 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
         tighten(&mut p, seed);
     }
     let operator = Operator::for_seed(seed);
+    let platform = Platform::for_seed(seed, &mut p);
     let channels = Channels::for_seed(seed, &p);
     let mut db = setup(p.items, p.max_attempts, channels.as_ref());
     let mut sim = Sim {
@@ -1125,6 +1237,7 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
         channel_done: BTreeMap::new(),
         delivered: BTreeMap::new(),
         unanswered: BTreeSet::new(),
+        platform,
     };
     for tick in 0..MAX_TICKS {
         if tick == MAX_TICKS / 2 {
@@ -1240,6 +1353,43 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
                 _ => {}
             }
         }
+    }
+}
+
+/// What the simulated runtime answers a refused dispatch with.
+const REFUSAL: &str = "Error: A single request has a maximum of 32 Worker invocations";
+
+/// The platform's cap on one request's service-binding calls, unknown to the
+/// Worker: in about two seeds of five, each invocation's dispatches past a
+/// random n-th (0 to 60) throw at once. Half the seeds also draw the Worker's own
+/// `MAX_CHILD_INVOCATIONS`, which, when under n, keeps the refusal from
+/// happening. Drawn from a stream of its own; not in seeds whose other reaper
+/// runs ahead.
+struct Platform {
+    rng: StdRng,
+}
+
+impl Platform {
+    fn for_seed(seed: u64, p: &mut Params) -> Option<Platform> {
+        // Seeds whose other reaper runs ahead are the ones that lose leases: left
+        // as they were, so that path stays as well covered.
+        if p.reaper_ahead_ms > 0 {
+            return None;
+        }
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5e1f_ca11);
+        if rng.random_bool(0.5) {
+            p.policy.limits.max_children = rng.random_range(1..=60);
+        }
+        rng.random_bool(0.4).then_some(Platform { rng })
+    }
+
+    fn refuse_after(&mut self) -> i64 {
+        self.rng.random_range(0..=60)
+    }
+
+    /// How long a refused call takes to throw.
+    fn delay(&mut self) -> i64 {
+        self.rng.random_range(0..=3)
     }
 }
 
@@ -1388,6 +1538,8 @@ fn the_drain_keeps_its_invariants_over_random_runs() {
         c.commit_retries,
         c.found_applied,
         c.released,
+        c.refused,
+        c.given_back_queued,
         c.claim_failures,
         c.budget_over_1000,
         c.strict_invocations,

@@ -140,6 +140,10 @@ impl Spec {
                 worker_default("DISPATCH_CONCURRENCY"),
             ),
             ("SUBREQUEST_BUDGET", "100000"),
+            // Throughput runs drain thousands of items per invocation: wrangler dev
+            // enforces no cap on a request's service-binding calls, and the
+            // Worker's own (31 by default) would measure the cap, not the drain.
+            ("MAX_CHILD_INVOCATIONS", "1000000"),
             ("INVOCATION_DEADLINE_MS", "120000"),
             ("DISPATCH_MODE", "fanout"),
             // The sink listens on 127.0.0.1, a private target the Worker refuses
@@ -240,6 +244,8 @@ mod tests {
         );
         let s = spec(Scenario::Happy).settings(&[o("LEASE_SECONDS", "300")]);
         assert_eq!(s["LEASE_SECONDS"], "300");
+        // One invocation may dispatch every item: the runs measure the drain.
+        assert_eq!(s["MAX_CHILD_INVOCATIONS"], "1000000");
     }
 
     #[test]

@@ -29,6 +29,8 @@ const SETTINGS: &[(&str, &str)] = &[
     ("RETRY_BASE_MS", "100"),
     ("RETRY_MAX_MS", "400"),
     ("SUBREQUEST_BUDGET", "10000"),
+    // wrangler dev enforces no cap on a request's service-binding calls.
+    ("MAX_CHILD_INVOCATIONS", "10000"),
 ];
 
 /// Schedules saved at once while creating the idle ones.

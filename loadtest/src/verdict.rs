@@ -217,6 +217,33 @@ pub fn within_budget(invocations: &[Invocation]) -> Result<(), String> {
     summarize(over, invocations.len())
 }
 
+/// No invocation dispatched more than `cap` items (claimed, less those given back
+/// unrun), and at least one stopped at the cap: the batch needed later ticks.
+pub fn within_child_cap(invocations: &[Invocation], cap: i64) -> Result<(), String> {
+    use cron_fanout::core::model::StopReason;
+    let over: Vec<String> = invocations
+        .iter()
+        .filter(|i| i.summary.tally.claimed - i.summary.tally.released > cap)
+        .map(|Invocation { id, summary: i }| {
+            format!(
+                "invocation {id}: {} claimed, {} given back: over the cap of {cap}",
+                i.tally.claimed, i.tally.released
+            )
+        })
+        .collect();
+    summarize(over, invocations.len())?;
+    if !invocations
+        .iter()
+        .any(|i| i.summary.stop_reason == StopReason::ChildCap)
+    {
+        return Err(format!(
+            "none of {} invocations stopped at the cap of {cap}",
+            invocations.len()
+        ));
+    }
+    Ok(())
+}
+
 /// After a crash and recovery: nothing lost, everyone notified, and duplicates
 /// bounded by the leases that were live when the runtime died.
 pub fn crash_recovery(
@@ -554,6 +581,28 @@ mod tests {
             .unwrap_err()
             .contains("201 subrequests > budget 200"));
         assert!(within_budget(&[]).is_err());
+    }
+
+    #[test]
+    fn child_cap() {
+        let with = |claimed: i64, released: i64, stop: StopReason| {
+            let mut i = invocation(3);
+            i.summary.tally.claimed = claimed;
+            i.summary.tally.released = released;
+            i.summary.stop_reason = stop;
+            i
+        };
+        let capped = with(31, 0, StopReason::ChildCap);
+        assert!(within_child_cap(&[capped.clone(), with(5, 0, StopReason::Drained)], 31).is_ok());
+        // Items given back unrun were not dispatched.
+        assert!(within_child_cap(&[capped.clone(), with(40, 9, StopReason::Drained)], 31).is_ok());
+        assert!(
+            within_child_cap(&[capped, with(32, 0, StopReason::Drained)], 31)
+                .unwrap_err()
+                .contains("32 claimed")
+        );
+        // The cap never bit: the check proves nothing.
+        assert!(within_child_cap(&[with(5, 0, StopReason::Drained)], 31).is_err());
     }
 
     #[test]

@@ -193,6 +193,9 @@ pub struct DrainLimits {
     pub deadline_ms: i64,
     /// How long a claim owns its items.
     pub lease_ms: i64,
+    /// Most items one invocation dispatches (`MAX_CHILD_INVOCATIONS` when fanning
+    /// out; `i64::MAX` inline, which makes no SELF calls).
+    pub max_children: i64,
 }
 
 /// Where a drain is now.
@@ -215,6 +218,8 @@ pub struct DrainState {
     pub wind_down_ms: i64,
     /// A claim came back short: nothing else is due right now.
     pub drained: bool,
+    /// Items dispatched or waiting to be: what counts against `max_children`.
+    pub children: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +258,10 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
     if state.drained {
         return NextClaim::Stop(StopReason::Drained);
     }
+    let children_left = limits.max_children.saturating_sub(state.children);
+    if children_left <= 0 {
+        return NextClaim::Stop(StopReason::ChildCap);
+    }
     let allowed = line_allowed(
         state.elapsed_ms,
         limits.deadline_ms,
@@ -267,8 +276,10 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
         // (or D1 is too slow for the lease: nothing claimed could be committed).
         return NextClaim::Stop(StopReason::Deadline);
     }
-    let free = line - state.in_flight - state.queued;
-    if free < refill_at(limits.claim_chunk).min(line) {
+    // The cap shortens the claim, and a claim of all that is left of it is worth
+    // a statement however short.
+    let free = (line - state.in_flight - state.queued).min(children_left);
+    if free < refill_at(limits.claim_chunk).min(line).min(children_left) {
         return NextClaim::Hold;
     }
     let kept = state.flushes + state.retries + TAIL_SUBREQUESTS;
@@ -305,6 +316,7 @@ mod tests {
         job_timeout_ms: 10_000,
         deadline_ms: 50_000,
         lease_ms: 3_600_000,
+        max_children: i64::MAX,
     };
 
     /// `flushes` kept for outstanding outcomes, the retry still kept, quick D1.
@@ -317,6 +329,7 @@ mod tests {
             elapsed_ms: 0,
             wind_down_ms: WIND_DOWN_MS,
             drained: false,
+            children: 0,
         }
     }
 
@@ -612,6 +625,28 @@ mod tests {
             next_claim(&Budget::new(10_000), limits, state(0, 0)),
             NextClaim::Take(25)
         );
+    }
+
+    #[test]
+    fn the_child_cap_shortens_claims_then_stops_them() {
+        let b = Budget::new(10_000);
+        let capped = DrainLimits {
+            max_children: 31,
+            ..LIMITS
+        };
+        let at = |children: i64, in_flight: i64| {
+            let s = DrainState {
+                in_flight,
+                children,
+                ..state(0, 0)
+            };
+            next_claim(&b, capped, s)
+        };
+        assert_eq!(at(0, 0), NextClaim::Take(31));
+        // 6 left, under half a chunk: claimed whole, the window busy or not.
+        assert_eq!(at(25, 25), NextClaim::Take(6));
+        assert_eq!(at(31, 25), NextClaim::Stop(StopReason::ChildCap));
+        assert_eq!(at(40, 0), NextClaim::Stop(StopReason::ChildCap));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The drain as a deterministic state machine, in the style of quinn-proto's
 //! `Connection`: no I/O, no clock, no randomness. The shell (`edge::drain` in the
 //! Worker, a simulation on the host) feeds it what happened — `prepared`,
-//! `claimed`, `finished`, `committed`, `timer`, each with `now` — and asks
+//! `claimed`, `finished`, `refused`, `committed`, `timer`, each with `now` — and asks
 //! `poll(now)` what to do next until it answers `Wait` or `Done`. Notable results
 //! (retries, failures, releases, lost leases, failed calls) come out of
 //! `next_report` for the shell to log.
@@ -13,7 +13,9 @@
 //! known: an item that could no longer run and be committed before it, or before
 //! the deadline, at the D1 round trips seen is released unrun), the watchdog
 //! cohorts (`core::watchdog`), the subrequest reservations with their refunds,
-//! the commit retry and the tally.
+//! the cap on dispatches (`MAX_CHILD_INVOCATIONS`), the refusal rule (a dispatch
+//! the platform refused gives its item and the queue back unrun, and ends the
+//! dispatches), the commit retry and the tally.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -24,8 +26,8 @@ use super::budget::{
 };
 use super::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally, Transition};
 use super::receipts;
-use super::retry::{decide, release, RetryPolicy};
-use super::settings::Settings;
+use super::retry::{decide, release, release_refused, RetryPolicy};
+use super::settings::{DispatchMode, Settings};
 use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use super::watchdog;
 use crate::store::StoreError;
@@ -55,6 +57,11 @@ impl Policy {
                 job_timeout_ms: settings.job_timeout_ms,
                 deadline_ms: settings.invocation_deadline_ms,
                 lease_ms: settings.lease_ms,
+                // Inline runs make no SELF calls: the platform's cap is not theirs.
+                max_children: match settings.dispatch_mode {
+                    DispatchMode::Fanout => settings.max_child_invocations,
+                    DispatchMode::Inline => i64::MAX,
+                },
             },
             retry: settings.retry,
         }
@@ -114,6 +121,11 @@ pub enum Report {
     ClaimFailed(StoreError),
     /// A commit failed and is sent again.
     CommitRetry { error: StoreError, rows: usize },
+    /// The platform refused dispatches of this invocation (the first refusal's
+    /// message): these items went back to `pending` unrun, their attempts given
+    /// back, and nothing more was dispatched. Reported once, when the drain is
+    /// done.
+    DispatchRefused { message: String, item_ids: Vec<i64> },
     /// A commit failed for good: these items stay `processing` until their leases
     /// expire and the reaper requeues them (a duplicate delivery, never a loss),
     /// unless the failed attempt had applied them.
@@ -149,6 +161,19 @@ enum FlushTimer {
     Armed(i64),
     /// Due now, but the budget held the commit back.
     Fired,
+}
+
+/// A dispatch the platform refused before any answer (its runtime's message):
+/// the call never reached a child, so the item has not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+/// The refusal this invocation met.
+#[derive(Debug)]
+struct Refusal {
+    message: String,
+    /// The items given back.
+    item_ids: Vec<i64>,
 }
 
 /// A claimed item waiting for a slot.
@@ -199,6 +224,10 @@ pub struct Drain {
     watchdog_since: Option<i64>,
     /// A claim came back short: nothing else is due.
     drained: bool,
+    /// Items dispatched, counted against `max_children`.
+    dispatched: i64,
+    /// The platform refused a dispatch: nothing more is dispatched.
+    refusal: Option<Refusal>,
     stop: Option<StopReason>,
     tally: Tally,
     round_trips: RoundTrips,
@@ -225,6 +254,8 @@ impl Drain {
             flush_timer: FlushTimer::Idle,
             watchdog_since: None,
             drained: false,
+            dispatched: 0,
+            refusal: None,
             stop: None,
             tally: Tally::default(),
             round_trips: RoundTrips::default(),
@@ -238,6 +269,9 @@ impl Drain {
             return Action::CommitAgain(rows);
         }
         self.release_late(now);
+        if self.refusal.is_some() {
+            self.give_back_queued(now);
+        }
         if (self.running.len() as i64) < self.policy.limits.concurrency {
             if let Some(queued) = self.queue.pop_front() {
                 return self.dispatch(now, queued);
@@ -256,6 +290,10 @@ impl Drain {
             }
         }
         if self.unfinished() == 0 && self.committing.is_none() && self.buffer.is_empty() {
+            if let Some(Refusal { message, item_ids }) = self.refusal.take() {
+                self.reports
+                    .push_back(Report::DispatchRefused { message, item_ids });
+            }
             return Action::Done(self.stop.unwrap_or(StopReason::Drained));
         }
         Action::Wait(self.wake_at(now))
@@ -325,6 +363,37 @@ impl Drain {
                 lease_expires_at,
             },
         );
+    }
+
+    /// A dispatched item's call was refused by the platform before any answer:
+    /// the item goes back to `pending` unrun with its attempt given back, due at
+    /// once, and so do the claimed items still queued; the drain dispatches and
+    /// claims nothing more, and commits what runs.
+    pub fn refused(&mut self, now: i64, item: ClaimedItem, refused: Refused) {
+        let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
+            debug_assert!(false, "refused() for an item not running: {item:?}");
+            return;
+        };
+        // Its subrequest stays charged: whether a refused call counts towards the
+        // platform's limits is not documented.
+        let refusal = self.refusal.get_or_insert(Refusal {
+            message: refused.0,
+            item_ids: Vec::new(),
+        });
+        refusal.item_ids.push(item.item_id);
+        if self.stop != Some(StopReason::Error) {
+            self.stop = Some(StopReason::Refused);
+        }
+        let transition = release_refused(&item);
+        self.settle(
+            now,
+            Settled {
+                item,
+                transition,
+                lease_expires_at,
+            },
+        );
+        self.give_back_queued(now);
     }
 
     /// The commit asked for by `Action::Commit` or `Action::CommitAgain`
@@ -477,6 +546,7 @@ impl Drain {
             elapsed_ms: now - self.started,
             wind_down_ms: wind_down_ms(self.d1_ms(now), self.policy.limits.concurrency),
             drained: self.drained,
+            children: self.dispatched + self.queue.len() as i64,
         }
     }
 
@@ -520,6 +590,33 @@ impl Drain {
         }
     }
 
+    /// After a refusal: every claimed item still queued goes back unrun.
+    fn give_back_queued(&mut self, now: i64) {
+        if self.refusal.is_none() {
+            return;
+        }
+        while let Some(Queued {
+            item,
+            lease_expires_at,
+        }) = self.queue.pop_front()
+        {
+            // Its dispatch was held by its claim; it will not be made.
+            self.budget.release(self.policy.limits.per_item_cost);
+            if let Some(refusal) = self.refusal.as_mut() {
+                refusal.item_ids.push(item.item_id);
+            }
+            let transition = release_refused(&item);
+            self.settle(
+                now,
+                Settled {
+                    item,
+                    transition,
+                    lease_expires_at,
+                },
+            );
+        }
+    }
+
     fn dispatch(&mut self, now: i64, queued: Queued) -> Action {
         let Queued {
             item,
@@ -527,6 +624,7 @@ impl Drain {
         } = queued;
         self.running
             .insert(item.lease_token.clone(), lease_expires_at);
+        self.dispatched += 1;
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);
         debug_assert!(paid.is_ok(), "a claimed item's dispatch is held: {paid:?}");

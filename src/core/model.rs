@@ -350,14 +350,23 @@ pub enum StopReason {
     /// A step failed (a claim, or the invocation's first step); what was running
     /// was still committed.
     Error,
+    /// `MAX_CHILD_INVOCATIONS` dispatches were made: the platform refuses more
+    /// service-binding calls from one request.
+    #[serde(rename = "child_cap")]
+    ChildCap,
+    /// The platform refused a dispatch: the items it and the queue held were
+    /// given back unrun, and nothing more was dispatched.
+    Refused,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 4] = [
+    pub const ALL: [StopReason; 6] = [
         StopReason::Drained,
         StopReason::Budget,
         StopReason::Deadline,
         StopReason::Error,
+        StopReason::ChildCap,
+        StopReason::Refused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -366,6 +375,8 @@ impl StopReason {
             StopReason::Budget => "budget",
             StopReason::Deadline => "deadline",
             StopReason::Error => "error",
+            StopReason::ChildCap => "child_cap",
+            StopReason::Refused => "refused",
         }
     }
 }

@@ -72,16 +72,26 @@ pub fn decide(
 /// attempt its claim counted given back (it never ran, so it must not use one up;
 /// an item on its last attempt would otherwise never be claimable again).
 pub fn release(item: &ClaimedItem) -> Transition {
+    give_back(
+        item,
+        "too little time left to run and commit it before its lease expired or the deadline",
+    )
+}
+
+/// The same for an item given back because the platform refused a dispatch of
+/// this invocation (its own, or an earlier one: nothing more is dispatched).
+pub fn release_refused(item: &ClaimedItem) -> Transition {
+    give_back(item, "the platform refused this invocation's dispatches")
+}
+
+fn give_back(item: &ClaimedItem, why: &str) -> Transition {
     Transition {
         id: item.item_id,
         token: item.lease_token.clone(),
         status: ItemStatus::Pending,
         run_after: None,
         completed_at: None,
-        error: Some(format!(
-            "attempt {} released unrun: too little time left to run and commit it before its lease expired or the deadline",
-            item.attempt
-        )),
+        error: Some(format!("attempt {} released unrun: {why}", item.attempt)),
         attempt: Some(item.attempt - 1),
         receipts: None,
     }

@@ -32,6 +32,9 @@ pub struct Settings {
     pub subrequest_budget: i64,
     /// Wall time after which an invocation stops claiming and winds down.
     pub invocation_deadline_ms: i64,
+    /// Most SELF dispatches one invocation makes: the platform refuses a request's
+    /// service-binding calls past 32 invocations, the tick itself included.
+    pub max_child_invocations: i64,
     pub dispatch_mode: DispatchMode,
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
@@ -60,6 +63,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("DISPATCH_CONCURRENCY", "25"),
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
+    ("MAX_CHILD_INVOCATIONS", "31"),
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("TEST_CLOCK_OFFSET_MS", "0"),
@@ -144,6 +148,7 @@ impl Settings {
             dispatch_concurrency: int("DISPATCH_CONCURRENCY", 1, 1_000)?,
             subrequest_budget: int("SUBREQUEST_BUDGET", MIN_SUBREQUEST_BUDGET, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
+            max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
             dispatch_mode,
             allow_private_targets,
             test_clock_offset_ms,
@@ -227,6 +232,8 @@ mod tests {
         assert_eq!((s.claim_chunk, s.dispatch_concurrency), (100, 25));
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
+        assert_eq!(s.max_child_invocations, 31);
+        assert!(parse(&[("MAX_CHILD_INVOCATIONS", "0")]).is_err());
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
         assert_eq!(s.test_clock_offset_ms, 0, "the real clock by default");
         assert!(

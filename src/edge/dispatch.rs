@@ -7,6 +7,7 @@ use worker::{web_sys, Fetcher, Request};
 use super::config::Config;
 use super::run::{run_with_timeout, SIGNATURE_HEADER};
 use super::{clock, SELF_ORIGIN};
+use crate::core::drain::Refused;
 use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::{dispatch, receipts, signature};
 
@@ -41,32 +42,34 @@ impl Watchdog {
 }
 
 /// Run one claimed item: through SELF (its own invocation, abandoned when the
-/// signal fires) or inline.
+/// signal fires) or inline. `Err`: the platform refused the SELF call.
 pub async fn execute(
     cfg: &Config,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
-) -> (ClaimedItem, Ran) {
+) -> (ClaimedItem, Result<Ran, Refused>) {
     let ran = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
         Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
-        None => run_with_timeout(&item, cfg).await,
+        None => Ok(run_with_timeout(&item, cfg).await),
     };
     (item, ran)
 }
 
 /// One signed `POST /internal/run` through the SELF binding, abandoned when
-/// `signal` (the drain's [`Watchdog`]) fires.
+/// `signal` (the drain's [`Watchdog`]) fires. `Err`: the call threw without our
+/// watchdog having fired: the platform refused it (a request may make only so many
+/// service-binding calls), so no child ran.
 async fn dispatch(
     service: &Fetcher,
     secret: &str,
     item: &ClaimedItem,
     signal: &web_sys::AbortSignal,
-) -> Ran {
+) -> Result<Ran, Refused> {
     let body = match serde_json::to_string(item) {
         Ok(b) => b,
-        Err(e) => return Outcome::Retry(format!("cannot encode item: {e}")).into(),
+        Err(e) => return Ok(Outcome::Retry(format!("cannot encode item: {e}")).into()),
     };
     let sig = signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
     let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
@@ -90,13 +93,24 @@ async fn dispatch(
     let response = match request {
         Ok(req) => match service.fetch_request(req).await {
             Ok(r) => r,
-            Err(e) => return Outcome::Retry(format!("dispatch failed: {e}")).into(),
+            // Our watchdog's abort: the child was reached and did not answer in
+            // time, an attempt like any other. (A refusal that comes just as the
+            // cohort's timer fires is counted so too: the safe side.)
+            Err(e) if signal.aborted() => {
+                return Ok(Outcome::Retry(format!("dispatch failed: {e}")).into())
+            }
+            // Thrown before any answer without our abort: the platform refused
+            // the call, so no child ran.
+            Err(e) => return Err(Refused(e.to_string())),
         },
-        Err(e) => return Outcome::Retry(format!("cannot build dispatch request: {e:?}")).into(),
+        Err(e) => {
+            return Ok(Outcome::Retry(format!("cannot build dispatch request: {e:?}")).into())
+        }
     };
     // The outcome is in the headers; the body is never read (core::dispatch).
     if response.status_code() != dispatch::OUTCOME_STATUS {
-        return Outcome::Retry(format!("dispatch answered HTTP {}", response.status_code())).into();
+        let status = response.status_code();
+        return Ok(Outcome::Retry(format!("dispatch answered HTTP {status}")).into());
     }
     let header = |name: &str| response.headers().get(name).ok().flatten();
     let outcome = dispatch::decode(
@@ -107,12 +121,12 @@ async fn dispatch(
     let channels = header(receipts::HEADER)
         .map(|value| receipts::decode_header(&value))
         .transpose();
-    match (outcome, channels) {
+    Ok(match (outcome, channels) {
         (Ok(outcome), Ok(channels)) => Ran { outcome, channels },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.
         (Err(e), _) | (_, Err(e)) => {
             Outcome::Retry(format!("unreadable dispatch answer: {e}")).into()
         }
-    }
+    })
 }

@@ -18,7 +18,7 @@ use worker::{Delay, Fetcher};
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
 use super::{clock, log};
-use crate::core::drain::{Action, Drain, DrainError, Policy, Report, Settled};
+use crate::core::drain::{Action, Drain, DrainError, Policy, Refused, Report, Settled};
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
 use crate::core::timing::call_ms;
@@ -37,7 +37,7 @@ type Committing<'a> = LocalBoxFuture<'a, (Vec<Settled>, StoreResult<Vec<i64>>)>;
 enum Event {
     Claimed(StoreResult<Vec<ClaimedItem>>),
     Committed(Vec<Settled>, StoreResult<Vec<i64>>),
-    Finished(ClaimedItem, Ran),
+    Finished(ClaimedItem, Result<Ran, Refused>),
     Timer,
 }
 
@@ -145,7 +145,8 @@ pub async fn run(
                 committing = None;
                 machine.committed(now, rows, result);
             }
-            Event::Finished(item, ran) => machine.finished(now, item, ran, clock::jitter()),
+            Event::Finished(item, Ok(ran)) => machine.finished(now, item, ran, clock::jitter()),
+            Event::Finished(item, Err(refused)) => machine.refused(now, item, refused),
             Event::Timer => {
                 if let Some((at, _)) = timer.take() {
                     floor = now.max(at);
@@ -204,6 +205,13 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
             Report::LeaseLost(item) => log::event("lease_lost", ids(&item)),
             Report::Released(item) => log::event("item_released", ids(&item)),
             Report::ClaimFailed(e) => *claim_error = Some(e),
+            Report::DispatchRefused { message, item_ids } => log::error(
+                "dispatch_refused",
+                json!({
+                    "message": message, "given_back": item_ids.len(), "item_ids": item_ids,
+                    "note": "given back unrun with their attempts, due at once; lower MAX_CHILD_INVOCATIONS if this recurs",
+                }),
+            ),
             Report::CommitRetry { error, rows } => log::error(
                 "commit_retry",
                 json!({ "message": error.to_string(), "rows": rows }),

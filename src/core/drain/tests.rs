@@ -13,6 +13,7 @@ const POLICY: Policy = Policy {
         job_timeout_ms: 1_000,
         deadline_ms: 60_000,
         lease_ms: 30_000,
+        max_children: i64::MAX,
     },
     retry: RetryPolicy {
         base_ms: 100,
@@ -369,7 +370,7 @@ fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
 }
 
 /// The defaults' drain limits (chunk 100 behind 25 slots, 10 s jobs, 50 s
-/// deadline, 120 s leases).
+/// deadline, 120 s leases), without the child cap (its own tests set it).
 const DEFAULTS: Policy = Policy {
     limits: DrainLimits {
         concurrency: 25,
@@ -378,6 +379,7 @@ const DEFAULTS: Policy = Policy {
         job_timeout_ms: 10_000,
         deadline_ms: 50_000,
         lease_ms: 120_000,
+        max_children: i64::MAX,
     },
     retry: POLICY.retry,
 };
@@ -733,4 +735,154 @@ fn a_claim_out_keeps_the_flush_for_its_items() {
     assert!(matches!(r.actions(17_220)[..], [Action::Done(_)]));
     assert_eq!(r.m.tally().completed, 6);
     assert_eq!(r.m.tally().lost_leases, 0);
+}
+
+fn refused() -> Refused {
+    Refused("A single request has a maximum of 32 Worker invocations".into())
+}
+
+#[test]
+fn a_refused_dispatch_gives_its_item_back_unrun_with_its_attempt() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..2)));
+    assert_eq!(dispatched(&r.actions(0)), vec![1]);
+    r.m.refused(5, item(1), refused());
+    let rows = take_commit(r.actions(5));
+    assert_eq!(ids(&rows), vec![1]);
+    let t = &rows[0].transition;
+    assert_eq!(t.status, ItemStatus::Pending);
+    assert!(t.is_release(), "{t:?}");
+    // Attempt 1 is given back; its due time is left as it was: due at once.
+    assert_eq!((t.attempt, t.run_after), (Some(0), None));
+    r.m.committed(6, rows, Ok(vec![1]));
+    assert_eq!(r.actions(6), vec![Action::Done(StopReason::Refused)]);
+    let t = r.m.tally();
+    assert_eq!((t.released, t.retried, t.failed), (1, 0, 0));
+}
+
+#[test]
+fn after_a_refusal_the_queue_is_given_back_and_nothing_more_is_dispatched() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..5)));
+    assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
+    r.m.claimed(1, Ok(items(5..7)));
+    r.m.refused(2, item(1), refused());
+    // Item 1's slot is free, but 3 to 6 wait behind it: none of them starts.
+    let a = r.actions(2);
+    assert!(dispatched(&a).is_empty(), "{a:?}");
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Claim { .. })),
+        "{a:?}"
+    );
+    // Their dispatches were held by their claims and are given back.
+    assert_eq!(r.budget.ledger().reserved, 0);
+    r.m.finished(3, item(2), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(3));
+    assert_eq!(ids(&rows), vec![1, 3, 4, 5, 6, 2]);
+    assert!(rows[..5].iter().all(|s| s.transition.is_release()));
+    r.m.committed(4, rows, Ok(vec![1, 2, 3, 4, 5, 6]));
+    assert_eq!(r.actions(4), vec![Action::Done(StopReason::Refused)]);
+    let t = r.m.tally();
+    assert_eq!((t.claimed, t.completed, t.released), (6, 1, 5));
+}
+
+#[test]
+fn a_call_that_answered_after_a_refusal_is_committed_as_usual() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..3)));
+    r.actions(0);
+    r.m.refused(2, item(1), refused());
+    r.m.finished(3, item(2), Outcome::Retry("HTTP 503".into()), 0.0);
+    r.m.timer(2 + FLUSH_INTERVAL_MS);
+    let rows = take_commit(r.actions(2 + FLUSH_INTERVAL_MS));
+    assert_eq!(ids(&rows), vec![1, 2]);
+    // The answered one spent its attempt and backs off, as any retry.
+    let t = &rows[1].transition;
+    assert!(!t.is_release() && t.run_after.is_some(), "{t:?}");
+}
+
+#[test]
+fn items_of_a_claim_out_when_a_refusal_came_are_given_back() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..5)));
+    let a = r.actions(0);
+    assert!(a.iter().any(|a| matches!(a, Action::Claim { .. })), "{a:?}");
+    r.m.refused(1, item(1), refused());
+    r.m.refused(1, item(2), refused());
+    r.actions(1);
+    r.m.claimed(2, Ok(items(5..7)));
+    let a = r.actions(2);
+    assert!(dispatched(&a).is_empty(), "{a:?}");
+    let rows = take_commit(a);
+    assert_eq!(ids(&rows), vec![1, 3, 4, 2, 5, 6]);
+    assert!(rows.iter().all(|s| s.transition.is_release()));
+    assert_eq!(r.budget.ledger().reserved, 0);
+}
+
+#[test]
+fn a_refusal_is_reported_once_with_its_message_and_all_it_gave_back() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // A short claim: nothing else is due, no claim follows.
+    r.m.claimed(0, Ok(items(1..4)));
+    assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
+    r.m.refused(1, item(1), refused());
+    r.m.refused(1, item(2), Refused("a second message".into()));
+    // Nothing is reported until the drain is done: one line says it all.
+    let rows = take_commit(r.actions(1));
+    assert!(r.reports().is_empty());
+    r.m.committed(2, rows, Ok(vec![1, 2, 3]));
+    assert_eq!(r.actions(2), vec![Action::Done(StopReason::Refused)]);
+    assert_eq!(
+        r.reports(),
+        vec![Report::DispatchRefused {
+            message: refused().0,
+            item_ids: vec![1, 3, 2]
+        }]
+    );
+}
+
+#[test]
+fn one_invocation_dispatches_at_most_its_child_cap() {
+    let capped = Policy {
+        limits: DrainLimits {
+            max_children: 3,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(capped, 1_000);
+    assert!(matches!(r.actions(0)[0], Action::Claim { limit: 3, .. }));
+    r.m.claimed(0, Ok(items(1..4)));
+    assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
+    r.m.finished(1, item(1), Outcome::Done, 0.0);
+    r.m.finished(1, item(2), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(1)), vec![3]);
+    r.m.finished(2, item(3), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(2));
+    r.m.committed(3, rows, Ok(vec![1, 2, 3]));
+    assert_eq!(r.actions(3), vec![Action::Done(StopReason::ChildCap)]);
+}
+
+#[test]
+fn items_released_unrun_do_not_count_against_the_child_cap() {
+    let capped = Policy {
+        limits: DrainLimits {
+            max_children: 3,
+            ..POLICY.limits
+        },
+        ..POLICY
+    };
+    let mut r = Run::new(capped, 1_000);
+    r.actions(0);
+    // Too late for its lease: all three go back unrun, and another claim of
+    // three may follow (here the deadline stops it first).
+    r.m.claimed(27_000, Ok(items(1..4)));
+    r.actions(27_000);
+    assert_eq!(released(&r.reports()), vec![1, 2, 3]);
+    assert_eq!(r.m.plan_state(27_000).children, 0);
 }
