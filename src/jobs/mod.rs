@@ -288,7 +288,6 @@ impl<J: Job> Kind for J {
     }
 }
 
-
 /// Why a kind cannot be registered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisterError(pub String);
@@ -308,7 +307,9 @@ pub struct Jobs {
 
 impl std::fmt::Debug for Jobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Jobs").field("kinds", &self.names()).finish()
+        f.debug_struct("Jobs")
+            .field("kinds", &self.names())
+            .finish()
     }
 }
 
@@ -475,9 +476,7 @@ impl Jobs {
                 channels: Some(ctx.take_channels()).filter(|c| job.has_channels() && !c.is_empty()),
                 outcome,
             },
-            None => {
-                Outcome::Retry(format!("timed out after {timeout_ms} ms")).into()
-            }
+            None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),
         }
     }
 }
