@@ -29,6 +29,7 @@ use cron_fanout::core::retry::decide;
 use cron_fanout::core::settings::Settings;
 use cron_fanout::core::throughput::MAX_POINTS;
 use cron_fanout::core::time::rfc3339;
+use cron_fanout::jobs::Jobs;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::Store;
 use futures::executor::block_on;
@@ -115,6 +116,7 @@ impl Host {
             now: self.now.get(),
             new_id: &new_id,
             event: &event,
+            jobs: &Jobs::builtin(),
         };
         let route = routes::find(req.method, &req.segments)?;
         match route.target {
@@ -626,6 +628,7 @@ fn serve_refuses_routes_the_edge_answers() {
         now: NOW,
         new_id: &String::new,
         event: &|_, _| {},
+        jobs: &Jobs::builtin(),
     };
     let req = admin(GET, "/health");
     let e = block_on(api::serve(&app, health, &req, b"".as_slice())).unwrap_err();

@@ -14,7 +14,7 @@ use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::target::TargetPolicy;
 use crate::core::throughput;
 use crate::core::time::rfc3339;
-use crate::jobs;
+use crate::jobs::Jobs;
 use crate::store::{BatchSource, Created, Db};
 
 /// Create a batch from active subjects or explicit items: 201 with the new batch,
@@ -24,7 +24,7 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<
     let mut body: CreateBatchBody = parse_json(body)?;
     let on_finish = body.on_finish.take();
     let request = validate_create_batch(body, &|kind, payload| {
-        jobs::check_payload(kind, payload, policy)
+        app.jobs.check_payload(kind, payload, policy)
     })?;
     let on_finish = on_finish.map(|o| o.validate(policy)).transpose()?;
     let (key, source) = match &request {
@@ -147,11 +147,11 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
     let next = next_after(&rows, q.limit, |r| &r.subject_id);
     Ok((
         200,
-        json!({ "items": rows.iter().map(item_json).collect::<Vec<_>>(), "next_after": next }),
+        json!({ "items": rows.iter().map(|i| item_json(app.jobs, i)).collect::<Vec<_>>(), "next_after": next }),
     ))
 }
 
-fn item_json(i: &ItemRow) -> Value {
+fn item_json(jobs: &Jobs, i: &ItemRow) -> Value {
     json!({
         "id": i.id,
         "subject_id": i.subject_id,
@@ -163,6 +163,6 @@ fn item_json(i: &ItemRow) -> Value {
         "run_after": rfc3339(i.run_after),
         "started_at": i.started_at.map(rfc3339),
         "completed_at": i.completed_at.map(rfc3339),
-        "receipts": receipts::view(i.receipts.as_deref(), jobs::has_channels(&i.kind)),
+        "receipts": receipts::view(i.receipts.as_deref(), jobs.has_channels(&i.kind)),
     })
 }

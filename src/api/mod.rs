@@ -27,6 +27,7 @@ use crate::core::error::ApiError;
 use crate::core::requests::{parse_page_query, MAX_BODY_BYTES};
 use crate::core::settings::Settings;
 use crate::core::target::TargetPolicy;
+use crate::jobs::Jobs;
 use crate::store::{Db, Store, StoreError};
 pub use request::{Method, Request};
 use routes::{Body, Handler, Query, Route, Target};
@@ -47,6 +48,8 @@ pub struct App<'a, D: Db> {
     pub new_id: &'a dyn Fn() -> String,
     /// A structured log line (`edge::log::event` on the Worker): name and fields.
     pub event: &'a dyn Fn(&str, Value),
+    /// The job kinds subjects and items may name (payload validation, listings).
+    pub jobs: &'a Jobs,
 }
 
 /// What [`serve`] (and [`page::serve`]) answers.

@@ -11,7 +11,7 @@ use crate::core::requests::{
 };
 use crate::core::target::TargetPolicy;
 use crate::core::time::rfc3339;
-use crate::jobs;
+use crate::jobs::Jobs;
 use crate::store::Db;
 
 /// Upsert up to 1,000 subjects in one statement, all validated first; webhook
@@ -19,7 +19,7 @@ use crate::store::Db;
 pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let body: PutSubjects = parse_json(body)?;
     validate_put_subjects(&body, &|kind, payload| {
-        jobs::check_payload(kind, payload, policy)
+        app.jobs.check_payload(kind, payload, policy)
     })?;
     let n = app.store.upsert_subjects(&body.subjects, app.now).await?;
     Ok((200, json!({ "upserted": n })))
@@ -32,14 +32,14 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
     let next = next_after(&rows, q.limit, |r| &r.id);
     Ok((
         200,
-        json!({ "subjects": rows.iter().map(subject_json).collect::<Vec<_>>(), "next_after": next }),
+        json!({ "subjects": rows.iter().map(|s| subject_json(app.jobs, s)).collect::<Vec<_>>(), "next_after": next }),
     ))
 }
 
 pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     validate_id("id", id)?;
     match app.store.get_subject(id).await? {
-        Some(row) => Ok((200, subject_json(&row))),
+        Some(row) => Ok((200, subject_json(app.jobs, &row))),
         None => Err(ApiError::NotFound(format!("subject {id:?}"))),
     }
 }
@@ -53,11 +53,11 @@ pub async fn delete<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     }
 }
 
-fn subject_json(s: &SubjectRow) -> Value {
+fn subject_json(jobs: &Jobs, s: &SubjectRow) -> Value {
     json!({
         "id": s.id,
         "kind": s.kind,
-        "payload": jobs::public_payload(
+        "payload": jobs.public_payload(
             &s.kind,
             serde_json::from_str::<Value>(&s.payload).unwrap_or(Value::Null),
         ),

@@ -200,6 +200,9 @@ struct Committing {
 
 pub struct Drain {
     policy: Policy,
+    /// Job kinds with a backoff of their own (`jobs::Policy`); others use
+    /// `policy.retry`.
+    kind_retry: Vec<(String, RetryPolicy)>,
     budget: Budget,
     started: i64,
     /// Claimed items waiting for a slot, in claim order, so in lease order.
@@ -240,6 +243,7 @@ impl Drain {
     pub fn new(policy: Policy, budget: Budget, started: i64) -> Drain {
         Drain {
             policy,
+            kind_retry: Vec::new(),
             budget,
             started,
             queue: VecDeque::new(),
@@ -342,6 +346,11 @@ impl Drain {
         }
     }
 
+    /// The backoff of kinds that have their own (`jobs::Jobs::retry_policies`).
+    pub fn set_kind_retry(&mut self, kinds: Vec<(String, RetryPolicy)>) {
+        self.kind_retry = kinds;
+    }
+
     /// A dispatched item answered (or was abandoned, which is a `Retry`): its
     /// outcome and, for kinds with channels, each channel's result, committed
     /// together (`receipts::settle`). `jitter` in [0, 1) spreads its retry
@@ -352,7 +361,12 @@ impl Drain {
             return;
         };
         let ran = ran.into();
-        let mut transition = decide(&item, &ran.outcome, self.policy.retry, now, jitter);
+        let retry = self
+            .kind_retry
+            .iter()
+            .find(|(kind, _)| *kind == item.kind)
+            .map_or(self.policy.retry, |(_, own)| *own);
+        let mut transition = decide(&item, &ran.outcome, retry, now, jitter);
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(

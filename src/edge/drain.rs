@@ -22,7 +22,6 @@ use crate::core::drain::{Action, Drain, DrainError, Policy, Refused, Report, Set
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
 use crate::core::timing::call_ms;
-use crate::jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, StoreError, StoreResult};
@@ -55,10 +54,11 @@ pub async fn run(
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
         DispatchMode::Fanout => 1,
-        DispatchMode::Inline => jobs::max_subrequests_per_run(),
+        DispatchMode::Inline => super::run::registry().max_subrequests_per_run(),
     };
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
+    machine.set_kind_retry(super::run::registry().retry_policies(s.retry));
     machine.prepared(prepare_ms);
     let mut watchdog = Watchdog::new(call_ms(s.job_timeout_ms));
     let mut in_flight = FuturesUnordered::new();

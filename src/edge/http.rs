@@ -125,6 +125,7 @@ async fn admin(
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let store = Store::new(D1Db::new(db));
+    let jobs = super::run::registry();
     let app = App {
         store: &store,
         settings: &cfg.settings,
@@ -132,6 +133,7 @@ async fn admin(
         now: clock::now_ms(),
         new_id: &clock::random_id,
         event: &log::event,
+        jobs: &jobs,
     };
     let served = api::serve(&app, route, request, WorkerBody(req)).await;
     *rows_read = Some(store.usage().rows_read);

@@ -8,6 +8,7 @@ mod dispatch;
 mod drain;
 mod http;
 mod log;
+mod outbound;
 mod probe;
 mod run;
 mod schedule;

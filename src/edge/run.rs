@@ -2,18 +2,17 @@
 //! "run a job under a timeout" used by both the child and inline mode.
 
 use std::cell::RefCell;
-
-use futures::future::{select, Either};
-use worker::{AbortController, Delay};
+use std::rc::Rc;
 
 use super::config::Config;
+use super::outbound::EdgeOutbound;
 use super::{clock, log};
 use crate::core::error::ApiError;
 use crate::core::log_limit::{LogDecision, LogLimit};
 use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::requests::parse_json;
 use crate::core::signature::{self, SignatureError, SignatureHeader};
-use crate::jobs::{self, JobContext};
+use crate::jobs::{Jobs, RunConfig};
 
 pub const SIGNATURE_HEADER: &str = "Fanout-Dispatch-Signature";
 
@@ -23,17 +22,24 @@ thread_local! {
     static REJECTED: RefCell<LogLimit> = const { RefCell::new(LogLimit::rejected_dispatches()) };
 }
 
-/// Run `item`'s job, giving up after `JOB_TIMEOUT_MS` (a transient failure, with
-/// no channel results). The abort signal also cancels the job's own fetches. A
-/// `multi` job gives up on its late channels before this (`jobs::multi`), so it
-/// returns every channel's result in time; this timer is its backstop.
+thread_local! {
+    // The kinds this Worker runs: built once per isolate.
+    static JOBS: Rc<Jobs> = Rc::new(Jobs::builtin());
+}
+
+/// The job registry of this Worker (request validation, the drain's inline
+/// cost, the child).
+pub fn registry() -> Rc<Jobs> {
+    JOBS.with(Rc::clone)
+}
+
+/// Run `item`'s job through the runtime's outbound seam, giving up after its
+/// timeout (`Jobs::run`: the kind's own, at most `JOB_TIMEOUT_MS`; a transient
+/// failure, with no channel results). A `multi` job gives up on its late
+/// channels before this (`jobs::multi`), so it returns every channel's result
+/// in time; this timer is its backstop.
 pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
-    let Some(job) = jobs::find(&item.kind) else {
-        return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
-    };
-    let timeout_ms = cfg.settings.job_timeout_ms;
-    let controller = AbortController::default();
-    let ctx = JobContext {
+    let config = RunConfig {
         webhook_secret: cfg.secrets.webhook.clone(),
         dispatch_secrets: cfg
             .secrets
@@ -42,26 +48,9 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
             .map(str::to_string)
             .collect(),
         allow_private_targets: cfg.settings.allow_private_targets,
-        signal: controller.signal(),
-        job_timeout_ms: timeout_ms,
+        job_timeout_ms: cfg.settings.job_timeout_ms,
     };
-    let outcome = {
-        let mut run = std::pin::pin!(job.run(&ctx, item));
-        // A job that finishes on its first poll cannot be late: it needs no timer,
-        // and a timer per child is measurable CPU.
-        if let Some(outcome) = futures::FutureExt::now_or_never(run.as_mut()) {
-            return outcome;
-        }
-        let timer = Delay::from(std::time::Duration::from_millis(timeout_ms as u64));
-        match select(run, timer).await {
-            Either::Left((outcome, _)) => Some(outcome),
-            Either::Right(_) => None,
-        }
-    };
-    outcome.unwrap_or_else(|| {
-        controller.abort();
-        Outcome::Retry(format!("timed out after {timeout_ms} ms")).into()
-    })
+    registry().run(item, &config, &EdgeOutbound, None).await
 }
 
 /// The dispatch signature header, checked for shape and age before anything else

@@ -7,61 +7,46 @@
 
 use serde_json::Value;
 
-use super::JobKind;
-#[cfg(target_arch = "wasm32")]
-use crate::core::model::{ClaimedItem, Ran};
+use super::webhook::post_signed;
+use super::{Context, Job, Outcome};
+use crate::core::callback::Payload;
 use crate::core::target::TargetPolicy;
 
 pub struct Callback;
 
-impl JobKind for Callback {
+impl Job for Callback {
+    type Payload = Value;
+
     fn name(&self) -> &'static str {
         crate::core::callback::KIND
     }
 
-    /// Never reached from a request (`jobs::check_payload` knows only the public
+    /// Never reached from a request (`Jobs::check_payload` knows only the public
     /// kinds); refuses all the same.
-    fn validate(&self, _payload: &Value, _policy: &TargetPolicy) -> Result<(), String> {
+    fn validate(&self, _payload: &Value, _targets: &TargetPolicy) -> Result<(), String> {
         Err("callback rows are enqueued by the Worker when a batch ends".into())
     }
 
-    fn subrequests_per_run(&self) -> i64 {
-        1
+    async fn run(&self, ctx: &Context<'_>, _payload: Value) -> Outcome {
+        // The URL was checked when the batch (or its schedule) was written; checked
+        // again, as every delivery is.
+        let checked = Payload::parse(&ctx.item.payload).and_then(|p| {
+            let url = crate::core::target::validate(&p.url, &ctx.config.policy())
+                .map_err(|e| e.to_string())?;
+            Ok((p, url))
+        });
+        let (payload, url) = match checked {
+            Ok(checked) => checked,
+            Err(e) => return Outcome::Fail(format!("not sent: {e}")),
+        };
+        post_signed(
+            ctx.outbound(),
+            &ctx.signal,
+            &url,
+            payload.body(),
+            &payload.idempotency_key(),
+            &ctx.config.webhook_secret,
+        )
+        .await
     }
-
-    #[cfg(target_arch = "wasm32")]
-    fn run<'a>(
-        &'a self,
-        ctx: &'a super::JobContext,
-        item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Ran> {
-        Box::pin(async move { run(ctx, item).await.into() })
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model::Outcome {
-    use super::webhook::post_signed;
-    use crate::core::callback::Payload;
-    use crate::core::model::Outcome;
-
-    // The URL was checked when the batch (or its schedule) was written; checked
-    // again, as every delivery is.
-    let checked = Payload::parse(&item.payload).and_then(|p| {
-        let url =
-            crate::core::target::validate(&p.url, &ctx.policy()).map_err(|e| e.to_string())?;
-        Ok((p, url))
-    });
-    let (payload, url) = match checked {
-        Ok(checked) => checked,
-        Err(e) => return Outcome::Fail(format!("not sent: {e}")),
-    };
-    post_signed(
-        &ctx.signal,
-        &url,
-        payload.body(),
-        &payload.idempotency_key(),
-        &ctx.webhook_secret,
-    )
-    .await
 }

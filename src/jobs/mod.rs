@@ -1,38 +1,156 @@
-//! Job kinds: what running one item means. A kind validates its payload when a
-//! subject or item is written (pure, host-tested) and runs it in the Worker.
-//! Add a kind by implementing [`JobKind`] and listing it in [`REGISTRY`].
-//! [`INTERNAL`] kinds run rows the Worker enqueues itself (completion callbacks):
-//! no subject or item may name them.
+//! Job kinds: what running one item means, and the API a kind is written in.
+//!
+//! A kind is a [`Job`]: a name, a payload type and its validation (at write time,
+//! pure), an async `run` that returns [`Outcome`] (done, retry, fail), and
+//! defaults for the rest (listing redaction, subrequest cost, channels, its own
+//! [`Policy`]). A run gets a [`Context`]: the item, the abort signal, the
+//! outbound seam ([`outbound::Outbound`]: fetch, sleep, clock), the settings a
+//! built-in kind needs, the Worker's environment (on the Worker only, as an
+//! opaque handle) and, for kinds with channels, a place to report each
+//! channel's result. [`Jobs`] is the registry: the built-in kinds plus any
+//! registered at runtime; request validation and the child both use it.
+//! Internal kinds run rows the Worker enqueues itself (completion callbacks): no
+//! subject or item may name them.
 
 pub mod callback;
+pub mod memory;
 pub mod multi;
 pub mod noop;
+pub mod outbound;
 pub mod webhook;
 
+use std::any::Any;
+use std::cell::RefCell;
+
+use futures::future::{select, Either, LocalBoxFuture};
+use serde::de::DeserializeOwned;
+use serde::Deserialize as _;
 use serde_json::Value;
 
-#[cfg(target_arch = "wasm32")]
-use crate::core::model::{ClaimedItem, Ran};
+pub use crate::core::model::{ClaimedItem, Outcome, Ran};
+use crate::core::receipts::{self, ChannelResults, Receipts};
+use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
+pub use outbound::{Outbound, Request, Response, Signal};
 
-/// What a job may use while it runs.
-#[cfg(target_arch = "wasm32")]
-pub struct JobContext {
+/// A job kind. Only `name` and `run` are required; the rest has defaults.
+pub trait Job: 'static {
+    /// What items of this kind carry, parsed from their stored JSON (use
+    /// `serde_json::Value` to take any JSON and parse it yourself).
+    type Payload: DeserializeOwned;
+
+    /// The `kind` stored on subjects and items: unique in a registry.
+    fn name(&self) -> &'static str;
+
+    /// Refuse a payload this kind could never run, before it is stored (400
+    /// `invalid_payload`). `targets` says which network targets the deployment
+    /// allows (`core::target`). Default: any payload that parses.
+    fn validate(&self, _payload: &Self::Payload, _targets: &TargetPolicy) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Run one item. Must not touch D1: the dispatcher commits the outcome.
+    /// Dropped when the job's time is up (the abort signal fires first).
+    #[allow(async_fn_in_trait)] // Workers are single-threaded: no `Send` needed.
+    async fn run(&self, ctx: &Context<'_>, payload: Self::Payload) -> Outcome;
+
+    /// Hide what a listing must not show (secrets), in place. Default: nothing.
+    fn redact(&self, _payload: &mut Value) {}
+
+    /// Subrequests one run makes at most: counted against the budget in inline
+    /// mode. Default 1.
+    fn subrequests_per_run(&self) -> i64 {
+        1
+    }
+
+    /// Whether its items have channels, each with its receipt (`core::receipts`):
+    /// a run reports each channel it sent with [`Context::report_channel`].
+    fn has_channels(&self) -> bool {
+        false
+    }
+
+    /// This kind's own retry and timeout settings. Default: the global ones.
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+}
+
+/// A kind's own settings; `None` keeps the global setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Attempts per item, as `MAX_ATTEMPTS` (1 to 100). Checked, not applied
+    /// yet: items get `MAX_ATTEMPTS` when enqueued.
+    pub max_attempts: Option<i64>,
+    /// How long one run may take, as `JOB_TIMEOUT_MS`. Leases and the drain's
+    /// deadlines are sized from `JOB_TIMEOUT_MS`, so a longer one is clamped to it:
+    /// a kind may only shorten its time.
+    pub timeout_ms: Option<i64>,
+    /// Backoff base and cap, as `RETRY_BASE_MS` and `RETRY_MAX_MS`: applied by
+    /// the drain's commit (`Jobs::retry_policies`).
+    pub retry_base_ms: Option<i64>,
+    pub retry_max_ms: Option<i64>,
+}
+
+impl Policy {
+    /// The ranges of the global settings, so a kind cannot ask for what a
+    /// deployment could not be configured with.
+    pub fn check(&self) -> Result<(), String> {
+        let range = |name: &str, v: Option<i64>, lo: i64, hi: i64| match v {
+            Some(v) if !(lo..=hi).contains(&v) => {
+                Err(format!("{name} must be between {lo} and {hi}, got {v}"))
+            }
+            _ => Ok(()),
+        };
+        range("max_attempts", self.max_attempts, 1, 100)?;
+        range("timeout_ms", self.timeout_ms, 1, 900_000)?;
+        range("retry_base_ms", self.retry_base_ms, 0, 86_400_000)?;
+        range("retry_max_ms", self.retry_max_ms, 0, 7 * 86_400_000)?;
+        if let (Some(base), Some(max)) = (self.retry_base_ms, self.retry_max_ms) {
+            if max < base {
+                return Err(format!(
+                    "retry_max_ms ({max}) must be at least retry_base_ms ({base})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The job timeout a run of this kind gets under the global `JOB_TIMEOUT_MS`.
+    pub fn timeout_ms(&self, global_ms: i64) -> i64 {
+        self.timeout_ms.map_or(global_ms, |t| t.min(global_ms))
+    }
+
+    /// The attempts an item of this kind gets when enqueued.
+    pub fn max_attempts(&self, global: i64) -> i64 {
+        self.max_attempts.unwrap_or(global)
+    }
+
+    /// The backoff of this kind's retries; a cap below the base caps the base.
+    pub fn retry(&self, global: RetryPolicy) -> RetryPolicy {
+        let max_ms = self.retry_max_ms.unwrap_or(global.max_ms);
+        RetryPolicy {
+            base_ms: self.retry_base_ms.unwrap_or(global.base_ms).min(max_ms),
+            max_ms,
+        }
+    }
+}
+
+/// The Worker's settings and secrets a run may need (the built-in kinds sign
+/// deliveries and check targets again).
+#[derive(Debug, Clone, Default)]
+pub struct RunConfig {
+    /// `WEBHOOK_SECRET`.
     pub webhook_secret: String,
     /// `DISPATCH_SECRET` (and the previous one during a rotation): no subject's
     /// signing secret may equal one.
     pub dispatch_secrets: Vec<String>,
     /// `ALLOW_PRIVATE_TARGETS`, checked again at run time.
     pub allow_private_targets: bool,
-    /// Aborted when the job's time is up, so its fetches stop too.
-    pub signal: worker::AbortSignal,
-    /// `JOB_TIMEOUT_MS`: a job that can report partial results gives up on
-    /// what is still out a little sooner (`core::timing::channel_deadline_ms`).
+    /// `JOB_TIMEOUT_MS`, the global job timeout.
     pub job_timeout_ms: i64,
 }
 
-#[cfg(target_arch = "wasm32")]
-impl JobContext {
+impl RunConfig {
     /// The target policy a run checks its URLs against again (the Worker's own
     /// host is not known to a child).
     pub fn policy(&self) -> TargetPolicy<'static> {
@@ -47,134 +165,321 @@ impl JobContext {
     }
 }
 
-pub trait JobKind: Sync {
-    /// The `kind` stored on subjects and items.
-    fn name(&self) -> &'static str;
+/// What one run may use.
+pub struct Context<'a> {
+    /// The claimed item: `item_id`, `batch_id`, `subject_id`, `attempt` (1-based),
+    /// `max_attempts`, `kind`, `payload` (as stored).
+    pub item: &'a ClaimedItem,
+    /// Aborted when the job's time is up; pass it to anything that outlives a
+    /// dropped future ([`Context::fetch`] does).
+    pub signal: Signal,
+    pub config: &'a RunConfig,
+    /// This run's time: `JOB_TIMEOUT_MS`, or the kind's shorter own.
+    pub timeout_ms: i64,
+    outbound: &'a dyn Outbound,
+    host: Option<&'a dyn Any>,
+    delivered: Receipts,
+    channels: RefCell<ChannelResults>,
+}
 
-    /// Reject a payload this kind could never run, before it is stored. `policy`
-    /// says which network targets are allowed (`core::target`).
-    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String>;
-
-    /// Hide what a listing must not show (secrets), in place. Default: nothing.
-    fn redact(&self, _payload: &mut Value) {}
-
-    /// Subrequests one run makes at most; counted against the budget in inline
-    /// mode.
-    fn subrequests_per_run(&self) -> i64;
-
-    /// Whether its items have channels, each with its receipt (`core::receipts`).
-    fn has_channels(&self) -> bool {
-        false
-    }
-
-    /// Run one item: its outcome and, for kinds with channels, each channel's
-    /// result. Must not touch D1: the dispatcher commits them.
-    #[cfg(target_arch = "wasm32")]
-    fn run<'a>(
-        &'a self,
-        ctx: &'a JobContext,
+impl<'a> Context<'a> {
+    /// A run's context. `host` is what [`Context::host`] gives back: the Worker's
+    /// `worker::Env` on the Worker, anything (or nothing) in a host test.
+    pub fn new(
         item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Ran>;
-}
-
-/// Every job kind subjects and items may use.
-pub static REGISTRY: &[&dyn JobKind] = &[&webhook::Webhook, &multi::Multi, &noop::Noop];
-
-/// Kinds of rows the Worker enqueues itself: completion callbacks.
-pub static INTERNAL: &[&dyn JobKind] = &[&callback::Callback];
-
-/// The kind that runs a claimed row, public or internal.
-pub fn find(kind: &str) -> Option<&'static dyn JobKind> {
-    REGISTRY
-        .iter()
-        .chain(INTERNAL)
-        .copied()
-        .find(|k| k.name() == kind)
-}
-
-/// Whether items of `kind` have channels (their listing shows `receipts`).
-pub fn has_channels(kind: &str) -> bool {
-    find(kind).is_some_and(|k| k.has_channels())
-}
-
-/// The payload check used by request validation: public kinds only.
-pub fn check_payload(kind: &str, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
-    match REGISTRY.iter().find(|k| k.name() == kind) {
-        Some(job) => job.validate(payload, policy),
-        None => {
-            let known: Vec<&str> = REGISTRY.iter().map(|k| k.name()).collect();
-            Err(format!(
-                "unknown kind {kind:?}; known kinds: {}",
-                known.join(", ")
-            ))
+        config: &'a RunConfig,
+        outbound: &'a dyn Outbound,
+        host: Option<&'a dyn Any>,
+    ) -> Context<'a> {
+        Context {
+            item,
+            signal: Signal::new(),
+            config,
+            timeout_ms: config.job_timeout_ms,
+            outbound,
+            host,
+            delivered: receipts::parse(item.receipts.as_deref()),
+            channels: RefCell::new(ChannelResults::new()),
         }
     }
-}
 
-/// A stored payload as listings show it: the kind's [`JobKind::redact`] applied.
-pub fn public_payload(kind: &str, mut payload: Value) -> Value {
-    if let Some(job) = find(kind) {
-        job.redact(&mut payload);
+    /// Send `request`, aborted with the job's signal.
+    pub async fn fetch(&self, request: Request) -> Result<Response, String> {
+        self.outbound.fetch(request, &self.signal).await
     }
-    payload
+
+    /// The outbound seam itself (e.g. to fetch under a signal of one's own).
+    pub fn outbound(&self) -> &'a dyn Outbound {
+        self.outbound
+    }
+
+    /// The real time, from the seam.
+    pub fn now_ms(&self) -> i64 {
+        self.outbound.now_ms()
+    }
+
+    /// The runtime's environment, if it is a `T`: on the Worker, `worker::Env`
+    /// (its secrets, KV, bindings). Host tests pass what they like.
+    pub fn host<T: Any>(&self) -> Option<&'a T> {
+        self.host.and_then(|h| h.downcast_ref::<T>())
+    }
+
+    /// Whether `channel` was delivered by an earlier run (do not send it again).
+    pub fn is_delivered(&self, channel: &str) -> bool {
+        receipts::is_delivered(&self.delivered, channel)
+    }
+
+    /// Report one channel's result of this run (kinds with channels): committed
+    /// with the outcome, so a retry sends only what is still missing.
+    pub fn report_channel(&self, channel: &str, outcome: Outcome) {
+        self.channels.borrow_mut().insert(channel.into(), outcome);
+    }
+
+    fn take_channels(&self) -> ChannelResults {
+        std::mem::take(&mut self.channels.borrow_mut())
+    }
 }
 
-/// The largest per-run subrequest cost of any kind (inline budget planning: a
-/// claim cannot know its items' kinds, so each is held at the worst, `multi`'s).
-pub fn max_subrequests_per_run() -> i64 {
-    REGISTRY
-        .iter()
-        .chain(INTERNAL)
-        .map(|k| k.subrequests_per_run())
-        .max()
-        .unwrap_or(1)
+/// A [`Job`] behind a pointer: what the registry holds.
+trait Kind {
+    fn name(&self) -> &'static str;
+    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String>;
+    fn redact(&self, payload: &mut Value);
+    fn subrequests_per_run(&self) -> i64;
+    fn has_channels(&self) -> bool;
+    fn policy(&self) -> Policy;
+    fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome>;
+}
+
+impl<J: Job> Kind for J {
+    fn name(&self) -> &'static str {
+        Job::name(self)
+    }
+
+    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String> {
+        let p = J::Payload::deserialize(payload)
+            .map_err(|e| format!("{} payload: {e}", Job::name(self)))?;
+        self.validate(&p, targets)
+    }
+
+    fn redact(&self, payload: &mut Value) {
+        Job::redact(self, payload)
+    }
+
+    fn subrequests_per_run(&self) -> i64 {
+        Job::subrequests_per_run(self)
+    }
+
+    fn has_channels(&self) -> bool {
+        Job::has_channels(self)
+    }
+
+    fn policy(&self) -> Policy {
+        Job::policy(self)
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            match serde_json::from_str::<J::Payload>(&ctx.item.payload) {
+                Ok(payload) => Job::run(self, ctx, payload).await,
+                Err(e) => Outcome::Fail(format!("not run: {} payload: {e}", Job::name(self))),
+            }
+        })
+    }
+}
+
+/// Why a kind cannot be registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisterError(pub String);
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The job kinds a Worker runs: the built-in ones and any registered with
+/// [`Jobs::register`].
+pub struct Jobs {
+    public: Vec<Box<dyn Kind>>,
+    internal: Vec<Box<dyn Kind>>,
+}
+
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jobs")
+            .field("kinds", &self.names())
+            .finish()
+    }
+}
+
+impl Default for Jobs {
+    fn default() -> Jobs {
+        Jobs::builtin()
+    }
+}
+
+impl Jobs {
+    /// `webhook`, `multi`, `noop`, and the internal `callback`.
+    pub fn builtin() -> Jobs {
+        Jobs {
+            public: vec![
+                Box::new(webhook::Webhook),
+                Box::new(multi::Multi),
+                Box::new(noop::Noop),
+            ],
+            internal: vec![Box::new(callback::Callback)],
+        }
+    }
+
+    /// Add a kind subjects and items may name. Refused: a name already taken (a
+    /// built-in or internal one included), a name that is not a valid id, a
+    /// policy outside the global settings' ranges.
+    pub fn register<J: Job>(&mut self, job: J) -> Result<&mut Jobs, RegisterError> {
+        let name = Job::name(&job);
+        crate::core::requests::validate_id("kind", name)
+            .map_err(|e| RegisterError(e.public_message()))?;
+        if self.find(name).is_some() {
+            return Err(RegisterError(format!(
+                "job kind {name:?} is already registered"
+            )));
+        }
+        Job::policy(&job)
+            .check()
+            .map_err(|e| RegisterError(format!("job kind {name:?}: {e}")))?;
+        self.public.push(Box::new(job));
+        Ok(self)
+    }
+
+    /// The builder form of [`Jobs::register`]; panics on a refused kind (a
+    /// programming error, found on the first request).
+    pub fn with<J: Job>(mut self, job: J) -> Jobs {
+        if let Err(e) = self.register(job) {
+            panic!("{e}");
+        }
+        self
+    }
+
+    fn find(&self, kind: &str) -> Option<&dyn Kind> {
+        self.public
+            .iter()
+            .chain(&self.internal)
+            .map(|k| &**k)
+            .find(|k| k.name() == kind)
+    }
+
+    /// The public kinds' names, in registration order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.public.iter().map(|k| k.name()).collect()
+    }
+
+    /// Whether a claimed row of `kind` can run here (public or internal).
+    pub fn knows(&self, kind: &str) -> bool {
+        self.find(kind).is_some()
+    }
+
+    /// Whether items of `kind` have channels (their listing shows `receipts`).
+    pub fn has_channels(&self, kind: &str) -> bool {
+        self.find(kind).is_some_and(|k| k.has_channels())
+    }
+
+    /// `kind`'s own policy (the default for an unknown kind).
+    pub fn policy(&self, kind: &str) -> Policy {
+        self.find(kind).map(|k| k.policy()).unwrap_or_default()
+    }
+
+    /// The backoff of each kind with its own (`Policy::retry` under the global
+    /// `RETRY_BASE_MS` and `RETRY_MAX_MS`), for the drain's commit.
+    pub fn retry_policies(&self, global: RetryPolicy) -> Vec<(String, RetryPolicy)> {
+        self.public
+            .iter()
+            .chain(&self.internal)
+            .filter(|k| {
+                let p = k.policy();
+                p.retry_base_ms.is_some() || p.retry_max_ms.is_some()
+            })
+            .map(|k| (k.name().to_string(), k.policy().retry(global)))
+            .collect()
+    }
+
+    /// The payload check used by request validation: public kinds only.
+    pub fn check_payload(
+        &self,
+        kind: &str,
+        payload: &Value,
+        policy: &TargetPolicy,
+    ) -> Result<(), String> {
+        match self.public.iter().find(|k| k.name() == kind) {
+            Some(job) => job.check(payload, policy),
+            None => Err(format!(
+                "unknown kind {kind:?}; known kinds: {}",
+                self.names().join(", ")
+            )),
+        }
+    }
+
+    /// A stored payload as listings show it: the kind's [`Job::redact`] applied.
+    pub fn public_payload(&self, kind: &str, mut payload: Value) -> Value {
+        if let Some(job) = self.find(kind) {
+            job.redact(&mut payload);
+        }
+        payload
+    }
+
+    /// The largest per-run subrequest cost of any kind (inline budget planning: a
+    /// claim cannot know its items' kinds, so each is held at the worst).
+    pub fn max_subrequests_per_run(&self) -> i64 {
+        self.public
+            .iter()
+            .chain(&self.internal)
+            .map(|k| k.subrequests_per_run())
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Run `item`'s job under its timeout (the kind's own, at most
+    /// `JOB_TIMEOUT_MS`): its outcome and, for kinds with channels, each channel's
+    /// result. On time out the signal is aborted, the run dropped, and the
+    /// outcome is a retry with no channel results. `host`: see [`Context::host`].
+    pub async fn run(
+        &self,
+        item: &ClaimedItem,
+        config: &RunConfig,
+        outbound: &dyn Outbound,
+        host: Option<&dyn Any>,
+    ) -> Ran {
+        let Some(job) = self.find(&item.kind) else {
+            return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
+        };
+        let mut ctx = Context::new(item, config, outbound, host);
+        ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);
+        let timeout_ms = ctx.timeout_ms;
+        let outcome = {
+            let mut run = std::pin::pin!(job.run(&ctx));
+            // A job that finishes on its first poll cannot be late: it needs no
+            // timer, and a timer per child is measurable CPU.
+            match futures::FutureExt::now_or_never(run.as_mut()) {
+                Some(outcome) => Some(outcome),
+                None => match select(run, outbound.sleep(timeout_ms)).await {
+                    Either::Left((outcome, _)) => Some(outcome),
+                    Either::Right(_) => {
+                        // Before the run is dropped: its fetches see the abort.
+                        ctx.signal.abort();
+                        None
+                    }
+                },
+            }
+        };
+        match outcome {
+            Some(outcome) => Ran {
+                // Only what was sent: a run that sent nothing reports no channels.
+                channels: Some(ctx.take_channels()).filter(|c| job.has_channels() && !c.is_empty()),
+                outcome,
+            },
+            None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    const POLICY: TargetPolicy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-    };
-
-    #[test]
-    fn unknown_kinds_name_the_known_ones() {
-        let err = check_payload("email", &json!({}), &POLICY).unwrap_err();
-        assert_eq!(
-            err,
-            "unknown kind \"email\"; known kinds: webhook, multi, noop"
-        );
-        // Internal kinds run, but no subject or item may name them.
-        assert!(find("callback").is_some());
-        let err = check_payload("callback", &json!({"url": "https://example.com/"}), &POLICY)
-            .unwrap_err();
-        assert!(err.starts_with("unknown kind \"callback\""), "{err}");
-    }
-
-    #[test]
-    fn known_kinds_validate_their_payload() {
-        let check = |kind, payload| check_payload(kind, &payload, &POLICY);
-        assert!(check("webhook", json!({"url": "https://example.com/x"})).is_ok());
-        assert!(check("webhook", json!({"url": "ftp://example.com/x"})).is_err());
-        assert!(check("noop", json!({})).is_ok());
-        assert!(check("noop", json!([])).is_err());
-        let channels = json!({"channels": [{"name": "email", "url": "https://example.com/e"}]});
-        assert!(check("multi", channels).is_ok());
-        assert!(check("multi", json!({"channels": []})).is_err());
-    }
-
-    #[test]
-    fn only_multi_has_channels_and_the_inline_cost_is_its_worst() {
-        assert!(has_channels("multi"));
-        for kind in ["webhook", "noop", "callback", "unknown"] {
-            assert!(!has_channels(kind), "{kind}");
-        }
-        assert_eq!(
-            max_subrequests_per_run(),
-            crate::core::receipts::MAX_CHANNELS as i64
-        );
-    }
-}
+mod tests;

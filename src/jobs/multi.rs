@@ -15,12 +15,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use url::Url;
 
-use super::webhook::{check_signing_secret, redact_signing_secret};
-use super::JobKind;
+use std::cell::RefCell;
+
+use futures::future::{join_all, select, Either};
+
+use super::webhook::{check_signing_secret, post_signed, redact_signing_secret, signing_secret};
+use super::{Context, Job, Outcome};
 use crate::core::model::ClaimedItem;
-use crate::core::receipts::{MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS};
+use crate::core::receipts::{self, ChannelResults, MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS};
 use crate::core::requests::validate_id;
 use crate::core::target::{self, TargetPolicy};
+use crate::core::timing::channel_deadline_ms;
 
 pub struct Multi;
 
@@ -117,13 +122,19 @@ pub fn delivery_body(item: &ClaimedItem, channel: &str, data: &Value) -> String 
     serde_json::to_string(&delivery).expect("serialising plain data cannot fail")
 }
 
-impl JobKind for Multi {
+impl Job for Multi {
+    type Payload = Value;
+
     fn name(&self) -> &'static str {
         "multi"
     }
 
-    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
-        parse_payload(payload, policy).map(|_| ())
+    fn validate(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String> {
+        parse_payload(payload, targets).map(|_| ())
+    }
+
+    async fn run(&self, ctx: &Context<'_>, payload: Value) -> Outcome {
+        run(ctx, &payload).await
     }
 
     fn redact(&self, payload: &mut Value) {
@@ -138,115 +149,56 @@ impl JobKind for Multi {
     fn has_channels(&self) -> bool {
         true
     }
-
-    #[cfg(target_arch = "wasm32")]
-    fn run<'a>(
-        &'a self,
-        ctx: &'a super::JobContext,
-        item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, crate::core::model::Ran> {
-        Box::pin(run(ctx, item))
-    }
 }
 
-#[cfg(target_arch = "wasm32")]
-async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> crate::core::model::Ran {
-    use std::cell::RefCell;
-
-    use futures::future::{join_all, select, Either};
-
-    use super::webhook::{post_signed, signing_secret};
-    use crate::core::model::{Outcome, Ran};
-    use crate::core::receipts::{self, ChannelResults};
-    use crate::core::timing::channel_deadline_ms;
-
+async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
     // Checked again, as a webhook is: settings change, queued items do not.
-    let dispatch_secrets = ctx.dispatch_keys();
-    let checked = serde_json::from_str::<Value>(&item.payload)
-        .map_err(|e| e.to_string())
-        .and_then(|v| parse_payload(&v, &ctx.policy()))
-        .and_then(|(p, urls)| {
-            let own = p.signing_secret.as_deref();
-            let secret = signing_secret(own, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
-            Ok((p, urls, secret))
-        });
+    let dispatch_secrets = ctx.config.dispatch_keys();
+    let checked = parse_payload(payload, &ctx.config.policy()).and_then(|(p, urls)| {
+        let own = p.signing_secret.as_deref();
+        let secret = signing_secret(own, &ctx.config.webhook_secret, &dispatch_secrets)?;
+        let secret = secret.to_string();
+        Ok((p, urls, secret))
+    });
     let (payload, urls, secret) = match checked {
         Ok(checked) => checked,
-        Err(e) => return Outcome::Fail(format!("not sent: {e}")).into(),
+        Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
-    let delivered = receipts::parse(item.receipts.as_deref());
     let todo: Vec<(&Channel, &Url)> = payload
         .channels
         .iter()
         .zip(&urls)
-        .filter(|(c, _)| !receipts::is_delivered(&delivered, &c.name))
+        .filter(|(c, _)| !ctx.is_delivered(&c.name))
         .collect();
     // Every channel at once, each until it answers or the channel deadline passes
     // (one timer for all). A channel still out then is a transient failure of its
     // own, committed with the others' answers: were the job's timer
-    // (`edge::run::run_with_timeout`) to fire first, every answer would be lost
-    // and the channels already delivered sent again.
-    let deadline_ms = channel_deadline_ms(ctx.job_timeout_ms);
-    let late = LateChannels(Some(worker::AbortController::default()));
+    // (`Jobs::run`) to fire first, every answer would be lost and the channels
+    // already delivered sent again. The late ones' fetches are aborted (their
+    // signal, and dropping them).
+    let deadline_ms = channel_deadline_ms(ctx.timeout_ms);
+    let channels = ctx.signal.child();
     let answers: Vec<RefCell<Option<Outcome>>> = todo.iter().map(|_| RefCell::new(None)).collect();
     let sends = join_all(todo.iter().zip(&answers).map(|((c, url), answer)| {
-        let body = delivery_body(item, &c.name, &payload.data);
-        let key = idempotency_key(item.item_id, &c.name);
-        let secret = secret.as_str();
-        let signal = late.signal();
+        let body = delivery_body(ctx.item, &c.name, &payload.data);
+        let key = idempotency_key(ctx.item.item_id, &c.name);
+        let (secret, channels) = (secret.as_str(), &channels);
         async move {
-            let outcome = post_signed(&signal, url, body, &key, secret).await;
+            let outcome = post_signed(ctx.outbound(), channels, url, body, &key, secret).await;
             *answer.borrow_mut() = Some(outcome);
         }
     }));
-    let timer = worker::Delay::from(std::time::Duration::from_millis(deadline_ms as u64));
-    let all_answered = matches!(select(std::pin::pin!(sends), timer).await, Either::Left(_));
-    if all_answered {
-        late.disarm();
-    } else {
-        drop(late);
+    let timer = ctx.outbound().sleep(deadline_ms);
+    if let Either::Right(_) = select(std::pin::pin!(sends), timer).await {
+        channels.abort();
     }
-    let results: ChannelResults = todo
-        .iter()
-        .zip(answers)
-        .map(|((c, _), answer)| {
-            let outcome = receipts::answered_or_timed_out(answer.into_inner(), deadline_ms);
-            (c.name.clone(), outcome)
-        })
-        .collect();
-    Ran {
-        outcome: receipts::outcome(&results),
-        channels: Some(results),
+    let mut results = ChannelResults::new();
+    for ((c, _), answer) in todo.iter().zip(answers) {
+        let outcome = receipts::answered_or_timed_out(answer.into_inner(), deadline_ms);
+        ctx.report_channel(&c.name, outcome.clone());
+        results.insert(c.name.clone(), outcome);
     }
-}
-
-/// Aborts the fetches of a run's channels when dropped: the late ones at the
-/// channel deadline, or all of them if the job's own timer drops the run first.
-/// Disarmed once every channel has answered (nothing left to stop).
-#[cfg(target_arch = "wasm32")]
-struct LateChannels(Option<worker::AbortController>);
-
-#[cfg(target_arch = "wasm32")]
-impl LateChannels {
-    fn signal(&self) -> worker::AbortSignal {
-        self.0
-            .as_ref()
-            .map(worker::AbortController::signal)
-            .expect("armed until disarmed or dropped")
-    }
-
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-impl Drop for LateChannels {
-    fn drop(&mut self) {
-        if let Some(controller) = self.0.take() {
-            controller.abort();
-        }
-    }
+    receipts::outcome(&results)
 }
 
 #[cfg(test)]

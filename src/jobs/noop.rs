@@ -3,19 +3,19 @@
 
 use serde_json::Value;
 
-use super::JobKind;
-#[cfg(target_arch = "wasm32")]
-use crate::core::model::{ClaimedItem, Outcome, Ran};
+use super::{Context, Job, Outcome};
 use crate::core::target::TargetPolicy;
 
 pub struct Noop;
 
-impl JobKind for Noop {
+impl Job for Noop {
+    type Payload = Value;
+
     fn name(&self) -> &'static str {
         "noop"
     }
 
-    fn validate(&self, payload: &Value, _policy: &TargetPolicy) -> Result<(), String> {
+    fn validate(&self, payload: &Value, _targets: &TargetPolicy) -> Result<(), String> {
         if payload.is_object() {
             Ok(())
         } else {
@@ -23,16 +23,11 @@ impl JobKind for Noop {
         }
     }
 
-    fn subrequests_per_run(&self) -> i64 {
-        0
+    async fn run(&self, _ctx: &Context<'_>, _payload: Value) -> Outcome {
+        Outcome::Done
     }
 
-    #[cfg(target_arch = "wasm32")]
-    fn run<'a>(
-        &'a self,
-        _ctx: &'a super::JobContext,
-        _item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, Ran> {
-        Box::pin(async { Outcome::Done.into() })
+    fn subrequests_per_run(&self) -> i64 {
+        0
     }
 }

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use url::Url;
 
-use super::JobKind;
+use super::outbound::{Outbound, Request, Signal};
+use super::{Context, Job};
 use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::signature::constant_time_eq;
 use crate::core::target::{self, TargetPolicy};
@@ -120,93 +121,65 @@ pub fn classify_status(status: u16) -> Outcome {
     }
 }
 
-impl JobKind for Webhook {
+impl Job for Webhook {
+    type Payload = Value;
+
     fn name(&self) -> &'static str {
         "webhook"
     }
 
-    fn validate(&self, payload: &Value, policy: &TargetPolicy) -> Result<(), String> {
-        parse_payload(payload, policy).map(|_| ())
+    fn validate(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String> {
+        parse_payload(payload, targets).map(|_| ())
+    }
+
+    async fn run(&self, ctx: &Context<'_>, payload: Value) -> Outcome {
+        run(ctx, &payload).await
     }
 
     fn redact(&self, payload: &mut Value) {
         redact_signing_secret(payload);
     }
-
-    fn subrequests_per_run(&self) -> i64 {
-        1
-    }
-
-    #[cfg(target_arch = "wasm32")]
-    fn run<'a>(
-        &'a self,
-        ctx: &'a super::JobContext,
-        item: &'a ClaimedItem,
-    ) -> futures::future::LocalBoxFuture<'a, crate::core::model::Ran> {
-        Box::pin(async move { run(ctx, item).await.into() })
-    }
 }
 
-#[cfg(target_arch = "wasm32")]
-async fn run(ctx: &super::JobContext, item: &ClaimedItem) -> Outcome {
+async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
     // Checked again here, not only when the subject was written: settings change
     // (ALLOW_PRIVATE_TARGETS back to false), and queued items keep their payload.
-    let dispatch_secrets = ctx.dispatch_keys();
-    let checked = serde_json::from_str::<Value>(&item.payload)
-        .map_err(|e| e.to_string())
-        .and_then(|v| parse_payload(&v, &ctx.policy()))
-        .and_then(|(p, url)| {
-            let own = p.signing_secret.as_deref();
-            let secret = signing_secret(own, &ctx.webhook_secret, &dispatch_secrets)?.to_string();
-            Ok((p, url, secret))
-        });
-    let (payload, url, secret) = match checked {
+    let dispatch_secrets = ctx.config.dispatch_keys();
+    let checked = parse_payload(payload, &ctx.config.policy()).and_then(|(p, url)| {
+        let own = p.signing_secret.as_deref();
+        let secret = signing_secret(own, &ctx.config.webhook_secret, &dispatch_secrets)?;
+        Ok((p.data, url, secret.to_string()))
+    });
+    let (data, url, secret) = match checked {
         Ok(checked) => checked,
         Err(e) => return Outcome::Fail(format!("not sent: {e}")),
     };
-    let body = delivery_body(item, &payload.data);
-    let key = item.item_id.to_string();
-    post_signed(&ctx.signal, &url, body, &key, &secret).await
+    let body = delivery_body(ctx.item, &data);
+    let key = ctx.item.item_id.to_string();
+    post_signed(ctx.outbound(), &ctx.signal, &url, body, &key, &secret).await
 }
 
 /// POST a signed JSON `body` to a checked `url` with this `Idempotency-Key`, the
 /// way every delivery goes out (webhooks, multi-channel items' channels,
 /// completion callbacks): `Fanout-Signature` with `secret`, redirects not
-/// followed, aborted with `signal` (the job's, `JobContext::signal`, or a
-/// channel's). The answer's status is the outcome ([`classify_status`]).
-#[cfg(target_arch = "wasm32")]
+/// followed (the seam never follows them), aborted with `signal` (the job's,
+/// or a channel's). The answer's status is the outcome ([`classify_status`]).
 pub async fn post_signed(
-    signal: &worker::AbortSignal,
+    outbound: &dyn Outbound,
+    signal: &Signal,
     url: &Url,
     body: String,
     idempotency_key: &str,
     secret: &str,
 ) -> Outcome {
-    use worker::{Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
-
-    let now_secs = (worker::Date::now().as_millis() / 1_000) as i64;
+    let now_secs = outbound.now_ms() / 1_000;
     let signature = crate::core::signature::sign(secret, now_secs, body.as_bytes());
-    let request = (|| {
-        let headers = Headers::new();
-        headers.set("Content-Type", "application/json")?;
-        headers.set("Idempotency-Key", idempotency_key)?;
-        headers.set("Fanout-Signature", &signature)?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post)
-            .with_headers(headers)
-            .with_body(Some(body.into()))
-            // A redirect is answered as it is (classify_status: permanent
-            // failure); following it would send the signature to its Location.
-            .with_redirect(RequestRedirect::Manual);
-        // The URL as parsed and checked, not the raw text.
-        Request::new_with_init(url.as_str(), &init)
-    })();
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => return Outcome::Fail(format!("cannot build request: {e}")),
-    };
-    match Fetch::Request(request).send_with_signal(signal).await {
-        Ok(response) => classify_status(response.status_code()),
+    // The URL as parsed and checked, not the raw text.
+    let request = Request::post_json(url.as_str(), body)
+        .header("Idempotency-Key", idempotency_key)
+        .header("Fanout-Signature", &signature);
+    match outbound.fetch(request, signal).await {
+        Ok(response) => classify_status(response.status),
         Err(e) => Outcome::Retry(format!("network error: {e}")),
     }
 }

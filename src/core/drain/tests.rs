@@ -886,3 +886,26 @@ fn items_released_unrun_do_not_count_against_the_child_cap() {
     assert_eq!(released(&r.reports()), vec![1, 2, 3]);
     assert_eq!(r.m.plan_state(27_000).children, 0);
 }
+
+#[test]
+fn a_kinds_own_backoff_sets_its_retry_delay() {
+    let quick = RetryPolicy {
+        base_ms: 10,
+        max_ms: 10,
+    };
+    let mut r = Run::new(POLICY, 1_000);
+    r.m.set_kind_retry(vec![("nudge".to_string(), quick)]);
+    r.actions(0);
+    let nudge = ClaimedItem {
+        kind: "nudge".into(),
+        ..item(1)
+    };
+    r.m.claimed(0, Ok(vec![nudge.clone(), item(2)]));
+    r.actions(0);
+    r.m.finished(10, nudge, Outcome::Retry("HTTP 503".into()), 0.999_999);
+    r.m.finished(10, item(2), Outcome::Retry("HTTP 503".into()), 0.999_999);
+    let rows = take_commit(r.actions(10));
+    let after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
+    // Its own 10 ms; other kinds keep the global backoff (100 ms on attempt 1).
+    assert_eq!(after, vec![Some(10 + 9), Some(10 + 99)]);
+}

@@ -1,0 +1,381 @@
+//! [`Outbound`] in memory, for host tests of job kinds (the built-in ones and
+//! users' own): a virtual clock that moves only when every future waits on it,
+//! answers scripted per URL (a status after a delay, a network error, or no
+//! answer at all), and a record of every request with how it ended.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures::future::{select, Either, LocalBoxFuture};
+use futures::task::{waker, ArcWake};
+
+use super::outbound::{Outbound, Request, Response, Signal};
+
+/// What a scripted URL answers, after `after_ms` of virtual time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub after_ms: i64,
+    pub reply: Reply,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Respond(Response),
+    /// The fetch fails (a network error, a refused connection).
+    Error(String),
+    /// No answer ever: the fetch waits until it is aborted or dropped.
+    Hang,
+}
+
+impl Answer {
+    pub fn status(status: u16) -> Answer {
+        Answer::respond(Response::new(status))
+    }
+
+    pub fn respond(response: Response) -> Answer {
+        Answer {
+            after_ms: 0,
+            reply: Reply::Respond(response),
+        }
+    }
+
+    pub fn error(message: &str) -> Answer {
+        Answer {
+            after_ms: 0,
+            reply: Reply::Error(message.into()),
+        }
+    }
+
+    pub fn hang() -> Answer {
+        Answer {
+            after_ms: 0,
+            reply: Reply::Hang,
+        }
+    }
+
+    /// The same answer, `ms` later.
+    pub fn after(mut self, ms: i64) -> Answer {
+        self.after_ms = ms;
+        self
+    }
+
+    /// The same answer (a response) with this body text.
+    pub fn body(mut self, text: &str) -> Answer {
+        if let Reply::Respond(r) = &mut self.reply {
+            r.body = text.into();
+        }
+        self
+    }
+
+    /// The same answer (a response) with one more header.
+    pub fn header(mut self, name: &str, value: &str) -> Answer {
+        if let Reply::Respond(r) = &mut self.reply {
+            r.headers.push((name.into(), value.into()));
+        }
+        self
+    }
+}
+
+/// How a recorded request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Still out (the run has not finished with it).
+    Open,
+    Answered,
+    /// Its signal was aborted before an answer (and it was stopped).
+    Aborted,
+    /// Its future was dropped before an answer (the runtime aborts it then).
+    Dropped,
+}
+
+/// One request a job sent, when (virtual ms), and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub request: Request,
+    pub at_ms: i64,
+    pub ended: Ended,
+}
+
+#[derive(Default)]
+struct State {
+    now_ms: i64,
+    timers: Vec<(i64, Waker)>,
+    answers: HashMap<String, VecDeque<Answer>>,
+    sent: Vec<Sent>,
+}
+
+/// The in-memory outbound side. Clone it to keep a handle for assertions.
+#[derive(Clone, Default)]
+pub struct MemoryOutbound(Rc<RefCell<State>>);
+
+impl MemoryOutbound {
+    /// A clock starting at `now_ms` and nothing scripted (an unscripted URL fails
+    /// like a network error, naming the URL).
+    pub fn new(now_ms: i64) -> MemoryOutbound {
+        let out = MemoryOutbound::default();
+        out.0.borrow_mut().now_ms = now_ms;
+        out
+    }
+
+    /// Queue `answer` for the next request to `url` (answers to one URL are used
+    /// in order).
+    pub fn answer(&self, url: &str, answer: Answer) -> &Self {
+        self.0
+            .borrow_mut()
+            .answers
+            .entry(url.into())
+            .or_default()
+            .push_back(answer);
+        self
+    }
+
+    /// Every request sent so far, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.0.borrow().sent.clone()
+    }
+
+    /// The virtual time now.
+    pub fn now(&self) -> i64 {
+        self.0.borrow().now_ms
+    }
+
+    /// Run `future` to completion on the virtual clock: whenever nothing can make
+    /// progress, time jumps to the next timer. Panics if the future waits on
+    /// something that is not a timer (it would wait forever).
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        let woken = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = waker(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut future = pin!(future);
+        loop {
+            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                return out;
+            }
+            if woken.0.swap(false, Ordering::SeqCst) {
+                continue;
+            }
+            let due = {
+                let mut s = self.0.borrow_mut();
+                let next = s
+                    .timers
+                    .iter()
+                    .map(|(at, _)| *at)
+                    .min()
+                    .expect("the future waits on something that is not a timer");
+                s.now_ms = s.now_ms.max(next);
+                let now = s.now_ms;
+                let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut s.timers)
+                    .into_iter()
+                    .partition(|(at, _)| *at <= now);
+                s.timers = later;
+                due
+            };
+            due.into_iter().for_each(|(_, w)| w.wake());
+        }
+    }
+
+    fn record(&self, request: Request) -> (usize, Option<Answer>) {
+        let mut s = self.0.borrow_mut();
+        let answer = s
+            .answers
+            .get_mut(&request.url)
+            .and_then(VecDeque::pop_front);
+        let at_ms = s.now_ms;
+        s.sent.push(Sent {
+            request,
+            at_ms,
+            ended: Ended::Open,
+        });
+        (s.sent.len() - 1, answer)
+    }
+
+    fn end(&self, index: usize, ended: Ended) {
+        let mut s = self.0.borrow_mut();
+        if s.sent[index].ended == Ended::Open {
+            s.sent[index].ended = ended;
+        }
+    }
+}
+
+struct Flag(AtomicBool);
+
+impl ArcWake for Flag {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A virtual timer.
+struct Sleep {
+    at_ms: i64,
+    out: MemoryOutbound,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.out.0.borrow_mut();
+        if s.now_ms >= self.at_ms {
+            Poll::Ready(())
+        } else {
+            s.timers.push((self.at_ms, cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+}
+
+/// Marks its request dropped (aborted, if its signal was) unless it ended first.
+struct DropGuard {
+    out: MemoryOutbound,
+    index: usize,
+    signal: Signal,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        let ended = if self.signal.is_aborted() {
+            Ended::Aborted
+        } else {
+            Ended::Dropped
+        };
+        self.out.end(self.index, ended);
+    }
+}
+
+impl Outbound for MemoryOutbound {
+    fn fetch<'a>(
+        &'a self,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, String>> {
+        Box::pin(async move {
+            let url = request.url.clone();
+            let (index, answer) = self.record(request);
+            let guard = DropGuard {
+                out: self.clone(),
+                index,
+                signal: signal.clone(),
+            };
+            let Some(answer) = answer else {
+                self.end(index, Ended::Answered);
+                return Err(format!("no answer scripted for {url}"));
+            };
+            let wait: LocalBoxFuture<'_, ()> = match answer.reply {
+                Reply::Hang => Box::pin(futures::future::pending()),
+                _ => self.sleep(answer.after_ms),
+            };
+            let result = match select(wait, signal.aborted()).await {
+                Either::Left(_) => {
+                    self.end(index, Ended::Answered);
+                    match answer.reply {
+                        Reply::Respond(r) => Ok(r),
+                        Reply::Error(e) => Err(e),
+                        Reply::Hang => unreachable!("a hanging answer never ends"),
+                    }
+                }
+                Either::Right(_) => {
+                    self.end(index, Ended::Aborted);
+                    Err("aborted".into())
+                }
+            };
+            drop(guard);
+            result
+        })
+    }
+
+    fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()> {
+        let at_ms = self.now() + ms.max(0);
+        Box::pin(Sleep {
+            at_ms,
+            out: self.clone(),
+        })
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_moves_only_to_the_next_timer() {
+        let out = MemoryOutbound::new(1_000);
+        let o = out.clone();
+        let t = out.block_on(async move {
+            o.sleep(250).await;
+            o.sleep(0).await;
+            o.now_ms()
+        });
+        assert_eq!(t, 1_250);
+    }
+
+    #[test]
+    fn scripted_answers_come_in_order_and_requests_are_recorded() {
+        let out = MemoryOutbound::new(0);
+        out.answer("https://a.test/", Answer::status(503).after(40))
+            .answer("https://a.test/", Answer::status(200));
+        let signal = Signal::new();
+        let req = || Request::post_json("https://a.test/", "{}".into());
+        let (first, second, unscripted) = out.block_on(async {
+            (
+                out.fetch(req(), &signal).await,
+                out.fetch(req(), &signal).await,
+                out.fetch(Request::post_json("https://b.test/", "{}".into()), &signal)
+                    .await,
+            )
+        });
+        assert_eq!(first.unwrap().status, 503);
+        assert_eq!(second.unwrap().status, 200);
+        assert_eq!(
+            unscripted.unwrap_err(),
+            "no answer scripted for https://b.test/"
+        );
+        let sent = out.sent();
+        assert_eq!(
+            sent.iter().map(|s| (s.at_ms, s.ended)).collect::<Vec<_>>(),
+            vec![
+                (0, Ended::Answered),
+                (40, Ended::Answered),
+                (40, Ended::Answered)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hanging_request_ends_when_aborted_or_dropped() {
+        let out = MemoryOutbound::new(0);
+        out.answer("https://a.test/", Answer::hang())
+            .answer("https://a.test/", Answer::hang());
+        let signal = Signal::new();
+        let req = || Request::post_json("https://a.test/", "{}".into());
+        let aborted = out.block_on(async {
+            let s = signal.clone();
+            let o = out.clone();
+            let abort_later = async move {
+                o.sleep(100).await;
+                s.abort();
+            };
+            futures::join!(out.fetch(req(), &signal), abort_later).0
+        });
+        assert_eq!(aborted.unwrap_err(), "aborted");
+        let fresh = Signal::new();
+        let raced = out.block_on(async {
+            let raced = select(out.fetch(req(), &fresh), out.sleep(50)).await;
+            matches!(raced, Either::Right(_))
+        });
+        assert!(raced);
+        let ends: Vec<_> = out.sent().iter().map(|s| (s.at_ms, s.ended)).collect();
+        assert_eq!(ends, vec![(0, Ended::Aborted), (100, Ended::Dropped)]);
+        assert_eq!(out.now(), 150);
+    }
+}
