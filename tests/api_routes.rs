@@ -122,6 +122,7 @@ impl Host {
         match route.target {
             Target::Health => Ok(api::health().into()),
             Target::Run => panic!("POST /internal/run needs the runtime (e2e suite)"),
+            Target::ProbeTask => panic!("POST /internal/probe needs the runtime (e2e suite)"),
             Target::Page(asset) => Ok(Served::Text(api::page::serve(asset))),
             Target::Admin(_) => block_on(api::serve(&app, route, req, body)),
         }
@@ -393,6 +394,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
             }
             // Needs the runtime: the e2e suite sends it signed, unsigned and forged.
             (POST, "/internal/run") => {}
+            // Needs the runtime: the e2e suite runs each probe mode, and sends it unsigned.
+            (POST, "/internal/probe") => {}
             (PUT, "/subjects") => {
                 let got = host.ok(PUT, path, Some(json!({"subjects": [subject("s3")]})), 200);
                 assert_eq!(got, json!({"upserted": 1}));
@@ -561,7 +564,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
             (POST, "/probe") => {
                 let req = admin(POST, path);
                 let served = host.serve(&req, br#"{"calls": 10}"#.as_slice());
-                let want = ProbeRequest {
+                let want = ProbeRequest::SelfCalls {
                     calls: 10,
                     concurrency: 25,
                 };
@@ -1553,7 +1556,7 @@ fn probe_bounds_calls_and_concurrency() {
     let probe = |body: Value| host.serve(&admin(POST, "/probe"), body.to_string().as_bytes());
     assert_eq!(
         probe(json!({"calls": 100_000, "concurrency": 1_000})),
-        Ok(Served::Probe(ProbeRequest {
+        Ok(Served::Probe(ProbeRequest::SelfCalls {
             calls: 100_000,
             concurrency: 1_000
         }))

@@ -208,6 +208,59 @@ pub struct Probe {
     pub errors: BTreeMap<String, u64>,
     pub elapsed_ms: f64,
     pub calls_per_second: f64,
+    /// The first call that threw (no answer: a refusal), 0-based, and its message.
+    #[serde(default)]
+    pub first_refusal: Option<Refusal>,
+    /// Every call's result in call order, as runs of equal results.
+    #[serde(default)]
+    pub runs: Vec<CallRun>,
+}
+
+/// The first call of a self-call probe that threw instead of answering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub call: u64,
+    pub message: String,
+}
+
+/// Calls `from` to `from + count - 1` of a self-call probe, all with one result:
+/// `ok`, `threw` (with the message) or `status` (`HTTP <code>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRun {
+    pub from: u64,
+    pub count: u64,
+    pub result: String,
+    pub message: Option<String>,
+}
+
+/// The `POST /probe` answer in `connections` or `cpu` mode: children started at
+/// once, each timed by the caller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildrenProbe {
+    pub mode: String,
+    pub children: u64,
+    pub failed: u64,
+    /// From the first child sent to the last answer, read by the caller.
+    pub elapsed_ms: f64,
+    pub results: Vec<ChildResult>,
+}
+
+/// One child of a `connections` or `cpu` probe.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildResult {
+    pub child: u64,
+    pub ok: bool,
+    /// When its answer reached the caller, from the start.
+    pub answered_ms: f64,
+    /// The child's own timing of its task (a CPU burn reads 0 on the platform,
+    /// whose clock only moves on I/O).
+    #[serde(default)]
+    pub own_ms: Option<f64>,
+    /// The slow URL's status (`connections`).
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// A response kept raw, for the bad-input checks that look at status and shape.
@@ -554,6 +607,14 @@ impl Api {
         let body = serde_json::json!({"calls": calls, "concurrency": concurrency});
         Ok(self
             .call_with(&self.long_http, Method::POST, "/probe", Some(&body))
+            .await?
+            .1)
+    }
+
+    /// `POST /probe` in `connections` or `cpu` mode (`body` carries the mode).
+    pub async fn probe_children(&self, body: &Value) -> Result<ChildrenProbe> {
+        Ok(self
+            .call_with(&self.long_http, Method::POST, "/probe", Some(body))
             .await?
             .1)
     }

@@ -16,7 +16,7 @@ use crate::checks::Checks;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use crate::{control, delivery, edges, sink, steps, ui, verdict};
+use crate::{control, delivery, edges, probe, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
@@ -110,6 +110,10 @@ pub struct E2eArgs {
     /// own Worker).
     #[arg(long)]
     pub only_delivery: bool,
+    /// Run only the probe's modes (`POST /probe`; its own Worker with the
+    /// suite's settings).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
+    pub only_probe: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -119,6 +123,13 @@ pub async fn run(args: E2eArgs) -> bool {
     if args.only_dashboard {
         if let Err(e) = dashboard_only(&args.target, &mut checks).await {
             checks.record("dashboard part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_probe {
+        if let Err(e) = probe_only(&args.target, &mut checks).await {
+            checks.record("probe part ran to completion", Err(format!("{e:#}")));
         }
         println!("{}", checks.summary());
         return checks.all_passed();
@@ -155,6 +166,16 @@ async fn dashboard_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
         .await
         .context("starting the dashboard's Worker")?;
     ui::dashboard(&target, &args.repo, checks).await
+}
+
+/// The probe's modes alone, on a Worker of its own.
+async fn probe_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
+    let settings = settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let target = Target::open(args, "e2e-probe", &settings, Secrets::Random, true)
+        .await
+        .context("starting the probe's Worker")?;
+    probe::e2e(&target, checks).await
 }
 
 async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
@@ -342,6 +363,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     }
     edges::redirects(&target, timeout, checks).await?;
     edges::signing_secrets(&target, timeout, checks).await?;
+    probe::e2e(&target, checks).await?;
 
     // The dashboard in a real browser.
     ui::dashboard(&target, &args.target.repo, checks).await?;

@@ -51,6 +51,7 @@ pub mod faults;
 pub mod metrics;
 pub mod plan;
 pub mod probe;
+pub mod probe_analysis;
 pub mod report;
 pub mod run;
 pub mod runtime;

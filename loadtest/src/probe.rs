@@ -1,11 +1,20 @@
-//! `loadtest probe`: how many SELF calls one invocation can make, how fast, and
-//! what the platform answers when a limit bites — locally (nothing is enforced)
-//! or against any deployment with `--url`.
+//! `loadtest probe`: what only the platform can tell, measured through
+//! `POST /probe` — locally (nothing is enforced there, and the output says so) or
+//! against any deployment with `--url`. It climbs a ladder of SELF call counts
+//! sequentially and concurrently (where is the first refusal, and its message),
+//! starts children that fetch a slow URL at once (do they share 6 connections?)
+//! and children that burn CPU (is a child's CPU its own?), then prints the
+//! analysis (`probe_analysis`) as a markdown table for docs/operations.md.
 
-use crate::api::{Api, Probe};
+use crate::api::{Api, ChildrenProbe, Probe};
+use crate::checks::Checks;
+use crate::probe_analysis::{self, Pair, Recorded};
 use crate::table::{num, Table};
 use crate::target::{Secrets, Target, TargetArgs};
 use anyhow::{Context, Result};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use std::time::Duration;
 
 /// The growing call counts: these steps below `max`, then `max` itself.
 const STEPS: [u64; 5] = [10, 50, 100, 1_000, 10_000];
@@ -14,13 +23,34 @@ const STEPS: [u64; 5] = [10, 50, 100, 1_000, 10_000];
 pub struct ProbeArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Largest call count to try (the Worker accepts up to 100000).
+    /// Largest call count to try concurrently (the Worker accepts up to 100000).
     #[arg(long, default_value_t = 10_000)]
     pub calls: u64,
-    /// Calls in flight at once inside the invocation.
+    /// Largest call count to try one at a time.
+    #[arg(long, default_value_t = 1_000)]
+    pub sequential_calls: u64,
+    /// Calls in flight at once inside the invocation (the concurrent ladder).
     #[arg(long, default_value_t = 25)]
     pub concurrency: u64,
-    /// Print the results as JSON on stdout instead of a table.
+    /// A URL that answers slowly (a second or more), fetched by each child of the
+    /// connections probe. Locally a server in this process answers after
+    /// --slow-ms; against a deployment the probe is skipped without it.
+    #[arg(long)]
+    pub slow_url: Option<String>,
+    /// How slowly the local slow URL answers.
+    #[arg(long, default_value_t = 1_000)]
+    pub slow_ms: u64,
+    /// Children fetching the slow URL at once (at most 30).
+    #[arg(long, default_value_t = 18)]
+    pub children: u64,
+    /// Children burning CPU at once (at most 30).
+    #[arg(long, default_value_t = 8)]
+    pub cpu_children: u64,
+    /// Each burning child's iterations (about 2 ns each locally; the platform's CPU
+    /// limit applies: 10 ms on Free).
+    #[arg(long, default_value_t = 200_000_000)]
+    pub burn_iterations: u64,
+    /// Print the recorded answers, the findings and the table as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -50,29 +80,17 @@ pub async fn climb(api: &Api, max: u64, concurrency: u64) -> Result<Vec<Probe>> 
     Ok(results)
 }
 
-/// What the steps say, in one sentence.
-pub fn conclusion(results: &[Probe]) -> String {
-    let clean = results
-        .iter()
-        .filter(|p| p.failed == 0)
-        .map(|p| p.calls)
-        .max();
-    match results.iter().find(|p| p.failed > 0) {
-        None => format!(
-            "no limit hit: one invocation made {} SELF calls without a failure",
-            clean.unwrap_or(0)
-        ),
-        Some(p) => {
-            let errors: Vec<String> = p.errors.iter().map(|(e, n)| format!("{n}× {e}")).collect();
-            format!(
-                "limit hit at {} calls: {} failed, the first at call #{}; errors: {}",
-                p.calls,
-                p.failed,
-                p.first_failed_call.map_or("?".into(), |c| c.to_string()),
-                errors.join("; ")
-            )
-        }
-    }
+/// One child alone, then `children` at once, doing the task `body` describes.
+async fn pair(api: &Api, body: serde_json::Value, children: u64) -> Result<Pair> {
+    let with = |n: u64| {
+        let mut b = body.clone();
+        b["children"] = json!(n);
+        b
+    };
+    eprintln!("probing {} with 1 child, then {children} ...", body["mode"]);
+    let alone = api.probe_children(&with(1)).await?;
+    let together = api.probe_children(&with(children)).await?;
+    Ok(Pair { alone, together })
 }
 
 pub fn table(results: &[Probe]) -> Table {
@@ -99,6 +117,41 @@ pub fn table(results: &[Probe]) -> Table {
     t
 }
 
+/// A slow URL in this process (`GET /slow?ms=N` answers 200 after N ms), for the
+/// connections probe against a local Worker. Stops when the handle is dropped.
+pub struct SlowServer {
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SlowServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn slow_server(ms: u64) -> Result<SlowServer> {
+    use axum::extract::Query;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(
+            |Query(q): Query<std::collections::HashMap<String, u64>>| async move {
+                tokio::time::sleep(Duration::from_millis(q.get("ms").copied().unwrap_or(0))).await;
+                "slow"
+            },
+        ),
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(SlowServer {
+        url: format!("http://{addr}/slow?ms={ms}"),
+        task,
+    })
+}
+
 pub async fn run(args: ProbeArgs) -> Result<bool> {
     // A deployment needs no sink and no runtime; a local run starts both.
     let (api, mut local) = match &args.target.url {
@@ -115,17 +168,65 @@ pub async fn run(args: ProbeArgs) -> Result<bool> {
             (api, None)
         }
         None => {
-            let target = Target::open(&args.target, "probe", &[], Secrets::Random, true).await?;
+            // The local slow URL is on 127.0.0.1, a private target.
+            let settings = [("ALLOW_PRIVATE_TARGETS", "true")];
+            let target =
+                Target::open(&args.target, "probe", &settings, Secrets::Random, true).await?;
             (target.api.clone(), Some(target))
         }
     };
-    let results = climb(&api, args.calls, args.concurrency).await?;
+    let is_local = local.is_some();
+    let slow = match (&args.slow_url, is_local) {
+        (None, true) => Some(slow_server(args.slow_ms).await?),
+        _ => None,
+    };
+    let slow_url = args
+        .slow_url
+        .clone()
+        .or(slow.as_ref().map(|s| s.url.clone()));
+    let sequential = climb(&api, args.sequential_calls, 1).await?;
+    let concurrent = climb(&api, args.calls, args.concurrency).await?;
+    let connections = match &slow_url {
+        Some(url) => Some(
+            pair(
+                &api,
+                json!({"mode": "connections", "url": url}),
+                args.children,
+            )
+            .await
+            .context("the connections probe")?,
+        ),
+        None => None,
+    };
+    let cpu = pair(
+        &api,
+        json!({"mode": "cpu", "iterations": args.burn_iterations}),
+        args.cpu_children,
+    )
+    .await
+    .context("the cpu probe")?;
+    let recorded = Recorded {
+        local: is_local,
+        sequential,
+        concurrent,
+        connections,
+        cpu: Some(cpu),
+    };
+    let findings = probe_analysis::findings(&recorded);
+    let markdown = probe_analysis::markdown(&findings);
     if args.json {
-        let out = serde_json::json!({"steps": results, "conclusion": conclusion(&results)});
+        let out = json!({"recorded": recorded, "findings": findings, "markdown": markdown});
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", table(&results));
-        println!("{}", conclusion(&results));
+        print!("{}", table(&recorded.sequential));
+        print!("{}", table(&recorded.concurrent));
+        println!();
+        if is_local {
+            println!("Local run (wrangler dev): no platform limit is enforced here, so nothing below is verified.");
+            println!("Run against a deployment: loadtest probe --url https://<worker> --admin-token … --slow-url <a URL answering in ≥ 1 s>");
+            println!();
+        }
+        print!("{markdown}");
     }
     if let Some(runtime) = local.as_mut().and_then(|t| t.runtime.as_mut()) {
         runtime.stop().await?;
@@ -133,10 +234,78 @@ pub async fn run(args: ProbeArgs) -> Result<bool> {
     Ok(true)
 }
 
+/// Whether a children probe answered well-formed: every child listed once, in
+/// order, ok, answered within the makespan.
+fn well_formed(p: &ChildrenProbe, mode: &str, children: u64) -> Result<(), String> {
+    let listed: Vec<u64> = p.results.iter().map(|c| c.child).collect();
+    if p.mode != mode || p.children != children || listed != (0..children).collect::<Vec<_>>() {
+        return Err(format!("{} with children {listed:?}", p.mode));
+    }
+    if let Some(c) = p.results.iter().find(|c| !c.ok) {
+        return Err(format!("child {} failed: {:?}", c.child, c.error));
+    }
+    if p.failed != 0 || p.results.iter().any(|c| c.answered_ms > p.elapsed_ms) {
+        return Err(format!("failed {}, elapsed {} ms", p.failed, p.elapsed_ms));
+    }
+    Ok(())
+}
+
+/// The e2e part: each mode answers on `wrangler dev` with a well-formed result,
+/// and the child route refuses an unsigned call.
+pub async fn e2e(target: &Target, checks: &mut Checks) -> Result<()> {
+    let api = &target.api;
+    let p = api.probe(40, 1).await?;
+    checks.record(
+        "POST /probe self_calls, 40 calls one at a time: all ok, one run of results, no refusal",
+        if p.ok == 40 && p.first_refusal.is_none() && p.runs.len() == 1 && p.runs[0].count == 40 {
+            Ok(())
+        } else {
+            Err(format!("{p:?}"))
+        },
+    );
+    let slow_ms = 300;
+    let slow = slow_server(slow_ms).await?;
+    let c = api
+        .probe_children(&json!({"mode": "connections", "children": 8, "url": slow.url}))
+        .await?;
+    checks.record(
+        &format!("POST /probe connections, 8 children fetching a {slow_ms} ms URL: each answers 200 after at least {slow_ms} ms"),
+        well_formed(&c, "connections", 8).and_then(|()| {
+            match c.results.iter().find(|r| r.status != Some(200) || r.answered_ms < slow_ms as f64) {
+                Some(r) => Err(format!("{r:?}")),
+                None => Ok(()),
+            }
+        }),
+    );
+    let cpu = api
+        .probe_children(&json!({"mode": "cpu", "children": 4, "iterations": 1_000_000}))
+        .await?;
+    checks.record(
+        "POST /probe cpu, 4 children burning 1,000,000 iterations: every child answers",
+        well_formed(&cpu, "cpu", 4),
+    );
+    let r = api
+        .raw(
+            Method::POST,
+            "/internal/probe",
+            None,
+            Some(r#"{"task":"burn","iterations":1}"#.into()),
+        )
+        .await?;
+    checks.record(
+        "unsigned POST /internal/probe: 401",
+        if r.status == StatusCode::UNAUTHORIZED {
+            Ok(())
+        } else {
+            Err(format!("{}: {}", r.status, r.body))
+        },
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn ladder_grows_to_the_max() {
@@ -145,37 +314,5 @@ mod tests {
         assert_eq!(ladder(100_000), [10, 50, 100, 1_000, 10_000, 100_000]);
         assert_eq!(ladder(5), [5]);
         assert_eq!(ladder(0), [1]);
-    }
-
-    fn probe(calls: u64, failed: u64) -> Probe {
-        Probe {
-            calls,
-            concurrency: 25,
-            ok: calls - failed,
-            failed,
-            first_failed_call: (failed > 0).then_some(32),
-            errors: if failed > 0 {
-                BTreeMap::from([("Subrequest depth limit exceeded".to_string(), failed)])
-            } else {
-                BTreeMap::new()
-            },
-            elapsed_ms: 100.0,
-            calls_per_second: calls as f64 * 10.0,
-        }
-    }
-
-    #[test]
-    fn conclusions() {
-        assert_eq!(
-            conclusion(&[probe(10, 0), probe(50, 0)]),
-            "no limit hit: one invocation made 50 SELF calls without a failure"
-        );
-        let c = conclusion(&[probe(10, 0), probe(50, 18)]);
-        assert!(
-            c.starts_with("limit hit at 50 calls: 18 failed, the first at call #32"),
-            "{c}"
-        );
-        assert!(c.contains("18× Subrequest depth limit exceeded"), "{c}");
-        assert!(table(&[probe(10, 0)]).to_string().contains("calls/s"));
     }
 }

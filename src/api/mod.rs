@@ -170,7 +170,7 @@ pub async fn serve<D: Db>(
         Handler::ListSchedules => schedules::list(app, query).await?.into(),
         Handler::GetSchedule => schedules::get(app, params[0]).await?.into(),
         Handler::DeleteSchedule => schedules::delete(app, params[0]).await?.into(),
-        Handler::Probe => Served::Probe(probe::parse(&body)?),
+        Handler::Probe => Served::Probe(probe::parse(&body, &policy)?),
     })
 }
 

@@ -1,41 +1,297 @@
-//! `POST /probe`'s body: parsed and bounded here; the calls themselves need the
-//! runtime (`edge::probe`).
+//! `POST /probe`'s body, and the body of the probe's child call
+//! (`POST /internal/probe`): parsed and bounded here; the calls themselves need
+//! the runtime (`edge::probe`).
+//!
+//! Three modes measure what the platform's pages leave open: `self_calls` (how
+//! many SELF calls one request can make, sequentially or concurrently, and the
+//! refusal's message), `connections` (whether children fetching a slow URL share
+//! the caller's 6 connections) and `cpu` (whether children that burn CPU run in
+//! parallel). A body without `mode` is `self_calls`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::core::error::ApiError;
 use crate::core::requests::parse_json;
+use crate::core::target::{self, TargetPolicy};
 
 /// Upper bounds that keep a probe from becoming a load test by accident.
 pub const MAX_CALLS: i64 = 100_000;
 pub const MAX_CONCURRENCY: i64 = 1_000;
+/// Children of one `connections` or `cpu` probe: under the documented 32
+/// invocations per request, so those modes never meet that cap.
+pub const MAX_CHILDREN: i64 = 30;
+/// A burning child's work: about a second of CPU locally at the top.
+pub const MAX_ITERATIONS: i64 = 200_000_000;
+/// How long a child waits for the slow URL before giving up.
+pub const FETCH_TIMEOUT_MS: u32 = 30_000;
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// What a `POST /probe` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeRequest {
+    /// `calls` `GET /health` calls through SELF, `concurrency` in flight.
+    SelfCalls { calls: i64, concurrency: i64 },
+    /// `children` SELF calls at once, each fetching `url` once.
+    Connections { children: i64, url: String },
+    /// `children` SELF calls at once, each burning `iterations` of CPU.
+    Cpu { children: i64, iterations: i64 },
+}
+
+/// The body as sent: every field of every mode, checked against the mode after.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProbeRequest {
-    pub calls: i64,
-    #[serde(default = "default_concurrency")]
-    pub concurrency: i64,
+struct Body {
+    mode: Option<String>,
+    calls: Option<i64>,
+    concurrency: Option<i64>,
+    children: Option<i64>,
+    url: Option<String>,
+    iterations: Option<i64>,
 }
 
-fn default_concurrency() -> i64 {
-    25
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_probe", message)
 }
 
-/// The probe a body asks for: strict JSON, then bounds (400 `invalid_probe`).
-pub fn parse(body: &[u8]) -> Result<ProbeRequest, ApiError> {
-    let req: ProbeRequest = parse_json(body)?;
-    if !(1..=MAX_CALLS).contains(&req.calls) {
-        return Err(ApiError::bad_request(
-            "invalid_probe",
-            format!("calls must be 1 to {MAX_CALLS}"),
-        ));
+fn bounded(
+    field: &str,
+    value: Option<i64>,
+    default: Option<i64>,
+    max: i64,
+) -> Result<i64, ApiError> {
+    let value = value
+        .or(default)
+        .ok_or_else(|| invalid(format!("{field} is required")))?;
+    if (1..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(invalid(format!("{field} must be 1 to {max}")))
     }
-    if !(1..=MAX_CONCURRENCY).contains(&req.concurrency) {
-        return Err(ApiError::bad_request(
-            "invalid_probe",
-            format!("concurrency must be 1 to {MAX_CONCURRENCY}"),
-        ));
+}
+
+/// The probe a body asks for: strict JSON, then the mode's fields and bounds
+/// (400 `invalid_probe`). A `connections` URL follows the webhook target rules.
+pub fn parse(body: &[u8], policy: &TargetPolicy) -> Result<ProbeRequest, ApiError> {
+    let b: Body = parse_json(body)?;
+    let mode = b.mode.as_deref().unwrap_or("self_calls");
+    let allowed: &[&str] = match mode {
+        "self_calls" => &["calls", "concurrency"],
+        "connections" => &["children", "url"],
+        "cpu" => &["children", "iterations"],
+        other => {
+            return Err(invalid(format!(
+                "mode must be self_calls, connections or cpu, got {other:?}"
+            )))
+        }
+    };
+    let given = [
+        ("calls", b.calls.is_some()),
+        ("concurrency", b.concurrency.is_some()),
+        ("children", b.children.is_some()),
+        ("url", b.url.is_some()),
+        ("iterations", b.iterations.is_some()),
+    ];
+    if let Some((field, _)) = given.iter().find(|(f, set)| *set && !allowed.contains(f)) {
+        return Err(invalid(format!("{field} is not a field of mode {mode}")));
     }
-    Ok(req)
+    Ok(match mode {
+        "self_calls" => ProbeRequest::SelfCalls {
+            calls: bounded("calls", b.calls, None, MAX_CALLS)?,
+            concurrency: bounded("concurrency", b.concurrency, Some(25), MAX_CONCURRENCY)?,
+        },
+        "connections" => {
+            let raw = b.url.ok_or_else(|| invalid("url is required"))?;
+            let url = target::validate(&raw, policy).map_err(|e| invalid(e.to_string()))?;
+            ProbeRequest::Connections {
+                children: bounded("children", b.children, Some(18), MAX_CHILDREN)?,
+                url: url.to_string(),
+            }
+        }
+        _ => ProbeRequest::Cpu {
+            children: bounded("children", b.children, Some(8), MAX_CHILDREN)?,
+            iterations: bounded("iterations", b.iterations, Some(20_000_000), MAX_ITERATIONS)?,
+        },
+    })
+}
+
+/// What the probe asks one child to do (`POST /internal/probe`, signed like a
+/// dispatch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProbeTask {
+    /// `GET url` once (redirects not followed) and report the status and time.
+    Fetch { url: String },
+    /// Burn `iterations` of CPU ([`burn`]) and report the time.
+    Burn { iterations: i64 },
+}
+
+/// A child's task, bounded again: the signature proves who sent it, not that it
+/// is small.
+pub fn parse_task(body: &[u8]) -> Result<ProbeTask, ApiError> {
+    let task: ProbeTask = parse_json(body)?;
+    match &task {
+        ProbeTask::Burn { iterations } if !(1..=MAX_ITERATIONS).contains(iterations) => {
+            Err(invalid(format!("iterations must be 1 to {MAX_ITERATIONS}")))
+        }
+        ProbeTask::Fetch { url } => target::parse(url)
+            .map(|_| task.clone())
+            .map_err(|e| invalid(e.to_string())),
+        _ => Ok(task),
+    }
+}
+
+/// CPU work that cannot be optimised away: an xorshift walk whose end state is
+/// returned (and reported, so the compiler must compute it).
+pub fn burn(iterations: i64) -> u64 {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..iterations {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEV: TargetPolicy = TargetPolicy {
+        allow_private: true,
+        own_host: None,
+    };
+    const PROD: TargetPolicy = TargetPolicy {
+        allow_private: false,
+        own_host: None,
+    };
+
+    fn parsed(body: &str, policy: &TargetPolicy) -> Result<ProbeRequest, (String, String)> {
+        parse(body.as_bytes(), policy).map_err(|e| (e.code().to_string(), e.body().to_string()))
+    }
+
+    #[test]
+    fn a_body_without_mode_is_self_calls() {
+        assert_eq!(
+            parsed(r#"{"calls": 10}"#, &PROD),
+            Ok(ProbeRequest::SelfCalls {
+                calls: 10,
+                concurrency: 25
+            })
+        );
+        assert_eq!(
+            parsed(
+                r#"{"mode": "self_calls", "calls": 40, "concurrency": 1}"#,
+                &PROD
+            ),
+            Ok(ProbeRequest::SelfCalls {
+                calls: 40,
+                concurrency: 1
+            })
+        );
+    }
+
+    #[test]
+    fn connections_and_cpu_take_their_defaults() {
+        assert_eq!(
+            parsed(
+                r#"{"mode": "connections", "url": "https://example.com/delay/2"}"#,
+                &PROD
+            ),
+            Ok(ProbeRequest::Connections {
+                children: 18,
+                url: "https://example.com/delay/2".into()
+            })
+        );
+        assert_eq!(
+            parsed(r#"{"mode": "cpu"}"#, &PROD),
+            Ok(ProbeRequest::Cpu {
+                children: 8,
+                iterations: 20_000_000
+            })
+        );
+        assert_eq!(
+            parsed(
+                r#"{"mode": "cpu", "children": 30, "iterations": 200000000}"#,
+                &PROD
+            ),
+            Ok(ProbeRequest::Cpu {
+                children: 30,
+                iterations: 200_000_000
+            })
+        );
+    }
+
+    #[test]
+    fn bad_bodies_are_invalid_probe_with_the_rule() {
+        for (body, says) in [
+            (r#"{"mode": "dns"}"#, "mode must be"),
+            (r#"{"mode": "self_calls"}"#, "calls is required"),
+            (r#"{"mode": "connections"}"#, "url is required"),
+            (
+                r#"{"mode": "connections", "url": "https://x.com", "children": 31}"#,
+                "children must be 1 to 30",
+            ),
+            (
+                r#"{"mode": "cpu", "children": 0}"#,
+                "children must be 1 to 30",
+            ),
+            (
+                r#"{"mode": "cpu", "iterations": 200000001}"#,
+                "iterations must be 1 to",
+            ),
+            (
+                r#"{"mode": "cpu", "calls": 5}"#,
+                "calls is not a field of mode cpu",
+            ),
+            (
+                r#"{"calls": 5, "url": "https://x.com"}"#,
+                "url is not a field of mode self_calls",
+            ),
+            (
+                r#"{"mode": "connections", "url": "ftp://x.com"}"#,
+                "http:// or https://",
+            ),
+        ] {
+            let (code, message) = parsed(body, &PROD).unwrap_err();
+            assert_eq!(code, "invalid_probe", "{body}");
+            assert!(message.contains(says), "{body}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_connections_url_follows_the_webhook_target_rules() {
+        let local = r#"{"mode": "connections", "url": "http://127.0.0.1:9000/slow"}"#;
+        let (code, message) = parsed(local, &PROD).unwrap_err();
+        assert_eq!(code, "invalid_probe");
+        assert!(message.contains("ALLOW_PRIVATE_TARGETS"), "{message}");
+        assert!(parsed(local, &DEV).is_ok());
+    }
+
+    #[test]
+    fn tasks_are_strict_and_bounded() {
+        assert_eq!(
+            parse_task(br#"{"task": "burn", "iterations": 5}"#),
+            Ok(ProbeTask::Burn { iterations: 5 })
+        );
+        assert_eq!(
+            parse_task(br#"{"task": "fetch", "url": "https://example.com/"}"#),
+            Ok(ProbeTask::Fetch {
+                url: "https://example.com/".into()
+            })
+        );
+        for body in [
+            r#"{"task": "burn", "iterations": 0}"#,
+            r#"{"task": "burn", "iterations": 200000001}"#,
+            r#"{"task": "fetch", "url": "file:///etc/passwd"}"#,
+            r#"{"task": "burn", "iterations": 5, "x": 1}"#,
+            r#"{"task": "sleep"}"#,
+        ] {
+            assert!(parse_task(body.as_bytes()).is_err(), "{body}");
+        }
+    }
+
+    #[test]
+    fn burn_depends_on_every_iteration() {
+        assert_ne!(burn(1_000), burn(1_001));
+        assert_eq!(burn(1_000), burn(1_000));
+    }
 }

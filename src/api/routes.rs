@@ -15,6 +15,10 @@ pub enum Target {
     /// `POST /internal/run`: the dispatcher's call, authenticated by its signature
     /// over the item. Needs the runtime (it runs the job): answered by the edge.
     Run,
+    /// `POST /internal/probe`: a `POST /probe` child's task (fetch a URL, burn
+    /// CPU), authenticated by the dispatch signature over its body. Needs the
+    /// runtime: answered by the edge (`edge::probe`).
+    ProbeTask,
     /// The dashboard's page and files (`api::page`): no auth, no settings, no
     /// store. The page holds no data; it asks the admin routes with the token the
     /// operator types in.
@@ -154,6 +158,7 @@ use Query::{Parsed, Refused};
 pub static ROUTES: &[Route] = &[
     Route::new(  GET,    "/health",             Target::Health),
     Route::new(  POST,   "/internal/run",       Target::Run),
+    Route::new(  POST,   "/internal/probe",     Target::ProbeTask),
     Route::new(  GET,    "/",                   Target::Page(Asset::Html)),
     Route::new(  GET,    "/dashboard",          Target::Page(Asset::Html)),
     Route::new(  GET,    "/dashboard/app.js",   Target::Page(Asset::Script)),
@@ -278,6 +283,7 @@ mod tests {
         assert_eq!(allowed(DELETE, "/batches"), "GET, POST");
         assert_eq!(allowed(POST, "/health"), "GET");
         assert_eq!(allowed(GET, "/internal/run"), "POST");
+        assert_eq!(allowed(GET, "/internal/probe"), "POST");
         assert_eq!(allowed(Method::Other, "/subjects/a"), "GET, DELETE");
         assert_eq!(allowed(POST, "/schedules/a"), "GET, PUT, DELETE");
         assert_eq!(allowed(PUT, "/schedules"), "GET");

@@ -1,7 +1,7 @@
 //! The HTTP glue: `worker::Request` → [`api::Request`] → route → `Response`. Routing,
 //! auth and the handlers live in `crate::api` (host-tested); this file keeps only
 //! what needs the runtime: the config and D1 binding, the child side of
-//! `POST /internal/run`, the probe's SELF calls, and the body (`body.rs`). Every
+//! `POST /internal/run`, the probe's SELF calls and children, and the body (`body.rs`). Every
 //! failure is an [`ApiError`] turned into a JSON response in one place (`handle`);
 //! internal detail goes to the log only.
 
@@ -89,6 +89,15 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
             };
             Ok(Reply::Outcome(run::handle(&item, &signature, &cfg).await?))
         }
+        Target::ProbeTask => {
+            let cfg = config(env, route, &request)?;
+            let signature = run::admit(header(req, run::SIGNATURE_HEADER).as_deref(), &cfg)?;
+            let task = WorkerBody(req).read(MAX_BODY_BYTES).await?;
+            Ok(Reply::Json(
+                200,
+                probe::task(&task, &signature, &cfg).await?,
+            ))
+        }
         Target::Admin(_) => {
             let cfg = config(env, route, &request)?;
             request.content_type = header(req, "Content-Type");
@@ -140,7 +149,7 @@ async fn admin(
     match served? {
         Served::Json(status, body) => Ok(Reply::Json(status, body)),
         Served::Text(text) => Ok(Reply::Text(text)),
-        Served::Probe(probe) => Ok(Reply::Json(200, probe::run(env, &probe).await?)),
+        Served::Probe(probe) => Ok(Reply::Json(200, probe::run(env, cfg, &probe).await?)),
     }
 }
 

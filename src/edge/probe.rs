@@ -1,61 +1,248 @@
-//! `POST /probe`: measure, on whatever deployment this runs, how many SELF calls one
-//! invocation can make and how fast, and what the platform answers when a limit
-//! bites. It deliberately ignores SUBREQUEST_BUDGET: finding the real cap is the
-//! point. Admin-only; each call is a cheap `GET /health` on a fresh invocation.
-//! The request body is parsed and bounded by `api::probe`.
+//! `POST /probe`: measure, on whatever deployment this runs, what the platform's
+//! pages leave open. `self_calls`: how many SELF calls one invocation can make and
+//! how fast, each call's result and the first refusal's exact message (each call is
+//! a cheap `GET /health`). `connections` and `cpu`: children started at once through
+//! SELF (`POST /internal/probe`, signed like a dispatch), each fetching a slow URL
+//! or burning CPU, timed from here, so the caller can tell whether they shared the
+//! 6 connections or one thread. It deliberately ignores SUBREQUEST_BUDGET: finding
+//! the real caps is the point. Admin-only; bodies are parsed and bounded by
+//! `api::probe`.
+//!
+//! Times are read from here, around I/O: on the platform a Worker's clock only
+//! moves between I/O events, so a child's own timing of a CPU burn reads 0 there.
 
 use std::collections::BTreeMap;
 
+use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
-use worker::{Env, Fetcher};
+use worker::{web_sys, Env, Fetcher, Request};
 
+use super::config::Config;
+use super::run::SIGNATURE_HEADER;
 use super::{clock, SELF_ORIGIN};
-use crate::api::probe::ProbeRequest;
+use crate::api::probe::{self, ProbeRequest, ProbeTask, FETCH_TIMEOUT_MS};
 use crate::core::error::ApiError;
+use crate::core::signature::SignatureHeader;
 
-async fn call(service: &Fetcher) -> Result<(), String> {
-    match service.fetch(format!("{SELF_ORIGIN}/health"), None).await {
-        Ok(r) if r.status_code() == 200 => Ok(()),
-        Ok(r) => Err(format!("HTTP {}", r.status_code())),
-        Err(e) => Err(e.to_string()),
+/// One self call's result: answered 200, threw (no answer: the platform refused,
+/// or the network failed), or answered another status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Called {
+    Ok,
+    Threw(String),
+    Status(u16),
+}
+
+impl Called {
+    fn result(&self) -> &'static str {
+        match self {
+            Called::Ok => "ok",
+            Called::Threw(_) => "threw",
+            Called::Status(_) => "status",
+        }
+    }
+
+    fn message(&self) -> Option<String> {
+        match self {
+            Called::Ok => None,
+            Called::Threw(m) => Some(m.clone()),
+            Called::Status(s) => Some(format!("HTTP {s}")),
+        }
     }
 }
 
-pub async fn run(env: &Env, req: &ProbeRequest) -> Result<Value, ApiError> {
-    let service = env
-        .service("SELF")
-        .map_err(|e| ApiError::Internal(format!("binding SELF: {e}")))?;
+async fn call(service: &Fetcher) -> Called {
+    match service.fetch(format!("{SELF_ORIGIN}/health"), None).await {
+        Ok(r) if r.status_code() == 200 => Called::Ok,
+        Ok(r) => Called::Status(r.status_code()),
+        Err(e) => Called::Threw(e.to_string()),
+    }
+}
+
+fn self_binding(env: &Env) -> Result<Fetcher, ApiError> {
+    env.service("SELF")
+        .map_err(|e| ApiError::Internal(format!("binding SELF: {e}")))
+}
+
+pub async fn run(env: &Env, cfg: &Config, req: &ProbeRequest) -> Result<Value, ApiError> {
+    let service = self_binding(env)?;
+    match req {
+        ProbeRequest::SelfCalls { calls, concurrency } => {
+            Ok(self_calls(&service, *calls, *concurrency).await)
+        }
+        ProbeRequest::Connections { children, url } => {
+            let task = ProbeTask::Fetch { url: url.clone() };
+            let mut out = spawn(&service, cfg, *children, &task).await?;
+            out["mode"] = json!("connections");
+            out["url"] = json!(url);
+            Ok(out)
+        }
+        ProbeRequest::Cpu {
+            children,
+            iterations,
+        } => {
+            let task = ProbeTask::Burn {
+                iterations: *iterations,
+            };
+            let mut out = spawn(&service, cfg, *children, &task).await?;
+            out["mode"] = json!("cpu");
+            out["iterations"] = json!(iterations);
+            Ok(out)
+        }
+    }
+}
+
+/// `calls` `GET /health` calls, `concurrency` in flight, issued in index order.
+/// Every call's result is kept as runs of equal results, in index order.
+async fn self_calls(service: &Fetcher, calls: i64, concurrency: i64) -> Value {
     let started = clock::now_ms();
-    let results: Vec<(i64, Result<(), String>)> = stream::iter(0..req.calls)
-        .map(|i| {
-            let service = &service;
-            async move { (i, call(service).await) }
-        })
-        .buffer_unordered(req.concurrency as usize)
+    let mut results: Vec<(i64, Called)> = stream::iter(0..calls)
+        .map(|i| async move { (i, call(service).await) })
+        .buffer_unordered(concurrency as usize)
         .collect()
         .await;
     let elapsed_ms = (clock::now_ms() - started).max(1);
+    results.sort_by_key(|(i, _)| *i);
     let mut errors: BTreeMap<String, i64> = BTreeMap::new();
-    let mut first_error_at = None;
-    let mut ok = 0;
-    for (i, r) in results {
-        match r {
-            Ok(()) => ok += 1,
-            Err(e) => {
-                *errors.entry(e).or_default() += 1;
-                first_error_at = Some(first_error_at.map_or(i, |f: i64| f.min(i)));
-            }
+    let mut runs: Vec<Value> = Vec::new();
+    let mut last: Option<&Called> = None;
+    for (i, called) in &results {
+        if let Some(message) = called.message() {
+            *errors.entry(message).or_default() += 1;
         }
+        if last == Some(called) {
+            let run = runs.last_mut().expect("a run is open");
+            run["count"] = json!(run["count"].as_i64().unwrap_or(0) + 1);
+        } else {
+            runs.push(json!({"from": i, "count": 1, "result": called.result(), "message": called.message()}));
+        }
+        last = Some(called);
     }
-    Ok(json!({
-        "calls": req.calls,
-        "concurrency": req.concurrency,
+    let ok = results.iter().filter(|(_, c)| *c == Called::Ok).count() as i64;
+    let first_failed_call = results
+        .iter()
+        .find(|(_, c)| *c != Called::Ok)
+        .map(|(i, _)| i);
+    let first_refusal = results.iter().find_map(|(i, c)| match c {
+        Called::Threw(m) => Some(json!({"call": i, "message": m})),
+        _ => None,
+    });
+    json!({
+        "mode": "self_calls",
+        "calls": calls,
+        "concurrency": concurrency,
         "ok": ok,
-        "failed": req.calls - ok,
-        "first_failed_call": first_error_at,
+        "failed": calls - ok,
+        "first_failed_call": first_failed_call,
+        "first_refusal": first_refusal,
         "errors": errors,
+        "runs": runs,
         "elapsed_ms": elapsed_ms,
-        "calls_per_second": (req.calls as f64) * 1000.0 / (elapsed_ms as f64),
+        "calls_per_second": (calls as f64) * 1000.0 / (elapsed_ms as f64),
+    })
+}
+
+/// `children` signed `POST /internal/probe` calls at once, each timed from here.
+async fn spawn(
+    service: &Fetcher,
+    cfg: &Config,
+    children: i64,
+    task: &ProbeTask,
+) -> Result<Value, ApiError> {
+    let body = serde_json::to_string(task).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let started = clock::now_ms();
+    let results = join_all((0..children).map(|child| {
+        let body = body.clone();
+        async move {
+            let answer = child_call(service, &cfg.secrets.dispatch, body).await;
+            let answered_ms = clock::now_ms() - started;
+            let mut out = json!({"child": child, "answered_ms": answered_ms});
+            match answer {
+                Ok(report) => {
+                    out["ok"] = json!(report.get("error").is_none_or(Value::is_null));
+                    for (k, v) in report.as_object().into_iter().flatten() {
+                        out[k] = v.clone();
+                    }
+                }
+                Err(message) => {
+                    out["ok"] = json!(false);
+                    out["error"] = json!(message);
+                }
+            }
+            out
+        }
     }))
+    .await;
+    let elapsed_ms = (clock::now_ms() - started).max(1);
+    let failed = results.iter().filter(|r| r["ok"] != json!(true)).count();
+    Ok(json!({
+        "children": children,
+        "failed": failed,
+        "elapsed_ms": elapsed_ms,
+        "results": results,
+    }))
+}
+
+/// One child call: its JSON report, or why there is none.
+async fn child_call(service: &Fetcher, secret: &str, body: String) -> Result<Value, String> {
+    let sig = crate::core::signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
+    let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
+        let headers = web_sys::Headers::new()?;
+        headers.set(SIGNATURE_HEADER, &sig)?;
+        headers.set("Content-Type", "application/json")?;
+        let init = web_sys::RequestInit::new();
+        init.set_method("POST");
+        init.set_body(&body.into());
+        init.set_headers(&headers);
+        web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/probe"), &init)
+            .map(Request::from)
+    })()
+    .map_err(|e| format!("cannot build the child request: {e:?}"))?;
+    let mut response = service
+        .fetch_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    if response.status_code() != 200 {
+        return Err(format!("HTTP {}", response.status_code()));
+    }
+    response.json().await.map_err(|e| e.to_string())
+}
+
+/// `POST /internal/probe`, once admitted (`run::admit`): check the tag over the
+/// body, run the task, report what this child saw.
+pub async fn task(body: &[u8], header: &SignatureHeader, cfg: &Config) -> Result<Value, ApiError> {
+    header
+        .check_tag(cfg.secrets.dispatch_keys(), body)
+        .map_err(|_| ApiError::Unauthorized)?;
+    let task = probe::parse_task(body)?;
+    let started = clock::now_ms();
+    Ok(match task {
+        ProbeTask::Burn { iterations } => {
+            let checksum = probe::burn(iterations);
+            json!({"own_ms": clock::now_ms() - started, "checksum": checksum.to_string()})
+        }
+        ProbeTask::Fetch { url } => match fetch(&url).await {
+            Ok(status) => json!({"own_ms": clock::now_ms() - started, "status": status}),
+            Err(e) => json!({"own_ms": clock::now_ms() - started, "error": e}),
+        },
+    })
+}
+
+/// `GET url` once, redirects not followed, given up after `FETCH_TIMEOUT_MS`.
+async fn fetch(url: &str) -> Result<u16, String> {
+    let signal = web_sys::AbortSignal::timeout_with_u32(FETCH_TIMEOUT_MS);
+    let init = web_sys::RequestInit::new();
+    init.set_method("GET");
+    init.set_redirect(web_sys::RequestRedirect::Manual);
+    init.set_signal(Some(&signal));
+    let request = web_sys::Request::new_with_str_and_init(url, &init)
+        .map_err(|e| format!("cannot build the request: {e:?}"))?;
+    let mut response = worker::Fetch::Request(Request::from(request))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    // Read to the end: the connection is held until the body is consumed.
+    let _ = response.bytes().await;
+    Ok(response.status_code())
 }
