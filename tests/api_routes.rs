@@ -37,6 +37,8 @@ use serde_json::{json, Value};
 use Method::{Delete as DELETE, Get as GET, Post as POST, Put as PUT};
 
 const TOKEN: &str = "test-admin-token-0123456789";
+/// `METRICS_TOKEN` of [`setup`]'s host: `GET /metrics` only.
+const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
 /// 2026-11-18T11:06:40.123Z
 const NOW: i64 = 1_795_000_000_123;
 /// Not the default (5), so a test can tell it came from the settings.
@@ -50,6 +52,7 @@ struct Host {
     now: Cell<i64>,
     ids: Cell<u32>,
     events: RefCell<Vec<(String, Value)>>,
+    metrics_token: Option<&'static str>,
 }
 
 fn setup() -> Host {
@@ -63,6 +66,7 @@ fn setup() -> Host {
         now: Cell::new(NOW),
         ids: Cell::new(0),
         events: RefCell::new(Vec::new()),
+        metrics_token: Some(METRICS_TOKEN),
     }
 }
 
@@ -112,6 +116,7 @@ impl Host {
             store: &self.store,
             settings: &self.settings,
             admin_token: TOKEN,
+            metrics_token: self.metrics_token,
             now: self.now.get(),
             new_id: &new_id,
             event: &event,
@@ -620,6 +625,7 @@ fn serve_refuses_routes_the_edge_answers() {
         store: &host.store,
         settings: &host.settings,
         admin_token: TOKEN,
+        metrics_token: Some(METRICS_TOKEN),
         now: NOW,
         new_id: &String::new,
         event: &|_, _| {},
@@ -647,6 +653,62 @@ fn every_admin_route_needs_the_exact_admin_token() {
         basic.authorization = Some(format!("Basic {TOKEN}"));
         host.refused(&basic, b"{}", 401, "unauthorized");
     }
+}
+
+#[test]
+fn the_metrics_token_reads_metrics_and_nothing_else() {
+    let host = setup();
+    let scrape = request(GET, "/metrics", Some(METRICS_TOKEN), None);
+    assert_eq!(host.text(&scrape).status, 200, "METRICS_TOKEN on /metrics");
+    assert_eq!(
+        host.text(&admin(GET, "/metrics")).status,
+        200,
+        "the admin token still works"
+    );
+    for route in ROUTES {
+        let Target::Admin(_) = route.target else {
+            continue;
+        };
+        if route.path == "/metrics" {
+            continue;
+        }
+        let target = route.path.replace("{id}", "x");
+        let wrong = request(
+            route.method,
+            &target,
+            Some("wrong-token-0123456789"),
+            Some("application/json"),
+        );
+        let with_metrics = request(
+            route.method,
+            &target,
+            Some(METRICS_TOKEN),
+            Some("application/json"),
+        );
+        host.refused(&with_metrics, b"{}", 401, "unauthorized");
+        assert_eq!(
+            host.call(&with_metrics, b"{}"),
+            host.call(&wrong, b"{}"),
+            "{target}: METRICS_TOKEN is refused exactly like a wrong token"
+        );
+    }
+}
+
+#[test]
+fn without_a_metrics_token_only_the_admin_reads_metrics() {
+    let host = Host {
+        metrics_token: None,
+        ..setup()
+    };
+    for token in [Some(METRICS_TOKEN), Some(""), None] {
+        host.refused(
+            &request(GET, "/metrics", token, None),
+            b"",
+            401,
+            "unauthorized",
+        );
+    }
+    assert_eq!(host.text(&admin(GET, "/metrics")).status, 200);
 }
 
 #[test]

@@ -126,6 +126,7 @@ async fn admin(
         store: &store,
         settings: &cfg.settings,
         admin_token: &cfg.secrets.admin_token,
+        metrics_token: cfg.secrets.metrics_token.as_deref(),
         now: clock::now_ms(),
         new_id: &clock::random_id,
         event: &log::event,
