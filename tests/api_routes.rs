@@ -2857,6 +2857,53 @@ fn on_finish_is_validated_like_a_webhook_target_before_anything_is_written() {
     assert_eq!(host.fingerprint(), before);
 }
 
+/// `OWN_HOSTNAMES` names the Worker's other hostnames (its custom domain and its
+/// `*.workers.dev` name): no webhook, channel or callback may target them, on any
+/// port, whichever host the request came in on. Each route answers its own code
+/// for a bad target, and writes nothing.
+#[test]
+fn the_workers_other_hostnames_are_no_targets() {
+    let mut host = setup();
+    host.settings = Settings::from_lookup(|name| {
+        (name == "OWN_HOSTNAMES")
+            .then(|| " Fanout.Example.com , cron-fanout.acct.workers.dev.".into())
+    })
+    .unwrap();
+    // Requests come in on the custom domain; the workers.dev name is the other one.
+    let on_domain = |method: Method, path: &str| {
+        let mut req = admin(method, path);
+        req.host = Some("fanout.example.com:443".into());
+        req
+    };
+    for url in [
+        "https://cron-fanout.acct.workers.dev/batches",
+        "http://CRON-FANOUT.acct.workers.dev.:8443/x",
+        "https://fanout.example.com:8443/subjects",
+    ] {
+        let subjects = hook_subjects("self", url);
+        let multi = json!({"subjects": [{"id": "m", "kind": "multi",
+            "payload": {"channels": [{"name": "a", "url": "https://example.com/a"}, {"name": "b", "url": url}]}}]});
+        let items =
+            json!({"items": [{"subject_id": "i", "kind": "webhook", "payload": {"url": url}}]});
+        let on_finish = json!({"items": [item("a")], "on_finish": {"url": url}});
+        let schedule = json!({"every_seconds": 3600, "on_finish": {"url": url}});
+        for (method, path, body, code) in [
+            (PUT, "/subjects", subjects, "invalid_payload"),
+            (PUT, "/subjects", multi, "invalid_payload"),
+            (POST, "/batches", items, "invalid_payload"),
+            (POST, "/batches", on_finish, "invalid_on_finish"),
+            (PUT, "/schedules/hourly", schedule, "invalid_on_finish"),
+        ] {
+            let req = on_domain(method, path);
+            let message = host.refused(&req, body.to_string().as_bytes(), 400, code);
+            assert!(message.contains("OWN_HOSTNAMES"), "{url}: {message}");
+        }
+    }
+    let fine = hook_subjects("other", "https://hooks.example.com/x");
+    let (status, answer) = host.call(&on_domain(PUT, "/subjects"), fine.to_string().as_bytes());
+    assert_eq!(status, 200, "{answer}");
+}
+
 #[test]
 fn the_worker_itself_is_no_callback_target() {
     let mut host = setup();

@@ -148,6 +148,7 @@ pub async fn serve<D: Db>(
     let policy = TargetPolicy {
         allow_private: app.settings.allow_private_targets,
         own_host: req.host.as_deref(),
+        own_hostnames: &app.settings.own_hostnames,
     };
     Ok(match admin.handler {
         Handler::PutSubjects => subjects::put(app, &body, &policy).await?.into(),

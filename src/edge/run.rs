@@ -40,6 +40,7 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
             .map(str::to_string)
             .collect(),
         allow_private_targets: cfg.settings.allow_private_targets,
+        own_hostnames: cfg.settings.own_hostnames.clone(),
         signal: controller.signal(),
         job_timeout_ms: timeout_ms,
     };

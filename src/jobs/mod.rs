@@ -24,6 +24,9 @@ pub struct JobContext {
     pub dispatch_secrets: Vec<String>,
     /// `ALLOW_PRIVATE_TARGETS`, checked again at run time.
     pub allow_private_targets: bool,
+    /// `OWN_HOSTNAMES`, checked again at run time: a URL written before the setting
+    /// named its host fails then.
+    pub own_hostnames: Vec<String>,
     /// Aborted when the job's time is up, so its fetches stop too.
     pub signal: worker::AbortSignal,
     /// `JOB_TIMEOUT_MS`: a job that can report partial results gives up on
@@ -33,17 +36,23 @@ pub struct JobContext {
 
 #[cfg(target_arch = "wasm32")]
 impl JobContext {
-    /// The target policy a run checks its URLs against again (the Worker's own
-    /// host is not known to a child).
-    pub fn policy(&self) -> TargetPolicy<'static> {
-        TargetPolicy {
-            allow_private: self.allow_private_targets,
-            own_host: None,
-        }
+    /// The target policy a run checks its URLs against again ([`run_policy`]).
+    pub fn policy(&self) -> TargetPolicy<'_> {
+        run_policy(self.allow_private_targets, &self.own_hostnames)
     }
 
     pub fn dispatch_keys(&self) -> Vec<&str> {
         self.dispatch_secrets.iter().map(String::as_str).collect()
+    }
+}
+
+/// The target policy of a run: the settings' rules and `OWN_HOSTNAMES`. The host a
+/// request came in on (`TargetPolicy::own_host`) is not known to a child.
+pub fn run_policy(allow_private: bool, own_hostnames: &[String]) -> TargetPolicy<'_> {
+    TargetPolicy {
+        allow_private,
+        own_host: None,
+        own_hostnames,
     }
 }
 
@@ -138,6 +147,7 @@ mod tests {
     const POLICY: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
+        own_hostnames: &[],
     };
 
     #[test]
@@ -164,6 +174,29 @@ mod tests {
         let channels = json!({"channels": [{"name": "email", "url": "https://example.com/e"}]});
         assert!(check("multi", channels).is_ok());
         assert!(check("multi", json!({"channels": []})).is_err());
+    }
+
+    /// A run checks its URLs again under [`run_policy`] (`JobContext::policy`): a
+    /// target written before `OWN_HOSTNAMES` named its host fails when it runs, as
+    /// webhook and multi runs parse their payload and a callback run its URL.
+    #[test]
+    fn a_target_written_before_own_hostnames_named_it_fails_at_run_time() {
+        let url = "https://cron-fanout.acct.workers.dev/batches";
+        let hook = json!({ "url": url });
+        let multi = json!({"channels": [{"name": "a", "url": "https://example.com/a"}, {"name": "b", "url": url}]});
+        assert!(check_payload("webhook", &hook, &run_policy(false, &[])).is_ok());
+        assert!(check_payload("multi", &multi, &run_policy(false, &[])).is_ok());
+        let own = ["cron-fanout.acct.workers.dev".to_string()];
+        let policy = run_policy(false, &own);
+        let err = webhook::parse_payload(&hook, &policy).unwrap_err();
+        assert!(err.contains("OWN_HOSTNAMES"), "{err}");
+        let err = multi::parse_payload(&multi, &policy).unwrap_err();
+        assert!(err.contains("OWN_HOSTNAMES"), "{err}");
+        let err = crate::core::target::validate(url, &policy).unwrap_err();
+        assert!(err.to_string().contains("OWN_HOSTNAMES"), "{err}");
+        // ALLOW_PRIVATE_TARGETS does not lift it.
+        assert!(webhook::parse_payload(&hook, &run_policy(true, &own)).is_err());
+        assert!(webhook::parse_payload(&json!({"url": "https://example.com/"}), &policy).is_ok());
     }
 
     #[test]
