@@ -38,6 +38,8 @@ use serde_json::{json, Value};
 use Method::{Delete as DELETE, Get as GET, Post as POST, Put as PUT};
 
 const TOKEN: &str = "test-admin-token-0123456789";
+/// `METRICS_TOKEN` of [`setup`]'s host: `GET /metrics` only.
+const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
 /// 2026-11-18T11:06:40.123Z
 const NOW: i64 = 1_795_000_000_123;
 /// Not the default (5), so a test can tell it came from the settings.
@@ -51,6 +53,7 @@ struct Host {
     now: Cell<i64>,
     ids: Cell<u32>,
     events: RefCell<Vec<(String, Value)>>,
+    metrics_token: Option<&'static str>,
 }
 
 fn setup() -> Host {
@@ -64,6 +67,7 @@ fn setup() -> Host {
         now: Cell::new(NOW),
         ids: Cell::new(0),
         events: RefCell::new(Vec::new()),
+        metrics_token: Some(METRICS_TOKEN),
     }
 }
 
@@ -113,6 +117,7 @@ impl Host {
             store: &self.store,
             settings: &self.settings,
             admin_token: TOKEN,
+            metrics_token: self.metrics_token,
             now: self.now.get(),
             new_id: &new_id,
             event: &event,
@@ -628,6 +633,7 @@ fn serve_refuses_routes_the_edge_answers() {
         store: &host.store,
         settings: &host.settings,
         admin_token: TOKEN,
+        metrics_token: Some(METRICS_TOKEN),
         now: NOW,
         new_id: &String::new,
         event: &|_, _| {},
@@ -656,6 +662,62 @@ fn every_admin_route_needs_the_exact_admin_token() {
         basic.authorization = Some(format!("Basic {TOKEN}"));
         host.refused(&basic, b"{}", 401, "unauthorized");
     }
+}
+
+#[test]
+fn the_metrics_token_reads_metrics_and_nothing_else() {
+    let host = setup();
+    let scrape = request(GET, "/metrics", Some(METRICS_TOKEN), None);
+    assert_eq!(host.text(&scrape).status, 200, "METRICS_TOKEN on /metrics");
+    assert_eq!(
+        host.text(&admin(GET, "/metrics")).status,
+        200,
+        "the admin token still works"
+    );
+    for route in ROUTES {
+        let Target::Admin(_) = route.target else {
+            continue;
+        };
+        if route.path == "/metrics" {
+            continue;
+        }
+        let target = route.path.replace("{id}", "x");
+        let wrong = request(
+            route.method,
+            &target,
+            Some("wrong-token-0123456789"),
+            Some("application/json"),
+        );
+        let with_metrics = request(
+            route.method,
+            &target,
+            Some(METRICS_TOKEN),
+            Some("application/json"),
+        );
+        host.refused(&with_metrics, b"{}", 401, "unauthorized");
+        assert_eq!(
+            host.call(&with_metrics, b"{}"),
+            host.call(&wrong, b"{}"),
+            "{target}: METRICS_TOKEN is refused exactly like a wrong token"
+        );
+    }
+}
+
+#[test]
+fn without_a_metrics_token_only_the_admin_reads_metrics() {
+    let host = Host {
+        metrics_token: None,
+        ..setup()
+    };
+    for token in [Some(METRICS_TOKEN), Some(""), None] {
+        host.refused(
+            &request(GET, "/metrics", token, None),
+            b"",
+            401,
+            "unauthorized",
+        );
+    }
+    assert_eq!(host.text(&admin(GET, "/metrics")).status, 200);
 }
 
 #[test]
@@ -2802,6 +2864,53 @@ fn on_finish_is_validated_like_a_webhook_target_before_anything_is_written() {
     );
     assert_eq!(again["on_finish"], json!({"url": HOOK}));
     assert_eq!(host.fingerprint(), before);
+}
+
+/// `OWN_HOSTNAMES` names the Worker's other hostnames (its custom domain and its
+/// `*.workers.dev` name): no webhook, channel or callback may target them, on any
+/// port, whichever host the request came in on. Each route answers its own code
+/// for a bad target, and writes nothing.
+#[test]
+fn the_workers_other_hostnames_are_no_targets() {
+    let mut host = setup();
+    host.settings = Settings::from_lookup(|name| {
+        (name == "OWN_HOSTNAMES")
+            .then(|| " Fanout.Example.com , cron-fanout.acct.workers.dev.".into())
+    })
+    .unwrap();
+    // Requests come in on the custom domain; the workers.dev name is the other one.
+    let on_domain = |method: Method, path: &str| {
+        let mut req = admin(method, path);
+        req.host = Some("fanout.example.com:443".into());
+        req
+    };
+    for url in [
+        "https://cron-fanout.acct.workers.dev/batches",
+        "http://CRON-FANOUT.acct.workers.dev.:8443/x",
+        "https://fanout.example.com:8443/subjects",
+    ] {
+        let subjects = hook_subjects("self", url);
+        let multi = json!({"subjects": [{"id": "m", "kind": "multi",
+            "payload": {"channels": [{"name": "a", "url": "https://example.com/a"}, {"name": "b", "url": url}]}}]});
+        let items =
+            json!({"items": [{"subject_id": "i", "kind": "webhook", "payload": {"url": url}}]});
+        let on_finish = json!({"items": [item("a")], "on_finish": {"url": url}});
+        let schedule = json!({"every_seconds": 3600, "on_finish": {"url": url}});
+        for (method, path, body, code) in [
+            (PUT, "/subjects", subjects, "invalid_payload"),
+            (PUT, "/subjects", multi, "invalid_payload"),
+            (POST, "/batches", items, "invalid_payload"),
+            (POST, "/batches", on_finish, "invalid_on_finish"),
+            (PUT, "/schedules/hourly", schedule, "invalid_on_finish"),
+        ] {
+            let req = on_domain(method, path);
+            let message = host.refused(&req, body.to_string().as_bytes(), 400, code);
+            assert!(message.contains("OWN_HOSTNAMES"), "{url}: {message}");
+        }
+    }
+    let fine = hook_subjects("other", "https://hooks.example.com/x");
+    let (status, answer) = host.call(&on_domain(PUT, "/subjects"), fine.to_string().as_bytes());
+    assert_eq!(status, 200, "{answer}");
 }
 
 #[test]

@@ -65,6 +65,7 @@ use serde_json::json;
 const PUBLIC: TargetPolicy = TargetPolicy {
     allow_private: false,
     own_host: None,
+    own_hostnames: &[],
 };
 
 fn item(payload: serde_json::Value) -> ClaimedItem {

@@ -309,7 +309,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
         .collect();
     checks.record(
         &format!(
-            "every delivery carried its subject's data intact (non-ASCII in all, over 8 KiB in 1 of {}: item in a header and in the body)",
+            "every delivery carried its subject's data intact (non-ASCII in all, over 8 KiB in 1 of {}: short and long items, both in the dispatch body)",
             plan::BIG_DATA_EVERY
         ),
         verdict::data_intact(&expected, &refs),
@@ -565,25 +565,23 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
         "unsigned POST /internal/run: 401",
         expect(unsigned, StatusCode::UNAUTHORIZED, false),
     );
-    // The same item in the Fanout-Item header, with a signature made with another
-    // secret: the header path is refused like the body path.
+    // The same item after a signature line made with another secret: refused
+    // like the unsigned one.
     let forged_sig = crate::signature::sign(
         b"not-the-dispatch-secret",
         chrono::Utc::now().timestamp(),
         run.to_string().as_bytes(),
     );
     let forged = api
-        .raw_with_headers(
+        .raw(
             Method::POST,
             "/internal/run",
-            &[
-                ("Fanout-Item", &run.to_string()),
-                ("Fanout-Dispatch-Signature", &forged_sig),
-            ],
+            None,
+            Some(format!("{forged_sig}\n{run}")),
         )
         .await?;
     checks.record(
-        "POST /internal/run with the item in a Fanout-Item header and a forged signature: 401",
+        "POST /internal/run with a forged signature line: 401",
         expect(forged, StatusCode::UNAUTHORIZED, false),
     );
     let batches_before = api.batches(1000).await?.len();

@@ -49,7 +49,12 @@ struct Streamed {
 /// answer given while the body streams arrives then (under `wrangler dev`, one given
 /// while the client keeps sending races the proxy's own error, and a server that
 /// closes with unread bytes resets the connection, which can discard its answer).
-async fn stream_endless(base: &str, head: &str, stall_after: Option<u64>) -> Result<Streamed> {
+async fn stream_endless(
+    base: &str,
+    head: &str,
+    prefix: &str,
+    stall_after: Option<u64>,
+) -> Result<Streamed> {
     let addr = base
         .strip_prefix("http://")
         .context("the Worker's URL is not http://")?;
@@ -61,8 +66,13 @@ async fn stream_endless(base: &str, head: &str, stall_after: Option<u64>) -> Res
     let writer = {
         let sent = sent.clone();
         let head = head.to_string();
+        let prefix = prefix.to_string();
         tokio::spawn(async move {
             wr.write_all(head.as_bytes()).await?;
+            if !prefix.is_empty() {
+                let chunk = format!("{:x}\r\n{prefix}\r\n", prefix.len());
+                wr.write_all(chunk.as_bytes()).await?;
+            }
             let mut framed = format!("{STREAM_CHUNK:x}\r\n").into_bytes();
             framed.extend(std::iter::repeat_n(b' ', STREAM_CHUNK));
             framed.extend_from_slice(b"\r\n");
@@ -120,7 +130,7 @@ fn mib(bytes: u64) -> String {
 }
 
 /// Bodies over 256 KiB are refused while they stream, on every route that reads
-/// one, without a Content-Length; an unsigned dispatch is refused before its body.
+/// one, without a Content-Length; an unsigned dispatch is refused on its first chunk.
 pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()> {
     let base = target.api.base().to_string();
     let host = base.trim_start_matches("http://");
@@ -138,6 +148,7 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
         chrono::Utc::now().timestamp(),
         b"{}",
     );
+    let signature_line = format!("{wrong}\n");
     let cases = [
         (
             "PUT /subjects",
@@ -145,33 +156,32 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
                 "PUT /subjects",
                 &format!("Authorization: Bearer {token}\r\n"),
             ),
+            "",
             413,
             "payload_too_large",
             BEFORE_STALL,
         ),
-        // Refused on its headers alone: the client sends no body byte before the
-        // answer (sending some would only race the reset of a connection closed
-        // with unread bytes, not test the Worker).
+        // The signature is the body's first line: a body whose first chunk holds no
+        // line short enough to be one is refused on that chunk alone.
         (
-            "POST /internal/run without a signature",
+            "POST /internal/run without a signature line",
             head("POST /internal/run", ""),
+            "",
             401,
             "unauthorized",
-            0,
+            STREAM_CHUNK as u64,
         ),
         (
-            "POST /internal/run with a well-formed signature",
-            head(
-                "POST /internal/run",
-                &format!("Fanout-Dispatch-Signature: {wrong}\r\n"),
-            ),
+            "POST /internal/run with a well-formed signature line",
+            head("POST /internal/run", ""),
+            signature_line.as_str(),
             413,
             "payload_too_large",
             BEFORE_STALL,
         ),
     ];
-    for (what, head, want, code, stall_after) in cases {
-        let paused = stream_endless(&base, &head, Some(stall_after)).await;
+    for (what, head, prefix, want, code, stall_after) in cases {
+        let paused = stream_endless(&base, &head, prefix, Some(stall_after)).await;
         checks.record(
             &format!("{what}, endless chunked body (no Content-Length), client pausing after {}: {want} {code} before it sends more", mib(stall_after)),
             paused.map_err(|e| format!("{e:#}")).and_then(|r| {
@@ -184,7 +194,7 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
                 Ok(())
             }),
         );
-        let fast = stream_endless(&base, &head, None).await;
+        let fast = stream_endless(&base, &head, prefix, None).await;
         checks.record(
             &format!(
                 "{what}, endless body sent without pause: cut off (answered or closed) before {}",
@@ -214,14 +224,14 @@ fn noop_item() -> String {
     .to_string()
 }
 
+/// A dispatch as the Worker sends it: the signature on the body's first line, the
+/// item's JSON after it, nothing in the headers (trace events record headers).
 async fn dispatch(api: &Api, item: &str, signature: &str) -> Result<RawResponse> {
-    api.raw_with_headers(
+    api.raw(
         Method::POST,
         "/internal/run",
-        &[
-            ("Fanout-Item", item),
-            ("Fanout-Dispatch-Signature", signature),
-        ],
+        None,
+        Some(format!("{signature}\n{item}")),
     )
     .await
 }
@@ -299,6 +309,19 @@ pub async fn dispatch_signatures(target: &Target, checks: &mut Checks) -> Result
     let r = dispatch(api, &item, &good[..good.len() - 1]).await?;
     checks.record(
         "a dispatch whose v1 is 63 hex digits: 401",
+        expect_status(&r, StatusCode::UNAUTHORIZED),
+    );
+    // The item (lease token, payload, signing secret) and the signature in request
+    // headers, which trace events record: no longer a way in, even signed right.
+    let r = api
+        .raw_with_headers(
+            Method::POST,
+            "/internal/run",
+            &[("Fanout-Item", &item), ("Fanout-Dispatch-Signature", &good)],
+        )
+        .await?;
+    checks.record(
+        "a dispatch signed with DISPATCH_SECRET but carried in the Fanout-Item and Fanout-Dispatch-Signature headers: 401",
         expect_status(&r, StatusCode::UNAUTHORIZED),
     );
 

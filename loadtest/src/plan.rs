@@ -79,9 +79,8 @@ pub const BIG_DATA_EVERY: usize = 100;
 
 impl Planned {
     /// The `data` a webhook subject carries, and its delivery must carry back. Every
-    /// one has non-ASCII text; one in [`BIG_DATA_EVERY`] is over 12 KiB, so both of
-    /// the Worker's dispatch transports are exercised (the item in a header up to
-    /// 8 KiB, in the body above).
+    /// one has non-ASCII text; one in [`BIG_DATA_EVERY`] is over 12 KiB, so items
+    /// of both sizes cross the dispatch (and the webhook) intact.
     pub fn data(&self, n: usize) -> Value {
         let mut data = json!({"n": n, "expect": self.expect.label(), "note": "naïve ✓ 100%"});
         if n % BIG_DATA_EVERY == BIG_DATA_EVERY / 2 {

@@ -1,4 +1,5 @@
-//! Who may call the admin routes: `Authorization: Bearer <ADMIN_TOKEN>`.
+//! Who may call the admin routes: `Authorization: Bearer <ADMIN_TOKEN>`; on
+//! `GET /metrics`, `Bearer <METRICS_TOKEN>` too.
 
 use crate::core::error::ApiError;
 use crate::core::signature::constant_time_eq;
@@ -14,6 +15,18 @@ pub fn admin(authorization: Option<&str>, admin_token: &str) -> Result<(), ApiEr
     } else {
         Err(ApiError::Unauthorized)
     }
+}
+
+/// Admit the caller of `GET /metrics`: the admin token, or the read-only metrics
+/// token when one is set. Both are compared in full, whichever matches.
+pub fn metrics(
+    authorization: Option<&str>,
+    admin_token: &str,
+    metrics_token: Option<&str>,
+) -> Result<(), ApiError> {
+    let as_admin = admin(authorization, admin_token);
+    let as_scraper = metrics_token.map_or(Err(ApiError::Unauthorized), |t| admin(authorization, t));
+    as_admin.or(as_scraper)
 }
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub struct App<'a, D: Db> {
     pub settings: &'a Settings,
     /// `ADMIN_TOKEN`, compared in constant time by [`auth::admin`].
     pub admin_token: &'a str,
+    /// `METRICS_TOKEN`, if set: admitted on `GET /metrics` only ([`auth::metrics`]).
+    pub metrics_token: Option<&'a str>,
     /// Milliseconds since the epoch, read once per request.
     pub now: i64,
     /// A fresh random id (batch ids).
@@ -125,7 +127,14 @@ pub async fn serve<D: Db>(
             route.path
         )));
     };
-    auth::admin(req.authorization.as_deref(), app.admin_token)?;
+    match admin.handler {
+        Handler::Metrics => auth::metrics(
+            req.authorization.as_deref(),
+            app.admin_token,
+            app.metrics_token,
+        )?,
+        _ => auth::admin(req.authorization.as_deref(), app.admin_token)?,
+    }
     if admin.query == Query::Refused {
         refuse_query(&req.query)?;
     }
@@ -142,6 +151,7 @@ pub async fn serve<D: Db>(
     let policy = TargetPolicy {
         allow_private: app.settings.allow_private_targets,
         own_host: req.host.as_deref(),
+        own_hostnames: &app.settings.own_hostnames,
     };
     Ok(match admin.handler {
         Handler::PutSubjects => subjects::put(app, &body, &policy).await?.into(),

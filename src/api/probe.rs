@@ -158,10 +158,12 @@ mod tests {
     const DEV: TargetPolicy = TargetPolicy {
         allow_private: true,
         own_host: None,
+        own_hostnames: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
+        own_hostnames: &[],
     };
 
     fn parsed(body: &str, policy: &TargetPolicy) -> Result<ProbeRequest, (String, String)> {

@@ -133,6 +133,7 @@ mod tests {
     const PUBLIC: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: Some("fanout.example.com:443"),
+        own_hostnames: &[],
     };
 
     fn row(on_finish: Option<&str>, status: Option<&str>, attempts: Option<i64>) -> BatchRow {
@@ -183,6 +184,7 @@ mod tests {
         let dev = TargetPolicy {
             allow_private: true,
             own_host: None,
+            own_hostnames: &[],
         };
         assert!(OnFinish {
             url: "http://127.0.0.1:9000/x".into()

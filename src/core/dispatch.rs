@@ -1,43 +1,71 @@
-//! The wire format of `POST /internal/run`, both ways. The item travels in a request
-//! header and the outcome in response headers, so in the common case neither side
-//! reads a body stream. Measured locally: reading the child's JSON answer cost about
-//! 0.2 ms of CPU per call, a third of the whole per-item cost, and sending the item
-//! as a request body about 0.02 ms more than a header (docs/benchmarks.md).
+//! The wire format of `POST /internal/run`, both ways. The request carries
+//! everything in its body, `<signature>\n<item JSON>`, and nothing in its headers:
+//! the runtime's trace events (`wrangler tail`, Tail Workers, Workers Logs) record
+//! request headers, redacting only names that look secret, and never bodies, and the
+//! item holds its lease token and its payload (`data`, a subject's `signing_secret`).
+//! The outcome comes back in response headers, so the dispatcher reads no body:
+//! reading the child's JSON answer cost about 0.2 ms of CPU per call locally, a third
+//! of the whole per-item cost (docs/benchmarks.md).
 
-use percent_encoding::{
-    percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS, NON_ALPHANUMERIC,
-};
+use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 
 use super::model::Outcome;
+use super::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
 pub const OUTCOME_STATUS: u16 = 204;
 pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
 
-/// Request header carrying the claimed item's JSON. Items whose encoded JSON is
-/// longer than [`MAX_ITEM_HEADER_BYTES`] travel as the request body instead.
-pub const ITEM_HEADER: &str = "Fanout-Item";
-/// Well under the platform's documented request-header limits (128 KB in total;
-/// older pages say 16 KB per header).
-pub const MAX_ITEM_HEADER_BYTES: usize = 8 * 1024;
-/// What a header value cannot carry raw: controls (a newline would end the header)
-/// and non-ASCII (header values are byte strings; every non-ASCII byte is always
-/// escaped), plus `%` itself so decoding is exact. JSON punctuation stays readable.
-const ITEM_ESCAPES: &AsciiSet = &CONTROLS.add(b'%');
-
-/// The header value for an item's JSON, or `None` when it is too long for a header.
-pub fn item_header(item_json: &str) -> Option<String> {
-    if item_json.len() > MAX_ITEM_HEADER_BYTES {
-        return None;
-    }
-    let value = utf8_percent_encode(item_json, ITEM_ESCAPES).to_string();
-    (value.len() <= MAX_ITEM_HEADER_BYTES).then_some(value)
+/// A dispatch request as the drain sends it: its headers and body, which the edge
+/// copies into the runtime's request unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchRequest {
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
 }
 
-/// The item's JSON bytes back from the header value (what the signature covers).
-pub fn item_from_header(value: &str) -> Vec<u8> {
-    percent_decode_str(value).collect()
+/// The request carrying `item_json`, signed with `secret` at `now_secs`: the
+/// signature on the body's first line, then the JSON it signs. No header carries
+/// either (trace events record headers), nor any part of the item.
+pub fn request(secret: &str, now_secs: i64, item_json: &str) -> DispatchRequest {
+    let sig = signature::sign(secret, now_secs, item_json.as_bytes());
+    let mut body = String::with_capacity(sig.len() + 1 + item_json.len());
+    body.push_str(&sig);
+    body.push('\n');
+    body.push_str(item_json);
+    DispatchRequest {
+        headers: vec![("Content-Type", "text/plain; charset=utf-8".into())],
+        body,
+    }
+}
+
+/// What the start of a dispatch body says about its signature line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureLine<'a> {
+    /// No newline yet, and still short enough to become a signature line.
+    Incomplete,
+    /// The signature (without its newline) and where the item's JSON starts.
+    Found { signature: &'a str, item_at: usize },
+    /// Longer than any signature, or not text: the request cannot be valid.
+    Malformed,
+}
+
+/// Find the signature line at the start of `body` (all of it, or as much as has
+/// arrived). Only the first [`signature::MAX_HEADER_BYTES`] + 1 bytes are looked at.
+pub fn signature_line(body: &[u8]) -> SignatureLine<'_> {
+    let window = &body[..body.len().min(signature::MAX_HEADER_BYTES + 1)];
+    match window.iter().position(|&b| b == b'\n') {
+        Some(end) => match std::str::from_utf8(&body[..end]) {
+            Ok(signature) => SignatureLine::Found {
+                signature,
+                item_at: end + 1,
+            },
+            Err(_) => SignatureLine::Malformed,
+        },
+        None if window.len() > signature::MAX_HEADER_BYTES => SignatureLine::Malformed,
+        None => SignatureLine::Incomplete,
+    }
 }
 
 /// Reasons are cut to this many bytes: they end up in `last_error`, not in a report.
@@ -80,6 +108,44 @@ pub fn decode(kind: Option<&str>, reason: Option<&str>) -> Result<Outcome, Strin
 mod tests {
     use super::*;
 
+    /// An item as the drain claims it, with everything trace events must not see.
+    const SECRET: &str = "dispatch-secret-0123456789";
+    const LEASE: &str = "lease-7f3a9c";
+    const SIGNING: &str = "subject-signing-secret-42";
+
+    fn claimed_item_json() -> String {
+        let item = crate::core::model::ClaimedItem {
+            item_id: 7,
+            lease_token: LEASE.into(),
+            batch_id: "b1".into(),
+            subject_id: "s1".into(),
+            attempt: 1,
+            max_attempts: 5,
+            kind: "webhook".into(),
+            payload: format!(
+                r#"{{"url":"https://example.com/hook","signing_secret":"{SIGNING}","data":{{"user":1}}}}"#
+            ),
+            receipts: None,
+        };
+        serde_json::to_string(&item).unwrap()
+    }
+
+    #[test]
+    fn no_header_of_a_dispatch_carries_the_item_its_lease_or_its_signature() {
+        let json = claimed_item_json();
+        let req = request(SECRET, 1_700_000_000, &json);
+        let sig = crate::core::signature::sign(SECRET, 1_700_000_000, json.as_bytes());
+        let tag = sig.split("v1=").nth(1).unwrap();
+        for (name, value) in &req.headers {
+            for secret in [LEASE, SIGNING, tag, "\"user\""] {
+                assert!(
+                    !value.contains(secret) && !name.contains(secret),
+                    "header {name} carries {secret:?}: {value}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn outcomes_round_trip_through_header_values() {
         for o in [
@@ -106,34 +172,51 @@ mod tests {
     }
 
     #[test]
-    fn items_round_trip_through_a_header_value() {
-        let json = r#"{"payload":"{\"note\":\"naïve ✓ 100%\"}","raw":"tab\there","ctl":"\u0007"}"#;
-        let with_controls = format!("{json}\r\n\u{7f}");
-        for text in [json, with_controls.as_str()] {
-            let value = item_header(text).expect("short items fit in a header");
-            assert!(
-                value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()),
-                "{value}"
-            );
-            assert_eq!(item_from_header(&value), text.as_bytes());
-        }
-        // JSON punctuation is not escaped, so the value stays close to the item.
-        assert_eq!(
-            item_header(r#"{"a":[1,"b c"]}"#).as_deref(),
-            Some(r#"{"a":[1,"b c"]}"#)
-        );
+    fn the_body_is_the_signature_line_then_the_signed_json() {
+        let json = claimed_item_json();
+        let req = request(SECRET, 1_700_000_000, &json);
+        let SignatureLine::Found { signature, item_at } = signature_line(req.body.as_bytes())
+        else {
+            panic!("no signature line in {:?}", req.body);
+        };
+        assert_eq!(&req.body.as_bytes()[item_at..], json.as_bytes());
+        let header = signature::SignatureHeader::parse(Some(signature)).unwrap();
+        assert_eq!(header.timestamp, 1_700_000_000);
+        assert_eq!(header.check_tag([SECRET], json.as_bytes()), Ok(()));
+        assert!(header
+            .check_tag(["another-secret-0123456"], json.as_bytes())
+            .is_err());
     }
 
     #[test]
-    fn long_items_do_not_fit_in_a_header() {
-        let fits = "a".repeat(MAX_ITEM_HEADER_BYTES);
+    fn the_signature_line_is_found_as_the_body_arrives() {
+        let sig = signature::sign(SECRET, 1_700_000_000, b"{}");
+        let body = format!("{sig}\n{{}}");
+        // Any prefix ending before the newline is incomplete; with it, found.
         assert_eq!(
-            item_header(&fits).map(|v| v.len()),
-            Some(MAX_ITEM_HEADER_BYTES)
+            signature_line(&body.as_bytes()[..sig.len()]),
+            SignatureLine::Incomplete
         );
-        assert_eq!(item_header(&format!("{fits}a")), None);
-        // Escaping counts: 3,000 two-byte characters become 18,000 header bytes.
-        assert_eq!(item_header(&"é".repeat(3_000)), None);
+        assert_eq!(signature_line(b""), SignatureLine::Incomplete);
+        assert_eq!(
+            signature_line(&body.as_bytes()[..sig.len() + 1]),
+            SignatureLine::Found {
+                signature: sig.as_str(),
+                item_at: sig.len() + 1
+            }
+        );
+        // No line within the longest signature: refused without reading further.
+        let spaces = vec![b' '; signature::MAX_HEADER_BYTES + 1];
+        assert_eq!(signature_line(&spaces), SignatureLine::Malformed);
+        let mut long = vec![b' '; signature::MAX_HEADER_BYTES];
+        long.push(b'\n');
+        assert!(matches!(signature_line(&long), SignatureLine::Found { .. }));
+        assert_eq!(signature_line(b"t=1,\xff\n{}"), SignatureLine::Malformed);
+        // An item's own newlines are after the first one: not the signature's.
+        assert!(matches!(
+            signature_line(b"t=1,v1=00\n{\"a\":\"x\\ny\"}\n"),
+            SignatureLine::Found { item_at: 10, .. }
+        ));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct Secrets {
     pub dispatch_previous: Option<String>,
     /// `WEBHOOK_SECRET`: signs deliveries of subjects without their own secret.
     pub webhook: String,
+    /// `METRICS_TOKEN`: bearer token accepted on `GET /metrics` only, so a scrape
+    /// config holds a read-only credential. Optional.
+    pub metrics_token: Option<String>,
 }
 
 // Never print a secret, not even in a panic message.
@@ -54,6 +57,10 @@ impl Secrets {
                 _ => None,
             },
             webhook: read(&lookup, "WEBHOOK_SECRET")?,
+            metrics_token: match lookup("METRICS_TOKEN") {
+                Some(v) if !v.is_empty() => Some(read(&lookup, "METRICS_TOKEN")?),
+                _ => None,
+            },
         };
         let same = |a: &str, b: &str| constant_time_eq(a.as_bytes(), b.as_bytes());
         for (name, dispatch) in secrets.dispatch_named() {
@@ -64,6 +71,19 @@ impl Secrets {
             }
             if same(dispatch, &secrets.admin_token) {
                 return Err(format!("{name} must differ from ADMIN_TOKEN"));
+            }
+        }
+        if let Some(metrics) = &secrets.metrics_token {
+            // A scrape config is the credential most likely to leak: it must not
+            // double as one that can do more than read /metrics.
+            let others = [
+                ("ADMIN_TOKEN", secrets.admin_token.as_str()),
+                ("WEBHOOK_SECRET", secrets.webhook.as_str()),
+            ];
+            for (name, other) in others.into_iter().chain(secrets.dispatch_named()) {
+                if same(metrics, other) {
+                    return Err(format!("METRICS_TOKEN must differ from {name}"));
+                }
             }
         }
         if same(&secrets.webhook, &secrets.admin_token) {
@@ -177,6 +197,25 @@ mod tests {
             err.contains("DISPATCH_SECRET_PREVIOUS must be at least 16"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_metrics_token_is_optional_and_its_own() {
+        assert_eq!(parse(&GOOD).unwrap().metrics_token, None);
+        assert_eq!(
+            parse(&with(&[("METRICS_TOKEN", "")]))
+                .unwrap()
+                .metrics_token,
+            None
+        );
+        let s = parse(&with(&[("METRICS_TOKEN", "metrics-token-0123456789")])).unwrap();
+        assert_eq!(s.metrics_token.as_deref(), Some("metrics-token-0123456789"));
+        let err = parse(&with(&[("METRICS_TOKEN", "short")])).unwrap_err();
+        assert_eq!(err, "secret METRICS_TOKEN must be at least 16 characters");
+        for (name, value) in GOOD {
+            let err = parse(&with(&[("METRICS_TOKEN", value)])).unwrap_err();
+            assert_eq!(err, format!("METRICS_TOKEN must differ from {name}"));
+        }
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct Settings {
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
     pub allow_private_targets: bool,
+    /// `OWN_HOSTNAMES`: the names the Worker answers at, lowercase without a
+    /// trailing dot; no webhook or callback may target them (`core::target`).
+    pub own_hostnames: Vec<String>,
     /// Added to the queue's clock (`edge::clock::now_ms`), so tests can run
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
     /// setting that no deployment may set (docs/operations.md).
@@ -66,10 +69,44 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("MAX_CHILD_INVOCATIONS", "31"),
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
+    ("OWN_HOSTNAMES", ""),
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
     ("RETENTION_DAYS", "30"),
 ];
+
+/// Most names `OWN_HOSTNAMES` may list (every target check walks them).
+pub const MAX_OWN_HOSTNAMES: usize = 32;
+
+/// `OWN_HOSTNAMES`: comma-separated host names (`fanout.example.com`,
+/// `cron-fanout.acct.workers.dev`), no scheme, port or path; empty for none. Each
+/// is normalised as the URL parser normalises a target's host, so the two compare.
+fn parse_hostnames(raw: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = || {
+            format!("OWN_HOSTNAMES must list host names separated by commas (no scheme, port or path), got {entry:?}")
+        };
+        if entry
+            .contains(|c: char| matches!(c, '/' | ':' | '@' | '?' | '#' | '*') || c.is_whitespace())
+        {
+            return Err(bad());
+        }
+        let url = url::Url::parse(&format!("http://{entry}/")).map_err(|_| bad())?;
+        let host = url.host_str().ok_or_else(bad)?;
+        let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        if !names.contains(&host) {
+            names.push(host);
+        }
+    }
+    if names.len() > MAX_OWN_HOSTNAMES {
+        return Err(format!(
+            "OWN_HOSTNAMES may list at most {MAX_OWN_HOSTNAMES} names, got {}",
+            names.len()
+        ));
+    }
+    Ok(names)
+}
 
 impl Settings {
     /// Parse from a variable lookup (the Worker's env, or a map in tests). Missing
@@ -115,6 +152,7 @@ impl Settings {
                 ))
             }
         };
+        let own_hostnames = parse_hostnames(&get("OWN_HOSTNAMES"))?;
         let allow_test_clock = match get("ALLOW_TEST_CLOCK").trim() {
             "true" => true,
             "false" => false,
@@ -151,6 +189,7 @@ impl Settings {
             max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
             dispatch_mode,
             allow_private_targets,
+            own_hostnames,
             test_clock_offset_ms,
             retention_days: int("RETENTION_DAYS", 0, 36_500)?,
         };
@@ -296,6 +335,34 @@ mod tests {
                 "wrangler.toml sets {name}"
             );
         }
+    }
+
+    #[test]
+    fn own_hostnames_are_host_names_normalised_like_a_target_host() {
+        assert!(parse(&[]).unwrap().own_hostnames.is_empty());
+        let s = parse(&[(
+            "OWN_HOSTNAMES",
+            " Fanout.Example.COM., cron-fanout.acct.workers.dev ,,fanout.example.com",
+        )])
+        .unwrap();
+        assert_eq!(
+            s.own_hostnames,
+            ["fanout.example.com", "cron-fanout.acct.workers.dev"]
+        );
+        for bad in [
+            "https://fanout.example.com",
+            "fanout.example.com:443",
+            "fanout.example.com/x",
+            "*.example.com",
+            "a b.example.com",
+        ] {
+            let err = parse(&[("OWN_HOSTNAMES", bad)]).unwrap_err();
+            assert!(err.starts_with("OWN_HOSTNAMES"), "{bad}: {err}");
+        }
+        let many: Vec<String> = (0..=MAX_OWN_HOSTNAMES)
+            .map(|i| format!("h{i}.example.com"))
+            .collect();
+        assert!(parse(&[("OWN_HOSTNAMES", &many.join(","))]).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub const MAX_SKEW_SECS: u64 = 300;
 
 /// A header longer than this is malformed: `t=` plus 20 digits, `,v1=` and 64 hex
 /// digits need 92 bytes; the rest is room for fields added later.
-const MAX_HEADER_BYTES: usize = 256;
+pub const MAX_HEADER_BYTES: usize = 256;
 
 /// Why a signature was refused; the reason is logged, never sent to the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,8 @@
 //! when a subject is written is what is fetched at run time. Then the target must
 //! not be this machine, a private or otherwise non-public network, a local name, or
 //! the Worker itself, unless `ALLOW_PRIVATE_TARGETS=true` (local development against
-//! a sink on 127.0.0.1).
+//! a sink on 127.0.0.1). The Worker itself (the request's host, and every name in
+//! `OWN_HOSTNAMES`) is refused whatever the setting.
 //!
 //! A Worker cannot resolve DNS, so a public name that resolves to a private address
 //! passes here; what the platform does then is documented in docs/operations.md
@@ -27,6 +28,10 @@ pub struct TargetPolicy<'a> {
     /// The Worker's own `host:port` (from the URL of the request being served), when
     /// known: a webhook must not call the Worker itself, whatever the setting.
     pub own_host: Option<&'a str>,
+    /// `OWN_HOSTNAMES`: every name the Worker answers at (custom domains, its
+    /// `*.workers.dev` name), lowercase, refused on any port. Unlike `own_host` it
+    /// is known at run time and covers the names a request did not come in on.
+    pub own_hostnames: &'a [String],
 }
 
 /// Why a URL is not a webhook target. The messages name the URL's part and the
@@ -48,6 +53,8 @@ pub enum TargetError {
         why: &'static str,
     },
     OwnHost(String),
+    /// One of `OWN_HOSTNAMES`.
+    OwnHostname(String),
 }
 
 impl fmt::Display for TargetError {
@@ -70,6 +77,10 @@ impl fmt::Display for TargetError {
             TargetError::OwnHost(host) => {
                 write!(f, "url host {host} is this Worker's own host")
             }
+            TargetError::OwnHostname(host) => write!(
+                f,
+                "url host {host} is one of this Worker's own hostnames (OWN_HOSTNAMES): a webhook must not call the Worker itself"
+            ),
         }
     }
 }
@@ -111,6 +122,10 @@ pub fn check(url: &Url, policy: &TargetPolicy) -> Result<(), TargetError> {
         if this.eq_ignore_ascii_case(own.trim_end_matches('.')) {
             return Err(TargetError::OwnHost(host.to_string()));
         }
+    }
+    let name = trim_dot(&host.to_string()).to_ascii_lowercase();
+    if policy.own_hostnames.iter().any(|own| *own == name) {
+        return Err(TargetError::OwnHostname(name));
     }
     if policy.allow_private {
         return Ok(());
@@ -264,6 +279,7 @@ mod tests {
     const STRICT: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
+        own_hostnames: &[],
     };
 
     fn why(raw: &str) -> Result<(), TargetError> {
@@ -352,10 +368,37 @@ mod tests {
     }
 
     #[test]
+    fn own_hostnames_are_refused_on_every_port_whatever_the_request_host() {
+        let own = [
+            "fanout.example.com".to_string(),
+            "cron-fanout.acct.workers.dev".to_string(),
+        ];
+        let policy = TargetPolicy {
+            allow_private: true,
+            own_host: Some("fanout.example.com:443"),
+            own_hostnames: &own,
+        };
+        for raw in [
+            "https://cron-fanout.acct.workers.dev/batches",
+            "https://CRON-FANOUT.acct.workers.dev./x",
+            "http://cron-fanout.acct.workers.dev:8080/x",
+            "https://fanout.example.com:8443/x",
+        ] {
+            assert!(
+                matches!(validate(raw, &policy), Err(TargetError::OwnHostname(_))),
+                "{raw}"
+            );
+        }
+        assert!(validate("https://other.acct.workers.dev/x", &policy).is_ok());
+        assert!(validate("https://example.com/x", &policy).is_ok());
+    }
+
+    #[test]
     fn allow_private_allows_all_but_the_worker_itself() {
         let dev = TargetPolicy {
             allow_private: true,
             own_host: Some("127.0.0.1:8787"),
+            own_hostnames: &[],
         };
         assert!(validate("http://127.0.0.1:9000/hook", &dev).is_ok());
         assert!(validate("http://localhost/", &dev).is_ok());
@@ -366,6 +409,7 @@ mod tests {
         let prod = TargetPolicy {
             allow_private: false,
             own_host: Some("cron-fanout.example.workers.dev:443"),
+            own_hostnames: &[],
         };
         for raw in [
             "https://cron-fanout.example.workers.dev/batches",

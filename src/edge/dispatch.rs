@@ -5,11 +5,11 @@
 use worker::{web_sys, Fetcher, Request};
 
 use super::config::Config;
-use super::run::{run_with_timeout, SIGNATURE_HEADER};
+use super::run::run_with_timeout;
 use super::{clock, SELF_ORIGIN};
 use crate::core::drain::Refused;
 use crate::core::model::{ClaimedItem, Outcome, Ran};
-use crate::core::{dispatch, receipts, signature};
+use crate::core::{dispatch, receipts};
 
 /// Abandons dispatches that outlive their limit: the platform's own
 /// `AbortSignal.timeout`, one per cohort of dispatches (`core::watchdog`; the drain
@@ -67,24 +67,21 @@ async fn dispatch(
     item: &ClaimedItem,
     signal: &web_sys::AbortSignal,
 ) -> Result<Ran, Refused> {
-    let body = match serde_json::to_string(item) {
+    let item_json = match serde_json::to_string(item) {
         Ok(b) => b,
         Err(e) => return Ok(Outcome::Retry(format!("cannot encode item: {e}")).into()),
     };
-    let sig = signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
+    // Signature and item travel in the body, which trace events do not record
+    // (core::dispatch).
+    let wire = dispatch::request(secret, clock::wall_ms() / 1_000, &item_json);
     let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
         let headers = web_sys::Headers::new()?;
-        headers.set(SIGNATURE_HEADER, &sig)?;
+        for (name, value) in &wire.headers {
+            headers.set(name, value)?;
+        }
         let init = web_sys::RequestInit::new();
         init.set_method("POST");
-        // The item rides in a header unless it is too long for one (core::dispatch).
-        match dispatch::item_header(&body) {
-            Some(value) => headers.set(dispatch::ITEM_HEADER, &value)?,
-            None => {
-                headers.set("Content-Type", "application/json")?;
-                init.set_body(&body.into());
-            }
-        }
+        init.set_body(&wire.body.into());
         init.set_headers(&headers);
         init.set_signal(Some(signal));
         web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/run"), &init)

@@ -14,7 +14,7 @@ use super::body::{self, WorkerBody};
 use super::config::Config;
 use super::{clock, log, probe, run};
 use crate::api::routes::{self, Route, Target};
-use crate::api::{self, App, BodySource, Method, Served};
+use crate::api::{self, App, Method, Served};
 use crate::core::dispatch;
 use crate::core::error::ApiError;
 use crate::core::model::Ran;
@@ -80,19 +80,16 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
         Target::Page(asset) => Ok(Reply::Text(api::page::serve(asset))),
         Target::Run => {
             let cfg = config(env, route, &request)?;
-            // The signature's shape and age first: nothing else of a request that
-            // cannot be valid is read.
-            let signature = run::admit(header(req, run::SIGNATURE_HEADER).as_deref(), &cfg)?;
-            let item = match header(req, dispatch::ITEM_HEADER) {
-                Some(value) => dispatch::item_from_header(&value),
-                None => WorkerBody(req).read(MAX_BODY_BYTES).await?,
-            };
+            // The signature's shape and age first, from the body's first line: no
+            // more of a request that cannot be valid is read.
+            let (signature, item) =
+                body::read_dispatch(req, MAX_BODY_BYTES, |line| run::admit(line, &cfg)).await?;
             Ok(Reply::Outcome(run::handle(&item, &signature, &cfg).await?))
         }
         Target::ProbeTask => {
             let cfg = config(env, route, &request)?;
-            let signature = run::admit(header(req, run::SIGNATURE_HEADER).as_deref(), &cfg)?;
-            let task = WorkerBody(req).read(MAX_BODY_BYTES).await?;
+            let (signature, task) =
+                body::read_dispatch(req, MAX_BODY_BYTES, |line| run::admit(line, &cfg)).await?;
             Ok(Reply::Json(
                 200,
                 probe::task(&task, &signature, &cfg).await?,
@@ -139,6 +136,7 @@ async fn admin(
         store: &store,
         settings: &cfg.settings,
         admin_token: &cfg.secrets.admin_token,
+        metrics_token: cfg.secrets.metrics_token.as_deref(),
         now: clock::now_ms(),
         new_id: &clock::random_id,
         event: &log::event,

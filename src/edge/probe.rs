@@ -19,7 +19,6 @@ use serde_json::{json, Value};
 use worker::{web_sys, Env, Fetcher, Request};
 
 use super::config::Config;
-use super::run::SIGNATURE_HEADER;
 use super::{clock, SELF_ORIGIN};
 use crate::api::probe::{self, ProbeRequest, ProbeTask, FETCH_TIMEOUT_MS};
 use crate::core::error::ApiError;
@@ -186,14 +185,16 @@ async fn spawn(
 
 /// One child call: its JSON report, or why there is none.
 async fn child_call(service: &Fetcher, secret: &str, body: String) -> Result<Value, String> {
-    let sig = crate::core::signature::sign(secret, clock::wall_ms() / 1_000, body.as_bytes());
+    // Signed like a dispatch: the signature on the body's first line (core::dispatch).
+    let wire = crate::core::dispatch::request(secret, clock::wall_ms() / 1_000, &body);
     let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
         let headers = web_sys::Headers::new()?;
-        headers.set(SIGNATURE_HEADER, &sig)?;
-        headers.set("Content-Type", "application/json")?;
+        for (name, value) in &wire.headers {
+            headers.set(name, value)?;
+        }
         let init = web_sys::RequestInit::new();
         init.set_method("POST");
-        init.set_body(&body.into());
+        init.set_body(&wire.body.into());
         init.set_headers(&headers);
         web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/probe"), &init)
             .map(Request::from)

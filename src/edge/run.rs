@@ -14,8 +14,6 @@ use crate::core::requests::parse_json;
 use crate::core::signature::{self, SignatureError, SignatureHeader};
 use crate::jobs::{Jobs, RunConfig};
 
-pub const SIGNATURE_HEADER: &str = "Fanout-Dispatch-Signature";
-
 thread_local! {
     // Anyone can send POST /internal/run: its rejections are logged within a
     // limit per isolate, with a count of the lines left out.
@@ -48,14 +46,15 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
             .map(str::to_string)
             .collect(),
         allow_private_targets: cfg.settings.allow_private_targets,
+        own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
     };
     registry().run(item, &config, &EdgeOutbound, None).await
 }
 
-/// The dispatch signature header, checked for shape and age before anything else
-/// of the request is read: a dispatch older than the lease can never be valid
-/// (`signature::dispatch_max_age_secs`).
+/// The dispatch signature (the first line of the body, `core::dispatch`), checked
+/// for shape and age before the rest is read: a dispatch older than the lease can
+/// never be valid (`signature::dispatch_max_age_secs`).
 pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiError> {
     let now_secs = clock::wall_ms() / 1_000;
     let max_age = signature::dispatch_max_age_secs(cfg.settings.lease_ms);
@@ -65,7 +64,7 @@ pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiE
 }
 
 /// `POST /internal/run`, once admitted: verify the signature over the item's JSON
-/// (from the `Fanout-Item` header or the body) with the current or the previous
+/// (the body after the signature line) with the current or the previous
 /// dispatch secret, run, answer the outcome. The child never touches D1: the
 /// dispatcher commits for it.
 pub async fn handle(

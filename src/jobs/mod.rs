@@ -146,17 +146,21 @@ pub struct RunConfig {
     pub dispatch_secrets: Vec<String>,
     /// `ALLOW_PRIVATE_TARGETS`, checked again at run time.
     pub allow_private_targets: bool,
+    /// `OWN_HOSTNAMES`, checked again at run time: a URL written before the setting
+    /// named its host fails then.
+    pub own_hostnames: Vec<String>,
     /// `JOB_TIMEOUT_MS`, the global job timeout.
     pub job_timeout_ms: i64,
 }
 
 impl RunConfig {
-    /// The target policy a run checks its URLs against again (the Worker's own
-    /// host is not known to a child).
-    pub fn policy(&self) -> TargetPolicy<'static> {
+    /// The target policy a run checks its URLs against again: the settings' rules
+    /// and `OWN_HOSTNAMES` (the host a request came in on is not known to a child).
+    pub fn policy(&self) -> TargetPolicy<'_> {
         TargetPolicy {
             allow_private: self.allow_private_targets,
             own_host: None,
+            own_hostnames: &self.own_hostnames,
         }
     }
 

@@ -209,10 +209,12 @@ mod tests {
     const DEV: TargetPolicy = TargetPolicy {
         allow_private: true,
         own_host: None,
+        own_hostnames: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
+        own_hostnames: &[],
     };
 
     fn channels(n: usize) -> Value {

@@ -11,6 +11,7 @@ use crate::core::signature;
 const POLICY: TargetPolicy = TargetPolicy {
     allow_private: false,
     own_host: None,
+    own_hostnames: &[],
 };
 /// 2026-11-24T12:00:00Z, in ms.
 const NOW: i64 = 1_795_521_600_000;
@@ -21,6 +22,7 @@ fn config() -> RunConfig {
         webhook_secret: WEBHOOK_SECRET.into(),
         dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
         allow_private_targets: false,
+        own_hostnames: Vec::new(),
         job_timeout_ms: 10_000,
     }
 }
@@ -439,6 +441,57 @@ fn a_webhook_is_checked_again_at_run_time_and_not_sent_when_refused() {
         "{ran:?}"
     );
     assert!(out.sent().is_empty());
+}
+
+/// A target written before `OWN_HOSTNAMES` named its host fails when it runs
+/// (webhook, a multi channel, a callback), on any port, even with
+/// `ALLOW_PRIVATE_TARGETS`; nothing is sent.
+#[test]
+fn a_target_written_before_own_hostnames_named_it_fails_at_run_time() {
+    let own = "cron-fanout.acct.workers.dev";
+    let cfg = RunConfig {
+        own_hostnames: vec![own.to_string()],
+        allow_private_targets: true,
+        ..config()
+    };
+    let summary = json!({
+        "batch_id": "b1", "key": "k", "status": "finished", "total": 0, "completed": 0,
+        "failed": 0, "cancelled": 0, "created_at": NOW, "finished_at": NOW,
+    });
+    let rows = [
+        webhook(&format!("https://{own}/batches")),
+        webhook(&format!("https://{own}:8443/batches")),
+        item(
+            "multi",
+            json!({"channels": [{"name": "a", "url": "https://a.test/"}, {"name": "b", "url": format!("https://{own}/")}]}),
+        ),
+        item(
+            "callback",
+            json!({"url": format!("https://{own}/cb"), "summary": summary}),
+        ),
+    ];
+    for row in &rows {
+        let out = MemoryOutbound::new(NOW);
+        let ran = run_with(&Jobs::builtin(), &out, row, &cfg);
+        assert!(
+            matches!(&ran.outcome, Outcome::Fail(r) if r.contains("OWN_HOSTNAMES")),
+            "{}: {ran:?}",
+            row.payload
+        );
+        assert!(out.sent().is_empty(), "{}", row.payload);
+        // Without the setting the same row is sent.
+        let out = MemoryOutbound::new(NOW);
+        out.block_on(Jobs::builtin().run(
+            row,
+            &RunConfig {
+                allow_private_targets: true,
+                ..config()
+            },
+            &out,
+            None,
+        ));
+        assert!(!out.sent().is_empty(), "{}", row.payload);
+    }
 }
 
 // --- multi --------------------------------------------------------------------
