@@ -615,11 +615,9 @@ fn a_fire_covers_its_group_and_skips_inactive_subjects() {
     assert_eq!(all.len(), 50);
     assert!(!all.contains(&"f-off".to_string()));
     assert_eq!(
-        block_on(store.batch_by_key("empty:2026-11-21T10:00:00.000Z"))
-            .unwrap()
-            .unwrap()
-            .total,
-        0
+        block_on(store.batch_by_key("empty:2026-11-21T10:00:00.000Z")).unwrap(),
+        None,
+        "a group with no active subject: no batch"
     );
     let plan = query_plan(
         &store,
@@ -1223,6 +1221,7 @@ fn the_tick_reports_what_became_of_each_fire() {
 fn a_page_of_due_schedules_fires_per_tick_and_the_rest_on_the_next() {
     let store = setup();
     exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 1, "default", "UTC");
     let now = ms("2026-11-21T10:00:00Z");
     for i in 0..(FIRE_PAGE + 5) {
         put_schedule(
@@ -1436,4 +1435,42 @@ fn a_failing_fire_among_a_hundred_costs_a_bounded_number_of_calls_and_the_page_d
     assert!(ticks <= 5, "isolated in {ticks} ticks");
     assert_eq!(count(&store, "SELECT count(*) FROM batches"), 99);
     assert_eq!(backoff_of(&store, "s070").0, 1);
+}
+
+/// A fire whose group has no active subject creates no batch (the demo's database,
+/// every subject in a group, gets no empty `daily:<date>` beside its own batch), and
+/// the schedule still advances to its next occurrence; the fire is reported as
+/// empty, not as superseded. Firing the same occurrence again still creates nothing.
+#[test]
+fn a_fire_that_matches_no_subject_creates_no_batch_and_still_advances() {
+    let store = setup();
+    add_subjects(&store, "g", 3, "demo", "UTC");
+    block_on(store.upsert_subjects(&[subject("off", false)], 1)).unwrap();
+    let noon = schedule(&store, "daily").next_fire_at.unwrap();
+    let now = noon + 30_000;
+    let ids = || "empty-daily".to_string();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    assert!(report.failed.is_empty() && report.left.is_empty());
+    assert_eq!(
+        report.fired,
+        [Fired::Empty {
+            schedule_id: "daily".into(),
+            key: daily_batch_key(now),
+        }]
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
+    let daily = schedule(&store, "daily");
+    assert_eq!(daily.next_fire_at, Some(noon + 86_400_000), "it advanced");
+    assert_eq!(daily.last_batch_id, None);
+    // Not due again today: the next tick fires nothing.
+    assert!(tick(&store, now + 60_000).is_empty());
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    // A subject joins `default`: the next day's fire has a batch again.
+    add_subjects(&store, "u", 2, "default", "UTC");
+    tick(&store, noon + 86_400_000 + 1_000);
+    let next = block_on(store.batch_by_key(&daily_batch_key(noon + 86_400_000)))
+        .unwrap()
+        .expect("a batch once a subject matches");
+    assert_eq!(next.total, 2);
 }

@@ -182,6 +182,10 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
                 "schedule_refired",
                 json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "note": "the key exists: nothing created" }),
             ),
+            Fired::Empty { schedule_id, key } => log::event(
+                "schedule_fired_empty",
+                json!({ "schedule_id": schedule_id, "key": key, "note": "no active subject matched: no batch created; the schedule advanced" }),
+            ),
             Fired::Superseded { schedule_id, key } => log::event(
                 "schedule_superseded",
                 json!({ "schedule_id": schedule_id, "key": key, "note": "replaced or deleted since planned: nothing applied" }),

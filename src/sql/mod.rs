@@ -43,6 +43,7 @@ sql! {
     BATCH_TIMELINE => "batch_timeline.sql",
     METRICS_SNAPSHOT => "metrics_snapshot.sql",
     GET_BATCHES_BY_KEYS => "get_batches_by_keys.sql",
+    FIRED_BATCHES => "fired_batches.sql",
     SET_BATCH_STATUS => "set_batch_status.sql",
     COUNT_CANCELLED_PAGE => "count_cancelled_page.sql",
     CANCEL_PENDING_PAGE => "cancel_pending_page.sql",

@@ -26,7 +26,7 @@ use crate::core::model::{
 use crate::core::requests::{ItemInput, SubjectInput};
 use crate::core::schedule::jitter::subject_seed;
 use crate::core::schedule::plan::{FirePlan, ZoneUse};
-use crate::core::schedule::tick::{self, Fired, TickPlan};
+use crate::core::schedule::tick::{self, FireRead, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::core::throughput;
 use crate::core::upkeep::Upkeep;
@@ -791,7 +791,7 @@ impl<D: Db> Store<D> {
     /// schedule's advance; last, the batches their keys name, read back. 4
     /// statements per fire and the read-back, one call for all of them; nothing is
     /// written if any statement fails, so every plan is due again.
-    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<BatchRow>> {
+    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<FireRead>> {
         if plans.is_empty() {
             return Ok(Vec::new());
         }
@@ -808,6 +808,7 @@ impl<D: Db> Store<D> {
                         plan.revision.into(),
                         b.max_attempts.into(),
                         plan.created_at.into(),
+                        b.group.clone().into(),
                     ],
                 ));
                 statements.push((
@@ -837,12 +838,7 @@ impl<D: Db> Store<D> {
                 ],
             ));
         }
-        let keys: Vec<&str> = plans
-            .iter()
-            .filter_map(|p| p.batch.as_ref().map(|b| b.key.as_str()))
-            .collect();
-        let keys = serde_json::to_string(&keys).map_err(|e| StoreError::Json(e.to_string()))?;
-        statements.push((sql::GET_BATCHES_BY_KEYS, vec![keys.into()]));
+        statements.push((sql::FIRED_BATCHES, vec![tick::read_back_json(plans).into()]));
         self.db.batch_rows(statements).await
     }
 }
