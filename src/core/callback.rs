@@ -153,6 +153,7 @@ mod tests {
             callback_status: status.map(str::to_string),
             callback_attempts: attempts,
             callback_error: None,
+            filling: 0,
         }
     }
 

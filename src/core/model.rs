@@ -160,6 +160,10 @@ pub struct BatchRow {
     pub callback_attempts: Option<i64>,
     #[serde(default)]
     pub callback_error: Option<String>,
+    /// 1 while it is still being filled from subjects (`batches.fill_after` set):
+    /// `total` counts the items enqueued so far and grows each tick until then.
+    #[serde(default)]
+    pub filling: i64,
 }
 
 impl BatchRow {
@@ -183,6 +187,9 @@ pub struct BatchProgress {
     pub failed: i64,
     pub cancelled: i64,
     pub percent: f64,
+    /// Still being filled from subjects: `total` (and `percent`, which is of the
+    /// items enqueued so far) grows until it is false; it never finishes before.
+    pub filling: bool,
     /// Items ended per minute lately (`core::throughput`); null when unknown.
     pub rate_per_min: Option<f64>,
     /// When the rest should be done at that rate (RFC 3339); null when unknown.
@@ -203,7 +210,11 @@ impl BatchProgress {
         let done = row.completed + row.failed + row.cancelled;
         let pending = row.pending();
         let percent = if row.total == 0 {
-            100.0
+            if row.filling != 0 {
+                0.0
+            } else {
+                100.0
+            }
         } else {
             // One decimal is enough for a progress bar and keeps the JSON stable.
             ((done as f64) * 1000.0 / (row.total as f64)).floor() / 10.0
@@ -219,6 +230,7 @@ impl BatchProgress {
             failed: row.failed,
             cancelled: row.cancelled,
             percent,
+            filling: row.filling != 0,
             rate_per_min: None,
             eta: None,
             created_at: super::time::rfc3339(row.created_at),
@@ -503,6 +515,7 @@ mod tests {
             callback_status: None,
             callback_attempts: None,
             callback_error: None,
+            filling: 0,
         }
     }
 

@@ -461,16 +461,16 @@ mod tests {
 
     #[test]
     fn the_budget_must_leave_a_firing_tick_room_to_drain() {
-        let err = parse(&[("SUBREQUEST_BUDGET", "13")]).unwrap_err();
+        let err = parse(&[("SUBREQUEST_BUDGET", "14")]).unwrap_err();
         assert_eq!(
             err,
-            "SUBREQUEST_BUDGET must be between 14 and 1000000, got 13"
+            "SUBREQUEST_BUDGET must be between 15 and 1000000, got 14"
         );
         assert_eq!(
-            parse(&[("SUBREQUEST_BUDGET", "14")])
+            parse(&[("SUBREQUEST_BUDGET", "15")])
                 .unwrap()
                 .subrequest_budget,
-            14
+            15
         );
     }
 

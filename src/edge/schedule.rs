@@ -133,6 +133,12 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
             return Vec::new();
         }
     };
+    if let Err(e) = &report.fill {
+        log::error(
+            "batch_fill_failed",
+            json!({ "message": e.to_string(), "note": "the batches still filling were not continued this tick (the fires were applied): tried again on the next tick" }),
+        );
+    }
     for e in &report.plan.unreadable {
         log::error(
             "schedule_unreadable",

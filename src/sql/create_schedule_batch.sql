@@ -1,5 +1,5 @@
--- First statement of a schedule's fire (one batch() with enqueue_for_schedule.sql,
--- set_batch_total.sql and advance_schedule.sql): the batch row, unless its key
+-- First statement of a schedule's fire (one batch() with fill_batch_page.sql,
+-- advance_fill.sql and advance_schedule.sql): the batch row, unless its key
 -- exists (invariant 5: re-firing creates nothing) or the schedule was replaced or
 -- deleted since the fire was planned (revision; created_at too, because a schedule
 -- deleted and created again restarts at revision 1), or no active subject is in its
@@ -10,11 +10,13 @@
 -- delivery gets ?6 attempts.
 -- ?1 fresh batch id, ?2 key (<schedule id>:<date or instant>), ?3 now,
 -- ?4 schedule id, ?5 the schedule's revision when planned, ?6 MAX_ATTEMPTS,
--- ?7 the schedule's created_at when planned, ?8 the schedule's group (NULL: every group).
+-- ?7 the schedule's created_at when planned, ?8 the schedule's group (NULL: every group),
+-- ?9 what the batch is filled from (`batches.fill`, JSON: core::schedule::fill), its
+-- cursor starting before the first subject ('').
 INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id, on_finish,
-                               callback_max_attempts)
+                               callback_max_attempts, fill, fill_after)
 SELECT ?1, ?2, 'running', ?3, s.id, s.on_finish,
-       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END
+       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, ''
 FROM schedules AS s
 WHERE s.id = ?4 AND s.revision = ?5 AND s.created_at = ?7 AND s.enabled = 1
   AND CASE WHEN ?8 IS NULL

@@ -9,7 +9,8 @@ macro_rules! sql {
 
 sql! {
     CREATE_BATCH => "create_batch.sql",
-    ENQUEUE_FROM_SUBJECTS => "enqueue_from_subjects.sql",
+    FILL_BATCH_PAGE => "fill_batch_page.sql",
+    ADVANCE_FILL => "advance_fill.sql",
     ENQUEUE_ITEMS => "enqueue_items.sql",
     SET_BATCH_TOTAL => "set_batch_total.sql",
     GET_BATCH => "get_batch.sql",
@@ -36,7 +37,6 @@ sql! {
     ZONES_IN_USE => "zones_in_use.sql",
     KEY_PREFIX_USED_BY_OTHERS => "key_prefix_used_by_others.sql",
     CREATE_SCHEDULE_BATCH => "create_schedule_batch.sql",
-    ENQUEUE_FOR_SCHEDULE => "enqueue_for_schedule.sql",
     ADVANCE_SCHEDULE => "advance_schedule.sql",
     RECORD_FIRE_FAILURES => "record_fire_failures.sql",
     RECENT_THROUGHPUT => "recent_throughput.sql",
