@@ -305,13 +305,14 @@ fn item(subject_id: &str) -> Value {
     json!({"subject_id": subject_id, "kind": "noop", "payload": {}})
 }
 
-const PROGRESS_KEYS: [&str; 17] = [
+const PROGRESS_KEYS: [&str; 18] = [
     "callback",
     "cancelled",
     "completed",
     "created_at",
     "eta",
     "failed",
+    "filling",
     "finished_at",
     "id",
     "key",
@@ -1076,7 +1077,7 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
         created,
         json!({"id": "batch-1", "key": "backfill", "status": "running", "total": 2,
                "pending": 2, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0,
-               "percent": 0.0, "rate_per_min": null, "eta": null,
+               "percent": 0.0, "filling": false, "rate_per_min": null, "eta": null,
                "created_at": "2026-11-18T11:06:40.123Z", "finished_at": null,
                "schedule_id": null, "on_finish": null, "callback": null})
     );
