@@ -130,8 +130,8 @@ async fn admin(
     let db = env
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let store = Store::new(D1Db::new(db));
     let jobs = super::run::registry();
+    let store = Store::new(D1Db::new(db)).with_kind_attempts(jobs.max_attempts_by_kind());
     let app = App {
         store: &store,
         settings: &cfg.settings,

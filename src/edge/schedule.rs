@@ -39,7 +39,9 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
         }
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
-    let store = Store::new(Metered::new(D1Db::new(db), budget));
+    // Fires give each kind's items its own max attempts (`jobs::Policy`).
+    let attempts = super::run::registry().max_attempts_by_kind();
+    let store = Store::new(Metered::new(D1Db::new(db), budget)).with_kind_attempts(attempts);
     let mut tally = Tally::default();
     let result = run_invocation(&env, &cfg, &store, &mut tally, started).await;
     let stop_reason = result.unwrap_or_else(|e| {

@@ -21,6 +21,7 @@ pub mod webhook;
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use futures::future::{select, Either, LocalBoxFuture};
 use serde::de::DeserializeOwned;
@@ -78,8 +79,9 @@ pub trait Job: 'static {
 /// A kind's own settings; `None` keeps the global setting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// Attempts per item, as `MAX_ATTEMPTS` (1 to 100). Checked, not applied
-    /// yet: items get `MAX_ATTEMPTS` when enqueued.
+    /// Attempts per item, as `MAX_ATTEMPTS` (1 to 100): its items get it when
+    /// enqueued, and a replay grows their allowance by it
+    /// (`Jobs::max_attempts_by_kind`, `Store::with_kind_attempts`).
     pub max_attempts: Option<i64>,
     /// How long one run may take, as `JOB_TIMEOUT_MS`. Leases and the drain's
     /// deadlines are sized from `JOB_TIMEOUT_MS`, so a longer one is clamped to it:
@@ -390,6 +392,17 @@ impl Jobs {
     /// `kind`'s own policy (the default for an unknown kind).
     pub fn policy(&self, kind: &str) -> Policy {
         self.find(kind).map(|k| k.policy()).unwrap_or_default()
+    }
+
+    /// The attempts of each kind that declares its own (`Policy::max_attempts`):
+    /// what the store gives its items when they are enqueued and when a replay
+    /// grows their allowance; other kinds get the global `MAX_ATTEMPTS`.
+    pub fn max_attempts_by_kind(&self) -> BTreeMap<String, i64> {
+        self.public
+            .iter()
+            .chain(&self.internal)
+            .filter_map(|k| Some((k.name().to_string(), k.policy().max_attempts?)))
+            .collect()
     }
 
     /// The backoff of each kind with its own (`Policy::retry` under the global

@@ -232,6 +232,13 @@ impl<D: Db> Store<D> {
         self
     }
 
+    /// The same store giving items of these kinds their own max attempts
+    /// (`Jobs::max_attempts_by_kind`) when enqueued and replayed.
+    pub fn with_kind_attempts(mut self, attempts: BTreeMap<String, i64>) -> Store<D> {
+        self.fill.attempts = attempts;
+        self
+    }
+
     pub fn fill_pages(&self) -> &FillPages {
         &self.fill
     }
@@ -1033,7 +1040,8 @@ impl<D: Db> Store<D> {
 
     /// Requeue up to `page` failed items of batch `id` whose subject_id sorts after
     /// `after` (and whose last error contains `error_contains`), due at `now`, with
-    /// `grow` more attempts; reopens the batch if it had finished. One call (two
+    /// `grow` more attempts (a kind's own max attempts for its items,
+    /// [`Store::with_kind_attempts`]); reopens the batch if it had finished. One call (two
     /// statements). Returns what moved, in subject_id order: nothing for a
     /// cancelled batch.
     pub async fn requeue_failed_page(
@@ -1048,7 +1056,7 @@ impl<D: Db> Store<D> {
         let selection =
             || -> Vec<Param> { vec![id.into(), after.into(), error_contains.into(), page.into()] };
         let mut requeue = selection();
-        requeue.extend([now.into(), grow.into()]);
+        requeue.extend([now.into(), grow.into(), self.attempts_json().into()]);
         self.db
             .batch_rows(vec![
                 (sql::REOPEN_FOR_REPLAY, selection()),
@@ -1070,7 +1078,12 @@ impl<D: Db> Store<D> {
                 (sql::REOPEN_FOR_ITEM_REPLAY, vec![item_id.into()]),
                 (
                     sql::REQUEUE_FAILED_ITEM,
-                    vec![item_id.into(), now.into(), grow.into()],
+                    vec![
+                        item_id.into(),
+                        now.into(),
+                        grow.into(),
+                        self.attempts_json().into(),
+                    ],
                 ),
             ])
             .await?;
