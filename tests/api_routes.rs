@@ -1703,12 +1703,11 @@ fn mark_ended(host: &Host, batch: &str, n: i64) {
         .db()
         .conn()
         .execute_batch(&format!(
-            // Through processing, as items really end: the counter trigger counts
-            // moves out of processing.
-            "UPDATE cron_queue SET status = 'processing'
+            // Counted as the group commit counts them: into the batch's counter in
+            // the same transaction (sql/count_committed_outcomes.sql).
+            "UPDATE cron_queue SET status = 'completed', completed_at = 1
              WHERE id IN (SELECT id FROM cron_queue WHERE batch_id = '{batch}' ORDER BY id LIMIT {n});
-             UPDATE cron_queue SET status = 'completed', completed_at = 1
-             WHERE id IN (SELECT id FROM cron_queue WHERE batch_id = '{batch}' ORDER BY id LIMIT {n})"
+             UPDATE batches SET completed = completed + {n} WHERE id = '{batch}'"
         ))
         .unwrap();
 }
@@ -1933,8 +1932,8 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     }
 }
 
-/// Moves `subjects`' items to failed, through processing as items really fail
-/// (the counter trigger counts moves out of processing).
+/// Moves `subjects`' items to failed and counts them into their batches, as the
+/// group commit does (sql/count_committed_outcomes.sql).
 fn mark_failed(host: &Host, subjects: &[&str]) {
     let list = subjects
         .iter()
@@ -1945,7 +1944,9 @@ fn mark_failed(host: &Host, subjects: &[&str]) {
         .db()
         .conn()
         .execute_batch(&format!(
-            "UPDATE cron_queue SET status = 'processing' WHERE subject_id IN ({list});
+            "UPDATE batches SET failed = failed + (SELECT count(*) FROM cron_queue AS q
+                                                   WHERE q.batch_id = batches.id
+                                                     AND q.subject_id IN ({list}));
              UPDATE cron_queue SET status = 'failed', last_error = 'HTTP 400'
              WHERE subject_id IN ({list})"
         ))

@@ -517,14 +517,22 @@ fn count(db: &SqliteDb, sql: &str) -> i64 {
     db.conn().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
-/// Another tick's reaper, outside this invocation's budget: the ids it took.
+/// Another tick's reaper, outside this invocation's budget: the ids it took. Its
+/// two statements (count the failures, reap) in one transaction, as the store's.
 fn other_reaper(db: &SqliteDb, now: i64) -> Vec<i64> {
     let conn = db.conn();
-    let mut stmt = conn.prepare(sql::REAP_EXPIRED_LEASES).unwrap();
-    let ids = stmt
-        .query_map(rusqlite::params![now, 1_000], |r| r.get::<_, i64>("id"))
+    let tx = conn.unchecked_transaction().unwrap();
+    tx.execute(sql::COUNT_REAPED_FAILURES, rusqlite::params![now, 1_000])
         .unwrap();
-    ids.map(|id| id.unwrap()).collect()
+    let ids: Vec<i64> = {
+        let mut stmt = tx.prepare(sql::REAP_EXPIRED_LEASES).unwrap();
+        let rows = stmt
+            .query_map(rusqlite::params![now, 1_000], |r| r.get::<_, i64>("id"))
+            .unwrap();
+        rows.map(|id| id.unwrap()).collect()
+    };
+    tx.commit().unwrap();
+    ids
 }
 
 /// The ids a statement's `RETURNING id` (or read-back) rows name.

@@ -417,8 +417,8 @@ fn group_commit_applies_held_leases_and_reports_lost_ones() {
         .collect();
     assert_eq!(
         store.usage().statements - before.statements,
-        1,
-        "one statement per flush"
+        2,
+        "one call per flush: the batches' counters, then the rows"
     );
     assert_eq!(applied.len(), 40);
     assert!((1..=10).all(|id| !applied.contains(&id)));
@@ -502,7 +502,8 @@ fn a_retried_commit_reads_back_what_its_failed_attempt_applied() {
         block_on(store.reap_expired_leases(2, 100)).unwrap().len(),
         1
     );
-    // The retry: one call of two statements, writing only item 4.
+    // The retry: one call of three statements, writing only item 4 (and its
+    // batch's counter).
     let before = store.usage();
     let mut applied = block_on(store.recommit_outcomes(&transitions)).unwrap();
     applied.sort_unstable();
@@ -512,7 +513,7 @@ fn a_retried_commit_reads_back_what_its_failed_attempt_applied() {
         "item 3's lease is lost, the others applied"
     );
     let after = store.usage();
-    assert_eq!(after.statements - before.statements, 2);
+    assert_eq!(after.statements - before.statements, 3);
     let written_once = {
         let fresh = setup();
         batch_of(&fresh, "y", 1, 5);
@@ -907,4 +908,110 @@ fn listing_failed_items_reads_only_the_failed_index() {
     let completed =
         block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Pending), 5)).unwrap();
     assert_eq!(completed.len(), 5);
+}
+
+/// Rows the store wrote (SQLite's `total_changes`, trigger writes included) while
+/// `f` ran: D1 bills each of them, plus every index entry inserted.
+fn rows_written_by(store: &Store<SqliteDb>, f: impl FnOnce()) -> i64 {
+    let before = store.usage().rows_written;
+    f();
+    store.usage().rows_written - before
+}
+
+#[test]
+fn a_group_commit_writes_each_item_once_and_each_batch_once() {
+    let store = setup();
+    let a = batch_of(&store, "a", 30, 5);
+    let b = batch_of(&store, "b", 30, 5);
+    let items = claim(&store, 0, 60, "t");
+    assert_eq!(items.len(), 60);
+    let transitions: Vec<Transition> = items
+        .iter()
+        .map(|i| {
+            let o = if i.item_id % 4 == 0 {
+                Outcome::Fail("bad".into())
+            } else {
+                Outcome::Done
+            };
+            decide(i, &o, POLICY, 5, 0.0)
+        })
+        .collect();
+    let written = rows_written_by(&store, || {
+        assert_eq!(
+            block_on(store.commit_outcomes(&transitions)).unwrap().len(),
+            60
+        );
+    });
+    // 60 items and the counters of 2 batches: not a counter write per item.
+    assert_eq!(written, 60 + 2);
+    common_counters_exact(&store, &[&a, &b]);
+}
+
+#[test]
+fn the_reaper_counts_its_failures_once_per_batch() {
+    let store = setup();
+    let a = batch_of(&store, "a", 20, 1);
+    let b = batch_of(&store, "b", 20, 1);
+    assert_eq!(claim(&store, 0, 40, "t").len(), 40);
+    let written = rows_written_by(&store, || {
+        let reaped = block_on(store.reap_expired_leases(LEASE_MS, 100)).unwrap();
+        assert!(reaped.iter().all(|r| r.status == "failed"));
+        assert_eq!(reaped.len(), 40);
+    });
+    assert_eq!(written, 40 + 2);
+    common_counters_exact(&store, &[&a, &b]);
+}
+
+#[test]
+fn a_retried_commit_counts_nothing_its_failed_attempt_already_counted() {
+    let store = setup();
+    let a = batch_of(&store, "a", 6, 5);
+    let items = claim(&store, 0, 6, "t");
+    let transitions: Vec<Transition> = items
+        .iter()
+        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
+        .collect();
+    // The first attempt applied half of them and its answer was lost.
+    block_on(store.commit_outcomes(&transitions[..3])).unwrap();
+    common_counters_exact(&store, &[&a]);
+    assert_eq!(
+        block_on(store.recommit_outcomes(&transitions))
+            .unwrap()
+            .len(),
+        6
+    );
+    common_counters_exact(&store, &[&a]);
+    // And a third time, everything already applied: nothing more is counted.
+    assert_eq!(
+        block_on(store.recommit_outcomes(&transitions))
+            .unwrap()
+            .len(),
+        6
+    );
+    common_counters_exact(&store, &[&a]);
+    let row = block_on(store.get_batch(&a)).unwrap().unwrap();
+    assert_eq!((row.completed, row.failed), (6, 0));
+}
+
+/// The batches' completed and failed counters equal the real counts of their items.
+fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
+    for id in batches {
+        let row = block_on(store.get_batch(id)).unwrap().unwrap();
+        let real = |status: &str| {
+            store
+                .db()
+                .conn()
+                .query_row(
+                    "SELECT count(*) FROM cron_queue WHERE batch_id = ?1 AND status = ?2 AND kind <> 'callback'",
+                    rusqlite::params![id, status],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap()
+        };
+        assert_eq!(
+            (row.completed, row.failed),
+            (real("completed"), real("failed")),
+            "batch {id}"
+        );
+    }
 }

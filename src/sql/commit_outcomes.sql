@@ -15,6 +15,8 @@
 -- is never replaced; channels it does not name keep theirs. So a delivered
 -- channel stays delivered whatever a commit carries. Rows without "receipts" keep
 -- theirs untouched (the CASE reads nothing more for them).
+-- The batches' counters are added by count_committed_outcomes.sql, run just
+-- before in the same batch() (one row per batch per flush, not per item).
 UPDATE cron_queue
 SET status = o.value ->> 'status',
     run_after = coalesce(o.value ->> 'run_after', cron_queue.run_after),

@@ -6,6 +6,8 @@
 -- completion callback's expired lease counts in no batch's timeline. An item with
 -- receipts (multi-channel) that fails here fails its channels not delivered, as a
 -- failed run would (core::receipts::settle); delivered ones stay delivered.
+-- Its failures are counted by count_reaped_failures.sql, run just before in the
+-- same batch() over the same page (same order, ties broken by id).
 -- Paged by ?2. ?1 now.
 UPDATE cron_queue
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
@@ -25,7 +27,7 @@ SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
 WHERE id IN (
   SELECT id FROM cron_queue INDEXED BY cron_queue_leased
   WHERE status = 'processing' AND lease_expires_at <= ?1
-  ORDER BY lease_expires_at
+  ORDER BY lease_expires_at, id
   LIMIT ?2
 )
 RETURNING id, batch_id, status, kind;

@@ -411,8 +411,9 @@ impl<D: Db> Store<D> {
             .await
     }
 
-    /// Apply outcomes in one statement; returns the ids that still held their
-    /// lease. The others lost it and were left untouched. No outcomes, no call.
+    /// Apply outcomes in one call: the batches' counters (one row per batch), then
+    /// the fenced rows; returns the ids that still held their lease. The others
+    /// lost it and were left untouched. No outcomes, no call.
     pub async fn commit_outcomes<'t>(
         &self,
         transitions: impl IntoIterator<Item = &'t Transition>,
@@ -422,16 +423,19 @@ impl<D: Db> Store<D> {
         };
         let rows: Vec<Id<i64>> = self
             .db
-            .query(sql::COMMIT_OUTCOMES, vec![json.into()])
+            .batch_rows(vec![
+                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
+                (sql::COMMIT_OUTCOMES, vec![json.into()]),
+            ])
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
     /// Commit outcomes again after an attempt that failed, which may have been
     /// applied all the same (D1 does not say when an answer is lost): apply what is
-    /// still fenced, then read back every row now carrying the outcome (one call,
-    /// two statements). Returns the ids applied by either attempt; the others lost
-    /// their lease. No outcomes, no call.
+    /// still fenced (and count it), then read back every row now carrying the
+    /// outcome (one call, three statements). Returns the ids applied by either
+    /// attempt; the others lost their lease. No outcomes, no call.
     pub async fn recommit_outcomes<'t>(
         &self,
         transitions: impl IntoIterator<Item = &'t Transition>,
@@ -442,6 +446,7 @@ impl<D: Db> Store<D> {
         let rows: Vec<Id<i64>> = self
             .db
             .batch_rows(vec![
+                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
                 (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
                 (sql::COMMITTED_OUTCOMES, vec![json.into()]),
             ])
@@ -449,9 +454,14 @@ impl<D: Db> Store<D> {
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
+    /// Requeue or fail a page of expired leases; the failures are counted into
+    /// their batches in the same call (one row per batch).
     pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
         self.db
-            .query(sql::REAP_EXPIRED_LEASES, vec![now.into(), limit.into()])
+            .batch_rows(vec![
+                (sql::COUNT_REAPED_FAILURES, vec![now.into(), limit.into()]),
+                (sql::REAP_EXPIRED_LEASES, vec![now.into(), limit.into()]),
+            ])
             .await
     }
 

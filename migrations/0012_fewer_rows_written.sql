@@ -1,0 +1,14 @@
+-- Fewer D1 rows written per item.
+--
+-- The batches' completed / failed counters were kept by a trigger that wrote the
+-- batch row once per item leaving processing: one of the 7 rows written per item.
+-- The group commit and the reaper now add their counts themselves, in the same
+-- batch() as the move and computed from the same rows
+-- (sql/count_committed_outcomes.sql, sql/count_reaped_failures.sql): one row per
+-- batch per flush. The bulk moves (cancel, replay) already counted themselves.
+--
+-- Carrying a live database over: dropping a trigger rewrites no row and loses
+-- nothing. Items in flight when it runs are counted by the commit or the reap
+-- that ends them (the new code), items that ended before were counted by the
+-- trigger, so the counters stay exact across it. Cost: O(1).
+DROP TRIGGER cron_queue_count_terminal;
