@@ -50,6 +50,12 @@ pub struct RunArgs {
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Fail unless the run's D1 rows written per item are at most this.
+    #[arg(long)]
+    pub max_rows_written_per_item: Option<f64>,
+    /// Fail unless the run's D1 statements per item are at most this.
+    #[arg(long)]
+    pub max_statements_per_item: Option<f64>,
 }
 
 impl RunArgs {
@@ -76,6 +82,27 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         Duration::from_secs(args.timeout_secs),
     )
     .await?;
+    let mut report = report;
+    let bounds = [
+        (
+            "rows written",
+            report.d1.rows_written_per_item,
+            args.max_rows_written_per_item,
+        ),
+        (
+            "statements",
+            report.d1.statements_per_item,
+            args.max_statements_per_item,
+        ),
+    ];
+    for (what, got, max) in bounds {
+        if let Some(max) = max {
+            report.verdicts.push(Verdict::new(
+                &format!("D1 {what} per item at most {max}"),
+                verdict::cost_per_item(what, got, max),
+            ));
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -198,6 +198,15 @@ pub fn batch_counts(b: &Batch, total: u64, completed: u64, failed: u64) -> Resul
 }
 
 /// No invocation used more subrequests than its budget.
+/// A D1 cost per item (`what`: "rows written", "statements") within `max`.
+pub fn cost_per_item(what: &str, got: Option<f64>, max: f64) -> Result<(), String> {
+    match got {
+        Some(v) if v <= max => Ok(()),
+        Some(v) => Err(format!("{v:.3} {what} per item, more than {max}")),
+        None => Err(format!("no item to count {what} per")),
+    }
+}
+
 pub fn within_budget(invocations: &[Invocation]) -> Result<(), String> {
     if invocations.is_empty() {
         return Err("GET /invocations lists no invocation".into());
@@ -572,6 +581,15 @@ mod tests {
                 stop_reason: StopReason::Drained,
             },
         }
+    }
+
+    #[test]
+    fn cost_per_item_is_bounded() {
+        assert_eq!(cost_per_item("rows written", Some(3.0), 3.0), Ok(()));
+        assert!(cost_per_item("rows written", Some(3.001), 3.0)
+            .unwrap_err()
+            .contains("3.001 rows written per item"));
+        assert!(cost_per_item("statements", None, 0.03).is_err());
     }
 
     #[test]
