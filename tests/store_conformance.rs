@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use cron_fanout::core::budget::Budget;
+use cron_fanout::core::control::BatchStatus;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
@@ -1014,4 +1015,179 @@ fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
             "batch {id}"
         );
     }
+}
+
+// ---------------------------------------------------------------- migration 0012
+
+/// A directory holding the migrations whose file names fall in `names`, for a
+/// `SqliteDb` built (or carried over) as D1 would at that point.
+fn migrations_in(tag: &str, names: impl std::ops::RangeBounds<String>) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let dir = std::env::temp_dir().join(format!("cron-fanout-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name.ends_with(".sql") && names.contains(&name) {
+            std::fs::copy(&path, dir.join(&name)).unwrap();
+        }
+    }
+    dir
+}
+
+fn dump(store: &Store<SqliteDb>, sql: &str) -> Vec<String> {
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+const ITEM_ROWS: &str =
+    "SELECT json_array(id, batch_id, subject_id, kind, payload, status, attempt,
+                                max_attempts, lease_token, lease_expires_at, run_after, started_at,
+                                completed_at, last_error, receipts)
+                         FROM cron_queue ORDER BY id";
+const BATCH_ROWS: &str = "SELECT json_array(id, key, status, total, completed, failed, cancelled,
+                                 created_at, finished_at, schedule_id, on_finish,
+                                 callback_max_attempts, fill, fill_after)
+                          FROM batches ORDER BY id";
+
+/// A live database on 0001..0011 (ended, in-flight and pending items, a paused
+/// batch, a completion callback waiting for its delivery) comes through 0012 with
+/// every row unchanged, and the new code then ends it all with exact counters:
+/// the moves the old trigger counted stay counted, the rest are counted by the
+/// group commit and the reaper.
+#[test]
+fn migration_0012_carries_a_live_database_over() {
+    let before_0012 = migrations_in("to-0011", .."0012".to_string());
+    let store = Store::new(SqliteDb::in_memory(&before_0012).expect("0001..0011 apply"));
+    let callback = Some(r#"{"url":"https://example.com/done"}"#);
+    let items = |key: &str, n: usize| -> Vec<ItemInput> {
+        (0..n)
+            .map(|i| ItemInput {
+                subject_id: format!("{key}{i:02}"),
+                kind: "webhook".into(),
+                payload: json!({"url": "https://example.com"}),
+            })
+            .collect()
+    };
+    let (a, b, c) = (items("a", 10), items("b", 5), items("c", 2));
+    block_on(store.create_batch_calling_back("A", "a", 0, 3, BatchSource::Items(&a), callback))
+        .unwrap();
+    block_on(store.create_batch("B", "b", 0, 1, BatchSource::Items(&b))).unwrap();
+    block_on(store.create_batch_calling_back("C", "c", 0, 3, BatchSource::Items(&c), callback))
+        .unwrap();
+    // Everything claimed (ids 1-10 are A's, 11-15 B's, 16-17 C's), then ended,
+    // given back or left in flight as the old code would; the old trigger counts
+    // the moves out of processing.
+    let claimed = claim(&store, 1, 100, "old");
+    assert_eq!(claimed.len(), 17);
+    store
+        .db()
+        .conn()
+        .execute_batch(
+            "UPDATE cron_queue SET status = 'completed', completed_at = 2, lease_expires_at = NULL
+               WHERE id IN (1, 2, 3, 16, 17);
+             UPDATE cron_queue SET status = 'failed', completed_at = 2, last_error = 'permanent failure: HTTP 400',
+                                   lease_expires_at = NULL
+               WHERE id IN (4, 5);
+             UPDATE cron_queue SET status = 'pending', attempt = 0, lease_token = NULL, lease_expires_at = NULL
+               WHERE id IN (8, 9, 10, 12, 13, 14, 15);",
+        )
+        .unwrap();
+    assert!(
+        block_on(store.set_batch_status("B", BatchStatus::Running, BatchStatus::Paused)).unwrap()
+    );
+    let ended = block_on(store.finish_batches(3)).unwrap();
+    assert_eq!(
+        ended.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["C"]
+    );
+    common_counters_exact(&store, &["A", "B", "C"]);
+    let (items_before, batches_before) = (dump(&store, ITEM_ROWS), dump(&store, BATCH_ROWS));
+    assert_eq!(items_before.len(), 18, "17 items and C's callback");
+
+    let only_0012 = migrations_in("0012", "0012".to_string().."0013".to_string());
+    store
+        .db()
+        .apply_migrations(&only_0012)
+        .expect("0012 applies");
+    assert_eq!(dump(&store, ITEM_ROWS), items_before, "no item row changed");
+    assert_eq!(
+        dump(&store, BATCH_ROWS),
+        batches_before,
+        "no batch row changed"
+    );
+    assert_eq!(
+        dump(
+            &store,
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        ),
+        ["batches_enqueue_callback"],
+        "the per-item counter trigger is gone; the callback trigger stays"
+    );
+
+    // The new code ends it all: A's two in flight commit, B's one in flight is
+    // reaped out of attempts, then B is resumed and everything left runs.
+    let in_flight: Vec<&ClaimedItem> = claimed
+        .iter()
+        .filter(|i| [6, 7].contains(&i.item_id))
+        .collect();
+    let done: Vec<Transition> = in_flight
+        .iter()
+        .map(|i| decide(i, &Outcome::Done, POLICY, 4, 0.0))
+        .collect();
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap(), vec![6, 7]);
+    let reaped = block_on(store.reap_expired_leases(1 + LEASE_MS, 100)).unwrap();
+    assert_eq!(
+        reaped
+            .iter()
+            .map(|r| (r.id, r.status.as_str()))
+            .collect::<Vec<_>>(),
+        [(11, "failed")]
+    );
+    common_counters_exact(&store, &["A", "B", "C"]);
+    assert!(
+        block_on(store.set_batch_status("B", BatchStatus::Paused, BatchStatus::Running)).unwrap()
+    );
+    let now = 2 + LEASE_MS;
+    let rest = claim(&store, now, 100, "new");
+    let mut ids: Vec<i64> = rest.iter().map(|i| i.item_id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        [8, 9, 10, 12, 13, 14, 15, 18],
+        "the pending items and C's callback"
+    );
+    let done: Vec<Transition> = rest
+        .iter()
+        .map(|i| decide(i, &Outcome::Done, POLICY, now, 0.0))
+        .collect();
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 8);
+    let ended = block_on(store.finish_batches(now + 1)).unwrap();
+    let mut ended: Vec<&str> = ended.iter().map(|f| f.id.as_str()).collect();
+    ended.sort_unstable();
+    assert_eq!(ended, ["A", "B"]);
+    common_counters_exact(&store, &["A", "B", "C"]);
+    let counts = dump(
+        &store,
+        "SELECT json_array(id, completed, failed, cancelled, total) FROM batches ORDER BY id",
+    );
+    assert_eq!(
+        counts,
+        ["[\"A\",8,2,0,10]", "[\"B\",4,1,0,5]", "[\"C\",2,0,0,2]"]
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE kind = 'callback' AND status = 'pending'"
+        ),
+        1,
+        "A's end enqueued its callback; C's was delivered"
+    );
 }
