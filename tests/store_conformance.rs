@@ -151,9 +151,10 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
-    // Two calls (subrequests, as the meter charges them): one batch() of 3
-    // statements, then one read of the batch row.
-    assert_eq!(small, (2, 4));
+    // Two calls (subrequests, as the meter charges them): one batch() of 11
+    // statements (the batch row, then the first pages_per_call (5) pages of its
+    // fill, each a page and its cursor), then one read of the batch row.
+    assert_eq!(small, (2, 12));
 }
 
 #[test]

@@ -168,7 +168,7 @@ pub struct BatchRow {
 
 impl BatchRow {
     /// Items not yet ended nor in flight. Exact: the terminal counters are kept by
-    /// a trigger and the bulk moves, `processing` is counted live.
+    /// the group commit, the reaper and the bulk moves, `processing` is counted live.
     pub fn pending(&self) -> i64 {
         (self.total - self.completed - self.failed - self.cancelled - self.processing).max(0)
     }

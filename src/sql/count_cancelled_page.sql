@@ -3,8 +3,8 @@
 -- ?2 pending items of the same batches, batch by batch in id order (the same FROM,
 -- WHERE, ORDER BY and LIMIT: keep them equal); ORDER BY b.id fixes how many items
 -- of each batch the page holds, so the counter stays exact without
--- the per-item trigger write a cancel would otherwise cost (the trigger counts only
--- moves out of processing). Bounded overall: reads ?2 due-index entries at most,
+-- a write per item (the group commit and the reaper count only moves out of
+-- processing). Bounded overall: reads ?2 due-index entries at most,
 -- however many batches are cancelled, grouped once in memory (a temporary B-tree
 -- of at most ?2 rows). Batches with nothing in the page are not written.
 -- ?1 batch id, or NULL for every cancelled batch that has not ended; ?2 page size

@@ -3,7 +3,7 @@
 -- running ones become finished, cancelled ones keep their status and get their
 -- finished_at (a cancelled batch "ends cancelled" once its in-flight items have
 -- committed and its pending ones were swept). One compare-and-set on (status,
--- finished_at); the counters are exact (trigger and bulk moves), so no item is
+-- finished_at); the counters are exact (commits, reaps and bulk moves), so no item is
 -- counted. Paused batches are left alone: they end after a resume. A batch still
 -- being filled from subjects (fill_after set, migration 0011) is not ended either:
 -- its items so far may all have ended while more are still to be enqueued.

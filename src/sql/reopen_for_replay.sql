@@ -1,6 +1,6 @@
 -- Before requeue_failed_page.sql moves a page of batch ?1's failed items back to
 -- pending (same batch(), same ?1..?4, so both select the same items): take them off
--- batches.failed (the trigger counts only moves out of processing), and when the
+-- batches.failed (the commit and the reaper count only moves out of processing), and when the
 -- page is not empty reopen a finished batch (running again, finished_at cleared,
 -- so it ends, and is reported, once more). Only running, paused and finished
 -- batches are replayed into; for any other the page statement moves nothing either.
