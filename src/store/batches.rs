@@ -1,0 +1,164 @@
+//! Batches: creation (explicit items, or subjects filled in pages), reads and the finish check.
+
+use super::*;
+
+impl<D: Db> Store<D> {
+    /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
+    /// still filling (`None`). Two statements of a `batch()`.
+    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 2] {
+        [
+            (sql::FILL_BATCH_PAGE, vec![id.into(), self.fill.page.into()]),
+            (sql::ADVANCE_FILL, vec![id.into()]),
+        ]
+    }
+
+    /// Continue the fills of batches still filling, oldest first: one call of
+    /// `pages_per_call` pages (each bounded by `page` subjects). Returns the batch
+    /// the last page advanced, if any page ran.
+    pub async fn continue_fills(&self, id: Option<&str>) -> StoreResult<Option<FillState>> {
+        let mut statements = Vec::new();
+        for _ in 0..self.fill.pages_per_call.max(1) {
+            statements.extend(self.fill_page(id));
+        }
+        Ok(self.db.batch_rows(statements).await?.pop())
+    }
+
+    /// Create batch `key` (or return the existing one): the batch row, its items and
+    /// its total in one transaction, in O(1) statements for subjects and
+    /// O(N / 500) for explicit items. No completion callback
+    /// ([`Store::create_batch_calling_back`]).
+    pub async fn create_batch(
+        &self,
+        id: &str,
+        key: &str,
+        now: i64,
+        max_attempts: i64,
+        source: BatchSource<'_>,
+    ) -> StoreResult<Created> {
+        self.create_batch_calling_back(id, key, now, max_attempts, source, None)
+            .await
+    }
+
+    /// [`Store::create_batch`] with `on_finish` (as stored, `core::callback`): the
+    /// batch calls it back each time it ends, with `max_attempts` tries.
+    pub async fn create_batch_calling_back(
+        &self,
+        id: &str,
+        key: &str,
+        now: i64,
+        max_attempts: i64,
+        source: BatchSource<'_>,
+        on_finish: Option<&str>,
+    ) -> StoreResult<Created> {
+        let callback_attempts = on_finish.map(|_| max_attempts);
+        let fill = match source {
+            BatchSource::ActiveSubjects => {
+                Some(Fill::all_subjects(now, max_attempts, &self.fill.attempts).to_json())
+            }
+            BatchSource::Items(_) => None,
+        };
+        let mut statements = vec![(
+            sql::CREATE_BATCH,
+            vec![
+                id.into(),
+                key.into(),
+                now.into(),
+                on_finish.into(),
+                callback_attempts.into(),
+                fill.into(),
+            ],
+        )];
+        match source {
+            // Its first pages in this call, then more calls of pages until it is
+            // filled or `create_calls` are made (ticks continue a bigger one).
+            BatchSource::ActiveSubjects => {
+                for _ in 0..self.fill.pages_per_call.max(1) {
+                    statements.extend(self.fill_page(Some(id)));
+                }
+            }
+            BatchSource::Items(items) => {
+                for chunk in items.chunks(ITEMS_PER_STATEMENT) {
+                    statements.push((
+                        sql::ENQUEUE_ITEMS,
+                        vec![
+                            id.into(),
+                            max_attempts.into(),
+                            now.into(),
+                            items_json(chunk).into(),
+                            self.attempts_json().into(),
+                        ],
+                    ));
+                }
+                statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
+            }
+        }
+        self.db.batch(statements).await?;
+        let row = self.batch_by_key(key).await?.ok_or_else(|| {
+            StoreError::Missing(format!("batch {key:?}, right after creating it,"))
+        })?;
+        if row.id != id {
+            return Ok(Created::Existing(row));
+        }
+        let (mut filling, mut calls) = (row.filling != 0, 1);
+        while filling && calls < self.fill.create_calls {
+            // A call the budget refuses or that fails leaves the rest to the ticks.
+            match self.continue_fills(Some(id)).await {
+                Ok(state) => filling = state.is_some_and(|s| s.filling != 0),
+                Err(_) => break,
+            }
+            calls += 1;
+        }
+        if calls == 1 {
+            return Ok(Created::New(row));
+        }
+        let row = self.get_batch(id).await?.ok_or_else(|| {
+            StoreError::Missing(format!("batch {key:?}, right after filling it,"))
+        })?;
+        Ok(Created::New(row))
+    }
+
+    /// The kinds' own attempts as the JSON object the enqueue statements read.
+    pub(super) fn attempts_json(&self) -> String {
+        serde_json::to_string(&self.fill.attempts).unwrap_or_else(|_| "{}".into())
+    }
+
+    pub async fn batch_by_key(&self, key: &str) -> StoreResult<Option<BatchRow>> {
+        Ok(self
+            .db
+            .query(sql::GET_BATCH_BY_KEY, vec![key.into()])
+            .await?
+            .pop())
+    }
+
+    pub async fn get_batch(&self, id: &str) -> StoreResult<Option<BatchRow>> {
+        Ok(self.db.query(sql::GET_BATCH, vec![id.into()]).await?.pop())
+    }
+
+    pub async fn list_batches(&self, limit: i64) -> StoreResult<Vec<BatchRow>> {
+        self.db.query(sql::LIST_BATCHES, vec![limit.into()]).await
+    }
+
+    /// Mark batches with nothing left as finished; each is returned exactly once.
+    pub async fn finish_batches(&self, now: i64) -> StoreResult<Vec<FinishedBatch>> {
+        self.db.query(sql::FINISH_BATCHES, vec![now.into()]).await
+    }
+}
+
+/// A batch as a page of its fill left it (`sql/advance_fill.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FillState {
+    pub id: String,
+    pub key: String,
+    pub total: i64,
+    /// 1 while subjects are left to enqueue.
+    pub filling: i64,
+}
+
+/// The JSON parameter of `enqueue_items.sql` (payload carried as JSON text).
+pub fn items_json(items: &[ItemInput]) -> String {
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|i| json!({"subject_id": i.subject_id, "kind": i.kind, "payload": i.payload.to_string()}))
+        .collect();
+    Value::Array(rows).to_string()
+}

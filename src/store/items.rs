@@ -1,0 +1,139 @@
+//! The queue's items: claim, group commit (with the batches' counters), reaper, listings.
+
+use super::*;
+
+impl<D: Db> Store<D> {
+    /// Claim up to `limit` due items under fresh leases (one statement).
+    pub async fn claim_due_items(
+        &self,
+        now: i64,
+        limit: i64,
+        token_prefix: &str,
+        lease_expires_at: i64,
+    ) -> StoreResult<Vec<ClaimedItem>> {
+        self.db
+            .query(
+                sql::CLAIM_DUE_ITEMS,
+                vec![
+                    now.into(),
+                    limit.into(),
+                    token_prefix.into(),
+                    lease_expires_at.into(),
+                ],
+            )
+            .await
+    }
+
+    /// Apply outcomes in one call: the batches' counters (one row per batch), then
+    /// the fenced rows; returns the ids that still held their lease. The others
+    /// lost it and were left untouched. No outcomes, no call.
+    pub async fn commit_outcomes<'t>(
+        &self,
+        transitions: impl IntoIterator<Item = &'t Transition>,
+    ) -> StoreResult<Vec<i64>> {
+        let Some(json) = transitions_json(transitions) else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<Id<i64>> = self
+            .db
+            .batch_rows(vec![
+                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
+                (sql::COMMIT_OUTCOMES, vec![json.into()]),
+            ])
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    /// Commit outcomes again after an attempt that failed, which may have been
+    /// applied all the same (D1 does not say when an answer is lost): apply what is
+    /// still fenced (and count it), then read back every row now carrying the
+    /// outcome (one call, three statements). Returns the ids applied by either
+    /// attempt; the others lost their lease. No outcomes, no call.
+    pub async fn recommit_outcomes<'t>(
+        &self,
+        transitions: impl IntoIterator<Item = &'t Transition>,
+    ) -> StoreResult<Vec<i64>> {
+        let Some(json) = transitions_json(transitions) else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<Id<i64>> = self
+            .db
+            .batch_rows(vec![
+                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
+                (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
+                (sql::COMMITTED_OUTCOMES, vec![json.into()]),
+            ])
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
+    }
+
+    /// Requeue or fail a page of expired leases; the failures are counted into
+    /// their batches in the same call (one row per batch).
+    pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
+        self.db
+            .batch_rows(vec![
+                (sql::COUNT_REAPED_FAILURES, vec![now.into(), limit.into()]),
+                (sql::REAP_EXPIRED_LEASES, vec![now.into(), limit.into()]),
+            ])
+            .await
+    }
+
+    /// A page of a batch's items in subject_id order, optionally of one status.
+    /// Failed items come from their own partial index: listing the few failures of
+    /// a big batch must not read the batch.
+    pub async fn list_batch_items(
+        &self,
+        batch_id: &str,
+        after: &str,
+        status: Option<ItemStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ItemRow>> {
+        if status == Some(ItemStatus::Failed) {
+            return self
+                .db
+                .query(
+                    sql::LIST_FAILED_ITEMS,
+                    vec![batch_id.into(), after.into(), limit.into()],
+                )
+                .await;
+        }
+        self.db
+            .query(
+                sql::LIST_BATCH_ITEMS,
+                vec![
+                    batch_id.into(),
+                    after.into(),
+                    status.map(|s| s.as_str()).into(),
+                    limit.into(),
+                ],
+            )
+            .await
+    }
+
+    /// One item with its batch's status.
+    pub async fn get_item(&self, id: i64) -> StoreResult<Option<ItemRef>> {
+        Ok(self.db.query(sql::GET_ITEM, vec![id.into()]).await?.pop())
+    }
+}
+
+/// The JSON parameter of `commit_outcomes.sql`, or `None` for no transitions.
+pub fn transitions_json<'t>(
+    transitions: impl IntoIterator<Item = &'t Transition>,
+) -> Option<String> {
+    let rows: Vec<Value> = transitions
+        .into_iter()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "token": t.token,
+                "status": t.status.as_str(),
+                "run_after": t.run_after,
+                "completed_at": t.completed_at,
+                "error": t.error,
+                "attempt": t.attempt,
+                "receipts": t.receipts,
+            })
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Value::Array(rows).to_string())
+}

@@ -1,0 +1,312 @@
+//! Schedules: saved, read, fired (every due schedule's statements in one `batch()`).
+
+use super::*;
+
+/// Firing is [`Store::fire_schedules`]: every due schedule's statements in one
+/// `batch()`, one subrequest however many are due.
+impl<D: Db> Store<D> {
+    /// Create or replace a validated schedule and return the stored row (`None`
+    /// only if the database lost the row it just wrote). `on_finish`: the
+    /// completion callback of every batch it fires, as stored (`core::callback`).
+    pub async fn upsert_schedule(
+        &self,
+        id: &str,
+        spec: &ScheduleSpec,
+        next_fire_at: Option<i64>,
+        now: i64,
+        on_finish: Option<&str>,
+    ) -> StoreResult<Option<ScheduleRow>> {
+        let params = vec![
+            id.into(),
+            spec.cron_text().into(),
+            spec.every_seconds().into(),
+            spec.at().into(),
+            spec.zone.name().into(),
+            spec.group.clone().into(),
+            spec.jitter_seconds.into(),
+            i64::from(spec.enabled).into(),
+            next_fire_at.into(),
+            now.into(),
+            on_finish.into(),
+        ];
+        Ok(self.db.query(sql::UPSERT_SCHEDULE, params).await?.pop())
+    }
+
+    pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRow>> {
+        Ok(self
+            .db
+            .query(sql::GET_SCHEDULE, vec![id.into()])
+            .await?
+            .pop())
+    }
+
+    /// A page of schedules in id order after `after`.
+    pub async fn list_schedules(&self, after: &str, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
+        self.db
+            .query(sql::LIST_SCHEDULES, vec![after.into(), limit.into()])
+            .await
+    }
+
+    /// Returns whether the schedule existed. Its batches keep running.
+    pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
+        let rows: Vec<Id<String>> = self.db.query(sql::DELETE_SCHEDULE, vec![id.into()]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Enabled schedules with `next_fire_at <= now`, oldest first, at most `limit`.
+    pub async fn due_schedules(&self, now: i64, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
+        self.db
+            .query(sql::DUE_SCHEDULES, vec![now.into(), limit.into()])
+            .await
+    }
+
+    /// The zones of active subjects of one group, or of every group (`None`).
+    pub async fn zones_in_use(&self, group: Option<&str>) -> StoreResult<Vec<ZoneUse>> {
+        match group {
+            Some(g) => self.zones_of(&[g], false).await,
+            None => self.zones_of(&[], true).await,
+        }
+    }
+
+    /// The distinct (group, zone) pairs of active subjects of `groups`, and, if
+    /// `every_group`, the distinct zones of all of them (`group_name` `None`). One
+    /// statement reading one index entry per row returned (`sql/zones_in_use.sql`).
+    pub async fn zones_of(&self, groups: &[&str], every_group: bool) -> StoreResult<Vec<ZoneUse>> {
+        let groups = serde_json::to_string(groups).map_err(|e| StoreError::Json(e.to_string()))?;
+        self.db
+            .query(
+                sql::ZONES_IN_USE,
+                vec![groups.into(), i64::from(every_group).into()],
+            )
+            .await
+    }
+
+    /// Whether batches not made by schedule `schedule_id` use its key prefix
+    /// (`<id>:`): a *new* schedule must not take such an id, or its keys could
+    /// collide with theirs.
+    pub async fn key_prefix_used_by_others(&self, schedule_id: &str) -> StoreResult<bool> {
+        let rows: Vec<Value> = self
+            .db
+            .query(sql::KEY_PREFIX_USED_BY_OTHERS, vec![schedule_id.into()])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// One tick's firing, plan then apply: the oldest `page` due schedules, the
+    /// zones in use of their groups (read once, only if a due schedule runs on
+    /// each subject's time), a plan per schedule (`core::schedule::tick`), then the plans applied
+    /// apart from each other ([`tick::Isolation`]): the whole page in one
+    /// `batch()` that also reads back the batches it made; if that fails, each
+    /// half on its own, and so on, at most [`tick::FIRE_APPLY_CALLS`] calls; then
+    /// one statement backing off the schedules whose fire failed on its own. The
+    /// due page is read in the call that first continues the fills still running
+    /// ([`Store::continue_fills`]'s pages); if that call fails, the due page is read
+    /// alone. So 1 D1 call when nothing is due, 2 when the page applies (3 with the
+    /// zones), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
+    /// however many fail.
+    /// `Err` only if the due page or the zones could not be read: then nothing was
+    /// applied and every schedule is still due. Every planned fire ends in exactly
+    /// one of [`FireReport`]'s `fired` (or applied without a batch), `failed`, `left`.
+    pub async fn fire_due(
+        &self,
+        now: i64,
+        page: i64,
+        max_attempts: i64,
+        new_id: &dyn Fn() -> String,
+    ) -> StoreResult<FireReport> {
+        // The first call continues the fills still running (bounded pages, oldest
+        // batch first) and reads the due page; a fill that fails costs a second
+        // call reading the due page alone, so it holds up no fire.
+        let mut statements = Vec::new();
+        for _ in 0..self.fill.pages_per_call.max(1) {
+            statements.extend(self.fill_page(None));
+        }
+        statements.push((sql::DUE_SCHEDULES, vec![now.into(), page.into()]));
+        let (due, fill): (Vec<ScheduleRow>, _) = match self.db.batch_rows(statements).await {
+            Ok(due) => (due, Ok(())),
+            Err(e @ StoreError::OverBudget(_)) => return Err(e),
+            Err(e) => (self.due_schedules(now, page).await?, Err(e)),
+        };
+        let in_use = if tick::needs_zones(&due) {
+            let (groups, every_group) = tick::zone_groups(&due);
+            self.zones_of(&groups, every_group).await?
+        } else {
+            Vec::new()
+        };
+        let plan = tick::plan_tick(&due, now, &in_use, new_id, max_attempts);
+        let mut report = FireReport {
+            fill,
+            fired: Vec::new(),
+            failed: Vec::new(),
+            left: Vec::new(),
+            left_error: None,
+            backoff: Ok(()),
+            plan,
+        };
+        let plans = &report.plan.plans;
+        let mut isolation = tick::Isolation::new(plans.len(), tick::FIRE_APPLY_CALLS);
+        let failure = |i: usize, error: StoreError| {
+            let row = &due[i];
+            let failures = row.fire_failures + 1;
+            FireFailure {
+                schedule_id: row.id.clone(),
+                revision: row.revision,
+                created_at: row.created_at,
+                failures,
+                retry_at: tick::retry_at(now, failures),
+                error,
+            }
+        };
+        // The error of the last call that failed: what a fire found failing
+        // without a call of its own is charged with.
+        let mut last_error = None;
+        loop {
+            let next = isolation.next();
+            for i in isolation.take_inferred() {
+                let error = last_error
+                    .clone()
+                    .unwrap_or(StoreError::Db("failed".into()));
+                report.failed.push(failure(i, error));
+            }
+            let Some(range) = next else { break };
+            let group = &plans[range.clone()];
+            match self.fire_schedules(group).await {
+                Ok(batches) => {
+                    isolation.applied();
+                    report.fired.extend(tick::outcomes(group, &batches));
+                }
+                // Not sent: no fire failed; they wait for the next tick.
+                Err(e @ StoreError::OverBudget(_)) => {
+                    isolation.unsent(range);
+                    report.left_error = Some(e);
+                }
+                Err(e) => {
+                    last_error = Some(e.clone());
+                    match isolation.failed(range) {
+                        Some(i) => report.failed.push(failure(i, e)),
+                        None => report.left_error = Some(e),
+                    }
+                }
+            }
+        }
+        report.left = isolation
+            .left()
+            .map(|i| plans[i].schedule_id.clone())
+            .collect();
+        if !report.failed.is_empty() {
+            report.backoff = self.record_fire_failures(&report.failed).await;
+        }
+        Ok(report)
+    }
+
+    /// Back off the schedules whose fire failed on its own (one statement).
+    pub async fn record_fire_failures(&self, failed: &[FireFailure]) -> StoreResult<()> {
+        let rows: Vec<Value> = failed
+            .iter()
+            .map(|f| {
+                json!({"id": f.schedule_id, "revision": f.revision,
+                       "created_at": f.created_at, "retry_at": f.retry_at})
+            })
+            .collect();
+        self.db
+            .query::<Value>(
+                sql::RECORD_FIRE_FAILURES,
+                vec![Value::Array(rows).to_string().into()],
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// The batches with these keys (one statement; missing keys are left out).
+    pub async fn batches_by_keys(&self, keys: &[&str]) -> StoreResult<Vec<BatchRow>> {
+        let keys = serde_json::to_string(keys).map_err(|e| StoreError::Json(e.to_string()))?;
+        self.db
+            .query(sql::GET_BATCHES_BY_KEYS, vec![keys.into()])
+            .await
+    }
+
+    /// Apply fire plans in one transaction: for each, its batch (created unless the
+    /// key exists, the schedule changed since planning or no subject matches), its
+    /// first page of items (at most `FILL_PAGE` subjects, one `INSERT … SELECT`)
+    /// with its cursor and total, and the schedule's advance; last, the batches
+    /// their keys name, read back. 4
+    /// statements per fire and the read-back, one call for all of them; nothing is
+    /// written if any statement fails, so every plan is due again.
+    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<FireRead>> {
+        if plans.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut statements = Vec::with_capacity(plans.len() * 4);
+        for plan in plans {
+            if let Some(b) = &plan.batch {
+                statements.push((
+                    sql::CREATE_SCHEDULE_BATCH,
+                    vec![
+                        b.batch_id.as_str().into(),
+                        b.key.as_str().into(),
+                        b.created_at.into(),
+                        plan.schedule_id.as_str().into(),
+                        plan.revision.into(),
+                        b.max_attempts.into(),
+                        plan.created_at.into(),
+                        b.group.clone().into(),
+                        b.fill(&self.fill.attempts).to_json().into(),
+                    ],
+                ));
+                // Its first page (at most `page` subjects) and its cursor; ticks
+                // continue a bigger fill (`continue_fills`).
+                statements.extend(self.fill_page(Some(&b.batch_id)));
+            }
+            statements.push((
+                sql::ADVANCE_SCHEDULE,
+                vec![
+                    plan.schedule_id.as_str().into(),
+                    plan.revision.into(),
+                    plan.next_fire_at.into(),
+                    i64::from(plan.enabled).into(),
+                    plan.batch.as_ref().map(|b| b.created_at).into(),
+                    plan.batch.as_ref().map(|b| b.key.clone()).into(),
+                    plan.created_at.into(),
+                ],
+            ));
+        }
+        statements.push((sql::FIRED_BATCHES, vec![tick::read_back_json(plans).into()]));
+        self.db.batch_rows(statements).await
+    }
+}
+
+/// What [`Store::fire_due`] did with each due schedule: applied ([`Fired`] per
+/// fire with a batch), failed on its own and backed off, or left due.
+#[derive(Debug)]
+pub struct FireReport {
+    /// Whether the fills still running were continued (a page each, at most
+    /// `pages_per_call`); if not, they are tried again on the next tick.
+    pub fill: StoreResult<()>,
+    pub plan: TickPlan,
+    /// Per applied fire with a batch, read back in the same call.
+    pub fired: Vec<Fired>,
+    /// Fires that failed on their own: their schedules back off.
+    pub failed: Vec<FireFailure>,
+    /// Schedules whose fires were not applied this tick (a call carrying them
+    /// failed and the tick's apply calls ran out, or the budget refused one):
+    /// still due, untouched.
+    pub left: Vec<String>,
+    /// The last error of a call that carried several fires (or the budget's
+    /// refusal): why `left` were not applied.
+    pub left_error: Option<StoreError>,
+    /// Whether the backoff of `failed` was written; if not they are due again on
+    /// the next tick, as before.
+    pub backoff: StoreResult<()>,
+}
+
+/// A fire that failed on its own, and the backoff written for its schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FireFailure {
+    pub schedule_id: String,
+    pub revision: i64,
+    pub created_at: i64,
+    /// Failures in a row, this one included.
+    pub failures: i64,
+    pub retry_at: i64,
+    pub error: StoreError,
+}
