@@ -116,24 +116,59 @@ impl<D: Db> Store<D> {
     }
 }
 
-/// The JSON parameter of `commit_outcomes.sql`, or `None` for no transitions.
+/// The JSON parameter of `commit_outcomes.sql` (and of the count and read-back
+/// run with it), or `None` for no transitions: the [`Transition`]s as serde writes
+/// them, so the statements read the model's own field names.
 pub fn transitions_json<'t>(
     transitions: impl IntoIterator<Item = &'t Transition>,
 ) -> Option<String> {
-    let rows: Vec<Value> = transitions
-        .into_iter()
-        .map(|t| {
-            json!({
-                "id": t.id,
-                "token": t.token,
-                "status": t.status.as_str(),
-                "run_after": t.run_after,
-                "completed_at": t.completed_at,
-                "error": t.error,
-                "attempt": t.attempt,
-                "receipts": t.receipts,
-            })
-        })
-        .collect();
-    (!rows.is_empty()).then(|| Value::Array(rows).to_string())
+    let rows: Vec<&Transition> = transitions.into_iter().collect();
+    (!rows.is_empty()).then(|| serde_json::to_string(&rows).expect("a transition serialises"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::ItemStatus;
+
+    /// Every `o.value ->> '<key>'` the commit's statements read is a field of the
+    /// serialised transition: renaming a field of the model cannot silently turn
+    /// into a NULL read by the SQL.
+    #[test]
+    fn the_commit_json_carries_every_key_its_statements_read() {
+        let t = Transition {
+            id: 7,
+            token: "t.7".into(),
+            status: ItemStatus::Completed,
+            run_after: Some(1),
+            completed_at: Some(2),
+            error: Some("e".into()),
+            attempt: Some(1),
+            receipts: Some("{}".into()),
+        };
+        let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
+        let row = json[0].as_object().unwrap();
+        for statement in [
+            sql::COUNT_COMMITTED_OUTCOMES,
+            sql::COMMIT_OUTCOMES,
+            sql::COMMITTED_OUTCOMES,
+        ] {
+            let body: String = statement
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let keys: Vec<&str> = body
+                .split("value ->> '")
+                .skip(1)
+                .filter_map(|rest| rest.split('\'').next())
+                .collect();
+            assert!(!keys.is_empty());
+            for key in keys {
+                assert!(row.contains_key(key), "{key:?} is read but not sent");
+            }
+        }
+        assert_eq!(row["status"], "completed");
+        assert_eq!(transitions_json(std::iter::empty()), None);
+    }
 }
