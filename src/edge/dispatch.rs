@@ -5,7 +5,7 @@
 use worker::{web_sys, Fetcher, Request};
 
 use super::config::Config;
-use super::run::run_with_timeout;
+use super::run::{run_with_timeout, Runner};
 use super::{clock, SELF_ORIGIN};
 use crate::core::drain::Refused;
 use crate::core::model::{ClaimedItem, Outcome, Ran};
@@ -45,6 +45,7 @@ impl Watchdog {
 /// signal fires) or inline. `Err`: the platform refused the SELF call.
 pub async fn execute(
     cfg: &Config,
+    runner: Runner<'_>,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
 ) -> (ClaimedItem, Result<Ran, Refused>) {
@@ -52,7 +53,7 @@ pub async fn execute(
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
         Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
-        None => Ok(run_with_timeout(&item, cfg).await),
+        None => Ok(run_with_timeout(&item, cfg, runner).await),
     };
     (item, ran)
 }

@@ -17,6 +17,7 @@ use worker::{Delay, Fetcher};
 
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
+use super::run::Runner;
 use super::{clock, log};
 use crate::core::drain::{Action, Drain, DrainError, Policy, Refused, Report, Settled};
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
@@ -46,6 +47,7 @@ enum Event {
 /// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
 pub async fn run(
     cfg: &Config,
+    runner: Runner<'_>,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
@@ -54,11 +56,11 @@ pub async fn run(
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
         DispatchMode::Fanout => 1,
-        DispatchMode::Inline => super::run::registry().max_subrequests_per_run(),
+        DispatchMode::Inline => runner.jobs.max_subrequests_per_run(),
     };
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
-    machine.set_kind_retry(super::run::registry().retry_policies(s.retry));
+    machine.set_kind_retry(runner.jobs.retry_policies(s.retry));
     machine.prepared(prepare_ms);
     let mut watchdog = Watchdog::new(call_ms(s.job_timeout_ms));
     let mut in_flight = FuturesUnordered::new();
@@ -77,7 +79,7 @@ pub async fn run(
             match machine.poll(now) {
                 Action::Dispatch { item, new_watchdog } => {
                     let via = self_service.map(|svc| (svc, watchdog.signal(new_watchdog)));
-                    in_flight.push(execute(cfg, via, item));
+                    in_flight.push(execute(cfg, runner, via, item));
                 }
                 Action::Claim {
                     limit,

@@ -2,7 +2,8 @@
 //! "run a job under a timeout" used by both the child and inline mode.
 
 use std::cell::RefCell;
-use std::rc::Rc;
+
+use worker::Env;
 
 use super::config::Config;
 use super::outbound::EdgeOutbound;
@@ -20,15 +21,12 @@ thread_local! {
     static REJECTED: RefCell<LogLimit> = const { RefCell::new(LogLimit::rejected_dispatches()) };
 }
 
-thread_local! {
-    // The kinds this Worker runs: built once per isolate.
-    static JOBS: Rc<Jobs> = Rc::new(Jobs::builtin());
-}
-
-/// The job registry of this Worker (request validation, the drain's inline
-/// cost, the child).
-pub fn registry() -> Rc<Jobs> {
-    JOBS.with(Rc::clone)
+/// What runs a job in this invocation: the Worker's kinds (its `Fanout`) and
+/// its environment, which a kind reaches through `Context::host`.
+#[derive(Clone, Copy)]
+pub struct Runner<'a> {
+    pub jobs: &'a Jobs,
+    pub env: &'a Env,
 }
 
 /// Run `item`'s job through the runtime's outbound seam, giving up after its
@@ -36,7 +34,7 @@ pub fn registry() -> Rc<Jobs> {
 /// failure, with no channel results). A `multi` job gives up on its late
 /// channels before this (`jobs::multi`), so it returns every channel's result
 /// in time; this timer is its backstop.
-pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
+pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, runner: Runner<'_>) -> Ran {
     let config = RunConfig {
         webhook_secret: cfg.secrets.webhook.clone(),
         dispatch_secrets: cfg
@@ -49,7 +47,7 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
         own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
     };
-    registry().run(item, &config, &EdgeOutbound, None).await
+    runner.jobs.run(item, &config, &EdgeOutbound, None).await
 }
 
 /// The dispatch signature (the first line of the body, `core::dispatch`), checked
@@ -71,12 +69,13 @@ pub async fn handle(
     item_json: &[u8],
     header: &SignatureHeader,
     cfg: &Config,
+    runner: Runner<'_>,
 ) -> Result<Ran, ApiError> {
     header
         .check_tag(cfg.secrets.dispatch_keys(), item_json)
         .map_err(reject)?;
     let item: ClaimedItem = parse_json(item_json)?;
-    let ran = run_with_timeout(&item, cfg).await;
+    let ran = run_with_timeout(&item, cfg, runner).await;
     if ran.outcome != Outcome::Done {
         log::event(
             "item_outcome",

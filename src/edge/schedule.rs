@@ -8,6 +8,7 @@ use worker::{Env, ScheduledEvent};
 
 use super::config::Config;
 use super::drain::{self, DrainStore};
+use super::run::Runner;
 use super::{clock, log};
 use crate::core::budget::Budget;
 use crate::core::callback;
@@ -17,6 +18,7 @@ use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
 use crate::core::time::rfc3339;
 use crate::core::upkeep::Upkeep;
+use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
@@ -24,7 +26,7 @@ use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
 /// Expired leases requeued per tick (one statement).
 const REAP_PAGE: i64 = 1_000;
 
-pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
+pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
     // The configuration first: it sets the (test) clock every instant is read from.
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
@@ -41,7 +43,8 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
     let budget = Budget::new(cfg.settings.subrequest_budget);
     let store = Store::new(Metered::new(D1Db::new(db), budget));
     let mut tally = Tally::default();
-    let result = run_invocation(&env, &cfg, &store, &mut tally, started).await;
+    let runner = Runner { jobs, env: &env };
+    let result = run_invocation(runner, &cfg, &store, &mut tally, started).await;
     let stop_reason = result.unwrap_or_else(|e| {
         log::error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
@@ -50,7 +53,7 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
 }
 
 async fn run_invocation(
-    env: &Env,
+    runner: Runner<'_>,
     cfg: &Config,
     store: &DrainStore,
     tally: &mut Tally,
@@ -82,13 +85,22 @@ async fn run_invocation(
     }
     let self_service = match cfg.settings.dispatch_mode {
         DispatchMode::Fanout => Some(
-            env.service("SELF")
+            runner
+                .env
+                .service("SELF")
                 .map_err(|e| DrainError::Binding(format!("SELF: {e}")))?,
         ),
         DispatchMode::Inline => None,
     };
-    let (drained, result) =
-        drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
+    let (drained, result) = drain::run(
+        cfg,
+        runner,
+        store,
+        self_service.as_ref(),
+        started,
+        prepare_ms,
+    )
+    .await;
     // The reaper's share (reaped, its failures per batch) plus the drain's.
     *tally = drained;
     tally.absorb(reaper);
