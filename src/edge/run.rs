@@ -47,7 +47,12 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, runner: Runner<'
         own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
     };
-    runner.jobs.run(item, &config, &EdgeOutbound, None).await
+    // The Worker's Env reaches the kinds as `Context::host::<worker::Env>()`.
+    let host: &dyn std::any::Any = runner.env;
+    runner
+        .jobs
+        .run(item, &config, &EdgeOutbound, Some(host))
+        .await
 }
 
 /// The dispatch signature (the first line of the body, `core::dispatch`), checked
