@@ -16,6 +16,8 @@ use super::signature;
 pub const OUTCOME_STATUS: u16 = 204;
 pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
+/// A retry's own delay in ms (`Ran::retry_after_ms`), when its answer asked for one.
+pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
 
 /// A dispatch request as the drain sends it: its headers and body, which the edge
 /// copies into the runtime's request unchanged.

@@ -68,6 +68,20 @@ pub fn decide(
     }
 }
 
+/// A retry whose answer asked for its own delay (`Ran::retry_after_ms`) waits
+/// that long instead of the backoff, at most the retry cap (`policy.max_ms`): an
+/// answer cannot park an item for longer than the deployment would.
+pub fn defer(
+    transition: &mut Transition,
+    retry_after_ms: Option<i64>,
+    policy: RetryPolicy,
+    now_ms: i64,
+) {
+    if let (ItemStatus::Pending, Some(ms)) = (transition.status, retry_after_ms) {
+        transition.run_after = Some(now_ms + ms.clamp(0, policy.max_ms));
+    }
+}
+
 /// Give a claimed item back unrun: `pending` again, due as before, with the
 /// attempt its claim counted given back (it never ran, so it must not use one up;
 /// an item on its last attempt would otherwise never be claimable again).

@@ -119,8 +119,14 @@ async fn dispatch(
     let channels = header(receipts::HEADER)
         .map(|value| receipts::decode_header(&value))
         .transpose();
+    // A delay that does not parse is no delay: the backoff applies.
+    let retry_after_ms = header(dispatch::RETRY_AFTER_HEADER).and_then(|v| v.parse().ok());
     Ok(match (outcome, channels) {
-        (Ok(outcome), Ok(channels)) => Ran { outcome, channels },
+        (Ok(outcome), Ok(channels)) => Ran {
+            outcome,
+            channels,
+            retry_after_ms,
+        },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.
         (Err(e), _) | (_, Err(e)) => {

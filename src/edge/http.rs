@@ -176,6 +176,9 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     if let Some(channels) = &ran.channels {
         headers.set(receipts::HEADER, &receipts::encode_header(channels))?;
     }
+    if let Some(ms) = ran.retry_after_ms {
+        headers.set(dispatch::RETRY_AFTER_HEADER, &ms.to_string())?;
+    }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)
         .with_headers(headers))

@@ -184,6 +184,7 @@ pub struct Context<'a> {
     host: Option<&'a dyn Any>,
     delivered: Receipts,
     channels: RefCell<ChannelResults>,
+    retry_after_ms: std::cell::Cell<Option<i64>>,
 }
 
 impl<'a> Context<'a> {
@@ -204,6 +205,7 @@ impl<'a> Context<'a> {
             host,
             delivered: receipts::parse(item.receipts.as_deref()),
             channels: RefCell::new(ChannelResults::new()),
+            retry_after_ms: std::cell::Cell::new(None),
         }
     }
 
@@ -237,6 +239,13 @@ impl<'a> Context<'a> {
     /// with the outcome, so a retry sends only what is still missing.
     pub fn report_channel(&self, channel: &str, outcome: Outcome) {
         self.channels.borrow_mut().insert(channel.into(), outcome);
+    }
+
+    /// Ask that a retry of this run wait `ms` (e.g. the answer's `Retry-After`)
+    /// instead of the backoff; the drain caps it at the retry cap. Ignored unless
+    /// the run returns [`Outcome::Retry`].
+    pub fn retry_after(&self, ms: i64) {
+        self.retry_after_ms.set(Some(ms));
     }
 
     fn take_channels(&self) -> ChannelResults {
@@ -478,6 +487,10 @@ impl Jobs {
             Some(outcome) => Ran {
                 // Only what was sent: a run that sent nothing reports no channels.
                 channels: Some(ctx.take_channels()).filter(|c| job.has_channels() && !c.is_empty()),
+                retry_after_ms: ctx
+                    .retry_after_ms
+                    .get()
+                    .filter(|_| matches!(outcome, Outcome::Retry(_))),
                 outcome,
             },
             None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

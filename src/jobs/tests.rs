@@ -388,7 +388,7 @@ fn a_webhook_fails_for_good_on_3xx_and_other_4xx() {
         let ran = run(&out, &webhook("https://hooks.test/a"));
         assert_eq!(
             ran.outcome,
-            Outcome::Fail(format!("HTTP {status}")),
+            Outcome::Fail(format!("HTTP {status}: nope")),
             "{status}"
         );
     }
@@ -405,6 +405,55 @@ fn a_webhook_fails_for_good_on_3xx_and_other_4xx() {
         );
         // Not followed: one request, to the subject's URL only.
         assert_eq!(out.sent().len(), 1);
+    }
+}
+
+#[test]
+fn a_permanent_failure_keeps_200_bytes_of_the_answers_text_on_one_line() {
+    let out = MemoryOutbound::new(NOW);
+    // 249 bytes: "é" is two bytes and byte 200 falls inside one, which is not cut.
+    let text = format!("unknown user\n{}", "é".repeat(118));
+    out.answer("https://hooks.test/a", Answer::status(422).body(&text));
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    let Outcome::Fail(reason) = ran.outcome else {
+        panic!("{ran:?}")
+    };
+    let kept = reason.strip_prefix("HTTP 422: ").expect(&reason);
+    assert!(kept.starts_with("unknown user éé"), "{kept}");
+    assert_eq!(kept.len(), 200 - 1, "{kept}");
+    // An empty or blank answer adds nothing.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://hooks.test/a", Answer::status(404).body(" \n"));
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Fail("HTTP 404".into()));
+}
+
+#[test]
+fn a_retry_after_in_seconds_on_a_retry_answer_is_the_runs_delay() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(429).header("Retry-After", "120"),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 429".into()));
+    assert_eq!(ran.retry_after_ms, Some(120_000));
+}
+
+#[test]
+fn a_retry_after_that_is_no_number_of_seconds_or_on_a_failure_is_ignored() {
+    let answers = [
+        Answer::status(503).header("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT"),
+        Answer::status(503).header("Retry-After", "-5"),
+        Answer::status(503).header("Retry-After", "1.5"),
+        Answer::status(400).header("Retry-After", "30"),
+        Answer::status(200).header("Retry-After", "30"),
+    ];
+    for answer in answers {
+        let out = MemoryOutbound::new(NOW);
+        out.answer("https://hooks.test/a", answer.clone());
+        let ran = run(&out, &webhook("https://hooks.test/a"));
+        assert_eq!(ran.retry_after_ms, None, "{answer:?}");
     }
 }
 
