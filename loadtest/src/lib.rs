@@ -59,6 +59,7 @@ pub mod scenario;
 pub mod schedules;
 pub mod signature;
 pub mod sink;
+pub mod sink_fakes;
 pub mod steps;
 pub mod table;
 pub mod target;

@@ -20,6 +20,8 @@
 //! - `GET /stats[?deliveries=1]`: totals, counts per Idempotency-Key and, on request,
 //!   every delivery record (`Stats`).
 //! - `POST /reset`: forget everything (deliveries and redirect hits; not secrets).
+//! - `/github/…`, `/discord/…`, `/telegram/…`, `/fakes/…`: fakes of the APIs
+//!   `examples/streak-reminder` calls (`sink_fakes`).
 //!
 //! Each scenario runs one in-process (`start`) and reads it over HTTP like an
 //! external sink (`SinkClient`), so `--sink-url` mode uses the same code path.
@@ -229,6 +231,8 @@ fn router(webhook_secret: &str) -> Router {
         .route("/stats", get(stats))
         .route("/reset", post(reset))
         .with_state(shared)
+        // GitHub, Discord and Telegram for examples/streak-reminder.
+        .merge(crate::sink_fakes::router())
 }
 
 /// Whether a delivery is acceptable, and if so the faults to apply to it.
