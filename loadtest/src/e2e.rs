@@ -114,6 +114,10 @@ pub struct E2eArgs {
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
     pub only_probe: bool,
+    /// Run only the part of `examples/hello-kind` (a Worker crate of its own with
+    /// its own job kind; its own Worker, built beforehand).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_hello_kind: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -134,13 +138,18 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_hello_kind {
+        hello_kind_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
         }
     }
-    let timeout = Duration::from_secs(args.timeout_secs);
     if !only_one_part || args.only_control {
         if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
             checks.record(
@@ -154,8 +163,22 @@ pub async fn run(args: E2eArgs) -> bool {
             checks.record("delivery part ran to completion", Err(format!("{e:#}")));
         }
     }
+    if !only_one_part {
+        if args.target.url.is_some() {
+            println!("# hello-kind part skipped: --url mode runs only the Worker at that URL");
+        } else {
+            hello_kind_part(&args.target, timeout, &mut checks).await;
+        }
+    }
     println!("{}", checks.summary());
     checks.all_passed()
+}
+
+/// The Worker crate of `examples/hello-kind`, on a runtime of its own.
+async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
+        checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+    }
 }
 
 /// The dashboard's browser part alone, on a Worker of its own.

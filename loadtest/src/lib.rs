@@ -48,6 +48,7 @@ pub mod e2e;
 pub mod e2e_schedules;
 pub mod edges;
 pub mod faults;
+pub mod hello_kind;
 pub mod metrics;
 pub mod plan;
 pub mod probe;

@@ -37,6 +37,9 @@ pub struct RuntimeConfig {
     pub name: String,
     /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
     pub vars: Vec<(String, String)>,
+    /// Another Worker's wrangler config (`--config`, e.g. an example's), instead
+    /// of the repo's wrangler.toml.
+    pub wrangler_config: Option<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -49,6 +52,7 @@ impl RuntimeConfig {
             log_dir: base.join("logs"),
             name: name.to_string(),
             vars,
+            wrangler_config: None,
         }
     }
 
@@ -67,6 +71,14 @@ impl RuntimeConfig {
                 Err(e).with_context(|| format!("removing {}", self.state_dir.display()))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `--config <file>` when this runtime is another Worker's.
+    fn config_args(&self) -> Vec<std::ffi::OsString> {
+        match &self.wrangler_config {
+            Some(file) => vec!["--config".into(), file.clone().into_os_string()],
+            None => Vec::new(),
         }
     }
 
@@ -144,6 +156,7 @@ impl RuntimeConfig {
             .args(verb)
             .args(["DB", "--local", "--persist-to"])
             .arg(&self.state_dir)
+            .args(self.config_args())
             .args(extra)
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -212,7 +225,8 @@ impl Runtime {
             .arg(self.inspector_port.to_string())
             .arg("--persist-to")
             .arg(&self.cfg.state_dir)
-            .arg("--show-interactive-dev-session=false");
+            .arg("--show-interactive-dev-session=false")
+            .args(self.cfg.config_args());
         for (key, value) in &self.cfg.vars {
             cmd.arg("--var").arg(format!("{key}:{value}"));
         }

@@ -77,6 +77,19 @@ impl Target {
         secrets: Secrets,
         fresh: bool,
     ) -> Result<Target> {
+        Target::open_worker(args, name, defaults, secrets, fresh, None).await
+    }
+
+    /// [`Target::open`] for another Worker: `wrangler_config` is its wrangler
+    /// config (relative to the repo), started with the same secrets and sink.
+    pub async fn open_worker(
+        args: &TargetArgs,
+        name: &str,
+        defaults: &[(&str, &str)],
+        secrets: Secrets,
+        fresh: bool,
+        wrangler_config: Option<&str>,
+    ) -> Result<Target> {
         let mut settings: BTreeMap<String, String> = defaults
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -84,6 +97,9 @@ impl Target {
         settings.extend(args.vars.iter().cloned());
 
         if let Some(url) = &args.url {
+            if let Some(config) = wrangler_config {
+                bail!("--url cannot start the Worker of {config}: it needs its own wrangler dev");
+            }
             let token = args
                 .admin_token
                 .as_deref()
@@ -145,7 +161,8 @@ impl Target {
             bail!("ADMIN_TOKEN and WEBHOOK_SECRET are required");
         };
 
-        let cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        let mut cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        cfg.wrangler_config = wrangler_config.map(|c| repo.join(c));
         if fresh {
             cfg.wipe_state()?;
         }
