@@ -118,6 +118,11 @@ pub struct E2eArgs {
     /// its own job kind; its own Worker, built beforehand).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
     pub only_hello_kind: bool,
+    /// Run only the part of `examples/streak-reminder` (the seed's app on the
+    /// library, against the sink's fakes of GitHub, Discord and Telegram; its own
+    /// Worker, built beforehand).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind"])]
+    pub only_streak: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -141,6 +146,11 @@ pub async fn run(args: E2eArgs) -> bool {
     let timeout = Duration::from_secs(args.timeout_secs);
     if args.only_hello_kind {
         hello_kind_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_streak {
+        streak_part(&args.target, timeout, &mut checks).await;
         println!("{}", checks.summary());
         return checks.all_passed();
     }
@@ -169,6 +179,11 @@ pub async fn run(args: E2eArgs) -> bool {
         } else {
             hello_kind_part(&args.target, timeout, &mut checks).await;
         }
+        if args.target.url.is_some() {
+            println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
+        } else {
+            streak_part(&args.target, timeout, &mut checks).await;
+        }
     }
     println!("{}", checks.summary());
     checks.all_passed()
@@ -178,6 +193,16 @@ pub async fn run(args: E2eArgs) -> bool {
 async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
     if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
         checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+    }
+}
+
+/// The Worker crate of `examples/streak-reminder`, on a runtime of its own.
+async fn streak_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::e2e_streak::e2e(args, timeout, checks).await {
+        checks.record(
+            "streak-reminder part ran to completion",
+            Err(format!("{e:#}")),
+        );
     }
 }
 

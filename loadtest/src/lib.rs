@@ -46,6 +46,7 @@ pub mod devvars;
 pub mod drive;
 pub mod e2e;
 pub mod e2e_schedules;
+pub mod e2e_streak;
 pub mod edges;
 pub mod faults;
 pub mod hello_kind;
