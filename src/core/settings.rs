@@ -344,12 +344,20 @@ mod tests {
     fn the_deployed_configuration_never_sets_the_test_clock() {
         // wrangler.toml is what a deployment uses; test runtimes pass these two
         // with `wrangler dev --var` instead.
-        let toml = include_str!("../../wrangler.toml");
-        for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
-            assert!(
-                !toml.lines().any(|l| l.trim_start().starts_with(name)),
-                "wrangler.toml sets {name}"
-            );
+        let tomls = [
+            ("wrangler.toml", include_str!("../../wrangler.toml")),
+            (
+                "wrangler.drainers.toml",
+                include_str!("../../wrangler.drainers.toml"),
+            ),
+        ];
+        for (file, toml) in tomls {
+            for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+                assert!(
+                    !toml.lines().any(|l| l.trim_start().starts_with(name)),
+                    "{file} sets {name}"
+                );
+            }
         }
     }
 

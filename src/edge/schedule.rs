@@ -1,5 +1,6 @@
 //! Scheduled invocations. Every cron runs the same tick: fire due schedules
-//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`), mark
+//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`) — or,
+//! with `DRAINERS` > 1, send that many drain messages (`edge::queue`) —, mark
 //! finished batches and record one summary. Every D1 call goes through the
 //! invocation's metered store, so the budget counts what was really made.
 
@@ -139,12 +140,15 @@ async fn start_drainers(env: &Env, cfg: &Config, store: &DrainStore, started: i6
     let messages: Vec<DrainMessage> = (1..=n)
         .map(|i| DrainMessage::new(&cfg.secrets.dispatch, now_secs, started, i))
         .collect();
-    let sent = match (store.db().budget().charge_call(), env.queue(DRAIN_QUEUE)) {
-        (Err(e), _) => Err(format!("no subrequest left for the send: {e:?}")),
-        (Ok(()), Err(e)) => Err(drainers::missing_queue(n, &e.to_string())),
-        (Ok(()), Ok(queue)) => queue.send_batch(messages).await.map_err(|e| {
-            format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
-        }),
+    let sent = match env.queue(DRAIN_QUEUE) {
+        Err(e) => Err(drainers::missing_queue(n, &e.to_string())),
+        // The send is a subrequest like any other.
+        Ok(queue) => match store.db().budget().charge_call() {
+            Err(e) => Err(format!("no subrequest left for the send: {e:?}")),
+            Ok(()) => queue.send_batch(messages).await.map_err(|e| {
+                format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
+            }),
+        },
     };
     match sent {
         Ok(()) => {
