@@ -673,6 +673,7 @@ mod tests {
                 ("DISPATCH_MODE".into(), "inline".into()),
                 ("X".into(), "1".into()),
             ],
+            wrangler_config: None,
         };
         let forced = with_mode(&args, "fanout");
         assert_eq!(

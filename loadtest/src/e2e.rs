@@ -110,6 +110,10 @@ pub struct E2eArgs {
     /// own Worker).
     #[arg(long)]
     pub only_delivery: bool,
+    /// Run only the drainers part (`DRAINERS=4` on wrangler.drainers.toml's local
+    /// queue; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_drainers: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -134,13 +138,20 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_drainers {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
         }
     }
-    let timeout = Duration::from_secs(args.timeout_secs);
     if !only_one_part || args.only_control {
         if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
             checks.record(
@@ -152,6 +163,11 @@ pub async fn run(args: E2eArgs) -> bool {
     if !only_one_part || args.only_delivery {
         if let Err(e) = delivery::e2e(&args.target, timeout, &mut checks).await {
             checks.record("delivery part ran to completion", Err(format!("{e:#}")));
+        }
+    }
+    if !only_one_part {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
         }
     }
     println!("{}", checks.summary());

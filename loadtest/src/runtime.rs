@@ -37,6 +37,8 @@ pub struct RuntimeConfig {
     pub name: String,
     /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
     pub vars: Vec<(String, String)>,
+    /// `--config`, relative to `repo` (None: wrangler's default, `wrangler.toml`).
+    pub wrangler_config: Option<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -49,6 +51,7 @@ impl RuntimeConfig {
             log_dir: base.join("logs"),
             name: name.to_string(),
             vars,
+            wrangler_config: None,
         }
     }
 
@@ -103,6 +106,14 @@ impl RuntimeConfig {
         Ok(cmd)
     }
 
+    /// `--config <file>` when one is set: after the subcommand.
+    fn config_args(&self) -> Vec<std::ffi::OsString> {
+        match &self.wrangler_config {
+            Some(file) => vec!["--config".into(), self.repo.join(file).into_os_string()],
+            None => Vec::new(),
+        }
+    }
+
     fn open_log(&self, path: &Path, what: &str) -> Result<File> {
         fs::create_dir_all(&self.log_dir)
             .with_context(|| format!("creating {}", self.log_dir.display()))?;
@@ -142,7 +153,9 @@ impl RuntimeConfig {
         let mut cmd = self.wrangler()?;
         cmd.arg("d1")
             .args(verb)
-            .args(["DB", "--local", "--persist-to"])
+            .args(["DB", "--local"])
+            .args(self.config_args())
+            .arg("--persist-to")
             .arg(&self.state_dir)
             .args(extra)
             .stdout(log.try_clone()?)
@@ -206,7 +219,9 @@ impl Runtime {
             .cfg
             .open_log(&log_path, &format!("wrangler dev on port {}", self.port))?;
         let mut cmd = self.cfg.wrangler()?;
-        cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
+        cmd.arg("dev")
+            .args(self.cfg.config_args())
+            .args(["--ip", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--inspector-port")
             .arg(self.inspector_port.to_string())

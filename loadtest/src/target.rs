@@ -34,6 +34,10 @@ pub struct TargetArgs {
     /// running Worker uses.
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
     pub vars: Vec<(String, String)>,
+    /// The wrangler configuration, relative to --repo (default `wrangler.toml`;
+    /// `wrangler.drainers.toml` binds DRAIN_QUEUE for DRAINERS > 1).
+    #[arg(long)]
+    pub wrangler_config: Option<PathBuf>,
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -145,7 +149,8 @@ impl Target {
             bail!("ADMIN_TOKEN and WEBHOOK_SECRET are required");
         };
 
-        let cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        let mut cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        cfg.wrangler_config = args.wrangler_config.clone();
         if fresh {
             cfg.wipe_state()?;
         }

@@ -335,8 +335,11 @@ pub enum Trigger {
     /// Only in summaries stored before schedules: the old `DAILY_CRON` run that
     /// created the day's batch (now the `daily` schedule, fired by any tick).
     Daily,
-    /// Every cron: fire due schedules, reap expired leases, drain.
+    /// Every cron: fire due schedules, reap expired leases, drain (or, with
+    /// `DRAINERS` > 1, send the drain messages).
     Tick,
+    /// A drainer: one `DRAIN_QUEUE` message, one drain.
+    Queue,
 }
 
 impl Trigger {
@@ -344,6 +347,7 @@ impl Trigger {
         match self {
             Trigger::Daily => "daily",
             Trigger::Tick => "tick",
+            Trigger::Queue => "queue",
         }
     }
 }
@@ -369,16 +373,20 @@ pub enum StopReason {
     /// The platform refused a dispatch: the items it and the queue held were
     /// given back unrun, and nothing more was dispatched.
     Refused,
+    /// A tick that drained nothing itself: it sent `DRAINERS` messages to
+    /// `DRAIN_QUEUE`, and the drainers' own summaries say how they stopped.
+    Drainers,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 6] = [
+    pub const ALL: [StopReason; 7] = [
         StopReason::Drained,
         StopReason::Budget,
         StopReason::Deadline,
         StopReason::Error,
         StopReason::ChildCap,
         StopReason::Refused,
+        StopReason::Drainers,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -389,6 +397,7 @@ impl StopReason {
             StopReason::Error => "error",
             StopReason::ChildCap => "child_cap",
             StopReason::Refused => "refused",
+            StopReason::Drainers => "drainers",
         }
     }
 }

@@ -35,6 +35,10 @@ pub struct Settings {
     /// Most SELF dispatches one invocation makes: the platform refuses a request's
     /// service-binding calls past 32 invocations, the tick itself included.
     pub max_child_invocations: i64,
+    /// Drains per tick: 1, the tick drains itself; more, the tick sends that many
+    /// messages to the `DRAIN_QUEUE` queue and each consumer invocation drains
+    /// (`edge::queue`).
+    pub drainers: i64,
     pub dispatch_mode: DispatchMode,
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
@@ -50,6 +54,10 @@ pub struct Settings {
     /// them forever (`core::upkeep`).
     pub retention_days: i64,
 }
+
+/// Most drainers a tick starts: the platform runs at most 250 concurrent
+/// invocations of one queue's consumer (Queues limits).
+pub const MAX_DRAINERS: i64 = 250;
 
 /// The farthest a test clock may be moved either way: ten years.
 pub const MAX_TEST_CLOCK_OFFSET_MS: i64 = 10 * 366 * 86_400_000;
@@ -67,6 +75,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("MAX_CHILD_INVOCATIONS", "31"),
+    ("DRAINERS", "1"),
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("OWN_HOSTNAMES", ""),
@@ -187,6 +196,7 @@ impl Settings {
             subrequest_budget: int("SUBREQUEST_BUDGET", MIN_SUBREQUEST_BUDGET, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
+            drainers: int("DRAINERS", 1, MAX_DRAINERS)?,
             dispatch_mode,
             allow_private_targets,
             own_hostnames,
@@ -272,6 +282,12 @@ mod tests {
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.max_child_invocations, 31);
+        assert_eq!(s.drainers, 1, "the tick drains itself by default");
+        assert_eq!(parse(&[("DRAINERS", "4")]).unwrap().drainers, 4);
+        for bad in ["0", "251", "many"] {
+            let err = parse(&[("DRAINERS", bad)]).unwrap_err();
+            assert!(err.starts_with("DRAINERS"), "{err}");
+        }
         assert!(parse(&[("MAX_CHILD_INVOCATIONS", "0")]).is_err());
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
         assert_eq!(s.test_clock_offset_ms, 0, "the real clock by default");
@@ -328,13 +344,67 @@ mod tests {
     fn the_deployed_configuration_never_sets_the_test_clock() {
         // wrangler.toml is what a deployment uses; test runtimes pass these two
         // with `wrangler dev --var` instead.
-        let toml = include_str!("../../wrangler.toml");
-        for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+        let tomls = [
+            ("wrangler.toml", include_str!("../../wrangler.toml")),
+            (
+                "wrangler.drainers.toml",
+                include_str!("../../wrangler.drainers.toml"),
+            ),
+        ];
+        for (file, toml) in tomls {
+            for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+                assert!(
+                    !toml.lines().any(|l| l.trim_start().starts_with(name)),
+                    "{file} sets {name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_drainers_configuration_is_the_default_one_plus_the_queue() {
+        // The default deploys without a queue (DRAINERS 1); the drainers one is
+        // the same Worker with DRAIN_QUEUE produced and consumed by itself.
+        let base = include_str!("../../wrangler.toml");
+        let drainers = include_str!("../../wrangler.drainers.toml");
+        let lines: Vec<&str> = drainers.lines().collect();
+        for line in base.lines().filter(|l| !l.trim().is_empty()) {
             assert!(
-                !toml.lines().any(|l| l.trim_start().starts_with(name)),
-                "wrangler.toml sets {name}"
+                lines.contains(&line),
+                "wrangler.drainers.toml lacks {line:?}"
             );
         }
+        assert!(!base.contains("DRAIN_QUEUE") && !base.contains("DRAINERS"));
+        let queue = |section: &str| {
+            let at = drainers
+                .find(section)
+                .unwrap_or_else(|| panic!("{section}"));
+            drainers[at..]
+                .lines()
+                .take(6)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let producer = queue("[[queues.producers]]");
+        assert!(producer.contains("binding = \"DRAIN_QUEUE\""), "{producer}");
+        assert!(
+            producer.contains("queue = \"cron-fanout-drain\""),
+            "{producer}"
+        );
+        let consumer = queue("[[queues.consumers]]");
+        assert!(
+            consumer.contains("queue = \"cron-fanout-drain\""),
+            "{consumer}"
+        );
+        assert!(consumer.contains("max_batch_size = 1"), "{consumer}");
+        let value = drainers
+            .lines()
+            .find_map(|l| l.strip_prefix("DRAINERS = "))
+            .expect("DRAINERS is set");
+        let n = parse(&[("DRAINERS", value.trim_matches('"'))])
+            .unwrap()
+            .drainers;
+        assert!(n > 1, "{n}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod http;
 mod log;
 mod outbound;
 mod probe;
+mod queue;
 mod run;
 mod schedule;
 
@@ -17,7 +18,9 @@ mod schedule;
 /// so any fixed name works; one name keeps the dispatch and probe URLs in step.
 const SELF_ORIGIN: &str = "https://cron-fanout.internal";
 
-use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+use worker::{
+    event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
+};
 
 #[event(start)]
 fn start() {
@@ -34,4 +37,15 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     // Awaited in the handler itself: the invocation lives exactly as long as the
     // drain, and every SELF child is awaited before it returns.
     schedule::on_schedule(event, env).await;
+}
+
+#[event(queue)]
+async fn queue(
+    batch: MessageBatch<crate::core::drainers::DrainMessage>,
+    env: Env,
+    _ctx: Context,
+) -> Result<()> {
+    // Drainers (`DRAINERS` > 1): one drain per message, awaited like the tick's.
+    queue::on_queue(batch, env).await;
+    Ok(())
 }

@@ -1,17 +1,19 @@
 //! Scheduled invocations. Every cron runs the same tick: fire due schedules
-//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`), mark
+//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`) — or,
+//! with `DRAINERS` > 1, send that many drain messages (`edge::queue`) —, mark
 //! finished batches and record one summary. Every D1 call goes through the
 //! invocation's metered store, so the budget counts what was really made.
 
 use serde_json::json;
-use worker::{Env, ScheduledEvent};
+use worker::{Env, Fetcher, ScheduledEvent};
 
-use super::config::Config;
+use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
 use super::{clock, log};
 use crate::core::budget::Budget;
 use crate::core::callback;
 use crate::core::drain::DrainError;
+use crate::core::drainers::{self, DrainMessage};
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
@@ -48,7 +50,7 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
         log::error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, tally, started, stop_reason).await;
+    record_summary(&store, Trigger::Tick, tally, started, stop_reason).await;
 }
 
 async fn run_invocation(
@@ -82,21 +84,24 @@ async fn run_invocation(
             json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
         );
     }
-    let self_service = match cfg.settings.dispatch_mode {
-        DispatchMode::Fanout => Some(
-            env.service("SELF")
-                .map_err(|e| DrainError::Binding(format!("SELF: {e}")))?,
-        ),
-        DispatchMode::Inline => None,
+    // With drainers, the queue's consumers drain; the tick drains itself only
+    // when it has none or could not start them.
+    let sent = cfg.settings.drainers > 1 && start_drainers(env, cfg, store, started).await;
+    let stop = if sent {
+        *tally = reaper;
+        tally.batch_ids.extend(fired);
+        StopReason::Drainers
+    } else {
+        let self_service = self_service(env, cfg)?;
+        let (drained, result) =
+            drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
+        // The reaper's share (reaped, its failures per batch) plus the drain's.
+        *tally = drained;
+        tally.absorb(reaper);
+        // The summary's batches: those the tick created and those it claimed from.
+        tally.batch_ids.extend(fired);
+        result?
     };
-    let (drained, result) =
-        drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
-    // The reaper's share (reaped, its failures per batch) plus the drain's.
-    *tally = drained;
-    tally.absorb(reaper);
-    // The summary's batches: those the tick created and those it claimed from.
-    tally.batch_ids.extend(fired);
-    let stop = result?;
     // The tail the plan kept: one call for the upkeep (cancel sweep, retention) and
     // the finish check, then the summary.
     let now = clock::now_ms();
@@ -115,6 +120,51 @@ async fn run_invocation(
         );
     }
     Ok(stop)
+}
+
+/// The SELF binding in fan-out mode; none inline.
+pub(super) fn self_service(env: &Env, cfg: &Config) -> Result<Option<Fetcher>, DrainError> {
+    match cfg.settings.dispatch_mode {
+        DispatchMode::Fanout => env
+            .service("SELF")
+            .map(Some)
+            .map_err(|e| DrainError::Binding(format!("SELF: {e}"))),
+        DispatchMode::Inline => Ok(None),
+    }
+}
+
+/// Send one `DRAIN_QUEUE` message per drainer (one call for all of them);
+/// whether they were sent. A failed send is logged as `misconfigured` and the
+/// tick drains itself instead.
+async fn start_drainers(env: &Env, cfg: &Config, store: &DrainStore, started: i64) -> bool {
+    let n = cfg.settings.drainers;
+    let now_secs = clock::wall_ms() / 1_000;
+    let messages: Vec<DrainMessage> = (1..=n)
+        .map(|i| DrainMessage::new(&cfg.secrets.dispatch, now_secs, started, i))
+        .collect();
+    let sent = match env.queue(DRAIN_QUEUE) {
+        Err(e) => Err(drainers::missing_queue(n, &e.to_string())),
+        // The send is a subrequest like any other.
+        Ok(queue) => match store.db().budget().charge_call() {
+            Err(e) => Err(format!("no subrequest left for the send: {e:?}")),
+            Ok(()) => queue.send_batch(messages).await.map_err(|e| {
+                format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
+            }),
+        },
+    };
+    match sent {
+        Ok(()) => {
+            log::event("drainers_sent", json!({ "drainers": n }));
+            true
+        }
+        Err(message) => {
+            log::error(
+                "misconfigured",
+                json!({ "message": message, "note": "this tick drains itself" }),
+            );
+            false
+        }
+    }
 }
 
 /// Fire every due schedule (a page of them), each apart from the others, and log
@@ -208,13 +258,19 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
 
 /// Log the invocation summary once and store it as one row, if the budget can
 /// still pay for the insert (the plan kept it; only an error path can use it up).
-async fn record_summary(store: &DrainStore, tally: Tally, started: i64, stop_reason: StopReason) {
+pub(super) async fn record_summary(
+    store: &DrainStore,
+    trigger: Trigger,
+    tally: Tally,
+    started: i64,
+    stop_reason: StopReason,
+) {
     let (usage, budget) = (store.usage(), store.db().budget());
     // The figures include this summary's own insert: one call and statement, and
     // its rows (the row and its index entry).
     let own = i64::from(budget.free() >= 1);
     let summary = InvocationSummary {
-        trigger: Trigger::Tick,
+        trigger,
         started_at: started,
         elapsed_ms: clock::now_ms() - started,
         tally,
