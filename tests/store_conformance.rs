@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use cron_fanout::core::budget::Budget;
+use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
@@ -150,9 +151,10 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
-    // Two calls (subrequests, as the meter charges them): one batch() of 3
-    // statements, then one read of the batch row.
-    assert_eq!(small, (2, 4));
+    // Two calls (subrequests, as the meter charges them): one batch() creating
+    // the batch and running its first FILL_PAGES_PER_CALL pages (a page and its
+    // cursor: two statements each), then one read of the batch row.
+    assert_eq!(small, (2, 1 + 2 * FILL_PAGES_PER_CALL + 1));
 }
 
 #[test]
