@@ -6,11 +6,11 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use cron_fanout::core::budget::Budget;
-use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, release, RetryPolicy};
+use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
