@@ -829,6 +829,7 @@ mod tests {
             status,
             received_at: "2026-11-21T12:01:00.000Z".into(),
             error: None,
+            invocation: None,
         }
     }
 

@@ -418,6 +418,7 @@ mod tests {
             status: Some(200),
             received_at: "2026-01-01T00:00:00.000Z".into(),
             error: None,
+            invocation: None,
         }
     }
 
