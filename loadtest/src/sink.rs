@@ -55,7 +55,7 @@ use tokio::task::JoinHandle;
 
 /// The header naming the invocation that dispatched an item (the Worker's
 /// correlation id): what the connection cap counts by.
-pub const INVOCATION_HEADER: &str = "Fanout-Invocation";
+pub const INVOCATION_HEADER: &str = cron_fanout::jobs::INVOCATION_HEADER;
 
 /// The platform's simultaneous open connections per top-level request.
 pub const PLATFORM_CONNECTIONS: u32 = 6;

@@ -562,6 +562,7 @@ mod tests {
         Invocation {
             id: 1,
             summary: InvocationSummary {
+                invocation: None,
                 trigger: Trigger::Tick,
                 started_at: 0,
                 elapsed_ms: 1,
