@@ -177,6 +177,7 @@ impl Host {
             );
         }
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: self.now.get() - ago_ms,
             elapsed_ms: 900,
@@ -1902,6 +1903,7 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     // and one like it older than the window.
     for (ago_ms, released) in [(60_000, 3), (2 * 3_600_000, 7)] {
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: host.now.get() - ago_ms,
             elapsed_ms: 50_000,

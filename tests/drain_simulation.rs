@@ -791,6 +791,7 @@ impl Sim<'_> {
         assert_eq!(own, 1, "{ctx}: no room left for the summary");
         let usage = store.usage();
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: started,
             elapsed_ms: now - started,

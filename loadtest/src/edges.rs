@@ -218,9 +218,12 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
 
 /// A no-op item as the dispatcher sends it.
 fn noop_item() -> String {
-    json!({"item_id": 1, "lease_token": "e2e-token", "batch_id": "e2e-dispatch",
-           "subject_id": "e2e-dispatch", "attempt": 1, "max_attempts": 1,
-           "kind": "noop", "payload": "{}"})
+    // What a dispatch signs (core::dispatch::Dispatched): the item and the id of
+    // the invocation dispatching it.
+    json!({"invocation": "e2e-dispatch",
+           "item": {"item_id": 1, "lease_token": "e2e-token", "batch_id": "e2e-dispatch",
+                    "subject_id": "e2e-dispatch", "attempt": 1, "max_attempts": 1,
+                    "kind": "noop", "payload": "{}"}})
     .to_string()
 }
 

@@ -479,6 +479,11 @@ impl Tally {
 /// all in this one form. Timestamps are RFC 3339 text in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvocationSummary {
+    /// The invocation's id, drawn when it starts: what its outbound calls and its
+    /// children's carry as `Fanout-Invocation` and every log line of it and of its
+    /// children shows as `invocation`. `None` in summaries stored before it was.
+    #[serde(default)]
+    pub invocation: Option<String>,
     pub trigger: Trigger,
     #[serde(with = "super::time::rfc3339_ms")]
     pub started_at: i64,

@@ -41,18 +41,22 @@ impl Watchdog {
     }
 }
 
-/// Run one claimed item: through SELF (its own invocation, abandoned when the
-/// signal fires) or inline. `Err`: the platform refused the SELF call.
+/// Run one claimed item for the invocation `invocation`: through SELF (its own
+/// invocation, abandoned when the signal fires) or inline. `Err`: the platform
+/// refused the SELF call.
 pub async fn execute(
     cfg: &Config,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
+    invocation: &str,
 ) -> (ClaimedItem, Result<Ran, Refused>) {
     let ran = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
-        Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
-        None => Ok(run_with_timeout(&item, cfg).await),
+        Some((service, signal)) => {
+            dispatch(service, &cfg.secrets.dispatch, &item, invocation, &signal).await
+        }
+        None => Ok(run_with_timeout(&item, cfg, Some(invocation)).await),
     };
     (item, ran)
 }
@@ -60,14 +64,16 @@ pub async fn execute(
 /// One signed `POST /internal/run` through the SELF binding, abandoned when
 /// `signal` (the drain's [`Watchdog`]) fires. `Err`: the call threw without our
 /// watchdog having fired: the platform refused it (a request may make only so many
-/// service-binding calls), so no child ran.
+/// service-binding calls), so no child ran. The body names `invocation`, signed
+/// with the item (`core::dispatch::Dispatched`).
 async fn dispatch(
     service: &Fetcher,
     secret: &str,
     item: &ClaimedItem,
+    invocation: &str,
     signal: &web_sys::AbortSignal,
 ) -> Result<Ran, Refused> {
-    let item_json = match serde_json::to_string(item) {
+    let item_json = match dispatch::dispatched_json(invocation, item) {
         Ok(b) => b,
         Err(e) => return Ok(Outcome::Retry(format!("cannot encode item: {e}")).into()),
     };

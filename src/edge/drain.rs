@@ -16,9 +16,10 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use worker::{Delay, Fetcher};
 
+use super::clock;
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
-use super::{clock, log};
+use super::log::InvocationLog;
 use crate::core::drain::{Drain, DrainError, Policy, Refused, Report, Settled};
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
@@ -40,13 +41,15 @@ type Running<'a> = LocalBoxFuture<'a, (ClaimedItem, Result<Ran, Refused>)>;
 /// Drain due items until the machine is done; returns its tally, and why it
 /// stopped or the claim error that stopped it.
 /// `started`: when the invocation started (the deadline counts from it);
-/// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
+/// `prepare_ms`: how long its first D1 step took (the first claim is sized by it);
+/// `logger`: the invocation's log, whose id every dispatch names.
 pub async fn run(
     cfg: &Config,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
     prepare_ms: i64,
+    logger: &InvocationLog,
 ) -> (Tally, Result<StopReason, DrainError>) {
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
@@ -61,6 +64,7 @@ pub async fn run(
         cfg,
         store,
         self_service,
+        logger,
         watchdog: Watchdog::new(call_ms(s.job_timeout_ms)),
         in_flight: FuturesUnordered::new(),
         claiming: None,
@@ -82,6 +86,7 @@ struct WorkerPorts<'a> {
     cfg: &'a Config,
     store: &'a DrainStore,
     self_service: Option<&'a Fetcher>,
+    logger: &'a InvocationLog,
     watchdog: Watchdog,
     in_flight: FuturesUnordered<Running<'a>>,
     claiming: Option<LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>>,
@@ -102,7 +107,7 @@ impl<'a> Ports for WorkerPorts<'a> {
             .self_service
             .map(|svc| (svc, self.watchdog.signal(new_watchdog)));
         self.in_flight
-            .push(execute(self.cfg, via, item).boxed_local());
+            .push(execute(self.cfg, via, item, self.logger.id()).boxed_local());
     }
 
     fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {
@@ -161,7 +166,7 @@ impl<'a> Ports for WorkerPorts<'a> {
     }
 
     fn report(&mut self, report: Report) {
-        log_report(report, &mut self.claim_error);
+        log_report(report, &mut self.claim_error, self.logger);
     }
 }
 
@@ -182,7 +187,7 @@ fn commit(store: &DrainStore, rows: Vec<Settled>, again: bool) -> Committing<'_>
 
 /// Log what the machine reported; a failed claim is kept for the invocation's
 /// result instead.
-fn log_report(report: Report, claim_error: &mut Option<StoreError>) {
+fn log_report(report: Report, claim_error: &mut Option<StoreError>, logger: &InvocationLog) {
     // Log lines are built only for the items that get one: completions are the
     // hot path and report nothing.
     let ids = |item: &ClaimedItem| {
@@ -206,23 +211,23 @@ fn log_report(report: Report, claim_error: &mut Option<StoreError>) {
             if let Value::Object(map) = &mut line {
                 map.insert("error".into(), json!(transition.error));
             }
-            log::event(name, line);
+            logger.event(name, line);
         }
-        Report::LeaseLost(item) => log::event("lease_lost", ids(&item)),
-        Report::Released(item) => log::event("item_released", ids(&item)),
+        Report::LeaseLost(item) => logger.event("lease_lost", ids(&item)),
+        Report::Released(item) => logger.event("item_released", ids(&item)),
         Report::ClaimFailed(e) => *claim_error = Some(e),
-        Report::DispatchRefused { message, item_ids } => log::error(
+        Report::DispatchRefused { message, item_ids } => logger.error(
             "dispatch_refused",
             json!({
                 "message": message, "given_back": item_ids.len(), "item_ids": item_ids,
                 "note": "given back unrun with their attempts, due at once; lower MAX_CHILD_INVOCATIONS if this recurs",
             }),
         ),
-        Report::CommitRetry { error, rows } => log::error(
+        Report::CommitRetry { error, rows } => logger.error(
             "commit_retry",
             json!({ "message": error.to_string(), "rows": rows }),
         ),
-        Report::CommitFailed { error, item_ids } => log::error(
+        Report::CommitFailed { error, item_ids } => logger.error(
             "commit_failed",
             json!({
                 "message": error.to_string(), "item_ids": item_ids,

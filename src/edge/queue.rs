@@ -9,10 +9,11 @@
 use serde_json::json;
 use worker::{Env, MessageBatch, MessageExt};
 
+use super::clock;
 use super::config::Config;
 use super::drain::{self, DrainStore};
+use super::log::InvocationLog;
 use super::schedule::{record_summary, self_service};
-use super::{clock, log};
 use crate::core::budget::Budget;
 use crate::core::drain::DrainError;
 use crate::core::drainers::DrainMessage;
@@ -28,8 +29,9 @@ pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env) {
         Ok(m) => m,
         Err(e) => {
             batch.ack_all();
+            let logger = InvocationLog::new(clock::random_id());
             let note = "not drain messages: is DRAIN_QUEUE's producer this Worker?";
-            return log::error(
+            return logger.error(
                 "drain_message_refused",
                 json!({ "message": e.to_string(), "queue": batch.queue(), "note": note }),
             );
@@ -43,13 +45,15 @@ pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env) {
 
 /// One drainer: verify the message, drain, finish, record the summary.
 async fn drainer(message: &DrainMessage, env: &Env) {
+    // Each drainer is an invocation of its own, with its own id and summary.
+    let logger = InvocationLog::new(clock::random_id());
     let cfg = match Config::get(env) {
         Ok(cfg) => cfg,
-        Err(e) => return log::error("invalid_configuration", json!({ "message": e.message })),
+        Err(e) => return logger.error("invalid_configuration", json!({ "message": e.message })),
     };
     let started = clock::now_ms();
     if let Err(e) = message.verify(cfg.secrets.dispatch_keys(), clock::wall_ms() / 1_000) {
-        return log::error(
+        return logger.error(
             "drain_message_refused",
             json!({
                 "reason": format!("{e:?}"), "drainer": message.drainer,
@@ -61,20 +65,20 @@ async fn drainer(message: &DrainMessage, env: &Env) {
         Ok(db) => db,
         Err(e) => {
             let message = format!("binding DB: {e}");
-            return log::error("invalid_configuration", json!({ "message": message }));
+            return logger.error("invalid_configuration", json!({ "message": message }));
         }
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
     let store = Store::new(Metered::new(D1Db::new(db), budget));
-    let (tally, result) = drain_once(env, &cfg, &store, started).await;
+    let (tally, result) = drain_once(env, &cfg, &store, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
-        log::error(
+        logger.error(
             "invocation_failed",
             json!({ "message": e.to_string(), "drainer": message.drainer }),
         );
         StopReason::Error
     });
-    record_summary(&store, Trigger::Queue, tally, started, stop_reason).await;
+    record_summary(&store, Trigger::Queue, tally, started, stop_reason, &logger).await;
 }
 
 /// The drain, then the finish check (one statement; the tick's finish runs
@@ -84,13 +88,14 @@ async fn drain_once(
     cfg: &Config,
     store: &DrainStore,
     started: i64,
+    logger: &InvocationLog,
 ) -> (Tally, Result<StopReason, DrainError>) {
     let self_service = match self_service(env, cfg) {
         Ok(s) => s,
         Err(e) => return (Tally::default(), Err(e)),
     };
     // No first step: the first claim is sized by the round trips it sees.
-    let (tally, result) = drain::run(cfg, store, self_service.as_ref(), started, 0).await;
+    let (tally, result) = drain::run(cfg, store, self_service.as_ref(), started, 0, logger).await;
     let stop = match result {
         Ok(stop) => stop,
         Err(e) => return (tally, Err(e)),
@@ -98,7 +103,7 @@ async fn drain_once(
     match store.finish_batches(clock::now_ms()).await {
         Ok(finished) => {
             for b in finished {
-                log::event(
+                logger.event(
                     "batch_finished",
                     json!({
                         "batch_id": b.id, "key": b.key, "status": b.status, "total": b.total,

@@ -4,9 +4,11 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use super::clock;
 use super::config::Config;
+use super::log::{self, InvocationLog};
 use super::outbound::EdgeOutbound;
-use super::{clock, log};
+use crate::core::dispatch::Dispatched;
 use crate::core::error::ApiError;
 use crate::core::log_limit::{LogDecision, LogLimit};
 use crate::core::model::{ClaimedItem, Outcome, Ran};
@@ -35,9 +37,11 @@ pub fn registry() -> Rc<Jobs> {
 /// timeout (`Jobs::run`: the kind's own, at most `JOB_TIMEOUT_MS`; a transient
 /// failure, with no channel results). A `multi` job gives up on its late
 /// channels before this (`jobs::multi`), so it returns every channel's result
-/// in time; this timer is its backstop.
-pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
+/// in time; this timer is its backstop. `invocation`: the invocation it runs for
+/// (its requests carry the id as `Fanout-Invocation`).
+pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, invocation: Option<&str>) -> Ran {
     let config = RunConfig {
+        invocation: invocation.map(str::to_string),
         webhook_secret: cfg.secrets.webhook.clone(),
         dispatch_secrets: cfg
             .secrets
@@ -64,7 +68,7 @@ pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiE
 }
 
 /// `POST /internal/run`, once admitted: verify the signature over the item's JSON
-/// (the body after the signature line) with the current or the previous
+/// and its invocation id (the body after the signature line) with the current or the previous
 /// dispatch secret, run, answer the outcome. The child never touches D1: the
 /// dispatcher commits for it.
 pub async fn handle(
@@ -75,10 +79,12 @@ pub async fn handle(
     header
         .check_tag(cfg.secrets.dispatch_keys(), item_json)
         .map_err(reject)?;
-    let item: ClaimedItem = parse_json(item_json)?;
-    let ran = run_with_timeout(&item, cfg).await;
+    let Dispatched { invocation, item } = parse_json(item_json)?;
+    // The child's lines carry the id of the invocation that dispatched it.
+    let logger = InvocationLog::new(invocation);
+    let ran = run_with_timeout(&item, cfg, Some(logger.id())).await;
     if ran.outcome != Outcome::Done {
-        log::event(
+        logger.event(
             "item_outcome",
             serde_json::json!({
                 "batch_id": item.batch_id, "item_id": item.item_id, "subject_id": item.subject_id,

@@ -7,9 +7,10 @@
 use serde_json::json;
 use worker::{Env, Fetcher, ScheduledEvent};
 
+use super::clock;
 use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
-use super::{clock, log};
+use super::log::InvocationLog;
 use crate::core::budget::Budget;
 use crate::core::callback;
 use crate::core::drain::DrainError;
@@ -27,17 +28,19 @@ use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
 const REAP_PAGE: i64 = 1_000;
 
 pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
+    // Drawn first: every line of the invocation carries it.
+    let logger = InvocationLog::new(clock::random_id());
     // The configuration first: it sets the (test) clock every instant is read from.
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return log::error("invalid_configuration", json!({ "message": e.message })),
+        Err(e) => return logger.error("invalid_configuration", json!({ "message": e.message })),
     };
     let started = clock::now_ms();
     let db = match env.d1("DB") {
         Ok(db) => db,
         Err(e) => {
             let message = format!("binding DB: {e}");
-            return log::error("invalid_configuration", json!({ "message": message }));
+            return logger.error("invalid_configuration", json!({ "message": message }));
         }
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
@@ -45,12 +48,12 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
     let attempts = super::run::registry().max_attempts_by_kind();
     let store = Store::new(Metered::new(D1Db::new(db), budget)).with_kind_attempts(attempts);
     let mut tally = Tally::default();
-    let result = run_invocation(&env, &cfg, &store, &mut tally, started).await;
+    let result = run_invocation(&env, &cfg, &store, &mut tally, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
-        log::error("invocation_failed", json!({ "message": e.to_string() }));
+        logger.error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, Trigger::Tick, tally, started, stop_reason).await;
+    record_summary(&store, Trigger::Tick, tally, started, stop_reason, &logger).await;
 }
 
 async fn run_invocation(
@@ -59,10 +62,11 @@ async fn run_invocation(
     store: &DrainStore,
     tally: &mut Tally,
     started: i64,
+    logger: &InvocationLog,
 ) -> Result<StopReason, DrainError> {
     // Firing never fails the tick: a fire that fails on its own backs its schedule
     // off, the others still apply, and the drain below does not depend on it.
-    let fired = fire_schedules(cfg, store).await;
+    let fired = fire_schedules(cfg, store, logger).await;
     // The reaper's round trip (one statement) sizes the drain's first claim.
     let prepare_from = clock::now_ms();
     let reaped = store
@@ -79,22 +83,29 @@ async fn run_invocation(
         if let Some(status) = ItemStatus::parse(&r.status).filter(|_| r.kind != callback::KIND) {
             reaper.count_terminal(&r.batch_id, status);
         }
-        log::event(
+        logger.event(
             "lease_expired",
             json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
         );
     }
     // With drainers, the queue's consumers drain; the tick drains itself only
     // when it has none or could not start them.
-    let sent = cfg.settings.drainers > 1 && start_drainers(env, cfg, store, started).await;
+    let sent = cfg.settings.drainers > 1 && start_drainers(env, cfg, store, started, logger).await;
     let stop = if sent {
         *tally = reaper;
         tally.batch_ids.extend(fired);
         StopReason::Drainers
     } else {
         let self_service = self_service(env, cfg)?;
-        let (drained, result) =
-            drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
+        let (drained, result) = drain::run(
+            cfg,
+            store,
+            self_service.as_ref(),
+            started,
+            prepare_ms,
+            logger,
+        )
+        .await;
         // The reaper's share (reaped, its failures per batch) plus the drain's.
         *tally = drained;
         tally.absorb(reaper);
@@ -110,7 +121,7 @@ async fn run_invocation(
         .await
         .map_err(DrainError::Finish)?;
     for b in finished {
-        log::event(
+        logger.event(
             "batch_finished",
             json!({
                 "batch_id": b.id, "key": b.key, "status": b.status, "total": b.total,
@@ -136,7 +147,13 @@ pub(super) fn self_service(env: &Env, cfg: &Config) -> Result<Option<Fetcher>, D
 /// Send one `DRAIN_QUEUE` message per drainer (one call for all of them);
 /// whether they were sent. A failed send is logged as `misconfigured` and the
 /// tick drains itself instead.
-async fn start_drainers(env: &Env, cfg: &Config, store: &DrainStore, started: i64) -> bool {
+async fn start_drainers(
+    env: &Env,
+    cfg: &Config,
+    store: &DrainStore,
+    started: i64,
+    logger: &InvocationLog,
+) -> bool {
     let n = cfg.settings.drainers;
     let now_secs = clock::wall_ms() / 1_000;
     let messages: Vec<DrainMessage> = (1..=n)
@@ -154,11 +171,11 @@ async fn start_drainers(env: &Env, cfg: &Config, store: &DrainStore, started: i6
     };
     match sent {
         Ok(()) => {
-            log::event("drainers_sent", json!({ "drainers": n }));
+            logger.event("drainers_sent", json!({ "drainers": n }));
             true
         }
         Err(message) => {
-            log::error(
+            logger.error(
                 "misconfigured",
                 json!({ "message": message, "note": "this tick drains itself" }),
             );
@@ -170,7 +187,7 @@ async fn start_drainers(env: &Env, cfg: &Config, store: &DrainStore, started: i6
 /// Fire every due schedule (a page of them), each apart from the others, and log
 /// one line per fire (and per fire that failed and backs off); returns the ids of
 /// the batches created.
-async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
+async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog) -> Vec<String> {
     let now = clock::now_ms();
     let report = match store
         .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::random_id)
@@ -178,7 +195,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
     {
         Ok(report) => report,
         Err(e) => {
-            log::error(
+            logger.error(
                 "schedules_fire_failed",
                 json!({ "message": e.to_string(), "note": "the due schedules or the zones in use could not be read: nothing was applied; due schedules fire on the next tick" }),
             );
@@ -186,13 +203,13 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
         }
     };
     if let Err(e) = &report.fill {
-        log::error(
+        logger.error(
             "batch_fill_failed",
             json!({ "message": e.to_string(), "note": "the batches still filling were not continued this tick (the fires were applied): tried again on the next tick" }),
         );
     }
     for e in &report.plan.unreadable {
-        log::error(
+        logger.error(
             "schedule_unreadable",
             json!({ "schedule_id": e.schedule_id, "message": e.what, "note": "disabled; PUT /schedules/{id} to fix it" }),
         );
@@ -202,7 +219,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
         Err(e) => format!("backoff not written ({e}): due again on the next tick"),
     };
     for f in &report.failed {
-        log::error(
+        logger.error(
             "schedule_fire_failed",
             json!({
                 "schedule_id": f.schedule_id, "message": f.error.to_string(),
@@ -212,7 +229,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
     }
     if !report.left.is_empty() {
         let message = report.left_error.as_ref().map(ToString::to_string);
-        log::error(
+        logger.error(
             "schedules_fire_deferred",
             json!({
                 "schedule_ids": report.left, "message": message,
@@ -228,7 +245,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
                 batch_id,
                 key,
                 total,
-            } => log::event(
+            } => logger.event(
                 "schedule_fired",
                 json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "total": total }),
             ),
@@ -236,15 +253,15 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
                 schedule_id,
                 batch_id,
                 key,
-            } => log::event(
+            } => logger.event(
                 "schedule_refired",
                 json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "note": "the key exists: nothing created" }),
             ),
-            Fired::Empty { schedule_id, key } => log::event(
+            Fired::Empty { schedule_id, key } => logger.event(
                 "schedule_fired_empty",
                 json!({ "schedule_id": schedule_id, "key": key, "note": "no active subject matched: no batch created; the schedule advanced" }),
             ),
-            Fired::Superseded { schedule_id, key } => log::event(
+            Fired::Superseded { schedule_id, key } => logger.event(
                 "schedule_superseded",
                 json!({ "schedule_id": schedule_id, "key": key, "note": "replaced or deleted since planned: nothing applied" }),
             ),
@@ -264,12 +281,14 @@ pub(super) async fn record_summary(
     tally: Tally,
     started: i64,
     stop_reason: StopReason,
+    logger: &InvocationLog,
 ) {
     let (usage, budget) = (store.usage(), store.db().budget());
     // The figures include this summary's own insert: one call and statement, and
     // its rows (the row and its index entry).
     let own = i64::from(budget.free() >= 1);
     let summary = InvocationSummary {
+        invocation: Some(logger.id().to_string()),
         trigger,
         started_at: started,
         elapsed_ms: clock::now_ms() - started,
@@ -285,10 +304,10 @@ pub(super) async fn record_summary(
     line["d1_rows_read"] = json!(usage.rows_read);
     if own == 1 {
         if let Err(e) = store.record_invocation(&summary).await {
-            log::error("summary_not_stored", json!({ "message": e.to_string() }));
+            logger.error("summary_not_stored", json!({ "message": e.to_string() }));
         }
     } else {
         line["stored"] = json!(false);
     }
-    log::event("invocation", line);
+    logger.event("invocation", line);
 }

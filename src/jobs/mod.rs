@@ -32,7 +32,7 @@ pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
-pub use outbound::{Outbound, Request, Response, Signal};
+pub use outbound::{Correlated, Outbound, Request, Response, Signal, INVOCATION_HEADER};
 
 /// A job kind. Only `name` and `run` are required; the rest has defaults.
 pub trait Job: 'static {
@@ -141,6 +141,10 @@ impl Policy {
 /// deliveries and check targets again).
 #[derive(Debug, Clone, Default)]
 pub struct RunConfig {
+    /// The id of the invocation that dispatched the item (a tick's or a
+    /// drainer's, `GET /invocations`): every request of the run carries it as
+    /// `Fanout-Invocation` ([`Correlated`]). `None`: no header.
+    pub invocation: Option<String>,
     /// `WEBHOOK_SECRET`.
     pub webhook_secret: String,
     /// `DISPATCH_SECRET` (and the previous one during a rotation): no subject's
@@ -467,6 +471,15 @@ impl Jobs {
     ) -> Ran {
         let Some(job) = self.find(&item.kind) else {
             return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
+        };
+        // One place for every kind: all its requests go through this seam.
+        let correlated = config
+            .invocation
+            .as_deref()
+            .map(|id| Correlated::new(outbound, id));
+        let outbound: &dyn Outbound = match &correlated {
+            Some(c) => c,
+            None => outbound,
         };
         let mut ctx = Context::new(item, config, outbound, host);
         ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);

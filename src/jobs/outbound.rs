@@ -3,6 +3,8 @@
 //! it with the runtime (`edge::outbound`); host tests fill it in memory
 //! ([`super::memory::MemoryOutbound`]: a virtual clock, scripted answers, every
 //! request recorded), so each kind's run path is tested without the runtime.
+//! [`Correlated`] wraps either so that every request of a run names the
+//! invocation that dispatched its item (`Fanout-Invocation`).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -95,6 +97,49 @@ pub trait Outbound {
     /// The real time in milliseconds since the epoch (signature timestamps: the
     /// receiver checks them against its own clock).
     fn now_ms(&self) -> i64;
+}
+
+/// The header naming the invocation that dispatched an item (its id as `GET
+/// /invocations` and every log line of that invocation show it). Not signed, and
+/// no secret: the receiver may use it to correlate, never to trust.
+pub const INVOCATION_HEADER: &str = "Fanout-Invocation";
+
+/// The outbound seam of one run for one invocation: every request sent through
+/// it carries `Fanout-Invocation: <id>` (replacing any a kind set itself), so
+/// every kind's calls are correlated without the kind doing anything.
+pub struct Correlated<'a> {
+    inner: &'a dyn Outbound,
+    invocation: &'a str,
+}
+
+impl<'a> Correlated<'a> {
+    pub fn new(inner: &'a dyn Outbound, invocation: &'a str) -> Correlated<'a> {
+        Correlated { inner, invocation }
+    }
+}
+
+impl Outbound for Correlated<'_> {
+    fn fetch<'a>(
+        &'a self,
+        mut request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, String>> {
+        request
+            .headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(INVOCATION_HEADER));
+        request
+            .headers
+            .push((INVOCATION_HEADER.into(), self.invocation.into()));
+        self.inner.fetch(request, signal)
+    }
+
+    fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()> {
+        self.inner.sleep(ms)
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
 }
 
 /// An abort signal, without the runtime: once aborted, it stays aborted, every

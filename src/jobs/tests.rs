@@ -19,6 +19,7 @@ const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
 
 fn config() -> RunConfig {
     RunConfig {
+        invocation: None,
         webhook_secret: WEBHOOK_SECRET.into(),
         dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
         allow_private_targets: false,
@@ -638,4 +639,115 @@ fn noop_is_done_without_sending_anything() {
     let out = MemoryOutbound::new(NOW);
     assert_eq!(run(&out, &item("noop", json!({}))), Outcome::Done.into());
     assert!(out.sent().is_empty());
+}
+
+// --- correlation ----------------------------------------------------------------
+
+/// A run for the invocation `inv-7f3a`.
+fn correlated() -> RunConfig {
+    RunConfig {
+        invocation: Some("inv-7f3a".into()),
+        ..config()
+    }
+}
+
+fn invocations(out: &MemoryOutbound) -> Vec<Option<String>> {
+    out.sent()
+        .iter()
+        .map(|s| {
+            s.request
+                .header_value(INVOCATION_HEADER)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn a_webhook_names_the_invocation_that_dispatched_it() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/hook", Answer::status(200));
+    let ran = run_with(
+        &Jobs::builtin(),
+        &out,
+        &webhook("https://example.com/hook"),
+        &correlated(),
+    );
+    assert_eq!(ran, Outcome::Done.into());
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+    // The header is outside the signed body: the signature still checks out.
+    assert_signed(&out.sent()[0], WEBHOOK_SECRET);
+}
+
+#[test]
+fn every_channel_of_a_multi_names_the_invocation() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(200))
+        .answer("https://push.test/", Answer::status(200));
+    run_with(
+        &Jobs::builtin(),
+        &out,
+        &multi(&["email", "push"]),
+        &correlated(),
+    );
+    assert_eq!(invocations(&out), vec![Some("inv-7f3a".to_string()); 2]);
+}
+
+#[test]
+fn a_completion_callback_names_the_invocation() {
+    let summary = json!({
+        "batch_id": "b1", "key": "k", "status": "finished", "total": 1, "completed": 1,
+        "failed": 0, "cancelled": 0, "created_at": NOW - 1_000, "finished_at": NOW,
+    });
+    let row = item(
+        "callback",
+        json!({"url": "https://done.test/cb", "summary": summary}),
+    );
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://done.test/cb", Answer::status(200));
+    assert_eq!(
+        run_with(&Jobs::builtin(), &out, &row, &correlated()),
+        Outcome::Done.into()
+    );
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+}
+
+#[test]
+fn a_registered_kind_names_the_invocation_without_doing_anything_for_it() {
+    let jobs = Jobs::builtin().with(Greet);
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://greet.test/ada", Answer::status(200));
+    run_with(
+        &jobs,
+        &out,
+        &item("greet", json!({"name": "ada"})),
+        &correlated(),
+    );
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+}
+
+#[test]
+fn the_invocation_header_is_the_runs_own_whatever_a_kind_set() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/x", Answer::status(200));
+    let correlated_out = Correlated::new(&out, "inv-7f3a");
+    let request = Request::post_json("https://example.com/x", "{}".into())
+        .header("fanout-invocation", "forged");
+    out.block_on(correlated_out.fetch(request, &Signal::new()))
+        .unwrap();
+    let sent = &out.sent()[0].request;
+    let named: Vec<&str> = sent
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(INVOCATION_HEADER))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(named, ["inv-7f3a"]);
+}
+
+#[test]
+fn a_run_for_no_invocation_sends_no_invocation_header() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/hook", Answer::status(200));
+    run(&out, &webhook("https://example.com/hook"));
+    assert_eq!(invocations(&out), [None]);
 }
