@@ -16,6 +16,8 @@ use super::signature;
 pub const OUTCOME_STATUS: u16 = 204;
 pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
+/// A retry's own delay in ms (`Outcome::RetryAfter`), when it has one.
+pub const DELAY_HEADER: &str = "Fanout-Outcome-Delay";
 
 /// A dispatch request as the drain sends it: its headers and body, which the edge
 /// copies into the runtime's request unchanged.
@@ -83,13 +85,25 @@ pub fn encode(outcome: &Outcome) -> (&'static str, Option<String>) {
     };
     match outcome {
         Outcome::Done => ("done", None),
-        Outcome::Retry(r) => ("retry", reason(r)),
+        Outcome::Retry(r) | Outcome::RetryAfter { reason: r, .. } => ("retry", reason(r)),
         Outcome::Fail(r) => ("fail", reason(r)),
     }
 }
 
+/// The [`DELAY_HEADER`] value of an outcome, if it has a delay of its own.
+pub fn encode_delay(outcome: &Outcome) -> Option<String> {
+    match outcome {
+        Outcome::RetryAfter { delay_ms, .. } => Some(delay_ms.to_string()),
+        _ => None,
+    }
+}
+
 /// Read an outcome back from the header values.
-pub fn decode(kind: Option<&str>, reason: Option<&str>) -> Result<Outcome, String> {
+pub fn decode(
+    kind: Option<&str>,
+    reason: Option<&str>,
+    delay: Option<&str>,
+) -> Result<Outcome, String> {
     let reason = || {
         reason
             .map(|r| percent_decode_str(r).decode_utf8_lossy().into_owned())
@@ -97,7 +111,16 @@ pub fn decode(kind: Option<&str>, reason: Option<&str>) -> Result<Outcome, Strin
     };
     match kind {
         Some("done") => Ok(Outcome::Done),
-        Some("retry") => Ok(Outcome::Retry(reason())),
+        Some("retry") => match delay {
+            None => Ok(Outcome::Retry(reason())),
+            Some(d) => match d.parse::<i64>() {
+                Ok(delay_ms) if delay_ms >= 0 => Ok(Outcome::RetryAfter {
+                    reason: reason(),
+                    delay_ms,
+                }),
+                _ => Err(format!("{DELAY_HEADER} is not a delay in ms: {d:?}")),
+            },
+        },
         Some("fail") => Ok(Outcome::Fail(reason())),
         Some(other) => Err(format!("unknown outcome {other:?}")),
         None => Err(format!("answer without {OUTCOME_HEADER}")),
@@ -151,13 +174,21 @@ mod tests {
         for o in [
             Outcome::Done,
             Outcome::Retry("HTTP 503".into()),
+            Outcome::RetryAfter {
+                reason: "HTTP 429: slow down".into(),
+                delay_ms: 2_000,
+            },
             Outcome::Fail("permanent: ünïcode, commas, \"quotes\"\nand newlines".into()),
         ] {
             let (kind, reason) = encode(&o);
             if let Some(r) = &reason {
                 assert!(r.bytes().all(|b| b.is_ascii_graphic()), "{r}");
             }
-            assert_eq!(decode(Some(kind), reason.as_deref()), Ok(o));
+            let delay = encode_delay(&o);
+            assert_eq!(
+                decode(Some(kind), reason.as_deref(), delay.as_deref()),
+                Ok(o)
+            );
         }
     }
 
@@ -165,7 +196,7 @@ mod tests {
     fn long_reasons_are_cut_on_a_char_boundary() {
         let long = "é".repeat(MAX_REASON_BYTES);
         let (_, reason) = encode(&Outcome::Retry(long));
-        match decode(Some("retry"), reason.as_deref()).unwrap() {
+        match decode(Some("retry"), reason.as_deref(), None).unwrap() {
             Outcome::Retry(r) => assert_eq!(r.len(), MAX_REASON_BYTES),
             other => panic!("{other:?}"),
         }
@@ -221,10 +252,10 @@ mod tests {
 
     #[test]
     fn missing_or_unknown_kinds_are_errors() {
-        assert!(decode(None, None).is_err());
-        assert!(decode(Some("maybe"), None).is_err());
+        assert!(decode(None, None, None).is_err());
+        assert!(decode(Some("maybe"), None, None).is_err());
         assert_eq!(
-            decode(Some("fail"), None),
+            decode(Some("fail"), None, None),
             Ok(Outcome::Fail("no reason given".into()))
         );
     }

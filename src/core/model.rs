@@ -78,7 +78,43 @@ impl ClaimedItem {
 pub enum Outcome {
     Done,
     Retry(String),
+    /// A transient failure whose answer said when to try again (`Retry-After`):
+    /// the next attempt is due `delay_ms` after now, capped by the retry policy's
+    /// cap, instead of the backoff (`retry::decide`).
+    #[serde(rename = "retry_after")]
+    RetryAfter {
+        reason: String,
+        delay_ms: i64,
+    },
     Fail(String),
+}
+
+impl Outcome {
+    /// Why it did not complete (`None` for `Done`).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Done => None,
+            Outcome::Retry(r) | Outcome::RetryAfter { reason: r, .. } | Outcome::Fail(r) => Some(r),
+        }
+    }
+
+    /// A transient failure, with or without a delay of its own.
+    pub fn is_retry(&self) -> bool {
+        matches!(self, Outcome::Retry(_) | Outcome::RetryAfter { .. })
+    }
+
+    /// The same outcome with its reason changed by `f` (cut, prefixed).
+    pub fn map_reason(self, f: impl FnOnce(String) -> String) -> Outcome {
+        match self {
+            Outcome::Done => Outcome::Done,
+            Outcome::Retry(r) => Outcome::Retry(f(r)),
+            Outcome::RetryAfter { reason, delay_ms } => Outcome::RetryAfter {
+                reason: f(reason),
+                delay_ms,
+            },
+            Outcome::Fail(r) => Outcome::Fail(f(r)),
+        }
+    }
 }
 
 /// What one run of an item produced: its outcome and, for kinds with channels,

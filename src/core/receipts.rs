@@ -83,7 +83,9 @@ pub fn outcome(results: &ChannelResults) -> Outcome {
             .iter()
             .filter_map(|(name, o)| match o {
                 Outcome::Fail(why) if permanent => Some(format!("{name}: {why}")),
-                Outcome::Retry(why) if !permanent => Some(format!("{name}: {why}")),
+                Outcome::Retry(why) | Outcome::RetryAfter { reason: why, .. } if !permanent => {
+                    Some(format!("{name}: {why}"))
+                }
                 _ => None,
             })
             .collect()
@@ -127,10 +129,14 @@ pub fn settle(
     for (name, o) in results.into_iter().flatten() {
         let receipt = match o {
             Outcome::Done => Receipt::Delivered { at: now },
-            Outcome::Retry(error) if !ends_failed => Receipt::Pending {
-                error: cut_to(error, MAX_REASON_BYTES),
-            },
-            Outcome::Retry(error) | Outcome::Fail(error) => Receipt::Failed {
+            Outcome::Retry(error) | Outcome::RetryAfter { reason: error, .. } if !ends_failed => {
+                Receipt::Pending {
+                    error: cut_to(error, MAX_REASON_BYTES),
+                }
+            }
+            Outcome::Retry(error)
+            | Outcome::RetryAfter { reason: error, .. }
+            | Outcome::Fail(error) => Receipt::Failed {
                 error: cut_to(error, MAX_REASON_BYTES),
             },
         };
@@ -156,11 +162,7 @@ pub fn encode_header(results: &ChannelResults) -> String {
     let cut: ChannelResults = results
         .iter()
         .map(|(name, o)| {
-            let o = match o {
-                Outcome::Done => Outcome::Done,
-                Outcome::Retry(r) => Outcome::Retry(cut_to(r, MAX_REASON_BYTES)),
-                Outcome::Fail(r) => Outcome::Fail(cut_to(r, MAX_REASON_BYTES)),
-            };
+            let o = o.clone().map_reason(|r| cut_to(&r, MAX_REASON_BYTES));
             (name.clone(), o)
         })
         .collect();

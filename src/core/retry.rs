@@ -50,17 +50,29 @@ pub fn decide(
             error: Some(format!("permanent failure: {reason}")),
             ..base
         },
-        Outcome::Retry(reason) if item.attempt >= item.max_attempts => Transition {
-            status: ItemStatus::Failed,
-            error: Some(format!(
-                "gave up after {} attempts; last error: {reason}",
-                item.attempt
-            )),
-            ..base
-        },
+        Outcome::Retry(reason) | Outcome::RetryAfter { reason, .. }
+            if item.attempt >= item.max_attempts =>
+        {
+            Transition {
+                status: ItemStatus::Failed,
+                error: Some(format!(
+                    "gave up after {} attempts; last error: {reason}",
+                    item.attempt
+                )),
+                ..base
+            }
+        }
         Outcome::Retry(reason) => Transition {
             status: ItemStatus::Pending,
             run_after: Some(now_ms + policy.backoff_ms(item.attempt, jitter)),
+            completed_at: None,
+            error: Some(format!("attempt {} failed: {reason}", item.attempt)),
+            ..base
+        },
+        // The receiver's own delay, not ours: no jitter, but never past the cap.
+        Outcome::RetryAfter { reason, delay_ms } => Transition {
+            status: ItemStatus::Pending,
+            run_after: Some(now_ms + (*delay_ms).clamp(0, policy.max_ms)),
             completed_at: None,
             error: Some(format!("attempt {} failed: {reason}", item.attempt)),
             ..base
@@ -184,6 +196,26 @@ mod tests {
         assert_eq!(
             t.error.as_deref(),
             Some("gave up after 5 attempts; last error: HTTP 500")
+        );
+    }
+
+    #[test]
+    fn a_retry_after_sets_the_next_attempt_instead_of_the_backoff_capped_by_the_cap() {
+        let after = |delay_ms| Outcome::RetryAfter {
+            reason: "HTTP 429".into(),
+            delay_ms,
+        };
+        let t = decide(&item(2, 5), &after(2_000), POLICY, 1_000, 0.9);
+        assert_eq!(t.status, ItemStatus::Pending);
+        assert_eq!(t.run_after, Some(1_000 + 2_000));
+        assert_eq!(t.error.as_deref(), Some("attempt 2 failed: HTTP 429"));
+        let capped = decide(&item(1, 5), &after(86_400_000), POLICY, 1_000, 0.0);
+        assert_eq!(capped.run_after, Some(1_000 + POLICY.max_ms));
+        let last = decide(&item(5, 5), &after(2_000), POLICY, 1_000, 0.0);
+        assert_eq!(last.status, ItemStatus::Failed);
+        assert_eq!(
+            last.error.as_deref(),
+            Some("gave up after 5 attempts; last error: HTTP 429")
         );
     }
 

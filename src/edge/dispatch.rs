@@ -1,8 +1,8 @@
 //! Running one claimed item for the drain: a signed `POST /internal/run` through
 //! the `SELF` binding (its own invocation, abandoned when its watchdog fires), or
-//! the job inline.
+//! the job inline (inline mode, and kinds that run in the drain: `service`).
 
-use worker::{web_sys, Fetcher, Request};
+use worker::{web_sys, Env, Fetcher, Request};
 
 use super::config::Config;
 use super::run::run_with_timeout;
@@ -43,16 +43,21 @@ impl Watchdog {
 
 /// Run one claimed item: through SELF (its own invocation, abandoned when the
 /// signal fires) or inline. `Err`: the platform refused the SELF call.
+/// A kind that runs in the drain (`Job::runs_in_drain`: `service`) is run here
+/// even in fanout mode: its one call is an invocation of its own already, and a
+/// SELF child in between would be a second (docs/architecture.md).
 pub async fn execute(
     cfg: &Config,
+    env: &Env,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
 ) -> (ClaimedItem, Result<Ran, Refused>) {
+    let via = via.filter(|_| !super::run::registry().runs_in_drain(&item.kind));
     let ran = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
         Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
-        None => Ok(run_with_timeout(&item, cfg).await),
+        None => Ok(run_with_timeout(&item, cfg, env).await),
     };
     (item, ran)
 }
@@ -113,6 +118,7 @@ async fn dispatch(
     let outcome = dispatch::decode(
         header(dispatch::OUTCOME_HEADER).as_deref(),
         header(dispatch::REASON_HEADER).as_deref(),
+        header(dispatch::DELAY_HEADER).as_deref(),
     );
     // Channel results travel with the outcome (kinds with channels only).
     let channels = header(receipts::HEADER)

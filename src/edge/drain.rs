@@ -13,7 +13,7 @@ use futures::future::{poll_fn, LocalBoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use serde_json::{json, Value};
-use worker::{Delay, Fetcher};
+use worker::{Delay, Env, Fetcher};
 
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
@@ -44,8 +44,10 @@ enum Event {
 /// stopped or the claim error that stopped it.
 /// `started`: when the invocation started (the deadline counts from it);
 /// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
+/// `env`: the service bindings items of kind `service` call.
 pub async fn run(
     cfg: &Config,
+    env: &Env,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
@@ -77,7 +79,7 @@ pub async fn run(
             match machine.poll(now) {
                 Action::Dispatch { item, new_watchdog } => {
                     let via = self_service.map(|svc| (svc, watchdog.signal(new_watchdog)));
-                    in_flight.push(execute(cfg, via, item));
+                    in_flight.push(execute(cfg, env, via, item));
                 }
                 Action::Claim {
                     limit,

@@ -84,7 +84,9 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
             // more of a request that cannot be valid is read.
             let (signature, item) =
                 body::read_dispatch(req, MAX_BODY_BYTES, |line| run::admit(line, &cfg)).await?;
-            Ok(Reply::Outcome(run::handle(&item, &signature, &cfg).await?))
+            Ok(Reply::Outcome(
+                run::handle(&item, &signature, &cfg, env).await?,
+            ))
         }
         Target::ProbeTask => {
             let cfg = config(env, route, &request)?;
@@ -132,6 +134,14 @@ async fn admin(
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let store = Store::new(D1Db::new(db));
     let jobs = super::run::registry();
+    // A `service` item may name a binding SERVICE_BINDINGS lists and the Worker has.
+    let services: Vec<String> = cfg
+        .settings
+        .service_bindings
+        .iter()
+        .filter(|name| env.service(name).is_ok())
+        .cloned()
+        .collect();
     let app = App {
         store: &store,
         settings: &cfg.settings,
@@ -141,6 +151,7 @@ async fn admin(
         new_id: &clock::random_id,
         event: &log::event,
         jobs: &jobs,
+        services: &services,
     };
     let served = api::serve(&app, route, request, WorkerBody(req)).await;
     *rows_read = Some(store.usage().rows_read);
@@ -163,6 +174,9 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     headers.set(dispatch::OUTCOME_HEADER, kind)?;
     if let Some(reason) = reason {
         headers.set(dispatch::REASON_HEADER, &reason)?;
+    }
+    if let Some(delay) = dispatch::encode_delay(&ran.outcome) {
+        headers.set(dispatch::DELAY_HEADER, &delay)?;
     }
     if let Some(channels) = &ran.channels {
         headers.set(receipts::HEADER, &receipts::encode_header(channels))?;

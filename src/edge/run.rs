@@ -4,6 +4,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use worker::Env;
+
 use super::config::Config;
 use super::outbound::EdgeOutbound;
 use super::{clock, log};
@@ -35,8 +37,8 @@ pub fn registry() -> Rc<Jobs> {
 /// timeout (`Jobs::run`: the kind's own, at most `JOB_TIMEOUT_MS`; a transient
 /// failure, with no channel results). A `multi` job gives up on its late
 /// channels before this (`jobs::multi`), so it returns every channel's result
-/// in time; this timer is its backstop.
-pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
+/// in time; this timer is its backstop. `env`: the service bindings (`service`).
+pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, env: &Env) -> Ran {
     let config = RunConfig {
         webhook_secret: cfg.secrets.webhook.clone(),
         dispatch_secrets: cfg
@@ -48,8 +50,11 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
         allow_private_targets: cfg.settings.allow_private_targets,
         own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
+        service_bindings: cfg.settings.service_bindings.clone(),
     };
-    registry().run(item, &config, &EdgeOutbound, None).await
+    registry()
+        .run(item, &config, &EdgeOutbound { env }, None)
+        .await
 }
 
 /// The dispatch signature (the first line of the body, `core::dispatch`), checked
@@ -71,12 +76,13 @@ pub async fn handle(
     item_json: &[u8],
     header: &SignatureHeader,
     cfg: &Config,
+    env: &Env,
 ) -> Result<Ran, ApiError> {
     header
         .check_tag(cfg.secrets.dispatch_keys(), item_json)
         .map_err(reject)?;
     let item: ClaimedItem = parse_json(item_json)?;
-    let ran = run_with_timeout(&item, cfg).await;
+    let ran = run_with_timeout(&item, cfg, env).await;
     if ran.outcome != Outcome::Done {
         log::event(
             "item_outcome",

@@ -88,7 +88,7 @@ async fn run_invocation(
         DispatchMode::Inline => None,
     };
     let (drained, result) =
-        drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
+        drain::run(cfg, env, store, self_service.as_ref(), started, prepare_ms).await;
     // The reaper's share (reaped, its failures per batch) plus the drain's.
     *tally = drained;
     tally.absorb(reaper);

@@ -909,3 +909,35 @@ fn a_kinds_own_backoff_sets_its_retry_delay() {
     // Its own 10 ms; other kinds keep the global backoff (100 ms on attempt 1).
     assert_eq!(after, vec![Some(10 + 9), Some(10 + 99)]);
 }
+
+#[test]
+fn a_retry_after_sets_the_retry_delay_instead_of_the_backoff_within_the_kinds_cap() {
+    let capped = RetryPolicy {
+        base_ms: 10,
+        max_ms: 50,
+    };
+    let mut r = Run::new(POLICY, 1_000);
+    r.m.set_kind_retry(vec![("nudge".to_string(), capped)]);
+    r.actions(0);
+    let nudge = ClaimedItem {
+        kind: "nudge".into(),
+        ..item(1)
+    };
+    r.m.claimed(0, Ok(vec![nudge.clone(), item(2)]));
+    r.actions(0);
+    let after = |delay_ms| Outcome::RetryAfter {
+        reason: "HTTP 429".into(),
+        delay_ms,
+    };
+    r.m.finished(10, nudge, after(300), 0.0);
+    r.m.finished(10, item(2), after(300), 0.0);
+    let rows = take_commit(r.actions(10));
+    let run_after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
+    // The answer's 300 ms, not the backoff (50 ms on attempt 1), capped by each
+    // kind's cap: its own 50 ms, the global 400 ms.
+    assert_eq!(run_after, vec![Some(10 + 50), Some(10 + 300)]);
+    assert_eq!(
+        rows[1].transition.error.as_deref(),
+        Some("attempt 1 failed: HTTP 429")
+    );
+}
