@@ -114,6 +114,10 @@ pub struct E2eArgs {
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
     pub only_probe: bool,
+    /// Run only the `service` part (cron-fanout and the example TypeScript
+    /// handler in one multi-worker `wrangler dev`).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_service: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -134,13 +138,20 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_service {
+        if let Err(e) = crate::service::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("service part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
         }
     }
-    let timeout = Duration::from_secs(args.timeout_secs);
     if !only_one_part || args.only_control {
         if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
             checks.record(
@@ -152,6 +163,11 @@ pub async fn run(args: E2eArgs) -> bool {
     if !only_one_part || args.only_delivery {
         if let Err(e) = delivery::e2e(&args.target, timeout, &mut checks).await {
             checks.record("delivery part ran to completion", Err(format!("{e:#}")));
+        }
+    }
+    if !only_one_part {
+        if let Err(e) = crate::service::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("service part ran to completion", Err(format!("{e:#}")));
         }
     }
     println!("{}", checks.summary());

@@ -77,6 +77,19 @@ impl Target {
         secrets: Secrets,
         fresh: bool,
     ) -> Result<Target> {
+        Target::open_with_configs(args, name, defaults, secrets, fresh, Vec::new()).await
+    }
+
+    /// [`Target::open`] with these wrangler configs (`RuntimeConfig::configs`:
+    /// the Worker's own first, then Workers run beside it).
+    pub async fn open_with_configs(
+        args: &TargetArgs,
+        name: &str,
+        defaults: &[(&str, &str)],
+        secrets: Secrets,
+        fresh: bool,
+        configs: Vec<std::path::PathBuf>,
+    ) -> Result<Target> {
         let mut settings: BTreeMap<String, String> = defaults
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -145,7 +158,8 @@ impl Target {
             bail!("ADMIN_TOKEN and WEBHOOK_SECRET are required");
         };
 
-        let cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        let mut cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        cfg.configs = configs;
         if fresh {
             cfg.wipe_state()?;
         }
