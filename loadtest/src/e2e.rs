@@ -116,8 +116,12 @@ pub struct E2eArgs {
     pub only_probe: bool,
     /// Run only the part of `examples/hello-kind` (a Worker crate of its own with
     /// its own job kind; its own Worker, built beforehand).
-    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_service"])]
     pub only_hello_kind: bool,
+    /// Run only the `service` part (cron-fanout and the example TypeScript
+    /// handler in one multi-worker `wrangler dev`).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_service: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -144,6 +148,11 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    if args.only_service {
+        service_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
@@ -165,9 +174,10 @@ pub async fn run(args: E2eArgs) -> bool {
     }
     if !only_one_part {
         if args.target.url.is_some() {
-            println!("# hello-kind part skipped: --url mode runs only the Worker at that URL");
+            println!("# hello-kind and service parts skipped: --url mode runs only the Worker at that URL");
         } else {
             hello_kind_part(&args.target, timeout, &mut checks).await;
+            service_part(&args.target, timeout, &mut checks).await;
         }
     }
     println!("{}", checks.summary());
@@ -178,6 +188,14 @@ pub async fn run(args: E2eArgs) -> bool {
 async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
     if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
         checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+    }
+}
+
+/// `service` items: cron-fanout and the example TypeScript handler in one
+/// multi-worker `wrangler dev`.
+async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::service::e2e(args, timeout, checks).await {
+        checks.record("service part ran to completion", Err(format!("{e:#}")));
     }
 }
 

@@ -58,6 +58,7 @@ pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod schedules;
+pub mod service;
 pub mod signature;
 pub mod sink;
 pub mod steps;

@@ -45,6 +45,8 @@ enum Event {
 /// stopped or the claim error that stopped it.
 /// `started`: when the invocation started (the deadline counts from it);
 /// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
+/// `runner`: the Worker's kinds and its `Env` (the service bindings items of
+/// kind `service` call, run here in the drain).
 pub async fn run(
     cfg: &Config,
     runner: Runner<'_>,

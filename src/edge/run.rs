@@ -33,7 +33,8 @@ pub struct Runner<'a> {
 /// timeout (`Jobs::run`: the kind's own, at most `JOB_TIMEOUT_MS`; a transient
 /// failure, with no channel results). A `multi` job gives up on its late
 /// channels before this (`jobs::multi`), so it returns every channel's result
-/// in time; this timer is its backstop.
+/// in time; this timer is its backstop. The runner's `Env` is also the seam's:
+/// the service bindings `service` items call.
 pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, runner: Runner<'_>) -> Ran {
     let config = RunConfig {
         webhook_secret: cfg.secrets.webhook.clone(),
@@ -46,12 +47,13 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config, runner: Runner<'
         allow_private_targets: cfg.settings.allow_private_targets,
         own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
+        service_bindings: cfg.settings.service_bindings.clone(),
     };
     // The Worker's Env reaches the kinds as `Context::host::<worker::Env>()`.
     let host: &dyn std::any::Any = runner.env;
     runner
         .jobs
-        .run(item, &config, &EdgeOutbound, Some(host))
+        .run(item, &config, &EdgeOutbound { env: runner.env }, Some(host))
         .await
 }
 

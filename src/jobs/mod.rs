@@ -17,6 +17,7 @@ pub mod memory;
 pub mod multi;
 pub mod noop;
 pub mod outbound;
+pub mod service;
 pub mod webhook;
 
 use std::any::Any;
@@ -31,7 +32,7 @@ pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
-pub use outbound::{Outbound, Request, Response, Signal};
+pub use outbound::{Outbound, Request, Response, ServiceError, Signal};
 
 /// A job kind. Only `name` and `run` are required; the rest has defaults.
 pub trait Job: 'static {
@@ -72,6 +73,13 @@ pub trait Job: 'static {
     /// This kind's own retry and timeout settings. Default: the global ones.
     fn policy(&self) -> Policy {
         Policy::default()
+    }
+
+    /// Whether the drain runs it itself, not through a `SELF` child, in fanout
+    /// mode: for a kind whose run is one call to another Worker (`service`), which
+    /// is an invocation of its own already. Default: no.
+    fn runs_in_drain(&self) -> bool {
+        false
     }
 }
 
@@ -151,6 +159,9 @@ pub struct RunConfig {
     pub own_hostnames: Vec<String>,
     /// `JOB_TIMEOUT_MS`, the global job timeout.
     pub job_timeout_ms: i64,
+    /// `SERVICE_BINDINGS`, checked again at run time: a `service` item naming a
+    /// binding no longer listed fails then.
+    pub service_bindings: Vec<String>,
 }
 
 impl RunConfig {
@@ -161,6 +172,7 @@ impl RunConfig {
             allow_private: self.allow_private_targets,
             own_host: None,
             own_hostnames: &self.own_hostnames,
+            services: &self.service_bindings,
         }
     }
 
@@ -261,6 +273,7 @@ trait Kind {
     fn subrequests_per_run(&self) -> i64;
     fn has_channels(&self) -> bool;
     fn policy(&self) -> Policy;
+    fn runs_in_drain(&self) -> bool;
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome>;
 }
 
@@ -289,6 +302,10 @@ impl<J: Job> Kind for J {
 
     fn policy(&self) -> Policy {
         Job::policy(self)
+    }
+
+    fn runs_in_drain(&self) -> bool {
+        Job::runs_in_drain(self)
     }
 
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome> {
@@ -333,12 +350,13 @@ impl Default for Jobs {
 }
 
 impl Jobs {
-    /// `webhook`, `multi`, `noop`, and the internal `callback`.
+    /// `webhook`, `multi`, `service`, `noop`, and the internal `callback`.
     pub fn builtin() -> Jobs {
         Jobs {
             public: vec![
                 Box::new(webhook::Webhook),
                 Box::new(multi::Multi),
+                Box::new(service::Service),
                 Box::new(noop::Noop),
             ],
             internal: vec![Box::new(callback::Callback)],
@@ -394,6 +412,12 @@ impl Jobs {
     /// Whether items of `kind` have channels (their listing shows `receipts`).
     pub fn has_channels(&self, kind: &str) -> bool {
         self.find(kind).is_some_and(|k| k.has_channels())
+    }
+
+    /// Whether the drain runs items of `kind` itself in fanout mode
+    /// ([`Job::runs_in_drain`]).
+    pub fn runs_in_drain(&self, kind: &str) -> bool {
+        self.find(kind).is_some_and(|k| k.runs_in_drain())
     }
 
     /// `kind`'s own policy (the default for an unknown kind).

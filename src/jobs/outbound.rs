@@ -89,12 +89,35 @@ pub trait Outbound {
         signal: &'a Signal,
     ) -> LocalBoxFuture<'a, Result<Response, String>>;
 
+    /// Send `request` to the Worker bound as `binding` (a service binding, not a
+    /// network fetch: the URL's host means nothing, its path and query reach the
+    /// bound Worker). Fails as `fetch` does, or with [`ServiceError::Unbound`] when
+    /// this runtime has no such binding. Default: no bindings at all.
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        let _ = (request, signal);
+        Box::pin(async move { Err(ServiceError::Unbound(binding.to_string())) })
+    }
+
     /// Resolves after `ms` milliseconds.
     fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()>;
 
     /// The real time in milliseconds since the epoch (signature timestamps: the
     /// receiver checks them against its own clock).
     fn now_ms(&self) -> i64;
+}
+
+/// Why a call through a service binding got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceError {
+    /// The runtime has no binding of this name (a permanent condition).
+    Unbound(String),
+    /// The call threw (the bound Worker's exception, a refused call) or was aborted.
+    Failed(String),
 }
 
 /// An abort signal, without the runtime: once aborted, it stays aborted, every
