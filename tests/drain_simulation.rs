@@ -656,6 +656,7 @@ impl Sim<'_> {
         Ran {
             outcome: receipts::outcome(&results),
             channels: Some(results),
+            retry_after_ms: None,
         }
     }
 

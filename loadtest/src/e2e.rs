@@ -118,6 +118,14 @@ pub struct E2eArgs {
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
     pub only_probe: bool,
+    /// Run only the part of `examples/hello-kind` (a Worker crate of its own with
+    /// its own job kind; its own Worker, built beforehand).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_service"])]
+    pub only_hello_kind: bool,
+    /// Run only the `service` part (cron-fanout and the example TypeScript
+    /// handler in one multi-worker `wrangler dev`).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_service: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -146,6 +154,16 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    if args.only_hello_kind {
+        hello_kind_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_service {
+        service_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
@@ -169,9 +187,30 @@ pub async fn run(args: E2eArgs) -> bool {
         if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
             checks.record("drainers part ran to completion", Err(format!("{e:#}")));
         }
+        if args.target.url.is_some() {
+            println!("# hello-kind and service parts skipped: --url mode runs only the Worker at that URL");
+        } else {
+            hello_kind_part(&args.target, timeout, &mut checks).await;
+            service_part(&args.target, timeout, &mut checks).await;
+        }
     }
     println!("{}", checks.summary());
     checks.all_passed()
+}
+
+/// The Worker crate of `examples/hello-kind`, on a runtime of its own.
+async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
+        checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+    }
+}
+
+/// `service` items: cron-fanout and the example TypeScript handler in one
+/// multi-worker `wrangler dev`.
+async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::service::e2e(args, timeout, checks).await {
+        checks.record("service part ran to completion", Err(format!("{e:#}")));
+    }
 }
 
 /// The dashboard's browser part alone, on a Worker of its own.

@@ -37,8 +37,9 @@ pub struct RuntimeConfig {
     pub name: String,
     /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
     pub vars: Vec<(String, String)>,
-    /// `--config`, relative to `repo` (None: wrangler's default, `wrangler.toml`).
-    pub wrangler_config: Option<PathBuf>,
+    /// `-c` wrangler configs, the Worker's own first, then Workers run beside it
+    /// (multi-worker `wrangler dev`); empty: the repo's `wrangler.toml` alone.
+    pub configs: Vec<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -51,7 +52,7 @@ impl RuntimeConfig {
             log_dir: base.join("logs"),
             name: name.to_string(),
             vars,
-            wrangler_config: None,
+            configs: Vec::new(),
         }
     }
 
@@ -106,14 +107,6 @@ impl RuntimeConfig {
         Ok(cmd)
     }
 
-    /// `--config <file>` when one is set: after the subcommand.
-    fn config_args(&self) -> Vec<std::ffi::OsString> {
-        match &self.wrangler_config {
-            Some(file) => vec!["--config".into(), self.repo.join(file).into_os_string()],
-            None => Vec::new(),
-        }
-    }
-
     fn open_log(&self, path: &Path, what: &str) -> Result<File> {
         fs::create_dir_all(&self.log_dir)
             .with_context(|| format!("creating {}", self.log_dir.display()))?;
@@ -151,11 +144,13 @@ impl RuntimeConfig {
         let log_path = self.migrations_log();
         let log = self.open_log(&log_path, &format!("d1 {}", verb.join(" ")))?;
         let mut cmd = self.wrangler()?;
+        // The Worker's own config (its D1 binding), when it has one of its own.
+        if let Some(config) = self.configs.first() {
+            cmd.arg("-c").arg(config);
+        }
         cmd.arg("d1")
             .args(verb)
-            .args(["DB", "--local"])
-            .args(self.config_args())
-            .arg("--persist-to")
+            .args(["DB", "--local", "--persist-to"])
             .arg(&self.state_dir)
             .args(extra)
             .stdout(log.try_clone()?)
@@ -220,7 +215,6 @@ impl Runtime {
             .open_log(&log_path, &format!("wrangler dev on port {}", self.port))?;
         let mut cmd = self.cfg.wrangler()?;
         cmd.arg("dev")
-            .args(self.cfg.config_args())
             .args(["--ip", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--inspector-port")
@@ -228,6 +222,9 @@ impl Runtime {
             .arg("--persist-to")
             .arg(&self.cfg.state_dir)
             .arg("--show-interactive-dev-session=false");
+        for config in &self.cfg.configs {
+            cmd.arg("-c").arg(config);
+        }
         for (key, value) in &self.cfg.vars {
             cmd.arg("--var").arg(format!("{key}:{value}"));
         }

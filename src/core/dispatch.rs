@@ -18,6 +18,8 @@ use super::signature;
 pub const OUTCOME_STATUS: u16 = 204;
 pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
+/// A retry's own delay in ms (`Ran::retry_after_ms`), when its answer asked for one.
+pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
 
 /// What a dispatch body signs: the claimed item, and the id of the invocation
 /// that dispatched it (the child's log lines and outbound calls carry it). Signed
@@ -126,6 +128,12 @@ pub fn decode(kind: Option<&str>, reason: Option<&str>) -> Result<Outcome, Strin
         Some(other) => Err(format!("unknown outcome {other:?}")),
         None => Err(format!("answer without {OUTCOME_HEADER}")),
     }
+}
+
+/// Read a retry's own delay back from [`RETRY_AFTER_HEADER`]: ms, not negative.
+/// Anything else is no delay (the backoff applies), never a failed dispatch.
+pub fn decode_retry_after(value: Option<&str>) -> Option<i64> {
+    value?.trim().parse().ok().filter(|ms: &i64| *ms >= 0)
 }
 
 #[cfg(test)]
@@ -271,6 +279,21 @@ mod tests {
             signature_line(b"t=1,v1=00\n{\"a\":\"x\\ny\"}\n"),
             SignatureLine::Found { item_at: 10, .. }
         ));
+    }
+
+    #[test]
+    fn a_retry_after_header_reads_back_as_its_delay_and_anything_else_as_none() {
+        use crate::core::model::Ran;
+        let ran = Ran {
+            retry_after_ms: Some(2_000),
+            ..Ran::from(Outcome::Retry("HTTP 429: slow down".into()))
+        };
+        let sent = ran.retry_after_ms.map(|ms| ms.to_string());
+        assert_eq!(decode_retry_after(sent.as_deref()), Some(2_000));
+        assert_eq!(decode_retry_after(Some("0")), Some(0));
+        for bad in [None, Some("-1"), Some("1.5"), Some("soon"), Some("")] {
+            assert_eq!(decode_retry_after(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

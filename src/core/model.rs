@@ -89,6 +89,9 @@ pub struct Ran {
     /// `None` for kinds without channels, and for a run that never answered
     /// (timed out, abandoned, a failed dispatch).
     pub channels: Option<super::receipts::ChannelResults>,
+    /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
+    /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).
+    pub retry_after_ms: Option<i64>,
 }
 
 impl From<Outcome> for Ran {
@@ -96,6 +99,7 @@ impl From<Outcome> for Ran {
         Ran {
             outcome,
             channels: None,
+            retry_after_ms: None,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct Settings {
     /// `OWN_HOSTNAMES`: the names the Worker answers at, lowercase without a
     /// trailing dot; no webhook or callback may target them (`core::target`).
     pub own_hostnames: Vec<String>,
+    /// `SERVICE_BINDINGS`: the service bindings a `service` item may name
+    /// (`jobs::service`); empty for none.
+    pub service_bindings: Vec<String>,
     /// Added to the queue's clock (`edge::clock::now_ms`), so tests can run
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
     /// setting that no deployment may set (docs/operations.md).
@@ -79,6 +82,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("OWN_HOSTNAMES", ""),
+    ("SERVICE_BINDINGS", ""),
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
     ("RETENTION_DAYS", "30"),
@@ -115,6 +119,43 @@ fn parse_hostnames(raw: &str) -> Result<Vec<String>, String> {
         ));
     }
     Ok(names)
+}
+
+/// Most names `SERVICE_BINDINGS` may list.
+pub const MAX_SERVICE_BINDINGS: usize = 32;
+
+/// `SERVICE_BINDINGS`: comma-separated binding names as `wrangler.toml` declares
+/// them (`[[services]] binding = "..."`: a JavaScript identifier, letters, digits
+/// and `_`, not starting with a digit); empty for none. `SELF` is the Worker itself
+/// and never listed: an item must not dispatch into the orchestrator.
+fn parse_service_bindings(raw: &str) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if !is_binding_name(entry) {
+            return Err(format!("SERVICE_BINDINGS must list binding names (letters, digits and _, not starting with a digit) separated by commas, got {entry:?}"));
+        }
+        if entry == "SELF" {
+            return Err("SERVICE_BINDINGS must not list SELF, the Worker's own binding".into());
+        }
+        if !names.iter().any(|n| n == entry) {
+            names.push(entry.to_string());
+        }
+    }
+    if names.len() > MAX_SERVICE_BINDINGS {
+        return Err(format!(
+            "SERVICE_BINDINGS may list at most {MAX_SERVICE_BINDINGS} names, got {}",
+            names.len()
+        ));
+    }
+    Ok(names)
+}
+
+/// A binding name as `wrangler.toml` accepts one (a JavaScript identifier, ASCII).
+pub fn is_binding_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
 }
 
 impl Settings {
@@ -162,6 +203,7 @@ impl Settings {
             }
         };
         let own_hostnames = parse_hostnames(&get("OWN_HOSTNAMES"))?;
+        let service_bindings = parse_service_bindings(&get("SERVICE_BINDINGS"))?;
         let allow_test_clock = match get("ALLOW_TEST_CLOCK").trim() {
             "true" => true,
             "false" => false,
@@ -200,6 +242,7 @@ impl Settings {
             dispatch_mode,
             allow_private_targets,
             own_hostnames,
+            service_bindings,
             test_clock_offset_ms,
             retention_days: int("RETENTION_DAYS", 0, 36_500)?,
         };
@@ -405,6 +448,21 @@ mod tests {
             .unwrap()
             .drainers;
         assert!(n > 1, "{n}");
+    }
+
+    #[test]
+    fn service_bindings_are_binding_names_listed_once() {
+        assert!(parse(&[]).unwrap().service_bindings.is_empty());
+        let s = parse(&[("SERVICE_BINDINGS", " HANDLER, streak_2 ,,HANDLER")]).unwrap();
+        assert_eq!(s.service_bindings, vec!["HANDLER", "streak_2"]);
+        for bad in ["2X", "a-b", "a.b", "SELF", "HANDLER, x y"] {
+            let err = parse(&[("SERVICE_BINDINGS", bad)]).unwrap_err();
+            assert!(err.contains("SERVICE_BINDINGS"), "{bad}: {err}");
+        }
+        let many: Vec<String> = (0..=MAX_SERVICE_BINDINGS)
+            .map(|i| format!("S{i}"))
+            .collect();
+        assert!(parse(&[("SERVICE_BINDINGS", &many.join(","))]).is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::clock;
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
 use super::log::InvocationLog;
+use super::run::Runner;
 use crate::core::drain::{Drain, DrainError, Policy, Refused, Report, Settled};
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
@@ -42,9 +43,12 @@ type Running<'a> = LocalBoxFuture<'a, (ClaimedItem, Result<Ran, Refused>)>;
 /// stopped or the claim error that stopped it.
 /// `started`: when the invocation started (the deadline counts from it);
 /// `prepare_ms`: how long its first D1 step took (the first claim is sized by it);
-/// `logger`: the invocation's log, whose id every dispatch names.
+/// `logger`: the invocation's log, whose id every dispatch names;
+/// `runner`: the Worker's kinds and its `Env` (the service bindings items of
+/// kind `service` call, run here in the drain).
 pub async fn run(
     cfg: &Config,
+    runner: Runner<'_>,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
@@ -54,14 +58,15 @@ pub async fn run(
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
         DispatchMode::Fanout => 1,
-        DispatchMode::Inline => super::run::registry().max_subrequests_per_run(),
+        DispatchMode::Inline => runner.jobs.max_subrequests_per_run(),
     };
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
-    machine.set_kind_retry(super::run::registry().retry_policies(s.retry));
+    machine.set_kind_retry(runner.jobs.retry_policies(s.retry));
     machine.prepared(prepare_ms);
     let mut ports = WorkerPorts {
         cfg,
+        runner,
         store,
         self_service,
         logger,
@@ -84,6 +89,7 @@ pub async fn run(
 /// the log.
 struct WorkerPorts<'a> {
     cfg: &'a Config,
+    runner: Runner<'a>,
     store: &'a DrainStore,
     self_service: Option<&'a Fetcher>,
     logger: &'a InvocationLog,
@@ -107,7 +113,7 @@ impl<'a> Ports for WorkerPorts<'a> {
             .self_service
             .map(|svc| (svc, self.watchdog.signal(new_watchdog)));
         self.in_flight
-            .push(execute(self.cfg, via, item, self.logger.id()).boxed_local());
+            .push(execute(self.cfg, self.runner, via, item, self.logger.id()).boxed_local());
     }
 
     fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {

@@ -13,16 +13,18 @@ use super::clock;
 use super::config::Config;
 use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
+use super::run::Runner;
 use super::schedule::{record_summary, self_service};
 use crate::core::budget::Budget;
 use crate::core::drain::DrainError;
 use crate::core::drainers::DrainMessage;
 use crate::core::model::{StopReason, Tally, Trigger};
+use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::Store;
 
-pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env) {
+pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env, jobs: &Jobs) {
     // Every message is acknowledged, drained or not: a drain message is a
     // request to drain now, and the next tick sends fresh ones.
     let messages = match batch.messages() {
@@ -38,13 +40,14 @@ pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env) {
         }
     };
     for message in messages {
-        drainer(message.body(), &env).await;
+        drainer(message.body(), Runner { jobs, env: &env }).await;
         message.ack();
     }
 }
 
 /// One drainer: verify the message, drain, finish, record the summary.
-async fn drainer(message: &DrainMessage, env: &Env) {
+async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
+    let env = runner.env;
     // Each drainer is an invocation of its own, with its own id and summary.
     let logger = InvocationLog::new(clock::random_id());
     let cfg = match Config::get(env) {
@@ -70,7 +73,7 @@ async fn drainer(message: &DrainMessage, env: &Env) {
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
     let store = Store::new(Metered::new(D1Db::new(db), budget));
-    let (tally, result) = drain_once(env, &cfg, &store, started, &logger).await;
+    let (tally, result) = drain_once(runner, &cfg, &store, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
         logger.error(
             "invocation_failed",
@@ -84,18 +87,27 @@ async fn drainer(message: &DrainMessage, env: &Env) {
 /// The drain, then the finish check (one statement; the tick's finish runs
 /// before its drainers have drained anything).
 async fn drain_once(
-    env: &Env,
+    runner: Runner<'_>,
     cfg: &Config,
     store: &DrainStore,
     started: i64,
     logger: &InvocationLog,
 ) -> (Tally, Result<StopReason, DrainError>) {
-    let self_service = match self_service(env, cfg) {
+    let self_service = match self_service(runner.env, cfg) {
         Ok(s) => s,
         Err(e) => return (Tally::default(), Err(e)),
     };
     // No first step: the first claim is sized by the round trips it sees.
-    let (tally, result) = drain::run(cfg, store, self_service.as_ref(), started, 0, logger).await;
+    let (tally, result) = drain::run(
+        cfg,
+        runner,
+        store,
+        self_service.as_ref(),
+        started,
+        0,
+        logger,
+    )
+    .await;
     let stop = match result {
         Ok(stop) => stop,
         Err(e) => return (tally, Err(e)),

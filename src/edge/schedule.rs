@@ -11,6 +11,7 @@ use super::clock;
 use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
+use super::run::Runner;
 use crate::core::budget::Budget;
 use crate::core::callback;
 use crate::core::drain::DrainError;
@@ -20,6 +21,7 @@ use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
 use crate::core::time::rfc3339;
 use crate::core::upkeep::Upkeep;
+use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
@@ -27,7 +29,7 @@ use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
 /// Expired leases requeued per tick (one statement).
 const REAP_PAGE: i64 = 1_000;
 
-pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
+pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
     // Drawn first: every line of the invocation carries it.
     let logger = InvocationLog::new(clock::random_id());
     // The configuration first: it sets the (test) clock every instant is read from.
@@ -45,10 +47,11 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
     // Fires give each kind's items its own max attempts (`jobs::Policy`).
-    let attempts = super::run::registry().max_attempts_by_kind();
+    let attempts = jobs.max_attempts_by_kind();
     let store = Store::new(Metered::new(D1Db::new(db), budget)).with_kind_attempts(attempts);
     let mut tally = Tally::default();
-    let result = run_invocation(&env, &cfg, &store, &mut tally, started, &logger).await;
+    let runner = Runner { jobs, env: &env };
+    let result = run_invocation(runner, &cfg, &store, &mut tally, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
         logger.error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
@@ -57,7 +60,7 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
 }
 
 async fn run_invocation(
-    env: &Env,
+    runner: Runner<'_>,
     cfg: &Config,
     store: &DrainStore,
     tally: &mut Tally,
@@ -90,15 +93,17 @@ async fn run_invocation(
     }
     // With drainers, the queue's consumers drain; the tick drains itself only
     // when it has none or could not start them.
-    let sent = cfg.settings.drainers > 1 && start_drainers(env, cfg, store, started, logger).await;
+    let sent =
+        cfg.settings.drainers > 1 && start_drainers(runner.env, cfg, store, started, logger).await;
     let stop = if sent {
         *tally = reaper;
         tally.batch_ids.extend(fired);
         StopReason::Drainers
     } else {
-        let self_service = self_service(env, cfg)?;
+        let self_service = self_service(runner.env, cfg)?;
         let (drained, result) = drain::run(
             cfg,
+            runner,
             store,
             self_service.as_ref(),
             started,

@@ -91,6 +91,20 @@ pub trait Outbound {
         signal: &'a Signal,
     ) -> LocalBoxFuture<'a, Result<Response, String>>;
 
+    /// Send `request` to the Worker bound as `binding` (a service binding, not a
+    /// network fetch: the URL's host means nothing, its path and query reach the
+    /// bound Worker). Fails as `fetch` does, or with [`ServiceError::Unbound`] when
+    /// this runtime has no such binding. Default: no bindings at all.
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        let _ = (request, signal);
+        Box::pin(async move { Err(ServiceError::Unbound(binding.to_string())) })
+    }
+
     /// Resolves after `ms` milliseconds.
     fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()>;
 
@@ -116,21 +130,36 @@ impl<'a> Correlated<'a> {
     pub fn new(inner: &'a dyn Outbound, invocation: &'a str) -> Correlated<'a> {
         Correlated { inner, invocation }
     }
-}
 
-impl Outbound for Correlated<'_> {
-    fn fetch<'a>(
-        &'a self,
-        mut request: Request,
-        signal: &'a Signal,
-    ) -> LocalBoxFuture<'a, Result<Response, String>> {
+    /// `request` with this invocation's id as its only `Fanout-Invocation`.
+    fn named(&self, mut request: Request) -> Request {
         request
             .headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(INVOCATION_HEADER));
         request
             .headers
             .push((INVOCATION_HEADER.into(), self.invocation.into()));
-        self.inner.fetch(request, signal)
+        request
+    }
+}
+
+impl Outbound for Correlated<'_> {
+    fn fetch<'a>(
+        &'a self,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, String>> {
+        self.inner.fetch(self.named(request), signal)
+    }
+
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        self.inner
+            .fetch_service(binding, self.named(request), signal)
     }
 
     fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()> {
@@ -140,6 +169,15 @@ impl Outbound for Correlated<'_> {
     fn now_ms(&self) -> i64 {
         self.inner.now_ms()
     }
+}
+
+/// Why a call through a service binding got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceError {
+    /// The runtime has no binding of this name (a permanent condition).
+    Unbound(String),
+    /// The call threw (the bound Worker's exception, a refused call) or was aborted.
+    Failed(String),
 }
 
 /// An abort signal, without the runtime: once aborted, it stays aborted, every
