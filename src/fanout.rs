@@ -70,4 +70,20 @@ impl Fanout {
     ) {
         crate::edge::on_scheduled(event, env, &self.jobs).await
     }
+
+    /// Call from `#[event(queue)]` (only with `DRAINERS` > 1, whose `DRAIN_QUEUE`
+    /// consumer is this Worker): one drain per message, each acknowledged.
+    pub async fn queue(
+        &self,
+        batch: DrainBatch,
+        env: worker::Env,
+        _ctx: worker::Context,
+    ) -> worker::Result<()> {
+        crate::edge::on_queue(batch, env, &self.jobs).await;
+        Ok(())
+    }
 }
+
+/// What `DRAIN_QUEUE` delivers to `#[event(queue)]`: drain messages.
+#[cfg(target_arch = "wasm32")]
+pub type DrainBatch = worker::MessageBatch<crate::core::drainers::DrainMessage>;

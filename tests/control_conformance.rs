@@ -489,7 +489,7 @@ fn replay_pages_through_failed_items_reads_only_them_and_reopens_the_batch() {
     for statement in [sql::REOPEN_FOR_REPLAY, sql::REQUEUE_FAILED_PAGE] {
         let mut p = params.clone();
         if statement == sql::REQUEUE_FAILED_PAGE {
-            p.extend([100.into(), 2.into()]);
+            p.extend([100.into(), 2.into(), "{}".into()]);
         }
         let steps = plan(&store, statement, &p);
         assert!(

@@ -9,8 +9,10 @@ use std::path::Path;
 
 use chrono::DateTime;
 use cron_fanout::core::budget::{Budget, FIRE_SUBREQUESTS};
+use cron_fanout::core::model::BatchProgress;
 use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
+use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
 use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
 use cron_fanout::core::schedule::tick::{Fired, FIRE_PAGE};
@@ -19,12 +21,16 @@ use cron_fanout::core::time::daily_batch_key;
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Created, Db, Param, Store};
+use cron_fanout::store::{BatchSource, Created, Db, FillPages, Param, Store};
 use futures::executor::block_on;
 use rusqlite::{params_from_iter, ToSql};
 use serde_json::{json, Value};
 
 const MAX_ATTEMPTS: i64 = 5;
+
+/// Statements of a tick's first call: a page and its cursor per page of the fills
+/// still running, and the due read.
+const FIRST_CALL: i64 = 2 * FILL_PAGES_PER_CALL + 1;
 
 fn migrations() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
@@ -497,8 +503,9 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
             .unwrap()
             .unwrap();
         assert_eq!(feeds.total, n as i64);
-        // Minus the due read; no zones are read for a schedule on UTC.
-        (calls - 1, after.statements - before.statements - 1)
+        // Minus the first call (the fills' continuation pages and the due read);
+        // no zones are read for a schedule on UTC.
+        (calls - 1, after.statements - before.statements - FIRST_CALL)
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
@@ -615,28 +622,22 @@ fn a_fire_covers_its_group_and_skips_inactive_subjects() {
     assert_eq!(all.len(), 50);
     assert!(!all.contains(&"f-off".to_string()));
     assert_eq!(
-        block_on(store.batch_by_key("empty:2026-11-21T10:00:00.000Z"))
-            .unwrap()
-            .unwrap()
-            .total,
-        0
+        block_on(store.batch_by_key("empty:2026-11-21T10:00:00.000Z")).unwrap(),
+        None,
+        "a group with no active subject: no batch"
     );
-    let plan = query_plan(
-        &store,
-        sql::ENQUEUE_FOR_SCHEDULE,
-        vec![
-            "b".into(),
-            5.into(),
-            0.into(),
-            "{}".into(),
-            0.into(),
-            0.into(),
-            "digest".into(),
-        ],
+    let plan = query_plan(&store, sql::FILL_BATCH_PAGE, vec!["b".into(), 10.into()]);
+    assert!(
+        plan.contains("SEARCH s USING INDEX subjects_group_id (group_name=? AND id>?)"),
+        "a group's page reads its group from the cursor on: {plan}"
     );
     assert!(
-        plan.contains("SEARCH s USING INDEX subjects_group_zone (group_name>? AND group_name<?)"),
-        "a group's fire reads its group only: {plan}"
+        plan.contains("SEARCH s USING PRIMARY KEY (id>?)"),
+        "every group's page walks the subjects from the cursor on: {plan}"
+    );
+    assert!(
+        !plan.contains("SCAN s"),
+        "no page scans the subjects: {plan}"
     );
 }
 
@@ -1128,7 +1129,7 @@ fn an_idle_tick_costs_one_query_that_reads_nothing_whatever_the_idle_schedules()
         (work, budget.used(), store.usage().statements)
     };
     let (work, calls, statements) = idle_tick(0);
-    assert_eq!((calls, statements, work.1, work.2), (1, 1, 0, 0));
+    assert_eq!((calls, statements, work.1, work.2), (1, FIRST_CALL, 0, 0));
     // SQLite's own count of the work: one idle schedule or 10,000 (and as many
     // disabled ones) take the same VM steps, none of them a full-scan step. (An
     // empty index is a few steps cheaper still: the seek finds no entry at all.)
@@ -1223,6 +1224,7 @@ fn the_tick_reports_what_became_of_each_fire() {
 fn a_page_of_due_schedules_fires_per_tick_and_the_rest_on_the_next() {
     let store = setup();
     exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 1, "default", "UTC");
     let now = ms("2026-11-21T10:00:00Z");
     for i in 0..(FIRE_PAGE + 5) {
         put_schedule(
@@ -1436,4 +1438,252 @@ fn a_failing_fire_among_a_hundred_costs_a_bounded_number_of_calls_and_the_page_d
     assert!(ticks <= 5, "isolated in {ticks} ticks");
     assert_eq!(count(&store, "SELECT count(*) FROM batches"), 99);
     assert_eq!(backoff_of(&store, "s070").0, 1);
+}
+
+/// A fire whose group has no active subject creates no batch (the demo's database,
+/// every subject in a group, gets no empty `daily:<date>` beside its own batch), and
+/// the schedule still advances to its next occurrence; the fire is reported as
+/// empty, not as superseded. Firing the same occurrence again still creates nothing.
+#[test]
+fn a_fire_that_matches_no_subject_creates_no_batch_and_still_advances() {
+    let store = setup();
+    add_subjects(&store, "g", 3, "demo", "UTC");
+    block_on(store.upsert_subjects(&[subject("off", false)], 1)).unwrap();
+    let noon = schedule(&store, "daily").next_fire_at.unwrap();
+    let now = noon + 30_000;
+    let ids = || "empty-daily".to_string();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    assert!(report.failed.is_empty() && report.left.is_empty());
+    assert_eq!(
+        report.fired,
+        [Fired::Empty {
+            schedule_id: "daily".into(),
+            key: daily_batch_key(now),
+        }]
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
+    let daily = schedule(&store, "daily");
+    assert_eq!(daily.next_fire_at, Some(noon + 86_400_000), "it advanced");
+    assert_eq!(daily.last_batch_id, None);
+    // Not due again today: the next tick fires nothing.
+    assert!(tick(&store, now + 60_000).is_empty());
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+    // A subject joins `default`: the next day's fire has a batch again.
+    add_subjects(&store, "u", 2, "default", "UTC");
+    tick(&store, noon + 86_400_000 + 1_000);
+    let next = block_on(store.batch_by_key(&daily_batch_key(noon + 86_400_000)))
+        .unwrap()
+        .expect("a batch once a subject matches");
+    assert_eq!(next.total, 2);
+}
+
+/// A store that fills in pages of `page` subjects, `pages` per call.
+fn small_pages(
+    store: Store<SqliteDb>,
+    page: i64,
+    pages: i64,
+    create_calls: i64,
+) -> Store<SqliteDb> {
+    store.with_fill(FillPages {
+        page,
+        pages_per_call: pages,
+        create_calls,
+        attempts: Default::default(),
+    })
+}
+
+/// (total, filling, items in the queue) of batch `key`.
+fn fill_state(store: &Store<SqliteDb>, key: &str) -> (i64, bool, i64) {
+    let b = block_on(store.batch_by_key(key)).unwrap().unwrap();
+    let items = count(
+        store,
+        &format!(
+            "SELECT count(*) FROM cron_queue WHERE batch_id = '{}'",
+            b.id
+        ),
+    );
+    (b.total, b.filling != 0, items)
+}
+
+/// Every item of the batch ended, as far as its counters know: what the finish
+/// check reads.
+fn end_every_item_so_far(store: &Store<SqliteDb>, key: &str) {
+    exec(
+        store,
+        &format!("UPDATE batches SET completed = total WHERE key = '{key}'"),
+    );
+}
+
+#[test]
+fn a_fire_over_more_subjects_than_a_page_fills_over_ticks_with_an_exact_total_and_never_ends_early()
+{
+    let store = small_pages(setup(), 10, 2, 1);
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 45, "big", "UTC");
+    add_subjects(&store, "o", 5, "other", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(
+        &store,
+        "big",
+        json!({"every_seconds": 3600, "group": "big"}),
+        now - 30_000,
+    );
+    let key = "big:2026-11-21T10:00:00.000Z";
+    let ids = || "big-1".to_string();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    assert!(matches!(
+        &report.fired[..],
+        [Fired::Created { total: 10, .. }]
+    ));
+    // The first page only, and the batch says it is filling.
+    assert_eq!(fill_state(&store, key), (10, true, 10));
+    let view = BatchProgress::from_row(&block_on(store.batch_by_key(key)).unwrap().unwrap());
+    assert!(view.filling);
+    // Its items so far all ended: still not finished, it is filling.
+    end_every_item_so_far(&store, key);
+    assert!(block_on(store.finish_batches(now)).unwrap().is_empty());
+    // Each tick continues it by two pages, whatever else it fires.
+    tick(&store, now + 60_000);
+    assert_eq!(fill_state(&store, key), (30, true, 30));
+    end_every_item_so_far(&store, key);
+    assert!(block_on(store.finish_batches(now)).unwrap().is_empty());
+    tick(&store, now + 120_000);
+    assert_eq!(fill_state(&store, key), (45, false, 45), "filled, exact");
+    // Exactly the group's subjects, each once.
+    let subjects: Vec<String> = run_after_by_subject(&store, key).into_keys().collect();
+    assert_eq!(
+        subjects,
+        (0..45).map(|i| format!("s{i:06}")).collect::<Vec<_>>()
+    );
+    // Once filled and every item ended, it finishes, once.
+    end_every_item_so_far(&store, key);
+    assert_eq!(block_on(store.finish_batches(now)).unwrap().len(), 1);
+    tick(&store, now + 180_000);
+    assert_eq!(
+        fill_state(&store, key),
+        (45, false, 45),
+        "nothing more added"
+    );
+}
+
+#[test]
+fn a_tick_that_dies_between_pages_loses_and_doubles_nothing_and_refiring_adds_nothing() {
+    let store = small_pages(setup(), 10, 3, 1);
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 65, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "all", json!({"every_seconds": 3600}), now - 30_000);
+    let key = "all:2026-11-21T10:00:00.000Z";
+    tick(&store, now);
+    assert_eq!(fill_state(&store, key), (10, true, 10));
+    // The next tick's fill call dies at its second page (s000025): nothing of
+    // that call applies, and the due read is made alone.
+    exec(
+        &store,
+        "CREATE TEMP TRIGGER die BEFORE INSERT ON cron_queue WHEN NEW.subject_id = 's000025'
+         BEGIN SELECT RAISE(ABORT, 'the tick died'); END;",
+    );
+    let ids = || "unused".to_string();
+    let report = block_on(store.fire_due(now + 60_000, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    assert!(report.fill.is_err());
+    assert!(report.plan.plans.is_empty(), "the due page was still read");
+    assert_eq!(
+        fill_state(&store, key),
+        (10, true, 10),
+        "the dead call wrote nothing"
+    );
+    exec(&store, "DROP TRIGGER die");
+    // The same occurrence fired again with a fresh id, mid-fill: nothing added.
+    let row = schedule(&store, "all");
+    let again = FirePlan {
+        next_fire_at: row.next_fire_at,
+        ..plan_fire(
+            &ScheduleRow {
+                next_fire_at: Some(now),
+                ..row.clone()
+            },
+            now + 1_000,
+            &[],
+            "again",
+            MAX_ATTEMPTS,
+        )
+        .unwrap()
+    };
+    assert_eq!(again.batch.as_ref().unwrap().key, key);
+    block_on(store.fire_schedules(&[again])).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 1);
+    assert_eq!(fill_state(&store, key), (10, true, 10));
+    // Later ticks carry on from the cursor: every subject once, total exact.
+    tick(&store, now + 120_000);
+    tick(&store, now + 180_000);
+    assert_eq!(fill_state(&store, key), (65, false, 65));
+    assert_eq!(
+        count(&store, "SELECT count(DISTINCT subject_id) FROM cron_queue"),
+        65
+    );
+}
+
+#[test]
+fn post_batches_over_subjects_fills_before_it_answers_up_to_its_calls_then_ticks_go_on() {
+    let store = small_pages(setup(), 10, 2, 2);
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 75, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    let created = block_on(store.create_batch(
+        "adhoc-1",
+        "big-adhoc",
+        now,
+        MAX_ATTEMPTS,
+        BatchSource::ActiveSubjects,
+    ))
+    .unwrap();
+    let Created::New(row) = created else {
+        panic!("new batch")
+    };
+    // Two calls of two pages: 40 enqueued by the answer, which says it is filling.
+    assert_eq!((row.total, row.filling), (40, 1));
+    tick(&store, now + 60_000);
+    tick(&store, now + 120_000);
+    assert_eq!(fill_state(&store, "big-adhoc"), (75, false, 75));
+    // The default calls fill a batch that fits them before the answer.
+    let store = small_pages(Store::new(store.into_db()), 10, 2, 20);
+    let Created::New(row) = block_on(store.create_batch(
+        "adhoc-2",
+        "whole",
+        now,
+        MAX_ATTEMPTS,
+        BatchSource::ActiveSubjects,
+    ))
+    .unwrap() else {
+        panic!("new batch")
+    };
+    assert_eq!((row.total, row.filling), (75, 0));
+}
+
+#[test]
+fn a_batch_cancelled_while_filling_stops_filling_and_can_end() {
+    let store = small_pages(setup(), 10, 1, 1);
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 35, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    block_on(store.create_batch(
+        "c1",
+        "cancel-me",
+        now,
+        MAX_ATTEMPTS,
+        BatchSource::ActiveSubjects,
+    ))
+    .unwrap();
+    assert_eq!(fill_state(&store, "cancel-me"), (10, true, 10));
+    exec(
+        &store,
+        "UPDATE batches SET status = 'cancelled' WHERE id = 'c1'",
+    );
+    tick(&store, now + 60_000);
+    assert_eq!(
+        fill_state(&store, "cancel-me"),
+        (10, false, 10),
+        "no more items"
+    );
 }

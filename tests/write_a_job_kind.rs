@@ -68,6 +68,7 @@ const PUBLIC: TargetPolicy = TargetPolicy {
     allow_private: false,
     own_host: None,
     own_hostnames: &[],
+    services: &[],
 };
 
 fn item(payload: serde_json::Value) -> ClaimedItem {

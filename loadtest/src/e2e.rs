@@ -110,19 +110,27 @@ pub struct E2eArgs {
     /// own Worker).
     #[arg(long)]
     pub only_delivery: bool,
+    /// Run only the drainers part (`DRAINERS=4` on wrangler.drainers.toml's local
+    /// queue; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_drainers: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
     pub only_probe: bool,
     /// Run only the part of `examples/hello-kind` (a Worker crate of its own with
     /// its own job kind; its own Worker, built beforehand).
-    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_service"])]
     pub only_hello_kind: bool,
     /// Run only the part of `examples/streak-reminder` (the seed's app on the
     /// library, against the sink's fakes of GitHub, Discord and Telegram; its own
     /// Worker, built beforehand).
-    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind"])]
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind", "only_service"])]
     pub only_streak: bool,
+    /// Run only the `service` part (cron-fanout and the example TypeScript
+    /// handler in one multi-worker `wrangler dev`).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_service: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -144,6 +152,13 @@ pub async fn run(args: E2eArgs) -> bool {
         return checks.all_passed();
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_drainers {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     if args.only_hello_kind {
         hello_kind_part(&args.target, timeout, &mut checks).await;
         println!("{}", checks.summary());
@@ -151,6 +166,11 @@ pub async fn run(args: E2eArgs) -> bool {
     }
     if args.only_streak {
         streak_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_service {
+        service_part(&args.target, timeout, &mut checks).await;
         println!("{}", checks.summary());
         return checks.all_passed();
     }
@@ -174,10 +194,14 @@ pub async fn run(args: E2eArgs) -> bool {
         }
     }
     if !only_one_part {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
+        }
         if args.target.url.is_some() {
-            println!("# hello-kind part skipped: --url mode runs only the Worker at that URL");
+            println!("# hello-kind and service parts skipped: --url mode runs only the Worker at that URL");
         } else {
             hello_kind_part(&args.target, timeout, &mut checks).await;
+            service_part(&args.target, timeout, &mut checks).await;
         }
         if args.target.url.is_some() {
             println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
@@ -203,6 +227,14 @@ async fn streak_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) 
             "streak-reminder part ran to completion",
             Err(format!("{e:#}")),
         );
+    }
+}
+
+/// `service` items: cron-fanout and the example TypeScript handler in one
+/// multi-worker `wrangler dev`.
+async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::service::e2e(args, timeout, checks).await {
+        checks.record("service part ran to completion", Err(format!("{e:#}")));
     }
 }
 

@@ -142,13 +142,14 @@ pub async fn e2e(
     // The fakes' URLs need the sink's address, known once it started: they are
     // set with the clock's move, before anything runs.
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut target = Target::open_worker(
+    let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
+    let mut target = Target::open_with_configs(
         args,
         "e2e-streak",
         &settings,
         Secrets::Random,
         true,
-        Some(WRANGLER_CONFIG),
+        vec![config],
     )
     .await
     .context("starting the streak-reminder Worker")?;

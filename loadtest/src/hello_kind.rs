@@ -38,13 +38,14 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     );
     let settings = crate::e2e::settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open_worker(
+    let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
+    let target = Target::open_with_configs(
         args,
         "e2e-hello-kind",
         &settings,
         Secrets::Random,
         true,
-        Some(WRANGLER_CONFIG),
+        vec![config],
     )
     .await
     .context("starting the hello-kind Worker")?;

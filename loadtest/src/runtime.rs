@@ -37,9 +37,9 @@ pub struct RuntimeConfig {
     pub name: String,
     /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
     pub vars: Vec<(String, String)>,
-    /// Another Worker's wrangler config (`--config`, e.g. an example's), instead
-    /// of the repo's wrangler.toml.
-    pub wrangler_config: Option<PathBuf>,
+    /// `-c` wrangler configs, the Worker's own first, then Workers run beside it
+    /// (multi-worker `wrangler dev`); empty: the repo's `wrangler.toml` alone.
+    pub configs: Vec<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -52,7 +52,7 @@ impl RuntimeConfig {
             log_dir: base.join("logs"),
             name: name.to_string(),
             vars,
-            wrangler_config: None,
+            configs: Vec::new(),
         }
     }
 
@@ -71,14 +71,6 @@ impl RuntimeConfig {
                 Err(e).with_context(|| format!("removing {}", self.state_dir.display()))
             }
             _ => Ok(()),
-        }
-    }
-
-    /// `--config <file>` when this runtime is another Worker's.
-    fn config_args(&self) -> Vec<std::ffi::OsString> {
-        match &self.wrangler_config {
-            Some(file) => vec!["--config".into(), file.clone().into_os_string()],
-            None => Vec::new(),
         }
     }
 
@@ -152,11 +144,14 @@ impl RuntimeConfig {
         let log_path = self.migrations_log();
         let log = self.open_log(&log_path, &format!("d1 {}", verb.join(" ")))?;
         let mut cmd = self.wrangler()?;
+        // The Worker's own config (its D1 binding), when it has one of its own.
+        if let Some(config) = self.configs.first() {
+            cmd.arg("-c").arg(config);
+        }
         cmd.arg("d1")
             .args(verb)
             .args(["DB", "--local", "--persist-to"])
             .arg(&self.state_dir)
-            .args(self.config_args())
             .args(extra)
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -219,14 +214,17 @@ impl Runtime {
             .cfg
             .open_log(&log_path, &format!("wrangler dev on port {}", self.port))?;
         let mut cmd = self.cfg.wrangler()?;
-        cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
+        cmd.arg("dev")
+            .args(["--ip", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--inspector-port")
             .arg(self.inspector_port.to_string())
             .arg("--persist-to")
             .arg(&self.cfg.state_dir)
-            .arg("--show-interactive-dev-session=false")
-            .args(self.cfg.config_args());
+            .arg("--show-interactive-dev-session=false");
+        for config in &self.cfg.configs {
+            cmd.arg("-c").arg(config);
+        }
         for (key, value) in &self.cfg.vars {
             cmd.arg("--var").arg(format!("{key}:{value}"));
         }

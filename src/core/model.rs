@@ -164,6 +164,10 @@ pub struct BatchRow {
     pub callback_attempts: Option<i64>,
     #[serde(default)]
     pub callback_error: Option<String>,
+    /// 1 while it is still being filled from subjects (`batches.fill_after` set):
+    /// `total` counts the items enqueued so far and grows each tick until then.
+    #[serde(default)]
+    pub filling: i64,
 }
 
 impl BatchRow {
@@ -187,6 +191,9 @@ pub struct BatchProgress {
     pub failed: i64,
     pub cancelled: i64,
     pub percent: f64,
+    /// Still being filled from subjects: `total` (and `percent`, which is of the
+    /// items enqueued so far) grows until it is false; it never finishes before.
+    pub filling: bool,
     /// Items ended per minute lately (`core::throughput`); null when unknown.
     pub rate_per_min: Option<f64>,
     /// When the rest should be done at that rate (RFC 3339); null when unknown.
@@ -207,7 +214,11 @@ impl BatchProgress {
         let done = row.completed + row.failed + row.cancelled;
         let pending = row.pending();
         let percent = if row.total == 0 {
-            100.0
+            if row.filling != 0 {
+                0.0
+            } else {
+                100.0
+            }
         } else {
             // One decimal is enough for a progress bar and keeps the JSON stable.
             ((done as f64) * 1000.0 / (row.total as f64)).floor() / 10.0
@@ -223,6 +234,7 @@ impl BatchProgress {
             failed: row.failed,
             cancelled: row.cancelled,
             percent,
+            filling: row.filling != 0,
             rate_per_min: None,
             eta: None,
             created_at: super::time::rfc3339(row.created_at),
@@ -327,8 +339,11 @@ pub enum Trigger {
     /// Only in summaries stored before schedules: the old `DAILY_CRON` run that
     /// created the day's batch (now the `daily` schedule, fired by any tick).
     Daily,
-    /// Every cron: fire due schedules, reap expired leases, drain.
+    /// Every cron: fire due schedules, reap expired leases, drain (or, with
+    /// `DRAINERS` > 1, send the drain messages).
     Tick,
+    /// A drainer: one `DRAIN_QUEUE` message, one drain.
+    Queue,
 }
 
 impl Trigger {
@@ -336,6 +351,7 @@ impl Trigger {
         match self {
             Trigger::Daily => "daily",
             Trigger::Tick => "tick",
+            Trigger::Queue => "queue",
         }
     }
 }
@@ -361,16 +377,20 @@ pub enum StopReason {
     /// The platform refused a dispatch: the items it and the queue held were
     /// given back unrun, and nothing more was dispatched.
     Refused,
+    /// A tick that drained nothing itself: it sent `DRAINERS` messages to
+    /// `DRAIN_QUEUE`, and the drainers' own summaries say how they stopped.
+    Drainers,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 6] = [
+    pub const ALL: [StopReason; 7] = [
         StopReason::Drained,
         StopReason::Budget,
         StopReason::Deadline,
         StopReason::Error,
         StopReason::ChildCap,
         StopReason::Refused,
+        StopReason::Drainers,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -381,6 +401,7 @@ impl StopReason {
             StopReason::Error => "error",
             StopReason::ChildCap => "child_cap",
             StopReason::Refused => "refused",
+            StopReason::Drainers => "drainers",
         }
     }
 }
@@ -462,6 +483,11 @@ impl Tally {
 /// all in this one form. Timestamps are RFC 3339 text in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvocationSummary {
+    /// The invocation's id, drawn when it starts: what its outbound calls and its
+    /// children's carry as `Fanout-Invocation` and every log line of it and of its
+    /// children shows as `invocation`. `None` in summaries stored before it was.
+    #[serde(default)]
+    pub invocation: Option<String>,
     pub trigger: Trigger,
     #[serde(with = "super::time::rfc3339_ms")]
     pub started_at: i64,
@@ -507,6 +533,7 @@ mod tests {
             callback_status: None,
             callback_attempts: None,
             callback_error: None,
+            filling: 0,
         }
     }
 

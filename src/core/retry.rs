@@ -202,6 +202,29 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_after_sets_the_next_attempt_instead_of_the_backoff_capped_by_the_cap() {
+        let retry = Outcome::Retry("HTTP 429".into());
+        let after = |attempt, delay_ms| {
+            let mut t = decide(&item(attempt, 5), &retry, POLICY, 1_000, 0.9);
+            defer(&mut t, Some(delay_ms), POLICY, 1_000);
+            t
+        };
+        let t = after(2, 2_000);
+        assert_eq!(t.status, ItemStatus::Pending);
+        assert_eq!(t.run_after, Some(1_000 + 2_000));
+        assert_eq!(t.error.as_deref(), Some("attempt 2 failed: HTTP 429"));
+        let capped = after(1, 86_400_000);
+        assert_eq!(capped.run_after, Some(1_000 + POLICY.max_ms));
+        let last = after(5, 2_000);
+        assert_eq!(last.status, ItemStatus::Failed);
+        assert_eq!(last.run_after, None);
+        assert_eq!(
+            last.error.as_deref(),
+            Some("gave up after 5 attempts; last error: HTTP 429")
+        );
+    }
+
+    #[test]
     fn permanent_failure_is_terminal_on_first_attempt() {
         let t = decide(
             &item(1, 5),

@@ -148,6 +148,7 @@ mod tests {
             callback_status: None,
             callback_attempts: None,
             callback_error: None,
+            filling: 0,
         }
     }
 

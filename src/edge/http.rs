@@ -140,7 +140,15 @@ async fn admin(
     let db = env
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let store = Store::new(D1Db::new(db));
+    let store = Store::new(D1Db::new(db)).with_kind_attempts(jobs.max_attempts_by_kind());
+    // A `service` item may name a binding SERVICE_BINDINGS lists and the Worker has.
+    let services: Vec<String> = cfg
+        .settings
+        .service_bindings
+        .iter()
+        .filter(|name| env.service(name).is_ok())
+        .cloned()
+        .collect();
     let app = App {
         store: &store,
         settings: &cfg.settings,
@@ -150,6 +158,7 @@ async fn admin(
         new_id: &clock::random_id,
         event: &log::event,
         jobs,
+        services: &services,
     };
     let served = api::serve(&app, route, request, WorkerBody(req)).await;
     *rows_read = Some(store.usage().rows_read);

@@ -11,6 +11,7 @@ mod http;
 mod log;
 mod outbound;
 mod probe;
+mod queue;
 mod run;
 mod schedule;
 
@@ -18,7 +19,7 @@ mod schedule;
 /// so any fixed name works; one name keeps the dispatch and probe URLs in step.
 const SELF_ORIGIN: &str = "https://cron-fanout.internal";
 
-use worker::{Env, Request, Response, Result, ScheduledEvent};
+use worker::{Env, MessageBatch, Request, Response, Result, ScheduledEvent};
 
 use crate::jobs::Jobs;
 
@@ -35,4 +36,14 @@ pub async fn on_fetch(req: Request, env: Env, jobs: &Jobs) -> Result<Response> {
 /// A scheduled event, run with the Worker's kinds (`Fanout::scheduled`).
 pub async fn on_scheduled(event: ScheduledEvent, env: Env, jobs: &Jobs) {
     schedule::on_schedule(event, env, jobs).await;
+}
+
+/// A queue batch of drain messages (`DRAINERS` > 1), run with the Worker's kinds
+/// (`Fanout::queue`): one drain per message, awaited like the tick's.
+pub async fn on_queue(
+    batch: MessageBatch<crate::core::drainers::DrainMessage>,
+    env: Env,
+    jobs: &Jobs,
+) {
+    queue::on_queue(batch, env, jobs).await;
 }

@@ -17,10 +17,12 @@ pub mod memory;
 pub mod multi;
 pub mod noop;
 pub mod outbound;
+pub mod service;
 pub mod webhook;
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use futures::future::{select, Either, LocalBoxFuture};
 use serde::de::DeserializeOwned;
@@ -31,7 +33,9 @@ pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
-pub use outbound::{Outbound, Request, Response, Signal};
+pub use outbound::{
+    Correlated, Outbound, Request, Response, ServiceError, Signal, INVOCATION_HEADER,
+};
 
 /// A job kind. Only `name` and `run` are required; the rest has defaults.
 pub trait Job: 'static {
@@ -73,13 +77,21 @@ pub trait Job: 'static {
     fn policy(&self) -> Policy {
         Policy::default()
     }
+
+    /// Whether the drain runs it itself, not through a `SELF` child, in fanout
+    /// mode: for a kind whose run is one call to another Worker (`service`), which
+    /// is an invocation of its own already. Default: no.
+    fn runs_in_drain(&self) -> bool {
+        false
+    }
 }
 
 /// A kind's own settings; `None` keeps the global setting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// Attempts per item, as `MAX_ATTEMPTS` (1 to 100). Checked, not applied
-    /// yet: items get `MAX_ATTEMPTS` when enqueued.
+    /// Attempts per item, as `MAX_ATTEMPTS` (1 to 100): its items get it when
+    /// enqueued, and a replay grows their allowance by it
+    /// (`Jobs::max_attempts_by_kind`, `Store::with_kind_attempts`).
     pub max_attempts: Option<i64>,
     /// How long one run may take, as `JOB_TIMEOUT_MS`. Leases and the drain's
     /// deadlines are sized from `JOB_TIMEOUT_MS`, so a longer one is clamped to it:
@@ -139,6 +151,10 @@ impl Policy {
 /// deliveries and check targets again).
 #[derive(Debug, Clone, Default)]
 pub struct RunConfig {
+    /// The id of the invocation that dispatched the item (a tick's or a
+    /// drainer's, `GET /invocations`): every request of the run carries it as
+    /// `Fanout-Invocation` ([`Correlated`]). `None`: no header.
+    pub invocation: Option<String>,
     /// `WEBHOOK_SECRET`.
     pub webhook_secret: String,
     /// `DISPATCH_SECRET` (and the previous one during a rotation): no subject's
@@ -151,6 +167,9 @@ pub struct RunConfig {
     pub own_hostnames: Vec<String>,
     /// `JOB_TIMEOUT_MS`, the global job timeout.
     pub job_timeout_ms: i64,
+    /// `SERVICE_BINDINGS`, checked again at run time: a `service` item naming a
+    /// binding no longer listed fails then.
+    pub service_bindings: Vec<String>,
 }
 
 impl RunConfig {
@@ -161,6 +180,7 @@ impl RunConfig {
             allow_private: self.allow_private_targets,
             own_host: None,
             own_hostnames: &self.own_hostnames,
+            services: &self.service_bindings,
         }
     }
 
@@ -261,6 +281,7 @@ trait Kind {
     fn subrequests_per_run(&self) -> i64;
     fn has_channels(&self) -> bool;
     fn policy(&self) -> Policy;
+    fn runs_in_drain(&self) -> bool;
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome>;
 }
 
@@ -289,6 +310,10 @@ impl<J: Job> Kind for J {
 
     fn policy(&self) -> Policy {
         Job::policy(self)
+    }
+
+    fn runs_in_drain(&self) -> bool {
+        Job::runs_in_drain(self)
     }
 
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome> {
@@ -333,12 +358,13 @@ impl Default for Jobs {
 }
 
 impl Jobs {
-    /// `webhook`, `multi`, `noop`, and the internal `callback`.
+    /// `webhook`, `multi`, `service`, `noop`, and the internal `callback`.
     pub fn builtin() -> Jobs {
         Jobs {
             public: vec![
                 Box::new(webhook::Webhook),
                 Box::new(multi::Multi),
+                Box::new(service::Service),
                 Box::new(noop::Noop),
             ],
             internal: vec![Box::new(callback::Callback)],
@@ -396,9 +422,26 @@ impl Jobs {
         self.find(kind).is_some_and(|k| k.has_channels())
     }
 
+    /// Whether the drain runs items of `kind` itself in fanout mode
+    /// ([`Job::runs_in_drain`]).
+    pub fn runs_in_drain(&self, kind: &str) -> bool {
+        self.find(kind).is_some_and(|k| k.runs_in_drain())
+    }
+
     /// `kind`'s own policy (the default for an unknown kind).
     pub fn policy(&self, kind: &str) -> Policy {
         self.find(kind).map(|k| k.policy()).unwrap_or_default()
+    }
+
+    /// The attempts of each kind that declares its own (`Policy::max_attempts`):
+    /// what the store gives its items when they are enqueued and when a replay
+    /// grows their allowance; other kinds get the global `MAX_ATTEMPTS`.
+    pub fn max_attempts_by_kind(&self) -> BTreeMap<String, i64> {
+        self.public
+            .iter()
+            .chain(&self.internal)
+            .filter_map(|k| Some((k.name().to_string(), k.policy().max_attempts?)))
+            .collect()
     }
 
     /// The backoff of each kind with its own (`Policy::retry` under the global
@@ -463,6 +506,15 @@ impl Jobs {
     ) -> Ran {
         let Some(job) = self.find(&item.kind) else {
             return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
+        };
+        // One place for every kind: all its requests go through this seam.
+        let correlated = config
+            .invocation
+            .as_deref()
+            .map(|id| Correlated::new(outbound, id));
+        let outbound: &dyn Outbound = match &correlated {
+            Some(c) => c,
+            None => outbound,
         };
         let mut ctx = Context::new(item, config, outbound, host);
         ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);

@@ -281,11 +281,13 @@ mod tests {
         allow_private: true,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     #[test]
@@ -392,6 +394,74 @@ mod tests {
                 Outcome::Fail(format!("HTTP {s}: redirects are not followed"))
             );
         }
+    }
+
+    /// An answer with this status, text and `Retry-After`.
+    fn answer(status: u16, text: &str, retry_after: Option<&str>) -> Answered {
+        let mut response = Response::new(status);
+        response.body = text.into();
+        if let Some(value) = retry_after {
+            response.headers.push(("Retry-After".into(), value.into()));
+        }
+        classify_answer(&response)
+    }
+
+    fn outcome(status: u16, text: &str, retry_after: Option<&str>) -> Outcome {
+        answer(status, text, retry_after).outcome
+    }
+
+    #[test]
+    fn answers_map_by_status_with_a_permanent_failures_text() {
+        assert_eq!(outcome(200, "ignored", None), Outcome::Done);
+        assert_eq!(outcome(204, "", Some("5")), Outcome::Done);
+        // A retry's reason is its status: the next attempt may say more.
+        assert_eq!(
+            outcome(503, " busy \n", None),
+            Outcome::Retry("HTTP 503".into())
+        );
+        assert_eq!(outcome(408, "", None), Outcome::Retry("HTTP 408".into()));
+        assert_eq!(
+            outcome(422, " bad user\n", None),
+            Outcome::Fail("HTTP 422: bad user".into())
+        );
+        assert_eq!(
+            outcome(301, "moved", None),
+            Outcome::Fail("HTTP 301: redirects are not followed: moved".into())
+        );
+    }
+
+    #[test]
+    fn a_permanent_failures_text_is_cut_to_200_bytes_on_a_char_boundary() {
+        let Outcome::Fail(reason) = outcome(400, &"é".repeat(150), None) else {
+            panic!("a 400 is permanent");
+        };
+        let text = reason.strip_prefix("HTTP 400: ").unwrap();
+        assert_eq!(text.len(), MAX_ANSWER_TEXT_BYTES);
+        assert_eq!(text, "é".repeat(100));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_delays_a_retry_only() {
+        assert_eq!(
+            answer(429, "slow down", Some(" 2 ")),
+            Answered {
+                outcome: Outcome::Retry("HTTP 429".into()),
+                retry_after_ms: Some(2_000)
+            }
+        );
+        // A date, a negative or a fraction is not seconds: the backoff applies.
+        for other in ["Wed, 21 Oct 2015 07:28:00 GMT", "-1", "1.5", ""] {
+            assert_eq!(
+                answer(503, "", Some(other)),
+                Outcome::Retry("HTTP 503".into()).into(),
+                "{other}"
+            );
+        }
+        // On a permanent failure it means nothing.
+        assert_eq!(
+            answer(400, "", Some("2")),
+            Outcome::Fail("HTTP 400".into()).into()
+        );
     }
 
     #[test]

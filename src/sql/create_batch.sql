@@ -3,6 +3,10 @@
 -- ?1, so when the key already existed they change nothing (an existing batch
 -- keeps its own on_finish too).
 -- ?2 key, ?3 now, ?4 on_finish as stored ({"url": …}, core::callback) or NULL,
--- ?5 the attempts its callback gets (MAX_ATTEMPTS), NULL without ?4.
-INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts)
-VALUES (?1, ?2, 'running', ?3, ?4, ?5);
+-- ?5 the attempts its callback gets (MAX_ATTEMPTS), NULL without ?4,
+-- ?6 what it is filled from (`batches.fill`, JSON: core::schedule::fill) for a batch
+-- over subjects, its cursor then starting before the first subject (''); NULL for
+-- explicit items (enqueued in the same batch(), nothing to fill later).
+INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts,
+                               fill, fill_after)
+VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END);

@@ -1,17 +1,26 @@
--- First statement of a schedule's fire (one batch() with enqueue_for_schedule.sql,
--- set_batch_total.sql and advance_schedule.sql): the batch row, unless its key
+-- First statement of a schedule's fire (one batch() with fill_batch_page.sql,
+-- advance_fill.sql and advance_schedule.sql): the batch row, unless its key
 -- exists (invariant 5: re-firing creates nothing) or the schedule was replaced or
 -- deleted since the fire was planned (revision; created_at too, because a schedule
--- deleted and created again restarts at revision 1). The statements after it act
--- on batch ?1 only, so then they add nothing.
+-- deleted and created again restarts at revision 1), or no active subject is in its
+-- group ?8 (NULL: any group): a fire that matches nobody makes no batch, and the
+-- schedule still advances (advance_schedule.sql). That check reads one index entry.
+-- The statements after it act on batch ?1 only, so then they add nothing.
 -- The batch carries the schedule's on_finish (its completion callback), whose
 -- delivery gets ?6 attempts.
 -- ?1 fresh batch id, ?2 key (<schedule id>:<date or instant>), ?3 now,
 -- ?4 schedule id, ?5 the schedule's revision when planned, ?6 MAX_ATTEMPTS,
--- ?7 the schedule's created_at when planned.
+-- ?7 the schedule's created_at when planned, ?8 the schedule's group (NULL: every group),
+-- ?9 what the batch is filled from (`batches.fill`, JSON: core::schedule::fill), its
+-- cursor starting before the first subject ('').
 INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id, on_finish,
-                               callback_max_attempts)
+                               callback_max_attempts, fill, fill_after)
 SELECT ?1, ?2, 'running', ?3, s.id, s.on_finish,
-       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END
+       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, ''
 FROM schedules AS s
-WHERE s.id = ?4 AND s.revision = ?5 AND s.created_at = ?7 AND s.enabled = 1;
+WHERE s.id = ?4 AND s.revision = ?5 AND s.created_at = ?7 AND s.enabled = 1
+  AND CASE WHEN ?8 IS NULL
+           THEN EXISTS (SELECT 1 FROM subjects INDEXED BY subjects_zone WHERE active = 1)
+           ELSE EXISTS (SELECT 1 FROM subjects INDEXED BY subjects_group_zone
+                        WHERE active = 1 AND group_name = ?8)
+      END;

@@ -4,7 +4,9 @@
 -- finished_at (a cancelled batch "ends cancelled" once its in-flight items have
 -- committed and its pending ones were swept). One compare-and-set on (status,
 -- finished_at); the counters are exact (trigger and bulk moves), so no item is
--- counted. Paused batches are left alone: they end after a resume.
+-- counted. Paused batches are left alone: they end after a resume. A batch still
+-- being filled from subjects (fill_after set, migration 0011) is not ended either:
+-- its items so far may all have ended while more are still to be enqueued.
 -- Setting finished_at fires the trigger batches_enqueue_callback (migration 0007):
 -- a batch with on_finish gets its completion callback enqueued (or re-armed) in
 -- this very statement, so an end and its callback commit together or not at all.
@@ -16,5 +18,6 @@ WHERE id IN (
   SELECT id FROM batches INDEXED BY batches_status
   WHERE status IN ('running', 'cancelled') AND finished_at IS NULL
     AND completed + failed + cancelled >= total
+    AND fill_after IS NULL
 )
 RETURNING id, key, status, total, completed, failed, cancelled, created_at, finished_at;

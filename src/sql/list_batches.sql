@@ -8,7 +8,7 @@
 -- flight once. A completion callback in flight is no item of its batch.
 -- ?1 page size.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
-       b.finished_at, b.schedule_id, b.on_finish,
+       b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
        coalesce(p.processing, 0) AS processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM (

@@ -4,11 +4,12 @@
 -- running or paused batch, never a completion callback (it is re-armed by its
 -- batch's next end). Receipts (multi-channel items) are kept: a replay sends only
 -- the channels not yet delivered. Returns the id when it moved.
--- ?1 item id, ?2 now, ?3 attempts to add (MAX_ATTEMPTS).
+-- ?1 item id, ?2 now, ?3 attempts to add (MAX_ATTEMPTS), ?4 JSON object kind →
+-- attempts for kinds that declare their own (jobs::Policy): those add theirs.
 UPDATE cron_queue
 SET status = 'pending',
     run_after = ?2,
-    max_attempts = max_attempts + ?3,
+    max_attempts = max_attempts + coalesce(json_extract(?4, '$."' || kind || '"'), ?3),
     completed_at = NULL
 WHERE id = ?1 AND status = 'failed' AND kind <> 'callback'
   AND EXISTS (SELECT 1 FROM batches AS b

@@ -9,11 +9,12 @@
 -- never in a page: '' is not after ?2. Returns the rows moved; the last subject_id
 -- is where the next page starts.
 -- ?1 batch id, ?2 subject_id to page after, ?3 substring of last_error or NULL,
--- ?4 page size, ?5 now, ?6 attempts to add (MAX_ATTEMPTS).
+-- ?4 page size, ?5 now, ?6 attempts to add (MAX_ATTEMPTS), ?7 JSON object kind →
+-- attempts for kinds that declare their own (jobs::Policy): those add theirs.
 UPDATE cron_queue
 SET status = 'pending',
     run_after = ?5,
-    max_attempts = max_attempts + ?6,
+    max_attempts = max_attempts + coalesce(json_extract(?7, '$."' || kind || '"'), ?6),
     completed_at = NULL
 WHERE id IN (
   SELECT id FROM cron_queue INDEXED BY cron_queue_failed

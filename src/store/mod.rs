@@ -24,9 +24,10 @@ use crate::core::model::{
     ItemRow, ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
 };
 use crate::core::requests::{ItemInput, SubjectInput};
+use crate::core::schedule::fill::{self, Fill};
 use crate::core::schedule::jitter::subject_seed;
 use crate::core::schedule::plan::{FirePlan, ZoneUse};
-use crate::core::schedule::tick::{self, Fired, TickPlan};
+use crate::core::schedule::tick::{self, FireRead, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::core::throughput;
 use crate::core::upkeep::Upkeep;
@@ -185,6 +186,30 @@ pub const ITEMS_PER_STATEMENT: usize = 500;
 
 pub struct Store<D: Db> {
     db: D,
+    fill: FillPages,
+}
+
+/// How batches over subjects are filled (`core::schedule::fill`): subjects per
+/// statement, pages per call, and the attempts of kinds that declare their own.
+#[derive(Debug, Clone)]
+pub struct FillPages {
+    pub page: i64,
+    pub pages_per_call: i64,
+    pub create_calls: i64,
+    /// Kind → max attempts (`jobs::Policy::max_attempts`); other kinds get the
+    /// global `MAX_ATTEMPTS`.
+    pub attempts: BTreeMap<String, i64>,
+}
+
+impl Default for FillPages {
+    fn default() -> FillPages {
+        FillPages {
+            page: fill::FILL_PAGE,
+            pages_per_call: fill::FILL_PAGES_PER_CALL,
+            create_calls: fill::CREATE_FILL_CALLS,
+            attempts: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -194,7 +219,48 @@ struct Id<T> {
 
 impl<D: Db> Store<D> {
     pub fn new(db: D) -> Store<D> {
-        Store { db }
+        Store {
+            db,
+            fill: FillPages::default(),
+        }
+    }
+
+    /// The same store filling batches in pages of another size (tests), or with
+    /// the kinds' own attempts.
+    pub fn with_fill(mut self, fill: FillPages) -> Store<D> {
+        self.fill = fill;
+        self
+    }
+
+    /// The same store giving items of these kinds their own max attempts
+    /// (`Jobs::max_attempts_by_kind`) when enqueued and replayed.
+    pub fn with_kind_attempts(mut self, attempts: BTreeMap<String, i64>) -> Store<D> {
+        self.fill.attempts = attempts;
+        self
+    }
+
+    pub fn fill_pages(&self) -> &FillPages {
+        &self.fill
+    }
+
+    /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
+    /// still filling (`None`). Two statements of a `batch()`.
+    fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 2] {
+        [
+            (sql::FILL_BATCH_PAGE, vec![id.into(), self.fill.page.into()]),
+            (sql::ADVANCE_FILL, vec![id.into()]),
+        ]
+    }
+
+    /// Continue the fills of batches still filling, oldest first: one call of
+    /// `pages_per_call` pages (each bounded by `page` subjects). Returns the batch
+    /// the last page advanced, if any page ran.
+    pub async fn continue_fills(&self, id: Option<&str>) -> StoreResult<Option<FillState>> {
+        let mut statements = Vec::new();
+        for _ in 0..self.fill.pages_per_call.max(1) {
+            statements.extend(self.fill_page(id));
+        }
+        Ok(self.db.batch_rows(statements).await?.pop())
     }
 
     pub fn usage(&self) -> Usage {
@@ -237,6 +303,12 @@ impl<D: Db> Store<D> {
         on_finish: Option<&str>,
     ) -> StoreResult<Created> {
         let callback_attempts = on_finish.map(|_| max_attempts);
+        let fill = match source {
+            BatchSource::ActiveSubjects => {
+                Some(Fill::all_subjects(now, max_attempts, &self.fill.attempts).to_json())
+            }
+            BatchSource::Items(_) => None,
+        };
         let mut statements = vec![(
             sql::CREATE_BATCH,
             vec![
@@ -245,13 +317,17 @@ impl<D: Db> Store<D> {
                 now.into(),
                 on_finish.into(),
                 callback_attempts.into(),
+                fill.into(),
             ],
         )];
         match source {
-            BatchSource::ActiveSubjects => statements.push((
-                sql::ENQUEUE_FROM_SUBJECTS,
-                vec![id.into(), max_attempts.into(), now.into()],
-            )),
+            // Its first pages in this call, then more calls of pages until it is
+            // filled or `create_calls` are made (ticks continue a bigger one).
+            BatchSource::ActiveSubjects => {
+                for _ in 0..self.fill.pages_per_call.max(1) {
+                    statements.extend(self.fill_page(Some(id)));
+                }
+            }
             BatchSource::Items(items) => {
                 for chunk in items.chunks(ITEMS_PER_STATEMENT) {
                     statements.push((
@@ -261,21 +337,41 @@ impl<D: Db> Store<D> {
                             max_attempts.into(),
                             now.into(),
                             items_json(chunk).into(),
+                            self.attempts_json().into(),
                         ],
                     ));
                 }
+                statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
             }
         }
-        statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
         self.db.batch(statements).await?;
         let row = self.batch_by_key(key).await?.ok_or_else(|| {
             StoreError::Missing(format!("batch {key:?}, right after creating it,"))
         })?;
-        Ok(if row.id == id {
-            Created::New(row)
-        } else {
-            Created::Existing(row)
-        })
+        if row.id != id {
+            return Ok(Created::Existing(row));
+        }
+        let (mut filling, mut calls) = (row.filling != 0, 1);
+        while filling && calls < self.fill.create_calls {
+            // A call the budget refuses or that fails leaves the rest to the ticks.
+            match self.continue_fills(Some(id)).await {
+                Ok(state) => filling = state.is_some_and(|s| s.filling != 0),
+                Err(_) => break,
+            }
+            calls += 1;
+        }
+        if calls == 1 {
+            return Ok(Created::New(row));
+        }
+        let row = self.get_batch(id).await?.ok_or_else(|| {
+            StoreError::Missing(format!("batch {key:?}, right after filling it,"))
+        })?;
+        Ok(Created::New(row))
+    }
+
+    /// The kinds' own attempts as the JSON object the enqueue statements read.
+    fn attempts_json(&self) -> String {
+        serde_json::to_string(&self.fill.attempts).unwrap_or_else(|_| "{}".into())
     }
 
     pub async fn batch_by_key(&self, key: &str) -> StoreResult<Option<BatchRow>> {
@@ -674,9 +770,12 @@ impl<D: Db> Store<D> {
     /// apart from each other ([`tick::Isolation`]): the whole page in one
     /// `batch()` that also reads back the batches it made; if that fails, each
     /// half on its own, and so on, at most [`tick::FIRE_APPLY_CALLS`] calls; then
-    /// one statement backing off the schedules whose fire failed on its own. So 1
-    /// D1 call when nothing is due, 2 when the page applies (3 with the zones), at most
-    /// `2 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`) however many fail.
+    /// one statement backing off the schedules whose fire failed on its own. The
+    /// due page is read in the call that first continues the fills still running
+    /// ([`Store::continue_fills`]'s pages); if that call fails, the due page is read
+    /// alone. So 1 D1 call when nothing is due, 2 when the page applies (3 with the
+    /// zones), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
+    /// however many fail.
     /// `Err` only if the due page or the zones could not be read: then nothing was
     /// applied and every schedule is still due. Every planned fire ends in exactly
     /// one of [`FireReport`]'s `fired` (or applied without a batch), `failed`, `left`.
@@ -687,7 +786,19 @@ impl<D: Db> Store<D> {
         max_attempts: i64,
         new_id: &dyn Fn() -> String,
     ) -> StoreResult<FireReport> {
-        let due = self.due_schedules(now, page).await?;
+        // The first call continues the fills still running (bounded pages, oldest
+        // batch first) and reads the due page; a fill that fails costs a second
+        // call reading the due page alone, so it holds up no fire.
+        let mut statements = Vec::new();
+        for _ in 0..self.fill.pages_per_call.max(1) {
+            statements.extend(self.fill_page(None));
+        }
+        statements.push((sql::DUE_SCHEDULES, vec![now.into(), page.into()]));
+        let (due, fill): (Vec<ScheduleRow>, _) = match self.db.batch_rows(statements).await {
+            Ok(due) => (due, Ok(())),
+            Err(e @ StoreError::OverBudget(_)) => return Err(e),
+            Err(e) => (self.due_schedules(now, page).await?, Err(e)),
+        };
         let in_use = if tick::needs_zones(&due) {
             let (groups, every_group) = tick::zone_groups(&due);
             self.zones_of(&groups, every_group).await?
@@ -696,6 +807,7 @@ impl<D: Db> Store<D> {
         };
         let plan = tick::plan_tick(&due, now, &in_use, new_id, max_attempts);
         let mut report = FireReport {
+            fill,
             fired: Vec::new(),
             failed: Vec::new(),
             left: Vec::new(),
@@ -786,12 +898,13 @@ impl<D: Db> Store<D> {
     }
 
     /// Apply fire plans in one transaction: for each, its batch (created unless the
-    /// key exists or the schedule changed since planning), its items (one
-    /// `INSERT … SELECT` whatever the number of subjects), its total, and the
-    /// schedule's advance; last, the batches their keys name, read back. 4
+    /// key exists, the schedule changed since planning or no subject matches), its
+    /// first page of items (at most `FILL_PAGE` subjects, one `INSERT … SELECT`)
+    /// with its cursor and total, and the schedule's advance; last, the batches
+    /// their keys name, read back. 4
     /// statements per fire and the read-back, one call for all of them; nothing is
     /// written if any statement fails, so every plan is due again.
-    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<BatchRow>> {
+    pub async fn fire_schedules(&self, plans: &[FirePlan]) -> StoreResult<Vec<FireRead>> {
         if plans.is_empty() {
             return Ok(Vec::new());
         }
@@ -808,21 +921,13 @@ impl<D: Db> Store<D> {
                         plan.revision.into(),
                         b.max_attempts.into(),
                         plan.created_at.into(),
-                    ],
-                ));
-                statements.push((
-                    sql::ENQUEUE_FOR_SCHEDULE,
-                    vec![
-                        b.batch_id.as_str().into(),
-                        b.max_attempts.into(),
-                        b.fire_at.into(),
-                        b.zone_times.as_str().into(),
-                        b.fire_seed.into(),
-                        b.jitter_seconds.into(),
                         b.group.clone().into(),
+                        b.fill(&self.fill.attempts).to_json().into(),
                     ],
                 ));
-                statements.push((sql::SET_BATCH_TOTAL, vec![b.batch_id.as_str().into()]));
+                // Its first page (at most `page` subjects) and its cursor; ticks
+                // continue a bigger fill (`continue_fills`).
+                statements.extend(self.fill_page(Some(&b.batch_id)));
             }
             statements.push((
                 sql::ADVANCE_SCHEDULE,
@@ -837,20 +942,28 @@ impl<D: Db> Store<D> {
                 ],
             ));
         }
-        let keys: Vec<&str> = plans
-            .iter()
-            .filter_map(|p| p.batch.as_ref().map(|b| b.key.as_str()))
-            .collect();
-        let keys = serde_json::to_string(&keys).map_err(|e| StoreError::Json(e.to_string()))?;
-        statements.push((sql::GET_BATCHES_BY_KEYS, vec![keys.into()]));
+        statements.push((sql::FIRED_BATCHES, vec![tick::read_back_json(plans).into()]));
         self.db.batch_rows(statements).await
     }
+}
+
+/// A batch as a page of its fill left it (`sql/advance_fill.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FillState {
+    pub id: String,
+    pub key: String,
+    pub total: i64,
+    /// 1 while subjects are left to enqueue.
+    pub filling: i64,
 }
 
 /// What [`Store::fire_due`] did with each due schedule: applied ([`Fired`] per
 /// fire with a batch), failed on its own and backed off, or left due.
 #[derive(Debug)]
 pub struct FireReport {
+    /// Whether the fills still running were continued (a page each, at most
+    /// `pages_per_call`); if not, they are tried again on the next tick.
+    pub fill: StoreResult<()>,
     pub plan: TickPlan,
     /// Per applied fire with a batch, read back in the same call.
     pub fired: Vec<Fired>,
@@ -927,7 +1040,8 @@ impl<D: Db> Store<D> {
 
     /// Requeue up to `page` failed items of batch `id` whose subject_id sorts after
     /// `after` (and whose last error contains `error_contains`), due at `now`, with
-    /// `grow` more attempts; reopens the batch if it had finished. One call (two
+    /// `grow` more attempts (a kind's own max attempts for its items,
+    /// [`Store::with_kind_attempts`]); reopens the batch if it had finished. One call (two
     /// statements). Returns what moved, in subject_id order: nothing for a
     /// cancelled batch.
     pub async fn requeue_failed_page(
@@ -942,7 +1056,7 @@ impl<D: Db> Store<D> {
         let selection =
             || -> Vec<Param> { vec![id.into(), after.into(), error_contains.into(), page.into()] };
         let mut requeue = selection();
-        requeue.extend([now.into(), grow.into()]);
+        requeue.extend([now.into(), grow.into(), self.attempts_json().into()]);
         self.db
             .batch_rows(vec![
                 (sql::REOPEN_FOR_REPLAY, selection()),
@@ -964,7 +1078,12 @@ impl<D: Db> Store<D> {
                 (sql::REOPEN_FOR_ITEM_REPLAY, vec![item_id.into()]),
                 (
                     sql::REQUEUE_FAILED_ITEM,
-                    vec![item_id.into(), now.into(), grow.into()],
+                    vec![
+                        item_id.into(),
+                        now.into(),
+                        grow.into(),
+                        self.attempts_json().into(),
+                    ],
                 ),
             ])
             .await?;

@@ -3,7 +3,7 @@
 //! `.job(YourKind)` after `Fanout::new()` (docs/api.md).
 #![cfg(target_arch = "wasm32")]
 
-use cron_fanout::Fanout;
+use cron_fanout::{DrainBatch, Fanout};
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 
 #[event(start)]
@@ -19,4 +19,9 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, ctx: ScheduleContext) {
     Fanout::new().scheduled(event, env, ctx).await
+}
+
+#[event(queue)]
+async fn queue(batch: DrainBatch, env: Env, ctx: Context) -> Result<()> {
+    Fanout::new().queue(batch, env, ctx).await
 }

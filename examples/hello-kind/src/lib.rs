@@ -102,5 +102,11 @@ mod events {
     async fn scheduled(event: ScheduledEvent, env: Env, ctx: ScheduleContext) {
         fanout().scheduled(event, env, ctx).await
     }
+
+    // Only with DRAINERS > 1 (a DRAIN_QUEUE whose consumer is this Worker).
+    #[event(queue)]
+    async fn queue(batch: cron_fanout::DrainBatch, env: Env, ctx: Context) -> Result<()> {
+        fanout().queue(batch, env, ctx).await
+    }
 }
 // events:end

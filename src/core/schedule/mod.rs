@@ -9,11 +9,13 @@
 //!   [`ScheduleSpec::latest_at_or_before`]);
 //! - [`key`]: batch keys and the keys ad-hoc batches may not use;
 //! - [`jitter`]: per-(fire, subject) start offsets, twin of the fire SQL;
+//! - [`fill`]: a batch filled from subjects in bounded pages;
 //! - [`plan`]: a due schedule row → the one fire the store applies;
 //! - [`tick`]: one tick's page of due rows → plans, and what became of each fire.
 
 pub mod body;
 pub mod cron;
+pub mod fill;
 pub mod jitter;
 pub mod key;
 pub mod occurrence;

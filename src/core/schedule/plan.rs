@@ -13,12 +13,13 @@
 //! subject in an earlier zone, added since, moves that date's first instant before
 //! the save.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono_tz::Tz;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::fill::Fill;
 use super::jitter::fire_seed;
 use super::key::batch_key;
 use super::zone::parse_zone;
@@ -73,6 +74,22 @@ pub struct NewBatch {
     pub fire_seed: i64,
     pub jitter_seconds: i64,
     pub group: Option<String>,
+}
+
+impl NewBatch {
+    /// What the batch is filled from (`batches.fill`), with the kinds' own attempts.
+    pub fn fill(&self, attempts: &BTreeMap<String, i64>) -> Fill {
+        Fill {
+            group: self.group.clone(),
+            zone_times: serde_json::from_str(&self.zone_times)
+                .unwrap_or_else(|_| Value::Object(Map::new())),
+            fire_at: self.fire_at,
+            fire_seed: self.fire_seed,
+            jitter_seconds: self.jitter_seconds,
+            max_attempts: self.max_attempts,
+            attempts: attempts.clone(),
+        }
+    }
 }
 
 /// What one tick does to one due schedule.

@@ -11,7 +11,7 @@ use std::ops::Range;
 use super::plan::{disable, plan_fire, FirePlan, ZoneUse};
 use super::zone::SUBJECT_ZONE;
 use super::{ScheduleError, ScheduleRow};
-use crate::core::model::BatchRow;
+use serde::Deserialize;
 
 /// Due schedules one tick fires, oldest first; the rest wait for the next tick.
 /// When nothing fails the page is one `batch()` of 4 statements per fire (one
@@ -262,6 +262,9 @@ pub enum Fired {
         batch_id: String,
         key: String,
     },
+    /// No active subject matched the schedule: no batch was created, and the
+    /// schedule advanced to its next occurrence as after any fire.
+    Empty { schedule_id: String, key: String },
     /// The schedule was replaced or deleted between the plan and its apply: the
     /// fire applied nothing (its `revision` and `created_at` no longer matched).
     Superseded { schedule_id: String, key: String },
@@ -277,30 +280,63 @@ impl Fired {
     }
 }
 
-/// Each fire's outcome from the batches its key names after the apply (read with
-/// one statement): ours if it has the id we planned, someone else's otherwise,
-/// none if the fire was superseded.
-pub fn outcomes(plans: &[FirePlan], batches: &[BatchRow]) -> Vec<Fired> {
+/// One fire read back after its apply (`sql/fired_batches.sql`): the batch its key
+/// names, if any, and whether its schedule is still the row it was planned from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FireRead {
+    pub key: String,
+    pub batch_id: Option<String>,
+    pub total: Option<i64>,
+    /// 1 when the schedule still has the plan's revision and created_at.
+    pub current: i64,
+}
+
+/// The JSON parameter of `sql/fired_batches.sql` for these plans.
+pub fn read_back_json(plans: &[FirePlan]) -> String {
+    let rows: Vec<serde_json::Value> = plans
+        .iter()
+        .filter_map(|p| {
+            let b = p.batch.as_ref()?;
+            Some(
+                serde_json::json!({"key": b.key, "schedule_id": p.schedule_id,
+                                    "revision": p.revision, "created_at": p.created_at}),
+            )
+        })
+        .collect();
+    serde_json::Value::Array(rows).to_string()
+}
+
+/// Each fire's outcome from what was read back after the apply (one statement):
+/// ours if its key names the id we planned, someone else's if another id, empty
+/// if no batch and the schedule is the row planned from (it advanced), superseded
+/// if no batch and the schedule changed.
+pub fn outcomes(plans: &[FirePlan], read: &[FireRead]) -> Vec<Fired> {
     plans
         .iter()
         .filter_map(|plan| {
             let new = plan.batch.as_ref()?;
             let schedule_id = plan.schedule_id.clone();
             let key = new.key.clone();
-            Some(match batches.iter().find(|b| b.key == new.key) {
-                Some(b) if b.id == new.batch_id => Fired::Created {
-                    schedule_id,
-                    batch_id: b.id.clone(),
-                    key,
-                    total: b.total,
+            let row = read.iter().find(|r| r.key == new.key);
+            Some(
+                match row.and_then(|r| r.batch_id.as_ref().map(|id| (r, id))) {
+                    Some((r, id)) if *id == new.batch_id => Fired::Created {
+                        schedule_id,
+                        batch_id: id.clone(),
+                        key,
+                        total: r.total.unwrap_or(0),
+                    },
+                    Some((_, id)) => Fired::Existing {
+                        schedule_id,
+                        batch_id: id.clone(),
+                        key,
+                    },
+                    None if row.is_some_and(|r| r.current == 1) => {
+                        Fired::Empty { schedule_id, key }
+                    }
+                    None => Fired::Superseded { schedule_id, key },
                 },
-                Some(b) => Fired::Existing {
-                    schedule_id,
-                    batch_id: b.id.clone(),
-                    key,
-                },
-                None => Fired::Superseded { schedule_id, key },
-            })
+            )
         })
         .collect()
 }
@@ -332,23 +368,12 @@ mod tests {
         }
     }
 
-    fn batch(id: &str, key: &str, total: i64) -> BatchRow {
-        BatchRow {
-            id: id.into(),
+    fn read(id: Option<&str>, key: &str, total: i64, current: bool) -> FireRead {
+        FireRead {
             key: key.into(),
-            status: "running".into(),
-            total,
-            completed: 0,
-            failed: 0,
-            cancelled: 0,
-            processing: 0,
-            created_at: 0,
-            finished_at: None,
-            schedule_id: None,
-            on_finish: None,
-            callback_status: None,
-            callback_attempts: None,
-            callback_error: None,
+            batch_id: id.map(Into::into),
+            total: id.map(|_| total),
+            current: i64::from(current),
         }
     }
 
@@ -545,18 +570,28 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_tell_created_from_existing_from_superseded() {
+    fn outcomes_tell_created_from_existing_from_empty_from_superseded() {
         let tick = plan_tick(
-            &[row("a", "UTC"), row("b", "UTC"), row("c", "UTC")],
+            &[
+                row("a", "UTC"),
+                row("b", "UTC"),
+                row("c", "UTC"),
+                row("d", "UTC"),
+            ],
             61_000,
             &[],
             &ids(),
             5,
         );
-        let [ka, kb, _] = tick.keys()[..] else {
-            panic!("three keys")
+        let [ka, kb, kc, kd] = tick.keys()[..] else {
+            panic!("four keys")
         };
-        let read = [batch("b1", ka, 7), batch("older", kb, 3)];
+        let read = [
+            read(Some("b1"), ka, 7, true),
+            read(Some("older"), kb, 3, true),
+            read(None, kc, 0, true),
+            read(None, kd, 0, false),
+        ];
         let fired = outcomes(&tick.plans, &read);
         assert_eq!(
             fired,
@@ -572,9 +607,13 @@ mod tests {
                     batch_id: "older".into(),
                     key: kb.into()
                 },
-                Fired::Superseded {
+                Fired::Empty {
                     schedule_id: "c".into(),
-                    key: "c:1970-01-01T00:01:00.000Z".into()
+                    key: kc.into()
+                },
+                Fired::Superseded {
+                    schedule_id: "d".into(),
+                    key: "d:1970-01-01T00:01:00.000Z".into()
                 },
             ]
         );

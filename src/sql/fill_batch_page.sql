@@ -1,0 +1,55 @@
+-- Enqueue the next page of a batch being filled from subjects: at most ?2 of the
+-- active subjects its fill names (`batches.fill`: a group, or every group when
+-- "group" is null), those after its cursor `fill_after`, in subject-id order. So
+-- one statement is bounded by the page, whatever the number of subjects; the
+-- next statement (advance_fill.sql, same batch()) moves the cursor and the total,
+-- so a page and its cursor commit together or not at all (a tick that dies between
+-- pages loses and doubles nothing; INSERT OR IGNORE on (batch_id, subject_id) too).
+-- Only into a running or paused batch (a cancelled one stops filling).
+--
+-- run_after = the subject's zone's local fire instant from the fill's "zone_times"
+-- ({"Europe/Berlin": <ms>, ...}), or its "fire_at" for a zone not in the map, plus
+-- jitter ((jitter_seed XOR "fire_seed") mod ("jitter_seconds" + 1)) seconds, XOR
+-- spelled (a | b) - (a & b) (core::schedule::jitter::jitter_ms is the Rust twin).
+-- max_attempts = the fill's "attempts" for the subject's kind, else its
+-- "max_attempts".
+--
+-- A group's page is a range seek on subjects_group_id (group, id > cursor); every
+-- group's page walks the primary key from the cursor, skipping inactive subjects.
+-- The other branch seeks NULL and reads nothing.
+-- ?1 batch id, or NULL for the oldest batch still filling; ?2 page size.
+WITH b AS MATERIALIZED (
+  SELECT id, fill_after AS after, fill ->> 'group' AS grp, fill -> 'zone_times' AS zones,
+         fill ->> 'fire_at' AS fire_at, fill ->> 'fire_seed' AS seed,
+         fill ->> 'jitter_seconds' AS jitter, fill ->> 'max_attempts' AS max_attempts,
+         coalesce(fill -> 'attempts', '{}') AS attempts
+  FROM batches
+  WHERE id = coalesce(?1, (SELECT id FROM batches INDEXED BY batches_filling
+                           WHERE fill_after IS NOT NULL ORDER BY created_at, id LIMIT 1))
+    AND fill_after IS NOT NULL AND status IN ('running', 'paused')
+),
+zone_time(timezone, at) AS MATERIALIZED (
+  SELECT j.key, j.value FROM b, json_each(b.zones) AS j
+),
+page AS (
+  SELECT * FROM (
+    SELECT s.id, s.kind, s.payload, s.timezone, s.jitter_seed
+    FROM subjects AS s INDEXED BY subjects_group_id
+    WHERE s.active = 1 AND s.group_name = (SELECT grp FROM b)
+      AND s.id > (SELECT after FROM b)
+    ORDER BY s.id LIMIT ?2
+  )
+  UNION ALL
+  SELECT * FROM (
+    SELECT s.id, s.kind, s.payload, s.timezone, s.jitter_seed
+    FROM subjects AS s
+    WHERE s.active = 1 AND s.id > (SELECT CASE WHEN grp IS NULL THEN after END FROM b)
+    ORDER BY s.id LIMIT ?2
+  )
+)
+INSERT OR IGNORE INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+SELECT b.id, p.id, p.kind, p.payload,
+       coalesce(b.attempts ->> ('$."' || p.kind || '"'), b.max_attempts),
+       coalesce(z.at, b.fire_at) + ((p.jitter_seed | b.seed) - (p.jitter_seed & b.seed)) % (b.jitter + 1) * 1000
+FROM b, page AS p
+LEFT JOIN zone_time AS z ON z.timezone = p.timezone;
