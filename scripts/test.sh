@@ -15,6 +15,12 @@ cargo test --workspace
 printf '\n==> build the Worker (release, as deployed)\n'
 bash scripts/build.sh
 
+printf '\n==> build the example Worker of its own kind (examples/hello-kind)\n'
+bash scripts/build.sh --dev examples/hello-kind build
+
+printf '\n==> build the app the project started from, on the library (examples/streak-reminder)\n'
+bash scripts/build.sh --dev examples/streak-reminder build
+
 printf '\n==> end-to-end suite (loadtest e2e against wrangler dev)\n'
 cargo run -q -p loadtest -- e2e --repo .
 

@@ -54,6 +54,8 @@ struct Host {
     ids: Cell<u32>,
     events: RefCell<Vec<(String, Value)>>,
     metrics_token: Option<&'static str>,
+    /// The service bindings the edge found callable (listed and bound).
+    services: Vec<String>,
 }
 
 fn setup() -> Host {
@@ -68,6 +70,7 @@ fn setup() -> Host {
         ids: Cell::new(0),
         events: RefCell::new(Vec::new()),
         metrics_token: Some(METRICS_TOKEN),
+        services: Vec::new(),
     }
 }
 
@@ -122,6 +125,7 @@ impl Host {
             new_id: &new_id,
             event: &event,
             jobs: &Jobs::builtin(),
+            services: &self.services,
         };
         let route = routes::find(req.method, &req.segments)?;
         match route.target {
@@ -177,6 +181,7 @@ impl Host {
             );
         }
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: self.now.get() - ago_ms,
             elapsed_ms: 900,
@@ -639,6 +644,7 @@ fn serve_refuses_routes_the_edge_answers() {
         new_id: &String::new,
         event: &|_, _| {},
         jobs: &Jobs::builtin(),
+        services: &[],
     };
     let req = admin(GET, "/health");
     let e = block_on(api::serve(&app, health, &req, b"".as_slice())).unwrap_err();
@@ -1901,6 +1907,7 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
     // and one like it older than the window.
     for (ago_ms, released) in [(60_000, 3), (2 * 3_600_000, 7)] {
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: host.now.get() - ago_ms,
             elapsed_ms: 50_000,
@@ -3152,4 +3159,57 @@ fn items_show_receipts_for_kinds_with_channels_only() {
         json!("attempt 1 failed: channel push: HTTP 503")
     );
     assert_eq!(shown[1]["receipts"], Value::Null);
+}
+
+/// `service` items name a binding the Worker may call (listed in
+/// `SERVICE_BINDINGS` and bound: the edge passes those as `App::services`) and an
+/// absolute path: anything else is refused when subjects or items are written,
+/// with nothing written.
+#[test]
+fn service_items_naming_an_uncallable_binding_or_a_bad_path_are_refused() {
+    let mut host = setup();
+    host.services = vec!["HANDLER".into()];
+    let subject =
+        |payload: Value| json!({"subjects": [{"id": "u1", "kind": "service", "payload": payload}]});
+    let item = |payload: Value| json!({"items": [{"subject_id": "u1", "kind": "service", "payload": payload}]});
+    for (payload, says) in [
+        // Not listed in SERVICE_BINDINGS, or listed but not bound: not callable.
+        (json!({"service": "OTHER"}), "SERVICE_BINDINGS"),
+        (json!({"service": "SELF"}), "SERVICE_BINDINGS"),
+        (json!({"service": "HANDLER", "path": "users"}), "path"),
+        (json!({"service": "HANDLER", "path": "/a b"}), "path"),
+        (json!({"service": "HANDLER", "path": "/a#b"}), "path"),
+        (
+            json!({"service": "HANDLER", "url": "https://example.com"}),
+            "service payload",
+        ),
+        (json!({"path": "/"}), "service payload"),
+    ] {
+        let message = host.bad(
+            PUT,
+            "/subjects",
+            &subject(payload.clone()),
+            "invalid_payload",
+        );
+        assert!(message.contains(says), "{payload}: {message}");
+        let message = host.bad(POST, "/batches", &item(payload.clone()), "invalid_payload");
+        assert!(message.contains(says), "{payload}: {message}");
+    }
+    // With no callable binding, none is accepted.
+    host.services.clear();
+    host.bad(
+        PUT,
+        "/subjects",
+        &subject(json!({"service": "HANDLER"})),
+        "invalid_payload",
+    );
+    host.services = vec!["HANDLER".into()];
+    let ok = json!({"service": "HANDLER", "path": "/streak?tz=UTC", "data": {"login": "ada"}});
+    host.put_subjects(json!([{"id": "u1", "kind": "service", "payload": ok}]));
+    host.ok(
+        POST,
+        "/batches",
+        Some(item(json!({"service": "HANDLER"}))),
+        201,
+    );
 }

@@ -31,6 +31,7 @@ fn on_finish() -> String {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     OnFinish { url: HOOK.into() }.validate(&policy).unwrap()
 }
@@ -83,6 +84,7 @@ fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -
     let ran = Ran {
         outcome: receipts::outcome(&results),
         channels: Some(results),
+        retry_after_ms: None,
     };
     let mut t = decide(item, &ran.outcome, POLICY, now, 0.0);
     t.receipts = receipts::settle(item, ran.channels.as_ref(), t.status, now);

@@ -79,11 +79,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::path::Path;
 
 use cron_fanout::core::budget::{Budget, DrainLimits, TAIL_SUBREQUESTS};
 use cron_fanout::core::control::{decide, BatchStatus, Control, Move};
-use cron_fanout::core::drain::{Action, Drain, Policy, Refused, Report, Settled};
+use cron_fanout::core::drain::{Drain, Policy, Refused, Report, Settled};
 use cron_fanout::core::model::{
     ClaimedItem, InvocationSummary, Outcome, Ran, StopReason, Tally, Trigger,
 };
@@ -93,11 +94,12 @@ use cron_fanout::core::retry::RetryPolicy;
 use cron_fanout::core::timing::{call_ms, min_deadline_ms, min_lease_ms};
 use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::core::watchdog::COHORT_MS;
+use cron_fanout::drain_loop::{self, Event, Ports};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Db, Param, Store, StoreError, StoreResult, Usage};
-use futures::executor::block_on;
+use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::de::DeserializeOwned;
@@ -341,7 +343,8 @@ fn key(item: &ClaimedItem) -> Key {
     (item.item_id, item.lease_token.clone())
 }
 
-enum Event {
+/// What the simulated world answers, and when (`Events`).
+enum Scheduled {
     Child(ClaimedItem, Ran),
     /// The platform refused this item's dispatch.
     Refused(ClaimedItem),
@@ -353,12 +356,12 @@ enum Event {
 /// Pending events in time order (ties in the order they were scheduled).
 #[derive(Default)]
 struct Events {
-    pending: Vec<(i64, u64, Event)>,
+    pending: Vec<(i64, u64, Scheduled)>,
     seq: u64,
 }
 
 impl Events {
-    fn push(&mut self, at: i64, event: Event) {
+    fn push(&mut self, at: i64, event: Scheduled) {
         self.seq += 1;
         self.pending.push((at, self.seq, event));
     }
@@ -367,7 +370,7 @@ impl Events {
         self.pending.iter().map(|(at, _, _)| *at).min()
     }
 
-    fn pop(&mut self) -> (i64, Event) {
+    fn pop(&mut self) -> (i64, Scheduled) {
         let i = (0..self.pending.len())
             .min_by_key(|&i| (self.pending[i].0, self.pending[i].1))
             .expect("an event");
@@ -540,12 +543,6 @@ fn ids_of(rows: &[Value]) -> Vec<i64> {
     rows.iter().filter_map(|r| r["id"].as_i64()).collect()
 }
 
-/// Where the shell's loop goes after polling.
-enum Step {
-    Wait(Option<i64>),
-    Done(StopReason),
-}
-
 impl Sim<'_> {
     /// The failure for the `n`-th call of a kind in this invocation, if any.
     fn fault(&mut self, claim: bool, n: i64) -> Option<Fault> {
@@ -667,6 +664,7 @@ impl Sim<'_> {
         Ran {
             outcome: receipts::outcome(&results),
             channels: Some(results),
+            retry_after_ms: None,
         }
     }
 
@@ -752,138 +750,21 @@ impl Sim<'_> {
         m.prepared(prepare_ms);
         // The platform refuses this request's dispatches past the n-th.
         let refuse_after = self.platform.as_mut().map(Platform::refuse_after);
-        let mut events = Events::default();
-        let mut seen = Seen::default();
-        let mut now = started + prepare_ms;
-        let (mut in_flight, mut cohort) = (0i64, now);
-        // (sent at, is claim, lease expiry of a claim) of running D1 calls.
-        let mut sent: Vec<(i64, bool, i64)> = Vec::new();
-        let stop = loop {
-            let step = loop {
-                match m.poll(now) {
-                    Action::Dispatch { item, new_watchdog } => {
-                        if new_watchdog {
-                            cohort = now;
-                        }
-                        assert!(now - cohort < COHORT_MS, "{ctx}: a stale cohort");
-                        assert!(!seen.refusal_fed, "{ctx}: a dispatch after a refusal");
-                        self.dispatched(&item, &ctx);
-                        in_flight += 1;
-                        seen.dispatches += 1;
-                        seen.max_in_flight = seen.max_in_flight.max(in_flight);
-                        if refuse_after.is_some_and(|n| seen.dispatches > n) {
-                            // Thrown at once, before any child ran.
-                            let at = now + self.platform.as_mut().map_or(0, Platform::delay);
-                            events.push(at, Event::Refused(item));
-                        } else {
-                            let (at, ran) = self.child(now, cohort, &item, &ctx);
-                            events.push(at, Event::Child(item, ran));
-                        }
-                    }
-                    Action::Claim {
-                        limit,
-                        lease_expires_at,
-                    } => {
-                        seen.claims_sent += 1;
-                        let fault = self.fault(true, seen.claims_sent);
-                        store.db().inner().next.set(fault);
-                        let token = format!("c{now}");
-                        let result =
-                            block_on(store.claim_due_items(now, limit, &token, lease_expires_at));
-                        self.check_claim(&store.db().inner().db, &result, &ctx);
-                        let at = now + self.d1_latency();
-                        sent.push((now, true, lease_expires_at));
-                        events.push(at, Event::Claimed(result));
-                    }
-                    action @ (Action::Commit(_) | Action::CommitAgain(_)) => {
-                        let again = matches!(action, Action::CommitAgain(_));
-                        let (Action::Commit(rows) | Action::CommitAgain(rows)) = action else {
-                            unreachable!()
-                        };
-                        let (result, wrote) = self.commit_call(&store, &rows, again, &mut seen);
-                        self.check_given_back(
-                            &store.db().inner().db,
-                            &rows,
-                            &wrote,
-                            now,
-                            &seen,
-                            &ctx,
-                        );
-                        let at = now + self.d1_latency();
-                        sent.push((now, false, 0));
-                        events.push(at, Event::Committed(rows, result, wrote));
-                    }
-                    Action::Wait(until) => break Step::Wait(until),
-                    Action::Done(stop) => break Step::Done(stop),
-                }
-            };
-            self.reports(&mut m, &mut seen, &store.db().inner().db, &ctx);
-            let until = match step {
-                Step::Done(stop) => break stop,
-                Step::Wait(until) => until,
-            };
-            let Some(next) = [events.next_at(), until].into_iter().flatten().min() else {
-                panic!("{ctx}: the machine waits for nothing");
-            };
-            assert!(next >= now, "{ctx}: asked to wake at {next}, now {now}");
-            now = next;
-            if self.rng.random_bool(0.05) {
-                self.reap_now(&store, &mut seen, now, &ctx);
-            }
-            self.operate(&store.db().inner().db, now, 0.01);
-            if events.next_at() == Some(now) {
-                match events.pop().1 {
-                    Event::Refused(item) => {
-                        in_flight -= 1;
-                        seen.refused.insert(key(&item));
-                        seen.refusal_fed = true;
-                        m.refused(now, item, Refused(REFUSAL.into()));
-                    }
-                    Event::Child(item, ran) => {
-                        in_flight -= 1;
-                        if ran.outcome == Outcome::Done {
-                            self.done.insert(item.item_id, key(&item));
-                        }
-                        m.finished(now, item, ran, self.rng.random());
-                    }
-                    Event::Claimed(result) => {
-                        let (at, _, expires) = take_sent(&mut sent, true);
-                        seen.claim_rtt = seen.claim_rtt.max(now - at);
-                        if let Ok(items) = &result {
-                            for item in items {
-                                assert!(seen.claimed.insert(key(item)), "{ctx}: claimed twice");
-                                seen.expires.insert(key(item), expires);
-                                seen.live.insert(item.item_id, key(item));
-                            }
-                        }
-                        m.claimed(now, result);
-                    }
-                    Event::Committed(rows, result, wrote) => {
-                        let (at, _, _) = take_sent(&mut sent, false);
-                        seen.commit_rtt = seen.commit_rtt.max(now - at);
-                        self.landed(&rows, &wrote, result.is_err(), now, &seen, &ctx);
-                        match &result {
-                            Ok(ids) => {
-                                for r in rows.iter().filter(|r| ids.contains(&r.item.item_id)) {
-                                    let k = key(&r.item);
-                                    assert!(self.landed.contains_key(&k), "{ctx}: {k:?}");
-                                    assert!(seen.applied.insert(k.clone()), "{ctx}: {k:?}");
-                                    seen.end(&k);
-                                }
-                            }
-                            Err(e) => {
-                                assert!(!matches!(e, StoreError::OverBudget(_)), "{ctx}: {e}");
-                                seen.failed_commit = rows.iter().map(|r| key(&r.item)).collect();
-                            }
-                        }
-                        m.committed(now, rows, result);
-                    }
-                }
-            } else {
-                m.timer(now);
-            }
-            self.reports(&mut m, &mut seen, &store.db().inner().db, &ctx);
+        let now = started + prepare_ms;
+        let mut ports = SimPorts {
+            sim: self,
+            store: &store,
+            ctx: &ctx,
+            refuse_after,
+            events: Events::default(),
+            seen: Seen::default(),
+            now,
+            in_flight: 0,
+            cohort: now,
+            sent: Vec::new(),
         };
+        let stop = block_on(drain_loop::run(&mut m, &mut ports));
+        let (seen, now) = (ports.seen, ports.now);
         self.check_done(
             &m,
             &seen,
@@ -919,6 +800,7 @@ impl Sim<'_> {
         assert_eq!(own, 1, "{ctx}: no room left for the summary");
         let usage = store.usage();
         let summary = InvocationSummary {
+            invocation: None,
             trigger: Trigger::Tick,
             started_at: started,
             elapsed_ms: now - started,
@@ -1029,73 +911,72 @@ impl Sim<'_> {
         }
     }
 
-    fn reports(&mut self, m: &mut Drain, seen: &mut Seen, db: &SqliteDb, ctx: &str) {
-        while let Some(report) = m.next_report() {
-            match report {
-                Report::LeaseLost(item) => {
-                    let k = key(&item);
-                    // The one exception: a row a lost-answer attempt applied and
-                    // someone claimed again before the retry read it back (only an
-                    // outcome that made it due at once: a release, a short backoff).
-                    let token: Option<String> = db
-                        .conn()
-                        .query_row(
-                            "SELECT lease_token FROM cron_queue WHERE id = ?1",
-                            [k.0],
-                            |r| r.get(0),
-                        )
-                        .unwrap();
-                    let claimed_again =
-                        self.landed_unseen.contains(&k) && token.is_some_and(|t| t != k.1);
-                    assert!(
-                        seen.reaped_live.contains(&k) || claimed_again,
-                        "{ctx}: {k:?} counted as a lost lease, but no reaper took it"
-                    );
-                    self.coverage.claimed_again_before_read_back += u64::from(claimed_again);
-                    assert!(seen.lost.insert(k), "{ctx}");
-                }
-                Report::Released(item) => {
-                    let k = key(&item);
-                    assert!(seen.live.contains_key(&k.0), "{ctx}: released {k:?}");
-                    self.coverage.released += 1;
-                }
-                Report::CommitFailed { error, item_ids } => {
-                    assert!(
-                        !matches!(error, StoreError::OverBudget(_)),
-                        "{ctx}: {error}"
-                    );
-                    let ids: Vec<i64> = seen.failed_commit.iter().map(|k| k.0).collect();
-                    assert_eq!(item_ids, ids, "{ctx}");
-                    for k in std::mem::take(&mut seen.failed_commit) {
-                        seen.end(&k);
-                        if !self.landed.contains_key(&k) {
-                            self.expired.insert(k.clone());
-                        }
-                        seen.left_to_reaper.insert(k);
-                    }
-                }
-                Report::ClaimFailed(e) => {
-                    assert!(!matches!(e, StoreError::OverBudget(_)), "{ctx}: {e}");
-                    self.coverage.claim_failures += 1;
-                }
-                Report::CommitRetry { .. } => self.coverage.commit_retries += 1,
-                Report::DispatchRefused { message, item_ids } => {
-                    assert_eq!(message, REFUSAL, "{ctx}: the first refusal's message");
-                    assert!(seen.given_back.is_none(), "{ctx}: a refusal reported twice");
-                    let ids: BTreeSet<i64> = item_ids.iter().copied().collect();
-                    assert_eq!(ids.len(), item_ids.len(), "{ctx}: given back twice");
-                    // Every refused item, and only items claimed here.
-                    assert!(seen.refused.iter().all(|k| ids.contains(&k.0)), "{ctx}");
-                    assert!(
-                        ids.iter().all(|id| seen.claimed.iter().any(|k| k.0 == *id)),
-                        "{ctx}: gave back {ids:?}"
-                    );
-                    self.coverage.refused += seen.refused.len() as u64;
-                    self.coverage.given_back_queued += (ids.len() - seen.refused.len()) as u64;
-                    seen.given_back = Some(ids);
-                }
-                Report::Settled(_) => {}
+    /// One thing the machine reported, checked against what the shell saw.
+    fn report(&mut self, report: Report, seen: &mut Seen, db: &SqliteDb, ctx: &str) {
+        match report {
+            Report::LeaseLost(item) => {
+                let k = key(&item);
+                // The one exception: a row a lost-answer attempt applied and
+                // someone claimed again before the retry read it back (only an
+                // outcome that made it due at once: a release, a short backoff).
+                let token: Option<String> = db
+                    .conn()
+                    .query_row(
+                        "SELECT lease_token FROM cron_queue WHERE id = ?1",
+                        [k.0],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                let claimed_again =
+                    self.landed_unseen.contains(&k) && token.is_some_and(|t| t != k.1);
+                assert!(
+                    seen.reaped_live.contains(&k) || claimed_again,
+                    "{ctx}: {k:?} counted as a lost lease, but no reaper took it"
+                );
+                self.coverage.claimed_again_before_read_back += u64::from(claimed_again);
+                assert!(seen.lost.insert(k), "{ctx}");
             }
+            Report::Released(item) => {
+                let k = key(&item);
+                assert!(seen.live.contains_key(&k.0), "{ctx}: released {k:?}");
+                self.coverage.released += 1;
+            }
+            Report::CommitFailed { error, item_ids } => {
+                assert!(
+                    !matches!(error, StoreError::OverBudget(_)),
+                    "{ctx}: {error}"
+                );
+                let ids: Vec<i64> = seen.failed_commit.iter().map(|k| k.0).collect();
+                assert_eq!(item_ids, ids, "{ctx}");
+                for k in std::mem::take(&mut seen.failed_commit) {
+                    seen.end(&k);
+                    if !self.landed.contains_key(&k) {
+                        self.expired.insert(k.clone());
+                    }
+                    seen.left_to_reaper.insert(k);
+                }
+            }
+            Report::ClaimFailed(e) => {
+                assert!(!matches!(e, StoreError::OverBudget(_)), "{ctx}: {e}");
+                self.coverage.claim_failures += 1;
+            }
+            Report::CommitRetry { .. } => self.coverage.commit_retries += 1,
+            Report::DispatchRefused { message, item_ids } => {
+                assert_eq!(message, REFUSAL, "{ctx}: the first refusal's message");
+                assert!(seen.given_back.is_none(), "{ctx}: a refusal reported twice");
+                let ids: BTreeSet<i64> = item_ids.iter().copied().collect();
+                assert_eq!(ids.len(), item_ids.len(), "{ctx}: given back twice");
+                // Every refused item, and only items claimed here.
+                assert!(seen.refused.iter().all(|k| ids.contains(&k.0)), "{ctx}");
+                assert!(
+                    ids.iter().all(|id| seen.claimed.iter().any(|k| k.0 == *id)),
+                    "{ctx}: gave back {ids:?}"
+                );
+                self.coverage.refused += seen.refused.len() as u64;
+                self.coverage.given_back_queued += (ids.len() - seen.refused.len()) as u64;
+                seen.given_back = Some(ids);
+            }
+            Report::Settled(_) => {}
         }
     }
 
@@ -1213,6 +1094,170 @@ fn take_sent(sent: &mut Vec<(i64, bool, i64)>, claim: bool) -> (i64, bool, i64) 
         .position(|(_, c, _)| *c == claim)
         .expect("a call was sent");
     sent.remove(i)
+}
+
+/// The drain loop's ports in virtual time: children, claims and commits are
+/// answered at drawn instants, another tick's reaper and the operator act while
+/// the loop waits, and every answer and report is checked as it passes.
+struct SimPorts<'s, 'a> {
+    sim: &'s mut Sim<'a>,
+    store: &'s Store<Metered<Faulty>>,
+    ctx: &'s str,
+    /// The platform refuses dispatches past this many.
+    refuse_after: Option<i64>,
+    events: Events,
+    seen: Seen,
+    now: i64,
+    in_flight: i64,
+    /// When the current watchdog cohort started.
+    cohort: i64,
+    /// (sent at, is claim, lease expiry of a claim) of running D1 calls.
+    sent: Vec<(i64, bool, i64)>,
+}
+
+impl Ports for SimPorts<'_, '_> {
+    fn now(&mut self) -> i64 {
+        self.now
+    }
+
+    fn dispatch(&mut self, now: i64, item: ClaimedItem, new_watchdog: bool) {
+        let ctx = self.ctx;
+        if new_watchdog {
+            self.cohort = now;
+        }
+        assert!(now - self.cohort < COHORT_MS, "{ctx}: a stale cohort");
+        assert!(!self.seen.refusal_fed, "{ctx}: a dispatch after a refusal");
+        self.sim.dispatched(&item, ctx);
+        self.in_flight += 1;
+        let seen = &mut self.seen;
+        seen.dispatches += 1;
+        seen.max_in_flight = seen.max_in_flight.max(self.in_flight);
+        if self.refuse_after.is_some_and(|n| seen.dispatches > n) {
+            // Thrown at once, before any child ran.
+            let at = now + self.sim.platform.as_mut().map_or(0, Platform::delay);
+            self.events.push(at, Scheduled::Refused(item));
+        } else {
+            let (at, ran) = self.sim.child(now, self.cohort, &item, ctx);
+            self.events.push(at, Scheduled::Child(item, ran));
+        }
+    }
+
+    fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {
+        self.seen.claims_sent += 1;
+        let fault = self.sim.fault(true, self.seen.claims_sent);
+        self.store.db().inner().next.set(fault);
+        let token = format!("c{now}");
+        let result = block_on(
+            self.store
+                .claim_due_items(now, limit, &token, lease_expires_at),
+        );
+        self.sim
+            .check_claim(&self.store.db().inner().db, &result, self.ctx);
+        let at = now + self.sim.d1_latency();
+        self.sent.push((now, true, lease_expires_at));
+        self.events.push(at, Scheduled::Claimed(result));
+    }
+
+    fn commit(&mut self, now: i64, rows: Vec<Settled>, again: bool) {
+        let (result, wrote) = self
+            .sim
+            .commit_call(self.store, &rows, again, &mut self.seen);
+        self.sim.check_given_back(
+            &self.store.db().inner().db,
+            &rows,
+            &wrote,
+            now,
+            &self.seen,
+            self.ctx,
+        );
+        let at = now + self.sim.d1_latency();
+        self.sent.push((now, false, 0));
+        self.events
+            .push(at, Scheduled::Committed(rows, result, wrote));
+    }
+
+    async fn wait(&mut self, until: Option<i64>) -> Event {
+        let ctx = self.ctx;
+        let Some(next) = [self.events.next_at(), until].into_iter().flatten().min() else {
+            panic!("{ctx}: the machine waits for nothing");
+        };
+        let now = self.now;
+        assert!(next >= now, "{ctx}: asked to wake at {next}, now {now}");
+        self.now = next;
+        let now = next;
+        if self.sim.rng.random_bool(0.05) {
+            self.sim.reap_now(self.store, &mut self.seen, now, ctx);
+        }
+        self.sim.operate(&self.store.db().inner().db, now, 0.01);
+        if self.events.next_at() != Some(now) {
+            return Event::Timer;
+        }
+        let seen = &mut self.seen;
+        match self.events.pop().1 {
+            Scheduled::Refused(item) => {
+                self.in_flight -= 1;
+                seen.refused.insert(key(&item));
+                seen.refusal_fed = true;
+                Event::Finished(item, Err(Refused(REFUSAL.into())))
+            }
+            Scheduled::Child(item, ran) => {
+                self.in_flight -= 1;
+                if ran.outcome == Outcome::Done {
+                    self.sim.done.insert(item.item_id, key(&item));
+                }
+                Event::Finished(item, Ok(ran))
+            }
+            Scheduled::Claimed(result) => {
+                let (at, _, expires) = take_sent(&mut self.sent, true);
+                seen.claim_rtt = seen.claim_rtt.max(now - at);
+                if let Ok(items) = &result {
+                    for item in items {
+                        assert!(seen.claimed.insert(key(item)), "{ctx}: claimed twice");
+                        seen.expires.insert(key(item), expires);
+                        seen.live.insert(item.item_id, key(item));
+                    }
+                }
+                Event::Claimed(result)
+            }
+            Scheduled::Committed(rows, result, wrote) => {
+                let (at, _, _) = take_sent(&mut self.sent, false);
+                seen.commit_rtt = seen.commit_rtt.max(now - at);
+                self.sim
+                    .landed(&rows, &wrote, result.is_err(), now, seen, ctx);
+                match &result {
+                    Ok(ids) => {
+                        for r in rows.iter().filter(|r| ids.contains(&r.item.item_id)) {
+                            let k = key(&r.item);
+                            assert!(self.sim.landed.contains_key(&k), "{ctx}: {k:?}");
+                            assert!(seen.applied.insert(k.clone()), "{ctx}: {k:?}");
+                            seen.end(&k);
+                        }
+                    }
+                    Err(e) => {
+                        assert!(!matches!(e, StoreError::OverBudget(_)), "{ctx}: {e}");
+                        seen.failed_commit = rows.iter().map(|r| key(&r.item)).collect();
+                    }
+                }
+                Event::Committed(rows, result)
+            }
+        }
+    }
+
+    fn jitter(&mut self) -> f64 {
+        self.sim.rng.random()
+    }
+
+    fn report(&mut self, report: Report) {
+        let db = &self.store.db().inner().db;
+        self.sim.report(report, &mut self.seen, db, self.ctx);
+    }
+}
+
+/// The simulated runtime answers at once: every future here (SQLite, the loop
+/// over these ports) is ready when first polled.
+fn block_on<F: Future>(f: F) -> F::Output {
+    f.now_or_never()
+        .expect("the simulation's futures never wait")
 }
 
 fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {

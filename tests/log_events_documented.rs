@@ -1,7 +1,8 @@
 //! docs/operations.md lists every structured log event the code writes, and only
 //! those. The code's names are read from the source: the first argument of every
-//! `log::event(` / `log::error(` call (`edge::log`) and `(app.event)(` call (the API's
-//! logger). A call whose name is not a string literal (chosen by a `match`, or
+//! `log::event(` / `log::error(` call (`edge::log`), `logger.event(` / `logger.error(`
+//! call (an invocation's `edge::log::InvocationLog`) and `(app.event)(` call (the
+//! API's logger). A call whose name is not a string literal (chosen by a `match`, or
 //! formatted) must be one of [`INDIRECT`], which says the names it can produce; an
 //! unknown one fails the test, so a new event cannot go unlisted.
 
@@ -35,7 +36,13 @@ const INDIRECT: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-const CALLS: &[&str] = &["log::event(", "log::error(", "(app.event)("];
+const CALLS: &[&str] = &[
+    "log::event(",
+    "log::error(",
+    "logger.event(",
+    "logger.error(",
+    "(app.event)(",
+];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -11,6 +11,7 @@ use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally,
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, release, RetryPolicy};
+use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
@@ -151,10 +152,10 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
     };
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
-    // Two calls (subrequests, as the meter charges them): one batch() of 11
-    // statements (the batch row, then the first pages_per_call (5) pages of its
-    // fill, each a page and its cursor), then one read of the batch row.
-    assert_eq!(small, (2, 12));
+    // Two calls (subrequests, as the meter charges them): one batch() creating
+    // the batch and running its first FILL_PAGES_PER_CALL pages (a page and its
+    // cursor: two statements each), then one read of the batch row.
+    assert_eq!(small, (2, 1 + 2 * FILL_PAGES_PER_CALL + 1));
 }
 
 #[test]
@@ -738,6 +739,7 @@ fn subjects_upsert_list_and_delete() {
 fn invocation_summaries_round_trip() {
     let store = setup();
     let summary = |started_at: i64, stop_reason| InvocationSummary {
+        invocation: Some(format!("inv-{started_at}")),
         trigger: Trigger::Tick,
         started_at,
         elapsed_ms: 12,
@@ -815,6 +817,7 @@ fn invocation_summaries_round_trip() {
 fn the_invocations_json_is_the_documented_one() {
     let store = setup();
     let summary = InvocationSummary {
+        invocation: Some("0f3a9c2e".into()),
         trigger: Trigger::Daily,
         started_at: 1_795_262_400_123,
         elapsed_ms: 7,
@@ -831,7 +834,8 @@ fn the_invocations_json_is_the_documented_one() {
     assert_eq!(
         serde_json::to_value(&rows[0]).unwrap(),
         json!({
-            "id": 1, "trigger": "daily", "started_at": "2026-11-21T12:00:00.123Z",
+            "id": 1, "invocation": "0f3a9c2e", "trigger": "daily",
+            "started_at": "2026-11-21T12:00:00.123Z",
             "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
             "failed": 0, "lost_leases": 0, "released": 0, "reaped": 0, "subrequests": 3,
             "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4,
@@ -1018,7 +1022,7 @@ fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
     }
 }
 
-// ---------------------------------------------------------------- migration 0012
+// ---------------------------------------------------------------- migration 0013
 
 /// A directory holding the migrations whose file names fall in `names`, for a
 /// `SqliteDb` built (or carried over) as D1 would at that point.
@@ -1058,15 +1062,15 @@ const BATCH_ROWS: &str = "SELECT json_array(id, key, status, total, completed, f
                                  callback_max_attempts, fill, fill_after)
                           FROM batches ORDER BY id";
 
-/// A live database on 0001..0011 (ended, in-flight and pending items, a paused
-/// batch, a completion callback waiting for its delivery) comes through 0012 with
+/// A live database on 0001..0012 (ended, in-flight and pending items, a paused
+/// batch, a completion callback waiting for its delivery) comes through 0013 with
 /// every row unchanged, and the new code then ends it all with exact counters:
 /// the moves the old trigger counted stay counted, the rest are counted by the
 /// group commit and the reaper.
 #[test]
-fn migration_0012_carries_a_live_database_over() {
-    let before_0012 = migrations_in("to-0011", .."0012".to_string());
-    let store = Store::new(SqliteDb::in_memory(&before_0012).expect("0001..0011 apply"));
+fn migration_0013_carries_a_live_database_over() {
+    let before_0013 = migrations_in("to-0012", .."0013".to_string());
+    let store = Store::new(SqliteDb::in_memory(&before_0013).expect("0001..0012 apply"));
     let callback = Some(r#"{"url":"https://example.com/done"}"#);
     let items = |key: &str, n: usize| -> Vec<ItemInput> {
         (0..n)
@@ -1113,11 +1117,11 @@ fn migration_0012_carries_a_live_database_over() {
     let (items_before, batches_before) = (dump(&store, ITEM_ROWS), dump(&store, BATCH_ROWS));
     assert_eq!(items_before.len(), 18, "17 items and C's callback");
 
-    let only_0012 = migrations_in("0012", "0012".to_string().."0013".to_string());
+    let only_0013 = migrations_in("0013", "0013".to_string().."0014".to_string());
     store
         .db()
-        .apply_migrations(&only_0012)
-        .expect("0012 applies");
+        .apply_migrations(&only_0013)
+        .expect("0013 applies");
     assert_eq!(dump(&store, ITEM_ROWS), items_before, "no item row changed");
     assert_eq!(
         dump(&store, BATCH_ROWS),
@@ -1191,4 +1195,70 @@ fn migration_0012_carries_a_live_database_over() {
         1,
         "A's end enqueued its callback; C's was delivered"
     );
+}
+
+/// Migration 0012 on a database of every migration before it: the summaries
+/// stored before keep every column, their `invocation` is NULL and
+/// `GET /invocations` lists it as null.
+#[test]
+fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
+    let dir = tempfile_dir("m0012");
+    for entry in
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")).unwrap()
+    {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name.as_str() < "0012" && name.ends_with(".sql") {
+            std::fs::copy(&path, dir.join(&name)).unwrap();
+        }
+    }
+    let db = SqliteDb::in_memory(&dir).unwrap();
+    let old = InvocationSummary {
+        invocation: None,
+        trigger: Trigger::Tick,
+        started_at: 1_795_262_400_123,
+        elapsed_ms: 7,
+        tally: Tally::default(),
+        subrequests: 3,
+        subrequest_budget: 45,
+        d1_statements: 3,
+        d1_rows_written: 4,
+        stop_reason: StopReason::Drained,
+    };
+    // As the statement before the column existed wrote it.
+    db.conn()
+        .execute(
+            "INSERT INTO invocations (trigger_kind, started_at, elapsed_ms, batch_ids, claimed,
+               completed, retried, failed, lost_leases, released, reaped, subrequests,
+               subrequest_budget, d1_statements, d1_rows_written, stop_reason, per_batch)
+             VALUES ('tick', 1795262400123, 7, '[]', 0, 0, 0, 0, 0, 0, 0, 3, 45, 3, 4, 'drained', '{}')",
+            [],
+        )
+        .unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/0012_invocation_ids.sql"),
+        dir.join("0012_invocation_ids.sql"),
+    )
+    .unwrap();
+    db.conn()
+        .execute_batch(&std::fs::read_to_string(dir.join("0012_invocation_ids.sql")).unwrap())
+        .unwrap();
+    let store = Store::new(db);
+    let new = InvocationSummary {
+        invocation: Some("0f3a9c2e".into()),
+        ..old.clone()
+    };
+    block_on(store.record_invocation(&new)).unwrap();
+    let rows = block_on(store.list_invocations(10)).unwrap();
+    let read: Vec<InvocationSummary> = rows.into_iter().rev().map(|r| r.summary).collect();
+    assert_eq!(read, [old, new]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A fresh directory under the system's temp dir.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("cron-fanout-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

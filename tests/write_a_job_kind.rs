@@ -3,7 +3,8 @@
 
 // example:start
 use cron_fanout::core::target::{self, TargetPolicy};
-use cron_fanout::jobs::{Context, Job, Jobs, Outcome, Policy, Request};
+use cron_fanout::jobs::{Context, Job, Outcome, Policy, Request};
+use cron_fanout::Fanout;
 use serde::Deserialize;
 
 /// `{"url": "https://…", "user": "ada"}`: tell one user's endpoint it is time.
@@ -52,8 +53,9 @@ impl Job for Nudge {
     }
 }
 
-pub fn jobs() -> Jobs {
-    Jobs::builtin().with(Nudge)
+/// The orchestrator with this Worker's kinds: the built-in ones and `nudge`.
+pub fn fanout() -> Fanout {
+    Fanout::new().job(Nudge)
 }
 // example:end
 
@@ -66,6 +68,7 @@ const PUBLIC: TargetPolicy = TargetPolicy {
     allow_private: false,
     own_host: None,
     own_hostnames: &[],
+    services: &[],
 };
 
 fn item(payload: serde_json::Value) -> ClaimedItem {
@@ -87,7 +90,7 @@ fn run(out: &MemoryOutbound, item: &ClaimedItem) -> Ran {
         job_timeout_ms: 10_000,
         ..RunConfig::default()
     };
-    out.block_on(jobs().run(item, &cfg, out, None))
+    out.block_on(fanout().jobs().run(item, &cfg, out, None))
 }
 
 #[test]
@@ -105,9 +108,27 @@ fn the_page_shows_this_example_word_for_word() {
     );
 }
 
+/// The Worker's `#[event]` functions on the page are those of
+/// `examples/hello-kind`, which is built for the Worker and run end to end.
+#[test]
+fn the_page_shows_the_event_functions_of_the_example_worker_word_for_word() {
+    let source = include_str!("../examples/hello-kind/src/lib.rs");
+    let events = source
+        .split("// events:start\n")
+        .nth(1)
+        .and_then(|rest| rest.split("// events:end").next())
+        .expect("markers");
+    let page = include_str!("../docs/api.md");
+    assert!(
+        page.contains(&format!("```rust\n{events}```")),
+        "docs/api.md must show the event functions of examples/hello-kind as they are"
+    );
+}
+
 #[test]
 fn the_example_kind_validates_its_payload_at_write_time() {
-    let jobs = jobs();
+    let fanout = fanout();
+    let jobs = fanout.jobs();
     let ok = json!({"url": "https://example.com/nudge", "user": "ada"});
     assert!(jobs.check_payload("nudge", &ok, &PUBLIC).is_ok());
     let private = json!({"url": "http://10.0.0.1/", "user": "ada"});

@@ -546,6 +546,13 @@ impl Api {
         Ok(())
     }
 
+    pub async fn delete_subject(&self, id: &str) -> Result<()> {
+        let path = format!("/subjects/{}", encode(id));
+        self.call::<Value>(Method::DELETE, &path, None::<&()>)
+            .await?;
+        Ok(())
+    }
+
     pub async fn batches(&self, limit: usize) -> Result<Vec<Batch>> {
         #[derive(Deserialize)]
         struct Resp {

@@ -1,7 +1,9 @@
 //! `loadtest bench`: throughput of fan-out vs inline dispatch against the raw
-//! SELF round-trip ceiling, a latency-bound run against its ideal makespan, and
-//! the cost of batch initialisation and progress reads at 100k (and, opt-in,
-//! 1M) items. Every part runs on a fresh state dir and stops its runtime.
+//! SELF round-trip ceiling, a latency-bound run against its ideal makespan (with
+//! no connection cap, then with the sink emulating the platform's 6 connections
+//! per invocation, with 1 and with N drainers), and the cost of batch
+//! initialisation and progress reads at 100k (and, opt-in, 1M) items. Every part
+//! runs on a fresh state dir and stops its runtime.
 
 use crate::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::control_bench::{self, ControlBench};
@@ -12,6 +14,7 @@ use crate::plan;
 use crate::report::RunReport;
 use crate::run;
 use crate::scenario::{Job, Scenario, Spec};
+use crate::sink::PLATFORM_CONNECTIONS;
 use crate::table::{num, Table};
 use crate::target::TargetArgs;
 use anyhow::{bail, ensure, Context, Result};
@@ -76,6 +79,17 @@ pub struct BenchArgs {
     /// Run only the batch-control part (a few minutes, not the whole bench).
     #[arg(long)]
     pub only_control: bool,
+    /// Run only the latency-bound runs: uncapped, then capped with 1 and with
+    /// `--capped-drainers` drainers (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_latency: bool,
+    /// Requests in flight per `Fanout-Invocation` the sink allows in the capped
+    /// latency-bound runs (the platform's simultaneous open connections).
+    #[arg(long, default_value_t = PLATFORM_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connection_cap: u32,
+    /// Drainers of the second capped run (`DRAINERS`, on wrangler.drainers.toml).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=250))]
+    pub capped_drainers: u64,
 }
 
 /// One fan-out run between two probes, on its own fresh, warmed-up runtime.
@@ -107,6 +121,65 @@ pub struct LatencyBound {
     /// items × latency / concurrency: a perfect sliding window.
     pub ideal_ms: f64,
     pub makespan_over_ideal: Option<f64>,
+    /// `DRAINERS` of the run (1: the tick drains).
+    #[serde(default)]
+    pub drainers: u64,
+    /// The sink's connection cap per `Fanout-Invocation`, if it was on.
+    #[serde(default)]
+    pub connection_cap: Option<u32>,
+    /// The most requests of one invocation the sink handled at once, and how
+    /// many waited for a slot.
+    #[serde(default)]
+    pub peak_in_flight: u32,
+    #[serde(default)]
+    pub cap_waits: u64,
+}
+
+impl LatencyBound {
+    fn row(&self) -> [String; 6] {
+        let label = match self.connection_cap {
+            None => format!("{} drainer(s), no cap", self.drainers),
+            Some(cap) => format!("{} drainer(s), cap {cap}/invocation", self.drainers),
+        };
+        [
+            label,
+            format!(
+                "makespan {} ms",
+                self.report
+                    .makespan_ms
+                    .map_or("-".into(), |m| m.to_string())
+            ),
+            format!("{} items/s", num(self.report.items_per_second, 1)),
+            format!(
+                "ideal {} ms (x{})",
+                num(Some(self.ideal_ms), 0),
+                num(self.makespan_over_ideal, 2)
+            ),
+            format!(
+                "peak {} in flight, {} waited",
+                self.peak_in_flight, self.cap_waits
+            ),
+            if self.report.passed() {
+                "ok".into()
+            } else {
+                "FAIL".into()
+            },
+        ]
+    }
+}
+
+/// The latency-bound runs side by side: no cap (what docs/benchmarks.md
+/// measured), then the platform's connection cap with 1 and with N drainers.
+fn latency_table(t: &mut Table, runs: &[&LatencyBound]) {
+    if let Some(first) = runs.first() {
+        t.section(&format!(
+            "latency-bound: {} items x {} ms sink latency, fanout, DISPATCH_CONCURRENCY {}; ideal = items x latency / (min(concurrency, cap) x drainers)",
+            first.report.items, first.report.spec.latency_ms, first.concurrency
+        ));
+    }
+    for r in runs {
+        t.row(&r.row());
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -162,6 +235,8 @@ pub struct BenchReport {
     pub wide_probe: Probe,
     pub ratios: Ratios,
     pub latency: LatencyBound,
+    /// The latency-bound run again with the connection cap: 1, then N drainers.
+    pub latency_capped: Vec<LatencyBound>,
     pub init: Vec<InitTiming>,
     pub rows_read: RowsRead,
     pub control: ControlBench,
@@ -172,6 +247,7 @@ impl BenchReport {
         self.fanout.iter().all(|r| r.report.passed())
             && self.inline.passed()
             && self.latency.report.passed()
+            && self.latency_capped.iter().all(|l| l.report.passed())
     }
 
     pub fn table(&self) -> Table {
@@ -234,21 +310,10 @@ impl BenchReport {
             "(a)/(b)".to_string(),
             num(self.ratios.fanout_over_inline, 3),
         ]);
-        let l = &self.latency;
-        t.section(&format!(
-            "latency-bound: {} items x {} ms sink latency, fanout, concurrency {}",
-            l.report.items, l.report.spec.latency_ms, l.concurrency
-        ));
-        run_row(&mut t, "run", &l.report);
-        t.row(&[
-            "makespan / ideal".to_string(),
-            format!(
-                "{} ms / {} ms = {}",
-                l.report.makespan_ms.map_or("-".into(), |m| m.to_string()),
-                num(Some(l.ideal_ms), 0),
-                num(l.makespan_over_ideal, 3)
-            ),
-        ]);
+        let mut runs = vec![&self.latency];
+        runs.extend(&self.latency_capped);
+        latency_table(&mut t, &runs);
+        run_row(&mut t, "(no cap) run", &self.latency.report);
         t.section("batch init and progress reads");
         t.row(&[
             "subjects",
@@ -314,6 +379,24 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         error_rate: 0.0,
         poison_share: 0.0,
     };
+    let slow = Spec {
+        scenario: Scenario::Latency,
+        items: args.latency_items,
+        job: Job::Webhook,
+        latency_ms: args.latency_ms,
+        ..noop.clone()
+    };
+    if args.only_latency {
+        let runs = latency_runs(&args, &slow, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&runs)?);
+        } else {
+            let mut t = Table::default();
+            latency_table(&mut t, &runs.iter().collect::<Vec<_>>());
+            print!("{t}");
+        }
+        return Ok(runs.iter().all(|l| l.report.passed()));
+    }
 
     let fanout_args = with_mode(&args.target, "fanout");
     let mut fanout = Vec::new();
@@ -339,31 +422,8 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     )
     .await?;
 
-    eprintln!("== latency-bound");
-    let slow = Spec {
-        scenario: Scenario::Latency,
-        items: args.latency_items,
-        job: Job::Webhook,
-        latency_ms: args.latency_ms,
-        ..noop.clone()
-    };
-    let report = run::on_fresh_target(&fanout_args, "bench-latency", &slow, timeout).await?;
-    let latency_concurrency: u64 = report
-        .settings
-        .get("DISPATCH_CONCURRENCY")
-        .context("DISPATCH_CONCURRENCY missing from the run's settings")?
-        .parse()?;
-    let ideal_ms = ideal_makespan_ms(
-        args.latency_items as u64,
-        args.latency_ms,
-        latency_concurrency,
-    );
-    let latency = LatencyBound {
-        makespan_over_ideal: report.makespan_ms.and_then(|m| ratio(m as f64, ideal_ms)),
-        concurrency: latency_concurrency,
-        ideal_ms,
-        report,
-    };
+    let mut latency_capped = latency_runs(&args, &slow, timeout).await?;
+    let latency = latency_capped.remove(0);
 
     eprintln!("== init and progress reads");
     let init = init_timings(&args, &noop).await?;
@@ -393,6 +453,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         wide_probe,
         ratios,
         latency,
+        latency_capped,
         init,
         rows_read,
         control,
@@ -451,6 +512,94 @@ async fn fanout_round(
         },
         wide,
     ))
+}
+
+/// The latency-bound run three times, each on a fresh runtime: no connection
+/// cap (one drainer, the tick), then the sink's cap with 1 and with
+/// `--capped-drainers` drainers.
+async fn latency_runs(
+    args: &BenchArgs,
+    slow: &Spec,
+    timeout: Duration,
+) -> Result<Vec<LatencyBound>> {
+    let mut runs = Vec::new();
+    for (drainers, cap) in [
+        (1, None),
+        (1, Some(args.connection_cap)),
+        (args.capped_drainers, Some(args.connection_cap)),
+    ] {
+        let cap_text = cap.map_or("no cap".to_string(), |c| format!("cap {c}"));
+        eprintln!("== latency-bound, {drainers} drainer(s), {cap_text}");
+        runs.push(latency_run(&args.target, slow, drainers, cap, timeout).await?);
+    }
+    Ok(runs)
+}
+
+/// One latency-bound run on a fresh runtime: `drainers` > 1 on
+/// wrangler.drainers.toml (its local queue), the sink capped at `cap` requests in
+/// flight per `Fanout-Invocation`.
+async fn latency_run(
+    args: &TargetArgs,
+    slow: &Spec,
+    drainers: u64,
+    cap: Option<u32>,
+    timeout: Duration,
+) -> Result<LatencyBound> {
+    let mut a = with_mode(args, "fanout");
+    a.vars.retain(|(k, _)| k != "DRAINERS");
+    a.vars.push(("DRAINERS".into(), drainers.to_string()));
+    if drainers > 1 {
+        a.wrangler_config = Some("wrangler.drainers.toml".into());
+    }
+    let name = format!(
+        "bench-latency-{drainers}d-{}",
+        cap.map_or("uncapped".to_string(), |c| format!("cap{c}"))
+    );
+    let mut target = run::open_for(&a, &name, slow).await?;
+    target.sink.set_connection_cap(cap).await?;
+    let report = run::execute(slow, &mut target, timeout).await;
+    let stats = target.sink.stats(false).await;
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    let (report, stats) = (report?, stats?);
+    let concurrency: u64 = report
+        .settings
+        .get("DISPATCH_CONCURRENCY")
+        .context("DISPATCH_CONCURRENCY missing from the run's settings")?
+        .parse()?;
+    let ideal_ms = capped_ideal_ms(
+        slow.items as u64,
+        slow.latency_ms,
+        concurrency,
+        cap,
+        drainers,
+    );
+    Ok(LatencyBound {
+        makespan_over_ideal: report.makespan_ms.and_then(|m| ratio(m as f64, ideal_ms)),
+        concurrency,
+        ideal_ms,
+        drainers,
+        connection_cap: cap,
+        peak_in_flight: stats.peak_in_flight,
+        cap_waits: stats.cap_waits,
+        report,
+    })
+}
+
+/// The ideal makespan on the platform: each drainer keeps `concurrency` calls in
+/// flight, of which at most `cap` reach the receiver at once (its connections),
+/// and the drainers run side by side. (Locally the queue's consumer runs one
+/// drainer at a time, so N drainers cannot reach it.)
+pub fn capped_ideal_ms(
+    items: u64,
+    latency_ms: u64,
+    concurrency: u64,
+    cap: Option<u32>,
+    drainers: u64,
+) -> f64 {
+    let per_drainer = cap.map_or(concurrency, |c| concurrency.min(u64::from(c)));
+    ideal_makespan_ms(items, latency_ms, per_drainer * drainers.max(1))
 }
 
 /// `args` with DISPATCH_MODE forced to `mode` (it is what the part measures).
@@ -662,6 +811,16 @@ mod tests {
     }
 
     #[test]
+    fn the_capped_ideal_counts_each_drainers_connections() {
+        // 1,000 x 500 ms: 25 in flight, 6 of them at the receiver, 4 drainers.
+        assert_eq!(capped_ideal_ms(1000, 500, 25, None, 1), 20_000.0);
+        assert_eq!(capped_ideal_ms(1000, 500, 25, Some(6), 1), 500_000.0 / 6.0);
+        assert_eq!(capped_ideal_ms(1000, 500, 25, Some(6), 4), 500_000.0 / 24.0);
+        // A cap above the concurrency changes nothing.
+        assert_eq!(capped_ideal_ms(1000, 500, 4, Some(6), 1), 125_000.0);
+    }
+
+    #[test]
     fn mode_is_forced() {
         let args = TargetArgs {
             repo: ".".into(),
@@ -673,6 +832,7 @@ mod tests {
                 ("DISPATCH_MODE".into(), "inline".into()),
                 ("X".into(), "1".into()),
             ],
+            wrangler_config: None,
         };
         let forced = with_mode(&args, "fanout");
         assert_eq!(

@@ -834,6 +834,7 @@ mod tests {
             status,
             received_at: at.into(),
             error: None,
+            invocation: None,
         }
     }
 

@@ -270,6 +270,40 @@ fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
     Err(format!("{} of {of}: {}", wrong.len(), shown.join("; ")))
 }
 
+/// Every request (`what` and its `Fanout-Invocation`, from the sink) names an
+/// invocation that `GET /invocations` lists (`ours`) as a tick or drainer that
+/// dispatched from batch `batch_id`.
+pub fn named_by_invocations(
+    requests: &[(String, Option<String>)],
+    ours: &[Invocation],
+    batch_id: &str,
+) -> Result<(), String> {
+    if requests.is_empty() {
+        return Err("no requests".into());
+    }
+    let wrong: Vec<String> = requests
+        .iter()
+        .filter(|(_, id)| {
+            !ours.iter().any(|i| {
+                i.summary.invocation.is_some()
+                    && i.summary.invocation == *id
+                    && i.summary.tally.batch_ids.contains(batch_id)
+            })
+        })
+        .map(|(what, id)| format!("{what}: {id:?}"))
+        .collect();
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} name no invocation of the batch, e.g. {}",
+            wrong.len(),
+            requests.len(),
+            wrong.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        ))
+    }
+}
+
 // ---------------------------------------------------------------- flows
 
 /// An ad-hoc batch `key` of these items, calling back `on_finish` (a URL).
@@ -375,6 +409,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     callback_of_a_cancelled_batch(&target, timeout, checks).await?;
     callback_again_after_replay(&target, timeout, checks).await?;
     multi_channel_items(&target, timeout, checks).await?;
+    correlation_ids(&target, timeout, checks).await?;
     if target.runtime.is_some() {
         callback_survives_a_kill(&mut target, timeout, checks).await?;
     } else {
@@ -582,19 +617,124 @@ async fn multi_channel_items(
     }
     let gone = items.iter().find(|i| i.subject_id == "multi-gone");
     checks.record(
-        "a failed multi item says which channel failed and why",
+        "a failed multi item says which channel failed and why: the status and the start of the answer's text",
         match gone {
+            // The sink answers every delivery `{"received": <n>}`.
             Some(i)
-                if i.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("channel push") && e.contains("HTTP 400"))
-                    && i.receipts
-                        .as_ref()
-                        .is_some_and(|r| r["push"]["error"] == json!("HTTP 400")) =>
+                if i.last_error.as_deref().is_some_and(|e| {
+                    e.contains("channel push") && e.contains(r#"HTTP 400: {"received":"#)
+                }) && i.receipts.as_ref().is_some_and(|r| {
+                    r["push"]["error"]
+                        .as_str()
+                        .is_some_and(|e| e.starts_with(r#"HTTP 400: {"received":"#))
+                }) =>
             {
                 Ok(())
             }
             other => Err(format!("{other:?}")),
+        },
+    );
+    Ok(())
+}
+
+/// One id from tick to receiver: every webhook and the completion callback of a
+/// batch carry `Fanout-Invocation` naming the invocation `GET /invocations` shows
+/// dispatching from it, and the log lines of that invocation and of the child
+/// that ran a failed attempt carry the same id.
+async fn correlation_ids(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let (api, sink) = (&target.api, &target.sink);
+    let known = api.invocation_ids().await?;
+    let mut items = webhook_items(sink, "corr", 3, &Faults::default());
+    let once = Faults {
+        fail_first: 1,
+        ..Faults::default()
+    };
+    items.extend(webhook_items(sink, "corr-flaky", 1, &once));
+    let batch = create(
+        api,
+        "corr",
+        items,
+        Some(sink.callback_url("corr", &Faults::default())),
+    )
+    .await?;
+    until_ended(api, &batch.id, timeout).await?;
+    until_called_back(api, &batch.id, timeout).await?;
+    let ours = api.invocations_since(&known).await?;
+    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let webhooks: Vec<&Delivery> = all
+        .iter()
+        .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))
+        .collect();
+    let named: Vec<(String, Option<String>)> = webhooks
+        .iter()
+        .map(|d| {
+            (
+                format!("{} attempt {:?}", d.subject_id, d.attempt),
+                d.invocation.clone(),
+            )
+        })
+        .collect();
+    checks.record(
+        "correlation: every webhook carries Fanout-Invocation, the id GET /invocations shows for the tick that dispatched it",
+        if named.len() == 5 {
+            named_by_invocations(&named, &ours, &batch.id.0)
+        } else {
+            Err(format!("{} deliveries, want 5", named.len()))
+        },
+    );
+    let called: Vec<(String, Option<String>)> = callbacks(sink, &batch.id)
+        .await?
+        .into_iter()
+        .map(|c| (format!("callback {}", c.seq), c.invocation))
+        .collect();
+    checks.record(
+        "correlation: the completion callback carries Fanout-Invocation naming the tick that dispatched it",
+        named_by_invocations(&called, &ours, &batch.id.0),
+    );
+    let ids: Vec<&str> = ours
+        .iter()
+        .filter_map(|i| i.summary.invocation.as_deref())
+        .collect();
+    checks.record(
+        "correlation: every new summary in GET /invocations has an invocation id of its own",
+        if ids.len() == ours.len() && ids.iter().collect::<HashSet<_>>().len() == ids.len() {
+            Ok(())
+        } else {
+            Err(format!("{} summaries, ids {ids:?}", ours.len()))
+        },
+    );
+    let Some(runtime) = target.runtime.as_ref() else {
+        println!("# correlation log check skipped: --url mode has no log");
+        return Ok(());
+    };
+    // The failed first attempt: the child logged its outcome, the tick its summary.
+    let first = webhooks
+        .iter()
+        .find(|d| d.subject_id == "corr-flaky-00000" && d.attempt == Some(1))
+        .and_then(|d| d.invocation.clone())
+        .context("no first delivery of corr-flaky-00000 naming an invocation")?;
+    let path = runtime.config().wrangler_log();
+    let id = format!("\"invocation\":\"{first}\"");
+    let mut found = (false, false);
+    for _ in 0..20 {
+        let text = std::fs::read_to_string(&path)?;
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(&id)).collect();
+        found = (
+            lines.iter().any(|l| {
+                l.contains("\"event\":\"item_outcome\"") && l.contains("corr-flaky-00000")
+            }),
+            lines.iter().any(|l| l.contains("\"event\":\"invocation\"")),
+        );
+        if found == (true, true) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    checks.record(
+        "correlation: the child's item_outcome line and the tick's invocation summary line carry the id its webhook carried",
+        match found {
+            (true, true) => Ok(()),
+            (child, tick) => Err(format!("{first}: child line {child}, summary line {tick}")),
         },
     );
     Ok(())
@@ -804,6 +944,42 @@ pub async fn scenario(
 mod tests {
     use super::*;
 
+    fn invocation(id: Option<&str>, batch: &str) -> Invocation {
+        use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
+        Invocation {
+            id: 1,
+            summary: InvocationSummary {
+                invocation: id.map(str::to_string),
+                trigger: Trigger::Tick,
+                started_at: 0,
+                elapsed_ms: 0,
+                tally: Tally {
+                    batch_ids: [batch.to_string()].into(),
+                    ..Tally::default()
+                },
+                subrequests: 0,
+                subrequest_budget: 45,
+                d1_statements: 0,
+                d1_rows_written: 0,
+                stop_reason: StopReason::Drained,
+            },
+        }
+    }
+
+    #[test]
+    fn a_request_must_name_an_invocation_that_dispatched_from_its_batch() {
+        let ours = [invocation(Some("t1"), "b"), invocation(Some("t2"), "other")];
+        let req = |id: Option<&str>| vec![("s".to_string(), id.map(str::to_string))];
+        assert!(named_by_invocations(&req(Some("t1")), &ours, "b").is_ok());
+        // Another batch's invocation, an unknown id, no header, nothing at all.
+        assert!(named_by_invocations(&req(Some("t2")), &ours, "b").is_err());
+        assert!(named_by_invocations(&req(Some("t9")), &ours, "b").is_err());
+        assert!(named_by_invocations(&req(None), &ours, "b").is_err());
+        assert!(named_by_invocations(&[], &ours, "b").is_err());
+        // A summary stored without an id names nothing, not even a missing header.
+        assert!(named_by_invocations(&req(None), &[invocation(None, "b")], "b").is_err());
+    }
+
     fn summary(finished_at: &str, failed: u64) -> Summary {
         Summary {
             batch_id: "b".into(),
@@ -829,6 +1005,7 @@ mod tests {
             status,
             received_at: "2026-11-21T12:01:00.000Z".into(),
             error: None,
+            invocation: None,
         }
     }
 

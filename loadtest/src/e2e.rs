@@ -110,10 +110,27 @@ pub struct E2eArgs {
     /// own Worker).
     #[arg(long)]
     pub only_delivery: bool,
+    /// Run only the drainers part (`DRAINERS=4` on wrangler.drainers.toml's local
+    /// queue; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_drainers: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
     pub only_probe: bool,
+    /// Run only the part of `examples/hello-kind` (a Worker crate of its own with
+    /// its own job kind; its own Worker, built beforehand).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_service"])]
+    pub only_hello_kind: bool,
+    /// Run only the part of `examples/streak-reminder` (the seed's app on the
+    /// library, against the sink's fakes of GitHub, Discord and Telegram; its own
+    /// Worker, built beforehand).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind", "only_service"])]
+    pub only_streak: bool,
+    /// Run only the `service` part (cron-fanout and the example TypeScript
+    /// handler in one multi-worker `wrangler dev`).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
+    pub only_service: bool,
 }
 
 /// Runs the suite, printing one line per check and the closing
@@ -134,13 +151,35 @@ pub async fn run(args: E2eArgs) -> bool {
         println!("{}", checks.summary());
         return checks.all_passed();
     }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_drainers {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
+        }
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_hello_kind {
+        hello_kind_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_streak {
+        streak_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
+    if args.only_service {
+        service_part(&args.target, timeout, &mut checks).await;
+        println!("{}", checks.summary());
+        return checks.all_passed();
+    }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
         if let Err(e) = suite(&args, &mut checks).await {
             checks.record("suite ran to completion", Err(format!("{e:#}")));
         }
     }
-    let timeout = Duration::from_secs(args.timeout_secs);
     if !only_one_part || args.only_control {
         if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
             checks.record(
@@ -154,8 +193,49 @@ pub async fn run(args: E2eArgs) -> bool {
             checks.record("delivery part ran to completion", Err(format!("{e:#}")));
         }
     }
+    if !only_one_part {
+        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
+            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
+        }
+        if args.target.url.is_some() {
+            println!("# hello-kind and service parts skipped: --url mode runs only the Worker at that URL");
+        } else {
+            hello_kind_part(&args.target, timeout, &mut checks).await;
+            service_part(&args.target, timeout, &mut checks).await;
+        }
+        if args.target.url.is_some() {
+            println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
+        } else {
+            streak_part(&args.target, timeout, &mut checks).await;
+        }
+    }
     println!("{}", checks.summary());
     checks.all_passed()
+}
+
+/// The Worker crate of `examples/hello-kind`, on a runtime of its own.
+async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
+        checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+    }
+}
+
+/// The Worker crate of `examples/streak-reminder`, on a runtime of its own.
+async fn streak_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::e2e_streak::e2e(args, timeout, checks).await {
+        checks.record(
+            "streak-reminder part ran to completion",
+            Err(format!("{e:#}")),
+        );
+    }
+}
+
+/// `service` items: cron-fanout and the example TypeScript handler in one
+/// multi-worker `wrangler dev`.
+async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+    if let Err(e) = crate::service::e2e(args, timeout, checks).await {
+        checks.record("service part ran to completion", Err(format!("{e:#}")));
+    }
 }
 
 /// The dashboard's browser part alone, on a Worker of its own.

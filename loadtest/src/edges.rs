@@ -218,9 +218,12 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
 
 /// A no-op item as the dispatcher sends it.
 fn noop_item() -> String {
-    json!({"item_id": 1, "lease_token": "e2e-token", "batch_id": "e2e-dispatch",
-           "subject_id": "e2e-dispatch", "attempt": 1, "max_attempts": 1,
-           "kind": "noop", "payload": "{}"})
+    // What a dispatch signs (core::dispatch::Dispatched): the item and the id of
+    // the invocation dispatching it.
+    json!({"invocation": "e2e-dispatch",
+           "item": {"item_id": 1, "lease_token": "e2e-token", "batch_id": "e2e-dispatch",
+                    "subject_id": "e2e-dispatch", "attempt": 1, "max_attempts": 1,
+                    "kind": "noop", "payload": "{}"}})
     .to_string()
 }
 
@@ -657,6 +660,36 @@ async fn misconfigured(target: &mut Target, checks: &mut Checks) -> Result<()> {
             .and_then(|()| says(&child, "internal", false)),
     );
 
+    // Drainers without the queue they are started through (wrangler.toml binds
+    // none): refused, naming both.
+    checks.step(
+        "Worker restarts with DRAINERS=2 and no DRAIN_QUEUE binding",
+        restart_with(
+            target,
+            &[
+                ("DISPATCH_SECRET", Some(&dispatch)),
+                ("DRAINERS", Some("2")),
+            ],
+        )
+        .await,
+    );
+    let admin = api.admin_raw(Method::GET, "/subjects", None).await?;
+    checks.record(
+        "DRAINERS=2 without a DRAIN_QUEUE binding: the admin gets 500 misconfigured naming DRAINERS and DRAIN_QUEUE",
+        expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR).and_then(|()| {
+            match admin.error_shape() {
+                Some((code, message))
+                    if code == "misconfigured"
+                        && message.contains("DRAINERS (2)")
+                        && message.contains("DRAIN_QUEUE") =>
+                {
+                    Ok(())
+                }
+                _ => Err(clip(&admin.body)),
+            }
+        }),
+    );
+
     // With an unusable ADMIN_TOKEN nobody can be told the detail.
     checks.step(
         "Worker restarts with a 5-character ADMIN_TOKEN",
@@ -664,6 +697,7 @@ async fn misconfigured(target: &mut Target, checks: &mut Checks) -> Result<()> {
             target,
             &[
                 ("DISPATCH_SECRET", Some(&dispatch)),
+                ("DRAINERS", None),
                 ("ADMIN_TOKEN", Some("short")),
             ],
         )

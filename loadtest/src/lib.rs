@@ -21,6 +21,8 @@
 //!   part B): the e2e checks, the `multi` scenario's flow, their verdicts.
 //! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
+//! - `drainers`: `DRAINERS=4` on the local queue end to end: a 10,000-item batch
+//!   drained by queue consumers, and a drainer killed mid-run.
 //! - `scenario`: what each `run` scenario seeds and configures.
 //! - `metrics`: pure measurements (makespan, percentiles, per-item costs, ratios).
 //! - `report`: a run's report and verdicts, as a table or JSON.
@@ -43,11 +45,14 @@ pub mod control_bench;
 pub mod delivery;
 pub mod demo;
 pub mod devvars;
+pub mod drainers;
 pub mod drive;
 pub mod e2e;
 pub mod e2e_schedules;
+pub mod e2e_streak;
 pub mod edges;
 pub mod faults;
+pub mod hello_kind;
 pub mod metrics;
 pub mod plan;
 pub mod probe;
@@ -57,8 +62,10 @@ pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod schedules;
+pub mod service;
 pub mod signature;
 pub mod sink;
+pub mod sink_fakes;
 pub mod steps;
 pub mod table;
 pub mod target;

@@ -27,6 +27,11 @@ enum Command {
         /// WEBHOOK_SECRET the Worker signs deliveries with.
         #[arg(long, env = "LOADTEST_WEBHOOK_SECRET", hide_env_values = true)]
         webhook_secret: String,
+        /// Emulate the platform's connection cap: at most this many requests in
+        /// flight per `Fanout-Invocation` value, the rest waiting (6 on the
+        /// platform). Requests without the header are not capped. Default: off.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        connection_cap: Option<u32>,
     },
     /// The end-to-end suite (CI): prints `ok - `/`FAIL - ` lines and
     /// `N passed, M failed`; exits non-zero on any failure.
@@ -66,7 +71,10 @@ async fn run(command: Command) -> ExitCode {
         Command::Sink {
             port,
             webhook_secret,
-        } => serve_sink(port, &webhook_secret).await.map(|()| true),
+            connection_cap,
+        } => serve_sink(port, &webhook_secret, connection_cap)
+            .await
+            .map(|()| true),
         Command::E2e(args) => Ok(e2e::run(args).await),
         Command::Demo(args) => demo::run(args).await.map(|()| true),
         Command::Run(args) => run::run(args).await,
@@ -84,8 +92,17 @@ async fn run(command: Command) -> ExitCode {
     }
 }
 
-async fn serve_sink(port: u16, webhook_secret: &str) -> Result<()> {
+async fn serve_sink(port: u16, webhook_secret: &str, connection_cap: Option<u32>) -> Result<()> {
     let handle = sink::start(port, webhook_secret).await?;
+    if connection_cap.is_some() {
+        sink::SinkClient::new(&handle.url())
+            .set_connection_cap(connection_cap)
+            .await?;
+        eprintln!(
+            "connection cap: {} requests in flight per Fanout-Invocation",
+            connection_cap.unwrap_or_default()
+        );
+    }
     println!(
         "sink listening on {} (POST /hook/<subject>?<faults>, GET /stats, POST /reset)",
         handle.url()

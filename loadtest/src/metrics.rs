@@ -191,6 +191,7 @@ mod tests {
         Invocation {
             id: 1,
             summary: InvocationSummary {
+                invocation: None,
                 trigger,
                 started_at: 0,
                 elapsed_ms: 1,

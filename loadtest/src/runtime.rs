@@ -37,6 +37,9 @@ pub struct RuntimeConfig {
     pub name: String,
     /// `--var KEY:VALUE` pairs: settings and, in tests, the secrets.
     pub vars: Vec<(String, String)>,
+    /// `-c` wrangler configs, the Worker's own first, then Workers run beside it
+    /// (multi-worker `wrangler dev`); empty: the repo's `wrangler.toml` alone.
+    pub configs: Vec<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -49,6 +52,7 @@ impl RuntimeConfig {
             log_dir: base.join("logs"),
             name: name.to_string(),
             vars,
+            configs: Vec::new(),
         }
     }
 
@@ -140,6 +144,10 @@ impl RuntimeConfig {
         let log_path = self.migrations_log();
         let log = self.open_log(&log_path, &format!("d1 {}", verb.join(" ")))?;
         let mut cmd = self.wrangler()?;
+        // The Worker's own config (its D1 binding), when it has one of its own.
+        if let Some(config) = self.configs.first() {
+            cmd.arg("-c").arg(config);
+        }
         cmd.arg("d1")
             .args(verb)
             .args(["DB", "--local", "--persist-to"])
@@ -206,13 +214,17 @@ impl Runtime {
             .cfg
             .open_log(&log_path, &format!("wrangler dev on port {}", self.port))?;
         let mut cmd = self.cfg.wrangler()?;
-        cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
+        cmd.arg("dev")
+            .args(["--ip", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--inspector-port")
             .arg(self.inspector_port.to_string())
             .arg("--persist-to")
             .arg(&self.cfg.state_dir)
             .arg("--show-interactive-dev-session=false");
+        for config in &self.cfg.configs {
+            cmd.arg("-c").arg(config);
+        }
         for (key, value) in &self.cfg.vars {
             cmd.arg("--var").arg(format!("{key}:{value}"));
         }

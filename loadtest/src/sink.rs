@@ -19,7 +19,21 @@
 //!   (a dead-letter replay after the receiver was repaired).
 //! - `GET /stats[?deliveries=1]`: totals, counts per Idempotency-Key and, on request,
 //!   every delivery record (`Stats`).
-//! - `POST /reset`: forget everything (deliveries and redirect hits; not secrets).
+//! - `POST /connection-cap`: `{"per_invocation": 6}` turns on the emulation of the
+//!   platform's connection cap, `{"per_invocation": null}` turns it off (the
+//!   default). See below.
+//! - `POST /reset`: forget everything (deliveries, redirect hits and the cap's
+//!   counts; not secrets, fixed receivers or the cap itself).
+//! - `/github/…`, `/discord/…`, `/telegram/…`, `/fakes/…`: fakes of the APIs
+//!   `examples/streak-reminder` calls (`sink_fakes`).
+//!
+//! The connection cap (opt-in): Workers reached through service bindings share
+//! the top-level request's 6 simultaneous open connections, and a 7th waits until
+//! one closes. The sink emulates it per `Fanout-Invocation` header value (the
+//! invocation that dispatched the item): at most `per_invocation` deliveries and
+//! callbacks of one invocation are handled at once, the rest wait their turn
+//! before they are recorded. Requests without the header are never capped (there
+//! is no invocation to count them against). `Stats` shows the cap's counts.
 //!
 //! Each scenario runs one in-process (`start`) and reads it over HTTP like an
 //! external sink (`SinkClient`), so `--sink-url` mode uses the same code path.
@@ -38,7 +52,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+
+/// The header naming the invocation that dispatched an item (the Worker's
+/// correlation id): what the connection cap counts by.
+pub const INVOCATION_HEADER: &str = cron_fanout::jobs::INVOCATION_HEADER;
+
+/// The platform's simultaneous open connections per top-level request.
+pub const PLATFORM_CONNECTIONS: u32 = 6;
 
 /// One delivery as the sink saw it. Fields from the body are `None` when the
 /// body could not be read as the delivery JSON.
@@ -72,6 +94,9 @@ pub struct Delivery {
     pub received_at: String,
     /// Why the sink refused the delivery, if it did.
     pub error: Option<String>,
+    /// Its `Fanout-Invocation` header: the invocation that dispatched it.
+    #[serde(default)]
+    pub invocation: Option<String>,
 }
 
 /// The `GET /stats` answer.
@@ -97,6 +122,16 @@ pub struct Stats {
     /// Every completion callback received, oldest first (always: they are few).
     #[serde(default)]
     pub callbacks: Vec<CallbackRecord>,
+    /// The connection cap per invocation, when it is on.
+    #[serde(default)]
+    pub connection_cap: Option<u32>,
+    /// Requests that found their invocation's slots all taken and waited.
+    #[serde(default)]
+    pub cap_waits: u64,
+    /// The most requests of one invocation handled at once (with the header only;
+    /// counted with the cap on or off).
+    #[serde(default)]
+    pub peak_in_flight: u32,
 }
 
 /// One completion callback as the sink saw it.
@@ -117,6 +152,9 @@ pub struct CallbackRecord {
     pub status: Option<u16>,
     pub received_at: String,
     pub error: Option<String>,
+    /// Its `Fanout-Invocation` header.
+    #[serde(default)]
+    pub invocation: Option<String>,
 }
 
 /// The body of a completion callback: exactly these fields (docs/api.md).
@@ -167,6 +205,14 @@ struct Inner {
     fixed: HashSet<String>,
     callbacks: Vec<CallbackRecord>,
     callback_per_key: HashMap<String, u32>,
+    /// The connection cap per invocation (`POST /connection-cap`).
+    cap: Option<u32>,
+    /// Each invocation's slots while the cap is on.
+    slots: HashMap<String, Arc<Semaphore>>,
+    /// Requests of each invocation being handled now.
+    in_flight: HashMap<String, u32>,
+    cap_waits: u64,
+    peak_in_flight: u32,
 }
 
 struct Shared {
@@ -178,6 +224,86 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves plain data behind, still usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection of the invocation `headers` name: with the cap on, one of its
+    /// slots, waited for if all are taken. Held until the request is answered or
+    /// the Worker hangs up (dropped with the handler's future either way).
+    async fn connection(self: &Arc<Self>, headers: &HeaderMap) -> Connection {
+        let Some(invocation) = headers
+            .get(INVOCATION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+        else {
+            return Connection {
+                shared: None,
+                invocation: String::new(),
+                _slot: None,
+            };
+        };
+        let slots = {
+            let mut inner = self.lock();
+            match inner.cap {
+                Some(cap) => Some(
+                    inner
+                        .slots
+                        .entry(invocation.clone())
+                        .or_insert_with(|| Arc::new(Semaphore::new(cap as usize)))
+                        .clone(),
+                ),
+                None => None,
+            }
+        };
+        let slot = match slots {
+            None => None,
+            Some(slots) => Some(match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    self.lock().cap_waits += 1;
+                    slots.acquire_owned().await.expect("slots are never closed")
+                }
+            }),
+        };
+        {
+            let mut inner = self.lock();
+            let n = inner.in_flight.entry(invocation.clone()).or_insert(0);
+            *n += 1;
+            let n = *n;
+            inner.peak_in_flight = inner.peak_in_flight.max(n);
+        }
+        Connection {
+            shared: Some(self.clone()),
+            invocation,
+            _slot: slot,
+        }
+    }
+}
+
+/// One request being handled, counted against its invocation while it lives.
+struct Connection {
+    /// `None`: no `Fanout-Invocation` header, nothing counted.
+    shared: Option<Arc<Shared>>,
+    invocation: String,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Connection {
+    fn invocation(&self) -> Option<String> {
+        self.shared.as_ref().map(|_| self.invocation.clone())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            let mut inner = shared.lock();
+            if let Some(n) = inner.in_flight.get_mut(&self.invocation) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    inner.in_flight.remove(&self.invocation);
+                }
+            }
+        }
     }
 }
 
@@ -227,8 +353,11 @@ fn router(webhook_secret: &str) -> Router {
         .route("/secrets", post(secrets))
         .route("/fixed", post(fixed))
         .route("/stats", get(stats))
+        .route("/connection-cap", post(connection_cap))
         .route("/reset", post(reset))
         .with_state(shared)
+        // GitHub, Discord and Telegram for examples/streak-reminder.
+        .merge(crate::sink_fakes::router())
 }
 
 /// Whether a delivery is acceptable, and if so the faults to apply to it.
@@ -263,6 +392,9 @@ async fn hook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Waits here for a slot when the connection cap is on: as if the platform had
+    // not opened the connection yet.
+    let connection = shared.connection(&headers).await;
     let now = chrono::Utc::now();
     let location = format!("/redirected/{subject_id}");
     let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
@@ -310,6 +442,7 @@ async fn hook(
             status: error.map(|(s, _)| s.as_u16()),
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             error: error.map(|(_, why)| why.clone()),
+            invocation: connection.invocation(),
         });
         (seq, inner.deliveries.len() - 1, delivery_no, fixed)
     };
@@ -354,6 +487,7 @@ async fn callback(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let connection = shared.connection(&headers).await;
     let now = chrono::Utc::now();
     let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
     let sig = signature::verify(&shared.secret, sig_header, &body, now.timestamp());
@@ -385,6 +519,7 @@ async fn callback(
             status: error.map(|(s, _)| s.as_u16()),
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             error: error.map(|(_, why)| why.clone()),
+            invocation: connection.invocation(),
         });
         (inner.callbacks.len() - 1, delivery_no)
     };
@@ -427,6 +562,27 @@ async fn fixed(State(shared): State<Arc<Shared>>, Json(subjects): Json<Vec<Strin
     StatusCode::NO_CONTENT
 }
 
+/// The `POST /connection-cap` body: slots per invocation, or `null` for no cap.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectionCap {
+    pub per_invocation: Option<u32>,
+}
+
+/// Turns the connection cap on (with its slots per invocation) or off. Requests
+/// already holding or waiting for a slot keep the old cap; new ones get the new.
+async fn connection_cap(
+    State(shared): State<Arc<Shared>>,
+    Json(cap): Json<ConnectionCap>,
+) -> Response {
+    if cap.per_invocation == Some(0) {
+        return (StatusCode::BAD_REQUEST, "per_invocation must be at least 1").into_response();
+    }
+    let mut inner = shared.lock();
+    inner.cap = cap.per_invocation;
+    inner.slots.clear();
+    StatusCode::NO_CONTENT.into_response()
+}
+
 #[derive(Deserialize)]
 struct StatsQuery {
     #[serde(default)]
@@ -447,6 +603,9 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -
         deliveries: want_list.then(|| inner.deliveries.clone()),
         callbacks: inner.callbacks.clone(),
         redirect_hits: inner.redirect_hits,
+        connection_cap: inner.cap,
+        cap_waits: inner.cap_waits,
+        peak_in_flight: inner.peak_in_flight,
         ..Stats::default()
     };
     for d in &inner.deliveries {
@@ -470,6 +629,9 @@ async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
     inner.callbacks.clear();
     inner.callback_per_key.clear();
     inner.redirect_hits = 0;
+    inner.cap_waits = 0;
+    // Requests in flight keep their count; the peak starts again from them.
+    inner.peak_in_flight = inner.in_flight.values().copied().max().unwrap_or(0);
     StatusCode::NO_CONTENT
 }
 
@@ -527,6 +689,12 @@ impl SinkClient {
     /// Registers subjects whose deliveries are signed with their own secret.
     pub async fn set_subject_secrets(&self, secrets: &HashMap<String, String>) -> Result<()> {
         self.post("/secrets", secrets).await
+    }
+
+    /// Turns the connection cap emulation on (`Some(slots)` per invocation) or off.
+    pub async fn set_connection_cap(&self, per_invocation: Option<u32>) -> Result<()> {
+        self.post("/connection-cap", &ConnectionCap { per_invocation })
+            .await
     }
 
     /// Fixes these subjects' receivers: their deliveries answer 200 from now on.

@@ -34,6 +34,10 @@ pub struct TargetArgs {
     /// running Worker uses.
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
     pub vars: Vec<(String, String)>,
+    /// The wrangler configuration, relative to --repo (default `wrangler.toml`;
+    /// `wrangler.drainers.toml` binds DRAIN_QUEUE for DRAINERS > 1).
+    #[arg(long)]
+    pub wrangler_config: Option<PathBuf>,
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {
@@ -77,6 +81,19 @@ impl Target {
         secrets: Secrets,
         fresh: bool,
     ) -> Result<Target> {
+        Target::open_with_configs(args, name, defaults, secrets, fresh, Vec::new()).await
+    }
+
+    /// [`Target::open`] with these wrangler configs (`RuntimeConfig::configs`:
+    /// the Worker's own first, then Workers run beside it).
+    pub async fn open_with_configs(
+        args: &TargetArgs,
+        name: &str,
+        defaults: &[(&str, &str)],
+        secrets: Secrets,
+        fresh: bool,
+        configs: Vec<std::path::PathBuf>,
+    ) -> Result<Target> {
         let mut settings: BTreeMap<String, String> = defaults
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -84,6 +101,12 @@ impl Target {
         settings.extend(args.vars.iter().cloned());
 
         if let Some(url) = &args.url {
+            if let Some(config) = configs.first() {
+                bail!(
+                    "--url cannot start the Worker of {}: it needs its own wrangler dev",
+                    config.display()
+                );
+            }
             let token = args
                 .admin_token
                 .as_deref()
@@ -145,7 +168,14 @@ impl Target {
             bail!("ADMIN_TOKEN and WEBHOOK_SECRET are required");
         };
 
-        let cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        let mut cfg = RuntimeConfig::under_repo(&repo, name, vars);
+        // `--config` of the suite's own parts (e.g. the drainers' config), when no
+        // configs were given.
+        cfg.configs = if configs.is_empty() {
+            args.wrangler_config.iter().map(|c| repo.join(c)).collect()
+        } else {
+            configs
+        };
         if fresh {
             cfg.wipe_state()?;
         }

@@ -799,15 +799,20 @@ pub async fn schedules_view(
             &json!({"cron": "0 9 * * *", "timezone": "Europe/Berlin", "group": CRON, "jitter_seconds": 600}),
         )
         .await?;
-    // A one-off over a group without subjects, fired by a tick: a last batch to link.
+    // A one-off over a group of one no-op subject, fired by a tick: a last batch
+    // to link (a fire that matches no subject creates none).
+    let mut subject = crate::plan::noop_subject("ui-once-subject".into());
+    subject.group = Some(ONCE.into());
+    api.put_subjects(&[subject]).await?;
     let at = cron_fanout::core::time::rfc3339(chrono::Utc::now().timestamp_millis());
-    api.put_schedule(ONCE, &json!({"at": at, "group": "ui-nobody"}))
+    api.put_schedule(ONCE, &json!({"at": at, "group": ONCE}))
         .await?;
     api.fire_cron(TICK_CRON).await?;
     let once = api.schedule(ONCE).await?;
     let result = check_schedules(b, api, &cron, &once, shots, checks).await;
     api.delete_schedule(CRON).await?;
     api.delete_schedule(ONCE).await?;
+    api.delete_subject("ui-once-subject").await?;
     result
 }
 
@@ -927,7 +932,7 @@ async fn check_schedules(
         if link.is_some()
             && r.link == link
             && (r.kind.as_str(), r.enabled.as_str(), r.next.as_str(), r.group.as_str())
-                == ("at", "no", "—", "ui-nobody")
+                == ("at", "no", "—", "ui-once")
         {
             Ok(())
         } else {

@@ -427,6 +427,7 @@ mod tests {
             status: Some(200),
             received_at: "2026-01-01T00:00:00.000Z".into(),
             error: None,
+            invocation: None,
         }
     }
 
@@ -570,6 +571,7 @@ mod tests {
         Invocation {
             id: 1,
             summary: InvocationSummary {
+                invocation: None,
                 trigger: Trigger::Tick,
                 started_at: 0,
                 elapsed_ms: 1,

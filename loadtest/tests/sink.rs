@@ -311,3 +311,115 @@ async fn a_callback_its_sender_abandons_is_never_answered() {
     assert_eq!(c.len(), 1);
     assert_eq!((c[0].signature.as_str(), c[0].status), ("valid", None));
 }
+
+/// Posts `n` deliveries at once to `<base>/hook/<subject>?latency_ms=<ms>`, each
+/// naming `invocation` (or none) in `Fanout-Invocation`; returns when the last
+/// one was answered, with every status.
+async fn burst(base: &str, n: i64, first_id: i64, ms: u64, invocation: Option<&str>) -> Vec<u16> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in first_id..first_id + n {
+        let url = format!("{base}/hook/s{id}?latency_ms={ms}");
+        let invocation = invocation.map(str::to_string);
+        tasks.spawn(async move {
+            let body = body(id, 1);
+            let t = chrono::Utc::now().timestamp();
+            let mut req = reqwest::Client::new()
+                .post(url)
+                .header("Idempotency-Key", id.to_string())
+                .header(
+                    signature::HEADER,
+                    signature::sign(SECRET.as_bytes(), t, body.as_bytes()),
+                );
+            if let Some(inv) = invocation {
+                req = req.header(sink::INVOCATION_HEADER, inv);
+            }
+            req.body(body)
+                .send()
+                .await
+                .expect("sink reachable")
+                .status()
+                .as_u16()
+        });
+    }
+    let mut statuses = Vec::new();
+    while let Some(s) = tasks.join_next().await {
+        statuses.push(s.unwrap());
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_makes_an_invocations_seventh_request_wait_for_a_slot() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    client.set_connection_cap(Some(6)).await.unwrap();
+    // 12 requests of one invocation at 400 ms each: two rounds of 6.
+    let started = Instant::now();
+    let statuses = burst(&sink.url(), 12, 100, 400, Some("inv-a")).await;
+    let elapsed = started.elapsed();
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        elapsed >= Duration::from_millis(800),
+        "12 requests with 6 slots took {elapsed:?}, less than two rounds"
+    );
+    let stats = client.stats(true).await.unwrap();
+    assert_eq!(stats.connection_cap, Some(6));
+    assert_eq!((stats.peak_in_flight, stats.cap_waits), (6, 6));
+    let deliveries = stats.deliveries.unwrap();
+    assert!(deliveries
+        .iter()
+        .all(|d| d.invocation.as_deref() == Some("inv-a")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_is_per_invocation_and_requests_without_the_header_are_not_capped() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    client.set_connection_cap(Some(6)).await.unwrap();
+    // Two invocations of 6 each, and 12 without the header, all at once: one
+    // round of 400 ms for everyone.
+    let base = sink.url();
+    let started = Instant::now();
+    let (a, b, none) = tokio::join!(
+        burst(&base, 6, 200, 400, Some("inv-a")),
+        burst(&base, 6, 300, 400, Some("inv-b")),
+        burst(&base, 12, 400, 400, None),
+    );
+    let elapsed = started.elapsed();
+    assert!(a.iter().chain(&b).chain(&none).all(|&s| s == 200));
+    assert!(
+        elapsed < Duration::from_millis(790),
+        "one round should do, took {elapsed:?}"
+    );
+    let stats = client.stats(true).await.unwrap();
+    assert_eq!(
+        (stats.total, stats.cap_waits, stats.peak_in_flight),
+        (24, 0, 6)
+    );
+    let unnamed = stats
+        .deliveries
+        .unwrap()
+        .iter()
+        .filter(|d| d.invocation.is_none())
+        .count();
+    assert_eq!(unnamed, 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_cap_an_invocations_requests_all_run_at_once() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let client = SinkClient::new(&sink.url());
+    let started = Instant::now();
+    burst(&sink.url(), 12, 500, 400, Some("inv-c")).await;
+    assert!(started.elapsed() < Duration::from_millis(790));
+    let stats = client.stats(false).await.unwrap();
+    assert_eq!(stats.connection_cap, None);
+    assert_eq!((stats.peak_in_flight, stats.cap_waits), (12, 0));
+    // Turned on, then off again: no cap.
+    client.set_connection_cap(Some(2)).await.unwrap();
+    client.set_connection_cap(None).await.unwrap();
+    let started = Instant::now();
+    burst(&sink.url(), 6, 600, 300, Some("inv-d")).await;
+    assert!(started.elapsed() < Duration::from_millis(590));
+    assert_eq!(client.stats(false).await.unwrap().cap_waits, 0);
+}

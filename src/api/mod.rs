@@ -52,6 +52,9 @@ pub struct App<'a, D: Db> {
     pub event: &'a dyn Fn(&str, Value),
     /// The job kinds subjects and items may name (payload validation, listings).
     pub jobs: &'a Jobs,
+    /// The service bindings a `service` item may name: those of `SERVICE_BINDINGS`
+    /// that are bound to this Worker (the edge looks them up).
+    pub services: &'a [String],
 }
 
 /// What [`serve`] (and [`page::serve`]) answers.
@@ -152,6 +155,7 @@ pub async fn serve<D: Db>(
         allow_private: app.settings.allow_private_targets,
         own_host: req.host.as_deref(),
         own_hostnames: &app.settings.own_hostnames,
+        services: app.services,
     };
     Ok(match admin.handler {
         Handler::PutSubjects => subjects::put(app, &body, &policy).await?.into(),

@@ -159,11 +159,13 @@ mod tests {
         allow_private: true,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     fn parsed(body: &str, policy: &TargetPolicy) -> Result<ProbeRequest, (String, String)> {

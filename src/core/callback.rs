@@ -134,6 +134,7 @@ mod tests {
         allow_private: false,
         own_host: Some("fanout.example.com:443"),
         own_hostnames: &[],
+        services: &[],
     };
 
     fn row(on_finish: Option<&str>, status: Option<&str>, attempts: Option<i64>) -> BatchRow {
@@ -186,6 +187,7 @@ mod tests {
             allow_private: true,
             own_host: None,
             own_hostnames: &[],
+            services: &[],
         };
         assert!(OnFinish {
             url: "http://127.0.0.1:9000/x".into()

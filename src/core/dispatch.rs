@@ -1,5 +1,6 @@
 //! The wire format of `POST /internal/run`, both ways. The request carries
-//! everything in its body, `<signature>\n<item JSON>`, and nothing in its headers:
+//! everything in its body, `<signature>\n<JSON>`, and nothing in its headers (the
+//! JSON is [`Dispatched`]: the item and the id of the invocation dispatching it):
 //! the runtime's trace events (`wrangler tail`, Tail Workers, Workers Logs) record
 //! request headers, redacting only names that look secret, and never bodies, and the
 //! item holds its lease token and its payload (`data`, a subject's `signing_secret`).
@@ -8,14 +9,39 @@
 //! of the whole per-item cost (docs/benchmarks.md).
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
+use serde::{Deserialize, Serialize};
 
-use super::model::Outcome;
+use super::model::{ClaimedItem, Outcome};
 use super::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
 pub const OUTCOME_STATUS: u16 = 204;
 pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
+/// A retry's own delay in ms (`Ran::retry_after_ms`), when its answer asked for one.
+pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
+
+/// What a dispatch body signs: the claimed item, and the id of the invocation
+/// that dispatched it (the child's log lines and outbound calls carry it). Signed
+/// with the item, so a child names the invocation its dispatcher named; in the
+/// body, since the dispatch keeps no header but its content type.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dispatched {
+    pub invocation: String,
+    pub item: ClaimedItem,
+}
+
+#[derive(Serialize)]
+struct DispatchedRef<'a> {
+    invocation: &'a str,
+    item: &'a ClaimedItem,
+}
+
+/// The JSON a dispatch body signs ([`Dispatched`]).
+pub fn dispatched_json(invocation: &str, item: &ClaimedItem) -> serde_json::Result<String> {
+    serde_json::to_string(&DispatchedRef { invocation, item })
+}
 
 /// A dispatch request as the drain sends it: its headers and body, which the edge
 /// copies into the runtime's request unchanged.
@@ -104,6 +130,12 @@ pub fn decode(kind: Option<&str>, reason: Option<&str>) -> Result<Outcome, Strin
     }
 }
 
+/// Read a retry's own delay back from [`RETRY_AFTER_HEADER`]: ms, not negative.
+/// Anything else is no delay (the backoff applies), never a failed dispatch.
+pub fn decode_retry_after(value: Option<&str>) -> Option<i64> {
+    value?.trim().parse().ok().filter(|ms: &i64| *ms >= 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +176,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_invocation_id_travels_signed_in_the_body_with_the_item() {
+        let item: crate::core::model::ClaimedItem =
+            serde_json::from_str(&claimed_item_json()).unwrap();
+        let json = dispatched_json("inv-7f3a", &item).unwrap();
+        let req = request(SECRET, 1_700_000_000, &json);
+        // The only header stays the content type.
+        assert_eq!(
+            req.headers,
+            [("Content-Type", "text/plain; charset=utf-8".to_string())]
+        );
+        let SignatureLine::Found { signature, item_at } = signature_line(req.body.as_bytes())
+        else {
+            panic!("no signature line");
+        };
+        let signed = &req.body.as_bytes()[item_at..];
+        let header = signature::SignatureHeader::parse(Some(signature)).unwrap();
+        assert_eq!(header.check_tag([SECRET], signed), Ok(()));
+        let back: Dispatched = serde_json::from_slice(signed).unwrap();
+        assert_eq!(
+            back,
+            Dispatched {
+                invocation: "inv-7f3a".into(),
+                item
+            }
+        );
+        // A bare item (no invocation) is not a dispatch.
+        assert!(serde_json::from_str::<Dispatched>(&claimed_item_json()).is_err());
     }
 
     #[test]
@@ -217,6 +279,21 @@ mod tests {
             signature_line(b"t=1,v1=00\n{\"a\":\"x\\ny\"}\n"),
             SignatureLine::Found { item_at: 10, .. }
         ));
+    }
+
+    #[test]
+    fn a_retry_after_header_reads_back_as_its_delay_and_anything_else_as_none() {
+        use crate::core::model::Ran;
+        let ran = Ran {
+            retry_after_ms: Some(2_000),
+            ..Ran::from(Outcome::Retry("HTTP 429: slow down".into()))
+        };
+        let sent = ran.retry_after_ms.map(|ms| ms.to_string());
+        assert_eq!(decode_retry_after(sent.as_deref()), Some(2_000));
+        assert_eq!(decode_retry_after(Some("0")), Some(0));
+        for bad in [None, Some("-1"), Some("1.5"), Some("soon"), Some("")] {
+            assert_eq!(decode_retry_after(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use super::budget::{
 };
 use super::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally, Transition};
 use super::receipts;
-use super::retry::{decide, release, release_refused, RetryPolicy};
+use super::retry::{decide, defer, release, release_refused, RetryPolicy};
 use super::settings::{DispatchMode, Settings};
 use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use super::watchdog;
@@ -367,6 +367,7 @@ impl Drain {
             .find(|(kind, _)| *kind == item.kind)
             .map_or(self.policy.retry, |(_, own)| *own);
         let mut transition = decide(&item, &ran.outcome, retry, now, jitter);
+        defer(&mut transition, ran.retry_after_ms, retry, now);
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(

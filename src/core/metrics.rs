@@ -337,6 +337,7 @@ cron_fanout_last_hour_invocations{stop_reason=\"budget\"} 2
 cron_fanout_last_hour_invocations{stop_reason=\"child_cap\"} 0
 cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 0
 cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 58
+cron_fanout_last_hour_invocations{stop_reason=\"drainers\"} 0
 cron_fanout_last_hour_invocations{stop_reason=\"error\"} 0
 cron_fanout_last_hour_invocations{stop_reason=\"refused\"} 0
 # HELP cron_fanout_last_hour_items What the invocations of the last hour did to items: claims, outcomes committed, lost leases, items released unrun, expired leases reaped.

@@ -6,6 +6,7 @@ pub mod callback;
 pub mod control;
 pub mod dispatch;
 pub mod drain;
+pub mod drainers;
 pub mod error;
 pub mod log_limit;
 pub mod metrics;

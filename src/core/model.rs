@@ -89,6 +89,9 @@ pub struct Ran {
     /// `None` for kinds without channels, and for a run that never answered
     /// (timed out, abandoned, a failed dispatch).
     pub channels: Option<super::receipts::ChannelResults>,
+    /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
+    /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).
+    pub retry_after_ms: Option<i64>,
 }
 
 impl From<Outcome> for Ran {
@@ -96,6 +99,7 @@ impl From<Outcome> for Ran {
         Ran {
             outcome,
             channels: None,
+            retry_after_ms: None,
         }
     }
 }
@@ -335,8 +339,11 @@ pub enum Trigger {
     /// Only in summaries stored before schedules: the old `DAILY_CRON` run that
     /// created the day's batch (now the `daily` schedule, fired by any tick).
     Daily,
-    /// Every cron: fire due schedules, reap expired leases, drain.
+    /// Every cron: fire due schedules, reap expired leases, drain (or, with
+    /// `DRAINERS` > 1, send the drain messages).
     Tick,
+    /// A drainer: one `DRAIN_QUEUE` message, one drain.
+    Queue,
 }
 
 impl Trigger {
@@ -344,6 +351,7 @@ impl Trigger {
         match self {
             Trigger::Daily => "daily",
             Trigger::Tick => "tick",
+            Trigger::Queue => "queue",
         }
     }
 }
@@ -369,16 +377,20 @@ pub enum StopReason {
     /// The platform refused a dispatch: the items it and the queue held were
     /// given back unrun, and nothing more was dispatched.
     Refused,
+    /// A tick that drained nothing itself: it sent `DRAINERS` messages to
+    /// `DRAIN_QUEUE`, and the drainers' own summaries say how they stopped.
+    Drainers,
 }
 
 impl StopReason {
-    pub const ALL: [StopReason; 6] = [
+    pub const ALL: [StopReason; 7] = [
         StopReason::Drained,
         StopReason::Budget,
         StopReason::Deadline,
         StopReason::Error,
         StopReason::ChildCap,
         StopReason::Refused,
+        StopReason::Drainers,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -389,6 +401,7 @@ impl StopReason {
             StopReason::Error => "error",
             StopReason::ChildCap => "child_cap",
             StopReason::Refused => "refused",
+            StopReason::Drainers => "drainers",
         }
     }
 }
@@ -470,6 +483,11 @@ impl Tally {
 /// all in this one form. Timestamps are RFC 3339 text in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvocationSummary {
+    /// The invocation's id, drawn when it starts: what its outbound calls and its
+    /// children's carry as `Fanout-Invocation` and every log line of it and of its
+    /// children shows as `invocation`. `None` in summaries stored before it was.
+    #[serde(default)]
+    pub invocation: Option<String>,
     pub trigger: Trigger,
     #[serde(with = "super::time::rfc3339_ms")]
     pub started_at: i64,

@@ -68,6 +68,20 @@ pub fn decide(
     }
 }
 
+/// A retry whose answer asked for its own delay (`Ran::retry_after_ms`) waits
+/// that long instead of the backoff, at most the retry cap (`policy.max_ms`): an
+/// answer cannot park an item for longer than the deployment would.
+pub fn defer(
+    transition: &mut Transition,
+    retry_after_ms: Option<i64>,
+    policy: RetryPolicy,
+    now_ms: i64,
+) {
+    if let (ItemStatus::Pending, Some(ms)) = (transition.status, retry_after_ms) {
+        transition.run_after = Some(now_ms + ms.clamp(0, policy.max_ms));
+    }
+}
+
 /// Give a claimed item back unrun: `pending` again, due as before, with the
 /// attempt its claim counted given back (it never ran, so it must not use one up;
 /// an item on its last attempt would otherwise never be claimable again).
@@ -184,6 +198,29 @@ mod tests {
         assert_eq!(
             t.error.as_deref(),
             Some("gave up after 5 attempts; last error: HTTP 500")
+        );
+    }
+
+    #[test]
+    fn a_retry_after_sets_the_next_attempt_instead_of_the_backoff_capped_by_the_cap() {
+        let retry = Outcome::Retry("HTTP 429".into());
+        let after = |attempt, delay_ms| {
+            let mut t = decide(&item(attempt, 5), &retry, POLICY, 1_000, 0.9);
+            defer(&mut t, Some(delay_ms), POLICY, 1_000);
+            t
+        };
+        let t = after(2, 2_000);
+        assert_eq!(t.status, ItemStatus::Pending);
+        assert_eq!(t.run_after, Some(1_000 + 2_000));
+        assert_eq!(t.error.as_deref(), Some("attempt 2 failed: HTTP 429"));
+        let capped = after(1, 86_400_000);
+        assert_eq!(capped.run_after, Some(1_000 + POLICY.max_ms));
+        let last = after(5, 2_000);
+        assert_eq!(last.status, ItemStatus::Failed);
+        assert_eq!(last.run_after, None);
+        assert_eq!(
+            last.error.as_deref(),
+            Some("gave up after 5 attempts; last error: HTTP 429")
         );
     }
 

@@ -35,6 +35,10 @@ pub struct Settings {
     /// Most SELF dispatches one invocation makes: the platform refuses a request's
     /// service-binding calls past 32 invocations, the tick itself included.
     pub max_child_invocations: i64,
+    /// Drains per tick: 1, the tick drains itself; more, the tick sends that many
+    /// messages to the `DRAIN_QUEUE` queue and each consumer invocation drains
+    /// (`edge::queue`).
+    pub drainers: i64,
     pub dispatch_mode: DispatchMode,
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
@@ -42,6 +46,9 @@ pub struct Settings {
     /// `OWN_HOSTNAMES`: the names the Worker answers at, lowercase without a
     /// trailing dot; no webhook or callback may target them (`core::target`).
     pub own_hostnames: Vec<String>,
+    /// `SERVICE_BINDINGS`: the service bindings a `service` item may name
+    /// (`jobs::service`); empty for none.
+    pub service_bindings: Vec<String>,
     /// Added to the queue's clock (`edge::clock::now_ms`), so tests can run
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
     /// setting that no deployment may set (docs/operations.md).
@@ -50,6 +57,10 @@ pub struct Settings {
     /// them forever (`core::upkeep`).
     pub retention_days: i64,
 }
+
+/// Most drainers a tick starts: the platform runs at most 250 concurrent
+/// invocations of one queue's consumer (Queues limits).
+pub const MAX_DRAINERS: i64 = 250;
 
 /// The farthest a test clock may be moved either way: ten years.
 pub const MAX_TEST_CLOCK_OFFSET_MS: i64 = 10 * 366 * 86_400_000;
@@ -67,9 +78,11 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "45"),
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("MAX_CHILD_INVOCATIONS", "31"),
+    ("DRAINERS", "1"),
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("OWN_HOSTNAMES", ""),
+    ("SERVICE_BINDINGS", ""),
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
     ("RETENTION_DAYS", "30"),
@@ -106,6 +119,43 @@ fn parse_hostnames(raw: &str) -> Result<Vec<String>, String> {
         ));
     }
     Ok(names)
+}
+
+/// Most names `SERVICE_BINDINGS` may list.
+pub const MAX_SERVICE_BINDINGS: usize = 32;
+
+/// `SERVICE_BINDINGS`: comma-separated binding names as `wrangler.toml` declares
+/// them (`[[services]] binding = "..."`: a JavaScript identifier, letters, digits
+/// and `_`, not starting with a digit); empty for none. `SELF` is the Worker itself
+/// and never listed: an item must not dispatch into the orchestrator.
+fn parse_service_bindings(raw: &str) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if !is_binding_name(entry) {
+            return Err(format!("SERVICE_BINDINGS must list binding names (letters, digits and _, not starting with a digit) separated by commas, got {entry:?}"));
+        }
+        if entry == "SELF" {
+            return Err("SERVICE_BINDINGS must not list SELF, the Worker's own binding".into());
+        }
+        if !names.iter().any(|n| n == entry) {
+            names.push(entry.to_string());
+        }
+    }
+    if names.len() > MAX_SERVICE_BINDINGS {
+        return Err(format!(
+            "SERVICE_BINDINGS may list at most {MAX_SERVICE_BINDINGS} names, got {}",
+            names.len()
+        ));
+    }
+    Ok(names)
+}
+
+/// A binding name as `wrangler.toml` accepts one (a JavaScript identifier, ASCII).
+pub fn is_binding_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
 }
 
 impl Settings {
@@ -153,6 +203,7 @@ impl Settings {
             }
         };
         let own_hostnames = parse_hostnames(&get("OWN_HOSTNAMES"))?;
+        let service_bindings = parse_service_bindings(&get("SERVICE_BINDINGS"))?;
         let allow_test_clock = match get("ALLOW_TEST_CLOCK").trim() {
             "true" => true,
             "false" => false,
@@ -187,9 +238,11 @@ impl Settings {
             subrequest_budget: int("SUBREQUEST_BUDGET", MIN_SUBREQUEST_BUDGET, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
+            drainers: int("DRAINERS", 1, MAX_DRAINERS)?,
             dispatch_mode,
             allow_private_targets,
             own_hostnames,
+            service_bindings,
             test_clock_offset_ms,
             retention_days: int("RETENTION_DAYS", 0, 36_500)?,
         };
@@ -272,6 +325,12 @@ mod tests {
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.max_child_invocations, 31);
+        assert_eq!(s.drainers, 1, "the tick drains itself by default");
+        assert_eq!(parse(&[("DRAINERS", "4")]).unwrap().drainers, 4);
+        for bad in ["0", "251", "many"] {
+            let err = parse(&[("DRAINERS", bad)]).unwrap_err();
+            assert!(err.starts_with("DRAINERS"), "{err}");
+        }
         assert!(parse(&[("MAX_CHILD_INVOCATIONS", "0")]).is_err());
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
         assert_eq!(s.test_clock_offset_ms, 0, "the real clock by default");
@@ -328,13 +387,82 @@ mod tests {
     fn the_deployed_configuration_never_sets_the_test_clock() {
         // wrangler.toml is what a deployment uses; test runtimes pass these two
         // with `wrangler dev --var` instead.
-        let toml = include_str!("../../wrangler.toml");
-        for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+        let tomls = [
+            ("wrangler.toml", include_str!("../../wrangler.toml")),
+            (
+                "wrangler.drainers.toml",
+                include_str!("../../wrangler.drainers.toml"),
+            ),
+        ];
+        for (file, toml) in tomls {
+            for name in ["TEST_CLOCK_OFFSET_MS", "ALLOW_TEST_CLOCK"] {
+                assert!(
+                    !toml.lines().any(|l| l.trim_start().starts_with(name)),
+                    "{file} sets {name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_drainers_configuration_is_the_default_one_plus_the_queue() {
+        // The default deploys without a queue (DRAINERS 1); the drainers one is
+        // the same Worker with DRAIN_QUEUE produced and consumed by itself.
+        let base = include_str!("../../wrangler.toml");
+        let drainers = include_str!("../../wrangler.drainers.toml");
+        let lines: Vec<&str> = drainers.lines().collect();
+        for line in base.lines().filter(|l| !l.trim().is_empty()) {
             assert!(
-                !toml.lines().any(|l| l.trim_start().starts_with(name)),
-                "wrangler.toml sets {name}"
+                lines.contains(&line),
+                "wrangler.drainers.toml lacks {line:?}"
             );
         }
+        assert!(!base.contains("DRAIN_QUEUE") && !base.contains("DRAINERS"));
+        let queue = |section: &str| {
+            let at = drainers
+                .find(section)
+                .unwrap_or_else(|| panic!("{section}"));
+            drainers[at..]
+                .lines()
+                .take(6)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let producer = queue("[[queues.producers]]");
+        assert!(producer.contains("binding = \"DRAIN_QUEUE\""), "{producer}");
+        assert!(
+            producer.contains("queue = \"cron-fanout-drain\""),
+            "{producer}"
+        );
+        let consumer = queue("[[queues.consumers]]");
+        assert!(
+            consumer.contains("queue = \"cron-fanout-drain\""),
+            "{consumer}"
+        );
+        assert!(consumer.contains("max_batch_size = 1"), "{consumer}");
+        let value = drainers
+            .lines()
+            .find_map(|l| l.strip_prefix("DRAINERS = "))
+            .expect("DRAINERS is set");
+        let n = parse(&[("DRAINERS", value.trim_matches('"'))])
+            .unwrap()
+            .drainers;
+        assert!(n > 1, "{n}");
+    }
+
+    #[test]
+    fn service_bindings_are_binding_names_listed_once() {
+        assert!(parse(&[]).unwrap().service_bindings.is_empty());
+        let s = parse(&[("SERVICE_BINDINGS", " HANDLER, streak_2 ,,HANDLER")]).unwrap();
+        assert_eq!(s.service_bindings, vec!["HANDLER", "streak_2"]);
+        for bad in ["2X", "a-b", "a.b", "SELF", "HANDLER, x y"] {
+            let err = parse(&[("SERVICE_BINDINGS", bad)]).unwrap_err();
+            assert!(err.contains("SERVICE_BINDINGS"), "{bad}: {err}");
+        }
+        let many: Vec<String> = (0..=MAX_SERVICE_BINDINGS)
+            .map(|i| format!("S{i}"))
+            .collect();
+        assert!(parse(&[("SERVICE_BINDINGS", &many.join(","))]).is_err());
     }
 
     #[test]

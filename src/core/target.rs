@@ -32,6 +32,9 @@ pub struct TargetPolicy<'a> {
     /// `*.workers.dev` name), lowercase, refused on any port. Unlike `own_host` it
     /// is known at run time and covers the names a request did not come in on.
     pub own_hostnames: &'a [String],
+    /// The service bindings a `service` item may name (`jobs::service`): listed in
+    /// `SERVICE_BINDINGS` and bound to this Worker.
+    pub services: &'a [String],
 }
 
 /// Why a URL is not a webhook target. The messages name the URL's part and the
@@ -280,6 +283,7 @@ mod tests {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     fn why(raw: &str) -> Result<(), TargetError> {
@@ -377,6 +381,7 @@ mod tests {
             allow_private: true,
             own_host: Some("fanout.example.com:443"),
             own_hostnames: &own,
+            services: &[],
         };
         for raw in [
             "https://cron-fanout.acct.workers.dev/batches",
@@ -399,6 +404,7 @@ mod tests {
             allow_private: true,
             own_host: Some("127.0.0.1:8787"),
             own_hostnames: &[],
+            services: &[],
         };
         assert!(validate("http://127.0.0.1:9000/hook", &dev).is_ok());
         assert!(validate("http://localhost/", &dev).is_ok());
@@ -410,6 +416,7 @@ mod tests {
             allow_private: false,
             own_host: Some("cron-fanout.example.workers.dev:443"),
             own_hostnames: &[],
+            services: &[],
         };
         for raw in [
             "https://cron-fanout.example.workers.dev/batches",

@@ -6,8 +6,12 @@ use std::rc::Rc;
 use worker::Env;
 
 use super::{clock, log};
+use crate::core::drainers;
 use crate::core::secrets::{self, Secrets};
 use crate::core::settings::Settings;
+
+/// The queue binding drainers are started through (`DRAINERS` > 1).
+pub const DRAIN_QUEUE: &str = "DRAIN_QUEUE";
 
 pub struct Config {
     pub settings: Settings,
@@ -64,8 +68,19 @@ impl Config {
             message,
             admin_token: admin_token.clone(),
         };
+        let settings = Settings::from_lookup(lookup).map_err(fail)?;
+        // Drainers need the queue: without it the ticks would send nothing and
+        // drain nothing, so the deployment refuses to run instead.
+        if settings.drainers > 1 {
+            if let Err(e) = env.queue(DRAIN_QUEUE) {
+                return Err(fail(drainers::missing_queue(
+                    settings.drainers,
+                    &e.to_string(),
+                )));
+            }
+        }
         Ok(Config {
-            settings: Settings::from_lookup(lookup).map_err(fail)?,
+            settings,
             secrets: Secrets::from_lookup(lookup).map_err(fail)?,
         })
     }

@@ -1,11 +1,11 @@
 //! Running one claimed item for the drain: a signed `POST /internal/run` through
 //! the `SELF` binding (its own invocation, abandoned when its watchdog fires), or
-//! the job inline.
+//! the job inline (inline mode, and kinds that run in the drain: `service`).
 
 use worker::{web_sys, Fetcher, Request};
 
 use super::config::Config;
-use super::run::run_with_timeout;
+use super::run::{run_with_timeout, Runner};
 use super::{clock, SELF_ORIGIN};
 use crate::core::drain::Refused;
 use crate::core::model::{ClaimedItem, Outcome, Ran};
@@ -41,18 +41,27 @@ impl Watchdog {
     }
 }
 
-/// Run one claimed item: through SELF (its own invocation, abandoned when the
-/// signal fires) or inline. `Err`: the platform refused the SELF call.
+/// Run one claimed item for the invocation `invocation`: through SELF (its own
+/// invocation, abandoned when the signal fires) or inline. `Err`: the platform
+/// refused the SELF call. A kind that runs in the drain (`Job::runs_in_drain`:
+/// `service`) is run here even in fanout mode: its one call is an invocation of
+/// its own already, and a SELF child in between would be a second
+/// (docs/architecture.md).
 pub async fn execute(
     cfg: &Config,
+    runner: Runner<'_>,
     via: Option<(&Fetcher, web_sys::AbortSignal)>,
     item: ClaimedItem,
+    invocation: &str,
 ) -> (ClaimedItem, Result<Ran, Refused>) {
+    let via = via.filter(|_| !runner.jobs.runs_in_drain(&item.kind));
     let ran = match via {
         // The child enforces the job timeout; the dispatch's own limit only guards
         // against a child that never answers.
-        Some((service, signal)) => dispatch(service, &cfg.secrets.dispatch, &item, &signal).await,
-        None => Ok(run_with_timeout(&item, cfg).await),
+        Some((service, signal)) => {
+            dispatch(service, &cfg.secrets.dispatch, &item, invocation, &signal).await
+        }
+        None => Ok(run_with_timeout(&item, cfg, runner, Some(invocation)).await),
     };
     (item, ran)
 }
@@ -60,14 +69,16 @@ pub async fn execute(
 /// One signed `POST /internal/run` through the SELF binding, abandoned when
 /// `signal` (the drain's [`Watchdog`]) fires. `Err`: the call threw without our
 /// watchdog having fired: the platform refused it (a request may make only so many
-/// service-binding calls), so no child ran.
+/// service-binding calls), so no child ran. The body names `invocation`, signed
+/// with the item (`core::dispatch::Dispatched`).
 async fn dispatch(
     service: &Fetcher,
     secret: &str,
     item: &ClaimedItem,
+    invocation: &str,
     signal: &web_sys::AbortSignal,
 ) -> Result<Ran, Refused> {
-    let item_json = match serde_json::to_string(item) {
+    let item_json = match dispatch::dispatched_json(invocation, item) {
         Ok(b) => b,
         Err(e) => return Ok(Outcome::Retry(format!("cannot encode item: {e}")).into()),
     };
@@ -118,8 +129,15 @@ async fn dispatch(
     let channels = header(receipts::HEADER)
         .map(|value| receipts::decode_header(&value))
         .transpose();
+    // A delay that does not parse is no delay: the backoff applies.
+    let retry_after_ms =
+        dispatch::decode_retry_after(header(dispatch::RETRY_AFTER_HEADER).as_deref());
     Ok(match (outcome, channels) {
-        (Ok(outcome), Ok(channels)) => Ran { outcome, channels },
+        (Ok(outcome), Ok(channels)) => Ran {
+            outcome,
+            channels,
+            retry_after_ms,
+        },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.
         (Err(e), _) | (_, Err(e)) => {

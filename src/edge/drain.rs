@@ -1,6 +1,7 @@
-//! The drain's shell: carries out what `core::drain::Drain` decides — dispatches
-//! (SELF or inline), claims and commits through the metered store, the flush
-//! timer — and feeds back what happened. Every decision is the machine's.
+//! The drain's ports on the Workers runtime: dispatches (SELF or inline), claims
+//! and commits through the metered store, the flush timer (`Delay`), the clock
+//! and the log. The loop is `drain_loop`'s, every decision the machine's
+//! (`core::drain::Drain`).
 //!
 //! Claims and commits run concurrently with the calls in flight (one of each at
 //! a time): awaiting a D1 round trip inline would stall every running call's
@@ -15,13 +16,16 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use worker::{Delay, Fetcher};
 
+use super::clock;
 use super::config::Config;
 use super::dispatch::{execute, Watchdog};
-use super::{clock, log};
-use crate::core::drain::{Action, Drain, DrainError, Policy, Refused, Report, Settled};
+use super::log::InvocationLog;
+use super::run::Runner;
+use crate::core::drain::{Drain, DrainError, Policy, Refused, Report, Settled};
 use crate::core::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally};
 use crate::core::settings::DispatchMode;
 use crate::core::timing::call_ms;
+use crate::drain_loop::{self, Event, Ports};
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, StoreError, StoreResult};
@@ -32,129 +36,143 @@ pub type DrainStore = Store<Metered<D1Db>>;
 /// A running commit; its rows come back with the result.
 type Committing<'a> = LocalBoxFuture<'a, (Vec<Settled>, StoreResult<Vec<i64>>)>;
 
-/// What woke the loop.
-enum Event {
-    Claimed(StoreResult<Vec<ClaimedItem>>),
-    Committed(Vec<Settled>, StoreResult<Vec<i64>>),
-    Finished(ClaimedItem, Result<Ran, Refused>),
-    Timer,
-}
+/// A running dispatch.
+type Running<'a> = LocalBoxFuture<'a, (ClaimedItem, Result<Ran, Refused>)>;
 
 /// Drain due items until the machine is done; returns its tally, and why it
 /// stopped or the claim error that stopped it.
 /// `started`: when the invocation started (the deadline counts from it);
-/// `prepare_ms`: how long its first D1 step took (the first claim is sized by it).
+/// `prepare_ms`: how long its first D1 step took (the first claim is sized by it);
+/// `logger`: the invocation's log, whose id every dispatch names;
+/// `runner`: the Worker's kinds and its `Env` (the service bindings items of
+/// kind `service` call, run here in the drain).
 pub async fn run(
     cfg: &Config,
+    runner: Runner<'_>,
     store: &DrainStore,
     self_service: Option<&Fetcher>,
     started: i64,
     prepare_ms: i64,
+    logger: &InvocationLog,
 ) -> (Tally, Result<StopReason, DrainError>) {
     let s = &cfg.settings;
     let per_item_cost = match s.dispatch_mode {
         DispatchMode::Fanout => 1,
-        DispatchMode::Inline => super::run::registry().max_subrequests_per_run(),
+        DispatchMode::Inline => runner.jobs.max_subrequests_per_run(),
     };
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
-    machine.set_kind_retry(super::run::registry().retry_policies(s.retry));
+    machine.set_kind_retry(runner.jobs.retry_policies(s.retry));
     machine.prepared(prepare_ms);
-    let mut watchdog = Watchdog::new(call_ms(s.job_timeout_ms));
-    let mut in_flight = FuturesUnordered::new();
-    let mut claiming: Option<LocalBoxFuture<'_, StoreResult<Vec<ClaimedItem>>>> = None;
-    let mut committing: Option<Committing<'_>> = None;
-    // The flush timer the machine asked for, kept until it names another time.
-    let mut timer: Option<(i64, Delay)> = None;
-    let mut claim_error: Option<StoreError> = None;
-    // The runtime's clock moves only with I/O: a fired timer has reached its time
-    // even if the clock says otherwise, and time never runs backwards for the
-    // machine.
-    let mut floor = started;
-    loop {
-        let now = clock::now_ms().max(floor);
-        let until = loop {
-            match machine.poll(now) {
-                Action::Dispatch { item, new_watchdog } => {
-                    let via = self_service.map(|svc| (svc, watchdog.signal(new_watchdog)));
-                    in_flight.push(execute(cfg, via, item));
-                }
-                Action::Claim {
-                    limit,
-                    lease_expires_at,
-                } => {
-                    let token = clock::random_id();
-                    let claim = async move {
-                        store
-                            .claim_due_items(now, limit, &token, lease_expires_at)
-                            .await
-                    };
-                    claiming = Some(claim.boxed_local());
-                }
-                Action::Commit(rows) => committing = Some(commit(store, rows, false)),
-                Action::CommitAgain(rows) => committing = Some(commit(store, rows, true)),
-                Action::Wait(until) => break until,
-                Action::Done(stop) => {
-                    log_reports(&mut machine, &mut claim_error);
-                    let result = claim_error.map_or(Ok(stop), |e| Err(DrainError::Claim(e)));
-                    return (machine.into_tally(), result);
-                }
-            }
-        };
-        log_reports(&mut machine, &mut claim_error);
-        match until {
-            Some(at) if timer.as_ref().is_some_and(|(t, _)| *t == at) => {}
-            Some(at) => {
-                let wait = Duration::from_millis((at - now).max(0) as u64);
-                timer = Some((at, Delay::from(wait)));
-            }
-            None => timer = None,
-        }
+    let mut ports = WorkerPorts {
+        cfg,
+        runner,
+        store,
+        self_service,
+        logger,
+        watchdog: Watchdog::new(call_ms(s.job_timeout_ms)),
+        in_flight: FuturesUnordered::new(),
+        claiming: None,
+        committing: None,
+        timer: None,
+        claim_error: None,
+    };
+    let stop = drain_loop::run(&mut machine, &mut ports).await;
+    let result = ports
+        .claim_error
+        .map_or(Ok(stop), |e| Err(DrainError::Claim(e)));
+    (machine.into_tally(), result)
+}
 
-        let event = poll_fn(|cx| {
-            if let Some(f) = claiming.as_mut() {
+/// The loop's ports on the runtime: SELF (or inline) dispatches, the metered
+/// store, `Delay` for the flush timer, the runtime's clock and randomness, and
+/// the log.
+struct WorkerPorts<'a> {
+    cfg: &'a Config,
+    runner: Runner<'a>,
+    store: &'a DrainStore,
+    self_service: Option<&'a Fetcher>,
+    logger: &'a InvocationLog,
+    watchdog: Watchdog,
+    in_flight: FuturesUnordered<Running<'a>>,
+    claiming: Option<LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>>,
+    committing: Option<Committing<'a>>,
+    /// The flush timer the machine asked for, kept until it names another time.
+    timer: Option<(i64, Delay)>,
+    /// A failed claim, kept for the invocation's result.
+    claim_error: Option<StoreError>,
+}
+
+impl<'a> Ports for WorkerPorts<'a> {
+    fn now(&mut self) -> i64 {
+        clock::now_ms()
+    }
+
+    fn dispatch(&mut self, _now: i64, item: ClaimedItem, new_watchdog: bool) {
+        let via = self
+            .self_service
+            .map(|svc| (svc, self.watchdog.signal(new_watchdog)));
+        self.in_flight
+            .push(execute(self.cfg, self.runner, via, item, self.logger.id()).boxed_local());
+    }
+
+    fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {
+        let store = self.store;
+        let token = clock::random_id();
+        let claim = async move {
+            store
+                .claim_due_items(now, limit, &token, lease_expires_at)
+                .await
+        };
+        self.claiming = Some(claim.boxed_local());
+    }
+
+    fn commit(&mut self, _now: i64, rows: Vec<Settled>, again: bool) {
+        self.committing = Some(commit(self.store, rows, again));
+    }
+
+    async fn wait(&mut self, until: Option<i64>) -> Event {
+        match until {
+            Some(at) if self.timer.as_ref().is_some_and(|(t, _)| *t == at) => {}
+            Some(at) => {
+                let wait = Duration::from_millis((at - clock::now_ms()).max(0) as u64);
+                self.timer = Some((at, Delay::from(wait)));
+            }
+            None => self.timer = None,
+        }
+        poll_fn(|cx| {
+            if let Some(f) = self.claiming.as_mut() {
                 if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                    self.claiming = None;
                     return Poll::Ready(Event::Claimed(r));
                 }
             }
-            if let Some(f) = committing.as_mut() {
+            if let Some(f) = self.committing.as_mut() {
                 if let Poll::Ready((rows, r)) = f.as_mut().poll(cx) {
+                    self.committing = None;
                     return Poll::Ready(Event::Committed(rows, r));
                 }
             }
-            if let Poll::Ready(Some((item, ran))) = in_flight.poll_next_unpin(cx) {
+            if let Poll::Ready(Some((item, ran))) = self.in_flight.poll_next_unpin(cx) {
                 return Poll::Ready(Event::Finished(item, ran));
             }
-            if let Some((_, t)) = timer.as_mut() {
+            if let Some((_, t)) = self.timer.as_mut() {
                 if t.poll_unpin(cx).is_ready() {
+                    self.timer = None;
                     return Poll::Ready(Event::Timer);
                 }
             }
             Poll::Pending
         })
-        .await;
+        .await
+    }
 
-        let now = clock::now_ms().max(floor);
-        floor = now;
-        match event {
-            Event::Claimed(result) => {
-                claiming = None;
-                machine.claimed(now, result);
-            }
-            Event::Committed(rows, result) => {
-                committing = None;
-                machine.committed(now, rows, result);
-            }
-            Event::Finished(item, Ok(ran)) => machine.finished(now, item, ran, clock::jitter()),
-            Event::Finished(item, Err(refused)) => machine.refused(now, item, refused),
-            Event::Timer => {
-                if let Some((at, _)) = timer.take() {
-                    floor = now.max(at);
-                    machine.timer(floor);
-                }
-            }
-        }
-        log_reports(&mut machine, &mut claim_error);
+    fn jitter(&mut self) -> f64 {
+        clock::jitter()
+    }
+
+    fn report(&mut self, report: Report) {
+        log_report(report, &mut self.claim_error, self.logger);
     }
 }
 
@@ -175,7 +193,7 @@ fn commit(store: &DrainStore, rows: Vec<Settled>, again: bool) -> Committing<'_>
 
 /// Log what the machine reported; a failed claim is kept for the invocation's
 /// result instead.
-fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
+fn log_report(report: Report, claim_error: &mut Option<StoreError>, logger: &InvocationLog) {
     // Log lines are built only for the items that get one: completions are the
     // hot path and report nothing.
     let ids = |item: &ClaimedItem| {
@@ -184,45 +202,43 @@ fn log_reports(machine: &mut Drain, claim_error: &mut Option<StoreError>) {
             "attempt": item.attempt,
         })
     };
-    while let Some(report) = machine.next_report() {
-        match report {
-            Report::Settled(Settled {
-                item, transition, ..
-            }) => {
-                let name = match (item.is_callback(), transition.status) {
-                    (false, ItemStatus::Pending) => "item_retry",
-                    (false, _) => "item_failed",
-                    (true, ItemStatus::Completed) => "callback_delivered",
-                    (true, ItemStatus::Pending) => "callback_retry",
-                    (true, _) => "callback_failed",
-                };
-                let mut line = ids(&item);
-                if let Value::Object(map) = &mut line {
-                    map.insert("error".into(), json!(transition.error));
-                }
-                log::event(name, line);
+    match report {
+        Report::Settled(Settled {
+            item, transition, ..
+        }) => {
+            let name = match (item.is_callback(), transition.status) {
+                (false, ItemStatus::Pending) => "item_retry",
+                (false, _) => "item_failed",
+                (true, ItemStatus::Completed) => "callback_delivered",
+                (true, ItemStatus::Pending) => "callback_retry",
+                (true, _) => "callback_failed",
+            };
+            let mut line = ids(&item);
+            if let Value::Object(map) = &mut line {
+                map.insert("error".into(), json!(transition.error));
             }
-            Report::LeaseLost(item) => log::event("lease_lost", ids(&item)),
-            Report::Released(item) => log::event("item_released", ids(&item)),
-            Report::ClaimFailed(e) => *claim_error = Some(e),
-            Report::DispatchRefused { message, item_ids } => log::error(
-                "dispatch_refused",
-                json!({
-                    "message": message, "given_back": item_ids.len(), "item_ids": item_ids,
-                    "note": "given back unrun with their attempts, due at once; lower MAX_CHILD_INVOCATIONS if this recurs",
-                }),
-            ),
-            Report::CommitRetry { error, rows } => log::error(
-                "commit_retry",
-                json!({ "message": error.to_string(), "rows": rows }),
-            ),
-            Report::CommitFailed { error, item_ids } => log::error(
-                "commit_failed",
-                json!({
-                    "message": error.to_string(), "item_ids": item_ids,
-                    "note": "unless the failed attempt applied them, leases will expire and the reaper requeues them",
-                }),
-            ),
+            logger.event(name, line);
         }
+        Report::LeaseLost(item) => logger.event("lease_lost", ids(&item)),
+        Report::Released(item) => logger.event("item_released", ids(&item)),
+        Report::ClaimFailed(e) => *claim_error = Some(e),
+        Report::DispatchRefused { message, item_ids } => logger.error(
+            "dispatch_refused",
+            json!({
+                "message": message, "given_back": item_ids.len(), "item_ids": item_ids,
+                "note": "given back unrun with their attempts, due at once; lower MAX_CHILD_INVOCATIONS if this recurs",
+            }),
+        ),
+        Report::CommitRetry { error, rows } => logger.error(
+            "commit_retry",
+            json!({ "message": error.to_string(), "rows": rows }),
+        ),
+        Report::CommitFailed { error, item_ids } => logger.error(
+            "commit_failed",
+            json!({
+                "message": error.to_string(), "item_ids": item_ids,
+                "note": "unless the failed attempt applied them, leases will expire and the reaper requeues them",
+            }),
+        ),
     }
 }

@@ -20,6 +20,7 @@ use crate::core::error::ApiError;
 use crate::core::model::Ran;
 use crate::core::receipts;
 use crate::core::requests::MAX_BODY_BYTES;
+use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::Store;
 
@@ -35,9 +36,9 @@ enum Reply {
     Outcome(Ran),
 }
 
-pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
+pub async fn handle(req: Request, env: Env, jobs: &Jobs) -> worker::Result<Response> {
     let mut rows_read = None;
-    let result = respond(&req, &env, &mut rows_read).await;
+    let result = respond(&req, &env, jobs, &mut rows_read).await;
     if result.is_err() {
         body::discard(&req).await;
     }
@@ -66,7 +67,12 @@ pub async fn handle(req: Request, env: Env) -> worker::Result<Response> {
     })
 }
 
-async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Result<Reply, ApiError> {
+async fn respond(
+    req: &Request,
+    env: &Env,
+    jobs: &Jobs,
+    rows_read: &mut Option<i64>,
+) -> Result<Reply, ApiError> {
     let url = req.url().map_err(|e| ApiError::Internal(e.to_string()))?;
     let method = Method::parse(req.method().as_ref());
     let mut request = api::Request::new(method, url.path(), url.query().unwrap_or(""));
@@ -84,7 +90,10 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
             // more of a request that cannot be valid is read.
             let (signature, item) =
                 body::read_dispatch(req, MAX_BODY_BYTES, |line| run::admit(line, &cfg)).await?;
-            Ok(Reply::Outcome(run::handle(&item, &signature, &cfg).await?))
+            let runner = run::Runner { jobs, env };
+            Ok(Reply::Outcome(
+                run::handle(&item, &signature, &cfg, runner).await?,
+            ))
         }
         Target::ProbeTask => {
             let cfg = config(env, route, &request)?;
@@ -101,7 +110,7 @@ async fn respond(req: &Request, env: &Env, rows_read: &mut Option<i64>) -> Resul
             request.host = url
                 .host_str()
                 .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
-            admin(req, env, &cfg, route, &request, rows_read).await
+            admin(req, env, jobs, &cfg, route, &request, rows_read).await
         }
     }
 }
@@ -122,6 +131,7 @@ fn config(env: &Env, route: &Route, request: &api::Request) -> Result<Rc<Config>
 async fn admin(
     req: &Request,
     env: &Env,
+    jobs: &Jobs,
     cfg: &Config,
     route: &Route,
     request: &api::Request,
@@ -130,8 +140,15 @@ async fn admin(
     let db = env
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let jobs = super::run::registry();
     let store = Store::new(D1Db::new(db)).with_kind_attempts(jobs.max_attempts_by_kind());
+    // A `service` item may name a binding SERVICE_BINDINGS lists and the Worker has.
+    let services: Vec<String> = cfg
+        .settings
+        .service_bindings
+        .iter()
+        .filter(|name| env.service(name).is_ok())
+        .cloned()
+        .collect();
     let app = App {
         store: &store,
         settings: &cfg.settings,
@@ -140,7 +157,8 @@ async fn admin(
         now: clock::now_ms(),
         new_id: &clock::random_id,
         event: &log::event,
-        jobs: &jobs,
+        jobs,
+        services: &services,
     };
     let served = api::serve(&app, route, request, WorkerBody(req)).await;
     *rows_read = Some(store.usage().rows_read);
@@ -166,6 +184,9 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     }
     if let Some(channels) = &ran.channels {
         headers.set(receipts::HEADER, &receipts::encode_header(channels))?;
+    }
+    if let Some(ms) = ran.retry_after_ms {
+        headers.set(dispatch::RETRY_AFTER_HEADER, &ms.to_string())?;
     }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)

@@ -1,4 +1,5 @@
-//! The Workers runtime boundary: entry points, HTTP routing, the scheduled
+//! The Workers runtime boundary: entry points (called by `Fanout` from the
+//! Worker crate's own `#[event]` functions), HTTP routing, the scheduled
 //! invocation and the drain's shell, the child executor. Everything here is thin glue over `core`, `store` and `jobs`.
 
 mod body;
@@ -10,6 +11,7 @@ mod http;
 mod log;
 mod outbound;
 mod probe;
+mod queue;
 mod run;
 mod schedule;
 
@@ -17,21 +19,31 @@ mod schedule;
 /// so any fixed name works; one name keeps the dispatch and probe URLs in step.
 const SELF_ORIGIN: &str = "https://cron-fanout.internal";
 
-use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+use worker::{Env, MessageBatch, Request, Response, Result, ScheduledEvent};
 
-#[event(start)]
-fn start() {
+use crate::jobs::Jobs;
+
+/// Call from `#[event(start)]`: panics reach the log with their message.
+pub fn start() {
     console_error_panic_hook::set_once();
 }
 
-#[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-    http::handle(req, env).await
+/// A fetch event, run with the Worker's kinds (`Fanout::fetch`).
+pub async fn on_fetch(req: Request, env: Env, jobs: &Jobs) -> Result<Response> {
+    http::handle(req, env, jobs).await
 }
 
-#[event(scheduled)]
-async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    // Awaited in the handler itself: the invocation lives exactly as long as the
-    // drain, and every SELF child is awaited before it returns.
-    schedule::on_schedule(event, env).await;
+/// A scheduled event, run with the Worker's kinds (`Fanout::scheduled`).
+pub async fn on_scheduled(event: ScheduledEvent, env: Env, jobs: &Jobs) {
+    schedule::on_schedule(event, env, jobs).await;
+}
+
+/// A queue batch of drain messages (`DRAINERS` > 1), run with the Worker's kinds
+/// (`Fanout::queue`): one drain per message, awaited like the tick's.
+pub async fn on_queue(
+    batch: MessageBatch<crate::core::drainers::DrainMessage>,
+    env: Env,
+    jobs: &Jobs,
+) {
+    queue::on_queue(batch, env, jobs).await;
 }

@@ -1,5 +1,6 @@
 //! The outbound seam (`jobs::outbound`) on the Workers runtime: `fetch` with an
-//! abort signal, `Delay`, `Date.now()`. Each fetch gets its own
+//! abort signal, calls through the Worker's service bindings (looked up by name
+//! in the `Env` it was made with), `Delay`, `Date.now()`. Each fetch gets its own
 //! `AbortController`, aborted when the job's [`Signal`] fires or when the
 //! fetch's future is dropped (a timed-out run, a late channel), so no request
 //! outlives the run that sent it.
@@ -7,11 +8,17 @@
 use std::time::Duration;
 
 use futures::future::{select, Either, LocalBoxFuture};
-use worker::{AbortController, Delay, Fetch, Headers, Method, RequestInit, RequestRedirect};
+use worker::{
+    web_sys, AbortController, Delay, Env, Fetch, Fetcher, Headers, Method, RequestInit,
+    RequestRedirect,
+};
 
-use crate::jobs::outbound::{Outbound, Request, Response, Signal};
+use crate::jobs::outbound::{Outbound, Request, Response, ServiceError, Signal};
 
-pub struct EdgeOutbound;
+/// The runtime's outbound side; `env` holds the service bindings.
+pub struct EdgeOutbound<'a> {
+    pub env: &'a Env,
+}
 
 /// Aborts its controller when dropped, unless the fetch ended first.
 struct AbortOnDrop(Option<AbortController>);
@@ -41,17 +48,57 @@ fn build(request: &Request) -> worker::Result<worker::Request> {
     worker::Request::new_with_init(&request.url, &init)
 }
 
+/// `request` as the runtime's request, carrying `signal` (a service binding's
+/// `fetch` takes no signal of its own).
+fn build_with_signal(
+    request: &Request,
+    signal: &worker::AbortSignal,
+) -> Result<worker::Request, worker::wasm_bindgen::JsValue> {
+    let headers = web_sys::Headers::new()?;
+    for (name, value) in &request.headers {
+        headers.set(name, value)?;
+    }
+    let init = web_sys::RequestInit::new();
+    init.set_method(&request.method);
+    init.set_headers(&headers);
+    init.set_redirect(web_sys::RequestRedirect::Manual);
+    init.set_signal(Some(&**signal));
+    if let Some(body) = &request.body {
+        init.set_body(&body.into());
+    }
+    web_sys::Request::new_with_str_and_init(&request.url, &init).map(worker::Request::from)
+}
+
 async fn send(request: Request, signal: &worker::AbortSignal) -> Result<Response, String> {
     let built = build(&request).map_err(|e| format!("cannot build request: {e}"))?;
-    let mut response = Fetch::Request(built)
+    let response = Fetch::Request(built)
         .send_with_signal(signal)
         .await
         .map_err(|e| e.to_string())?;
+    read(response, request.read_body).await
+}
+
+/// One call through a service binding: the bound Worker's own invocation.
+async fn send_service(
+    service: Fetcher,
+    request: Request,
+    signal: &worker::AbortSignal,
+) -> Result<Response, String> {
+    let built =
+        build_with_signal(&request, signal).map_err(|e| format!("cannot build request: {e:?}"))?;
+    let response = service
+        .fetch_request(built)
+        .await
+        .map_err(|e| e.to_string())?;
+    read(response, request.read_body).await
+}
+
+async fn read(mut response: worker::Response, read_body: bool) -> Result<Response, String> {
     let status = response.status_code();
     let headers = response.headers().entries().collect();
     // Failures' text goes into their reason; a success's body is read only when
     // asked for (reading costs CPU).
-    let body = if request.read_body || !(200..300).contains(&status) {
+    let body = if read_body || !(200..300).contains(&status) {
         response.text().await.unwrap_or_default()
     } else {
         String::new()
@@ -63,28 +110,54 @@ async fn send(request: Request, signal: &worker::AbortSignal) -> Result<Response
     })
 }
 
-impl Outbound for EdgeOutbound {
+/// Send a request under its own `AbortController`, aborted when `signal` fires
+/// or the future is dropped.
+async fn abortable(
+    signal: &Signal,
+    send: impl AsyncFnOnce(&worker::AbortSignal) -> Result<Response, String>,
+) -> Result<Response, String> {
+    if signal.is_aborted() {
+        return Err("aborted".into());
+    }
+    let controller = AbortController::default();
+    let abort_signal = controller.signal();
+    let mut guard = AbortOnDrop(Some(controller));
+    let sent = std::pin::pin!(send(&abort_signal));
+    match select(sent, signal.aborted()).await {
+        Either::Left((result, _)) => {
+            guard.0 = None;
+            result
+        }
+        // The guard aborts the request as it goes.
+        Either::Right(_) => Err("aborted".into()),
+    }
+}
+
+impl Outbound for EdgeOutbound<'_> {
     fn fetch<'a>(
         &'a self,
         request: Request,
         signal: &'a Signal,
     ) -> LocalBoxFuture<'a, Result<Response, String>> {
+        Box::pin(abortable(signal, async move |s| send(request, s).await))
+    }
+
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
         Box::pin(async move {
-            if signal.is_aborted() {
-                return Err("aborted".into());
-            }
-            let controller = AbortController::default();
-            let abort_signal = controller.signal();
-            let mut guard = AbortOnDrop(Some(controller));
-            let sent = std::pin::pin!(send(request, &abort_signal));
-            match select(sent, signal.aborted()).await {
-                Either::Left((result, _)) => {
-                    guard.0 = None;
-                    result
-                }
-                // The guard aborts the request as it goes.
-                Either::Right(_) => Err("aborted".into()),
-            }
+            let service = self
+                .env
+                .service(binding)
+                .map_err(|_| ServiceError::Unbound(binding.to_string()))?;
+            abortable(signal, async move |s| {
+                send_service(service, request, s).await
+            })
+            .await
+            .map_err(ServiceError::Failed)
         })
     }
 

@@ -2,11 +2,14 @@
 //! "run a job under a timeout" used by both the child and inline mode.
 
 use std::cell::RefCell;
-use std::rc::Rc;
 
+use worker::Env;
+
+use super::clock;
 use super::config::Config;
+use super::log::{self, InvocationLog};
 use super::outbound::EdgeOutbound;
-use super::{clock, log};
+use crate::core::dispatch::Dispatched;
 use crate::core::error::ApiError;
 use crate::core::log_limit::{LogDecision, LogLimit};
 use crate::core::model::{ClaimedItem, Outcome, Ran};
@@ -20,24 +23,29 @@ thread_local! {
     static REJECTED: RefCell<LogLimit> = const { RefCell::new(LogLimit::rejected_dispatches()) };
 }
 
-thread_local! {
-    // The kinds this Worker runs: built once per isolate.
-    static JOBS: Rc<Jobs> = Rc::new(Jobs::builtin());
-}
-
-/// The job registry of this Worker (request validation, the drain's inline
-/// cost, the child).
-pub fn registry() -> Rc<Jobs> {
-    JOBS.with(Rc::clone)
+/// What runs a job in this invocation: the Worker's kinds (its `Fanout`) and
+/// its environment, which a kind reaches through `Context::host`.
+#[derive(Clone, Copy)]
+pub struct Runner<'a> {
+    pub jobs: &'a Jobs,
+    pub env: &'a Env,
 }
 
 /// Run `item`'s job through the runtime's outbound seam, giving up after its
 /// timeout (`Jobs::run`: the kind's own, at most `JOB_TIMEOUT_MS`; a transient
 /// failure, with no channel results). A `multi` job gives up on its late
 /// channels before this (`jobs::multi`), so it returns every channel's result
-/// in time; this timer is its backstop.
-pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
+/// in time; this timer is its backstop. The runner's `Env` is also the seam's:
+/// the service bindings `service` items call. `invocation`: the invocation it
+/// runs for (its requests carry the id as `Fanout-Invocation`).
+pub async fn run_with_timeout(
+    item: &ClaimedItem,
+    cfg: &Config,
+    runner: Runner<'_>,
+    invocation: Option<&str>,
+) -> Ran {
     let config = RunConfig {
+        invocation: invocation.map(str::to_string),
         webhook_secret: cfg.secrets.webhook.clone(),
         dispatch_secrets: cfg
             .secrets
@@ -48,8 +56,14 @@ pub async fn run_with_timeout(item: &ClaimedItem, cfg: &Config) -> Ran {
         allow_private_targets: cfg.settings.allow_private_targets,
         own_hostnames: cfg.settings.own_hostnames.clone(),
         job_timeout_ms: cfg.settings.job_timeout_ms,
+        service_bindings: cfg.settings.service_bindings.clone(),
     };
-    registry().run(item, &config, &EdgeOutbound, None).await
+    // The Worker's Env reaches the kinds as `Context::host::<worker::Env>()`.
+    let host: &dyn std::any::Any = runner.env;
+    runner
+        .jobs
+        .run(item, &config, &EdgeOutbound { env: runner.env }, Some(host))
+        .await
 }
 
 /// The dispatch signature (the first line of the body, `core::dispatch`), checked
@@ -64,21 +78,24 @@ pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiE
 }
 
 /// `POST /internal/run`, once admitted: verify the signature over the item's JSON
-/// (the body after the signature line) with the current or the previous
+/// and its invocation id (the body after the signature line) with the current or the previous
 /// dispatch secret, run, answer the outcome. The child never touches D1: the
 /// dispatcher commits for it.
 pub async fn handle(
     item_json: &[u8],
     header: &SignatureHeader,
     cfg: &Config,
+    runner: Runner<'_>,
 ) -> Result<Ran, ApiError> {
     header
         .check_tag(cfg.secrets.dispatch_keys(), item_json)
         .map_err(reject)?;
-    let item: ClaimedItem = parse_json(item_json)?;
-    let ran = run_with_timeout(&item, cfg).await;
+    let Dispatched { invocation, item } = parse_json(item_json)?;
+    // The child's lines carry the id of the invocation that dispatched it.
+    let logger = InvocationLog::new(invocation);
+    let ran = run_with_timeout(&item, cfg, runner, Some(logger.id())).await;
     if ran.outcome != Outcome::Done {
-        log::event(
+        logger.event(
             "item_outcome",
             serde_json::json!({
                 "batch_id": item.batch_id, "item_id": item.item_id, "subject_id": item.subject_id,

@@ -1,22 +1,27 @@
 //! Scheduled invocations. Every cron runs the same tick: fire due schedules
-//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`), mark
+//! (`Store::fire_due`), reap expired leases, drain due items (`edge::drain`) — or,
+//! with `DRAINERS` > 1, send that many drain messages (`edge::queue`) —, mark
 //! finished batches and record one summary. Every D1 call goes through the
 //! invocation's metered store, so the budget counts what was really made.
 
 use serde_json::json;
-use worker::{Env, ScheduledEvent};
+use worker::{Env, Fetcher, ScheduledEvent};
 
-use super::config::Config;
+use super::clock;
+use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
-use super::{clock, log};
+use super::log::InvocationLog;
+use super::run::Runner;
 use crate::core::budget::Budget;
 use crate::core::callback;
 use crate::core::drain::DrainError;
+use crate::core::drainers::{self, DrainMessage};
 use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
 use crate::core::time::rfc3339;
 use crate::core::upkeep::Upkeep;
+use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
 use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
@@ -24,43 +29,47 @@ use crate::store::{Store, SUMMARY_ROWS_WRITTEN};
 /// Expired leases requeued per tick (one statement).
 const REAP_PAGE: i64 = 1_000;
 
-pub async fn on_schedule(_event: ScheduledEvent, env: Env) {
+pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
+    // Drawn first: every line of the invocation carries it.
+    let logger = InvocationLog::new(clock::random_id());
     // The configuration first: it sets the (test) clock every instant is read from.
     let cfg = match Config::get(&env) {
         Ok(cfg) => cfg,
-        Err(e) => return log::error("invalid_configuration", json!({ "message": e.message })),
+        Err(e) => return logger.error("invalid_configuration", json!({ "message": e.message })),
     };
     let started = clock::now_ms();
     let db = match env.d1("DB") {
         Ok(db) => db,
         Err(e) => {
             let message = format!("binding DB: {e}");
-            return log::error("invalid_configuration", json!({ "message": message }));
+            return logger.error("invalid_configuration", json!({ "message": message }));
         }
     };
     let budget = Budget::new(cfg.settings.subrequest_budget);
     // Fires give each kind's items its own max attempts (`jobs::Policy`).
-    let attempts = super::run::registry().max_attempts_by_kind();
+    let attempts = jobs.max_attempts_by_kind();
     let store = Store::new(Metered::new(D1Db::new(db), budget)).with_kind_attempts(attempts);
     let mut tally = Tally::default();
-    let result = run_invocation(&env, &cfg, &store, &mut tally, started).await;
+    let runner = Runner { jobs, env: &env };
+    let result = run_invocation(runner, &cfg, &store, &mut tally, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
-        log::error("invocation_failed", json!({ "message": e.to_string() }));
+        logger.error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, tally, started, stop_reason).await;
+    record_summary(&store, Trigger::Tick, tally, started, stop_reason, &logger).await;
 }
 
 async fn run_invocation(
-    env: &Env,
+    runner: Runner<'_>,
     cfg: &Config,
     store: &DrainStore,
     tally: &mut Tally,
     started: i64,
+    logger: &InvocationLog,
 ) -> Result<StopReason, DrainError> {
     // Firing never fails the tick: a fire that fails on its own backs its schedule
     // off, the others still apply, and the drain below does not depend on it.
-    let fired = fire_schedules(cfg, store).await;
+    let fired = fire_schedules(cfg, store, logger).await;
     // The reaper's round trip (one statement) sizes the drain's first claim.
     let prepare_from = clock::now_ms();
     let reaped = store
@@ -77,26 +86,38 @@ async fn run_invocation(
         if let Some(status) = ItemStatus::parse(&r.status).filter(|_| r.kind != callback::KIND) {
             reaper.count_terminal(&r.batch_id, status);
         }
-        log::event(
+        logger.event(
             "lease_expired",
             json!({ "batch_id": r.batch_id, "item_id": r.id, "status": r.status }),
         );
     }
-    let self_service = match cfg.settings.dispatch_mode {
-        DispatchMode::Fanout => Some(
-            env.service("SELF")
-                .map_err(|e| DrainError::Binding(format!("SELF: {e}")))?,
-        ),
-        DispatchMode::Inline => None,
+    // With drainers, the queue's consumers drain; the tick drains itself only
+    // when it has none or could not start them.
+    let sent =
+        cfg.settings.drainers > 1 && start_drainers(runner.env, cfg, store, started, logger).await;
+    let stop = if sent {
+        *tally = reaper;
+        tally.batch_ids.extend(fired);
+        StopReason::Drainers
+    } else {
+        let self_service = self_service(runner.env, cfg)?;
+        let (drained, result) = drain::run(
+            cfg,
+            runner,
+            store,
+            self_service.as_ref(),
+            started,
+            prepare_ms,
+            logger,
+        )
+        .await;
+        // The reaper's share (reaped, its failures per batch) plus the drain's.
+        *tally = drained;
+        tally.absorb(reaper);
+        // The summary's batches: those the tick created and those it claimed from.
+        tally.batch_ids.extend(fired);
+        result?
     };
-    let (drained, result) =
-        drain::run(cfg, store, self_service.as_ref(), started, prepare_ms).await;
-    // The reaper's share (reaped, its failures per batch) plus the drain's.
-    *tally = drained;
-    tally.absorb(reaper);
-    // The summary's batches: those the tick created and those it claimed from.
-    tally.batch_ids.extend(fired);
-    let stop = result?;
     // The tail the plan kept: one call for the upkeep (cancel sweep, retention) and
     // the finish check, then the summary.
     let now = clock::now_ms();
@@ -105,7 +126,7 @@ async fn run_invocation(
         .await
         .map_err(DrainError::Finish)?;
     for b in finished {
-        log::event(
+        logger.event(
             "batch_finished",
             json!({
                 "batch_id": b.id, "key": b.key, "status": b.status, "total": b.total,
@@ -117,10 +138,61 @@ async fn run_invocation(
     Ok(stop)
 }
 
+/// The SELF binding in fan-out mode; none inline.
+pub(super) fn self_service(env: &Env, cfg: &Config) -> Result<Option<Fetcher>, DrainError> {
+    match cfg.settings.dispatch_mode {
+        DispatchMode::Fanout => env
+            .service("SELF")
+            .map(Some)
+            .map_err(|e| DrainError::Binding(format!("SELF: {e}"))),
+        DispatchMode::Inline => Ok(None),
+    }
+}
+
+/// Send one `DRAIN_QUEUE` message per drainer (one call for all of them);
+/// whether they were sent. A failed send is logged as `misconfigured` and the
+/// tick drains itself instead.
+async fn start_drainers(
+    env: &Env,
+    cfg: &Config,
+    store: &DrainStore,
+    started: i64,
+    logger: &InvocationLog,
+) -> bool {
+    let n = cfg.settings.drainers;
+    let now_secs = clock::wall_ms() / 1_000;
+    let messages: Vec<DrainMessage> = (1..=n)
+        .map(|i| DrainMessage::new(&cfg.secrets.dispatch, now_secs, started, i))
+        .collect();
+    let sent = match env.queue(DRAIN_QUEUE) {
+        Err(e) => Err(drainers::missing_queue(n, &e.to_string())),
+        // The send is a subrequest like any other.
+        Ok(queue) => match store.db().budget().charge_call() {
+            Err(e) => Err(format!("no subrequest left for the send: {e:?}")),
+            Ok(()) => queue.send_batch(messages).await.map_err(|e| {
+                format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
+            }),
+        },
+    };
+    match sent {
+        Ok(()) => {
+            logger.event("drainers_sent", json!({ "drainers": n }));
+            true
+        }
+        Err(message) => {
+            logger.error(
+                "misconfigured",
+                json!({ "message": message, "note": "this tick drains itself" }),
+            );
+            false
+        }
+    }
+}
+
 /// Fire every due schedule (a page of them), each apart from the others, and log
 /// one line per fire (and per fire that failed and backs off); returns the ids of
 /// the batches created.
-async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
+async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog) -> Vec<String> {
     let now = clock::now_ms();
     let report = match store
         .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::random_id)
@@ -128,7 +200,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
     {
         Ok(report) => report,
         Err(e) => {
-            log::error(
+            logger.error(
                 "schedules_fire_failed",
                 json!({ "message": e.to_string(), "note": "the due schedules or the zones in use could not be read: nothing was applied; due schedules fire on the next tick" }),
             );
@@ -136,13 +208,13 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
         }
     };
     if let Err(e) = &report.fill {
-        log::error(
+        logger.error(
             "batch_fill_failed",
             json!({ "message": e.to_string(), "note": "the batches still filling were not continued this tick (the fires were applied): tried again on the next tick" }),
         );
     }
     for e in &report.plan.unreadable {
-        log::error(
+        logger.error(
             "schedule_unreadable",
             json!({ "schedule_id": e.schedule_id, "message": e.what, "note": "disabled; PUT /schedules/{id} to fix it" }),
         );
@@ -152,7 +224,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
         Err(e) => format!("backoff not written ({e}): due again on the next tick"),
     };
     for f in &report.failed {
-        log::error(
+        logger.error(
             "schedule_fire_failed",
             json!({
                 "schedule_id": f.schedule_id, "message": f.error.to_string(),
@@ -162,7 +234,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
     }
     if !report.left.is_empty() {
         let message = report.left_error.as_ref().map(ToString::to_string);
-        log::error(
+        logger.error(
             "schedules_fire_deferred",
             json!({
                 "schedule_ids": report.left, "message": message,
@@ -178,7 +250,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
                 batch_id,
                 key,
                 total,
-            } => log::event(
+            } => logger.event(
                 "schedule_fired",
                 json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "total": total }),
             ),
@@ -186,15 +258,15 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
                 schedule_id,
                 batch_id,
                 key,
-            } => log::event(
+            } => logger.event(
                 "schedule_refired",
                 json!({ "schedule_id": schedule_id, "batch_id": batch_id, "key": key, "note": "the key exists: nothing created" }),
             ),
-            Fired::Empty { schedule_id, key } => log::event(
+            Fired::Empty { schedule_id, key } => logger.event(
                 "schedule_fired_empty",
                 json!({ "schedule_id": schedule_id, "key": key, "note": "no active subject matched: no batch created; the schedule advanced" }),
             ),
-            Fired::Superseded { schedule_id, key } => log::event(
+            Fired::Superseded { schedule_id, key } => logger.event(
                 "schedule_superseded",
                 json!({ "schedule_id": schedule_id, "key": key, "note": "replaced or deleted since planned: nothing applied" }),
             ),
@@ -208,13 +280,21 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore) -> Vec<String> {
 
 /// Log the invocation summary once and store it as one row, if the budget can
 /// still pay for the insert (the plan kept it; only an error path can use it up).
-async fn record_summary(store: &DrainStore, tally: Tally, started: i64, stop_reason: StopReason) {
+pub(super) async fn record_summary(
+    store: &DrainStore,
+    trigger: Trigger,
+    tally: Tally,
+    started: i64,
+    stop_reason: StopReason,
+    logger: &InvocationLog,
+) {
     let (usage, budget) = (store.usage(), store.db().budget());
     // The figures include this summary's own insert: one call and statement, and
     // its rows (the row and its index entry).
     let own = i64::from(budget.free() >= 1);
     let summary = InvocationSummary {
-        trigger: Trigger::Tick,
+        invocation: Some(logger.id().to_string()),
+        trigger,
         started_at: started,
         elapsed_ms: clock::now_ms() - started,
         tally,
@@ -229,10 +309,10 @@ async fn record_summary(store: &DrainStore, tally: Tally, started: i64, stop_rea
     line["d1_rows_read"] = json!(usage.rows_read);
     if own == 1 {
         if let Err(e) = store.record_invocation(&summary).await {
-            log::error("summary_not_stored", json!({ "message": e.to_string() }));
+            logger.error("summary_not_stored", json!({ "message": e.to_string() }));
         }
     } else {
         line["stored"] = json!(false);
     }
-    log::event("invocation", line);
+    logger.event("invocation", line);
 }

@@ -1,7 +1,8 @@
 //! [`Outbound`] in memory, for host tests of job kinds (the built-in ones and
 //! users' own): a virtual clock that moves only when every future waits on it,
-//! answers scripted per URL (a status after a delay, a network error, or no
-//! answer at all), and a record of every request with how it ended.
+//! answers scripted per URL or per service binding (a status after a delay, a
+//! network error, or no answer at all), and a record of every request with how it
+//! ended.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -15,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use futures::future::{select, Either, LocalBoxFuture};
 use futures::task::{waker, ArcWake};
 
-use super::outbound::{Outbound, Request, Response, Signal};
+use super::outbound::{Outbound, Request, Response, ServiceError, Signal};
 
 /// What a scripted URL answers, after `after_ms` of virtual time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +99,8 @@ pub enum Ended {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub request: Request,
+    /// The service binding it went through (`Outbound::fetch_service`), if any.
+    pub service: Option<String>,
     pub at_ms: i64,
     pub ended: Ended,
 }
@@ -107,6 +110,8 @@ struct State {
     now_ms: i64,
     timers: Vec<(i64, Waker)>,
     answers: HashMap<String, VecDeque<Answer>>,
+    /// Service bindings that exist, with their scripted answers.
+    services: HashMap<String, VecDeque<Answer>>,
     sent: Vec<Sent>,
 }
 
@@ -130,6 +135,28 @@ impl MemoryOutbound {
             .borrow_mut()
             .answers
             .entry(url.into())
+            .or_default()
+            .push_back(answer);
+        self
+    }
+
+    /// Bind a service named `binding` (calls to a name never bound fail as
+    /// `ServiceError::Unbound`).
+    pub fn bind_service(&self, binding: &str) -> &Self {
+        self.0
+            .borrow_mut()
+            .services
+            .entry(binding.into())
+            .or_default();
+        self
+    }
+
+    /// Queue `answer` for the next call through `binding` (binding it).
+    pub fn answer_service(&self, binding: &str, answer: Answer) -> &Self {
+        self.0
+            .borrow_mut()
+            .services
+            .entry(binding.into())
             .or_default()
             .push_back(answer);
         self
@@ -180,19 +207,62 @@ impl MemoryOutbound {
         }
     }
 
-    fn record(&self, request: Request) -> (usize, Option<Answer>) {
+    fn record(&self, request: Request, service: Option<&str>) -> (usize, Option<Answer>) {
         let mut s = self.0.borrow_mut();
-        let answer = s
-            .answers
-            .get_mut(&request.url)
-            .and_then(VecDeque::pop_front);
+        let answer = match service {
+            None => s.answers.get_mut(&request.url),
+            Some(name) => s.services.get_mut(name),
+        }
+        .and_then(VecDeque::pop_front);
         let at_ms = s.now_ms;
         s.sent.push(Sent {
             request,
+            service: service.map(str::to_string),
             at_ms,
             ended: Ended::Open,
         });
         (s.sent.len() - 1, answer)
+    }
+
+    /// Record `request` and give its scripted answer when it comes (or fail with
+    /// `unscripted`), unless `signal` aborts it first.
+    async fn exchange(
+        &self,
+        request: Request,
+        service: Option<&str>,
+        signal: &Signal,
+        unscripted: String,
+    ) -> Result<Response, String> {
+        let (index, answer) = self.record(request, service);
+        let guard = DropGuard {
+            out: self.clone(),
+            index,
+            signal: signal.clone(),
+        };
+        let Some(answer) = answer else {
+            self.end(index, Ended::Answered);
+            return Err(unscripted);
+        };
+        let wait: LocalBoxFuture<'_, ()> = match answer.reply {
+            Reply::Hang => Box::pin(futures::future::pending()),
+            _ => self.sleep(answer.after_ms),
+        };
+        let result = match select(wait, signal.aborted()).await {
+            Either::Left(_) => {
+                self.end(index, Ended::Answered);
+                match answer.reply {
+                    Reply::Respond(r) => Ok(r),
+                    Reply::Error(e) => Err(e),
+                    Reply::Hang => unreachable!("a hanging answer never ends"),
+                }
+            }
+            Either::Right(_) => {
+                self.end(index, Ended::Aborted);
+                Err("aborted".into())
+            }
+        };
+        drop(guard);
+        result
     }
 
     fn end(&self, index: usize, ended: Ended) {
@@ -256,37 +326,25 @@ impl Outbound for MemoryOutbound {
         signal: &'a Signal,
     ) -> LocalBoxFuture<'a, Result<Response, String>> {
         Box::pin(async move {
-            let url = request.url.clone();
-            let (index, answer) = self.record(request);
-            let guard = DropGuard {
-                out: self.clone(),
-                index,
-                signal: signal.clone(),
-            };
-            let Some(answer) = answer else {
-                self.end(index, Ended::Answered);
-                return Err(format!("no answer scripted for {url}"));
-            };
-            let wait: LocalBoxFuture<'_, ()> = match answer.reply {
-                Reply::Hang => Box::pin(futures::future::pending()),
-                _ => self.sleep(answer.after_ms),
-            };
-            let result = match select(wait, signal.aborted()).await {
-                Either::Left(_) => {
-                    self.end(index, Ended::Answered);
-                    match answer.reply {
-                        Reply::Respond(r) => Ok(r),
-                        Reply::Error(e) => Err(e),
-                        Reply::Hang => unreachable!("a hanging answer never ends"),
-                    }
-                }
-                Either::Right(_) => {
-                    self.end(index, Ended::Aborted);
-                    Err("aborted".into())
-                }
-            };
-            drop(guard);
-            result
+            let unscripted = format!("no answer scripted for {}", request.url);
+            self.exchange(request, None, signal, unscripted).await
+        })
+    }
+
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        Box::pin(async move {
+            if !self.0.borrow().services.contains_key(binding) {
+                return Err(ServiceError::Unbound(binding.into()));
+            }
+            let unscripted = format!("no answer scripted for service {binding}");
+            self.exchange(request, Some(binding), signal, unscripted)
+                .await
+                .map_err(ServiceError::Failed)
         })
     }
 

@@ -17,6 +17,7 @@ pub mod memory;
 pub mod multi;
 pub mod noop;
 pub mod outbound;
+pub mod service;
 pub mod webhook;
 
 use std::any::Any;
@@ -32,7 +33,9 @@ pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
-pub use outbound::{Outbound, Request, Response, Signal};
+pub use outbound::{
+    Correlated, Outbound, Request, Response, ServiceError, Signal, INVOCATION_HEADER,
+};
 
 /// A job kind. Only `name` and `run` are required; the rest has defaults.
 pub trait Job: 'static {
@@ -73,6 +76,13 @@ pub trait Job: 'static {
     /// This kind's own retry and timeout settings. Default: the global ones.
     fn policy(&self) -> Policy {
         Policy::default()
+    }
+
+    /// Whether the drain runs it itself, not through a `SELF` child, in fanout
+    /// mode: for a kind whose run is one call to another Worker (`service`), which
+    /// is an invocation of its own already. Default: no.
+    fn runs_in_drain(&self) -> bool {
+        false
     }
 }
 
@@ -141,6 +151,10 @@ impl Policy {
 /// deliveries and check targets again).
 #[derive(Debug, Clone, Default)]
 pub struct RunConfig {
+    /// The id of the invocation that dispatched the item (a tick's or a
+    /// drainer's, `GET /invocations`): every request of the run carries it as
+    /// `Fanout-Invocation` ([`Correlated`]). `None`: no header.
+    pub invocation: Option<String>,
     /// `WEBHOOK_SECRET`.
     pub webhook_secret: String,
     /// `DISPATCH_SECRET` (and the previous one during a rotation): no subject's
@@ -153,6 +167,9 @@ pub struct RunConfig {
     pub own_hostnames: Vec<String>,
     /// `JOB_TIMEOUT_MS`, the global job timeout.
     pub job_timeout_ms: i64,
+    /// `SERVICE_BINDINGS`, checked again at run time: a `service` item naming a
+    /// binding no longer listed fails then.
+    pub service_bindings: Vec<String>,
 }
 
 impl RunConfig {
@@ -163,6 +180,7 @@ impl RunConfig {
             allow_private: self.allow_private_targets,
             own_host: None,
             own_hostnames: &self.own_hostnames,
+            services: &self.service_bindings,
         }
     }
 
@@ -186,6 +204,7 @@ pub struct Context<'a> {
     host: Option<&'a dyn Any>,
     delivered: Receipts,
     channels: RefCell<ChannelResults>,
+    retry_after_ms: std::cell::Cell<Option<i64>>,
 }
 
 impl<'a> Context<'a> {
@@ -206,6 +225,7 @@ impl<'a> Context<'a> {
             host,
             delivered: receipts::parse(item.receipts.as_deref()),
             channels: RefCell::new(ChannelResults::new()),
+            retry_after_ms: std::cell::Cell::new(None),
         }
     }
 
@@ -241,6 +261,13 @@ impl<'a> Context<'a> {
         self.channels.borrow_mut().insert(channel.into(), outcome);
     }
 
+    /// Ask that a retry of this run wait `ms` (e.g. the answer's `Retry-After`)
+    /// instead of the backoff; the drain caps it at the retry cap. Ignored unless
+    /// the run returns [`Outcome::Retry`].
+    pub fn retry_after(&self, ms: i64) {
+        self.retry_after_ms.set(Some(ms));
+    }
+
     fn take_channels(&self) -> ChannelResults {
         std::mem::take(&mut self.channels.borrow_mut())
     }
@@ -254,6 +281,7 @@ trait Kind {
     fn subrequests_per_run(&self) -> i64;
     fn has_channels(&self) -> bool;
     fn policy(&self) -> Policy;
+    fn runs_in_drain(&self) -> bool;
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome>;
 }
 
@@ -282,6 +310,10 @@ impl<J: Job> Kind for J {
 
     fn policy(&self) -> Policy {
         Job::policy(self)
+    }
+
+    fn runs_in_drain(&self) -> bool {
+        Job::runs_in_drain(self)
     }
 
     fn run<'a>(&'a self, ctx: &'a Context<'a>) -> LocalBoxFuture<'a, Outcome> {
@@ -326,12 +358,13 @@ impl Default for Jobs {
 }
 
 impl Jobs {
-    /// `webhook`, `multi`, `noop`, and the internal `callback`.
+    /// `webhook`, `multi`, `service`, `noop`, and the internal `callback`.
     pub fn builtin() -> Jobs {
         Jobs {
             public: vec![
                 Box::new(webhook::Webhook),
                 Box::new(multi::Multi),
+                Box::new(service::Service),
                 Box::new(noop::Noop),
             ],
             internal: vec![Box::new(callback::Callback)],
@@ -387,6 +420,12 @@ impl Jobs {
     /// Whether items of `kind` have channels (their listing shows `receipts`).
     pub fn has_channels(&self, kind: &str) -> bool {
         self.find(kind).is_some_and(|k| k.has_channels())
+    }
+
+    /// Whether the drain runs items of `kind` itself in fanout mode
+    /// ([`Job::runs_in_drain`]).
+    pub fn runs_in_drain(&self, kind: &str) -> bool {
+        self.find(kind).is_some_and(|k| k.runs_in_drain())
     }
 
     /// `kind`'s own policy (the default for an unknown kind).
@@ -468,6 +507,15 @@ impl Jobs {
         let Some(job) = self.find(&item.kind) else {
             return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
         };
+        // One place for every kind: all its requests go through this seam.
+        let correlated = config
+            .invocation
+            .as_deref()
+            .map(|id| Correlated::new(outbound, id));
+        let outbound: &dyn Outbound = match &correlated {
+            Some(c) => c,
+            None => outbound,
+        };
         let mut ctx = Context::new(item, config, outbound, host);
         ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);
         let timeout_ms = ctx.timeout_ms;
@@ -491,6 +539,10 @@ impl Jobs {
             Some(outcome) => Ran {
                 // Only what was sent: a run that sent nothing reports no channels.
                 channels: Some(ctx.take_channels()).filter(|c| job.has_channels() && !c.is_empty()),
+                retry_after_ms: ctx
+                    .retry_after_ms
+                    .get()
+                    .filter(|_| matches!(outcome, Outcome::Retry(_))),
                 outcome,
             },
             None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

@@ -210,11 +210,13 @@ mod tests {
         allow_private: true,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     fn channels(n: usize) -> Value {

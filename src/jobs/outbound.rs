@@ -3,6 +3,8 @@
 //! it with the runtime (`edge::outbound`); host tests fill it in memory
 //! ([`super::memory::MemoryOutbound`]: a virtual clock, scripted answers, every
 //! request recorded), so each kind's run path is tested without the runtime.
+//! [`Correlated`] wraps either so that every request of a run names the
+//! invocation that dispatched its item (`Fanout-Invocation`).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -89,12 +91,93 @@ pub trait Outbound {
         signal: &'a Signal,
     ) -> LocalBoxFuture<'a, Result<Response, String>>;
 
+    /// Send `request` to the Worker bound as `binding` (a service binding, not a
+    /// network fetch: the URL's host means nothing, its path and query reach the
+    /// bound Worker). Fails as `fetch` does, or with [`ServiceError::Unbound`] when
+    /// this runtime has no such binding. Default: no bindings at all.
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        let _ = (request, signal);
+        Box::pin(async move { Err(ServiceError::Unbound(binding.to_string())) })
+    }
+
     /// Resolves after `ms` milliseconds.
     fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()>;
 
     /// The real time in milliseconds since the epoch (signature timestamps: the
     /// receiver checks them against its own clock).
     fn now_ms(&self) -> i64;
+}
+
+/// The header naming the invocation that dispatched an item (its id as `GET
+/// /invocations` and every log line of that invocation show it). Not signed, and
+/// no secret: the receiver may use it to correlate, never to trust.
+pub const INVOCATION_HEADER: &str = "Fanout-Invocation";
+
+/// The outbound seam of one run for one invocation: every request sent through
+/// it carries `Fanout-Invocation: <id>` (replacing any a kind set itself), so
+/// every kind's calls are correlated without the kind doing anything.
+pub struct Correlated<'a> {
+    inner: &'a dyn Outbound,
+    invocation: &'a str,
+}
+
+impl<'a> Correlated<'a> {
+    pub fn new(inner: &'a dyn Outbound, invocation: &'a str) -> Correlated<'a> {
+        Correlated { inner, invocation }
+    }
+
+    /// `request` with this invocation's id as its only `Fanout-Invocation`.
+    fn named(&self, mut request: Request) -> Request {
+        request
+            .headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(INVOCATION_HEADER));
+        request
+            .headers
+            .push((INVOCATION_HEADER.into(), self.invocation.into()));
+        request
+    }
+}
+
+impl Outbound for Correlated<'_> {
+    fn fetch<'a>(
+        &'a self,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, String>> {
+        self.inner.fetch(self.named(request), signal)
+    }
+
+    fn fetch_service<'a>(
+        &'a self,
+        binding: &'a str,
+        request: Request,
+        signal: &'a Signal,
+    ) -> LocalBoxFuture<'a, Result<Response, ServiceError>> {
+        self.inner
+            .fetch_service(binding, self.named(request), signal)
+    }
+
+    fn sleep(&self, ms: i64) -> LocalBoxFuture<'static, ()> {
+        self.inner.sleep(ms)
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+}
+
+/// Why a call through a service binding got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceError {
+    /// The runtime has no binding of this name (a permanent condition).
+    Unbound(String),
+    /// The call threw (the bound Worker's exception, a refused call) or was aborted.
+    Failed(String),
 }
 
 /// An abort signal, without the runtime: once aborted, it stays aborted, every

@@ -12,6 +12,7 @@ const POLICY: TargetPolicy = TargetPolicy {
     allow_private: false,
     own_host: None,
     own_hostnames: &[],
+    services: &[],
 };
 /// 2026-11-24T12:00:00Z, in ms.
 const NOW: i64 = 1_795_521_600_000;
@@ -19,11 +20,13 @@ const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
 
 fn config() -> RunConfig {
     RunConfig {
+        invocation: None,
         webhook_secret: WEBHOOK_SECRET.into(),
         dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
         allow_private_targets: false,
         own_hostnames: Vec::new(),
         job_timeout_ms: 10_000,
+        service_bindings: vec!["HANDLER".into(), "GONE".into()],
     }
 }
 
@@ -81,7 +84,7 @@ fn unknown_kinds_name_the_known_ones() {
         .unwrap_err();
     assert_eq!(
         err,
-        "unknown kind \"email\"; known kinds: webhook, multi, noop"
+        "unknown kind \"email\"; known kinds: webhook, multi, service, noop"
     );
     // Internal kinds run, but no subject or item may name them.
     assert!(jobs.knows("callback"));
@@ -108,7 +111,7 @@ fn known_kinds_validate_their_payload() {
 fn only_multi_has_channels_and_the_inline_cost_is_its_worst() {
     let jobs = Jobs::builtin();
     assert!(jobs.has_channels("multi"));
-    for kind in ["webhook", "noop", "callback", "unknown"] {
+    for kind in ["webhook", "service", "noop", "callback", "unknown"] {
         assert!(!jobs.has_channels(kind), "{kind}");
     }
     assert_eq!(
@@ -161,7 +164,10 @@ impl Job for Greet {
 #[test]
 fn a_registered_kind_is_validated_like_a_built_in_one() {
     let jobs = Jobs::builtin().with(Greet);
-    assert_eq!(jobs.names(), ["webhook", "multi", "noop", "greet"]);
+    assert_eq!(
+        jobs.names(),
+        ["webhook", "multi", "service", "noop", "greet"]
+    );
     assert!(jobs
         .check_payload("greet", &json!({"name": "ada"}), &POLICY)
         .is_ok());
@@ -259,7 +265,7 @@ fn registering_refuses_taken_names_bad_names_and_bad_policies() {
         let err = jobs.register(Named("k", policy)).unwrap_err().0;
         assert!(err.starts_with("job kind \"k\": "), "{err}");
     }
-    assert_eq!(jobs.names().len(), 4);
+    assert_eq!(jobs.names().len(), 5);
 }
 
 #[test]
@@ -388,7 +394,7 @@ fn a_webhook_fails_for_good_on_3xx_and_other_4xx() {
         let ran = run(&out, &webhook("https://hooks.test/a"));
         assert_eq!(
             ran.outcome,
-            Outcome::Fail(format!("HTTP {status}")),
+            Outcome::Fail(format!("HTTP {status}: nope")),
             "{status}"
         );
     }
@@ -405,6 +411,55 @@ fn a_webhook_fails_for_good_on_3xx_and_other_4xx() {
         );
         // Not followed: one request, to the subject's URL only.
         assert_eq!(out.sent().len(), 1);
+    }
+}
+
+#[test]
+fn a_permanent_failure_keeps_200_bytes_of_the_answers_text_on_one_line() {
+    let out = MemoryOutbound::new(NOW);
+    // 249 bytes: "é" is two bytes and byte 200 falls inside one, which is not cut.
+    let text = format!("unknown user\n{}", "é".repeat(118));
+    out.answer("https://hooks.test/a", Answer::status(422).body(&text));
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    let Outcome::Fail(reason) = ran.outcome else {
+        panic!("{ran:?}")
+    };
+    let kept = reason.strip_prefix("HTTP 422: ").expect(&reason);
+    assert!(kept.starts_with("unknown user éé"), "{kept}");
+    assert_eq!(kept.len(), 200 - 1, "{kept}");
+    // An empty or blank answer adds nothing.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://hooks.test/a", Answer::status(404).body(" \n"));
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Fail("HTTP 404".into()));
+}
+
+#[test]
+fn a_retry_after_in_seconds_on_a_retry_answer_is_the_runs_delay() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(429).header("Retry-After", "120"),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 429".into()));
+    assert_eq!(ran.retry_after_ms, Some(120_000));
+}
+
+#[test]
+fn a_retry_after_that_is_no_number_of_seconds_or_on_a_failure_is_ignored() {
+    let answers = [
+        Answer::status(503).header("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT"),
+        Answer::status(503).header("Retry-After", "-5"),
+        Answer::status(503).header("Retry-After", "1.5"),
+        Answer::status(400).header("Retry-After", "30"),
+        Answer::status(200).header("Retry-After", "30"),
+    ];
+    for answer in answers {
+        let out = MemoryOutbound::new(NOW);
+        out.answer("https://hooks.test/a", answer.clone());
+        let ran = run(&out, &webhook("https://hooks.test/a"));
+        assert_eq!(ran.retry_after_ms, None, "{answer:?}");
     }
 }
 
@@ -638,4 +693,262 @@ fn noop_is_done_without_sending_anything() {
     let out = MemoryOutbound::new(NOW);
     assert_eq!(run(&out, &item("noop", json!({}))), Outcome::Done.into());
     assert!(out.sent().is_empty());
+}
+
+// --- correlation ----------------------------------------------------------------
+
+/// A run for the invocation `inv-7f3a`.
+fn correlated() -> RunConfig {
+    RunConfig {
+        invocation: Some("inv-7f3a".into()),
+        ..config()
+    }
+}
+
+fn invocations(out: &MemoryOutbound) -> Vec<Option<String>> {
+    out.sent()
+        .iter()
+        .map(|s| {
+            s.request
+                .header_value(INVOCATION_HEADER)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn a_webhook_names_the_invocation_that_dispatched_it() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/hook", Answer::status(200));
+    let ran = run_with(
+        &Jobs::builtin(),
+        &out,
+        &webhook("https://example.com/hook"),
+        &correlated(),
+    );
+    assert_eq!(ran, Outcome::Done.into());
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+    // The header is outside the signed body: the signature still checks out.
+    assert_signed(&out.sent()[0], WEBHOOK_SECRET);
+}
+
+#[test]
+fn every_channel_of_a_multi_names_the_invocation() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(200))
+        .answer("https://push.test/", Answer::status(200));
+    run_with(
+        &Jobs::builtin(),
+        &out,
+        &multi(&["email", "push"]),
+        &correlated(),
+    );
+    assert_eq!(invocations(&out), vec![Some("inv-7f3a".to_string()); 2]);
+}
+
+#[test]
+fn a_completion_callback_names_the_invocation() {
+    let summary = json!({
+        "batch_id": "b1", "key": "k", "status": "finished", "total": 1, "completed": 1,
+        "failed": 0, "cancelled": 0, "created_at": NOW - 1_000, "finished_at": NOW,
+    });
+    let row = item(
+        "callback",
+        json!({"url": "https://done.test/cb", "summary": summary}),
+    );
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://done.test/cb", Answer::status(200));
+    assert_eq!(
+        run_with(&Jobs::builtin(), &out, &row, &correlated()),
+        Outcome::Done.into()
+    );
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+}
+
+#[test]
+fn a_registered_kind_names_the_invocation_without_doing_anything_for_it() {
+    let jobs = Jobs::builtin().with(Greet);
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://greet.test/ada", Answer::status(200));
+    run_with(
+        &jobs,
+        &out,
+        &item("greet", json!({"name": "ada"})),
+        &correlated(),
+    );
+    assert_eq!(invocations(&out), [Some("inv-7f3a".to_string())]);
+}
+
+#[test]
+fn the_invocation_header_is_the_runs_own_whatever_a_kind_set() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/x", Answer::status(200));
+    let correlated_out = Correlated::new(&out, "inv-7f3a");
+    let request = Request::post_json("https://example.com/x", "{}".into())
+        .header("fanout-invocation", "forged");
+    out.block_on(correlated_out.fetch(request, &Signal::new()))
+        .unwrap();
+    let sent = &out.sent()[0].request;
+    let named: Vec<&str> = sent
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(INVOCATION_HEADER))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(named, ["inv-7f3a"]);
+}
+
+#[test]
+fn a_run_for_no_invocation_sends_no_invocation_header() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://example.com/hook", Answer::status(200));
+    run(&out, &webhook("https://example.com/hook"));
+    assert_eq!(invocations(&out), [None]);
+}
+
+// --- service --------------------------------------------------------------------
+
+fn service(path: Option<&str>) -> ClaimedItem {
+    let mut payload = json!({"service": "HANDLER", "data": {"n": 1}});
+    if let Some(path) = path {
+        payload["path"] = json!(path);
+    }
+    item("service", payload)
+}
+
+#[test]
+fn only_service_runs_in_the_drain_and_validates_against_the_callable_bindings() {
+    let jobs = Jobs::builtin();
+    assert!(jobs.runs_in_drain("service"));
+    for kind in ["webhook", "multi", "noop", "callback", "unknown"] {
+        assert!(!jobs.runs_in_drain(kind), "{kind}");
+    }
+    let callable = ["HANDLER".to_string()];
+    let policy = TargetPolicy {
+        services: &callable,
+        ..POLICY
+    };
+    let check =
+        |payload: Value, policy: &TargetPolicy| jobs.check_payload("service", &payload, policy);
+    assert!(check(json!({"service": "HANDLER", "path": "/x"}), &policy).is_ok());
+    assert!(check(json!({"service": "HANDLER"}), &POLICY).is_err());
+    assert!(check(json!({"service": "OTHER"}), &policy).is_err());
+    assert!(check(json!({"service": "HANDLER", "path": "x"}), &policy).is_err());
+}
+
+#[test]
+fn a_service_call_posts_the_webhook_body_through_the_binding_with_its_idempotency_key() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service("HANDLER", Answer::status(200).after(300));
+    let ran = run(&out, &service(Some("/streak?tz=UTC")));
+    assert_eq!(ran, Outcome::Done.into());
+    let sent = out.sent();
+    assert_eq!(sent.len(), 1);
+    let s = &sent[0];
+    assert_eq!(s.service.as_deref(), Some("HANDLER"));
+    assert_eq!(s.request.method, "POST");
+    assert_eq!(s.request.url, "https://cron-fanout.internal/streak?tz=UTC");
+    assert_eq!(header(s, "Content-Type"), "application/json");
+    assert_eq!(header(s, "Idempotency-Key"), "42");
+    let body: Value = serde_json::from_str(s.request.body.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"item_id": 42, "batch_id": "b1", "subject_id": "s1", "attempt": 2, "data": {"n": 1}})
+    );
+    // Exactly those two headers: no signature, nothing secret, behind a binding.
+    assert_eq!(s.request.headers.len(), 2, "{:?}", s.request.headers);
+    // Without a path the call goes to `/`.
+    out.answer_service("HANDLER", Answer::status(204));
+    run(&out, &service(None));
+    assert_eq!(out.sent()[1].request.url, "https://cron-fanout.internal/");
+}
+
+#[test]
+fn a_service_answer_maps_as_a_webhooks_with_a_permanent_failures_text_in_the_reason() {
+    let cases = [
+        (Answer::status(204), Outcome::Done),
+        (
+            Answer::status(503).body("busy"),
+            Outcome::Retry("HTTP 503".into()),
+        ),
+        (Answer::status(408), Outcome::Retry("HTTP 408".into())),
+        (Answer::status(425), Outcome::Retry("HTTP 425".into())),
+        (Answer::status(429), Outcome::Retry("HTTP 429".into())),
+        (
+            Answer::status(422).body(&"x".repeat(300)),
+            Outcome::Fail(format!("HTTP 422: {}", "x".repeat(200))),
+        ),
+        (Answer::status(404), Outcome::Fail("HTTP 404".into())),
+        (
+            Answer::status(302).header("Location", "/elsewhere"),
+            Outcome::Fail("HTTP 302: redirects are not followed".into()),
+        ),
+        (
+            Answer::error("Error: user code threw"),
+            Outcome::Retry("service HANDLER: Error: user code threw".into()),
+        ),
+    ];
+    for (answer, expected) in cases {
+        let out = MemoryOutbound::new(NOW);
+        out.answer_service("HANDLER", answer.clone());
+        assert_eq!(run(&out, &service(None)).outcome, expected, "{answer:?}");
+        // The same answer to a webhook: the same outcome (an exception has no
+        // webhook twin: a network error's reason names no binding).
+        if !matches!(expected, Outcome::Retry(ref r) if r.starts_with("service ")) {
+            out.answer("https://hooks.test/a", answer.clone());
+            let hook = run(&out, &webhook("https://hooks.test/a"));
+            assert_eq!(hook.outcome, expected, "webhook {answer:?}");
+        }
+    }
+}
+
+#[test]
+fn a_retry_after_in_seconds_on_a_service_retry_is_the_next_attempts_delay() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service("HANDLER", Answer::status(429).header("Retry-After", "2"));
+    let ran = run(&out, &service(None));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 429".into()));
+    assert_eq!(ran.retry_after_ms, Some(2_000));
+}
+
+#[test]
+fn a_service_with_no_answer_times_out_as_a_retry_and_its_call_is_aborted() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service("HANDLER", Answer::hang());
+    let ran = run(&out, &service(None));
+    assert_eq!(
+        ran,
+        Outcome::Retry("timed out after 10000 ms".into()).into()
+    );
+    assert_eq!(out.now(), NOW + 10_000);
+    assert_eq!(out.sent()[0].ended, Ended::Aborted);
+}
+
+#[test]
+fn a_service_no_longer_listed_or_not_bound_fails_for_good_at_run_time() {
+    // Listed in SERVICE_BINDINGS, but the Worker has no such binding (any more).
+    let out = MemoryOutbound::new(NOW);
+    out.bind_service("HANDLER");
+    let gone = item("service", json!({"service": "GONE"}));
+    let ran = run(&out, &gone);
+    assert_eq!(
+        ran.outcome,
+        Outcome::Fail("not sent: service binding \"GONE\" is listed in SERVICE_BINDINGS but not bound to this Worker".into())
+    );
+    // No longer listed: refused before any call.
+    let cfg = RunConfig {
+        service_bindings: vec!["GONE".into()],
+        ..config()
+    };
+    let ran = run_with(&Jobs::builtin(), &out, &service(None), &cfg);
+    let Outcome::Fail(reason) = ran.outcome else {
+        panic!("{ran:?}");
+    };
+    assert!(
+        reason.starts_with("not sent: service \"HANDLER\" is not a binding")
+            && reason.contains("SERVICE_BINDINGS"),
+        "{reason}"
+    );
+    // Neither reached anything: an unbound name has nothing to call.
+    assert!(out.sent().is_empty(), "{:?}", out.sent());
 }

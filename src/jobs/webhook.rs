@@ -1,13 +1,14 @@
 //! Built-in kind `webhook`: POST a signed JSON body to the subject's URL.
-//! 2xx = done; 408, 425, 429, 5xx, timeout and network errors = retry; any other
-//! status = permanent failure.
+//! 2xx = done; 408, 425, 429, 5xx, timeout and network errors = retry (a
+//! `Retry-After` in seconds sets its delay); any other status = permanent
+//! failure, with the status and up to 200 bytes of the answer's text.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use url::Url;
 
-use super::outbound::{Outbound, Request, Signal};
+use super::outbound::{Outbound, Request, Response, Signal};
 use super::{Context, Job};
 use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::signature::constant_time_eq;
@@ -26,6 +27,15 @@ pub struct WebhookPayload {
     /// holding it cannot forge deliveries to other receivers. Never listed.
     #[serde(default)]
     pub signing_secret: Option<String>,
+}
+
+impl From<Outcome> for Answered {
+    fn from(outcome: Outcome) -> Answered {
+        Answered {
+            outcome,
+            retry_after_ms: None,
+        }
+    }
 }
 
 /// The JSON body a webhook receives.
@@ -121,6 +131,68 @@ pub fn classify_status(status: u16) -> Outcome {
     }
 }
 
+/// Bytes of a failed answer's text kept in its reason (`last_error`).
+pub const MAX_ANSWER_TEXT_BYTES: usize = 200;
+
+/// What an answer (or none) means: its outcome and, for a retry, the delay its
+/// `Retry-After` asks for. How `webhook` answers map; any kind that POSTs to a
+/// receiver of its own (`service`) maps them the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub outcome: Outcome,
+    pub retry_after_ms: Option<i64>,
+}
+
+impl Answered {
+    /// Hand the delay to the run (`Context::retry_after`) and give the outcome.
+    pub fn apply(self, ctx: &Context<'_>) -> Outcome {
+        if let Some(ms) = self.retry_after_ms {
+            ctx.retry_after(ms);
+        }
+        self.outcome
+    }
+}
+
+/// Map an answer: [`classify_status`], a permanent failure's reason followed by
+/// the first [`MAX_ANSWER_TEXT_BYTES`] of the answer's text (on one line), and a
+/// retry's `Retry-After` when it is a number of seconds (an HTTP date is not
+/// used: the receiver's clock is not ours).
+pub fn classify_answer(response: &Response) -> Answered {
+    let outcome = match classify_status(response.status) {
+        Outcome::Fail(reason) => match answer_text(&response.body) {
+            Some(text) => Outcome::Fail(format!("{reason}: {text}")),
+            None => Outcome::Fail(reason),
+        },
+        other => other,
+    };
+    let retry_after_ms = match outcome {
+        Outcome::Retry(_) => response
+            .header_value("Retry-After")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map(|secs| i64::from(secs) * 1_000),
+        _ => None,
+    };
+    Answered {
+        outcome,
+        retry_after_ms,
+    }
+}
+
+/// The start of an answer's text as one trimmed line (control characters as
+/// spaces), cut on a character boundary; `None` when blank.
+fn answer_text(body: &str) -> Option<String> {
+    let mut end = body.len().min(MAX_ANSWER_TEXT_BYTES);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let line: String = body[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let line = line.trim();
+    (!line.is_empty()).then(|| line.to_string())
+}
+
 impl Job for Webhook {
     type Payload = Value;
 
@@ -156,14 +228,16 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
     };
     let body = delivery_body(ctx.item, &data);
     let key = ctx.item.item_id.to_string();
-    post_signed(ctx.outbound(), &ctx.signal, &url, body, &key, &secret).await
+    post_signed_answer(ctx.outbound(), &ctx.signal, &url, body, &key, &secret)
+        .await
+        .apply(ctx)
 }
 
 /// POST a signed JSON `body` to a checked `url` with this `Idempotency-Key`, the
 /// way every delivery goes out (webhooks, multi-channel items' channels,
 /// completion callbacks): `Fanout-Signature` with `secret`, redirects not
 /// followed (the seam never follows them), aborted with `signal` (the job's,
-/// or a channel's). The answer's status is the outcome ([`classify_status`]).
+/// or a channel's). The answer is the outcome ([`classify_answer`]).
 pub async fn post_signed(
     outbound: &dyn Outbound,
     signal: &Signal,
@@ -172,6 +246,20 @@ pub async fn post_signed(
     idempotency_key: &str,
     secret: &str,
 ) -> Outcome {
+    post_signed_answer(outbound, signal, url, body, idempotency_key, secret)
+        .await
+        .outcome
+}
+
+/// [`post_signed`] with the answer's `Retry-After` kept.
+pub async fn post_signed_answer(
+    outbound: &dyn Outbound,
+    signal: &Signal,
+    url: &Url,
+    body: String,
+    idempotency_key: &str,
+    secret: &str,
+) -> Answered {
     let now_secs = outbound.now_ms() / 1_000;
     let signature = crate::core::signature::sign(secret, now_secs, body.as_bytes());
     // The URL as parsed and checked, not the raw text.
@@ -179,8 +267,8 @@ pub async fn post_signed(
         .header("Idempotency-Key", idempotency_key)
         .header("Fanout-Signature", &signature);
     match outbound.fetch(request, signal).await {
-        Ok(response) => classify_status(response.status),
-        Err(e) => Outcome::Retry(format!("network error: {e}")),
+        Ok(response) => classify_answer(&response),
+        Err(e) => Outcome::Retry(format!("network error: {e}")).into(),
     }
 }
 
@@ -193,11 +281,13 @@ mod tests {
         allow_private: true,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     const PROD: TargetPolicy = TargetPolicy {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     #[test]
@@ -304,6 +394,74 @@ mod tests {
                 Outcome::Fail(format!("HTTP {s}: redirects are not followed"))
             );
         }
+    }
+
+    /// An answer with this status, text and `Retry-After`.
+    fn answer(status: u16, text: &str, retry_after: Option<&str>) -> Answered {
+        let mut response = Response::new(status);
+        response.body = text.into();
+        if let Some(value) = retry_after {
+            response.headers.push(("Retry-After".into(), value.into()));
+        }
+        classify_answer(&response)
+    }
+
+    fn outcome(status: u16, text: &str, retry_after: Option<&str>) -> Outcome {
+        answer(status, text, retry_after).outcome
+    }
+
+    #[test]
+    fn answers_map_by_status_with_a_permanent_failures_text() {
+        assert_eq!(outcome(200, "ignored", None), Outcome::Done);
+        assert_eq!(outcome(204, "", Some("5")), Outcome::Done);
+        // A retry's reason is its status: the next attempt may say more.
+        assert_eq!(
+            outcome(503, " busy \n", None),
+            Outcome::Retry("HTTP 503".into())
+        );
+        assert_eq!(outcome(408, "", None), Outcome::Retry("HTTP 408".into()));
+        assert_eq!(
+            outcome(422, " bad user\n", None),
+            Outcome::Fail("HTTP 422: bad user".into())
+        );
+        assert_eq!(
+            outcome(301, "moved", None),
+            Outcome::Fail("HTTP 301: redirects are not followed: moved".into())
+        );
+    }
+
+    #[test]
+    fn a_permanent_failures_text_is_cut_to_200_bytes_on_a_char_boundary() {
+        let Outcome::Fail(reason) = outcome(400, &"é".repeat(150), None) else {
+            panic!("a 400 is permanent");
+        };
+        let text = reason.strip_prefix("HTTP 400: ").unwrap();
+        assert_eq!(text.len(), MAX_ANSWER_TEXT_BYTES);
+        assert_eq!(text, "é".repeat(100));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_delays_a_retry_only() {
+        assert_eq!(
+            answer(429, "slow down", Some(" 2 ")),
+            Answered {
+                outcome: Outcome::Retry("HTTP 429".into()),
+                retry_after_ms: Some(2_000)
+            }
+        );
+        // A date, a negative or a fraction is not seconds: the backoff applies.
+        for other in ["Wed, 21 Oct 2015 07:28:00 GMT", "-1", "1.5", ""] {
+            assert_eq!(
+                answer(503, "", Some(other)),
+                Outcome::Retry("HTTP 503".into()).into(),
+                "{other}"
+            );
+        }
+        // On a permanent failure it means nothing.
+        assert_eq!(
+            answer(400, "", Some("2")),
+            Outcome::Fail("HTTP 400".into()).into()
+        );
     }
 
     #[test]

@@ -1,9 +1,9 @@
 -- The newest ?1 invocation summaries, newest first, each as one JSON object in the
 -- form of core::model::Invocation (what record_invocation.sql stored, plus its id):
 -- batch_ids and per_batch back as JSON, started_at back as RFC 3339 text with
--- milliseconds.
+-- milliseconds; invocation NULL for rows stored before it was.
 SELECT json_object(
-         'id', id, 'trigger', trigger_kind,
+         'id', id, 'invocation', invocation, 'trigger', trigger_kind,
          'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
          'elapsed_ms', elapsed_ms, 'batch_ids', json(batch_ids), 'claimed', claimed,
          'completed', completed, 'retried', retried, 'failed', failed,

@@ -1,12 +1,13 @@
 -- One summary row per scheduled invocation (never one per item; invariant 7 is
 -- checked from these rows). ?1 is core::model::InvocationSummary as JSON: its keys
 -- are the column names, its started_at RFC 3339 text, stored as Unix milliseconds;
--- per_batch (items each batch ended) is kept as JSON text for the timeline.
-INSERT INTO invocations (trigger_kind, started_at, elapsed_ms, batch_ids, claimed, completed,
+-- per_batch (items each batch ended) is kept as JSON text for the timeline; its
+-- invocation id (the Fanout-Invocation value) as text.
+INSERT INTO invocations (invocation, trigger_kind, started_at, elapsed_ms, batch_ids, claimed, completed,
                          retried, failed, lost_leases, released, reaped, subrequests,
                          subrequest_budget, d1_statements, d1_rows_written, stop_reason,
                          per_batch)
-SELECT j ->> 'trigger',
+SELECT j ->> 'invocation', j ->> 'trigger',
        CAST(round((julianday(j ->> 'started_at') - 2440587.5) * 86400000.0) AS INTEGER),
        j ->> 'elapsed_ms', j -> 'batch_ids', j ->> 'claimed',
        j ->> 'completed', j ->> 'retried', j ->> 'failed', j ->> 'lost_leases', j ->> 'released',

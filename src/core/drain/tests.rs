@@ -648,6 +648,7 @@ fn channel_results_are_committed_with_the_outcome() {
     let ran = Ran {
         outcome: crate::core::receipts::outcome(&channels),
         channels: Some(channels),
+        retry_after_ms: None,
     };
     r.m.finished(10, multi, ran, 0.0);
     let rows = take_commit(r.actions(10));
@@ -887,14 +888,11 @@ fn items_released_unrun_do_not_count_against_the_child_cap() {
     assert_eq!(r.m.plan_state(27_000).children, 0);
 }
 
-#[test]
-fn a_kinds_own_backoff_sets_its_retry_delay() {
-    let quick = RetryPolicy {
-        base_ms: 10,
-        max_ms: 10,
-    };
+/// A run with its own retry policy for kind `nudge`, two items claimed and
+/// dispatched: item 1 of kind `nudge`, item 2 of another kind.
+fn nudge_with_own_retry(own: RetryPolicy) -> (Run, ClaimedItem) {
     let mut r = Run::new(POLICY, 1_000);
-    r.m.set_kind_retry(vec![("nudge".to_string(), quick)]);
+    r.m.set_kind_retry(vec![("nudge".to_string(), own)]);
     r.actions(0);
     let nudge = ClaimedItem {
         kind: "nudge".into(),
@@ -902,10 +900,81 @@ fn a_kinds_own_backoff_sets_its_retry_delay() {
     };
     r.m.claimed(0, Ok(vec![nudge.clone(), item(2)]));
     r.actions(0);
+    (r, nudge)
+}
+
+#[test]
+fn a_kinds_own_backoff_sets_its_retry_delay() {
+    let (mut r, nudge) = nudge_with_own_retry(RetryPolicy {
+        base_ms: 10,
+        max_ms: 10,
+    });
     r.m.finished(10, nudge, Outcome::Retry("HTTP 503".into()), 0.999_999);
     r.m.finished(10, item(2), Outcome::Retry("HTTP 503".into()), 0.999_999);
     let rows = take_commit(r.actions(10));
     let after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
     // Its own 10 ms; other kinds keep the global backoff (100 ms on attempt 1).
     assert_eq!(after, vec![Some(10 + 9), Some(10 + 99)]);
+}
+
+#[test]
+fn a_retry_after_sets_the_next_attempts_delay_capped_by_the_retry_cap() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(vec![item(1), item(2)]));
+    r.actions(0);
+    let after = |ms| Ran {
+        retry_after_ms: Some(ms),
+        ..Ran::from(Outcome::Retry("HTTP 429".into()))
+    };
+    // Past the cap (400 ms), and shorter than the backoff (50 to 100 ms).
+    r.m.finished(10, item(1), after(120_000), 0.0);
+    r.m.finished(10, item(2), after(0), 0.999_999);
+    let rows = take_commit(r.actions(10));
+    let after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
+    assert_eq!(after, vec![Some(10 + 400), Some(10)]);
+}
+
+#[test]
+fn a_retry_after_on_the_last_attempt_still_fails_the_item() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let last = ClaimedItem {
+        attempt: 3,
+        max_attempts: 3,
+        ..item(1)
+    };
+    r.m.claimed(0, Ok(vec![last.clone()]));
+    r.actions(0);
+    let ran = Ran {
+        retry_after_ms: Some(50),
+        ..Ran::from(Outcome::Retry("HTTP 429".into()))
+    };
+    r.m.finished(10, last, ran, 0.0);
+    let rows = take_commit(r.actions(10));
+    assert_eq!(rows[0].transition.status, ItemStatus::Failed);
+    assert_eq!(rows[0].transition.run_after, None);
+}
+
+#[test]
+fn a_retry_after_sets_the_retry_delay_instead_of_the_backoff_within_the_kinds_cap() {
+    let (mut r, nudge) = nudge_with_own_retry(RetryPolicy {
+        base_ms: 10,
+        max_ms: 50,
+    });
+    let after = |ms| Ran {
+        retry_after_ms: Some(ms),
+        ..Ran::from(Outcome::Retry("HTTP 429".into()))
+    };
+    r.m.finished(10, nudge, after(300), 0.0);
+    r.m.finished(10, item(2), after(300), 0.0);
+    let rows = take_commit(r.actions(10));
+    let run_after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
+    // The answer's 300 ms, not the backoff (50 ms on attempt 1), capped by each
+    // kind's cap: its own 50 ms, the global 400 ms.
+    assert_eq!(run_after, vec![Some(10 + 50), Some(10 + 300)]);
+    assert_eq!(
+        rows[1].transition.error.as_deref(),
+        Some("attempt 1 failed: HTTP 429")
+    );
 }

@@ -1,0 +1,340 @@
+//! `loadtest e2e --only-drainers` (and part of the full suite): `DRAINERS=4` on
+//! `wrangler.drainers.toml`, whose local queue `DRAIN_QUEUE` this Worker consumes.
+//! A 10,000-item batch is drained by the drainers (the tick only reaps and sends
+//! the messages) with nothing lost or doubled and the counts exact, each drainer's
+//! summary (trigger `queue`) within its budget; then a drainer is killed mid-run
+//! (SIGKILL of the runtime) and the reaper recovers its leases as after any crash.
+//!
+//! Miniflare hands a queue's consumer one batch at a time, so the local drainers
+//! run one after another: this proves the protocol (messages, exclusive claims,
+//! summaries, recovery), not the platform's concurrency.
+
+use crate::api::{Api, Batch, Id, Invocation, SubjectIn, TICK_CRON};
+use crate::checks::Checks;
+use crate::faults::Faults;
+use crate::plan;
+use crate::scenario::min_lease_seconds;
+use crate::target::{Secrets, Target, TargetArgs};
+use crate::{drive, verdict};
+use anyhow::{bail, ensure, Context, Result};
+use cron_fanout::core::model::{StopReason, Trigger};
+use serde_json::json;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Drainers per tick.
+pub const DRAINERS: u64 = 4;
+/// The batch the drainers drain.
+pub const ITEMS: usize = 10_000;
+/// The batch the kill lands in, and its webhooks' latency.
+const KILL_ITEMS: usize = 1_000;
+const KILL_LATENCY_MS: u64 = 200;
+/// Each drainer's budget: about a quarter of the batch (one SELF call per item,
+/// plus its claims and commits), so all four drain a share.
+const BUDGET: u64 = 2_700;
+/// With no progress for this long the drainers are done: another tick is fired.
+const STALL: Duration = Duration::from_secs(5);
+
+/// The settings: noop items through SELF, no child cap (wrangler dev enforces
+/// none, and the drainers' budgets are what splits the batch), short timeouts so
+/// the leases a kill leaves expire within seconds.
+fn settings() -> Vec<(&'static str, String)> {
+    let lease = min_lease_seconds(1_000, 100, 25);
+    [
+        ("DRAINERS", DRAINERS.to_string()),
+        ("MAX_ATTEMPTS", "3".into()),
+        ("JOB_TIMEOUT_MS", "1000".into()),
+        ("RETRY_BASE_MS", "100".into()),
+        ("RETRY_MAX_MS", "400".into()),
+        ("CLAIM_CHUNK", "100".into()),
+        ("DISPATCH_CONCURRENCY", "25".into()),
+        ("SUBREQUEST_BUDGET", BUDGET.to_string()),
+        ("MAX_CHILD_INVOCATIONS", "1000000".into()),
+        ("INVOCATION_DEADLINE_MS", "60000".into()),
+        ("LEASE_SECONDS", lease.to_string()),
+        ("ALLOW_PRIVATE_TARGETS", "true".into()),
+    ]
+    .into_iter()
+    .collect()
+}
+
+pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let settings = settings();
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut args = args.clone();
+    args.wrangler_config = Some(PathBuf::from("wrangler.drainers.toml"));
+    let mut target = Target::open(&args, "e2e-drainers", &settings, Secrets::Random, true)
+        .await
+        .context("starting the drainers' Worker (wrangler.drainers.toml)")?;
+    let api = target.api.clone();
+    api.delete_schedule("daily").await?;
+    let subjects: Vec<SubjectIn> = (0..ITEMS)
+        .map(|n| plan::noop_subject(format!("drain-{n:05}")))
+        .collect();
+    for chunk in subjects.chunks(1_000) {
+        api.put_subjects(chunk).await?;
+    }
+
+    let known: HashSet<i64> = api.invocation_ids().await?;
+    let (_, batch) = api
+        .create_batch(&json!({"key": "drainers", "source": "subjects"}))
+        .await?;
+    ensure!(batch.total == ITEMS as u64, "batch total {}", batch.total);
+    let started = Instant::now();
+    let finished = drain_by_drainers(&api, &batch.id, timeout).await;
+    let finished = checks.step(
+        &format!("DRAINERS={DRAINERS}: a {ITEMS}-item batch finishes while the tick only sends drain messages"),
+        finished,
+    );
+    eprintln!(
+        "  [drainers] {ITEMS} items in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(b) = &finished {
+        checks.record(
+            &format!("drainers: all {ITEMS} completed, none failed, the batch's counts exact"),
+            verdict::batch_counts(b, ITEMS as u64, ITEMS as u64, 0),
+        );
+    }
+    let items = api.all_items(&batch.id, None).await?;
+    checks.record(
+        "drainers: nothing lost or doubled: one item per subject, each completed on attempt 1",
+        {
+            let ids: HashSet<&str> = items.iter().map(|i| i.subject_id.as_str()).collect();
+            let odd: Vec<String> = items
+                .iter()
+                .filter(|i| i.status != "completed" || i.attempt != 1)
+                .take(5)
+                .map(|i| format!("{} {} attempt {}", i.subject_id, i.status, i.attempt))
+                .collect();
+            if items.len() == ITEMS && ids.len() == ITEMS && odd.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} items, {} subjects, e.g. {odd:?}",
+                    items.len(),
+                    ids.len()
+                ))
+            }
+        },
+    );
+    let ours = api.invocations_since(&known).await?;
+    for (name, result) in drainer_summaries(&ours) {
+        checks.record(name, result);
+    }
+
+    // A drainer killed mid-run: its leases are the reaper's, as after any crash.
+    // Webhooks that take KILL_LATENCY_MS, so the runtime is waiting on them (and
+    // answers the watcher) while a drainer holds claimed items. The noop subjects
+    // above are set inactive: the batch is these alone.
+    let slow = Faults {
+        latency_ms: KILL_LATENCY_MS,
+        ..Faults::default()
+    };
+    for chunk in subjects.chunks(1_000) {
+        let inactive: Vec<SubjectIn> = chunk
+            .iter()
+            .cloned()
+            .map(|s| SubjectIn { active: false, ..s })
+            .collect();
+        api.put_subjects(&inactive).await?;
+    }
+    let kill: Vec<SubjectIn> = plan::uniform("k", KILL_ITEMS, slow, None)
+        .iter()
+        .enumerate()
+        .map(|(n, p)| p.subject(&target.sink, n))
+        .collect();
+    api.put_subjects(&kill).await?;
+    let known: HashSet<i64> = api.invocation_ids().await?;
+    let (_, batch) = api
+        .create_batch(&json!({"key": "drainers-kill", "source": "subjects"}))
+        .await?;
+    ensure!(
+        batch.total == KILL_ITEMS as u64,
+        "kill batch total {}",
+        batch.total
+    );
+    // Killed as soon as a drainer is seen holding claimed items.
+    let (at_kill, tick) = drive::ticks_until(&api, &batch.id, timeout, |b| {
+        b.processing > 0 && b.completed + b.failed < b.total
+    })
+    .await?;
+    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    runtime.kill_hard();
+    // The trigger request dies with the runtime; its error is expected.
+    let _ = tick.await;
+    eprintln!("  [drainers] killed with {}", at_kill.progress());
+    checks.step(
+        "drainers: runtime restarts on the same state dir after SIGKILL mid-drain",
+        runtime.restart().await,
+    );
+    let frozen = api.batch(&batch.id).await?;
+    let processing_at_kill = frozen.processing;
+    checks.record(
+        "drainers: the kill hit a drainer with items claimed (processing > 0 after restart)",
+        if processing_at_kill > 0 {
+            Ok(())
+        } else {
+            Err(frozen.progress())
+        },
+    );
+    let finished = drain_by_drainers(&api, &batch.id, timeout).await;
+    let finished = checks.step(
+        "drainers: the killed batch finishes after restart",
+        finished,
+    );
+    if let Some(b) = &finished {
+        checks.record(
+            "drainers: after the kill nothing lost: every item completed, counts exact",
+            verdict::batch_counts(b, b.total, b.total, 0),
+        );
+    }
+    let since = api.invocations_since(&known).await?;
+    let reaped: i64 = since
+        .iter()
+        .filter(|i| i.summary.trigger == Trigger::Tick)
+        .map(|i| i.summary.tally.reaped)
+        .sum();
+    checks.record(
+        "drainers: the ticks' reaper requeued exactly the leases the killed drainer left; drainers never reap",
+        if u64::try_from(reaped) == Ok(processing_at_kill)
+            && since
+                .iter()
+                .all(|i| i.summary.trigger != Trigger::Queue || i.summary.tally.reaped == 0)
+        {
+            Ok(())
+        } else {
+            Err(format!("ticks reaped {reaped}, {processing_at_kill} were processing"))
+        },
+    );
+    checks.record(
+        "drainers: no invocation (tick or drainer) used more subrequests than its budget",
+        verdict::within_budget(&since),
+    );
+
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(())
+}
+
+/// Fires one tick, then another whenever the batch made no progress for
+/// [`STALL`] (the drainers a tick started are done), until it finishes.
+async fn drain_by_drainers(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
+    let start = Instant::now();
+    let mut last = (u64::MAX, Instant::now());
+    let mut ticks = 0;
+    loop {
+        let b = api.batch(id).await?;
+        if b.is_finished() {
+            eprintln!(
+                "  [drainers] finished after {ticks} ticks: {}",
+                b.progress()
+            );
+            return Ok(b);
+        }
+        let done = b.completed + b.failed;
+        if done != last.0 {
+            last = (done, Instant::now());
+        }
+        if ticks == 0 || last.1.elapsed() >= STALL {
+            api.fire_cron(TICK_CRON).await?;
+            ticks += 1;
+            last.1 = Instant::now();
+            eprintln!(
+                "  [drainers {:>5.1}s] tick {ticks}: {}",
+                start.elapsed().as_secs_f64(),
+                b.progress()
+            );
+        }
+        if start.elapsed() >= timeout {
+            bail!("not finished after {timeout:?}: {}", b.progress());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What the summaries of a drained batch must show: ticks that sent drain
+/// messages and drained nothing; `DRAINERS` drainers of the first tick that each
+/// claimed a share; every drainer within its budget; claims adding up to the
+/// batch exactly.
+fn drainer_summaries(ours: &[Invocation]) -> Vec<(&'static str, Result<(), String>)> {
+    let ticks: Vec<&Invocation> = ours
+        .iter()
+        .filter(|i| i.summary.trigger == Trigger::Tick)
+        .collect();
+    let drainers: Vec<&Invocation> = ours
+        .iter()
+        .filter(|i| i.summary.trigger == Trigger::Queue)
+        .collect();
+    let ticks_ok = if !ticks.is_empty()
+        && ticks
+            .iter()
+            .all(|i| i.summary.stop_reason == StopReason::Drainers && i.summary.tally.claimed == 0)
+    {
+        Ok(())
+    } else {
+        Err(ticks
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {:?} claimed {}",
+                    i.id, i.summary.stop_reason, i.summary.tally.claimed
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "))
+    };
+    let working = drainers
+        .iter()
+        .filter(|i| i.summary.tally.claimed > 0)
+        .count() as u64;
+    let enough = if working >= DRAINERS && drainers.len() as u64 >= DRAINERS {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} drainer summaries, {working} of them claimed items",
+            drainers.len()
+        ))
+    };
+    let owned: Vec<Invocation> = drainers.iter().map(|i| (*i).clone()).collect();
+    let budget = if owned
+        .iter()
+        .all(|i| i.summary.subrequest_budget == BUDGET as i64)
+    {
+        verdict::within_budget(&owned)
+    } else {
+        Err("a drainer ran with another budget".into())
+    };
+    let claimed: i64 = drainers
+        .iter()
+        .map(|i| i.summary.tally.claimed - i.summary.tally.released)
+        .sum();
+    let completed: i64 = drainers.iter().map(|i| i.summary.tally.completed).sum();
+    let exact = if claimed == ITEMS as i64 && completed == ITEMS as i64 {
+        Ok(())
+    } else {
+        Err(format!(
+            "drainers claimed {claimed} (less releases) and completed {completed}, want {ITEMS} each"
+        ))
+    };
+    vec![
+        (
+            "drainers: every tick sent its drain messages and drained nothing itself (stop_reason drainers)",
+            ticks_ok,
+        ),
+        (
+            "drainers: GET /invocations lists at least DRAINERS drainer summaries (trigger queue) that each claimed a share",
+            enough,
+        ),
+        (
+            "drainers: every drainer stayed within its own SUBREQUEST_BUDGET",
+            budget,
+        ),
+        (
+            "drainers: their claims (less items given back) and completions add up to the batch exactly",
+            exact,
+        ),
+    ]
+}

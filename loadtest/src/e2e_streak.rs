@@ -1,0 +1,547 @@
+//! The e2e part of `examples/streak-reminder`, the seed's app as a Worker crate
+//! of its own on the library: its wrangler config on a `wrangler dev` of its
+//! own, GitHub, Discord and Telegram faked by the sink (`sink_fakes`), and its
+//! daily schedule at 18:00 in each user's zone fired through the test clock.
+//!
+//! | the Worker's clock | what must happen |
+//! |---|---|
+//! | 2027-01-15 16:59Z (Berlin 17:59) | users and the schedule are written; a bad user is refused; the schedule's next fire is Berlin's 18:00 |
+//! | 17:00:30Z (Berlin 18:00) | one batch; each Berlin user checked: those at risk reminded once on each channel (a Discord 503, a Telegram 429 and a GitHub 429 retried, the channel already reminded never again), the others not at all; the New York user waits for its own 18:00 (23:00Z) |
+//!
+//! The test clock moves the queue (fires, `run_after`, leases); a run's "today"
+//! is the real date in the user's zone (the kind reads the outbound seam's real
+//! clock), and so is the fake calendar's last day: the fake dates its days from
+//! the `to` the Worker sends.
+
+use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
+use crate::checks::Checks;
+use crate::clock::TestClock;
+use crate::metrics::timestamp_ms;
+use crate::sink_fakes::{FakeCalendar, FakeRequest, FakesClient, Setup};
+use crate::target::{Secrets, Target, TargetArgs};
+use anyhow::{bail, ensure, Context, Result};
+use chrono::{DateTime, Duration, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// The example's wrangler config, relative to the repo.
+pub const WRANGLER_CONFIG: &str = "examples/streak-reminder/wrangler.toml";
+/// Its build, made by `bash scripts/build.sh [--dev] examples/streak-reminder build`.
+const BUILD: &str = "examples/streak-reminder/build/index.js";
+/// Tokens the fakes accept (secrets of the Worker, passed like the others).
+const GITHUB_TOKEN: &str = "ghp_e2e_streak_token_0123456789";
+const TELEGRAM_BOT_TOKEN: &str = "424242:e2e-streak-bot-token";
+
+const GROUP: &str = "streaks";
+const SCHEDULE: &str = "streaks";
+const BERLIN: &str = "Europe/Berlin";
+const NEW_YORK: &str = "America/New_York";
+/// Berlin's 17:59 on a January day (UTC+1, no DST in play: the host tests
+/// cover it), then its 18:00, and New York's 18:00 (UTC-5).
+const SETUP_AT: &str = "2027-01-15T16:59:00Z";
+const BERLIN_1800: &str = "2027-01-15T17:00:00.000Z";
+const NEW_YORK_1800: &str = "2027-01-15T23:00:00.000Z";
+
+/// One user: subject id (also the GitHub login and the Discord webhook id),
+/// zone, calendar (oldest first, the last day today), what the fakes answer
+/// first, and whether a reminder is due.
+struct User {
+    id: &'static str,
+    zone: &'static str,
+    counts: &'static [u32],
+    /// `github`, `discord` or `telegram`, and the statuses it answers first.
+    script: &'static [(&'static str, &'static [u16])],
+    at_risk: bool,
+}
+
+const USERS: &[User] = &[
+    User {
+        id: "risk",
+        zone: BERLIN,
+        counts: &[1, 2, 0],
+        script: &[],
+        at_risk: true,
+    },
+    User {
+        id: "discord-503",
+        zone: BERLIN,
+        counts: &[3, 0],
+        script: &[("discord", &[503])],
+        at_risk: true,
+    },
+    User {
+        id: "telegram-429",
+        zone: BERLIN,
+        counts: &[1, 0],
+        script: &[("telegram", &[429])],
+        at_risk: true,
+    },
+    User {
+        id: "github-429",
+        zone: BERLIN,
+        counts: &[2, 0],
+        script: &[("github", &[429])],
+        at_risk: true,
+    },
+    User {
+        id: "safe",
+        zone: BERLIN,
+        counts: &[1, 1],
+        script: &[],
+        at_risk: false,
+    },
+    User {
+        id: "broken",
+        zone: BERLIN,
+        counts: &[5, 0, 0],
+        script: &[],
+        at_risk: false,
+    },
+    User {
+        id: "later",
+        zone: NEW_YORK,
+        counts: &[1, 0],
+        script: &[],
+        at_risk: true,
+    },
+];
+
+/// A user's Telegram chat id.
+fn chat_id(index: usize) -> i64 {
+    1_000 + index as i64
+}
+
+fn t(rfc: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(rfc)
+        .expect("a valid instant")
+        .to_utc()
+}
+
+fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
+pub async fn e2e(
+    args: &TargetArgs,
+    timeout: std::time::Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    ensure!(
+        args.repo.join(BUILD).exists(),
+        "{BUILD} is missing: run `bash scripts/build.sh --dev examples/streak-reminder build` first"
+    );
+    let started = Instant::now();
+    let clock = TestClock::at(t(SETUP_AT), Utc::now());
+    let mut settings = crate::e2e::settings();
+    settings.extend(clock.vars());
+    settings.extend([
+        ("GITHUB_TOKEN", GITHUB_TOKEN.to_string()),
+        ("TELEGRAM_BOT_TOKEN", TELEGRAM_BOT_TOKEN.to_string()),
+    ]);
+    // The fakes' URLs need the sink's address, known once it started: they are
+    // set with the clock's move, before anything runs.
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
+    let mut target = Target::open_with_configs(
+        args,
+        "e2e-streak",
+        &settings,
+        Secrets::Random,
+        true,
+        vec![config],
+    )
+    .await
+    .context("starting the streak-reminder Worker")?;
+    let result = run(&mut target, timeout, checks).await;
+    if let Some(runtime) = target.runtime.as_mut() {
+        checks.record(
+            "streak-reminder: wrangler dev stops on SIGTERM, no process left",
+            runtime.stop().await.map_err(text),
+        );
+    }
+    println!(
+        "# streak-reminder part: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    result
+}
+
+fn subject(fakes: &FakesClient, index: usize, user: &User) -> SubjectIn {
+    SubjectIn {
+        id: user.id.into(),
+        kind: "streak_check".into(),
+        payload: json!({
+            "github_login": user.id,
+            "timezone": user.zone,
+            "discord_webhook_url": fakes.discord_webhook_url(user.id, "webhook-token"),
+            "telegram_chat_id": chat_id(index),
+        }),
+        active: true,
+        group: Some(GROUP.into()),
+        timezone: Some(user.zone.into()),
+    }
+}
+
+/// The fakes' key of `user` at `api`.
+fn key(api: &str, index: usize, user: &User) -> String {
+    match api {
+        "telegram" => chat_id(index).to_string(),
+        _ => user.id.to_string(),
+    }
+}
+
+async fn run(target: &mut Target, timeout: std::time::Duration, checks: &mut Checks) -> Result<()> {
+    let fakes = FakesClient::new(target.sink.base());
+    let mut setup = Setup {
+        github_token: GITHUB_TOKEN.into(),
+        telegram_bot_token: TELEGRAM_BOT_TOKEN.into(),
+        ..Setup::default()
+    };
+    for (i, u) in USERS.iter().enumerate() {
+        setup.calendars.insert(
+            u.id.into(),
+            FakeCalendar {
+                zone: u.zone.into(),
+                counts: u.counts.to_vec(),
+            },
+        );
+        for (api, statuses) in u.script {
+            setup
+                .script
+                .insert(format!("{api}:{}", key(api, i, u)), statuses.to_vec());
+        }
+    }
+    fakes.setup(&setup).await?;
+
+    refuses_bad_users(target, checks).await?;
+    let subjects: Vec<SubjectIn> = USERS
+        .iter()
+        .enumerate()
+        .map(|(i, u)| subject(&fakes, i, u))
+        .collect();
+    target.api.put_subjects(&subjects).await?;
+    let (created, schedule) = target
+        .api
+        .put_schedule(
+            SCHEDULE,
+            &json!({"cron": "0 18 * * *", "timezone": "subject", "group": GROUP}),
+        )
+        .await?;
+    checks.record(
+        "streak-reminder: the daily schedule at 18:00 in each user's zone is created; its next fire is the earliest zone's 18:00 (Berlin's, 17:00Z)",
+        (created && schedule.next_fire_at.as_deref() == Some(BERLIN_1800))
+            .then_some(())
+            .ok_or_else(|| format!("created {created}, next_fire_at {:?}", schedule.next_fire_at)),
+    );
+    listings_hide_secrets(target, checks).await?;
+
+    // Berlin's 18:00: the schedule fires, the items run, retries come back. The
+    // APIs' base URLs point at the sink's fakes from here on.
+    let clock = TestClock::at(t(BERLIN_1800) + Duration::seconds(30), Utc::now());
+    let runtime = target
+        .runtime
+        .as_mut()
+        .context("the streak part needs a local runtime")?;
+    runtime.set_var("TEST_CLOCK_OFFSET_MS", Some(&clock.offset_ms.to_string()));
+    runtime.set_var("GITHUB_API_URL", Some(&fakes.github_api_url()));
+    runtime.set_var("TELEGRAM_API_URL", Some(&fakes.telegram_api_url()));
+    runtime.restart().await?;
+    // The kind's "today" is the real date in the user's zone (its clock is the
+    // outbound seam's real time; the test clock moves only the queue's), as is
+    // the fake calendar's: either side of the run, should it cross midnight.
+    let berlin_today = || {
+        Utc::now()
+            .with_timezone(&chrono_tz::Europe::Berlin)
+            .date_naive()
+            .to_string()
+    };
+    let mut berlin_dates = vec![berlin_today()];
+    let batch = settle(target, &clock, timeout).await?;
+    berlin_dates.push(berlin_today());
+    let items = target.api.all_items(&batch.id, None).await?;
+    let requests = fakes.requests().await?;
+    outcomes(&batch, &items, &requests, &berlin_dates, checks)?;
+    Ok(())
+}
+
+/// A user its kind refuses: 400 `invalid_payload`, nothing written.
+async fn refuses_bad_users(target: &Target, checks: &mut Checks) -> Result<()> {
+    let bad = json!({"subjects": [
+        {"id": "ok", "kind": "streak_check", "payload": {"github_login": "ok", "telegram_chat_id": 1}, "group": GROUP},
+        {"id": "no-channel", "kind": "streak_check", "payload": {"github_login": "nobody"}, "group": GROUP},
+    ]});
+    let resp = target
+        .api
+        .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
+        .await?;
+    let written = target.api.all_subjects().await?.len();
+    checks.record(
+        "streak-reminder: a user without a channel is refused with 400 invalid_payload, and nothing is written",
+        match resp.error_shape() {
+            Some((code, message))
+                if resp.status == StatusCode::BAD_REQUEST
+                    && code == "invalid_payload"
+                    && message.contains("at least one channel")
+                    && written == 0 =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{} {other:?}, {written} subjects written", resp.status)),
+        },
+    );
+    Ok(())
+}
+
+/// `GET /subjects` shows no Discord webhook URL (it holds the webhook's token).
+async fn listings_hide_secrets(target: &Target, checks: &mut Checks) -> Result<()> {
+    let listed = target.api.all_subjects().await?;
+    let shown: Vec<&Value> = listed
+        .iter()
+        .map(|s| &s.payload["discord_webhook_url"])
+        .collect();
+    checks.record(
+        "streak-reminder: GET /subjects lists each user's Discord webhook URL as [redacted]",
+        (listed.len() == USERS.len() && shown.iter().all(|v| *v == &json!("[redacted]")))
+            .then_some(())
+            .ok_or_else(|| format!("{} subjects, {shown:?}", listed.len())),
+    );
+    Ok(())
+}
+
+/// Ticks until the schedule's batch has nothing in flight and nothing due by
+/// the Worker's clock (the New York item is not due until 23:00Z).
+async fn settle(target: &Target, clock: &TestClock, timeout: std::time::Duration) -> Result<Batch> {
+    let api = &target.api;
+    let deadline = Instant::now() + timeout;
+    loop {
+        api.fire_cron(TICK_CRON).await?;
+        let batch = api
+            .batches(20)
+            .await?
+            .into_iter()
+            .find(|b| b.schedule_id.as_deref() == Some(SCHEDULE));
+        if let Some(batch) = batch {
+            let mut due = batch.processing > 0;
+            for item in api.all_items(&batch.id, Some("pending")).await? {
+                let run_after = timestamp_ms(item.run_after.as_deref().unwrap_or_default())?;
+                due |= run_after <= clock.now().timestamp_millis();
+            }
+            if !due {
+                return Ok(batch);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the {SCHEDULE} batch did not settle in {timeout:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// What the fakes were sent for `user` at `api`: the statuses answered.
+fn answered(requests: &[FakeRequest], api: &str, index: usize, user: &User) -> Vec<u16> {
+    let key = key(api, index, user);
+    requests
+        .iter()
+        .filter(|r| r.api == api && r.key.as_deref() == Some(key.as_str()))
+        .map(|r| r.status)
+        .collect()
+}
+
+fn outcomes(
+    batch: &Batch,
+    items: &[Item],
+    requests: &[FakeRequest],
+    berlin_dates: &[String],
+    checks: &mut Checks,
+) -> Result<()> {
+    let want_key = format!("{SCHEDULE}:2027-01-15");
+    checks.record(
+        "streak-reminder: one batch streaks:2027-01-15, counts exact: 7 users, 6 completed (the Berlin ones), 1 pending (New York), none failed",
+        (batch.key.as_deref() == Some(want_key.as_str())
+            && (batch.total, batch.completed, batch.pending, batch.processing, batch.failed)
+                == (7, 6, 1, 0, 0))
+            .then_some(())
+            .ok_or_else(|| format!("{:?}: {}", batch.key, batch.progress())),
+    );
+
+    // Reminded once on each channel when at risk (a 2xx), never otherwise; what
+    // each fake answered, in order, per user.
+    let ok = |api: &str| if api == "discord" { 204 } else { 200 };
+    let mut wrong = Vec::new();
+    for (i, u) in USERS.iter().enumerate().filter(|(_, u)| u.zone == BERLIN) {
+        for api in ["github", "discord", "telegram"] {
+            let script: Vec<u16> = u
+                .script
+                .iter()
+                .filter(|(a, _)| *a == api)
+                .flat_map(|(_, s)| s.iter().copied())
+                .collect();
+            // Each run reads the calendar: once, and once more per channel
+            // failure scripted (its retry).
+            let runs = 1 + u
+                .script
+                .iter()
+                .filter(|(a, _)| *a != "github")
+                .map(|(_, s)| s.len())
+                .sum::<usize>();
+            let want: Vec<u16> = match api {
+                "github" => script.iter().copied().chain(vec![200; runs]).collect(),
+                _ if u.at_risk => script.iter().copied().chain([ok(api)]).collect(),
+                _ => vec![],
+            };
+            let got = answered(requests, api, i, u);
+            if got != want {
+                wrong.push(format!("{} {api}: answered {got:?}, want {want:?}", u.id));
+            }
+        }
+    }
+    checks.record(
+        "streak-reminder: each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not",
+        wrong.is_empty().then_some(()).ok_or_else(|| wrong.join("; ")),
+    );
+
+    let item = |id: &str| -> Result<&Item> {
+        items
+            .iter()
+            .find(|i| i.subject_id == id)
+            .with_context(|| format!("no item {id}"))
+    };
+    let shape = |i: &Item| {
+        format!(
+            "{} attempt {} {:?} receipts {:?}",
+            i.status, i.attempt, i.last_error, i.receipts
+        )
+    };
+    let delivered = |i: &Item, channel: &str| {
+        i.receipts
+            .as_ref()
+            .and_then(|r| r.get(channel))
+            .and_then(|r| r.get("status"))
+            == Some(&json!("delivered"))
+    };
+    for (id, api, other) in [
+        ("discord-503", "Discord 503", "telegram"),
+        ("telegram-429", "Telegram 429", "discord"),
+    ] {
+        let i = item(id)?;
+        let index = USERS.iter().position(|u| u.id == id).unwrap_or_default();
+        // The other channel's fake saw one request, answered 2xx: never resent.
+        let other = answered(requests, other, index, &USERS[index]);
+        checks.record(
+            &format!("streak-reminder: a {api} is retried on attempt 2 and the other channel is not reminded again; both receipts delivered"),
+            (i.status == "completed"
+                && i.attempt == 2
+                && delivered(i, "discord")
+                && delivered(i, "telegram")
+                && other.len() == 1
+                && (200..300).contains(&other[0]))
+                .then_some(())
+                .ok_or_else(|| format!("{}, the other channel answered {other:?}", shape(i))),
+        );
+    }
+    let limited = item("github-429")?;
+    // Its requests in order: the 429, then the calendar, then the reminders.
+    let index = USERS
+        .iter()
+        .position(|u| u.id == "github-429")
+        .unwrap_or_default();
+    let order: Vec<(String, u16)> = requests
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, &USERS[index]).as_str()))
+        .map(|r| (r.api.clone(), r.status))
+        .collect();
+    let reminded_after_calendar = order.len() == 4
+        && order[..2] == [("github".to_string(), 429), ("github".to_string(), 200)]
+        && order[2..]
+            .iter()
+            .all(|(api, status)| api != "github" && (200..300).contains(status));
+    checks.record(
+        "streak-reminder: a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read",
+        (limited.status == "completed" && limited.attempt == 2 && reminded_after_calendar)
+            .then_some(())
+            .ok_or_else(|| format!("{}, requests {order:?}", shape(limited))),
+    );
+    let calm: Vec<String> = ["safe", "broken"]
+        .iter()
+        .filter_map(|id| item(id).ok())
+        .filter(|i| {
+            let no_receipts = i.receipts.as_ref().is_none_or(|r| r == &json!({}));
+            !(i.status == "completed" && i.attempt == 1 && no_receipts)
+        })
+        .map(|i| format!("{}: {}", i.subject_id, shape(i)))
+        .collect();
+    checks.record(
+        "streak-reminder: users not at risk complete on attempt 1 with no receipts",
+        calm.is_empty().then_some(()).ok_or_else(|| calm.join("; ")),
+    );
+    let later = item("later")?;
+    let later_index = USERS
+        .iter()
+        .position(|u| u.id == "later")
+        .unwrap_or_default();
+    let untouched = ["github", "discord", "telegram"]
+        .iter()
+        .all(|api| answered(requests, api, later_index, &USERS[later_index]).is_empty());
+    checks.record(
+        "streak-reminder: the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run",
+        (later.status == "pending"
+            && later.run_after.as_deref() == Some(NEW_YORK_1800)
+            && untouched)
+            .then_some(())
+            .ok_or_else(|| format!("{}, asked the APIs: {}", shape(later), !untouched)),
+    );
+
+    let risk_index = 0;
+    let text = requests
+        .iter()
+        .find(|r| r.api == "discord" && r.key.as_deref() == Some(USERS[risk_index].id))
+        .and_then(|r| r.text.clone());
+    let want: Vec<String> = berlin_dates
+        .iter()
+        .map(|d| format!("risk: your GitHub streak of 2 days ends at midnight: no contribution yet today ({d})."))
+        .collect();
+    checks.record(
+        "streak-reminder: the reminder names the user, the streak and the user's own date",
+        text.as_ref()
+            .filter(|t| want.contains(t))
+            .map(|_| ())
+            .ok_or_else(|| format!("{text:?}, want one of {want:?}")),
+    );
+
+    // Secrets: GitHub's token only in GitHub's Authorization, Telegram's only in
+    // its path; no token in a stored reason.
+    let leaks: Vec<String> = requests
+        .iter()
+        .filter(|r| {
+            let allowed: &[&str] = if r.api == "github" {
+                &["authorization"]
+            } else {
+                &[]
+            };
+            !r.authorized
+                || r.secret_headers
+                    .iter()
+                    .any(|h| !allowed.contains(&h.as_str()))
+        })
+        .map(|r| {
+            format!(
+                "{} {:?}: authorized {}, secret in {:?}",
+                r.api, r.key, r.authorized, r.secret_headers
+            )
+        })
+        .collect();
+    let in_reasons = items.iter().any(|i| {
+        let seen = format!("{:?} {:?}", i.last_error, i.receipts);
+        seen.contains(GITHUB_TOKEN)
+            || seen.contains(TELEGRAM_BOT_TOKEN)
+            || seen.contains("webhook-token")
+    });
+    checks.record(
+        "streak-reminder: every API call carried the right token, no token travelled in another header, none is in an item's reason",
+        (leaks.is_empty() && !in_reasons)
+            .then_some(())
+            .ok_or_else(|| format!("{leaks:?}, in reasons: {in_reasons}")),
+    );
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Built-in kind `service`: the item runs in another Worker, written in any
+//! language, reached through a service binding. Payload
+//! `{"service": "<binding name>", "path": "/optional/path", "data": <any JSON>}`;
+//! the binding must be listed in `SERVICE_BINDINGS` (and bound to this Worker).
+//! Each run POSTs the webhook body (`item_id`, `batch_id`, `subject_id`,
+//! `attempt`, `data`) with `Content-Type: application/json` and
+//! `Idempotency-Key: <item_id>`; the answer maps as a webhook's does
+//! (`webhook::classify_answer`, its `Retry-After` included). The drain calls the binding itself (`runs_in_drain`): a
+//! `SELF` child in between would cost a second invocation per item
+//! (docs/architecture.md).
+
+use serde::Deserialize;
+use serde_json::Value;
+use url::Url;
+
+use super::outbound::{Request, ServiceError};
+use super::webhook::{classify_answer, delivery_body};
+use super::{Context, Job};
+use crate::core::model::Outcome;
+use crate::core::target::TargetPolicy;
+
+pub struct Service;
+
+/// The URL a call carries: a service binding ignores the host, the bound Worker
+/// sees the path (and query).
+pub const ORIGIN: &str = "https://cron-fanout.internal";
+
+/// Longest `path` accepted.
+pub const MAX_PATH_BYTES: usize = 1_024;
+
+/// The subject payload of a `service` item.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServicePayload {
+    /// The binding's name, as `wrangler.toml` declares it.
+    pub service: String,
+    /// Path (and query) of the call; `/` when left out.
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub data: Value,
+}
+
+/// Parse a payload: its shape, its binding (one of `callable`), its path. Gives
+/// back the payload and the URL of the call.
+pub fn parse_payload(
+    payload: &Value,
+    callable: &[String],
+) -> Result<(ServicePayload, Url), String> {
+    let p: ServicePayload = serde_json::from_value(payload.clone()).map_err(|e| {
+        format!("service payload must be {{\"service\": \"<binding name>\", \"path\": \"/optional/path\", \"data\": <any>}}: {e}")
+    })?;
+    if !callable.iter().any(|name| *name == p.service) {
+        let listed = if callable.is_empty() {
+            "none".to_string()
+        } else {
+            callable.join(", ")
+        };
+        return Err(format!(
+            "service {:?} is not a binding this Worker may call: SERVICE_BINDINGS must list it and the Worker must be bound to it ([[services]] in wrangler.toml); callable: {listed}",
+            p.service
+        ));
+    }
+    let url = call_url(p.path.as_deref().unwrap_or("/"))?;
+    Ok((p, url))
+}
+
+/// The URL of a call to `path`: an absolute path with an optional query, no
+/// fragment, whitespace or control characters, at most [`MAX_PATH_BYTES`].
+pub fn call_url(path: &str) -> Result<Url, String> {
+    let bad = |why: &str| Err(format!("path {why}, got {path:?}"));
+    if path.len() > MAX_PATH_BYTES {
+        return bad(&format!("must be at most {MAX_PATH_BYTES} bytes"));
+    }
+    if !path.starts_with('/') || path.starts_with("//") {
+        return bad("must start with a single /");
+    }
+    if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("must not contain whitespace or control characters");
+    }
+    if path.contains('#') {
+        return bad("must not contain a fragment (#)");
+    }
+    let url = Url::parse(&format!("{ORIGIN}{path}"))
+        .or_else(|e| bad(&format!("is not a valid URL path ({e})")))?;
+    // The path must stay a path: nothing in it may reach the URL's other parts.
+    if url.origin().ascii_serialization() != ORIGIN {
+        return bad("must stay a path");
+    }
+    Ok(url)
+}
+
+impl Job for Service {
+    type Payload = Value;
+
+    fn name(&self) -> &'static str {
+        "service"
+    }
+
+    fn validate(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String> {
+        parse_payload(payload, targets.services).map(|_| ())
+    }
+
+    async fn run(&self, ctx: &Context<'_>, payload: Value) -> Outcome {
+        // Checked again: SERVICE_BINDINGS may have changed since the item was
+        // written, and queued items keep their payload.
+        let (p, url) = match parse_payload(&payload, &ctx.config.service_bindings) {
+            Ok(checked) => checked,
+            Err(e) => return Outcome::Fail(format!("not sent: {e}")),
+        };
+        let body = delivery_body(ctx.item, &p.data);
+        let request = Request::post_json(url.as_str(), body)
+            .header("Idempotency-Key", &ctx.item.item_id.to_string());
+        let answered = ctx
+            .outbound()
+            .fetch_service(&p.service, request, &ctx.signal)
+            .await;
+        match answered {
+            Ok(response) => classify_answer(&response).apply(ctx),
+            Err(ServiceError::Unbound(name)) => Outcome::Fail(format!(
+                "not sent: service binding {name:?} is listed in SERVICE_BINDINGS but not bound to this Worker"
+            )),
+            Err(ServiceError::Failed(e)) => Outcome::Retry(format!("service {}: {e}", p.service)),
+        }
+    }
+
+    fn runs_in_drain(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn callable() -> Vec<String> {
+        vec!["HANDLER".into()]
+    }
+
+    #[test]
+    fn a_payload_names_a_callable_binding_with_an_optional_path_and_data() {
+        let (p, url) = parse_payload(&json!({"service": "HANDLER"}), &callable()).unwrap();
+        assert_eq!(
+            (p.data, url.as_str()),
+            (Value::Null, "https://cron-fanout.internal/")
+        );
+        let (p, url) = parse_payload(
+            &json!({"service": "HANDLER", "path": "/users/7?full=1", "data": {"n": 1}}),
+            &callable(),
+        )
+        .unwrap();
+        assert_eq!(p.data, json!({"n": 1}));
+        assert_eq!((url.path(), url.query()), ("/users/7", Some("full=1")));
+    }
+
+    #[test]
+    fn unknown_bindings_bad_paths_and_bad_shapes_are_refused() {
+        let err = parse_payload(&json!({"service": "OTHER"}), &callable()).unwrap_err();
+        assert!(
+            err.contains("SERVICE_BINDINGS") && err.contains("callable: HANDLER"),
+            "{err}"
+        );
+        let err = parse_payload(&json!({"service": "HANDLER"}), &[]).unwrap_err();
+        assert!(err.contains("callable: none"), "{err}");
+        for path in ["users", "//evil.example/x", "/a b", "/a\n", "/a#frag", ""] {
+            let err = parse_payload(&json!({"service": "HANDLER", "path": path}), &callable())
+                .unwrap_err();
+            assert!(err.starts_with("path "), "{path:?}: {err}");
+        }
+        let long = format!("/{}", "a".repeat(MAX_PATH_BYTES));
+        assert!(parse_payload(&json!({"service": "HANDLER", "path": long}), &callable()).is_err());
+        for bad in [
+            json!({"service": 5}),
+            json!({"path": "/"}),
+            json!({"service": "HANDLER", "url": "https://example.com"}),
+            json!("HANDLER"),
+        ] {
+            assert!(parse_payload(&bad, &callable()).is_err(), "{bad}");
+        }
+    }
+}
