@@ -277,6 +277,7 @@ mod tests {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
 
     fn check(payload: Value) -> Result<(), String> {

@@ -35,6 +35,8 @@ fn config() -> RunConfig {
         allow_private_targets: false,
         own_hostnames: Vec::new(),
         job_timeout_ms: 10_000,
+        service_bindings: Vec::new(),
+        invocation: None,
     }
 }
 
@@ -351,6 +353,7 @@ fn the_app_registers_its_kind_beside_the_built_in_ones() {
         allow_private: false,
         own_host: None,
         own_hostnames: &[],
+        services: &[],
     };
     let err = app
         .jobs()
