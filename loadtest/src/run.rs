@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Fail unless the run's D1 statements per item are at most this.
     #[arg(long)]
     pub max_statements_per_item: Option<f64>,
+    /// Emulate the platform's connection cap in the sink: at most this many
+    /// requests in flight per `Fanout-Invocation` (6 on the platform). Default: off.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connection_cap: Option<u32>,
 }
 
 impl RunArgs {
@@ -75,13 +79,18 @@ impl RunArgs {
 pub async fn run(args: RunArgs) -> Result<bool> {
     let spec = args.spec();
     spec.validate().map_err(anyhow::Error::msg)?;
-    let report = on_fresh_target(
+    let mut target = open_for(
         &args.target,
         &format!("run-{}", spec.scenario.name()),
         &spec,
-        Duration::from_secs(args.timeout_secs),
     )
     .await?;
+    target.sink.set_connection_cap(args.connection_cap).await?;
+    let report = execute(&spec, &mut target, Duration::from_secs(args.timeout_secs)).await;
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    let report = report?;
     let mut report = report;
     let bounds = [
         (

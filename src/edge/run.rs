@@ -78,9 +78,9 @@ pub fn admit(header: Option<&str>, cfg: &Config) -> Result<SignatureHeader, ApiE
 }
 
 /// `POST /internal/run`, once admitted: verify the signature over the item's JSON
-/// and its invocation id (the body after the signature line) with the current or the previous
-/// dispatch secret, run, answer the outcome. The child never touches D1: the
-/// dispatcher commits for it.
+/// and its invocation id (the body after the signature line) with the current or
+/// the previous dispatch secret, run, answer the outcome. The child never touches
+/// D1: the dispatcher commits for it.
 pub async fn handle(
     item_json: &[u8],
     header: &SignatureHeader,
