@@ -2120,10 +2120,10 @@ fn failed_writes_are_500_internal_and_leave_nothing_behind() {
     );
 }
 
-// ---------------------------------------------------------------- issue 9: the edges
+// ---------------------------------------------------------------- the edges
 
 /// `PUT /subjects` and `DELETE /subjects/{id}` take no query parameters, like every
-/// other route that takes none (issue 9 item 8): refused before the body is read.
+/// other route that takes none: refused before the body is read.
 #[test]
 fn put_and_delete_subjects_refuse_unknown_query_parameters() {
     let host = setup();
@@ -2171,7 +2171,7 @@ fn ids_dot_and_dotdot_are_refused() {
 
 /// A payload the request limit accepts can outgrow the child's limit once it is
 /// escaped into the dispatched item (a string of quotes doubles twice): such a
-/// payload could never be dispatched, so it is refused when written (issue 9 item 5).
+/// payload could never be dispatched, so it is refused when written.
 #[test]
 fn payloads_whose_dispatch_cannot_fit_are_refused_when_written() {
     let host = setup();
@@ -2196,7 +2196,7 @@ fn payloads_whose_dispatch_cannot_fit_are_refused_when_written() {
 
 /// Webhook URLs are parsed the way the runtime's `fetch` parses them (WHATWG URL):
 /// userinfo, invalid ports and other schemes are refused when written, not found
-/// out at run time (issue 9 item 5).
+/// out at run time.
 #[test]
 fn webhook_urls_are_validated_as_the_runtime_parses_them() {
     let host = setup();
@@ -2235,7 +2235,7 @@ fn hook_subjects(id: &str, url: &str) -> Value {
 }
 
 /// Webhook targets the Worker must not be pointed at, in every notation the URL
-/// parser accepts (issue 9 item 7): 400 `invalid_payload` by default.
+/// parser accepts: 400 `invalid_payload` by default.
 const FORBIDDEN_TARGETS: &[&str] = &[
     "http://127.0.0.1:9000/hook",
     "http://127.1/hook",
@@ -2304,8 +2304,7 @@ fn allow_private_targets_lets_local_development_use_them() {
     }
 }
 
-/// A per-subject signing secret is stored with the payload but never listed
-/// (issue 9 item 6).
+/// A per-subject signing secret is stored with the payload but never listed.
 #[test]
 fn a_subjects_signing_secret_is_accepted_but_never_listed() {
     let host = setup();
@@ -2356,7 +2355,7 @@ fn the_workers_own_host_is_not_a_webhook_target() {
     assert_eq!(host.count("subjects"), 1);
 }
 
-/// Settings errors name the variable, but only to the admin (issue 9 item 8):
+/// Settings errors name the variable, but only to the admin:
 /// anyone else gets a generic 500.
 #[test]
 fn misconfiguration_details_go_only_to_the_admin() {
@@ -2389,7 +2388,7 @@ fn misconfiguration_details_go_only_to_the_admin() {
     }
 }
 
-// ---------------------------------------------------------------- batch control and replay (issue 11)
+// ---------------------------------------------------------------- batch control and replay
 
 /// A batch `key` of `n` no-op items (subjects `<key>-0`...), created now; its id.
 fn new_batch(host: &Host, key: &str, n: usize) -> String {
@@ -2815,7 +2814,7 @@ fn item_replay_requeues_one_failed_item_once() {
     assert_eq!(fields, json!({"batch_id": id, "item_id": failed}));
 }
 
-// ---------------------------------------------------------------- delivery (issue 11 part B)
+// ---------------------------------------------------------------- delivery
 
 const HOOK: &str = "https://hooks.example.com/batch-done";
 

@@ -1,4 +1,4 @@
-//! SQL conformance of batch control (issue 11 part A) on real SQLite with the D1
+//! SQL conformance of batch control on real SQLite with the D1
 //! migrations, through the same `Store` code: paused and cancelled batches are
 //! never claimed (and the claim never reads their items), cancel against items in
 //! flight, replay, the counters under random mixes of all of it, retention, and

@@ -1,4 +1,4 @@
-//! SQL conformance of delivery (issue 11 part B) on real SQLite with the D1
+//! SQL conformance of delivery on real SQLite with the D1
 //! migrations, through the same `Store` code: the completion callback is a queue
 //! row enqueued exactly once per end, atomically with it, claimable after its
 //! batch ended, counted nowhere, re-armed by an end after a replay, kept from

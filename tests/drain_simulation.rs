@@ -51,7 +51,7 @@
 //! also taking paused batches' items, seed 3 fails).
 //!
 //! In one seed of three, and every seed whose other reaper runs ahead, the items
-//! are multi-channel (`Channels`, issue 11): each run sends the channels its
+//! are multi-channel (`Channels`): each run sends the channels its
 //! claim's receipts do not show delivered, each channel answering on its own, and
 //! commits their results with the outcome (an abandoned run may have sent them
 //! too, its answers lost). A channel is sent again after it got through only when
@@ -70,7 +70,7 @@
 //! `DRAIN_SIM_SEEDS=n` runs more seeds (`DRAIN_SIM_TIGHT_SEEDS=n` more tight ones) (default 150, 10–20 s unoptimised; 1,000
 //! take about two minutes and pass). This test's first version (the commit "tests
 //! (failing): drain simulation with one failure per kind…", whose seeds draw their
-//! worlds slightly differently) failed against the code before issue 9 items 3
+//! worlds slightly differently) failed against the code before the fixes of items 3
 //! and 9: its seed 4 counted an applied commit whose answer was lost as lost
 //! leases, seed 10 (busy D1) ended past its deadline, seed 77 landed a commit after
 //! its leases expired, the one-failure runs left delivered items to the reaper, and
@@ -1469,7 +1469,7 @@ impl Channels {
 }
 
 /// An operator sending pause, resume, cancel and replay requests to the batch
-/// while it drains (issue 11), through the same `Store` methods as the HTTP
+/// while it drains, through the same `Store` methods as the HTTP
 /// handlers, on the same database but outside the invocation's budget (another
 /// request). Drawn from a stream of its own, so a seed without one runs exactly
 /// as it did before batch control existed. Every claim made while one is about

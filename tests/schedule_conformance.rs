@@ -907,7 +907,7 @@ fn a_failed_fire_writes_nothing_and_stays_due() {
     assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
     assert_eq!(schedule(&store, "feeds"), before, "not advanced");
 
-    // The next tick (issue 9 item 2: a failed or missed init is recovered).
+    // The next tick: a failed or missed init is recovered.
     exec(&store, "DROP TRIGGER fail_items");
     tick(&store, now + 60_500);
     assert!(
@@ -1246,7 +1246,7 @@ fn a_page_of_due_schedules_fires_per_tick_and_the_rest_on_the_next() {
 
 #[test]
 fn a_missed_daily_init_is_recovered_by_any_later_tick() {
-    // Issue 9 item 2: the noon tick failed or never ran; whichever tick comes next
+    // The noon tick failed or never ran; whichever tick comes next
     // creates the day's batch, once, then the schedule waits for the next noon.
     for late in [
         "2026-11-21T12:00:59Z",

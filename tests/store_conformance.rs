@@ -447,7 +447,7 @@ fn lease_of(store: &Store<SqliteDb>, id: i64) -> (Option<String>, Option<i64>) {
 
 #[test]
 fn a_committed_row_keeps_its_token_until_a_claim_or_the_reaper_replaces_it() {
-    // Issue 9 item 3: "not processing and still my token" = "my commit applied it".
+    // "not processing and still my token" = "my commit applied it".
     let store = setup();
     batch_of(&store, "x", 2, 5);
     let items = claim(&store, 0, 2, "t");
@@ -874,7 +874,7 @@ fn plan_of_last_query(store: &Store<SqliteDb>) -> Vec<String> {
 }
 
 /// `GET /batches/{id}/items?status=failed` on a big batch with few failures must
-/// read the failed items, not the batch (issue 9 item 10): the store's statement
+/// read the failed items, not the batch: the store's statement
 /// walks a partial index that holds failed items only, in subject_id order (no
 /// sort step), and so costs index writes only when an item fails.
 #[test]

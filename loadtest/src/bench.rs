@@ -207,7 +207,7 @@ pub struct RowsRead {
     pub rows_read: u64,
     /// `GET /batches/{id}` alone, the request's fixed part.
     pub get_batch_rows_read: u64,
-    /// `GET /metrics` after the batch (one statement; issue 12).
+    /// `GET /metrics` after the batch (one statement).
     pub metrics_rows_read: u64,
     /// `GET /batches/{id}/timeline` of the finished batch, whole.
     pub timeline_rows_read: u64,

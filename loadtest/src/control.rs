@@ -1,4 +1,4 @@
-//! Batch control end to end (issue 11 part A): pause, resume, cancel, dead-letter
+//! Batch control end to end: pause, resume, cancel, dead-letter
 //! replay and retention against a real Worker and sink. The e2e checks
 //! ([`e2e`]), the `cancel` and `replay` scenarios of `loadtest run`
 //! ([`scenario`]), and the pure verdicts they share.

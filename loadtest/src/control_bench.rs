@@ -1,4 +1,4 @@
-//! `loadtest bench` lines of batch control (issue 11): pause, resume, cancel and
+//! `loadtest bench` lines of batch control: pause, resume, cancel and
 //! replay of a 100,000-item batch, each one HTTP request timed from outside; what
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;

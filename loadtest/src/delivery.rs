@@ -1,4 +1,4 @@
-//! Delivery end to end (issue 11 part B): completion callbacks and multi-channel
+//! Delivery end to end: completion callbacks and multi-channel
 //! items against a real Worker and sink. The e2e checks ([`e2e`]), the `multi`
 //! scenario of `loadtest run` ([`scenario`]), and the pure verdicts they share.
 //!

@@ -1,4 +1,4 @@
-//! The schedules part of `loadtest e2e` (issue 10), on a `wrangler dev` of its own
+//! The schedules part of `loadtest e2e`, on a `wrangler dev` of its own
 //! whose test clock (`TEST_CLOCK_OFFSET_MS`) the suite moves by restarting it, so
 //! that ticks run "at" chosen instants of a January day (no DST anywhere in play:
 //! the host tests cover the transitions):
@@ -280,7 +280,7 @@ async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> R
     finale(target, checks).await
 }
 
-/// Issue 9 item 2: the noon fire of `daily` never ran (the Worker was down since
+/// The noon fire of `daily` never ran (the Worker was down since
 /// before it; Cloudflare retries no cron run). Only tick crons are fired, after
 /// 12:00: the first creates the day's batch, and a racing second creates nothing.
 async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
@@ -299,7 +299,7 @@ async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -
     settle(api, clock).await?;
     let s = seen(target).await?;
     checks.record(
-        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over the subjects without a group, delivered once each (issue 9 item 2)",
+        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over the subjects without a group, delivered once each",
         if s.keys("daily") == ["daily:2027-01-14"] && s.batches.len() == 1 {
             let ids: Vec<String> = ungrouped.iter().map(|s| s.id.clone()).collect();
             exactly_once(&s.delivered("daily:2027-01-14"), &ids)

@@ -1,4 +1,4 @@
-//! The e2e suite's checks of issue 9's edges, the ones only the runtime shows:
+//! The e2e suite's checks of the HTTP and webhook edges, the ones only the runtime shows:
 //! bodies cut off while they stream, dispatch signatures (age bounded by the lease,
 //! rotation, rejections logged within a limit), redirects never followed,
 //! per-subject signing secrets, webhook targets refused when written and again at

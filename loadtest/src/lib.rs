@@ -15,11 +15,10 @@
 //! - `drive`: firing ticks until a batch finishes, with a progress bar.
 //! - `steps`: a one-off schedule fired by the next tick, crash mid-batch, re-firing,
 //!   shared by e2e, run and demo.
-//! - `control`: pause, resume, cancel, replay and retention end to end (issue 11):
+//! - `control`: pause, resume, cancel, replay and retention end to end:
 //!   the e2e checks, the `cancel` and `replay` scenarios' flows, their verdicts.
-//! - `delivery`: completion callbacks and multi-channel items end to end (issue 11
-//!   part B): the e2e checks, the `multi` scenario's flow, their verdicts.
-//! - `edges`: the e2e checks of the HTTP and webhook edges (issue 9): streamed bodies,
+//! - `delivery`: completion callbacks and multi-channel items end to end: the e2e checks, the `multi` scenario's flow, their verdicts.
+//! - `edges`: the e2e checks of the HTTP and webhook edges: streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
 //! - `drainers`: `DRAINERS=4` on the local queue end to end: a 10,000-item batch
 //!   drained by queue consumers, and a drainer killed mid-run.

@@ -1,5 +1,4 @@
-//! The dashboard's batch actions and schedules view in the real browser (issue 12,
-//! part 2), run by `ui::dashboard`: "Retry" on a failed item's row and "Retry
+//! The dashboard's batch actions and schedules view in the real browser, run by `ui::dashboard`: "Retry" on a failed item's row and "Retry
 //! failed" after the sink is fixed; pause (progress stops while ticks go on),
 //! resume and cancel of a running batch; a refused action (409) showing the API's
 //! message; the schedules view with its next fire time in the viewer's zone.

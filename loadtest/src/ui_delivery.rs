@@ -1,4 +1,4 @@
-//! The dashboard's view of delivery (issue 11 part B) in the real browser, run by
+//! The dashboard's view of delivery in the real browser, run by
 //! `ui::dashboard`: a batch's completion callback as it goes from pending to
 //! delivered (on the batch the browser watches) or to failed (its receiver
 //! refuses it), and a `multi` item's per-channel receipts — one channel

@@ -1,4 +1,4 @@
-//! Completion callbacks (issue 11): a batch's `on_finish`, set by `POST /batches`
+//! Completion callbacks: a batch's `on_finish`, set by `POST /batches`
 //! or by the schedule that fires it, and the signed summary POSTed to it each time
 //! the batch ends (`finished`, or `cancelled` once nothing is left in flight).
 //!

@@ -1,4 +1,4 @@
-//! Per-channel receipts of multi-channel items (job kind `multi`, issue 11): what
+//! Per-channel receipts of multi-channel items (job kind `multi`): what
 //! one run reports per channel, how that travels from the child to the dispatcher
 //! (a response header next to the outcome), what a commit writes into the item's
 //! row, and how the API shows it.

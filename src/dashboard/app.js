@@ -291,7 +291,7 @@
   }
 
   /**
-   * The batch's completion callback (issue 11): its state as a labelled badge,
+   * The batch's completion callback: its state as a labelled badge,
    * what that means, where it goes and its last error; "none" without on_finish.
    */
   function callbackLine(b) {
@@ -347,7 +347,7 @@
 
   // ---------------------------------------------------------------- batch actions
 
-  // Batch control (issue 11), in button order. Where each may be pressed comes
+  // Batch control, in button order. Where each may be pressed comes
   // from the Worker (ACTION_FROM); this says how to ask for it and what it does.
   const ACTIONS = [
     {
@@ -592,7 +592,7 @@
     const timeline = { bucket: 0, points: new Map(), from: null, to: null };
     let batch = null;
 
-    // Batch control (issue 11): pause, resume, cancel, retry failed, each asked
+    // Batch control: pause, resume, cancel, retry failed, each asked
     // first. Shown only once the Worker has those routes.
     const control = features.has("batch-control") && ACTIONS.length > 0;
     const actions = h("div", {});
@@ -990,7 +990,7 @@
     return timeCell(s.at);
   }
 
-  /** Schedules (issue 10): only reachable once the Worker has the routes. Read-only. */
+  /** Schedules: only reachable once the Worker has the routes. Read-only. */
   function schedulesView() {
     const body = h("div", {});
     const page = { cursors: [""] };

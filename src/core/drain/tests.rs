@@ -335,7 +335,7 @@ fn a_failed_commit_is_retried_once_then_left_to_the_reaper() {
 
 #[test]
 fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
-    // Issue 9, items 3 and 8. Budget 8: a claim of 3 (1 + 3 + a flush + the
+    // Budget 8: a claim of 3 (1 + 3 + a flush + the
     // retry + the tail) that returns 2.
     let mut r = Run::new(POLICY, 8);
     assert!(matches!(r.actions(0)[0], Action::Claim { limit: 3, .. }));
@@ -399,7 +399,7 @@ fn free_plan_run() -> Run {
 
 #[test]
 fn the_free_plan_budget_keeps_a_retry_for_its_one_flush() {
-    // Issue 9 item 3: with SUBREQUEST_BUDGET=45 every outcome goes in one flush
+    // With SUBREQUEST_BUDGET=45 every outcome goes in one flush
     // at the end (no budget for a flush while calls run), and a transient error
     // on it costs a retry, not 38 delivered items left to the reaper.
     let mut r = free_plan_run();
@@ -493,7 +493,7 @@ fn outcomes_of_lost_leases_are_counted_and_reported() {
 
 #[test]
 fn a_claim_slower_than_its_lease_allows_releases_its_items_unrun() {
-    // Issue 9 item 9: the claim took 27 s of a 30 s lease; a 3 s call and its
+    // The claim took 27 s of a 30 s lease; a 3 s call and its
     // commit no longer fit. The items go back unrun (attempt given back) in one
     // commit instead of running under a lease the reaper may take.
     let mut r = Run::new(POLICY, 1_000);

@@ -1,4 +1,4 @@
-//! Schedules (issue 10): cron, interval and one-off schedules, in a named time zone
+//! Schedules: cron, interval and one-off schedules, in a named time zone
 //! or in each subject's own, fired by the minute tick. Pure: `now`, the zones in use
 //! and fresh ids are arguments; `store` runs the SQL, `edge` supplies the clock.
 //!
