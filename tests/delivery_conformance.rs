@@ -27,12 +27,7 @@ const MAX_ATTEMPTS: i64 = 3;
 const HOOK: &str = "https://hooks.example.com/done";
 
 fn on_finish() -> String {
-    let policy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    let policy = TargetPolicy::PUBLIC;
     OnFinish { url: HOOK.into() }.validate(&policy).unwrap()
 }
 

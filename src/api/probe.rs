@@ -155,18 +155,8 @@ pub fn burn(iterations: i64) -> u64 {
 mod tests {
     use super::*;
 
-    const DEV: TargetPolicy = TargetPolicy {
-        allow_private: true,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
-    const PROD: TargetPolicy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    const DEV: TargetPolicy = TargetPolicy::LOCAL;
+    const PROD: TargetPolicy = TargetPolicy::PUBLIC;
 
     fn parsed(body: &str, policy: &TargetPolicy) -> Result<ProbeRequest, (String, String)> {
         parse(body.as_bytes(), policy).map_err(|e| (e.code().to_string(), e.body().to_string()))

@@ -37,6 +37,21 @@ pub struct TargetPolicy<'a> {
     pub services: &'a [String],
 }
 
+impl TargetPolicy<'static> {
+    /// A deployment's default: public targets only, nothing known of itself.
+    pub const PUBLIC: TargetPolicy<'static> = TargetPolicy {
+        allow_private: false,
+        own_host: None,
+        own_hostnames: &[],
+        services: &[],
+    };
+    /// `ALLOW_PRIVATE_TARGETS=true` (local development), nothing else known.
+    pub const LOCAL: TargetPolicy<'static> = TargetPolicy {
+        allow_private: true,
+        ..TargetPolicy::PUBLIC
+    };
+}
+
 /// Why a URL is not a webhook target. The messages name the URL's part and the
 /// rule; they end up in 400 answers and in `last_error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,12 +294,7 @@ fn local_name(name: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    const STRICT: TargetPolicy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    const STRICT: TargetPolicy = TargetPolicy::PUBLIC;
 
     fn why(raw: &str) -> Result<(), TargetError> {
         validate(raw, &STRICT).map(|_| ())

@@ -84,20 +84,7 @@ async fn dispatch(
     };
     // Signature and item travel in the body, which trace events do not record
     // (core::dispatch).
-    let wire = dispatch::request(secret, clock::wall_ms() / 1_000, &item_json);
-    let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
-        let headers = web_sys::Headers::new()?;
-        for (name, value) in &wire.headers {
-            headers.set(name, value)?;
-        }
-        let init = web_sys::RequestInit::new();
-        init.set_method("POST");
-        init.set_body(&wire.body.into());
-        init.set_headers(&headers);
-        init.set_signal(Some(signal));
-        web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/run"), &init)
-            .map(Request::from)
-    })();
+    let request = signed_self_request(secret, "/internal/run", &item_json, Some(signal));
     let response = match request {
         Ok(req) => match service.fetch_request(req).await {
             Ok(r) => r,
@@ -144,4 +131,26 @@ async fn dispatch(
             Outcome::Retry(format!("unreadable dispatch answer: {e}")).into()
         }
     })
+}
+
+/// A `POST` of `body` to `path` on SELF, signed as a dispatch (the signature on
+/// the body's first line, `core::dispatch`), aborted by `signal` if given.
+pub(super) fn signed_self_request(
+    secret: &str,
+    path: &str,
+    body: &str,
+    signal: Option<&web_sys::AbortSignal>,
+) -> Result<Request, worker::wasm_bindgen::JsValue> {
+    let wire = dispatch::request(secret, clock::wall_ms() / 1_000, body);
+    let headers = web_sys::Headers::new()?;
+    for (name, value) in &wire.headers {
+        headers.set(name, value)?;
+    }
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&wire.body.into());
+    init.set_headers(&headers);
+    init.set_signal(signal);
+    web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}{path}"), &init)
+        .map(Request::from)
 }

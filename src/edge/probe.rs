@@ -185,20 +185,8 @@ async fn spawn(
 
 /// One child call: its JSON report, or why there is none.
 async fn child_call(service: &Fetcher, secret: &str, body: String) -> Result<Value, String> {
-    // Signed like a dispatch: the signature on the body's first line (core::dispatch).
-    let wire = crate::core::dispatch::request(secret, clock::wall_ms() / 1_000, &body);
-    let request = (|| -> Result<Request, worker::wasm_bindgen::JsValue> {
-        let headers = web_sys::Headers::new()?;
-        for (name, value) in &wire.headers {
-            headers.set(name, value)?;
-        }
-        let init = web_sys::RequestInit::new();
-        init.set_method("POST");
-        init.set_body(&wire.body.into());
-        init.set_headers(&headers);
-        web_sys::Request::new_with_str_and_init(&format!("{SELF_ORIGIN}/internal/probe"), &init)
-            .map(Request::from)
-    })()
+    // Signed like a dispatch: the signature on the body's first line.
+    let request = super::dispatch::signed_self_request(secret, "/internal/probe", &body, None)
     .map_err(|e| format!("cannot build the child request: {e:?}"))?;
     let mut response = service
         .fetch_request(request)

@@ -8,12 +8,7 @@ use super::memory::{Answer, Ended, MemoryOutbound, Sent};
 use super::*;
 use crate::core::signature;
 
-const POLICY: TargetPolicy = TargetPolicy {
-    allow_private: false,
-    own_host: None,
-    own_hostnames: &[],
-    services: &[],
-};
+const POLICY: TargetPolicy = TargetPolicy::PUBLIC;
 /// 2026-11-24T12:00:00Z, in ms.
 const NOW: i64 = 1_795_521_600_000;
 const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";

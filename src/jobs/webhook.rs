@@ -277,18 +277,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const DEV: TargetPolicy = TargetPolicy {
-        allow_private: true,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
-    const PROD: TargetPolicy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    const DEV: TargetPolicy = TargetPolicy::LOCAL;
+    const PROD: TargetPolicy = TargetPolicy::PUBLIC;
 
     #[test]
     fn accepts_http_and_https_urls_with_optional_data() {

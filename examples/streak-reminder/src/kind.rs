@@ -273,12 +273,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const PUBLIC: TargetPolicy = TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    const PUBLIC: TargetPolicy = TargetPolicy::PUBLIC;
 
     fn check(payload: Value) -> Result<(), String> {
         let p: StreakPayload = serde_json::from_value(payload).map_err(|e| e.to_string())?;

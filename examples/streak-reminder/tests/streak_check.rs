@@ -349,12 +349,7 @@ fn the_app_registers_its_kind_beside_the_built_in_ones() {
     let app = fanout();
     assert!(app.jobs().names().contains(&"streak_check"));
     assert!(app.jobs().has_channels("streak_check"));
-    let policy = cron_fanout::core::target::TargetPolicy {
-        allow_private: false,
-        own_host: None,
-        own_hostnames: &[],
-        services: &[],
-    };
+    let policy = cron_fanout::core::target::TargetPolicy::PUBLIC;
     let err = app
         .jobs()
         .check_payload("streak_check", &json!({"github_login": "ada"}), &policy)
