@@ -1,6 +1,6 @@
 //! The HTTP API without the runtime: the route table, admin auth, and handlers
 //! generic over the store, so every route runs on the host against SQLite
-//! (`tests/api_routes.rs`) exactly as on the Worker against D1.
+//! (`tests/api_*.rs`) exactly as on the Worker against D1.
 //!
 //! The edge (`edge::http`) turns a `worker::Request` into a [`Request`], finds its
 //! route ([`routes::find`]), answers `Health` and `Run` itself, and hands admin

@@ -1,7 +1,10 @@
-//! What the SQL conformance suites share (`mod common;`): a store on real SQLite
-//! with the D1 migrations, the drain's steps as the edge takes them (claim,
-//! settle, the tick's tail) and the counters' check. Each suite uses a part of it.
+//! What the host suites share (`mod common;`): a store on real SQLite with the D1
+//! migrations, the drain's steps as the edge takes them (claim, settle, the tick's
+//! tail) and the counters' check; the API suites' host in [`api`]. Each suite uses
+//! a part of it.
 #![allow(dead_code)]
+
+pub mod api;
 
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,366 @@
+//! `/batches` on the host: create (from subjects or items, idempotent by key),
+//! list, progress, items, and the rate, ETA and timeline read from the invocation
+//! summaries.
+
+mod common;
+
+use cron_fanout::core::throughput::MAX_POINTS;
+use cron_fanout::core::time::rfc3339;
+use serde_json::{json, Value};
+
+use common::api::*;
+
+// ---------------------------------------------------------------- batches
+
+#[test]
+fn create_batch_from_subjects_is_idempotent_by_key() {
+    let host = setup();
+    host.put_subjects(json!([subject("a"), subject("b"), {"id": "off", "kind": "noop", "payload": {}, "active": false}]));
+    let body = json!({"key": "backfill", "source": "subjects"});
+    let created = host.ok(POST, "/batches", Some(body.clone()), 201);
+    assert_eq!(
+        created,
+        json!({"id": "batch-1", "key": "backfill", "status": "running", "total": 2,
+               "pending": 2, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0,
+               "percent": 0.0, "filling": false, "rate_per_min": null, "eta": null,
+               "created_at": "2026-11-18T11:06:40.123Z", "finished_at": null,
+               "schedule_id": null, "on_finish": null, "callback": null})
+    );
+    // A subject added since is not added to the existing batch: nothing is written.
+    host.put_subjects(json!([subject("late")]));
+    let before = host.fingerprint();
+    let again = host.ok(POST, "/batches", Some(body), 200);
+    assert_eq!(
+        (again["id"].clone(), again["total"].clone()),
+        (json!("batch-1"), json!(2))
+    );
+    assert_eq!(host.fingerprint(), before);
+    let events = host.events.borrow();
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["batch_created", "batch_exists"]);
+    assert_eq!(
+        events[1].1,
+        json!({"batch_id": "batch-1", "key": "backfill", "total": 2})
+    );
+}
+
+#[test]
+fn create_batch_from_items_uses_the_settings_and_a_default_key() {
+    let host = setup();
+    let created = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"items": [item("x"), item("y")]})),
+        201,
+    );
+    assert_eq!(
+        (created["key"].clone(), created["total"].clone()),
+        (json!("adhoc:batch-1"), json!(2))
+    );
+    let items = host.ok(GET, "/batches/batch-1/items", None, 200);
+    let first = &items["items"][0];
+    assert_eq!(first["max_attempts"], json!(MAX_ATTEMPTS));
+    assert_eq!(first["run_after"], json!(rfc3339(NOW)));
+    assert_eq!(
+        (first["status"].clone(), first["attempt"].clone()),
+        (json!("pending"), json!(0))
+    );
+}
+
+#[test]
+fn create_batch_refuses_every_bad_shape_without_writing() {
+    let host = setup();
+    host.put_subjects(json!([subject("a")]));
+    let post = |body: Value, code: &str| host.bad(POST, "/batches", &body, code);
+    post(json!({}), "invalid_batch");
+    post(
+        json!({"source": "subjects", "items": [item("a")]}),
+        "invalid_batch",
+    );
+    post(json!({"source": "users"}), "invalid_source");
+    post(json!({"items": []}), "empty");
+    post(
+        json!({"key": "daily:2026-11-18", "source": "subjects"}),
+        "reserved_key",
+    );
+    post(json!({"key": "", "source": "subjects"}), "invalid_id");
+    post(json!({"items": [item("a"), item("")]}), "invalid_id");
+    post(json!({"items": [item("a"), item("a")]}), "duplicate_id");
+    post(
+        json!({"items": [item("a"), {"subject_id": "b", "kind": "email", "payload": {}}]}),
+        "invalid_payload",
+    );
+    host.refused(
+        &admin(POST, "/batches?key=x"),
+        br#"{"source": "subjects"}"#,
+        400,
+        "invalid_query",
+    );
+}
+
+#[test]
+fn create_batch_refuses_keys_that_belong_to_a_schedule() {
+    let host = setup();
+    host.ok(
+        PUT,
+        "/schedules/digest",
+        Some(json!({"cron": "0 9 * * *"})),
+        201,
+    );
+    let post = |key: &str| json!({"key": key, "items": [item("a")]});
+    let message = host.bad(POST, "/batches", &post("digest:2026-11-18"), "reserved_key");
+    assert!(message.contains("\"digest:\""), "{message}");
+    // daily: is reserved even without the `daily` schedule.
+    host.ok(DELETE, "/schedules/daily", None, 200);
+    host.bad(POST, "/batches", &post("daily:2026-11-18"), "reserved_key");
+    // Only the prefix up to the first ':' names a schedule.
+    host.ok(POST, "/batches", Some(post("digest")), 201);
+    host.ok(POST, "/batches", Some(post("digest-x:1")), 201);
+    host.ok(POST, "/batches", Some(post("other:digest:1")), 201);
+    // Once the schedule is gone its prefix is free again.
+    host.ok(DELETE, "/schedules/digest", None, 200);
+    host.ok(POST, "/batches", Some(post("digest:adhoc")), 201);
+}
+
+#[test]
+fn list_batches_is_newest_first_and_not_paged_by_after() {
+    let host = setup();
+    for key in ["k1", "k2", "k3"] {
+        host.now.set(host.now.get() + 1);
+        host.ok(
+            POST,
+            "/batches",
+            Some(json!({"key": key, "items": [item("x")]})),
+            201,
+        );
+    }
+    let got = host.ok(GET, "/batches?limit=2", None, 200);
+    assert_eq!(column(&got, "batches", "key"), ["k3", "k2"]);
+    host.get_refused("/batches?after=k1", 400, "invalid_query");
+    host.get_refused("/batches?limit=0", 400, "invalid_query");
+    host.get_refused("/batches?status=failed", 400, "invalid_query");
+}
+
+#[test]
+fn get_batch_answers_progress_or_404() {
+    let host = setup();
+    host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "k", "items": [item("x")]})),
+        201,
+    );
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (
+            got["key"].clone(),
+            got["pending"].clone(),
+            got["percent"].clone()
+        ),
+        (json!("k"), json!(1), json!(0.0))
+    );
+    host.get_refused("/batches/none", 404, "not_found");
+    host.get_refused("/batches/batch-1?verbose=1", 400, "invalid_query");
+}
+
+#[test]
+fn list_items_filters_by_status_and_pages_by_subject() {
+    let host = setup();
+    host.ok(
+        POST,
+        "/batches",
+        Some(json!({"items": [item("c"), item("a"), item("b")]})),
+        201,
+    );
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = 'failed', last_error = 'boom' WHERE subject_id = 'b'",
+            [],
+        )
+        .unwrap();
+    let page = |target: &str| host.page(target, "items", "subject_id");
+    let items = "/batches/batch-1/items";
+    assert_eq!(
+        page(&format!("{items}?limit=2")),
+        (strings(&["a", "b"]), json!("b"))
+    );
+    assert_eq!(
+        page(&format!("{items}?after=b")),
+        (strings(&["c"]), Value::Null)
+    );
+    assert_eq!(
+        page(&format!("{items}?status=failed")),
+        (strings(&["b"]), Value::Null)
+    );
+    let failed = host.ok(GET, "/batches/batch-1/items?status=failed", None, 200);
+    assert_eq!(failed["items"][0]["last_error"], json!("boom"));
+    host.get_refused("/batches/none/items", 404, "not_found");
+    for bad in ["status=done", "limit=1001", "page=2"] {
+        host.get_refused(
+            &format!("/batches/batch-1/items?{bad}"),
+            400,
+            "invalid_query",
+        );
+    }
+}
+
+// ---------------------------------------------------------------- rate, ETA, timeline
+
+#[test]
+fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
+    let host = setup();
+    let items: Vec<Value> = (0..10).map(|n| item(&format!("x{n}"))).collect();
+    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    // The batch was created 10 minutes ago; in the last 5 minutes the summaries
+    // ended 3 of its items (and 7 of another batch's), earlier ones 2 more.
+    host.now.set(NOW + 600_000);
+    mark_ended(&host, "batch-1", 5);
+    host.invocation(400_000, &[("batch-1", 2, 0)]);
+    host.invocation(200_000, &[("batch-1", 2, 1), ("other", 7, 0)]);
+    host.invocation(60_000, &[("other", 1, 0)]);
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    // 3 in 5 minutes: 0.6 a minute; 5 left: 500 s from now.
+    assert_eq!(got["rate_per_min"], json!(0.6));
+    assert_eq!(got["eta"], json!(rfc3339(NOW + 600_000 + 500_000)));
+    let listed = host.ok(GET, "/batches", None, 200);
+    assert_eq!(listed["batches"][0]["rate_per_min"], json!(0.6));
+    assert_eq!(listed["batches"][0]["eta"], got["eta"]);
+}
+
+#[test]
+fn rate_and_eta_are_null_when_unknown() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    // Just created: no span to measure a rate over.
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(null), &json!(null))
+    );
+    // Running for a minute with nothing ended: a rate of zero, no ETA.
+    host.now.set(NOW + 60_000);
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(0.0), &json!(null))
+    );
+    // Finished: neither.
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET status = 'finished', finished_at = ?1",
+            [NOW],
+        )
+        .unwrap();
+    let got = host.ok(GET, "/batches/batch-1", None, 200);
+    assert_eq!(
+        (&got["rate_per_min"], &got["eta"]),
+        (&json!(null), &json!(null))
+    );
+}
+
+#[test]
+fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    // Before the batch: never counted, even under its id.
+    host.invocation(30_000, &[("batch-1", 99, 0)]);
+    host.now.set(NOW + 180_000);
+    // NOW is 40.123 s into its minute: buckets start on whole minutes.
+    let minute = |n: i64| NOW - 40_123 + n * 60_000;
+    host.invocation(180_000 - 30_000, &[("batch-1", 4, 1)]); // NOW + 30 s: minute 1
+    host.invocation(180_000 - 50_000, &[("batch-1", 2, 0), ("other", 5, 5)]); // minute 1
+    host.invocation(180_000 - 130_000, &[("other", 8, 0)]); // minute 2, other batch
+    host.invocation(180_000 - 170_000, &[("batch-1", 6, 2)]); // minute 3
+    let got = host.ok(GET, "/batches/batch-1/timeline", None, 200);
+    assert_eq!(got["batch_id"], json!("batch-1"));
+    assert_eq!(got["bucket_seconds"], json!(60));
+    assert_eq!(got["from"], json!(rfc3339(minute(0))));
+    assert_eq!(got["to"], json!(rfc3339(NOW + 180_000)));
+    assert_eq!(
+        got["points"],
+        json!([
+            {"at": rfc3339(minute(1)), "completed": 6, "failed": 1},
+            {"at": rfc3339(minute(3)), "completed": 6, "failed": 2},
+        ])
+    );
+    // Finer buckets split the first minute; `since` answers only from its bucket.
+    let fine = host.ok(
+        GET,
+        "/batches/batch-1/timeline?bucket_seconds=10",
+        None,
+        200,
+    );
+    assert_eq!(column(&fine, "points", "completed").len(), 3);
+    let since = rfc3339(minute(2));
+    let recent = host.ok(
+        GET,
+        &format!("/batches/batch-1/timeline?since={since}"),
+        None,
+        200,
+    );
+    assert_eq!(
+        recent["points"],
+        json!([{"at": rfc3339(minute(3)), "completed": 6, "failed": 2}])
+    );
+}
+
+/// More buckets with data than an answer carries: the newest are kept (the
+/// chart's right edge, what a refreshing client asks for), the oldest dropped.
+#[test]
+fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    let n = MAX_POINTS + 5;
+    // NOW is 0.123 s into its 10 s bucket; invocation k ends 1.9 s after the
+    // start of bucket k.
+    let bucket = |k: i64| NOW - 123 + k * 10_000;
+    host.now.set(bucket(n) + 5_000);
+    for k in 0..n {
+        let ago = host.now.get() - (bucket(k) + 1_000);
+        host.invocation(ago, &[("batch-1", k + 1, 0)]);
+    }
+    let got = host.ok(
+        GET,
+        "/batches/batch-1/timeline?bucket_seconds=10",
+        None,
+        200,
+    );
+    let points = got["points"].as_array().unwrap();
+    assert_eq!(points.len() as i64, MAX_POINTS);
+    assert_eq!(
+        points[0],
+        json!({"at": rfc3339(bucket(5)), "completed": 6, "failed": 0})
+    );
+    assert_eq!(
+        points[points.len() - 1],
+        json!({"at": rfc3339(bucket(n - 1)), "completed": n, "failed": 0})
+    );
+    assert_eq!(got["from"], json!(rfc3339(bucket(0))));
+}
+
+#[test]
+fn the_timeline_refuses_bad_queries_and_unknown_batches() {
+    let host = setup();
+    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    for bad in [
+        "bucket_seconds=5",
+        "bucket_seconds=3601",
+        "bucket_seconds=x",
+        "since=yesterday",
+        "limit=10",
+    ] {
+        let m = host.get_refused(
+            &format!("/batches/batch-1/timeline?{bad}"),
+            400,
+            "invalid_query",
+        );
+        assert!(!m.is_empty());
+    }
+    host.get_refused("/batches/none/timeline", 404, "not_found");
+    let empty = host.ok(GET, "/batches/batch-1/timeline", None, 200);
+    assert_eq!(empty["points"], json!([]));
+}

@@ -1,0 +1,414 @@
+//! Delivery on the host: `on_finish` completion callbacks (validation, what a
+//! batch shows from its end to the callback's delivery) and the receipts of
+//! `multi` and `service` items.
+
+mod common;
+
+use cron_fanout::api::Method;
+use cron_fanout::core::model::{Outcome, Transition};
+use cron_fanout::core::retry::decide;
+use cron_fanout::core::settings::Settings;
+use cron_fanout::core::time::rfc3339;
+use futures::executor::block_on;
+use serde_json::{json, Value};
+
+use common::api::*;
+
+// ---------------------------------------------------------------- delivery
+
+const HOOK: &str = "https://hooks.example.com/batch-done";
+
+/// Claim every due row (items and callbacks) and commit `outcome` for each.
+fn run_rows(host: &Host, outcome: Outcome) -> Vec<i64> {
+    let now = host.now.get();
+    let claimed = block_on(host.store.claim_due_items(now, 1_000, "r", now + 60_000)).unwrap();
+    let done: Vec<Transition> = claimed
+        .iter()
+        .map(|c| decide(c, &outcome, host.settings.retry, now, 0.0))
+        .collect();
+    block_on(host.store.commit_outcomes(&done)).unwrap()
+}
+
+#[test]
+fn on_finish_is_validated_like_a_webhook_target_before_anything_is_written() {
+    let host = setup();
+    let post =
+        |on_finish: Value| json!({"key": "cb", "items": [item("a")], "on_finish": on_finish});
+    for url in [
+        "ftp://hooks.example.com/x",
+        "http://127.0.0.1:9000/done",
+        "http://169.254.169.254/latest/meta-data",
+        "https://user:pw@hooks.example.com/",
+        "https://hooks.example.com/ x",
+        "not a url",
+    ] {
+        let message = host.bad(
+            POST,
+            "/batches",
+            &post(json!({"url": url})),
+            "invalid_on_finish",
+        );
+        assert!(message.starts_with("on_finish.url"), "{url}: {message}");
+    }
+    for shape in [json!({}), json!({"url": HOOK, "secret": "x"}), json!(HOOK)] {
+        host.bad(POST, "/batches", &post(shape), "invalid_json");
+    }
+    // The items are checked too, whatever on_finish says.
+    let bad_item = json!({"items": [{"subject_id": "a", "kind": "email", "payload": {}}], "on_finish": {"url": HOOK}});
+    host.bad(POST, "/batches", &bad_item, "invalid_payload");
+    let created = host.ok(POST, "/batches", Some(post(json!({"url": HOOK}))), 201);
+    assert_eq!(created["on_finish"], json!({"url": HOOK}));
+    assert_eq!(
+        created["callback"],
+        json!({"status": "pending", "attempts": 0, "last_error": null})
+    );
+    // The key exists: the existing batch is answered as it is, nothing written.
+    let before = host.fingerprint();
+    let again = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "cb", "items": [item("a")], "on_finish": {"url": "https://other.example.com/"}})),
+        200,
+    );
+    assert_eq!(again["on_finish"], json!({"url": HOOK}));
+    assert_eq!(host.fingerprint(), before);
+}
+
+/// `OWN_HOSTNAMES` names the Worker's other hostnames (its custom domain and its
+/// `*.workers.dev` name): no webhook, channel or callback may target them, on any
+/// port, whichever host the request came in on. Each route answers its own code
+/// for a bad target, and writes nothing.
+#[test]
+fn the_workers_other_hostnames_are_no_targets() {
+    let mut host = setup();
+    host.settings = Settings::from_lookup(|name| {
+        (name == "OWN_HOSTNAMES")
+            .then(|| " Fanout.Example.com , cron-fanout.acct.workers.dev.".into())
+    })
+    .unwrap();
+    // Requests come in on the custom domain; the workers.dev name is the other one.
+    let on_domain = |method: Method, path: &str| {
+        let mut req = admin(method, path);
+        req.host = Some("fanout.example.com:443".into());
+        req
+    };
+    for url in [
+        "https://cron-fanout.acct.workers.dev/batches",
+        "http://CRON-FANOUT.acct.workers.dev.:8443/x",
+        "https://fanout.example.com:8443/subjects",
+    ] {
+        let subjects = hook_subjects("self", url);
+        let multi = json!({"subjects": [{"id": "m", "kind": "multi",
+            "payload": {"channels": [{"name": "a", "url": "https://example.com/a"}, {"name": "b", "url": url}]}}]});
+        let items =
+            json!({"items": [{"subject_id": "i", "kind": "webhook", "payload": {"url": url}}]});
+        let on_finish = json!({"items": [item("a")], "on_finish": {"url": url}});
+        let schedule = json!({"every_seconds": 3600, "on_finish": {"url": url}});
+        for (method, path, body, code) in [
+            (PUT, "/subjects", subjects, "invalid_payload"),
+            (PUT, "/subjects", multi, "invalid_payload"),
+            (POST, "/batches", items, "invalid_payload"),
+            (POST, "/batches", on_finish, "invalid_on_finish"),
+            (PUT, "/schedules/hourly", schedule, "invalid_on_finish"),
+        ] {
+            let req = on_domain(method, path);
+            let message = host.refused(&req, body.to_string().as_bytes(), 400, code);
+            assert!(message.contains("OWN_HOSTNAMES"), "{url}: {message}");
+        }
+    }
+    let fine = hook_subjects("other", "https://hooks.example.com/x");
+    let (status, answer) = host.call(&on_domain(PUT, "/subjects"), fine.to_string().as_bytes());
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[test]
+fn the_worker_itself_is_no_callback_target() {
+    let mut host = setup();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
+    let mut req = admin(POST, "/batches");
+    req.host = Some("127.0.0.1:8787".into());
+    let body = json!({"items": [item("a")], "on_finish": {"url": "http://127.0.0.1:8787/batches"}});
+    let message = host.refused(&req, body.to_string().as_bytes(), 400, "invalid_on_finish");
+    assert!(message.contains("own host"), "{message}");
+    let body = json!({"items": [item("a")], "on_finish": {"url": "http://127.0.0.1:9000/done"}});
+    let (status, _) = host.call(&req, body.to_string().as_bytes());
+    assert_eq!(status, 201, "a private target is allowed by the setting");
+}
+
+#[test]
+fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
+    let host = setup();
+    let created = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "cb", "items": [item("a"), item("b")], "on_finish": {"url": HOOK}})),
+        201,
+    );
+    let id = created["id"].as_str().unwrap();
+    let plain = new_batch(&host, "plain", 1);
+    run_due(&host, |_| Outcome::Done);
+    let ended = batch_json(&host, id);
+    assert_eq!(
+        (
+            ended["status"].clone(),
+            ended["total"].clone(),
+            ended["processing"].clone()
+        ),
+        (json!("finished"), json!(2), json!(0))
+    );
+    assert_eq!(
+        ended["callback"],
+        json!({"status": "pending", "attempts": 0, "last_error": null})
+    );
+    assert_eq!(batch_json(&host, &plain)["callback"], Value::Null);
+    // A first delivery fails: still pending, with the attempt and the reason.
+    host.now.set(NOW + 10);
+    let tried = run_rows(&host, Outcome::Retry("HTTP 503".into()));
+    assert_eq!(tried.len(), 1, "only the callback was due");
+    let callback_id = tried[0];
+    let retrying = batch_json(&host, id);
+    assert_eq!(
+        retrying["callback"],
+        json!({"status": "pending", "attempts": 1, "last_error": "attempt 1 failed: HTTP 503"})
+    );
+    assert_eq!(
+        (
+            retrying["completed"].clone(),
+            retrying["pending"].clone(),
+            retrying["percent"].clone()
+        ),
+        (json!(2), json!(0), json!(100.0)),
+        "the callback is no item"
+    );
+    host.now.set(NOW + 3_600_000);
+    assert_eq!(run_rows(&host, Outcome::Done), vec![callback_id]);
+    assert_eq!(
+        batch_json(&host, id)["callback"],
+        json!({"status": "delivered", "attempts": 2, "last_error": null})
+    );
+    let listed = host.ok(GET, "/batches", None, 200);
+    let mine = listed["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == json!(id))
+        .unwrap();
+    assert_eq!(mine["callback"]["status"], json!("delivered"));
+    let items = host.ok(GET, &format!("/batches/{id}/items"), None, 200);
+    assert_eq!(
+        column(&items, "items", "subject_id"),
+        strings(&["a", "b"]),
+        "the callback is not listed"
+    );
+    // Its row is no item: replaying it by id finds nothing.
+    host.refused(
+        &admin(POST, &format!("/items/{callback_id}/retry")),
+        b"",
+        404,
+        "not_found",
+    );
+}
+
+#[test]
+fn schedules_carry_on_finish_to_every_batch_they_fire() {
+    let host = setup();
+    let body = |on_finish: Value| json!({"every_seconds": 3600, "on_finish": on_finish});
+    for url in ["http://10.0.0.1/done", "gopher://hooks.example.com/"] {
+        host.bad(
+            PUT,
+            "/schedules/hourly",
+            &body(json!({"url": url})),
+            "invalid_on_finish",
+        );
+    }
+    host.bad(
+        PUT,
+        "/schedules/hourly",
+        &body(json!({"uri": HOOK})),
+        "invalid_json",
+    );
+    let created = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(body(json!({"url": HOOK}))),
+        201,
+    );
+    assert_eq!(created["on_finish"], json!({"url": HOOK}));
+    assert_eq!(
+        host.ok(GET, "/schedules/hourly", None, 200)["on_finish"],
+        json!({"url": HOOK})
+    );
+    // Fired: its batch calls back.
+    host.put_subjects(json!([subject("a")]));
+    let fire_at = created["next_fire_at"].as_str().unwrap();
+    host.now.set(
+        chrono::DateTime::parse_from_rfc3339(fire_at)
+            .unwrap()
+            .timestamp_millis(),
+    );
+    let new_id = || "fired-1".to_string();
+    block_on(
+        host.store
+            .fire_due(host.now.get(), 10, MAX_ATTEMPTS, &new_id),
+    )
+    .unwrap();
+    assert_eq!(
+        batch_json(&host, "fired-1")["on_finish"],
+        json!({"url": HOOK})
+    );
+    // A replace without on_finish removes it; the fired batch keeps its own.
+    let replaced = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(json!({"every_seconds": 3600})),
+        200,
+    );
+    assert_eq!(replaced["on_finish"], Value::Null);
+    assert_eq!(
+        batch_json(&host, "fired-1")["on_finish"],
+        json!({"url": HOOK})
+    );
+}
+
+fn multi_subject(id: &str, channels: Value) -> Value {
+    json!({"id": id, "kind": "multi", "payload": {"channels": channels, "data": {"n": 1}}})
+}
+
+#[test]
+fn multi_payloads_are_validated_when_written() {
+    let host = setup();
+    let ch = |name: &str, url: &str| json!({"name": name, "url": url});
+    let email = ch("email", "https://mail.example.com/hook");
+    let many: Vec<Value> = (0..9)
+        .map(|i| ch(&format!("c{i}"), "https://example.com/"))
+        .collect();
+    for (channels, says) in [
+        (json!([]), "1 to 8"),
+        (Value::Array(many), "1 to 8"),
+        (json!([email.clone(), email.clone()]), "appears twice"),
+        (json!([ch("", "https://example.com/")]), "channels[0].name"),
+        (
+            json!([ch(&"n".repeat(65), "https://example.com/")]),
+            "at most 64",
+        ),
+        (
+            json!([email.clone(), ch("push", "http://192.168.1.2/push")]),
+            "channels[1].url",
+        ),
+        (json!([{"name": "email"}]), "multi payload must be"),
+    ] {
+        let body = json!({"subjects": [multi_subject("m", channels.clone())]});
+        let message = host.bad(PUT, "/subjects", &body, "invalid_payload");
+        assert!(message.contains(says), "{channels}: {message}");
+        let batch = json!({"items": [{"subject_id": "m", "kind": "multi", "payload": {"channels": channels}}]});
+        host.bad(POST, "/batches", &batch, "invalid_payload");
+    }
+    let secret = json!({"id": "m", "kind": "multi", "payload": {"channels": [email], "signing_secret": "subject-secret-0123"}});
+    host.put_subjects(json!([secret]));
+    let listed = host.ok(GET, "/subjects/m", None, 200);
+    assert_eq!(listed["payload"]["signing_secret"], json!("[redacted]"));
+    assert_eq!(listed["payload"]["channels"][0]["name"], json!("email"));
+}
+
+#[test]
+fn items_show_receipts_for_kinds_with_channels_only() {
+    let host = setup();
+    let channels = json!([{"name": "email", "url": "https://mail.example.com/"},
+                          {"name": "push", "url": "https://push.example.com/"}]);
+    host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "mixed", "items": [
+            {"subject_id": "m", "kind": "multi", "payload": {"channels": channels}},
+            item("n")]})),
+        201,
+    );
+    let list = || host.ok(GET, "/batches/batch-1/items", None, 200)["items"].clone();
+    assert_eq!(
+        (list()[0]["receipts"].clone(), list()[1]["receipts"].clone()),
+        (json!({}), Value::Null),
+        "a multi item before its first run; a noop item"
+    );
+    let now = host.now.get();
+    let claimed = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
+    let multi = claimed.iter().find(|c| c.kind == "multi").unwrap();
+    let results = cron_fanout::core::receipts::ChannelResults::from([
+        ("email".to_string(), Outcome::Done),
+        ("push".to_string(), Outcome::Retry("HTTP 503".into())),
+    ]);
+    let mut t = decide(
+        multi,
+        &cron_fanout::core::receipts::outcome(&results),
+        host.settings.retry,
+        now,
+        0.0,
+    );
+    t.receipts = cron_fanout::core::receipts::settle(multi, Some(&results), t.status, now);
+    block_on(host.store.commit_outcomes([&t])).unwrap();
+    let shown = list();
+    assert_eq!(
+        shown[0]["receipts"],
+        json!({"email": {"status": "delivered", "at": rfc3339(now)},
+               "push": {"status": "pending", "error": "HTTP 503"}})
+    );
+    assert_eq!(
+        shown[0]["last_error"],
+        json!("attempt 1 failed: channel push: HTTP 503")
+    );
+    assert_eq!(shown[1]["receipts"], Value::Null);
+}
+
+/// `service` items name a binding the Worker may call (listed in
+/// `SERVICE_BINDINGS` and bound: the edge passes those as `App::services`) and an
+/// absolute path: anything else is refused when subjects or items are written,
+/// with nothing written.
+#[test]
+fn service_items_naming_an_uncallable_binding_or_a_bad_path_are_refused() {
+    let mut host = setup();
+    host.services = vec!["HANDLER".into()];
+    let subject =
+        |payload: Value| json!({"subjects": [{"id": "u1", "kind": "service", "payload": payload}]});
+    let item = |payload: Value| json!({"items": [{"subject_id": "u1", "kind": "service", "payload": payload}]});
+    for (payload, says) in [
+        // Not listed in SERVICE_BINDINGS, or listed but not bound: not callable.
+        (json!({"service": "OTHER"}), "SERVICE_BINDINGS"),
+        (json!({"service": "SELF"}), "SERVICE_BINDINGS"),
+        (json!({"service": "HANDLER", "path": "users"}), "path"),
+        (json!({"service": "HANDLER", "path": "/a b"}), "path"),
+        (json!({"service": "HANDLER", "path": "/a#b"}), "path"),
+        (
+            json!({"service": "HANDLER", "url": "https://example.com"}),
+            "service payload",
+        ),
+        (json!({"path": "/"}), "service payload"),
+    ] {
+        let message = host.bad(
+            PUT,
+            "/subjects",
+            &subject(payload.clone()),
+            "invalid_payload",
+        );
+        assert!(message.contains(says), "{payload}: {message}");
+        let message = host.bad(POST, "/batches", &item(payload.clone()), "invalid_payload");
+        assert!(message.contains(says), "{payload}: {message}");
+    }
+    // With no callable binding, none is accepted.
+    host.services.clear();
+    host.bad(
+        PUT,
+        "/subjects",
+        &subject(json!({"service": "HANDLER"})),
+        "invalid_payload",
+    );
+    host.services = vec!["HANDLER".into()];
+    let ok = json!({"service": "HANDLER", "path": "/streak?tz=UTC", "data": {"login": "ada"}});
+    host.put_subjects(json!([{"id": "u1", "kind": "service", "payload": ok}]));
+    host.ok(
+        POST,
+        "/batches",
+        Some(item(json!({"service": "HANDLER"}))),
+        201,
+    );
+}
