@@ -624,7 +624,7 @@ fn counters_stay_exact_under_random_control_and_replay() {
                     ("replay", requeued.len() as i64)
                 }
                 86..=89 => {
-                    let failed = ids_of(
+                    let failed = texts(
                         &store,
                         "SELECT CAST(id AS TEXT) FROM cron_queue WHERE status = 'failed' LIMIT 1",
                     );
@@ -711,17 +711,6 @@ fn retention_fixture(store: &Store<SqliteDb>) {
     }
 }
 
-fn ids_of(store: &Store<SqliteDb>, sql: &str) -> Vec<String> {
-    let conn = store.db().conn();
-    let mut stmt = conn.prepare(sql).unwrap();
-    let ids = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    ids
-}
-
 #[test]
 fn retention_deletes_only_ended_batches_older_than_the_cutoff_in_bounded_pages() {
     let store = setup();
@@ -738,12 +727,12 @@ fn retention_deletes_only_ended_batches_older_than_the_cutoff_in_bounded_pages()
     };
     let now = 90_000_000;
     let items = |store: &Store<SqliteDb>| {
-        ids_of(
+        texts(
             store,
             "SELECT batch_id || '/' || subject_id FROM cron_queue ORDER BY batch_id, subject_id",
         )
     };
-    let batches = |store: &Store<SqliteDb>| ids_of(store, "SELECT id FROM batches ORDER BY id");
+    let batches = |store: &Store<SqliteDb>| texts(store, "SELECT id FROM batches ORDER BY id");
     let kept_always = ["new/a", "new/b", "pause/a", "run/a", "run/b"];
 
     let mut deleted_per_tick = Vec::new();
@@ -763,7 +752,7 @@ fn retention_deletes_only_ended_batches_older_than_the_cutoff_in_bounded_pages()
     assert_eq!(items(&store), kept_always);
     // A batch goes only once its items are gone, one per tick here.
     assert_eq!(batches(&store), ["new", "pause", "run"]);
-    let started = ids_of(
+    let started = texts(
         &store,
         "SELECT CAST(started_at AS TEXT) FROM invocations ORDER BY started_at",
     );
@@ -852,7 +841,7 @@ fn item_ids_are_never_handed_out_again_after_retention() {
         block_on(store.finish_tick(cutoff, &Upkeep::at(cutoff, 30))).unwrap();
     }
     assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
-    assert!(ids_of(&store, "SELECT id FROM batches")
+    assert!(texts(&store, "SELECT id FROM batches")
         .iter()
         .all(|b| *b != old));
     batch_of(&store, "new", 2, 1);

@@ -3,9 +3,10 @@
 //! (`core::schedule::plan`). Time is an argument; rows are set up through the API
 //! types where one exists, by hand (group, zone) where the HTTP side is part 2.
 
+mod common;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use chrono::DateTime;
 use cron_fanout::core::budget::{Budget, FIRE_SUBREQUESTS};
@@ -26,41 +27,20 @@ use futures::executor::block_on;
 use rusqlite::{params_from_iter, ToSql};
 use serde_json::{json, Value};
 
+use common::*;
+
 const MAX_ATTEMPTS: i64 = 5;
 
 /// Statements of a tick's first call: a page and its cursor per page of the fills
 /// still running, and the due read.
 const FIRST_CALL: i64 = 2 * FILL_PAGES_PER_CALL + 1;
 
-fn migrations() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
-}
-
-fn setup() -> Store<SqliteDb> {
-    Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
-}
-
 fn ms(s: &str) -> i64 {
     DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
 }
 
-fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
-    store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
 fn exec(store: &Store<SqliteDb>, sql: &str) {
     store.db().conn().execute_batch(sql).unwrap();
-}
-
-fn subject(id: &str, active: bool) -> SubjectInput {
-    SubjectInput {
-        id: id.into(),
-        kind: "webhook".into(),
-        payload: json!({"url": format!("https://example.com/{id}")}),
-        active,
-        group: "default".into(),
-        timezone: "UTC".into(),
-    }
 }
 
 /// `n` active subjects `<prefix>000000…`, then group and zone set by hand (the

@@ -2,15 +2,16 @@
 //! code, on real SQLite with the D1 migrations applied. Time is an argument, so
 //! tests move it by hand instead of sleeping.
 
+mod common;
+
 use std::collections::HashSet;
-use std::path::Path;
 
 use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::BatchStatus;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
 use cron_fanout::core::requests::{ItemInput, SubjectInput};
-use cron_fanout::core::retry::{decide, release, RetryPolicy};
+use cron_fanout::core::retry::{decide, release};
 use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
@@ -18,27 +19,7 @@ use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
 use futures::executor::block_on;
 use serde_json::json;
 
-const LEASE_MS: i64 = 120_000;
-const POLICY: RetryPolicy = RetryPolicy {
-    base_ms: 1_000,
-    max_ms: 10_000,
-};
-
-fn setup() -> Store<SqliteDb> {
-    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    Store::new(SqliteDb::in_memory(&migrations).expect("migrations apply"))
-}
-
-fn subject(id: &str, active: bool) -> SubjectInput {
-    SubjectInput {
-        id: id.into(),
-        kind: "webhook".into(),
-        payload: json!({"url": format!("https://example.com/{id}")}),
-        active,
-        group: "default".into(),
-        timezone: "UTC".into(),
-    }
-}
+use common::*;
 
 fn add_subjects(store: &Store<SqliteDb>, n: usize) {
     add_subjects_to(store, n)
@@ -69,12 +50,8 @@ fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> 
     }
 }
 
-fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
-    block_on(store.claim_due_items(now, limit, prefix, now + LEASE_MS)).unwrap()
-}
-
 fn commit(store: &Store<SqliteDb>, item: &ClaimedItem, outcome: Outcome, now: i64) -> bool {
-    let t = decide(item, &outcome, POLICY, now, 0.0);
+    let t = settle(item, outcome, now);
     !block_on(store.commit_outcomes(&[t])).unwrap().is_empty()
 }
 
@@ -98,10 +75,6 @@ impl Inspect for Store<SqliteDb> {
     fn db_conn(&self) -> std::cell::Ref<'_, rusqlite::Connection> {
         self.db().conn()
     }
-}
-
-fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
-    store.db_conn().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
 #[test]
@@ -1027,7 +1000,7 @@ fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
 /// A directory holding the migrations whose file names fall in `names`, for a
 /// `SqliteDb` built (or carried over) as D1 would at that point.
 fn migrations_in(tag: &str, names: impl std::ops::RangeBounds<String>) -> std::path::PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let src = migrations();
     let dir = std::env::temp_dir().join(format!("cron-fanout-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1039,17 +1012,6 @@ fn migrations_in(tag: &str, names: impl std::ops::RangeBounds<String>) -> std::p
         }
     }
     dir
-}
-
-fn dump(store: &Store<SqliteDb>, sql: &str) -> Vec<String> {
-    let conn = store.db().conn();
-    let mut stmt = conn.prepare(sql).unwrap();
-    let rows = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    rows
 }
 
 const ITEM_ROWS: &str =
@@ -1114,7 +1076,7 @@ fn migration_0013_carries_a_live_database_over() {
         ["C"]
     );
     common_counters_exact(&store, &["A", "B", "C"]);
-    let (items_before, batches_before) = (dump(&store, ITEM_ROWS), dump(&store, BATCH_ROWS));
+    let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
     assert_eq!(items_before.len(), 18, "17 items and C's callback");
 
     let only_0013 = migrations_in("0013", "0013".to_string().."0014".to_string());
@@ -1122,14 +1084,18 @@ fn migration_0013_carries_a_live_database_over() {
         .db()
         .apply_migrations(&only_0013)
         .expect("0013 applies");
-    assert_eq!(dump(&store, ITEM_ROWS), items_before, "no item row changed");
     assert_eq!(
-        dump(&store, BATCH_ROWS),
+        texts(&store, ITEM_ROWS),
+        items_before,
+        "no item row changed"
+    );
+    assert_eq!(
+        texts(&store, BATCH_ROWS),
         batches_before,
         "no batch row changed"
     );
     assert_eq!(
-        dump(
+        texts(
             &store,
             "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
         ),
@@ -1179,7 +1145,7 @@ fn migration_0013_carries_a_live_database_over() {
     ended.sort_unstable();
     assert_eq!(ended, ["A", "B"]);
     common_counters_exact(&store, &["A", "B", "C"]);
-    let counts = dump(
+    let counts = texts(
         &store,
         "SELECT json_array(id, completed, failed, cancelled, total) FROM batches ORDER BY id",
     );
@@ -1203,9 +1169,7 @@ fn migration_0013_carries_a_live_database_over() {
 #[test]
 fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
     let dir = tempfile_dir("m0012");
-    for entry in
-        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")).unwrap()
-    {
+    for entry in std::fs::read_dir(migrations()).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
         if name.as_str() < "0012" && name.ends_with(".sql") {
@@ -1236,7 +1200,7 @@ fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
         )
         .unwrap();
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/0012_invocation_ids.sql"),
+        migrations().join("0012_invocation_ids.sql"),
         dir.join("0012_invocation_ids.sql"),
     )
     .unwrap();

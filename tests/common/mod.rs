@@ -10,11 +10,13 @@ use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 
 use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
+use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::retry::{decide, RetryPolicy};
 use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::Store;
 use futures::executor::block_on;
+use serde_json::json;
 
 pub const LEASE_MS: i64 = 60_000;
 pub const POLICY: RetryPolicy = RetryPolicy {
@@ -28,6 +30,18 @@ pub fn migrations() -> PathBuf {
 
 pub fn setup() -> Store<SqliteDb> {
     Store::new(SqliteDb::in_memory(&migrations()).expect("migrations apply"))
+}
+
+/// An active or inactive webhook subject `id` in the default group, on UTC.
+pub fn subject(id: &str, active: bool) -> SubjectInput {
+    SubjectInput {
+        id: id.into(),
+        kind: "webhook".into(),
+        payload: json!({"url": format!("https://example.com/{id}")}),
+        active,
+        group: "default".into(),
+        timezone: "UTC".into(),
+    }
 }
 
 /// Claims up to `limit` due items at `now`, leased for [`LEASE_MS`].
@@ -47,6 +61,18 @@ pub fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
 
 pub fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
     store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// The first column of every row `sql` reads, as text.
+pub fn texts(store: &Store<SqliteDb>, sql: &str) -> Vec<String> {
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
 }
 
 /// Every batch's counters equal the real counts of its items, and `total` their
