@@ -1,81 +1,9 @@
-//! The drain machine (`core::drain`) run against the real store — SQLite with the
-//! D1 migrations, the Worker's own SQL, the metered `Db` charging the budget — in
-//! virtual time, with simulated children (random latencies and outcomes, hangs
-//! that the watchdog abandons), a D1 that is quick (up to 150 ms a call) or busy
-//! (every call, the first step included, between half and all of 0.3–2.5 s, many
-//! slower than the static 1 s wind-down), injected D1 failures (before the write
-//! is applied, or after it, the answer lost on the way back) and another tick's
-//! reaper running at random moments (sometimes on a clock running ahead), over
-//! many seeded runs with budgets from 5 to 10,000. The shell here plays
-//! `edge::drain`'s part: it carries out each action and feeds back what happened,
-//! in time order.
-//!
-//! Failures come in two kinds per seed: at random (a commit may fail twice), or
-//! exactly one per kind per invocation (the n-th claim call and the n-th commit
-//! call), the "one transient D1 error" that must cost nothing but a retry.
-//!
-//! Every invocation must: never ask the meter for a call the budget cannot pay
-//! (and keep the tail's two calls); keep at most DISPATCH_CONCURRENCY items
-//! running; say `Done` only once every item it claimed was committed, found to
-//! have lost its lease, or reported as left to the reaper (the last only after an
-//! injected failure); apply no outcome twice; be done by its deadline (if its
-//! first step left time to claim at all); and leave the ledger at exactly what was
-//! charged: every D1 call the store made plus one dispatch cost per item. Each
-//! run's summary is stored and read back.
-//!
-//! Leases (always sized by the rule): every commit lands before the leases it
-//! carries expire, and the other tick's reaper never takes a live lease unless
-//! its clock runs ahead, however slow D1 is (the busy D1 varies within
-//! `timing::ROUND_TRIP_MARGIN` of the slowest call seen); a lease counts as lost
-//! only when a reaper really took it, never because a commit applied and its
-//! answer was lost (the one documented exception: a row someone claimed again
-//! before the retry read it back); an item is delivered again after answering
-//! `Done` only when that attempt's lease was really taken or its commit failed for
-//! good. With one failure per kind and the clocks in step, nothing is left to the
-//! reaper and every item that answered `Done` ends `completed`.
-//!
-//! In about two seeds of five the platform refuses each invocation's dispatches past a
-//! random n-th (`Platform`), and about half the seeds cap the Worker's own dispatches
-//! (`MAX_CHILD_INVOCATIONS`) at random (neither in seeds whose other reaper runs
-//! ahead): no invocation dispatches more than its cap
-//! or anything after the machine heard of a refusal; every refused item and every
-//! item still queued is committed back to `pending` with its attempt given back
-//! and due at once (read back from the database as the commit wrote it), reported
-//! once (`DispatchRefused`) with the drain stopping as `refused`; and nothing is
-//! lost (the checks below hold as ever).
-//!
-//! In two seeds of five an operator (`Operator`) pauses, resumes, cancels and
-//! replays the batch meanwhile, between and during invocations: every claim then
-//! takes only items of a running batch, nothing above breaks, and at the end the
-//! completed, failed and cancelled counters equal the real counts (with the claim
-//! also taking paused batches' items, seed 3 fails).
-//!
-//! In one seed of three, and every seed whose other reaper runs ahead, the items
-//! are multi-channel (`Channels`): each run sends the channels its
-//! claim's receipts do not show delivered, each channel answering on its own, and
-//! commits their results with the outcome (an abandoned run may have sent them
-//! too, its answers lost). A channel is sent again after it got through only when
-//! that attempt's outcome never landed (its lease was really taken, its commit
-//! failed for good, or it was never answered); a delivered receipt is never lost
-//! or changed, whatever lost leases, failed commits, reapers and replays do;
-//! every delivered receipt was answered 2xx; a completed item has every channel
-//! delivered and a failed one none pending. (With a claim that did not return the
-//! receipts, seed 16 fails: a delivered channel is sent again.)
-//!
-//! Each seed runs twice: as drawn, and in the tight family (`tighten`: a few
-//! slots, short chunks, leases at the minimum, a budget of 8 to 24, calls that
-//! take their whole time). Without a claim still out keeping the flush for its
-//! items, tight seed 135 lands a commit after its lease expired.
-//!
-//! `DRAIN_SIM_SEEDS=n` runs more seeds (`DRAIN_SIM_TIGHT_SEEDS=n` more tight ones) (default 150, 10–20 s unoptimised; 1,000
-//! take about two minutes and pass). This test's first version (the commit "tests
-//! (failing): drain simulation with one failure per kind…", whose seeds draw their
-//! worlds slightly differently) failed against the code before the fixes of items 3
-//! and 9: its seed 4 counted an applied commit whose answer was lost as lost
-//! leases, seed 10 (busy D1) ended past its deadline, seed 77 landed a commit after
-//! its leases expired, the one-failure runs left delivered items to the reaper, and
-//! seed 650 (quick D1, 1,000 seeds) let a flush held back by the budget outlive a
-//! lease.
+//! The drain machine (`core::drain`) run by the Worker's own loop (`drain_loop`)
+//! against the real store (SQLite with the D1 migrations, the metered `Db`) in
+//! virtual time, over many seeded worlds: slow or failing D1, hanging children,
+//! another tick's reaper, platform refusals, an operator, multi-channel items.
+//! What the worlds are, what every run must hold, and which seeds catch which
+//! regression: docs/architecture.md, "The drain simulation".
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,21 +1,10 @@
-//! The drain as a deterministic state machine, in the style of quinn-proto's
-//! `Connection`: no I/O, no clock, no randomness. The shell (`edge::drain` in the
-//! Worker, a simulation on the host) feeds it what happened — `prepared`,
-//! `claimed`, `finished`, `refused`, `committed`, `timer`, each with `now` — and asks
-//! `poll(now)` what to do next until it answers `Wait` or `Done`. Notable results
-//! (retries, failures, releases, lost leases, failed calls) come out of
-//! `next_report` for the shell to log.
-//!
-//! It owns the window (at most `DISPATCH_CONCURRENCY` items running), the
-//! claim-ahead rule and the deadline (`budget::next_claim`), the flush rule
-//! (every [`FLUSH_INTERVAL_MS`] or [`FLUSH_MAX_ROWS`] outcomes, or sooner when a
-//! lease would expire first), the lease rule (each claimed item's lease expiry is
-//! known: an item that could no longer run and be committed before it, or before
-//! the deadline, at the D1 round trips seen is released unrun), the watchdog
-//! cohorts (`core::watchdog`), the subrequest reservations with their refunds,
-//! the cap on dispatches (`MAX_CHILD_INVOCATIONS`), the refusal rule (a dispatch
-//! the platform refused gives its item and the queue back unrun, and ends the
-//! dispatches), the commit retry and the tally.
+//! The drain as a deterministic state machine (no I/O, no clock, no randomness):
+//! the shell (`drain_loop::run`) feeds it what happened, each with `now`, and polls
+//! it for the next action until `Wait` or `Done`; notable results come out of
+//! `next_report`. It owns the window, the claim, flush, lease and refusal rules,
+//! the watchdog cohorts, the subrequest reservations, the commit retry and the
+//! tally; docs/architecture.md ("The drain: a state machine and its shell" and the
+//! sections after it) describes each.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
