@@ -16,7 +16,7 @@ use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Created, Param, Store};
+use cron_fanout::store::{BatchSource, Param, Store};
 use futures::executor::block_on;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,24 +25,6 @@ use rusqlite::StatementStatus;
 use serde_json::json;
 
 use common::*;
-
-/// A batch `key` of `n` items (subjects `<key>-00000`...), created at t=0.
-fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
-    let id = format!("b-{key}");
-    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
-        .unwrap()
-    {
-        Created::New(row) => row.id,
-        Created::Existing(_) => panic!("{key} existed"),
-    }
-}
 
 fn commit(store: &Store<SqliteDb>, transitions: &[Transition]) -> usize {
     block_on(store.commit_outcomes(transitions)).unwrap().len()

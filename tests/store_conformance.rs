@@ -32,24 +32,6 @@ fn add_subjects_to<D: Db>(store: &Store<D>, n: usize) {
     }
 }
 
-/// A batch of `n` subjects with `max_attempts`, created at t=0.
-fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: "webhook".into(),
-            payload: json!({"url": "https://example.com"}),
-        })
-        .collect();
-    let id = format!("batch-{key}");
-    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
-        .unwrap()
-    {
-        Created::New(row) => row.id,
-        Created::Existing(_) => panic!("{key} existed"),
-    }
-}
-
 fn commit(store: &Store<SqliteDb>, item: &ClaimedItem, outcome: Outcome, now: i64) -> bool {
     let t = settle(item, outcome, now);
     !block_on(store.commit_outcomes(&[t])).unwrap().is_empty()
@@ -435,7 +417,7 @@ fn a_committed_row_keeps_its_token_until_a_claim_or_the_reaper_replaces_it() {
     // Out of the index of leased items: the live `processing` count and the
     // reaper never see them.
     assert_eq!(
-        block_on(store.get_batch("batch-x"))
+        block_on(store.get_batch("b-x"))
             .unwrap()
             .unwrap()
             .processing,

@@ -10,11 +10,11 @@ use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 
 use cron_fanout::core::model::{ClaimedItem, FinishedBatch, Outcome, Transition};
-use cron_fanout::core::requests::SubjectInput;
+use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, RetryPolicy};
 use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::Store;
+use cron_fanout::store::{BatchSource, Created, Store};
 use futures::executor::block_on;
 use serde_json::json;
 
@@ -41,6 +41,25 @@ pub fn subject(id: &str, active: bool) -> SubjectInput {
         active,
         group: "default".into(),
         timezone: "UTC".into(),
+    }
+}
+
+/// A batch `key` (id `b-<key>`) of `n` no-op items (subjects `<key>-00000`...)
+/// with `max_attempts`, created at t=0.
+pub fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
+    let items: Vec<ItemInput> = (0..n)
+        .map(|i| ItemInput {
+            subject_id: format!("{key}-{i:05}"),
+            kind: "noop".into(),
+            payload: json!({}),
+        })
+        .collect();
+    let id = format!("b-{key}");
+    match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
+        .unwrap()
+    {
+        Created::New(row) => row.id,
+        Created::Existing(_) => panic!("{key} existed"),
     }
 }
 
