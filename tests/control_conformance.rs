@@ -53,18 +53,6 @@ fn control(store: &Store<SqliteDb>, batch: &str, c: Control) -> Move {
     m
 }
 
-/// EXPLAIN QUERY PLAN of `sql` with `params`: one detail line per step.
-fn plan(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> Vec<String> {
-    let conn = store.db().conn();
-    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap();
-    rows.map(Result::unwrap).collect()
-}
-
 /// The steps of a plan that read a table (by name or by the aliases the
 /// statements use) from end to end instead of seeking an index. Walking the
 /// partial index of leased items is allowed: it holds the items in flight only;
@@ -176,7 +164,7 @@ fn the_claim_never_walks_a_paused_batch() {
         "the claim's work depends on the paused batch's size"
     );
 
-    let plan = plan(&store, sql::CLAIM_DUE_ITEMS, &params);
+    let plan = query_plan(&store, sql::CLAIM_DUE_ITEMS, &params);
     assert!(
         plan.iter()
             .any(|s| s.contains("USING COVERING INDEX batches_running (status=?)")),
@@ -473,7 +461,7 @@ fn replay_pages_through_failed_items_reads_only_them_and_reopens_the_batch() {
         if statement == sql::REQUEUE_FAILED_PAGE {
             p.extend([100.into(), 2.into(), "{}".into()]);
         }
-        let steps = plan(&store, statement, &p);
+        let steps = query_plan(&store, statement, &p);
         assert!(
             steps.iter().any(|s| s.contains("cron_queue_failed")),
             "{steps:?}"
@@ -772,7 +760,7 @@ fn the_ticks_upkeep_statements_are_index_seeks() {
         (sql::FINISH_BATCHES, vec![5.into()]),
     ];
     for (statement, params) in cases {
-        let steps = plan(&store, statement, &params);
+        let steps = query_plan(&store, statement, &params);
         assert!(scans(&steps).is_empty(), "{statement}\n{steps:?}");
     }
     // One call, whatever it carries.
@@ -792,7 +780,7 @@ fn metrics_read_the_due_items_of_running_batches_by_seeks() {
     let paused = batch_of(&store, "paused", 2_000, 3);
     control(&store, &paused, Control::Pause);
     let params: Vec<Param> = vec![10.into(), 1_000.into(), 0.into(), 1_000.into()];
-    let steps = plan(&store, sql::METRICS_SNAPSHOT, &params);
+    let steps = query_plan(&store, sql::METRICS_SNAPSHOT, &params);
     assert!(scans(&steps).is_empty(), "{steps:?}");
     let (due, oldest): (i64, i64) = store
         .db()

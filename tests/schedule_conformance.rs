@@ -24,7 +24,6 @@ use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Db, FillPages, Param, Store};
 use futures::executor::block_on;
-use rusqlite::{params_from_iter, ToSql};
 use serde_json::{json, Value};
 
 use common::*;
@@ -120,18 +119,6 @@ fn run_after_by_subject(store: &Store<SqliteDb>, batch_key: &str) -> BTreeMap<St
         .query_map([batch_key], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap();
     rows.map(Result::unwrap).collect()
-}
-
-fn query_plan(store: &Store<SqliteDb>, statement: &str, params: Vec<Param>) -> String {
-    let conn = store.db().conn();
-    let mut stmt = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
-        .unwrap();
-    let refs: Vec<&dyn ToSql> = params.iter().map(|p| p as &dyn ToSql).collect();
-    let rows = stmt
-        .query_map(params_from_iter(refs), |r| r.get::<_, String>(3))
-        .unwrap();
-    rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -343,7 +330,7 @@ fn due_schedules_read_the_partial_index_and_skip_idle_and_disabled_ones() {
     };
     assert_eq!(ids(100), ["due-a", "due-b", "due-c"]);
     assert_eq!(ids(2), ["due-a", "due-b"], "bounded page, oldest first");
-    let plan = query_plan(&store, sql::DUE_SCHEDULES, vec![now.into(), 100.into()]);
+    let plan = query_plan(&store, sql::DUE_SCHEDULES, &[now.into(), 100.into()]).join("\n");
     assert!(
         plan.contains("SEARCH schedules USING INDEX schedules_due (<expr><?)"),
         "{plan}"
@@ -393,15 +380,17 @@ fn zones_in_use_skip_from_pair_to_pair_and_ignore_inactive_subjects() {
         let plan = query_plan(
             &store,
             sql::ZONES_IN_USE,
-            vec![groups.to_string().into(), Param::Int(every)],
-        );
+            &[groups.to_string().into(), Param::Int(every)],
+        )
+        .join("\n");
         assert!(!plan.contains("SCAN subjects"), "{plan}");
     }
     let plan = query_plan(
         &store,
         sql::ZONES_IN_USE,
-        vec!["[\"digest\"]".into(), Param::Int(1)],
-    );
+        &["[\"digest\"]".into(), Param::Int(1)],
+    )
+    .join("\n");
     assert!(
         plan.contains("SEARCH subjects USING COVERING INDEX subjects_group_zone (group_name=? AND timezone>?)"),
         "{plan}"
@@ -606,7 +595,7 @@ fn a_fire_covers_its_group_and_skips_inactive_subjects() {
         None,
         "a group with no active subject: no batch"
     );
-    let plan = query_plan(&store, sql::FILL_BATCH_PAGE, vec!["b".into(), 10.into()]);
+    let plan = query_plan(&store, sql::FILL_BATCH_PAGE, &["b".into(), 10.into()]).join("\n");
     assert!(
         plan.contains("SEARCH s USING INDEX subjects_group_id (group_name=? AND id>?)"),
         "a group's page reads its group from the cursor on: {plan}"

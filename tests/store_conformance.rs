@@ -818,14 +818,7 @@ fn the_meter_refuses_a_call_over_the_budget_with_a_typed_error() {
 /// one `detail` line per step of EXPLAIN QUERY PLAN.
 fn plan_of_last_query(store: &Store<SqliteDb>) -> Vec<String> {
     let (sql, params) = store.db().last_query().expect("the store ran a query");
-    let conn = store.db_conn();
-    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap();
-    rows.map(Result::unwrap).collect()
+    query_plan(store, &sql, &params)
 }
 
 /// `GET /batches/{id}/items?status=failed` on a big batch with few failures must

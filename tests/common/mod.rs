@@ -14,7 +14,7 @@ use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, RetryPolicy};
 use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Created, Store};
+use cron_fanout::store::{BatchSource, Created, Param, Store};
 use futures::executor::block_on;
 use serde_json::json;
 
@@ -80,6 +80,18 @@ pub fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
 
 pub fn count(store: &Store<SqliteDb>, sql: &str) -> i64 {
     store.db().conn().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// EXPLAIN QUERY PLAN of `sql` with `params`: one detail line per step.
+pub fn query_plan(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> Vec<String> {
+    let conn = store.db().conn();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
 }
 
 /// The first column of every row `sql` reads, as text.
