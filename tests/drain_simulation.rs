@@ -5,10 +5,11 @@
 //! What the worlds are, what every run must hold, and which seeds catch which
 //! regression: docs/architecture.md, "The drain simulation".
 
+mod common;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::path::Path;
 
 use cron_fanout::core::budget::{Budget, DrainLimits, TAIL_SUBREQUESTS};
 use cron_fanout::core::control::{decide, BatchStatus, Control, Move};
@@ -414,8 +415,7 @@ struct Sim<'a> {
 }
 
 fn setup(items: usize, max_attempts: i64, channels: Option<&Channels>) -> Faulty {
-    let migrations = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    let store = Store::new(SqliteDb::in_memory(&migrations).expect("migrations apply"));
+    let store = common::setup();
     let (kind, payload) = match channels {
         None => ("noop", json!({})),
         Some(c) => {
