@@ -1,7 +1,8 @@
 //! What the host suites share (`mod common;`): a store on real SQLite with the D1
-//! migrations, the drain's steps as the edge takes them (claim, settle, the tick's
-//! tail) and the counters' check; the API suites' host in [`api`]. Each suite uses
-//! a part of it.
+//! migrations, fixtures (subjects, batches), the drain's steps as the edge takes
+//! them (claim, settle, the tick's tail) with one lease and one retry policy, the
+//! counters' check and readers for assertions (rows as text, query plans); the API
+//! suites' host in [`api`]. Each suite uses a part of it.
 #![allow(dead_code)]
 
 pub mod api;
@@ -18,6 +19,7 @@ use cron_fanout::store::{BatchSource, Created, Param, Store};
 use futures::executor::block_on;
 use serde_json::json;
 
+/// The lease and retry policy of every host suite: a test that needs others says why.
 pub const LEASE_MS: i64 = 60_000;
 pub const POLICY: RetryPolicy = RetryPolicy {
     base_ms: 1_000,
