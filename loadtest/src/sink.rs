@@ -243,16 +243,13 @@ impl Shared {
         };
         let slots = {
             let mut inner = self.lock();
-            match inner.cap {
-                Some(cap) => Some(
-                    inner
-                        .slots
-                        .entry(invocation.clone())
-                        .or_insert_with(|| Arc::new(Semaphore::new(cap as usize)))
-                        .clone(),
-                ),
-                None => None,
-            }
+            inner.cap.map(|cap| {
+                inner
+                    .slots
+                    .entry(invocation.clone())
+                    .or_insert_with(|| Arc::new(Semaphore::new(cap as usize)))
+                    .clone()
+            })
         };
         let slot = match slots {
             None => None,

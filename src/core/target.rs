@@ -142,7 +142,7 @@ pub fn check(url: &Url, policy: &TargetPolicy) -> Result<(), TargetError> {
         }
     }
     let name = trim_dot(&host.to_string()).to_ascii_lowercase();
-    if policy.own_hostnames.iter().any(|own| *own == name) {
+    if policy.own_hostnames.contains(&name) {
         return Err(TargetError::OwnHostname(name));
     }
     if policy.allow_private {

@@ -187,7 +187,7 @@ async fn spawn(
 async fn child_call(service: &Fetcher, secret: &str, body: String) -> Result<Value, String> {
     // Signed like a dispatch: the signature on the body's first line.
     let request = super::dispatch::signed_self_request(secret, "/internal/probe", &body, None)
-    .map_err(|e| format!("cannot build the child request: {e:?}"))?;
+        .map_err(|e| format!("cannot build the child request: {e:?}"))?;
     let mut response = service
         .fetch_request(request)
         .await

@@ -50,7 +50,7 @@ pub fn parse_payload(
     let p: ServicePayload = serde_json::from_value(payload.clone()).map_err(|e| {
         format!("service payload must be {{\"service\": \"<binding name>\", \"path\": \"/optional/path\", \"data\": <any>}}: {e}")
     })?;
-    if !callable.iter().any(|name| *name == p.service) {
+    if !callable.contains(&p.service) {
         let listed = if callable.is_empty() {
             "none".to_string()
         } else {

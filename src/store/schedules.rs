@@ -161,7 +161,7 @@ impl<D: Db> Store<D> {
         // without a call of its own is charged with.
         let mut last_error = None;
         loop {
-            let next = isolation.next();
+            let next = isolation.next_range();
             for i in isolation.take_inferred() {
                 let error = last_error
                     .clone()

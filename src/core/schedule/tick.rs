@@ -106,7 +106,7 @@ impl Isolation {
     }
 
     /// The plans the next call carries, if a call is left for them.
-    pub fn next(&mut self) -> Option<Range<usize>> {
+    pub fn next_range(&mut self) -> Option<Range<usize>> {
         // What is known to hold a failure narrows for free.
         while self.todo.front().is_some_and(|p| p.known_bad) {
             let part = self.todo.pop_front()?;
@@ -390,7 +390,7 @@ mod tests {
     fn isolate(n: usize, calls: i64, bad: &[usize]) -> (i64, Vec<usize>, Vec<usize>, Vec<usize>) {
         let mut iso = Isolation::new(n, calls);
         let (mut made, mut applied, mut failed) = (0, Vec::new(), Vec::new());
-        while let Some(range) = iso.next() {
+        while let Some(range) = iso.next_range() {
             made += 1;
             if range.clone().any(|i| bad.contains(&i)) {
                 failed.extend(iso.failed(range));
