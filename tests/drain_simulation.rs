@@ -81,17 +81,17 @@ impl Db for Faulty {
         }
     }
 
-    async fn batch_rows<T: DeserializeOwned>(
+    async fn batch_results(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>> {
+    ) -> StoreResult<Vec<Vec<Value>>> {
         self.calls.set(self.calls.get() + 1);
         match self.next.take() {
-            None => self.db.batch_rows(statements).await,
+            None => self.db.batch_results(statements).await,
             Some(Fault::Before) => Err(self.fail(Fault::Before)),
             Some(Fault::After) => {
-                let rows = self.db.batch_rows::<Value>(statements).await?;
-                *self.hidden.borrow_mut() = rows;
+                let mut results = self.db.batch_results(statements).await?;
+                *self.hidden.borrow_mut() = results.pop().unwrap_or_default();
                 Err(self.fail(Fault::After))
             }
         }

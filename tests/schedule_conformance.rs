@@ -13,7 +13,6 @@ use cron_fanout::core::budget::{Budget, FIRE_SUBREQUESTS};
 use cron_fanout::core::model::BatchProgress;
 use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
-use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
 use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
 use cron_fanout::core::schedule::tick::{Fired, FIRE_PAGE};
@@ -30,9 +29,9 @@ use common::*;
 
 const MAX_ATTEMPTS: i64 = 5;
 
-/// Statements of a tick's first call: a page and its cursor per page of the fills
-/// still running, and the due read.
-const FIRST_CALL: i64 = 2 * FILL_PAGES_PER_CALL + 1;
+/// Statements of a tick's first call: whether a batch still fills, and the due
+/// read (the fills' pages are a call of their own, made only while one fills).
+const FIRST_CALL: i64 = 2;
 
 fn ms(s: &str) -> i64 {
     DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
@@ -472,8 +471,8 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
             .unwrap()
             .unwrap();
         assert_eq!(feeds.total, n as i64);
-        // Minus the first call (the fills' continuation pages and the due read);
-        // no zones are read for a schedule on UTC.
+        // Minus the first call (the filling flag and the due read); nothing was
+        // filling, and no zones are read for a schedule on UTC.
         (calls - 1, after.statements - before.statements - FIRST_CALL)
     };
     let small = statements_for(10);
@@ -1534,6 +1533,35 @@ fn a_fire_over_more_subjects_than_a_page_fills_over_ticks_with_an_exact_total_an
         (45, false, 45),
         "nothing more added"
     );
+}
+
+#[test]
+fn a_tick_continues_fills_in_a_call_of_their_own_only_while_a_batch_fills() {
+    let store = small_pages(setup(), 10, 1, 1);
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 45, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "all", json!({"every_seconds": 3600}), now - 30_000);
+    tick(&store, now);
+    assert_eq!(
+        fill_state(&store, "all:2026-11-21T10:00:00.000Z"),
+        (10, true, 10)
+    );
+    // With the default pages, the next tick's fill call finishes it.
+    let (store, budget) = metered(store);
+    let step = |at: i64| {
+        let (calls, statements) = (budget.used(), store.usage().statements);
+        assert!(tick(&store, at).is_empty());
+        (budget.used() - calls, store.usage().statements - statements)
+    };
+    let pages = 2 * cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
+    assert_eq!(step(now + 60_000), (2, FIRST_CALL + pages));
+    let b = block_on(store.batch_by_key("all:2026-11-21T10:00:00.000Z"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((b.total, b.filling), (45, 0));
+    // Nothing fills any more: one call, the flag and the due read.
+    assert_eq!(step(now + 120_000), (1, FIRST_CALL));
 }
 
 #[test]

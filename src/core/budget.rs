@@ -31,8 +31,8 @@ pub const TAIL_SUBREQUESTS: i64 = 2;
 pub const RETRY_RESERVE: i64 = 1;
 
 /// Most D1 calls a tick's schedule firing makes before the drain (`Store::fire_due`):
-/// the due page (read in the call that continues the fills still running, and
-/// once more alone if that call fails), the zones in use, the apply `batch()`
+/// the due page (with whether a batch is still filling), the fills' continuation
+/// (only while one fills), the zones in use, the apply `batch()`
 /// calls (the whole page in one, which also reads back its batches; more only when
 /// one fails, to keep a failing fire from holding up the others) and the backoff
 /// of the fires that failed. An idle tick makes only the first, a page that

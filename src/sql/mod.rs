@@ -11,6 +11,7 @@ sql! {
     CREATE_BATCH => "create_batch.sql",
     FILL_BATCH_PAGE => "fill_batch_page.sql",
     ADVANCE_FILL => "advance_fill.sql",
+    ANY_FILLING => "any_filling.sql",
     ENQUEUE_ITEMS => "enqueue_items.sql",
     SET_BATCH_TOTAL => "set_batch_total.sql",
     GET_BATCH => "get_batch.sql",

@@ -5,6 +5,7 @@
 use std::cell::Cell;
 
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, D1Result};
 
@@ -82,10 +83,10 @@ impl Db for D1Db {
             .map_err(|e| StoreError::Json(e.to_string()))
     }
 
-    async fn batch_rows<T: DeserializeOwned>(
+    async fn batch_results(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>> {
+    ) -> StoreResult<Vec<Vec<Value>>> {
         let n = statements.len() as i64;
         let prepared = statements
             .iter()
@@ -97,12 +98,13 @@ impl Db for D1Db {
                 if let Some(e) = results.iter().find_map(|r| r.error()) {
                     return Err(StoreError::Db(format!("D1: {e}")));
                 }
-                match results.last() {
-                    Some(last) => last
-                        .results::<T>()
-                        .map_err(|e| StoreError::Json(e.to_string())),
-                    None => Ok(Vec::new()),
-                }
+                results
+                    .iter()
+                    .map(|r| {
+                        r.results::<Value>()
+                            .map_err(|e| StoreError::Json(e.to_string()))
+                    })
+                    .collect()
             }
             Err(e) => {
                 self.count(n, &[]);

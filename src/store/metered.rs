@@ -4,6 +4,7 @@
 //! method makes of them (`create_batch` is a `batch()` and a read: two calls).
 
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::{Db, Param, StoreResult, Usage};
 use crate::core::budget::Budget;
@@ -44,13 +45,13 @@ impl<D: Db> Db for Metered<D> {
         self.inner.query(sql, params).await
     }
 
-    async fn batch_rows<T: DeserializeOwned>(
+    async fn batch_results(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>> {
+    ) -> StoreResult<Vec<Vec<Value>>> {
         // A batch() is one call, however many statements it carries.
         self.budget.charge_call()?;
-        self.inner.batch_rows(statements).await
+        self.inner.batch_results(statements).await
     }
 
     fn usage(&self) -> Usage {

@@ -141,12 +141,24 @@ pub trait Db {
         sql: &str,
         params: Vec<Param>,
     ) -> StoreResult<Vec<T>>;
-    /// Run statements as one transaction (all or nothing, one call) and decode the
-    /// rows of the last one.
+    /// Run statements as one transaction (all or nothing, one call): the rows of
+    /// each statement, in order.
+    async fn batch_results(
+        &self,
+        statements: Vec<(&'static str, Vec<Param>)>,
+    ) -> StoreResult<Vec<Vec<Value>>>;
+    /// [`Db::batch_results`], decoding the rows of the last statement only.
     async fn batch_rows<T: DeserializeOwned>(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>>;
+    ) -> StoreResult<Vec<T>> {
+        decode(
+            self.batch_results(statements)
+                .await?
+                .pop()
+                .unwrap_or_default(),
+        )
+    }
     /// Run statements as one transaction: all or nothing.
     async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
         self.batch_rows::<Value>(statements).await.map(|_| ())
@@ -165,16 +177,23 @@ impl<D: Db> Db for &D {
         (**self).query(sql, params).await
     }
 
-    async fn batch_rows<T: DeserializeOwned>(
+    async fn batch_results(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>> {
-        (**self).batch_rows(statements).await
+    ) -> StoreResult<Vec<Vec<Value>>> {
+        (**self).batch_results(statements).await
     }
 
     fn usage(&self) -> Usage {
         (**self).usage()
     }
+}
+
+/// Rows as a statement returned them, decoded.
+pub fn decode<T: DeserializeOwned>(rows: Vec<Value>) -> StoreResult<Vec<T>> {
+    rows.into_iter()
+        .map(|row| serde_json::from_value(row).map_err(|e| StoreError::Json(e.to_string())))
+        .collect()
 }
 
 /// Whether `create_batch` made a new batch or found the key taken.

@@ -99,10 +99,11 @@ impl<D: Db> Store<D> {
     /// `batch()` that also reads back the batches it made; if that fails, each
     /// half on its own, and so on, at most [`tick::FIRE_APPLY_CALLS`] calls; then
     /// one statement backing off the schedules whose fire failed on its own. The
-    /// due page is read in the call that first continues the fills still running
-    /// ([`Store::continue_fills`]'s pages); if that call fails, the due page is read
-    /// alone. So 1 D1 call when nothing is due, 2 when the page applies (3 with the
-    /// zones), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
+    /// due page is read with whether a batch is still filling; only then a second
+    /// call continues the fills ([`Store::continue_fills`]'s pages), whose failure
+    /// holds up no fire. So 1 D1 call of 2 statements when nothing is due or
+    /// filling, 2 calls when the page applies (3 with the zones, one more while a
+    /// batch fills), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
     /// however many fail.
     /// `Err` only if the due page or the zones could not be read: then nothing was
     /// applied and every schedule is still due. Every planned fire ends in exactly
@@ -114,18 +115,20 @@ impl<D: Db> Store<D> {
         max_attempts: i64,
         new_id: &dyn Fn() -> String,
     ) -> StoreResult<FireReport> {
-        // The first call continues the fills still running (bounded pages, oldest
-        // batch first) and reads the due page; a fill that fails costs a second
-        // call reading the due page alone, so it holds up no fire.
-        let mut statements = Vec::new();
-        for _ in 0..self.fill.pages_per_call.max(1) {
-            statements.extend(self.fill_page(None));
-        }
-        statements.push((sql::DUE_SCHEDULES, vec![now.into(), page.into()]));
-        let (due, fill): (Vec<ScheduleRow>, _) = match self.db.batch_rows(statements).await {
-            Ok(due) => (due, Ok(())),
-            Err(e @ StoreError::OverBudget(_)) => return Err(e),
-            Err(e) => (self.due_schedules(now, page).await?, Err(e)),
+        let mut read = self
+            .db
+            .batch_results(vec![
+                (sql::ANY_FILLING, vec![]),
+                (sql::DUE_SCHEDULES, vec![now.into(), page.into()]),
+            ])
+            .await?;
+        let due: Vec<ScheduleRow> = decode(read.pop().unwrap_or_default())?;
+        let filling: Vec<Filling> = decode(read.pop().unwrap_or_default())?;
+        // Fills first, oldest batch first, bounded pages; one that fails is retried
+        // by the next tick.
+        let fill = match filling.first() {
+            Some(f) if f.filling != 0 => self.continue_fills(None).await.map(|_| ()),
+            _ => Ok(()),
         };
         let in_use = if tick::needs_zones(&due) {
             let (groups, every_group) = tick::zone_groups(&due);
@@ -273,6 +276,12 @@ impl<D: Db> Store<D> {
         statements.push((sql::FIRED_BATCHES, vec![tick::read_back_json(plans).into()]));
         self.db.batch_rows(statements).await
     }
+}
+
+/// `sql/any_filling.sql`'s row.
+#[derive(Deserialize)]
+struct Filling {
+    filling: i64,
 }
 
 /// What [`Store::fire_due`] did with each due schedule: applied ([`Fired`] per

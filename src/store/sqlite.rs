@@ -134,23 +134,21 @@ impl Db for SqliteDb {
         Ok(out)
     }
 
-    async fn batch_rows<T: DeserializeOwned>(
+    async fn batch_results(
         &self,
         statements: Vec<(&'static str, Vec<Param>)>,
-    ) -> StoreResult<Vec<T>> {
+    ) -> StoreResult<Vec<Vec<Value>>> {
         let mut conn = self.conn.borrow_mut();
         let before = Self::total_changes(&conn);
         let n = statements.len() as i64;
         let tx = conn.transaction().map_err(err)?;
-        let mut last = Vec::new();
+        let mut results = Vec::with_capacity(statements.len());
         for (sql, params) in &statements {
-            last = Self::run::<Value>(&tx, sql, params)?;
+            results.push(Self::run::<Value>(&tx, sql, params)?);
         }
         tx.commit().map_err(err)?;
         self.count(n, Self::total_changes(&conn) - before);
-        last.into_iter()
-            .map(|row| serde_json::from_value(row).map_err(|e| StoreError::Json(e.to_string())))
-            .collect()
+        Ok(results)
     }
 
     fn usage(&self) -> Usage {

@@ -16,8 +16,8 @@ use serde_json::Value;
 /// single `POST /batches` over a million subjects that was measured.
 pub const FILL_PAGE: i64 = 10_000;
 
-/// Pages one call carries when it continues fills (the tick's first D1 call, and
-/// each call of `POST /batches` over subjects): 50,000 rows, about 0.12 s locally.
+/// Pages one call carries when it continues fills (a tick's call while a batch
+/// fills, and each call of `POST /batches` over subjects): 50,000 rows, about 0.12 s locally.
 pub const FILL_PAGES_PER_CALL: i64 = 5;
 
 /// Calls `POST /batches` over subjects makes to fill its batch before it answers
