@@ -157,25 +157,16 @@ impl Browser {
     /// Read in one script call: the page re-renders as it refreshes, so an element
     /// found by one WebDriver call may be gone by the next.
     pub async fn text(&self, css: &str) -> Result<Option<String>> {
-        let v = self
-            .client
-            .execute(
-                "const el = document.querySelector(arguments[0]); return el ? el.textContent : null;",
-                vec![json!(css)],
-            )
-            .await?;
+        let script =
+            "const el = document.querySelector(arguments[0]); return el ? el.textContent : null;";
+        let v = self.client.execute(script, vec![json!(css)]).await?;
         Ok(v.as_str().map(str::to_string))
     }
 
     /// How many elements match `css`.
     pub async fn count(&self, css: &str) -> Result<usize> {
-        let v = self
-            .client
-            .execute(
-                "return document.querySelectorAll(arguments[0]).length;",
-                vec![json!(css)],
-            )
-            .await?;
+        let script = "return document.querySelectorAll(arguments[0]).length;";
+        let v = self.client.execute(script, vec![json!(css)]).await?;
         Ok(v.as_u64().unwrap_or(0) as usize)
     }
 
@@ -283,4 +274,35 @@ mod tests {
         assert_eq!(left.len(), 2);
         assert!(left.iter().all(|e| !e.message.contains("401")));
     }
+}
+
+/// How long a page check waits for what it expects to show.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The page is no wider than the window (no sideways scrolling).
+pub async fn fits_width(b: &Browser) -> Result<bool> {
+    let script = "return document.documentElement.scrollWidth <= window.innerWidth;";
+    Ok(b.client.execute(script, vec![]).await? == json!(true))
+}
+
+/// The page logged no error but those `allow` accepts.
+pub fn no_errors(logs: &[LogEntry], allow: &dyn Fn(&LogEntry) -> bool) -> Result<(), String> {
+    let errors = page_errors(logs, allow);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors
+            .iter()
+            .map(|e| format!("{}: {}", e.level, e.message))
+            .collect::<Vec<_>>()
+            .join(" | "))
+    }
+}
+
+/// The number in a count cell (`1,234`), if it shows one.
+pub fn number(text: Option<String>) -> Result<Option<u64>> {
+    Ok(text.and_then(|t| {
+        let digits: String = t.chars().filter(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }))
 }

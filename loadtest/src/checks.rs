@@ -1,6 +1,11 @@
 //! The e2e suite's report: one `ok - <name>` or `FAIL - <name>: <why>` line per
 //! check as it happens, and a closing `N passed, M failed` line that CI reads.
 
+/// An error as a check's reason: the whole chain on one line.
+pub fn text(e: anyhow::Error) -> String {
+    format!("{e:#}")
+}
+
 #[derive(Debug, Default)]
 pub struct Checks {
     passed: usize,
@@ -34,7 +39,7 @@ impl Checks {
                 Some(v)
             }
             Err(e) => {
-                self.record(name, Err(format!("{e:#}")));
+                self.record(name, Err(text(e)));
                 None
             }
         }

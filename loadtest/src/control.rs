@@ -9,18 +9,19 @@
 
 use crate::api::{Api, Batch, Id, Invocation, Item, TICK_CRON};
 use crate::checks::Checks;
-use crate::drive::{self, Pace};
+use crate::drive::{self, until_called_back, until_ended, Pace};
 use crate::faults::Faults;
 use crate::plan::Planned;
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Scenario, Spec};
 use crate::sink::{Delivery, SinkClient};
+use crate::steps::webhook_batch;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{delivery, metrics, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Utc};
 use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -185,51 +186,6 @@ fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
 
 // ---------------------------------------------------------------- flows
 
-/// Creates ad-hoc batch `key` of `n` webhook items to the sink, each with
-/// `faults` (subjects `<key>-00000`...).
-pub async fn webhook_batch(
-    api: &Api,
-    sink: &SinkClient,
-    key: &str,
-    n: usize,
-    faults: &Faults,
-) -> Result<Batch> {
-    let items: Vec<Value> = (0..n)
-        .map(|i| {
-            let subject = format!("{key}-{i:05}");
-            json!({"subject_id": subject, "kind": "webhook",
-                   "payload": {"url": sink.hook_url(&subject, faults), "data": {"n": i}}})
-        })
-        .collect();
-    let (created, batch) = api
-        .create_batch(&json!({"key": key, "items": items}))
-        .await?;
-    ensure!(created, "batch {key} existed already");
-    ensure!(
-        batch.total == n as u64,
-        "batch {key} has {} items",
-        batch.total
-    );
-    Ok(batch)
-}
-
-/// Fires ticks (one at a time) until the batch has ended; returns it.
-pub async fn until_ended(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let b = api.batch(id).await?;
-        if b.has_ended() {
-            return Ok(b);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "batch {id} not ended within {timeout:?}: {}",
-            b.progress()
-        );
-        api.fire_cron(TICK_CRON).await?;
-    }
-}
-
 /// Every delivery the sink recorded.
 async fn deliveries(sink: &SinkClient) -> Result<Vec<Delivery>> {
     Ok(sink.stats(true).await?.deliveries.unwrap_or_default())
@@ -288,7 +244,7 @@ const REPLAY_ITEMS: usize = 20;
 /// settings; retention restarts it): pause, cancel and replay mid-batch, then
 /// retention of what they left.
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let settings = crate::e2e::settings();
+    let settings = crate::suite::settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut target = Target::open(args, "e2e-control", &settings, Secrets::Random, true)
         .await
@@ -676,7 +632,7 @@ async fn cancel_run(
     let at = (batch.total as f64 * CANCEL_AT_SHARE).ceil() as u64;
     let cancelled = interrupt(api, batch, "cancel", at, pace.timeout).await?;
     let driven = drive::until_finished(api, &cancelled.answer, pace, JoinSet::new()).await?;
-    let called = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
+    let called = until_called_back(api, &batch.id, pace.timeout).await?;
     let records = delivery::callbacks(&target.sink, &batch.id).await?;
     let (all, items) = outcome(api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
@@ -726,7 +682,7 @@ async fn replay_run(
     let first = drive::until_finished(api, batch, pace, JoinSet::new()).await?;
     // Its first end's callback goes out before the replay (a later end would
     // replace one still waiting).
-    let first_call = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
+    let first_call = until_called_back(api, &batch.id, pace.timeout).await?;
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let before = api.all_items(&batch.id, None).await?;
     let failed: Vec<Item> = before
@@ -747,7 +703,7 @@ async fn replay_run(
     eprintln!("replayed {requeued} failed items in {replay_ms:.0} ms; again: {again}");
     let reopened = api.batch(&batch.id).await?;
     let second = drive::until_finished(api, &reopened, pace, JoinSet::new()).await?;
-    let second_call = delivery::until_called_back(api, &batch.id, pace.timeout).await?;
+    let second_call = until_called_back(api, &batch.id, pace.timeout).await?;
     let records = delivery::callbacks(&target.sink, &batch.id).await?;
     let (all, after) = outcome(api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);

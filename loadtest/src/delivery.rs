@@ -8,14 +8,14 @@
 
 use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::checks::Checks;
-use crate::control::until_ended;
 use crate::drive::{self, Pace};
+use crate::drive::{until_called_back, until_ended};
 use crate::faults::Faults;
 use crate::plan::Planned;
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
-use crate::run::RUN_SCHEDULE;
 use crate::scenario::Spec;
 use crate::sink::{CallbackRecord, Delivery, SinkClient, Summary};
+use crate::steps::RUN_SCHEDULE;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{metrics, signature, steps, verdict};
 use anyhow::{ensure, Context, Result};
@@ -347,26 +347,6 @@ fn multi_item(sink: &SinkClient, subject: &str, channels: &[(String, Faults)]) -
            "payload": {"channels": channels, "data": {"subject": subject}}})
 }
 
-/// Fires ticks (one at a time) until the batch's callback is no longer pending;
-/// returns the batch then.
-pub async fn until_called_back(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let b = api.batch(id).await?;
-        let cb = b.callback.as_ref().context("the batch has no callback")?;
-        if b.has_ended() && cb.status != "pending" {
-            return Ok(b);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "batch {id}'s callback still {} after {timeout:?}: {}",
-            cb.status,
-            b.progress()
-        );
-        api.fire_cron(TICK_CRON).await?;
-    }
-}
-
 /// Every callback the sink received for batch `id`, in arrival order.
 pub async fn callbacks(sink: &SinkClient, id: &Id) -> Result<Vec<CallbackRecord>> {
     let all = sink.stats(false).await?.callbacks;
@@ -400,7 +380,7 @@ pub fn delivered_once(
 /// callbacks (a receiver failing twice first, a cancelled batch, an end after a
 /// replay, the runtime killed mid-delivery) and multi-channel items.
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let settings = crate::e2e::settings();
+    let settings = crate::suite::settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut target = Target::open(args, "e2e-delivery", &settings, Secrets::Random, true)
         .await

@@ -1,4 +1,7 @@
-//! Firing tick crons until a batch finishes, with a progress bar on stderr.
+//! Firing tick crons until a batch reaches a state: finished with a progress bar
+//! on stderr (`until_finished`, the runs), two ticks at a time printing progress
+//! lines (`in_pairs`, the e2e suite), one at a time until ended, called back or
+//! finished (the e2e parts).
 
 use crate::api::{Api, Batch, Id, TICK_CRON};
 use anyhow::{bail, ensure, Context, Result};
@@ -121,5 +124,90 @@ pub async fn ticks_until(
             b.progress()
         );
         tokio::time::sleep(WATCH).await;
+    }
+}
+
+/// Minimum time between two tick rounds of [`in_pairs`].
+const TICK_PACING: Duration = Duration::from_millis(200);
+
+/// Fires tick crons (two concurrently, to exercise exclusive claims) until the
+/// batch is finished, printing progress whenever it changes.
+pub async fn in_pairs(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Batch> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let b = api.batch(id).await?;
+        let progress = b.progress();
+        if progress != last {
+            eprintln!(
+                "  [{label} {:>5.1}s] {progress}",
+                start.elapsed().as_secs_f64()
+            );
+            last = progress;
+        }
+        if b.is_finished() {
+            return Ok(b);
+        }
+        if start.elapsed() >= timeout {
+            bail!("not finished after {timeout:?}: {last}");
+        }
+        let round = Instant::now();
+        let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+        a?;
+        b?;
+        tokio::time::sleep_until((round + TICK_PACING).into()).await;
+    }
+}
+
+/// Fires ticks (one at a time) until the batch has ended; returns it.
+pub async fn until_ended(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let b = api.batch(id).await?;
+        if b.has_ended() {
+            return Ok(b);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "batch {id} not ended within {timeout:?}: {}",
+            b.progress()
+        );
+        api.fire_cron(TICK_CRON).await?;
+    }
+}
+
+/// Fires ticks (one at a time) until the batch's callback is no longer pending;
+/// returns the batch then.
+pub async fn until_called_back(api: &Api, id: &Id, timeout: Duration) -> Result<Batch> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let b = api.batch(id).await?;
+        let cb = b.callback.as_ref().context("the batch has no callback")?;
+        if b.has_ended() && cb.status != "pending" {
+            return Ok(b);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "batch {id}'s callback still {} after {timeout:?}: {}",
+            cb.status,
+            b.progress()
+        );
+        api.fire_cron(TICK_CRON).await?;
+    }
+}
+
+/// Fires ticks one after another until the batch is finished (at most 2 minutes).
+pub async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
+    let start = Instant::now();
+    loop {
+        api.fire_cron(TICK_CRON).await?;
+        let b = api.batch(&id).await?;
+        if b.is_finished() {
+            return Ok(b);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("not finished after 2 minutes: {}", b.progress());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }

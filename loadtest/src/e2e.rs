@@ -11,10 +11,12 @@
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
-use crate::api::{Api, Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
-use crate::checks::Checks;
+use crate::api::{Api, Batch, Invocation, SubjectIn, TICK_CRON};
+use crate::checks::{text, Checks};
+use crate::drive;
 use crate::plan::{self, Expect, Mix, Planned};
-use crate::scenario::min_lease_seconds;
+use crate::steps::items_by_subject;
+use crate::suite::settings;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{control, delivery, edges, probe, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
@@ -22,47 +24,7 @@ use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
-
-/// Worker settings for the suite: short timeouts, leases and backoff so that
-/// every path (retry, exhaustion, timeout, lease expiry) happens within seconds.
-/// [`settings`] adds LEASE_SECONDS.
-const BASE_SETTINGS: &[(&str, &str)] = &[
-    ("MAX_ATTEMPTS", "3"),
-    ("JOB_TIMEOUT_MS", "1000"),
-    ("RETRY_BASE_MS", "100"),
-    ("RETRY_MAX_MS", "400"),
-    ("CLAIM_CHUNK", "50"),
-    ("DISPATCH_CONCURRENCY", "25"),
-    ("SUBREQUEST_BUDGET", "200"),
-    ("INVOCATION_DEADLINE_MS", "15000"),
-    // The sink listens on 127.0.0.1, a private target the Worker refuses by default.
-    ("ALLOW_PRIVATE_TARGETS", "true"),
-];
-
-/// The suite's settings, with LEASE_SECONDS the smallest the Worker accepts for
-/// them plus a second of slack for a loaded CI machine (`scenario::min_lease_seconds`,
-/// the rule the scenarios use: 11 s, three calls of JOB_TIMEOUT_MS + 2 s grace plus
-/// 1 s to commit, and the slack), so that lease expiry is observed quickly.
-pub fn settings() -> Vec<(&'static str, String)> {
-    let get = |name: &str| -> u64 {
-        BASE_SETTINGS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or_else(|| panic!("the suite sets {name} to a number"))
-    };
-    let lease = min_lease_seconds(
-        get("JOB_TIMEOUT_MS"),
-        get("CLAIM_CHUNK"),
-        get("DISPATCH_CONCURRENCY"),
-    );
-    BASE_SETTINGS
-        .iter()
-        .map(|(k, v)| (*k, v.to_string()))
-        .chain([("LEASE_SECONDS", lease.to_string())])
-        .collect()
-}
+use std::time::Duration;
 
 /// The Worker's default `MAX_CHILD_INVOCATIONS`, which the suite does not set.
 fn worker_default_cap() -> i64 {
@@ -72,9 +34,6 @@ fn worker_default_cap() -> i64 {
         .and_then(|(_, v)| v.parse().ok())
         .expect("MAX_CHILD_INVOCATIONS has a numeric default")
 }
-
-/// Minimum time between two tick rounds.
-const TICK_PACING: Duration = Duration::from_millis(200);
 
 #[derive(clap::Args, Debug)]
 pub struct E2eArgs {
@@ -315,7 +274,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     // same subjects after 12:00 UTC; the schedules part tests it on a test clock.)
     api.delete_schedule("daily").await?;
     let (one_off, daily) = scheduled_batch(&api, plan.len(), checks).await?;
-    let finished = drive(&api, &daily.id, timeout, "batch").await;
+    let finished = drive::in_pairs(&api, &daily.id, timeout, "batch").await;
     let finished = checks.step(
         "the batch finishes while tick crons fire (2 at a time)",
         finished,
@@ -467,12 +426,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     }
 
     let local = target.runtime.is_some();
-    if let Some(runtime) = target.runtime.as_mut() {
-        checks.record(
-            "wrangler dev stops on SIGTERM, no process left",
-            runtime.stop().await.map_err(text),
-        );
-    }
+    target.stop_checked("", checks).await;
 
     // Schedules: a runtime of its own, restarted at chosen instants.
     if args.skip_schedules {
@@ -480,13 +434,9 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     } else if !local {
         println!("# schedules part skipped: --url mode cannot move the Worker's clock");
     } else {
-        crate::e2e_schedules::run(args, checks).await?;
+        crate::e2e_schedules::run(&args.target, checks).await?;
     }
     Ok(())
-}
-
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
 }
 
 async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
@@ -540,44 +490,6 @@ async fn scheduled_batch(api: &Api, total: usize, checks: &mut Checks) -> Result
         bail!("no batch to follow");
     }
     Ok((body, found[0].clone()))
-}
-
-/// Fires tick crons (two concurrently, to exercise exclusive claims) until the
-/// batch is finished, printing progress whenever it changes.
-pub(crate) async fn drive(api: &Api, id: &Id, timeout: Duration, label: &str) -> Result<Batch> {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        let b = api.batch(id).await?;
-        let progress = b.progress();
-        if progress != last {
-            eprintln!(
-                "  [{label} {:>5.1}s] {progress}",
-                start.elapsed().as_secs_f64()
-            );
-            last = progress;
-        }
-        if b.is_finished() {
-            return Ok(b);
-        }
-        if start.elapsed() >= timeout {
-            bail!("not finished after {timeout:?}: {last}");
-        }
-        let round = Instant::now();
-        let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
-        a?;
-        b?;
-        tokio::time::sleep_until((round + TICK_PACING).into()).await;
-    }
-}
-
-pub(crate) async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
-    Ok(api
-        .all_items(id, None)
-        .await?
-        .into_iter()
-        .map(|i| (i.subject_id.clone(), i))
-        .collect())
 }
 
 /// Bad requests get a 4xx with the JSON error shape and change nothing.
@@ -912,7 +824,7 @@ async fn crash(
         },
     );
 
-    let finished = drive(
+    let finished = drive::in_pairs(
         &api,
         &batch.id,
         Duration::from_secs(args.timeout_secs),

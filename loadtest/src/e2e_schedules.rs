@@ -16,12 +16,13 @@
 //! the in-process sink, which records each delivery.
 
 use crate::api::{Api, Batch, SubjectIn, TICK_CRON};
-use crate::checks::Checks;
+use crate::checks::{text, Checks};
 use crate::clock::TestClock;
-use crate::e2e::{self, E2eArgs};
 use crate::faults::Faults;
 use crate::metrics::timestamp_ms;
 use crate::sink::Delivery;
+use crate::suite;
+use crate::target::TargetArgs;
 use crate::target::{Secrets, Target};
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Duration, Utc};
@@ -51,33 +52,18 @@ fn t(rfc: &str) -> DateTime<Utc> {
         .to_utc()
 }
 
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
-}
-
 /// Runs the phases; one check line each, as the rest of the suite.
-pub async fn run(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
+pub async fn run(target: &TargetArgs, checks: &mut Checks) -> Result<()> {
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP), Utc::now());
-    let mut settings = e2e::settings();
+    let mut settings = suite::settings();
     settings.extend(clock.vars());
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut target = Target::open(
-        &args.target,
-        "e2e-schedules",
-        &settings,
-        Secrets::Random,
-        true,
-    )
-    .await
-    .context("starting the schedules Worker")?;
+    let mut target = Target::open(target, "e2e-schedules", &settings, Secrets::Random, true)
+        .await
+        .context("starting the schedules Worker")?;
     let result = phases(&mut target, clock, checks).await;
-    if let Some(runtime) = target.runtime.as_mut() {
-        checks.record(
-            "schedules: wrangler dev stops on SIGTERM, no process left",
-            runtime.stop().await.map_err(text),
-        );
-    }
+    target.stop_checked("schedules: ", checks).await;
     println!(
         "# schedules part: {:.1} s (5 runtime starts)",
         started.elapsed().as_secs_f64()

@@ -118,10 +118,6 @@ fn t(rfc: &str) -> DateTime<Utc> {
         .to_utc()
 }
 
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
-}
-
 pub async fn e2e(
     args: &TargetArgs,
     timeout: std::time::Duration,
@@ -133,7 +129,7 @@ pub async fn e2e(
     );
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP_AT), Utc::now());
-    let mut settings = crate::e2e::settings();
+    let mut settings = crate::suite::settings();
     settings.extend(clock.vars());
     settings.extend([
         ("GITHUB_TOKEN", GITHUB_TOKEN.to_string()),
@@ -154,12 +150,7 @@ pub async fn e2e(
     .await
     .context("starting the streak-reminder Worker")?;
     let result = run(&mut target, timeout, checks).await;
-    if let Some(runtime) = target.runtime.as_mut() {
-        checks.record(
-            "streak-reminder: wrangler dev stops on SIGTERM, no process left",
-            runtime.stop().await.map_err(text),
-        );
-    }
+    target.stop_checked("streak-reminder: ", checks).await;
     println!(
         "# streak-reminder part: {:.1} s",
         started.elapsed().as_secs_f64()

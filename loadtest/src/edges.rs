@@ -7,9 +7,10 @@
 
 use crate::api::{clip, Api, RawResponse};
 use crate::checks::Checks;
-use crate::e2e::{drive, items_by_subject};
+use crate::drive;
 use crate::faults::Faults;
 use crate::signature;
+use crate::steps::items_by_subject;
 use crate::target::Target;
 use anyhow::{ensure, Context, Result};
 use reqwest::{Method, StatusCode};
@@ -374,7 +375,7 @@ async fn drain_items(
         .create_batch(&json!({"key": key, "items": items}))
         .await?;
     ensure!(created, "batch {key} existed");
-    drive(api, &batch.id, timeout, key).await?;
+    drive::in_pairs(api, &batch.id, timeout, key).await?;
     items_by_subject(api, &batch.id).await
 }
 
@@ -585,7 +586,7 @@ pub async fn restarted(target: &mut Target, timeout: Duration, checks: &mut Chec
             Err(accepted.join("; "))
         },
     );
-    let drained = drive(&api, &queued.id, timeout, "ssrf").await;
+    let drained = drive::in_pairs(&api, &queued.id, timeout, "ssrf").await;
     let items = items_by_subject(&api, &queued.id).await?;
     let delivered = target.sink.stats(false).await?.total - delivered_before;
     checks.record(

@@ -36,7 +36,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         args.repo.join(BUILD).exists(),
         "{BUILD} is missing: run `bash scripts/build.sh --dev examples/hello-kind build` first"
     );
-    let settings = crate::e2e::settings();
+    let settings = crate::suite::settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
     let target = Target::open_with_configs(

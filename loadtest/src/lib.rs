@@ -12,9 +12,15 @@
 //! - `verdict`: pure checks of the observed end state against the plan.
 //! - `checks`: the `ok - ` / `FAIL - ` report of the e2e suite.
 //! - `clock`: the Worker's test clock (`TEST_CLOCK_OFFSET_MS`) seen from the harness.
-//! - `drive`: firing ticks until a batch finishes, with a progress bar.
+//! - `drive`: firing ticks until a batch finishes (with a progress bar), ends or
+//!   is called back.
 //! - `steps`: a one-off schedule fired by the next tick, crash mid-batch, re-firing,
-//!   shared by e2e, run and demo.
+//!   a webhook batch, items by subject: shared by e2e, run and demo.
+//! - `suite`: the e2e suite's Worker settings, shared by its parts.
+//!
+//! Helpers two parts share live in these shared modules, not in one of the parts,
+//! so the imports form no circle (`tests/module_imports.rs` checks it); the
+//! drivers `e2e` and `run` call the parts.
 //! - `control`: pause, resume, cancel, replay and retention end to end:
 //!   the e2e checks, the `cancel` and `replay` scenarios' flows, their verdicts.
 //! - `delivery`: completion callbacks and multi-channel items end to end: the e2e checks, the `multi` scenario's flow, their verdicts.
@@ -26,7 +32,8 @@
 //! - `metrics`: pure measurements (makespan, percentiles, per-item costs, ratios).
 //! - `report`: a run's report and verdicts, as a table or JSON.
 //! - `table`: aligned plain-text tables.
-//! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini).
+//! - `browser`: a headless Chromium over WebDriver (chromedriver + fantoccini),
+//!   and the page checks the dashboard parts share (width, console errors).
 //! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP;
 //!   `ui_actions`: its batch actions and schedules view; `ui_delivery`: completion
 //!   callbacks and per-channel receipts on it.
@@ -66,6 +73,7 @@ pub mod signature;
 pub mod sink;
 pub mod sink_fakes;
 pub mod steps;
+pub mod suite;
 pub mod table;
 pub mod target;
 pub mod ui;

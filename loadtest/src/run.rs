@@ -6,6 +6,7 @@ use crate::drive::{self, Pace};
 use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Job, Scenario, Spec};
+use crate::steps::RUN_SCHEDULE;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{control, delivery, metrics, steps, verdict};
 use anyhow::{ensure, Context, Result};
@@ -13,10 +14,6 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::task::JoinSet;
-
-/// The one-off schedule each run creates its batch with: fired by a tick, like
-/// the `daily` schedule, so the batch's init is part of that tick's invocation.
-pub const RUN_SCHEDULE: &str = "loadtest";
 
 /// Pacing of ticks during a run: back to back, one at a time (two invocations
 /// draining at once would blur the throughput figures), but not faster than

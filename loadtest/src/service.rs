@@ -7,7 +7,7 @@
 
 use crate::api::{Api, Batch, Item, TICK_CRON};
 use crate::checks::Checks;
-use crate::control::until_ended;
+use crate::drive::until_ended;
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
 use anyhow::{ensure, Context, Result};

@@ -1,13 +1,17 @@
 //! Scenario steps that the e2e suite, `loadtest run` and the demo share: a
 //! one-off schedule that the next tick fires, waiting for the batch it creates,
-//! crashing the runtime mid-batch, and firing crons again after a batch finished.
+//! crashing the runtime mid-batch, firing crons again after a batch finished, a
+//! batch of webhook items to the sink, and a batch's items by subject.
 
-use crate::api::{Api, Batch, Id, DAILY_CRON, TICK_CRON};
+use crate::api::{Api, Batch, Id, Item, DAILY_CRON, TICK_CRON};
 use crate::drive;
+use crate::faults::Faults;
+use crate::sink::SinkClient;
 use crate::target::Target;
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
@@ -130,4 +134,46 @@ pub async fn refire(target: &Target, daily: &Batch, deliveries_before: u64) -> R
         now - deliveries_before
     );
     Ok(())
+}
+
+/// The one-off schedule each run creates its batch with: fired by a tick, like
+/// the `daily` schedule, so the batch's init is part of that tick's invocation.
+pub const RUN_SCHEDULE: &str = "loadtest";
+
+/// Creates ad-hoc batch `key` of `n` webhook items to the sink, each with
+/// `faults` (subjects `<key>-00000`...).
+pub async fn webhook_batch(
+    api: &Api,
+    sink: &SinkClient,
+    key: &str,
+    n: usize,
+    faults: &Faults,
+) -> Result<Batch> {
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            let subject = format!("{key}-{i:05}");
+            json!({"subject_id": subject, "kind": "webhook",
+                   "payload": {"url": sink.hook_url(&subject, faults), "data": {"n": i}}})
+        })
+        .collect();
+    let (created, batch) = api
+        .create_batch(&json!({"key": key, "items": items}))
+        .await?;
+    ensure!(created, "batch {key} existed already");
+    ensure!(
+        batch.total == n as u64,
+        "batch {key} has {} items",
+        batch.total
+    );
+    Ok(batch)
+}
+
+/// A batch's items by subject id.
+pub async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item>> {
+    Ok(api
+        .all_items(id, None)
+        .await?
+        .into_iter()
+        .map(|i| (i.subject_id.clone(), i))
+        .collect())
 }

@@ -3,6 +3,7 @@
 //! already running.
 
 use crate::api::Api;
+use crate::checks::{text, Checks};
 use crate::devvars;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::sink::{self, SinkClient, SinkHandle};
@@ -71,6 +72,17 @@ pub struct Target {
 }
 
 impl Target {
+    /// Stops the runtime this target started, if any, and records the check
+    /// `<part>wrangler dev stops on SIGTERM, no process left`.
+    pub async fn stop_checked(&mut self, part: &str, checks: &mut Checks) {
+        if let Some(runtime) = self.runtime.as_mut() {
+            checks.record(
+                &format!("{part}wrangler dev stops on SIGTERM, no process left"),
+                runtime.stop().await.map_err(text),
+            );
+        }
+    }
+
     /// Connects (--url) or starts everything: sink, migrations, `wrangler dev`.
     /// `name` prefixes the state dir and logs under `<repo>/.loadtest/`; `fresh`
     /// wipes the state dir first.

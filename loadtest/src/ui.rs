@@ -8,13 +8,14 @@
 //! the completion callbacks and per-channel receipts (`ui_delivery`).
 //! Screenshots go to `.loadtest/screenshots/`.
 
-use crate::api::{Api, Batch, Id, TICK_CRON};
-use crate::browser::{page_errors, Browser, LogEntry};
+use crate::api::{Api, Batch};
+use crate::browser::{fits_width, no_errors, number, Browser, LogEntry, WAIT};
 use crate::checks::Checks;
+use crate::drive::tick_until_finished;
 use crate::faults::Faults;
 use crate::target::Target;
 use crate::{ui_actions, ui_delivery};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -29,7 +30,6 @@ const UI_ITEMS: usize = 500;
 const UI_LATENCY_MS: u64 = 500;
 /// One item in this many answers 400: a permanent failure with a `last_error`.
 const UI_FAIL_EVERY: usize = 100;
-pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// The dashboard in a real browser. Not optional: without Chromium the checks
 /// fail, saying how to install it.
@@ -409,22 +409,6 @@ async fn seed_ui_batch(target: &Target) -> Result<(Batch, Vec<String>)> {
     Ok((batch, failing))
 }
 
-/// Fires ticks one after another until the batch is finished (at most 2 minutes).
-pub(crate) async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
-    let start = Instant::now();
-    loop {
-        api.fire_cron(TICK_CRON).await?;
-        let b = api.batch(&id).await?;
-        if b.is_finished() {
-            return Ok(b);
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            bail!("not finished after 2 minutes: {}", b.progress());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 /// The batch view just opened on a finished batch (nothing pending): its items
 /// tab is the first status with items, `completed`, and no items list it read
 /// asked for `pending` (a walk of the whole batch that finds nothing).
@@ -471,17 +455,6 @@ async fn session_token(b: &Browser) -> Result<Option<String>> {
     Ok(v.as_str().map(str::to_string))
 }
 
-pub(crate) async fn fits_width(b: &Browser) -> Result<bool> {
-    let v = b
-        .client
-        .execute(
-            "return document.documentElement.scrollWidth <= window.innerWidth;",
-            vec![],
-        )
-        .await?;
-    Ok(v == json!(true))
-}
-
 /// Makes the page believe its tab is hidden (the event a real tab switch sends),
 /// counts its API calls over three refresh periods, then shows it again.
 async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
@@ -525,30 +498,6 @@ async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-pub(crate) fn no_errors(
-    logs: &[LogEntry],
-    allow: &dyn Fn(&LogEntry) -> bool,
-) -> Result<(), String> {
-    let errors = page_errors(logs, allow);
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors
-            .iter()
-            .map(|e| format!("{}: {}", e.level, e.message))
-            .collect::<Vec<_>>()
-            .join(" | "))
-    }
-}
-
-/// The number in a count cell (`1,234`), if it shows one.
-pub(crate) fn number(text: Option<String>) -> Result<Option<u64>> {
-    Ok(text.and_then(|t| {
-        let digits: String = t.chars().filter(char::is_ascii_digit).collect();
-        digits.parse().ok()
-    }))
 }
 
 // ---------------------------------------------------------------- over HTTP

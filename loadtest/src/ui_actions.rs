@@ -8,12 +8,13 @@
 //! comes from the action itself, not from the next poll.
 
 use crate::api::{encode, Api, Batch, Id, TICK_CRON};
+use crate::browser::{fits_width, no_errors, number, WAIT};
 use crate::browser::{Browser, BROWSER_TZ, BROWSER_TZ_OFFSET_MINUTES};
-use crate::checks::Checks;
-use crate::control::webhook_batch;
+use crate::checks::{text, Checks};
+use crate::drive::tick_until_finished;
 use crate::faults::Faults;
+use crate::steps::webhook_batch;
 use crate::target::Target;
-use crate::ui::{fits_width, no_errors, number, tick_until_finished, WAIT};
 use anyhow::{ensure, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -164,10 +165,6 @@ async fn shown(b: &Browser) -> Result<Shown> {
         total: stat(b, "total").await?,
         dialog_open: b.count("#confirm[open]").await? == 1,
     })
-}
-
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
 }
 
 // ---------------------------------------------------------------- ticks

@@ -10,11 +10,11 @@
 
 use crate::api::{encode, Id, Item};
 use crate::browser::Browser;
-use crate::checks::Checks;
-use crate::delivery::until_called_back;
+use crate::browser::{fits_width, WAIT};
+use crate::checks::{text, Checks};
+use crate::drive::until_called_back;
 use crate::faults::Faults;
 use crate::target::Target;
-use crate::ui::{fits_width, WAIT};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -59,10 +59,6 @@ async fn until_callback(
 fn origin(base: &str) -> Result<String> {
     let url = reqwest::Url::parse(base).with_context(|| format!("parsing {base}"))?;
     Ok(url.origin().ascii_serialization())
-}
-
-fn text(e: anyhow::Error) -> String {
-    format!("{e:#}")
 }
 
 /// On the open view of `id`, a finished batch with `on_finish` whose callback no
