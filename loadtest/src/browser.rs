@@ -247,35 +247,6 @@ pub fn page_errors<'a>(
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(level: &str, message: &str) -> LogEntry {
-        LogEntry {
-            level: level.into(),
-            message: message.into(),
-            source: Some("network".into()),
-        }
-    }
-
-    #[test]
-    fn errors_are_severe_entries_and_csp_reports_except_allowed_ones() {
-        let logs = [
-            entry("INFO", "hello"),
-            entry("SEVERE", "Uncaught TypeError: x is undefined"),
-            entry("WARNING", "Refused to apply inline style because it violates the following Content Security Policy directive"),
-            entry("SEVERE", "Failed to load resource: the server responded with a status of 401 ()"),
-        ];
-        let none = |_: &LogEntry| false;
-        assert_eq!(page_errors(&logs, &none).len(), 3);
-        let allow_401 = |e: &LogEntry| e.message.contains("status of 401");
-        let left = page_errors(&logs, &allow_401);
-        assert_eq!(left.len(), 2);
-        assert!(left.iter().all(|e| !e.message.contains("401")));
-    }
-}
-
 /// How long a page check waits for what it expects to show.
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -305,4 +276,33 @@ pub fn number(text: Option<String>) -> Result<Option<u64>> {
         let digits: String = t.chars().filter(char::is_ascii_digit).collect();
         digits.parse().ok()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(level: &str, message: &str) -> LogEntry {
+        LogEntry {
+            level: level.into(),
+            message: message.into(),
+            source: Some("network".into()),
+        }
+    }
+
+    #[test]
+    fn errors_are_severe_entries_and_csp_reports_except_allowed_ones() {
+        let logs = [
+            entry("INFO", "hello"),
+            entry("SEVERE", "Uncaught TypeError: x is undefined"),
+            entry("WARNING", "Refused to apply inline style because it violates the following Content Security Policy directive"),
+            entry("SEVERE", "Failed to load resource: the server responded with a status of 401 ()"),
+        ];
+        let none = |_: &LogEntry| false;
+        assert_eq!(page_errors(&logs, &none).len(), 3);
+        let allow_401 = |e: &LogEntry| e.message.contains("status of 401");
+        let left = page_errors(&logs, &allow_401);
+        assert_eq!(left.len(), 2);
+        assert!(left.iter().all(|e| !e.message.contains("401")));
+    }
 }
