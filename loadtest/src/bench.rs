@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// `--capped-drainers` drainers (a few minutes, not the whole bench).
     #[arg(long)]
     pub only_latency: bool,
+    /// Run only the fan-out rounds between their SELF probes and print each
+    /// round's ratio and their median (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_fanout: bool,
     /// Requests in flight per `Fanout-Invocation` the sink allows in the capped
     /// latency-bound runs (the platform's simultaneous open connections).
     #[arg(long, default_value_t = PLATFORM_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
@@ -397,6 +401,9 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
         return Ok(runs.iter().all(|l| l.report.passed()));
     }
+    if args.only_fanout {
+        return only_fanout(&args, &noop, timeout).await;
+    }
 
     let fanout_args = with_mode(&args.target, "fanout");
     let mut fanout = Vec::new();
@@ -464,6 +471,43 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         print!("{}", report.table());
     }
     Ok(report.passed())
+}
+
+/// `--only-fanout`: the rounds of (a) between probes of (c), a line each, then
+/// the median of their ratios.
+async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result<bool> {
+    let fanout_args = with_mode(&args.target, "fanout");
+    let mut ratios = Vec::new();
+    let mut passed = true;
+    for round in 1..=args.rounds {
+        eprintln!(
+            "== (a) fanout + (c) probe, round {round} of {}",
+            args.rounds
+        );
+        let (r, _) = fanout_round(&fanout_args, noop, round, false, timeout).await?;
+        let d1 = &r.report.d1;
+        println!(
+            "round {round}: fan-out {} items/s, probes {} / {} calls/s, fan-out/raw {}, {} statements and {} rows written per item",
+            num(r.report.items_per_second, 1),
+            num(Some(r.probe_before.calls_per_second), 1),
+            num(Some(r.probe_after.calls_per_second), 1),
+            num(r.fanout_over_probe, 3),
+            num(d1.statements_per_item, 3),
+            num(d1.rows_written_per_item, 3),
+        );
+        ratios.extend(r.fanout_over_probe);
+        passed &= r.report.passed();
+    }
+    let lo = ratios.iter().copied().reduce(f64::min);
+    let hi = ratios.iter().copied().reduce(f64::max);
+    println!(
+        "median fan-out/raw {} ({} to {}) over {} rounds",
+        num(metrics::median(&ratios), 3),
+        num(lo, 3),
+        num(hi, 3),
+        ratios.len()
+    );
+    Ok(passed)
 }
 
 /// One round of (a) between two probes of (c) on a fresh runtime, both paths warmed
