@@ -14,15 +14,11 @@ use super::config::Config;
 use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
 use super::run::Runner;
-use super::schedule::{record_summary, self_service};
-use crate::core::budget::Budget;
+use super::schedule::{log_finished, open_store, record_summary, self_service};
 use crate::core::drain::DrainError;
 use crate::core::drainers::DrainMessage;
 use crate::core::model::{StopReason, Tally, Trigger};
 use crate::jobs::Jobs;
-use crate::store::d1::D1Db;
-use crate::store::metered::Metered;
-use crate::store::Store;
 
 pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env, jobs: &Jobs) {
     // Every message is acknowledged, drained or not: a drain message is a
@@ -64,15 +60,12 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
             }),
         );
     }
-    let db = match env.d1("DB") {
-        Ok(db) => db,
-        Err(e) => {
-            let message = format!("binding DB: {e}");
-            return logger.error("invalid_configuration", json!({ "message": message }));
+    let store = match open_store(env, &cfg, runner.jobs) {
+        Ok(store) => store,
+        Err(message) => {
+            return logger.error("invalid_configuration", json!({ "message": message }))
         }
     };
-    let budget = Budget::new(cfg.settings.subrequest_budget);
-    let store = Store::new(Metered::new(D1Db::new(db), budget));
     let (tally, result) = drain_once(runner, &cfg, &store, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
         logger.error(
@@ -114,16 +107,7 @@ async fn drain_once(
     };
     match store.finish_batches(clock::now_ms()).await {
         Ok(finished) => {
-            for b in finished {
-                logger.event(
-                    "batch_finished",
-                    json!({
-                        "batch_id": b.id, "key": b.key, "status": b.status, "total": b.total,
-                        "completed": b.completed, "failed": b.failed, "cancelled": b.cancelled,
-                        "duration_ms": b.finished_at - b.created_at,
-                    }),
-                );
-            }
+            log_finished(logger, &finished);
             (tally, Ok(stop))
         }
         Err(e) => (tally, Err(DrainError::Finish(e))),

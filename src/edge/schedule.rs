@@ -16,7 +16,9 @@ use crate::core::budget::Budget;
 use crate::core::callback;
 use crate::core::drain::DrainError;
 use crate::core::drainers::{self, DrainMessage};
-use crate::core::model::{InvocationSummary, ItemStatus, StopReason, Tally, Trigger};
+use crate::core::model::{
+    FinishedBatch, InvocationSummary, ItemStatus, StopReason, Tally, Trigger,
+};
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
 use crate::core::time::rfc3339;
@@ -38,17 +40,12 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
         Err(e) => return logger.error("invalid_configuration", json!({ "message": e.message })),
     };
     let started = clock::now_ms();
-    let db = match env.d1("DB") {
-        Ok(db) => db,
-        Err(e) => {
-            let message = format!("binding DB: {e}");
-            return logger.error("invalid_configuration", json!({ "message": message }));
+    let store = match open_store(&env, &cfg, jobs) {
+        Ok(store) => store,
+        Err(message) => {
+            return logger.error("invalid_configuration", json!({ "message": message }))
         }
     };
-    let budget = Budget::new(cfg.settings.subrequest_budget);
-    // Fires give each kind's items its own max attempts (`jobs::Policy`).
-    let attempts = jobs.max_attempts_by_kind();
-    let store = Store::new(Metered::new(D1Db::new(db), budget)).with_kind_attempts(attempts);
     let mut tally = Tally::default();
     let runner = Runner { jobs, env: &env };
     let result = run_invocation(runner, &cfg, &store, &mut tally, started, &logger).await;
@@ -125,6 +122,21 @@ async fn run_invocation(
         .finish_tick(now, &Upkeep::at(now, cfg.settings.retention_days))
         .await
         .map_err(DrainError::Finish)?;
+    log_finished(logger, &finished);
+    Ok(stop)
+}
+
+/// The invocation's store: D1 (`DB`) metered by its own `SUBREQUEST_BUDGET`,
+/// enqueueing with each kind's own max attempts (`jobs::Policy`).
+pub(super) fn open_store(env: &Env, cfg: &Config, jobs: &Jobs) -> Result<DrainStore, String> {
+    let db = env.d1("DB").map_err(|e| format!("binding DB: {e}"))?;
+    let budget = Budget::new(cfg.settings.subrequest_budget);
+    Ok(Store::new(Metered::new(D1Db::new(db), budget))
+        .with_kind_attempts(jobs.max_attempts_by_kind()))
+}
+
+/// One `batch_finished` line per batch the finish check ended.
+pub(super) fn log_finished(logger: &InvocationLog, finished: &[FinishedBatch]) {
     for b in finished {
         logger.event(
             "batch_finished",
@@ -135,7 +147,6 @@ async fn run_invocation(
             }),
         );
     }
-    Ok(stop)
 }
 
 /// The SELF binding in fan-out mode; none inline.
