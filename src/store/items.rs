@@ -31,17 +31,7 @@ impl<D: Db> Store<D> {
         &self,
         transitions: impl IntoIterator<Item = &'t Transition>,
     ) -> StoreResult<Vec<i64>> {
-        let Some(json) = transitions_json(transitions) else {
-            return Ok(Vec::new());
-        };
-        let rows: Vec<Id<i64>> = self
-            .db
-            .batch_rows(vec![
-                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
-                (sql::COMMIT_OUTCOMES, vec![json.into()]),
-            ])
-            .await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
+        self.apply_outcomes(transitions, false).await
     }
 
     /// Commit outcomes again after an attempt that failed, which may have been
@@ -53,17 +43,27 @@ impl<D: Db> Store<D> {
         &self,
         transitions: impl IntoIterator<Item = &'t Transition>,
     ) -> StoreResult<Vec<i64>> {
+        self.apply_outcomes(transitions, true).await
+    }
+
+    /// The commit's call: count, apply and, with `read_back`, read back every row
+    /// carrying its outcome (what the last statement returns is the answer).
+    async fn apply_outcomes<'t>(
+        &self,
+        transitions: impl IntoIterator<Item = &'t Transition>,
+        read_back: bool,
+    ) -> StoreResult<Vec<i64>> {
         let Some(json) = transitions_json(transitions) else {
             return Ok(Vec::new());
         };
-        let rows: Vec<Id<i64>> = self
-            .db
-            .batch_rows(vec![
-                (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
-                (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
-                (sql::COMMITTED_OUTCOMES, vec![json.into()]),
-            ])
-            .await?;
+        let mut statements = vec![
+            (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
+            (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
+        ];
+        if read_back {
+            statements.push((sql::COMMITTED_OUTCOMES, vec![json.into()]));
+        }
+        let rows: Vec<Id<i64>> = self.db.batch_rows(statements).await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
