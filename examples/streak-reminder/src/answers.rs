@@ -51,19 +51,25 @@ pub fn scrub(text: &str, secrets: &[&str]) -> String {
         .fold(text.to_string(), |t, s| t.replace(s, "[redacted]"))
 }
 
+/// An answer as the tests write one: status, headers, body.
+#[cfg(test)]
+pub(crate) fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+    Response {
+        status,
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        body: body.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn answer(headers: &[(&str, &str)], body: &str) -> Response {
-        Response {
-            status: 429,
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            body: body.into(),
-        }
+        response(429, headers, body)
     }
 
     #[test]

@@ -175,27 +175,13 @@ fn rate_limit_wait_ms(response: &Response, now_ms: i64) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answers::response as status;
     use serde_json::Value;
 
     const NOW: i64 = 1_795_521_600_000; // 2026-11-24T12:00:00Z
 
     fn ok(body: Value) -> Response {
-        Response {
-            status: 200,
-            headers: vec![],
-            body: body.to_string(),
-        }
-    }
-
-    fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
-        Response {
-            status,
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            body: body.into(),
-        }
+        status(200, &[], &body.to_string())
     }
 
     fn days_answer(weeks: Value) -> Value {

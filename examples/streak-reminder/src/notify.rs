@@ -107,16 +107,7 @@ mod tests {
     use super::*;
     use chrono::NaiveDate;
 
-    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
-        Response {
-            status,
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            body: body.into(),
-        }
-    }
+    use crate::answers::response as answer;
 
     #[test]
     fn the_reminder_names_the_streak_and_the_day() {
