@@ -137,7 +137,10 @@ fn scripted(inner: &mut Inner, key: &str) -> Option<u16> {
     inner.script.get_mut(key).and_then(VecDeque::pop_front)
 }
 
-fn header_facts(headers: &HeaderMap, secrets: &[&str]) -> (Vec<String>, Vec<String>) {
+/// A request's header names, and those whose value holds one of the set-up
+/// secrets (the GitHub token, the Telegram bot token).
+fn header_facts(headers: &HeaderMap, setup: &Setup) -> (Vec<String>, Vec<String>) {
+    let secrets = [setup.github_token.as_str(), setup.telegram_bot_token.as_str()];
     let names = headers.keys().map(|n| n.as_str().to_string()).collect();
     let with_secret = headers
         .iter()
@@ -198,8 +201,7 @@ struct GraphqlVariables {
 async fn github(State(fakes): State<Arc<Fakes>>, headers: HeaderMap, body: Bytes) -> Response {
     let mut inner = fakes.lock();
     let token = inner.setup.github_token.clone();
-    let (header_names, secret_headers) =
-        header_facts(&headers, &[&token, &inner.setup.telegram_bot_token]);
+    let (header_names, secret_headers) = header_facts(&headers, &inner.setup);
     let authorized = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -273,10 +275,7 @@ async fn discord(
     body: Bytes,
 ) -> Response {
     let mut inner = fakes.lock();
-    let (header_names, secret_headers) = header_facts(
-        &headers,
-        &[&inner.setup.github_token, &inner.setup.telegram_bot_token],
-    );
+    let (header_names, secret_headers) = header_facts(&headers, &inner.setup);
     let text = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("content").and_then(Value::as_str).map(str::to_string));
@@ -313,10 +312,7 @@ async fn telegram(
     body: Bytes,
 ) -> Response {
     let mut inner = fakes.lock();
-    let (header_names, secret_headers) = header_facts(
-        &headers,
-        &[&inner.setup.github_token, &inner.setup.telegram_bot_token],
-    );
+    let (header_names, secret_headers) = header_facts(&headers, &inner.setup);
     let authorized = bot == format!("bot{}", inner.setup.telegram_bot_token);
     let parsed = serde_json::from_slice::<Value>(&body).ok();
     let chat = parsed.as_ref().and_then(|v| match v.get("chat_id") {
