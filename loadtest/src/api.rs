@@ -233,6 +233,22 @@ pub struct CallRun {
     pub message: Option<String>,
 }
 
+/// The `POST /probe` answer in `service` mode: a `service` item's run made
+/// `calls` times `via` one path (`drain`: by the caller itself; `self`: through a
+/// SELF child), counted by outcome (`errors`: each other outcome's text and count).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceProbe {
+    pub service: String,
+    pub via: String,
+    pub calls: u64,
+    pub concurrency: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub elapsed_ms: f64,
+    pub calls_per_second: f64,
+}
+
 /// The `POST /probe` answer in `connections` or `cpu` mode: children started at
 /// once, each timed by the caller.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -612,6 +628,25 @@ impl Api {
     /// `POST /probe`: `calls` SELF round trips from one invocation.
     pub async fn probe(&self, calls: u64, concurrency: u64) -> Result<Probe> {
         let body = serde_json::json!({"calls": calls, "concurrency": concurrency});
+        Ok(self
+            .call_with(&self.long_http, Method::POST, "/probe", Some(&body))
+            .await?
+            .1)
+    }
+
+    /// `POST /probe` in `service` mode: `calls` runs of a `service` item calling
+    /// `binding`, `concurrency` in flight, `via` `drain` or `self`.
+    pub async fn probe_service(
+        &self,
+        binding: &str,
+        calls: u64,
+        concurrency: u64,
+        via: &str,
+    ) -> Result<ServiceProbe> {
+        let body = serde_json::json!({
+            "mode": "service", "service": binding, "calls": calls,
+            "concurrency": concurrency, "via": via,
+        });
         Ok(self
             .call_with(&self.long_http, Method::POST, "/probe", Some(&body))
             .await?

@@ -69,6 +69,7 @@ pub mod runtime;
 pub mod scenario;
 pub mod schedules;
 pub mod service;
+pub mod service_paths;
 pub mod signature;
 pub mod sink;
 pub mod sink_fakes;

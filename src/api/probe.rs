@@ -2,11 +2,13 @@
 //! (`POST /internal/probe`): parsed and bounded here; the calls themselves need
 //! the runtime (`edge::probe`).
 //!
-//! Three modes measure what the platform's pages leave open: `self_calls` (how
+//! Four modes measure what the platform's pages leave open: `self_calls` (how
 //! many SELF calls one request can make, sequentially or concurrently, and the
 //! refusal's message), `connections` (whether children fetching a slow URL share
-//! the caller's 6 connections) and `cpu` (whether children that burn CPU run in
-//! parallel). A body without `mode` is `self_calls`.
+//! the caller's 6 connections), `cpu` (whether children that burn CPU run in
+//! parallel) and `service` (a `service` item's run, straight from the caller as
+//! the drain makes it, or through a SELF child: the two paths timed against each
+//! other). A body without `mode` is `self_calls`.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +36,27 @@ pub enum ProbeRequest {
     Connections { children: i64, url: String },
     /// `children` SELF calls at once, each burning `iterations` of CPU.
     Cpu { children: i64, iterations: i64 },
+    /// `calls` runs of a `service` item calling the binding `service`,
+    /// `concurrency` in flight, each made `via` one path.
+    Service {
+        service: String,
+        calls: i64,
+        concurrency: i64,
+        via: Via,
+    },
+}
+
+/// How a `service` probe reaches the bound Worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// The caller runs the item itself, as the drain runs `service` items: one
+    /// invocation (the bound Worker's) per call.
+    Drain,
+    /// A signed `POST /internal/run` through SELF, whose child runs the item:
+    /// two invocations (the child, the bound Worker) per call.
+    #[serde(rename = "self")]
+    SelfChild,
 }
 
 /// The body as sent: every field of every mode, checked against the mode after.
@@ -46,6 +69,8 @@ struct Body {
     children: Option<i64>,
     url: Option<String>,
     iterations: Option<i64>,
+    service: Option<String>,
+    via: Option<String>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -69,7 +94,8 @@ fn bounded(
 }
 
 /// The probe a body asks for: strict JSON, then the mode's fields and bounds
-/// (400 `invalid_probe`). A `connections` URL follows the webhook target rules.
+/// (400 `invalid_probe`). A `connections` URL follows the webhook target rules; a
+/// `service` binding must be one a `service` item may name (`SERVICE_BINDINGS`).
 pub fn parse(body: &[u8], policy: &TargetPolicy) -> Result<ProbeRequest, ApiError> {
     let b: Body = parse_json(body)?;
     let mode = b.mode.as_deref().unwrap_or("self_calls");
@@ -77,9 +103,10 @@ pub fn parse(body: &[u8], policy: &TargetPolicy) -> Result<ProbeRequest, ApiErro
         "self_calls" => &["calls", "concurrency"],
         "connections" => &["children", "url"],
         "cpu" => &["children", "iterations"],
+        "service" => &["service", "calls", "concurrency", "via"],
         other => {
             return Err(invalid(format!(
-                "mode must be self_calls, connections or cpu, got {other:?}"
+                "mode must be self_calls, connections, cpu or service, got {other:?}"
             )))
         }
     };
@@ -89,6 +116,8 @@ pub fn parse(body: &[u8], policy: &TargetPolicy) -> Result<ProbeRequest, ApiErro
         ("children", b.children.is_some()),
         ("url", b.url.is_some()),
         ("iterations", b.iterations.is_some()),
+        ("service", b.service.is_some()),
+        ("via", b.via.is_some()),
     ];
     if let Some((field, _)) = given.iter().find(|(f, set)| *set && !allowed.contains(f)) {
         return Err(invalid(format!("{field} is not a field of mode {mode}")));
@@ -106,10 +135,26 @@ pub fn parse(body: &[u8], policy: &TargetPolicy) -> Result<ProbeRequest, ApiErro
                 url: url.to_string(),
             }
         }
-        _ => ProbeRequest::Cpu {
+        "cpu" => ProbeRequest::Cpu {
             children: bounded("children", b.children, Some(8), MAX_CHILDREN)?,
             iterations: bounded("iterations", b.iterations, Some(20_000_000), MAX_ITERATIONS)?,
         },
+        _ => {
+            let service = b.service.ok_or_else(|| invalid("service is required"))?;
+            let payload = serde_json::json!({ "service": service });
+            crate::jobs::service::parse_payload(&payload, policy.services).map_err(invalid)?;
+            let via = match b.via.as_deref().unwrap_or("drain") {
+                "drain" => Via::Drain,
+                "self" => Via::SelfChild,
+                other => return Err(invalid(format!("via must be drain or self, got {other:?}"))),
+            };
+            ProbeRequest::Service {
+                service,
+                calls: bounded("calls", b.calls, None, MAX_CALLS)?,
+                concurrency: bounded("concurrency", b.concurrency, Some(25), MAX_CONCURRENCY)?,
+                via,
+            }
+        }
     })
 }
 
@@ -258,6 +303,73 @@ mod tests {
         assert_eq!(code, "invalid_probe");
         assert!(message.contains("ALLOW_PRIVATE_TARGETS"), "{message}");
         assert!(parsed(local, &DEV).is_ok());
+    }
+
+    #[test]
+    fn a_service_probe_names_a_callable_binding_and_a_path() {
+        let services = ["HANDLER".to_string()];
+        let policy = TargetPolicy {
+            services: &services,
+            ..PROD
+        };
+        assert_eq!(
+            parsed(
+                r#"{"mode": "service", "service": "HANDLER", "calls": 50}"#,
+                &policy
+            ),
+            Ok(ProbeRequest::Service {
+                service: "HANDLER".into(),
+                calls: 50,
+                concurrency: 25,
+                via: Via::Drain
+            })
+        );
+        assert_eq!(
+            parsed(
+                r#"{"mode": "service", "service": "HANDLER", "calls": 5, "concurrency": 2, "via": "self"}"#,
+                &policy
+            ),
+            Ok(ProbeRequest::Service {
+                service: "HANDLER".into(),
+                calls: 5,
+                concurrency: 2,
+                via: Via::SelfChild
+            })
+        );
+        for (body, says) in [
+            (r#"{"mode": "service", "calls": 5}"#, "service is required"),
+            (
+                r#"{"mode": "service", "service": "OTHER", "calls": 5}"#,
+                "SERVICE_BINDINGS must list it",
+            ),
+            (
+                r#"{"mode": "service", "service": "HANDLER"}"#,
+                "calls is required",
+            ),
+            (
+                r#"{"mode": "service", "service": "HANDLER", "calls": 5, "via": "queue"}"#,
+                "via must be drain or self",
+            ),
+            (
+                r#"{"mode": "service", "service": "HANDLER", "calls": 5, "children": 2}"#,
+                "children is not a field of mode service",
+            ),
+            (
+                r#"{"calls": 5, "via": "self"}"#,
+                "via is not a field of mode self_calls",
+            ),
+        ] {
+            let (code, message) = parsed(body, &policy).unwrap_err();
+            assert_eq!(code, "invalid_probe", "{body}");
+            assert!(message.contains(says), "{body}: {message}");
+        }
+        // Without SERVICE_BINDINGS no binding is callable.
+        let (_, message) = parsed(
+            r#"{"mode": "service", "service": "HANDLER", "calls": 5}"#,
+            &PROD,
+        )
+        .unwrap_err();
+        assert!(message.contains("callable: none"), "{message}");
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub async fn execute(
 /// watchdog having fired: the platform refused it (a request may make only so many
 /// service-binding calls), so no child ran. The body names `invocation`, signed
 /// with the item (`core::dispatch::Dispatched`).
-async fn dispatch(
+pub(super) async fn dispatch(
     service: &Fetcher,
     secret: &str,
     item: &ClaimedItem,

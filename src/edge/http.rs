@@ -165,7 +165,10 @@ async fn admin(
     match served? {
         Served::Json(status, body) => Ok(Reply::Json(status, body)),
         Served::Text(text) => Ok(Reply::Text(text)),
-        Served::Probe(probe) => Ok(Reply::Json(200, probe::run(env, cfg, &probe).await?)),
+        Served::Probe(probe) => {
+            let runner = run::Runner { jobs, env };
+            Ok(Reply::Json(200, probe::run(runner, cfg, &probe).await?))
+        }
     }
 }
 

@@ -4,7 +4,10 @@
 //! a cheap `GET /health`). `connections` and `cpu`: children started at once through
 //! SELF (`POST /internal/probe`, signed like a dispatch), each fetching a slow URL
 //! or burning CPU, timed from here, so the caller can tell whether they shared the
-//! 6 connections or one thread. It deliberately ignores SUBREQUEST_BUDGET: finding
+//! 6 connections or one thread. `service`: a `service` item's run made `calls`
+//! times, by this invocation as the drain makes it or through a SELF child, so
+//! the two paths can be timed against each other (docs/architecture.md,
+//! "Service items"). It deliberately ignores SUBREQUEST_BUDGET: finding
 //! the real caps is the point. Admin-only; bodies are parsed and bounded by
 //! `api::probe`.
 //!
@@ -19,9 +22,11 @@ use serde_json::{json, Value};
 use worker::{web_sys, Env, Fetcher, Request};
 
 use super::config::Config;
-use super::{clock, SELF_ORIGIN};
-use crate::api::probe::{self, ProbeRequest, ProbeTask, FETCH_TIMEOUT_MS};
+use super::run::{run_with_timeout, Runner};
+use super::{clock, dispatch, SELF_ORIGIN};
+use crate::api::probe::{self, ProbeRequest, ProbeTask, Via, FETCH_TIMEOUT_MS};
 use crate::core::error::ApiError;
+use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::signature::SignatureHeader;
 
 /// One self call's result: answered 200, threw (no answer: the platform refused,
@@ -64,9 +69,15 @@ fn self_binding(env: &Env) -> Result<Fetcher, ApiError> {
         .map_err(|e| ApiError::Internal(format!("binding SELF: {e}")))
 }
 
-pub async fn run(env: &Env, cfg: &Config, req: &ProbeRequest) -> Result<Value, ApiError> {
-    let service = self_binding(env)?;
+pub async fn run(runner: Runner<'_>, cfg: &Config, req: &ProbeRequest) -> Result<Value, ApiError> {
+    let service = self_binding(runner.env)?;
     match req {
+        ProbeRequest::Service {
+            service: binding,
+            calls,
+            concurrency,
+            via,
+        } => Ok(service_calls(&service, runner, cfg, binding, *calls, *concurrency, *via).await),
         ProbeRequest::SelfCalls { calls, concurrency } => {
             Ok(self_calls(&service, *calls, *concurrency).await)
         }
@@ -137,6 +148,85 @@ async fn self_calls(service: &Fetcher, calls: i64, concurrency: i64) -> Value {
         "first_refusal": first_refusal,
         "errors": errors,
         "runs": runs,
+        "elapsed_ms": elapsed_ms,
+        "calls_per_second": (calls as f64) * 1000.0 / (elapsed_ms as f64),
+    })
+}
+
+/// `calls` runs of a `service` item calling `binding` (path `/probe`, `data`
+/// null), `concurrency` in flight, made `via` one path with the drain's own code
+/// (`run_with_timeout`, or `dispatch::dispatch` and the child's run): counted by
+/// outcome, timed from here.
+async fn service_calls(
+    self_service: &Fetcher,
+    runner: Runner<'_>,
+    cfg: &Config,
+    binding: &str,
+    calls: i64,
+    concurrency: i64,
+    via: Via,
+) -> Value {
+    let payload = json!({"service": binding, "path": "/probe", "data": null}).to_string();
+    let item = |i: i64| ClaimedItem {
+        item_id: i + 1,
+        lease_token: "probe".into(),
+        batch_id: "probe".into(),
+        subject_id: format!("probe-{i}"),
+        attempt: 1,
+        max_attempts: 1,
+        kind: "service".into(),
+        payload: payload.clone(),
+        receipts: None,
+    };
+    // One timer for every child call: a child enforces the job timeout itself.
+    let signal = web_sys::AbortSignal::timeout_with_u32(FETCH_TIMEOUT_MS);
+    let started = clock::now_ms();
+    let outcomes: Vec<String> = stream::iter(0..calls)
+        .map(|i| {
+            let item = item(i);
+            let signal = &signal;
+            async move {
+                let ran = match via {
+                    Via::Drain => Ok(run_with_timeout(&item, cfg, runner, Some("probe")).await),
+                    Via::SelfChild => {
+                        dispatch::dispatch(
+                            self_service,
+                            &cfg.secrets.dispatch,
+                            &item,
+                            "probe",
+                            signal,
+                        )
+                        .await
+                    }
+                };
+                match ran {
+                    Ok(ran) => match ran.outcome {
+                        Outcome::Done => "done".to_string(),
+                        Outcome::Retry(why) => format!("retry: {why}"),
+                        Outcome::Fail(why) => format!("fail: {why}"),
+                    },
+                    Err(refused) => format!("refused: {}", refused.0),
+                }
+            }
+        })
+        .buffer_unordered(concurrency as usize)
+        .collect()
+        .await;
+    let elapsed_ms = (clock::now_ms() - started).max(1);
+    let mut errors: BTreeMap<String, i64> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| *o != "done") {
+        *errors.entry(outcome.clone()).or_default() += 1;
+    }
+    let done = calls - errors.values().sum::<i64>();
+    json!({
+        "mode": "service",
+        "service": binding,
+        "via": via,
+        "calls": calls,
+        "concurrency": concurrency,
+        "done": done,
+        "failed": calls - done,
+        "errors": errors,
         "elapsed_ms": elapsed_ms,
         "calls_per_second": (calls as f64) * 1000.0 / (elapsed_ms as f64),
     })
