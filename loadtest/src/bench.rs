@@ -13,6 +13,7 @@ use crate::metrics::{self, ratio};
 use crate::plan;
 use crate::report::RunReport;
 use crate::run;
+use crate::service_paths;
 use crate::scenario::{Job, Scenario, Spec};
 use crate::sink::PLATFORM_CONNECTIONS;
 use crate::table::{num, Table};
@@ -87,6 +88,15 @@ pub struct BenchArgs {
     /// round's ratio and their median (a few minutes, not the whole bench).
     #[arg(long)]
     pub only_fanout: bool,
+    /// Run only the two paths of a `service` item, timed against each other on
+    /// cron-fanout beside the example handler (`POST /probe` mode `service`):
+    /// straight from the drain, and through a SELF child; `--rounds` rounds of
+    /// `--service-calls` calls each way.
+    #[arg(long)]
+    pub only_service_paths: bool,
+    /// Calls each way per round of `--only-service-paths`.
+    #[arg(long, default_value_t = 1000)]
+    pub service_calls: u64,
     /// Requests in flight per `Fanout-Invocation` the sink allows in the capped
     /// latency-bound runs (the platform's simultaneous open connections).
     #[arg(long, default_value_t = PLATFORM_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
@@ -404,6 +414,9 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     if args.only_fanout {
         return only_fanout(&args, &noop, timeout).await;
     }
+    if args.only_service_paths {
+        return only_service_paths(&args).await;
+    }
 
     let fanout_args = with_mode(&args.target, "fanout");
     let mut fanout = Vec::new();
@@ -471,6 +484,34 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         print!("{}", report.table());
     }
     Ok(report.passed())
+}
+
+/// `--only-service-paths`: one runtime of cron-fanout and the example handler,
+/// a warm-up of both paths, then the rounds, a line each, and their medians.
+async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
+    let mut target = crate::service::open(&args.target, "bench-service-paths").await?;
+    let (binding, calls, concurrency) = (crate::service::BINDING, args.service_calls, 25);
+    eprintln!("warming up: {WARM_UP_CALLS} service calls each way ...");
+    service_paths::measure(&target.api, binding, WARM_UP_CALLS, concurrency, 1).await?;
+    eprintln!("{} rounds of {calls} calls each way, {concurrency} in flight ...", args.rounds);
+    let paths = service_paths::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
+    for (round, (d, s)) in paths.drain.iter().zip(&paths.via_self).enumerate() {
+        println!(
+            "round {}: straight from the drain {:.1} calls/s, through a SELF child {:.1} calls/s",
+            round + 1,
+            d.calls_per_second,
+            s.calls_per_second
+        );
+    }
+    println!("{}", paths.summary());
+    let done = paths.all_done();
+    if let Err(why) = &done {
+        println!("FAIL: {why}");
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(done.is_ok())
 }
 
 /// `--only-fanout`: the rounds of (a) between probes of (c), a line each, then
