@@ -140,7 +140,10 @@ fn scripted(inner: &mut Inner, key: &str) -> Option<u16> {
 /// A request's header names, and those whose value holds one of the set-up
 /// secrets (the GitHub token, the Telegram bot token).
 fn header_facts(headers: &HeaderMap, setup: &Setup) -> (Vec<String>, Vec<String>) {
-    let secrets = [setup.github_token.as_str(), setup.telegram_bot_token.as_str()];
+    let secrets = [
+        setup.github_token.as_str(),
+        setup.telegram_bot_token.as_str(),
+    ];
     let names = headers.keys().map(|n| n.as_str().to_string()).collect();
     let with_secret = headers
         .iter()
