@@ -47,12 +47,7 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
 #[test]
 fn create_batch_from_items_uses_the_settings_and_a_default_key() {
     let host = setup();
-    let created = host.ok(
-        POST,
-        "/batches",
-        Some(json!({"items": [item("x"), item("y")]})),
-        201,
-    );
+    let created = host.create_batch(json!({"items": [item("x"), item("y")]}));
     assert_eq!(
         (created["key"].clone(), created["total"].clone()),
         (json!("adhoc:batch-1"), json!(2))
@@ -114,12 +109,12 @@ fn create_batch_refuses_keys_that_belong_to_a_schedule() {
     host.ok(DELETE, "/schedules/daily", None, 200);
     host.bad(POST, "/batches", &post("daily:2026-11-18"), "reserved_key");
     // Only the prefix up to the first ':' names a schedule.
-    host.ok(POST, "/batches", Some(post("digest")), 201);
-    host.ok(POST, "/batches", Some(post("digest-x:1")), 201);
-    host.ok(POST, "/batches", Some(post("other:digest:1")), 201);
+    host.create_batch(post("digest"));
+    host.create_batch(post("digest-x:1"));
+    host.create_batch(post("other:digest:1"));
     // Once the schedule is gone its prefix is free again.
     host.ok(DELETE, "/schedules/digest", None, 200);
-    host.ok(POST, "/batches", Some(post("digest:adhoc")), 201);
+    host.create_batch(post("digest:adhoc"));
 }
 
 #[test]
@@ -127,12 +122,7 @@ fn list_batches_is_newest_first_and_not_paged_by_after() {
     let host = setup();
     for key in ["k1", "k2", "k3"] {
         host.now.set(host.now.get() + 1);
-        host.ok(
-            POST,
-            "/batches",
-            Some(json!({"key": key, "items": [item("x")]})),
-            201,
-        );
+        host.create_batch(json!({"key": key, "items": [item("x")]}));
     }
     let got = host.ok(GET, "/batches?limit=2", None, 200);
     assert_eq!(column(&got, "batches", "key"), ["k3", "k2"]);
@@ -144,12 +134,7 @@ fn list_batches_is_newest_first_and_not_paged_by_after() {
 #[test]
 fn get_batch_answers_progress_or_404() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "k", "items": [item("x")]})),
-        201,
-    );
+    host.create_batch(json!({"key": "k", "items": [item("x")]}));
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
         (
@@ -166,12 +151,7 @@ fn get_batch_answers_progress_or_404() {
 #[test]
 fn list_items_filters_by_status_and_pages_by_subject() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"items": [item("c"), item("a"), item("b")]})),
-        201,
-    );
+    host.create_batch(json!({"items": [item("c"), item("a"), item("b")]}));
     host.store
         .db()
         .conn()
@@ -211,8 +191,7 @@ fn list_items_filters_by_status_and_pages_by_subject() {
 #[test]
 fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
     let host = setup();
-    let items: Vec<Value> = (0..10).map(|n| item(&format!("x{n}"))).collect();
-    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+    host.create_batch(json!({"items": numbered_items("x", 10)}));
     // The batch was created 10 minutes ago; in the last 5 minutes the summaries
     // ended 3 of its items (and 7 of another batch's), earlier ones 2 more.
     host.now.set(NOW + 600_000);
@@ -232,7 +211,7 @@ fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
 #[test]
 fn rate_and_eta_are_null_when_unknown() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     // Just created: no span to measure a rate over.
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
@@ -265,7 +244,7 @@ fn rate_and_eta_are_null_when_unknown() {
 #[test]
 fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     // Before the batch: never counted, even under its id.
     host.invocation(30_000, &[("batch-1", 99, 0)]);
     host.now.set(NOW + 180_000);
@@ -313,7 +292,7 @@ fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
 #[test]
 fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     let n = MAX_POINTS + 5;
     // NOW is 0.123 s into its 10 s bucket; invocation k ends 1.9 s after the
     // start of bucket k.
@@ -345,7 +324,7 @@ fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
 #[test]
 fn the_timeline_refuses_bad_queries_and_unknown_batches() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     for bad in [
         "bucket_seconds=5",
         "bucket_seconds=3601",

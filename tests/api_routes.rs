@@ -79,12 +79,7 @@ const SCHEDULE_KEYS: [&str; 14] = [
 fn every_route_in_the_table_answers_its_success_shape() {
     let host = setup();
     host.put_subjects(json!([subject("s1"), subject("s2")]));
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "k1", "source": "subjects"})),
-        201,
-    );
+    host.create_batch(json!({"key": "k1", "source": "subjects"}));
     host.store
         .db()
         .conn()
@@ -210,7 +205,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
             }
             (POST, "/batches/{id}/cancel") => {
                 let made = json!({"key": "to-cancel", "items": [item("y")]});
-                let id = host.ok(POST, "/batches", Some(made), 201)["id"].clone();
+                let id = host.create_batch(made)["id"].clone();
                 let got = host.ok(
                     POST,
                     &format!("/batches/{}/cancel", id.as_str().unwrap()),

@@ -210,12 +210,7 @@ fn put_schedule_refuses_every_bad_body_without_writing() {
 #[test]
 fn a_new_schedule_may_not_take_a_key_prefix_that_ad_hoc_batches_use() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "backfill:2026-11", "items": [item("a")]})),
-        201,
-    );
+    host.create_batch(json!({"key": "backfill:2026-11", "items": [item("a")]}));
     let message = host.bad(
         PUT,
         "/schedules/backfill",

@@ -59,6 +59,15 @@ pub fn setup() -> Host {
     }
 }
 
+/// [`setup`]'s host with `ALLOW_PRIVATE_TARGETS=true`, as local development runs it.
+pub fn setup_allowing_private_targets() -> Host {
+    let mut host = setup();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
+    host
+}
+
 /// A request as the edge builds it: `target` is the raw path and query.
 pub fn request(
     method: Method,
@@ -256,6 +265,16 @@ impl Host {
     pub fn put_subjects(&self, subjects: Value) {
         self.ok(PUT, "/subjects", Some(json!({ "subjects": subjects })), 200);
     }
+
+    /// `PUT /subjects` of one webhook subject `id` posting to `url`, which must succeed.
+    pub fn put_hook(&self, id: &str, url: &str) {
+        self.ok(PUT, "/subjects", Some(hook_subjects(id, url)), 200);
+    }
+
+    /// `POST /batches` with `body`, which must create the batch (201); the answer.
+    pub fn create_batch(&self, body: Value) -> Value {
+        self.ok(POST, "/batches", Some(body), 201)
+    }
 }
 
 pub fn error_code(answer: &Value) -> &str {
@@ -295,6 +314,11 @@ pub fn item(subject_id: &str) -> Value {
     json!({"subject_id": subject_id, "kind": "noop", "payload": {}})
 }
 
+/// `n` no-op items of subjects `<prefix>0`, `<prefix>1`...
+pub fn numbered_items(prefix: &str, n: usize) -> Vec<Value> {
+    (0..n).map(|i| item(&format!("{prefix}{i}"))).collect()
+}
+
 /// Moves `n` items of `batch` to completed (so the counters say what the
 /// summaries say).
 pub fn mark_ended(host: &Host, batch: &str, n: i64) {
@@ -318,7 +342,7 @@ pub fn hook_subjects(id: &str, url: &str) -> Value {
 
 /// A batch `key` of `n` no-op items (subjects `<key>-0`...), created now; its id.
 pub fn new_batch(host: &Host, key: &str, n: usize) -> String {
-    let items: Vec<Value> = (0..n).map(|i| item(&format!("{key}-{i}"))).collect();
+    let items = numbered_items(&format!("{key}-"), n);
     let got = host.ok(
         POST,
         "/batches",
