@@ -230,13 +230,7 @@ fn cancel_moves_pending_items_in_counted_pages_of_one_call_each() {
     let db = setup().into_db();
     let budget = Budget::new(1_000);
     let store = Store::new(Metered::new(db, budget.clone()));
-    let items: Vec<ItemInput> = (0..25)
-        .map(|i| ItemInput {
-            subject_id: format!("s{i:03}"),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
+    let items = items_of(25, |i| format!("s{i:03}"), "noop", &json!({}));
     block_on(store.create_batch("b", "k", 0, 3, BatchSource::Items(&items))).unwrap();
     assert!(
         block_on(store.set_batch_status("b", BatchStatus::Running, BatchStatus::Cancelled))

@@ -12,7 +12,6 @@ use cron_fanout::core::callback::{self, OnFinish};
 use cron_fanout::core::control::{BatchStatus, CANCEL_PAGE};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Ran, Transition};
 use cron_fanout::core::receipts::{self, ChannelResults, Receipt, Receipts};
-use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::retry::decide;
 use cron_fanout::core::target::TargetPolicy;
 use cron_fanout::core::upkeep::{Upkeep, DAY_MS};
@@ -45,13 +44,7 @@ fn batch_of_kind(
     payload: Value,
     with_callback: bool,
 ) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: kind.into(),
-            payload: payload.clone(),
-        })
-        .collect();
+    let items = items_of(n, |i| format!("{key}-{i:05}"), kind, &payload);
     let id = format!("b-{key}");
     let hook = with_callback.then(on_finish);
     let created = block_on(store.create_batch_calling_back(

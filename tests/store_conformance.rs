@@ -10,7 +10,7 @@ use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::BatchStatus;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
-use cron_fanout::core::requests::{ItemInput, SubjectInput};
+use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::retry::{decide, release};
 use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::store::metered::Metered;
@@ -116,13 +116,12 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
 #[test]
 fn explicit_items_are_chunked_and_all_or_nothing() {
     let store = setup();
-    let items: Vec<ItemInput> = (0..1_201)
-        .map(|i| ItemInput {
-            subject_id: format!("u{i}"),
-            kind: "webhook".into(),
-            payload: json!({"url": "https://e.com"}),
-        })
-        .collect();
+    let items = items_of(
+        1_201,
+        |i| format!("u{i}"),
+        "webhook",
+        &json!({"url": "https://e.com"}),
+    );
     let before = store.usage().statements;
     block_on(store.create_batch("b", "adhoc", 0, 3, BatchSource::Items(&items))).unwrap();
     // create + 3 chunks of ≤ 500 + total, then the read-back.
@@ -1009,14 +1008,9 @@ fn migration_0013_carries_a_live_database_over() {
     let before_0013 = migrations_in("to-0012", .."0013".to_string());
     let store = Store::new(SqliteDb::in_memory(&before_0013).expect("0001..0012 apply"));
     let callback = Some(r#"{"url":"https://example.com/done"}"#);
-    let items = |key: &str, n: usize| -> Vec<ItemInput> {
-        (0..n)
-            .map(|i| ItemInput {
-                subject_id: format!("{key}{i:02}"),
-                kind: "webhook".into(),
-                payload: json!({"url": "https://example.com"}),
-            })
-            .collect()
+    let items = |key: &str, n: usize| {
+        let url = json!({"url": "https://example.com"});
+        items_of(n, |i| format!("{key}{i:02}"), "webhook", &url)
     };
     let (a, b, c) = (items("a", 10), items("b", 5), items("c", 2));
     block_on(store.create_batch_calling_back("A", "a", 0, 3, BatchSource::Items(&a), callback))

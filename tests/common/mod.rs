@@ -17,7 +17,7 @@ use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Param, Store};
 use futures::executor::block_on;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The lease and retry policy of every host suite: a test that needs others says why.
 pub const LEASE_MS: i64 = 60_000;
@@ -46,16 +46,26 @@ pub fn subject(id: &str, active: bool) -> SubjectInput {
     }
 }
 
+/// `n` items of `kind` with `payload`, the `i`th for subject `subject(i)`.
+pub fn items_of(
+    n: usize,
+    subject: impl Fn(usize) -> String,
+    kind: &str,
+    payload: &Value,
+) -> Vec<ItemInput> {
+    (0..n)
+        .map(|i| ItemInput {
+            subject_id: subject(i),
+            kind: kind.into(),
+            payload: payload.clone(),
+        })
+        .collect()
+}
+
 /// A batch `key` (id `b-<key>`) of `n` no-op items (subjects `<key>-00000`...)
 /// with `max_attempts`, created at t=0.
 pub fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
+    let items = items_of(n, |i| format!("{key}-{i:05}"), "noop", &json!({}));
     let id = format!("b-{key}");
     match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
         .unwrap()
