@@ -105,9 +105,8 @@ fn claim_params(now: i64, limit: i64) -> Vec<Param> {
 #[test]
 fn paused_and_cancelled_batches_are_never_claimed() {
     let store = setup();
-    let running = batch_of(&store, "run", 5, 3);
-    let paused = batch_of(&store, "paused", 5, 3);
-    let cancelled = batch_of(&store, "gone", 5, 3);
+    let [running, paused, cancelled] =
+        ["run", "paused", "gone"].map(|key| batch_of(&store, key, 5, 3));
     assert_eq!(
         control(&store, &paused, Control::Pause),
         Move::To(BatchStatus::Paused)
@@ -819,10 +818,8 @@ fn item_ids_are_never_handed_out_again_after_retention() {
 /// leaves no foreign key dangling.
 #[test]
 fn the_rebuild_keeps_rows_ids_and_counters() {
-    let conn = rusqlite::Connection::open_in_memory().unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
     // The ones before it, then 0006 alone (later migrations have tests of their own).
-    apply_migrations(&conn, .."0006".to_string());
+    let conn = database_before("0006");
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, completed, failed, created_at, finished_at, schedule_id)
            VALUES ('f', 'daily:2026-01-01', 'finished', 2, 1, 1, 5, 9, 'daily'),

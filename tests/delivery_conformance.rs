@@ -827,9 +827,7 @@ fn a_replay_keeps_delivered_channels_and_sends_only_the_rest() {
 /// index and both triggers there.
 #[test]
 fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
-    let conn = rusqlite::Connection::open_in_memory().unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    apply_migrations(&conn, .."0007".to_string());
+    let conn = database_before("0007");
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, created_at) VALUES ('r', 'k', 'running', 2, 1);
          INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)

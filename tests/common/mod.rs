@@ -150,6 +150,15 @@ pub fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
     }
 }
 
+/// A database of every migration before `name`, foreign keys on: a migration's
+/// own test writes its rows there, then applies it.
+pub fn database_before(name: &str) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    apply_migrations(&conn, ..name.to_string());
+    conn
+}
+
 /// Applies, in name order, the migration files whose names fall in `names`
 /// (`.."0007".into()`: every one before 0007), as D1 would: a migration's own test
 /// builds the database before it, writes rows, then applies it.
