@@ -31,8 +31,8 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
     let before = host.fingerprint();
     let again = host.ok(POST, "/batches", Some(body), 200);
     assert_eq!(
-        (again["id"].clone(), again["total"].clone()),
-        (json!("batch-1"), json!(2))
+        fields(&again, ["id", "total"]),
+        [json!("batch-1"), json!(2)]
     );
     assert_eq!(host.fingerprint(), before);
     let events = host.events.borrow();
@@ -49,16 +49,16 @@ fn create_batch_from_items_uses_the_settings_and_a_default_key() {
     let host = setup();
     let created = host.create_batch(json!({"items": [item("x"), item("y")]}));
     assert_eq!(
-        (created["key"].clone(), created["total"].clone()),
-        (json!("adhoc:batch-1"), json!(2))
+        fields(&created, ["key", "total"]),
+        [json!("adhoc:batch-1"), json!(2)]
     );
     let items = host.ok(GET, "/batches/batch-1/items", None, 200);
     let first = &items["items"][0];
     assert_eq!(first["max_attempts"], json!(MAX_ATTEMPTS));
     assert_eq!(first["run_after"], json!(rfc3339(NOW)));
     assert_eq!(
-        (first["status"].clone(), first["attempt"].clone()),
-        (json!("pending"), json!(0))
+        fields(first, ["status", "attempt"]),
+        [json!("pending"), json!(0)]
     );
 }
 
@@ -137,12 +137,8 @@ fn get_batch_answers_progress_or_404() {
     host.create_batch(json!({"key": "k", "items": [item("x")]}));
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (
-            got["key"].clone(),
-            got["pending"].clone(),
-            got["percent"].clone()
-        ),
-        (json!("k"), json!(1), json!(0.0))
+        fields(&got, ["key", "pending", "percent"]),
+        [json!("k"), json!(1), json!(0.0)]
     );
     host.get_refused("/batches/none", 404, "not_found");
     host.get_refused("/batches/batch-1?verbose=1", 400, "invalid_query");
@@ -215,15 +211,15 @@ fn rate_and_eta_are_null_when_unknown() {
     // Just created: no span to measure a rate over.
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(null), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(null), json!(null)]
     );
     // Running for a minute with nothing ended: a rate of zero, no ETA.
     host.now.set(NOW + 60_000);
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(0.0), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(0.0), json!(null)]
     );
     // Finished: neither.
     host.store
@@ -236,8 +232,8 @@ fn rate_and_eta_are_null_when_unknown() {
         .unwrap();
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(null), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(null), json!(null)]
     );
 }
 

@@ -145,12 +145,8 @@ fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
     run_due(&host, |_| Outcome::Done);
     let ended = batch_json(&host, id);
     assert_eq!(
-        (
-            ended["status"].clone(),
-            ended["total"].clone(),
-            ended["processing"].clone()
-        ),
-        (json!("finished"), json!(2), json!(0))
+        fields(&ended, ["status", "total", "processing"]),
+        [json!("finished"), json!(2), json!(0)]
     );
     assert_eq!(
         ended["callback"],
@@ -168,12 +164,8 @@ fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
         json!({"status": "pending", "attempts": 1, "last_error": "attempt 1 failed: HTTP 503"})
     );
     assert_eq!(
-        (
-            retrying["completed"].clone(),
-            retrying["pending"].clone(),
-            retrying["percent"].clone()
-        ),
-        (json!(2), json!(0), json!(100.0)),
+        fields(&retrying, ["completed", "pending", "percent"]),
+        [json!(2), json!(0), json!(100.0)],
         "the callback is no item"
     );
     host.now.set(NOW + 3_600_000);

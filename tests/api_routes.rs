@@ -113,8 +113,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 let first = &got["subjects"][0];
                 assert_eq!(keys(first), SUBJECT_KEYS);
                 assert_eq!(
-                    (first["group"].clone(), first["timezone"].clone()),
-                    (json!("default"), json!("UTC"))
+                    fields(first, ["group", "timezone"]),
+                    [json!("default"), json!("UTC")]
                 );
                 assert_eq!(
                     first["payload"]["data"],
@@ -214,8 +214,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 );
                 assert_eq!(keys(&got), PROGRESS_KEYS);
                 assert_eq!(
-                    (&got["status"], &got["cancelled"]),
-                    (&json!("cancelled"), &json!(1))
+                    fields(&got, ["status", "cancelled"]),
+                    [json!("cancelled"), json!(1)]
                 );
             }
             (POST, "/batches/{id}/retry") => {
@@ -255,12 +255,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
             (GET, "/schedules/{id}") => {
                 let got = host.ok(GET, "/schedules/daily", None, 200);
                 assert_eq!(
-                    (
-                        got["cron"].clone(),
-                        got["timezone"].clone(),
-                        got["group"].clone()
-                    ),
-                    (json!("0 12 * * *"), json!("UTC"), json!("default")),
+                    fields(&got, ["cron", "timezone", "group"]),
+                    [json!("0 12 * * *"), json!("UTC"), json!("default")],
                     "the migrations' daily schedule: the subjects without a group"
                 );
             }

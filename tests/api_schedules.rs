@@ -50,19 +50,12 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
     // 11:06:41 UTC: the next quarter hour. Defaults filled in; created_at kept.
     assert_eq!(replaced["next_fire_at"], json!("2026-11-18T11:15:00.000Z"));
     assert_eq!(
-        (
-            replaced["timezone"].clone(),
-            replaced["group"].clone(),
-            replaced["jitter_seconds"].clone()
-        ),
-        (json!("UTC"), Value::Null, json!(0))
+        fields(&replaced, ["timezone", "group", "jitter_seconds"]),
+        [json!("UTC"), Value::Null, json!(0)]
     );
     assert_eq!(
-        (
-            replaced["created_at"].clone(),
-            replaced["updated_at"].clone()
-        ),
-        (json!(rfc3339(NOW)), json!(rfc3339(NOW + 1_000)))
+        fields(&replaced, ["created_at", "updated_at"]),
+        [json!(rfc3339(NOW)), json!(rfc3339(NOW + 1_000))]
     );
     // A one-off answers its instant, even a past one (it fires on the next tick);
     // a disabled schedule has no next fire.
@@ -73,11 +66,11 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
         201,
     );
     assert_eq!(
-        (once["at"].clone(), once["next_fire_at"].clone()),
-        (
+        fields(&once, ["at", "next_fire_at"]),
+        [
             json!("2026-11-18T09:00:00.000Z"),
             json!("2026-11-18T09:00:00.000Z")
-        )
+        ]
     );
     let off = host.ok(
         PUT,
@@ -86,8 +79,8 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
         201,
     );
     assert_eq!(
-        (off["enabled"].clone(), off["next_fire_at"].clone()),
-        (json!(false), Value::Null)
+        fields(&off, ["enabled", "next_fire_at"]),
+        [json!(false), Value::Null]
     );
 }
 
@@ -307,29 +300,21 @@ fn a_fired_schedule_shows_its_last_fire_and_deleting_it_keeps_its_batch() {
     assert_eq!(report.plan.keys(), ["hourly:2026-11-18T12:00:00.000Z"]);
     let batch = host.ok(GET, "/batches/fired-1", None, 200);
     assert_eq!(
-        (
-            batch["key"].clone(),
-            batch["schedule_id"].clone(),
-            batch["total"].clone()
-        ),
-        (
+        fields(&batch, ["key", "schedule_id", "total"]),
+        [
             json!("hourly:2026-11-18T12:00:00.000Z"),
             json!("hourly"),
             json!(2)
-        )
+        ]
     );
     let hourly = host.ok(GET, "/schedules/hourly", None, 200);
     assert_eq!(
-        (
-            hourly["last_fired_at"].clone(),
-            hourly["last_batch_id"].clone(),
-            hourly["next_fire_at"].clone()
-        ),
-        (
+        fields(&hourly, ["last_fired_at", "last_batch_id", "next_fire_at"]),
+        [
             json!("2026-11-18T12:00:05.000Z"),
             json!("fired-1"),
             json!("2026-11-18T13:00:00.000Z")
-        )
+        ]
     );
     let items = host.ok(GET, "/batches/fired-1/items", None, 200);
     assert_eq!(

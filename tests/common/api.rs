@@ -297,6 +297,11 @@ pub fn column(answer: &Value, list: &str, field: &str) -> Vec<String> {
         .collect()
 }
 
+/// `names`' values in `object`, in that order: several fields in one comparison.
+pub fn fields<const N: usize>(object: &Value, names: [&str; N]) -> [Value; N] {
+    names.map(|name| object[name].clone())
+}
+
 pub fn keys(v: &Value) -> Vec<&str> {
     let mut keys: Vec<&str> = v
         .as_object()
