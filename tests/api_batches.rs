@@ -156,19 +156,14 @@ fn list_items_filters_by_status_and_pages_by_subject() {
             [],
         )
         .unwrap();
-    let page = |target: &str| host.page(target, "items", "subject_id");
-    let items = "/batches/batch-1/items";
-    assert_eq!(
-        page(&format!("{items}?limit=2")),
-        (strings(&["a", "b"]), json!("b"))
-    );
-    assert_eq!(
-        page(&format!("{items}?after=b")),
-        (strings(&["c"]), Value::Null)
-    );
-    assert_eq!(
-        page(&format!("{items}?status=failed")),
-        (strings(&["b"]), Value::Null)
+    host.assert_pages(
+        "items",
+        "subject_id",
+        &[
+            ("/batches/batch-1/items?limit=2", &["a", "b"], json!("b")),
+            ("/batches/batch-1/items?after=b", &["c"], Value::Null),
+            ("/batches/batch-1/items?status=failed", &["b"], Value::Null),
+        ],
     );
     let failed = host.ok(GET, "/batches/batch-1/items?status=failed", None, 200);
     assert_eq!(failed["items"][0]["last_error"], json!("boom"));
@@ -187,11 +182,9 @@ fn list_items_filters_by_status_and_pages_by_subject() {
 #[test]
 fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
     let host = setup();
-    host.create_batch(json!({"items": numbered_items("x", 10)}));
     // The batch was created 10 minutes ago; in the last 5 minutes the summaries
     // ended 3 of its items (and 7 of another batch's), earlier ones 2 more.
-    host.now.set(NOW + 600_000);
-    mark_ended(&host, "batch-1", 5);
+    batch_under_way(&host, 10, 600_000, 5);
     host.invocation(400_000, &[("batch-1", 2, 0)]);
     host.invocation(200_000, &[("batch-1", 2, 1), ("other", 7, 0)]);
     host.invocation(60_000, &[("other", 1, 0)]);

@@ -345,9 +345,7 @@ fn sql_list(values: &[&str]) -> String {
 #[test]
 fn metrics_report_the_queue_and_the_last_hour() {
     let host = setup();
-    host.create_batch(json!({"items": numbered_items("x", 6)}));
-    host.now.set(NOW + 90_000);
-    mark_ended(&host, "batch-1", 2);
+    batch_under_way(&host, 6, 90_000, 2);
     in_flight(&host, &["x5"]);
     host.invocation(60_000, &[("batch-1", 2, 0)]);
     host.invocation(2 * 3_600_000, &[("batch-1", 50, 0)]); // older than an hour

@@ -238,16 +238,19 @@ fn list_schedules_pages_by_id_and_get_delete_answer_404_when_missing() {
             201,
         );
     }
-    let page = |target: &str| host.page(target, "schedules", "id");
-    assert_eq!(
-        page("/schedules?limit=2"),
-        (strings(&["a", "b"]), json!("b"))
+    host.assert_pages(
+        "schedules",
+        "id",
+        &[
+            ("/schedules?limit=2", &["a", "b"], json!("b")),
+            (
+                "/schedules?limit=2&after=b",
+                &["c", "daily"],
+                json!("daily"),
+            ),
+            ("/schedules?after=daily", &[], Value::Null),
+        ],
     );
-    assert_eq!(
-        page("/schedules?limit=2&after=b"),
-        (strings(&["c", "daily"]), json!("daily"))
-    );
-    assert_eq!(page("/schedules?after=daily"), (strings(&[]), Value::Null));
     for bad in ["limit=0", "limit=1001", "status=failed", "page=2"] {
         host.get_refused(&format!("/schedules?{bad}"), 400, "invalid_query");
     }

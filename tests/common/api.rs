@@ -195,6 +195,18 @@ impl Host {
         (column(&answer, list, field), answer["next_after"].clone())
     }
 
+    /// Each of `pages` (its target, the `field`s of its `list`, its `next_after`)
+    /// is the page the listing answers.
+    pub fn assert_pages(&self, list: &str, field: &str, pages: &[(&str, &[&str], Value)]) {
+        for (target, rows, next_after) in pages {
+            assert_eq!(
+                self.page(target, list, field),
+                (strings(rows), next_after.clone()),
+                "{target}"
+            );
+        }
+    }
+
     /// Every row of every table, as text: what any write would change. (The
     /// connection's change counter is no use: it also counts rolled-back changes.)
     pub fn fingerprint(&self) -> Vec<String> {
@@ -338,6 +350,14 @@ pub fn mark_ended(host: &Host, batch: &str, n: i64) {
              UPDATE batches SET completed = completed + {n} WHERE id = '{batch}'"
         ))
         .unwrap();
+}
+
+/// `batch-1` of `n` no-op items (subjects `x0`...) created now; then the clock
+/// `later_ms` on, and `ended` of its items completed: a batch under way.
+pub fn batch_under_way(host: &Host, n: usize, later_ms: i64, ended: i64) {
+    host.create_batch(json!({"items": numbered_items("x", n)}));
+    host.now.set(host.now.get() + later_ms);
+    mark_ended(host, "batch-1", ended);
 }
 
 /// A `PUT /subjects` body of one webhook subject `id` posting to `url`.
