@@ -92,6 +92,12 @@ fn every_route_in_the_table_answers_its_success_shape() {
         )
         .unwrap();
 
+    // A call that must answer 200 with a batch's progress.
+    let progress = |method: Method, target: &str| {
+        let got = host.ok(method, target, None, 200);
+        assert_eq!(keys(&got), PROGRESS_KEYS, "{target}");
+        got
+    };
     for route in ROUTES {
         let (method, path) = (route.method, route.path);
         match (method, path) {
@@ -143,8 +149,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 assert_eq!(keys(&got["batches"][0]), PROGRESS_KEYS);
             }
             (GET, "/batches/{id}") => {
-                let got = host.ok(GET, "/batches/batch-1", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                progress(GET, "/batches/batch-1");
             }
             (GET, "/batches/{id}/items") => {
                 let got = host.ok(GET, "/batches/batch-1/items", None, 200);
@@ -194,25 +199,17 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 );
             }
             (POST, "/batches/{id}/pause") => {
-                let got = host.ok(POST, "/batches/batch-1/pause", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let got = progress(POST, "/batches/batch-1/pause");
                 assert_eq!(got["status"], json!("paused"));
             }
             (POST, "/batches/{id}/resume") => {
-                let got = host.ok(POST, "/batches/batch-1/resume", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let got = progress(POST, "/batches/batch-1/resume");
                 assert_eq!(got["status"], json!("running"));
             }
             (POST, "/batches/{id}/cancel") => {
                 let made = json!({"key": "to-cancel", "items": [item("y")]});
                 let id = host.create_batch(made)["id"].clone();
-                let got = host.ok(
-                    POST,
-                    &format!("/batches/{}/cancel", id.as_str().unwrap()),
-                    None,
-                    200,
-                );
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let got = progress(POST, &format!("/batches/{}/cancel", id.as_str().unwrap()));
                 assert_eq!(
                     fields(&got, ["status", "cancelled"]),
                     [json!("cancelled"), json!(1)]
