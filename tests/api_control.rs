@@ -75,13 +75,8 @@ fn cancel_sweeps_pending_items_and_leaves_those_in_flight() {
     let claimed = block_on(host.store.claim_due_items(now, 2, "t", now + 60_000)).unwrap();
     let got = host.ok(POST, &format!("/batches/{id}/cancel"), None, 200);
     assert_eq!(
-        (
-            &got["status"],
-            &got["pending"],
-            &got["processing"],
-            &got["cancelled"]
-        ),
-        (&json!("cancelled"), &json!(0), &json!(2), &json!(3))
+        fields(&got, ["status", "pending", "processing", "cancelled"]),
+        [json!("cancelled"), json!(0), json!(2), json!(3)]
     );
     assert_eq!(
         got["finished_at"],
@@ -119,13 +114,8 @@ fn cancel_sweeps_pending_items_and_leaves_those_in_flight() {
     );
     let b = batch_json(&host, &id);
     assert_eq!(
-        (
-            &b["status"],
-            &b["completed"],
-            &b["cancelled"],
-            &b["percent"]
-        ),
-        (&json!("cancelled"), &json!(2), &json!(3), &json!(100.0))
+        fields(&b, ["status", "completed", "cancelled", "percent"]),
+        [json!("cancelled"), json!(2), json!(3), json!(100.0)]
     );
     assert_eq!(b["finished_at"], json!(rfc3339(now + 1)));
 }
