@@ -468,10 +468,7 @@ fn replay_into_a_cancelled_batch_moves_nothing() {
     let store = setup();
     let id = batch_of(&store, "c", 4, 1);
     let items = claim(&store, 0, 2, "t");
-    let ts: Vec<Transition> = items
-        .iter()
-        .map(|i| settle(i, Outcome::Fail("HTTP 400".into()), 1))
-        .collect();
+    let ts = settle_all(&items, Outcome::Fail("HTTP 400".into()), 1);
     commit(&store, &ts);
     control(&store, &id, Control::Cancel);
     let before = count(&store, "SELECT failed FROM batches");
@@ -796,7 +793,7 @@ fn item_ids_are_never_handed_out_again_after_retention() {
     let old = batch_of(&store, "old", 3, 1);
     let max_before = count(&store, "SELECT max(id) FROM cron_queue");
     let items = claim(&store, 0, 3, "t");
-    let ts: Vec<Transition> = items.iter().map(|i| settle(i, Outcome::Done, 1)).collect();
+    let ts = settle_all(&items, Outcome::Done, 1);
     commit(&store, &ts);
     tail(&store, 2);
     let cutoff = 2 + 31 * DAY_MS;

@@ -90,10 +90,7 @@ fn complete_all(store: &Store<SqliteDb>, now: i64) {
         if items.is_empty() {
             return;
         }
-        let ts: Vec<Transition> = items
-            .iter()
-            .map(|i| settle(i, Outcome::Done, now))
-            .collect();
+        let ts = settle_all(&items, Outcome::Done, now);
         commit(store, &ts);
     }
 }

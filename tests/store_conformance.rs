@@ -363,10 +363,7 @@ fn group_commit_applies_held_leases_and_reports_lost_ones() {
     block_on(store.reap_expired_leases(1, 100)).unwrap();
     assert_eq!(claim(&store, 1, 50, "other").len(), 10);
 
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     let before = store.usage();
     let applied: HashSet<i64> = block_on(store.commit_outcomes(&transitions))
         .unwrap()
@@ -441,10 +438,7 @@ fn a_retried_commit_reads_back_what_its_failed_attempt_applied() {
     let store = setup();
     batch_of(&store, "x", 4, 5);
     let items = claim(&store, 0, 4, "t");
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     // The first attempt applied items 1 and 2, and its answer was lost.
     block_on(store.commit_outcomes(&transitions[..2])).unwrap();
     // Meanwhile item 3's lease expired and another tick's reaper took it.
@@ -920,10 +914,7 @@ fn a_retried_commit_counts_nothing_its_failed_attempt_already_counted() {
     let store = setup();
     let a = batch_of(&store, "a", 6, 5);
     let items = claim(&store, 0, 6, "t");
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     // The first attempt applied half of them and its answer was lost.
     block_on(store.commit_outcomes(&transitions[..3])).unwrap();
     common_counters_exact(&store, &[&a]);
@@ -1078,10 +1069,7 @@ fn migration_0013_carries_a_live_database_over() {
         .iter()
         .filter(|i| [6, 7].contains(&i.item_id))
         .collect();
-    let done: Vec<Transition> = in_flight
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 4, 0.0))
-        .collect();
+    let done = settle_all(in_flight, Outcome::Done, 4);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap(), vec![6, 7]);
     let reaped = block_on(store.reap_expired_leases(1 + LEASE_MS, 100)).unwrap();
     assert_eq!(
@@ -1104,10 +1092,7 @@ fn migration_0013_carries_a_live_database_over() {
         [8, 9, 10, 12, 13, 14, 15, 18],
         "the pending items and C's callback"
     );
-    let done: Vec<Transition> = rest
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, now, 0.0))
-        .collect();
+    let done = settle_all(&rest, Outcome::Done, now);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 8);
     let ended = block_on(store.finish_batches(now + 1)).unwrap();
     let mut ended: Vec<&str> = ended.iter().map(|f| f.id.as_str()).collect();

@@ -85,6 +85,18 @@ pub fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
     decide(item, &outcome, POLICY, now, 0.0)
 }
 
+/// What the drain commits for each of `items`, every run ending in `outcome`.
+pub fn settle_all<'a>(
+    items: impl IntoIterator<Item = &'a ClaimedItem>,
+    outcome: Outcome,
+    now: i64,
+) -> Vec<Transition> {
+    items
+        .into_iter()
+        .map(|item| settle(item, outcome.clone(), now))
+        .collect()
+}
+
 /// A tick's tail with retention off: sweep, finish.
 pub fn tail(store: &Store<SqliteDb>, now: i64) -> Vec<FinishedBatch> {
     block_on(store.finish_tick(now, &Upkeep::at(now, 0))).unwrap()
