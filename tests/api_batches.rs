@@ -31,8 +31,8 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
     let before = host.fingerprint();
     let again = host.ok(POST, "/batches", Some(body), 200);
     assert_eq!(
-        (again["id"].clone(), again["total"].clone()),
-        (json!("batch-1"), json!(2))
+        fields(&again, ["id", "total"]),
+        [json!("batch-1"), json!(2)]
     );
     assert_eq!(host.fingerprint(), before);
     let events = host.events.borrow();
@@ -47,23 +47,18 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
 #[test]
 fn create_batch_from_items_uses_the_settings_and_a_default_key() {
     let host = setup();
-    let created = host.ok(
-        POST,
-        "/batches",
-        Some(json!({"items": [item("x"), item("y")]})),
-        201,
-    );
+    let created = host.create_batch(json!({"items": [item("x"), item("y")]}));
     assert_eq!(
-        (created["key"].clone(), created["total"].clone()),
-        (json!("adhoc:batch-1"), json!(2))
+        fields(&created, ["key", "total"]),
+        [json!("adhoc:batch-1"), json!(2)]
     );
     let items = host.ok(GET, "/batches/batch-1/items", None, 200);
     let first = &items["items"][0];
     assert_eq!(first["max_attempts"], json!(MAX_ATTEMPTS));
     assert_eq!(first["run_after"], json!(rfc3339(NOW)));
     assert_eq!(
-        (first["status"].clone(), first["attempt"].clone()),
-        (json!("pending"), json!(0))
+        fields(first, ["status", "attempt"]),
+        [json!("pending"), json!(0)]
     );
 }
 
@@ -114,12 +109,12 @@ fn create_batch_refuses_keys_that_belong_to_a_schedule() {
     host.ok(DELETE, "/schedules/daily", None, 200);
     host.bad(POST, "/batches", &post("daily:2026-11-18"), "reserved_key");
     // Only the prefix up to the first ':' names a schedule.
-    host.ok(POST, "/batches", Some(post("digest")), 201);
-    host.ok(POST, "/batches", Some(post("digest-x:1")), 201);
-    host.ok(POST, "/batches", Some(post("other:digest:1")), 201);
+    host.create_batch(post("digest"));
+    host.create_batch(post("digest-x:1"));
+    host.create_batch(post("other:digest:1"));
     // Once the schedule is gone its prefix is free again.
     host.ok(DELETE, "/schedules/digest", None, 200);
-    host.ok(POST, "/batches", Some(post("digest:adhoc")), 201);
+    host.create_batch(post("digest:adhoc"));
 }
 
 #[test]
@@ -127,12 +122,7 @@ fn list_batches_is_newest_first_and_not_paged_by_after() {
     let host = setup();
     for key in ["k1", "k2", "k3"] {
         host.now.set(host.now.get() + 1);
-        host.ok(
-            POST,
-            "/batches",
-            Some(json!({"key": key, "items": [item("x")]})),
-            201,
-        );
+        host.create_batch(json!({"key": key, "items": [item("x")]}));
     }
     let got = host.ok(GET, "/batches?limit=2", None, 200);
     assert_eq!(column(&got, "batches", "key"), ["k3", "k2"]);
@@ -144,20 +134,11 @@ fn list_batches_is_newest_first_and_not_paged_by_after() {
 #[test]
 fn get_batch_answers_progress_or_404() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "k", "items": [item("x")]})),
-        201,
-    );
+    host.create_batch(json!({"key": "k", "items": [item("x")]}));
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (
-            got["key"].clone(),
-            got["pending"].clone(),
-            got["percent"].clone()
-        ),
-        (json!("k"), json!(1), json!(0.0))
+        fields(&got, ["key", "pending", "percent"]),
+        [json!("k"), json!(1), json!(0.0)]
     );
     host.get_refused("/batches/none", 404, "not_found");
     host.get_refused("/batches/batch-1?verbose=1", 400, "invalid_query");
@@ -166,12 +147,7 @@ fn get_batch_answers_progress_or_404() {
 #[test]
 fn list_items_filters_by_status_and_pages_by_subject() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"items": [item("c"), item("a"), item("b")]})),
-        201,
-    );
+    host.create_batch(json!({"items": [item("c"), item("a"), item("b")]}));
     host.store
         .db()
         .conn()
@@ -180,19 +156,14 @@ fn list_items_filters_by_status_and_pages_by_subject() {
             [],
         )
         .unwrap();
-    let page = |target: &str| host.page(target, "items", "subject_id");
-    let items = "/batches/batch-1/items";
-    assert_eq!(
-        page(&format!("{items}?limit=2")),
-        (strings(&["a", "b"]), json!("b"))
-    );
-    assert_eq!(
-        page(&format!("{items}?after=b")),
-        (strings(&["c"]), Value::Null)
-    );
-    assert_eq!(
-        page(&format!("{items}?status=failed")),
-        (strings(&["b"]), Value::Null)
+    host.assert_pages(
+        "items",
+        "subject_id",
+        &[
+            ("/batches/batch-1/items?limit=2", &["a", "b"], json!("b")),
+            ("/batches/batch-1/items?after=b", &["c"], Value::Null),
+            ("/batches/batch-1/items?status=failed", &["b"], Value::Null),
+        ],
     );
     let failed = host.ok(GET, "/batches/batch-1/items?status=failed", None, 200);
     assert_eq!(failed["items"][0]["last_error"], json!("boom"));
@@ -211,12 +182,9 @@ fn list_items_filters_by_status_and_pages_by_subject() {
 #[test]
 fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
     let host = setup();
-    let items: Vec<Value> = (0..10).map(|n| item(&format!("x{n}"))).collect();
-    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
     // The batch was created 10 minutes ago; in the last 5 minutes the summaries
     // ended 3 of its items (and 7 of another batch's), earlier ones 2 more.
-    host.now.set(NOW + 600_000);
-    mark_ended(&host, "batch-1", 5);
+    batch_under_way(&host, 10, 600_000, 5);
     host.invocation(400_000, &[("batch-1", 2, 0)]);
     host.invocation(200_000, &[("batch-1", 2, 1), ("other", 7, 0)]);
     host.invocation(60_000, &[("other", 1, 0)]);
@@ -232,19 +200,19 @@ fn a_running_batch_has_a_rate_and_eta_from_recent_summaries() {
 #[test]
 fn rate_and_eta_are_null_when_unknown() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     // Just created: no span to measure a rate over.
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(null), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(null), json!(null)]
     );
     // Running for a minute with nothing ended: a rate of zero, no ETA.
     host.now.set(NOW + 60_000);
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(0.0), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(0.0), json!(null)]
     );
     // Finished: neither.
     host.store
@@ -257,15 +225,15 @@ fn rate_and_eta_are_null_when_unknown() {
         .unwrap();
     let got = host.ok(GET, "/batches/batch-1", None, 200);
     assert_eq!(
-        (&got["rate_per_min"], &got["eta"]),
-        (&json!(null), &json!(null))
+        fields(&got, ["rate_per_min", "eta"]),
+        [json!(null), json!(null)]
     );
 }
 
 #[test]
 fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     // Before the batch: never counted, even under its id.
     host.invocation(30_000, &[("batch-1", 99, 0)]);
     host.now.set(NOW + 180_000);
@@ -313,7 +281,7 @@ fn the_timeline_sums_summaries_per_bucket_within_the_batch_life() {
 #[test]
 fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     let n = MAX_POINTS + 5;
     // NOW is 0.123 s into its 10 s bucket; invocation k ends 1.9 s after the
     // start of bucket k.
@@ -345,7 +313,7 @@ fn a_timeline_with_more_buckets_than_it_carries_keeps_the_newest() {
 #[test]
 fn the_timeline_refuses_bad_queries_and_unknown_batches() {
     let host = setup();
-    host.ok(POST, "/batches", Some(json!({"items": [item("x")]})), 201);
+    host.create_batch(json!({"items": [item("x")]}));
     for bad in [
         "bucket_seconds=5",
         "bucket_seconds=3601",

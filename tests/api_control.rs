@@ -61,8 +61,8 @@ fn pause_and_resume_move_once_and_repeat_as_no_ops() {
     run_due(&host, |_| Outcome::Done);
     let done = batch_json(&host, &id);
     assert_eq!(
-        (&done["status"], &done["completed"]),
-        (&json!("finished"), &json!(3))
+        fields(&done, ["status", "completed"]),
+        [json!("finished"), json!(3)]
     );
 }
 
@@ -75,13 +75,8 @@ fn cancel_sweeps_pending_items_and_leaves_those_in_flight() {
     let claimed = block_on(host.store.claim_due_items(now, 2, "t", now + 60_000)).unwrap();
     let got = host.ok(POST, &format!("/batches/{id}/cancel"), None, 200);
     assert_eq!(
-        (
-            &got["status"],
-            &got["pending"],
-            &got["processing"],
-            &got["cancelled"]
-        ),
-        (&json!("cancelled"), &json!(0), &json!(2), &json!(3))
+        fields(&got, ["status", "pending", "processing", "cancelled"]),
+        [json!("cancelled"), json!(0), json!(2), json!(3)]
     );
     assert_eq!(
         got["finished_at"],
@@ -119,13 +114,8 @@ fn cancel_sweeps_pending_items_and_leaves_those_in_flight() {
     );
     let b = batch_json(&host, &id);
     assert_eq!(
-        (
-            &b["status"],
-            &b["completed"],
-            &b["cancelled"],
-            &b["percent"]
-        ),
-        (&json!("cancelled"), &json!(2), &json!(3), &json!(100.0))
+        fields(&b, ["status", "completed", "cancelled", "percent"]),
+        [json!("cancelled"), json!(2), json!(3), json!(100.0)]
     );
     assert_eq!(b["finished_at"], json!(rfc3339(now + 1)));
 }
@@ -293,8 +283,8 @@ fn replay_requeues_matching_failures_reopens_the_batch_and_keeps_counters_exact(
     });
     let b = batch_json(&host, &id);
     assert_eq!(
-        (&b["status"], &b["failed"]),
-        (&json!("finished"), &json!(3))
+        fields(&b, ["status", "failed"]),
+        [json!("finished"), json!(3)]
     );
 
     host.now.set(NOW + 60_000);
@@ -308,8 +298,8 @@ fn replay_requeues_matching_failures_reopens_the_batch_and_keeps_counters_exact(
     assert_eq!(got, json!({"requeued": 2}));
     let b = batch_json(&host, &id);
     assert_eq!(
-        (&b["status"], &b["failed"], &b["pending"], &b["finished_at"]),
-        (&json!("running"), &json!(1), &json!(2), &Value::Null)
+        fields(&b, ["status", "failed", "pending", "finished_at"]),
+        [json!("running"), json!(1), json!(2), Value::Null]
     );
     for i in item_rows(&host, &id, "pending") {
         assert_eq!(i["attempt"], json!(1), "the attempt counter keeps counting");
@@ -337,8 +327,8 @@ fn replay_requeues_matching_failures_reopens_the_batch_and_keeps_counters_exact(
     run_due(&host, |_| Outcome::Done);
     let b = batch_json(&host, &id);
     assert_eq!(
-        (&b["status"], &b["completed"], &b["failed"]),
-        (&json!("finished"), &json!(3), &json!(1))
+        fields(&b, ["status", "completed", "failed"]),
+        [json!("finished"), json!(3), json!(1)]
     );
     let limited = json!({"status": "failed", "limit": 1});
     assert_eq!(
@@ -365,7 +355,10 @@ fn replay_into_a_paused_batch_waits_for_resume() {
     let got = host.ok(POST, &format!("/batches/{id}/retry"), Some(body), 200);
     assert_eq!(got, json!({"requeued": 1}));
     let b = batch_json(&host, &id);
-    assert_eq!((&b["status"], &b["pending"]), (&json!("paused"), &json!(2)));
+    assert_eq!(
+        fields(&b, ["status", "pending"]),
+        [json!("paused"), json!(2)]
+    );
     // Both are due, but nothing of a paused batch is claimed.
     host.now.set(NOW + 3_600_000);
     run_due(&host, |_| Outcome::Done);
@@ -374,8 +367,8 @@ fn replay_into_a_paused_batch_waits_for_resume() {
     run_due(&host, |_| Outcome::Done);
     let b = batch_json(&host, &id);
     assert_eq!(
-        (&b["status"], &b["completed"]),
-        (&json!("finished"), &json!(2))
+        fields(&b, ["status", "completed"]),
+        [json!("finished"), json!(2)]
     );
 }
 
@@ -395,8 +388,8 @@ fn item_replay_requeues_one_failed_item_once() {
     assert_eq!(got, json!({"requeued": 1}));
     let b = batch_json(&host, &id);
     assert_eq!(
-        (&b["status"], &b["failed"], &b["pending"]),
-        (&json!("running"), &json!(0), &json!(1))
+        fields(&b, ["status", "failed", "pending"]),
+        [json!("running"), json!(0), json!(1)]
     );
     let before = host.fingerprint();
     assert_eq!(

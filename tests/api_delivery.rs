@@ -56,7 +56,7 @@ fn on_finish_is_validated_like_a_webhook_target_before_anything_is_written() {
     // The items are checked too, whatever on_finish says.
     let bad_item = json!({"items": [{"subject_id": "a", "kind": "email", "payload": {}}], "on_finish": {"url": HOOK}});
     host.bad(POST, "/batches", &bad_item, "invalid_payload");
-    let created = host.ok(POST, "/batches", Some(post(json!({"url": HOOK}))), 201);
+    let created = host.create_batch(post(json!({"url": HOOK})));
     assert_eq!(created["on_finish"], json!({"url": HOOK}));
     assert_eq!(
         created["callback"],
@@ -123,10 +123,7 @@ fn the_workers_other_hostnames_are_no_targets() {
 
 #[test]
 fn the_worker_itself_is_no_callback_target() {
-    let mut host = setup();
-    host.settings =
-        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
-            .unwrap();
+    let host = setup_allowing_private_targets();
     let mut req = admin(POST, "/batches");
     req.host = Some("127.0.0.1:8787".into());
     let body = json!({"items": [item("a")], "on_finish": {"url": "http://127.0.0.1:8787/batches"}});
@@ -140,23 +137,16 @@ fn the_worker_itself_is_no_callback_target() {
 #[test]
 fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
     let host = setup();
-    let created = host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "cb", "items": [item("a"), item("b")], "on_finish": {"url": HOOK}})),
-        201,
+    let created = host.create_batch(
+        json!({"key": "cb", "items": [item("a"), item("b")], "on_finish": {"url": HOOK}}),
     );
     let id = created["id"].as_str().unwrap();
     let plain = new_batch(&host, "plain", 1);
     run_due(&host, |_| Outcome::Done);
     let ended = batch_json(&host, id);
     assert_eq!(
-        (
-            ended["status"].clone(),
-            ended["total"].clone(),
-            ended["processing"].clone()
-        ),
-        (json!("finished"), json!(2), json!(0))
+        fields(&ended, ["status", "total", "processing"]),
+        [json!("finished"), json!(2), json!(0)]
     );
     assert_eq!(
         ended["callback"],
@@ -174,12 +164,8 @@ fn a_batch_shows_its_callback_from_the_end_to_the_delivery() {
         json!({"status": "pending", "attempts": 1, "last_error": "attempt 1 failed: HTTP 503"})
     );
     assert_eq!(
-        (
-            retrying["completed"].clone(),
-            retrying["pending"].clone(),
-            retrying["percent"].clone()
-        ),
-        (json!(2), json!(0), json!(100.0)),
+        fields(&retrying, ["completed", "pending", "percent"]),
+        [json!(2), json!(0), json!(100.0)],
         "the callback is no item"
     );
     host.now.set(NOW + 3_600_000);
@@ -317,14 +303,9 @@ fn items_show_receipts_for_kinds_with_channels_only() {
     let host = setup();
     let channels = json!([{"name": "email", "url": "https://mail.example.com/"},
                           {"name": "push", "url": "https://push.example.com/"}]);
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "mixed", "items": [
+    host.create_batch(json!({"key": "mixed", "items": [
             {"subject_id": "m", "kind": "multi", "payload": {"channels": channels}},
-            item("n")]})),
-        201,
-    );
+            item("n")]}));
     let list = || host.ok(GET, "/batches/batch-1/items", None, 200)["items"].clone();
     assert_eq!(
         (list()[0]["receipts"].clone(), list()[1]["receipts"].clone()),
@@ -405,10 +386,5 @@ fn service_items_naming_an_uncallable_binding_or_a_bad_path_are_refused() {
     host.services = vec!["HANDLER".into()];
     let ok = json!({"service": "HANDLER", "path": "/streak?tz=UTC", "data": {"login": "ada"}});
     host.put_subjects(json!([{"id": "u1", "kind": "service", "payload": ok}]));
-    host.ok(
-        POST,
-        "/batches",
-        Some(item(json!({"service": "HANDLER"}))),
-        201,
-    );
+    host.create_batch(item(json!({"service": "HANDLER"})));
 }

@@ -14,7 +14,6 @@ use cron_fanout::api::{self, Method, Served};
 use cron_fanout::core::error::ApiError;
 use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::requests::MAX_BODY_BYTES;
-use cron_fanout::core::settings::Settings;
 use futures::executor::block_on;
 use serde_json::{json, Value};
 
@@ -307,47 +306,69 @@ fn probe_bounds_calls_and_concurrency() {
 
 // ---------------------------------------------------------------- metrics
 
-#[test]
-fn metrics_report_the_queue_and_the_last_hour() {
-    let host = setup();
-    let items: Vec<Value> = (0..6).map(|n| item(&format!("x{n}"))).collect();
-    host.ok(POST, "/batches", Some(json!({"items": items})), 201);
-    host.now.set(NOW + 90_000);
-    mark_ended(&host, "batch-1", 2);
-    host.store
-        .db()
-        .conn()
-        .execute(
-            "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
-             WHERE subject_id = 'x5'",
-            [NOW + 200_000],
-        )
-        .unwrap();
-    host.invocation(60_000, &[("batch-1", 2, 0)]);
-    host.invocation(2 * 3_600_000, &[("batch-1", 50, 0)]); // older than an hour
+/// Each of `lines` is a whole line of the scrape.
+fn assert_metrics(host: &Host, lines: &[&str]) {
     let text = host.text(&admin(GET, "/metrics")).body;
-    for line in [
-        "cron_fanout_batches_running 1",
-        "cron_fanout_batch_items{status=\"pending\"} 3",
-        "cron_fanout_batch_items{status=\"processing\"} 1",
-        "cron_fanout_batch_items{status=\"completed\"} 2",
-        "cron_fanout_batch_items{status=\"failed\"} 0",
-        // The 3 pending items were due from the batch's creation, 90 s ago.
-        "cron_fanout_items_due 3",
-        "cron_fanout_queue_lag_seconds 90",
-        "cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 1",
-        "cron_fanout_last_hour_items{event=\"claimed\"} 2",
-        "cron_fanout_last_hour_items{event=\"completed\"} 2",
-        "cron_fanout_last_hour_subrequests_max 12",
-        "cron_fanout_subrequest_budget 45",
-        "cron_fanout_last_hour_d1_statements_per_item 2",
-        "cron_fanout_last_hour_d1_rows_written_per_item 15",
-    ] {
+    for line in lines {
         assert!(
             text.contains(&format!("\n{line}\n")),
             "no {line:?} in\n{text}"
         );
     }
+}
+
+/// Leases `subjects`' items to someone until well after now: in flight.
+fn in_flight(host: &Host, subjects: &[&str]) {
+    let list = sql_list(subjects);
+    host.store
+        .db()
+        .conn()
+        .execute(
+            &format!(
+                "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
+                 WHERE subject_id IN ({list})"
+            ),
+            [NOW + 200_000],
+        )
+        .unwrap();
+}
+
+/// `'a','b'`: a list of SQL string literals.
+fn sql_list(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn metrics_report_the_queue_and_the_last_hour() {
+    let host = setup();
+    batch_under_way(&host, 6, 90_000, 2);
+    in_flight(&host, &["x5"]);
+    host.invocation(60_000, &[("batch-1", 2, 0)]);
+    host.invocation(2 * 3_600_000, &[("batch-1", 50, 0)]); // older than an hour
+    assert_metrics(
+        &host,
+        &[
+            "cron_fanout_batches_running 1",
+            "cron_fanout_batch_items{status=\"pending\"} 3",
+            "cron_fanout_batch_items{status=\"processing\"} 1",
+            "cron_fanout_batch_items{status=\"completed\"} 2",
+            "cron_fanout_batch_items{status=\"failed\"} 0",
+            // The 3 pending items were due from the batch's creation, 90 s ago.
+            "cron_fanout_items_due 3",
+            "cron_fanout_queue_lag_seconds 90",
+            "cron_fanout_last_hour_invocations{stop_reason=\"drained\"} 1",
+            "cron_fanout_last_hour_items{event=\"claimed\"} 2",
+            "cron_fanout_last_hour_items{event=\"completed\"} 2",
+            "cron_fanout_last_hour_subrequests_max 12",
+            "cron_fanout_subrequest_budget 45",
+            "cron_fanout_last_hour_d1_statements_per_item 2",
+            "cron_fanout_last_hour_d1_rows_written_per_item 15",
+        ],
+    );
     host.get_refused("/metrics?format=json", 400, "invalid_query");
 }
 
@@ -357,31 +378,19 @@ fn metrics_report_the_queue_and_the_last_hour() {
 fn metrics_leave_out_the_in_flight_items_of_batches_not_running() {
     let host = setup();
     for n in 0..2 {
-        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
-        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+        host.create_batch(json!({"items": numbered_items(&format!("b{n}-"), 3)}));
     }
     // One item of each batch in flight; then batch-2 is paused.
-    host.store
-        .db()
-        .conn()
-        .execute(
-            "UPDATE cron_queue SET status = 'processing', lease_token = 't', lease_expires_at = ?1
-             WHERE subject_id IN ('b0-0', 'b1-0')",
-            [NOW + 200_000],
-        )
-        .unwrap();
+    in_flight(&host, &["b0-0", "b1-0"]);
     host.ok(POST, "/batches/batch-2/pause", None, 200);
-    let text = host.text(&admin(GET, "/metrics")).body;
-    for line in [
-        "cron_fanout_batches_running 1",
-        "cron_fanout_batch_items{status=\"processing\"} 1",
-        "cron_fanout_batch_items{status=\"pending\"} 2",
-    ] {
-        assert!(
-            text.contains(&format!("\n{line}\n")),
-            "no {line:?} in\n{text}"
-        );
-    }
+    assert_metrics(
+        &host,
+        &[
+            "cron_fanout_batches_running 1",
+            "cron_fanout_batch_items{status=\"processing\"} 1",
+            "cron_fanout_batch_items{status=\"pending\"} 2",
+        ],
+    );
 }
 
 #[test]
@@ -409,28 +418,21 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
         };
         block_on(host.store.record_invocation(&summary)).unwrap();
     }
-    let text = host.text(&admin(GET, "/metrics")).body;
-    for line in [
-        "cron_fanout_last_hour_items{event=\"released\"} 3",
-        "cron_fanout_last_hour_items{event=\"claimed\"} 4",
-        "cron_fanout_last_hour_items{event=\"completed\"} 1",
-        "cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 1",
-    ] {
-        assert!(
-            text.contains(&format!("\n{line}\n")),
-            "no {line:?} in\n{text}"
-        );
-    }
+    assert_metrics(
+        &host,
+        &[
+            "cron_fanout_last_hour_items{event=\"released\"} 3",
+            "cron_fanout_last_hour_items{event=\"claimed\"} 4",
+            "cron_fanout_last_hour_items{event=\"completed\"} 1",
+            "cron_fanout_last_hour_invocations{stop_reason=\"deadline\"} 1",
+        ],
+    );
 }
 
 /// Moves `subjects`' items to failed and counts them into their batches, as the
 /// group commit does (sql/count_committed_outcomes.sql).
 fn mark_failed(host: &Host, subjects: &[&str]) {
-    let list = subjects
-        .iter()
-        .map(|s| format!("'{s}'"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = sql_list(subjects);
     host.store
         .db()
         .conn()
@@ -451,8 +453,7 @@ fn mark_failed(host: &Host, subjects: &[&str]) {
 fn metrics_count_the_dead_letters_of_finished_batches_too() {
     let host = setup();
     for n in 0..2 {
-        let items: Vec<Value> = (0..3).map(|i| item(&format!("b{n}-{i}"))).collect();
-        host.ok(POST, "/batches", Some(json!({"items": items})), 201);
+        host.create_batch(json!({"items": numbered_items(&format!("b{n}-"), 3)}));
     }
     mark_failed(&host, &["b0-0", "b0-1", "b1-0"]);
     host.store
@@ -463,17 +464,14 @@ fn metrics_count_the_dead_letters_of_finished_batches_too() {
             [NOW],
         )
         .unwrap();
-    let text = host.text(&admin(GET, "/metrics")).body;
-    for line in [
-        "cron_fanout_dead_letters 3",
-        // Running batches only: batch-2's one.
-        "cron_fanout_batch_items{status=\"failed\"} 1",
-    ] {
-        assert!(
-            text.contains(&format!("\n{line}\n")),
-            "no {line:?} in\n{text}"
-        );
-    }
+    assert_metrics(
+        &host,
+        &[
+            "cron_fanout_dead_letters 3",
+            // Running batches only: batch-2's one.
+            "cron_fanout_batch_items{status=\"failed\"} 1",
+        ],
+    );
     // Every step of the plan is an index search or a scan of a partial index
     // (or of a subquery's rows); the failed items are read through theirs.
     let (sql, params) = host.store.db().last_query().expect("the scrape's query");
@@ -536,12 +534,7 @@ fn the_dashboard_is_served_to_anyone_under_a_same_origin_csp() {
         }
     }
     // The page holds no data: nothing of the store is in it.
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "secret-key", "items": [item("x")]})),
-        201,
-    );
+    host.create_batch(json!({"key": "secret-key", "items": [item("x")]}));
     let html = host.text(&request(GET, "/", None, None)).body;
     assert!(!html.contains("secret-key") && !html.contains(TOKEN));
     let req = request(POST, "/dashboard", None, None);
@@ -708,8 +701,7 @@ fn webhook_urls_are_validated_as_the_runtime_parses_them() {
         "https://xn--nxasmq6b.example/hook",
         "https://bücher.example/hook",
     ] {
-        let subjects = hook_subjects("ok", url);
-        host.ok(PUT, "/subjects", Some(subjects), 200);
+        host.put_hook("ok", url);
     }
 }
 
@@ -766,20 +758,15 @@ fn private_and_local_webhook_targets_are_refused_by_default() {
         "https://internal.example.com/hook",
         "https://172.32.0.1/hook",
     ] {
-        let subjects = hook_subjects("p", url);
-        host.ok(PUT, "/subjects", Some(subjects), 200);
+        host.put_hook("p", url);
     }
 }
 
 #[test]
 fn allow_private_targets_lets_local_development_use_them() {
-    let mut host = setup();
-    host.settings =
-        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
-            .unwrap();
+    let host = setup_allowing_private_targets();
     for url in FORBIDDEN_TARGETS {
-        let subjects = hook_subjects("t", url);
-        host.ok(PUT, "/subjects", Some(subjects), 200);
+        host.put_hook("t", url);
     }
 }
 
@@ -809,10 +796,7 @@ fn a_subjects_signing_secret_is_accepted_but_never_listed() {
 /// says (local development points webhooks at 127.0.0.1, on another port).
 #[test]
 fn the_workers_own_host_is_not_a_webhook_target() {
-    let mut host = setup();
-    host.settings =
-        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
-            .unwrap();
+    let host = setup_allowing_private_targets();
     let put = |url: &str| {
         let mut req = admin(PUT, "/subjects");
         req.host = Some("127.0.0.1:8787".into());

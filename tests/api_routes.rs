@@ -79,12 +79,7 @@ const SCHEDULE_KEYS: [&str; 14] = [
 fn every_route_in_the_table_answers_its_success_shape() {
     let host = setup();
     host.put_subjects(json!([subject("s1"), subject("s2")]));
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "k1", "source": "subjects"})),
-        201,
-    );
+    host.create_batch(json!({"key": "k1", "source": "subjects"}));
     host.store
         .db()
         .conn()
@@ -97,6 +92,12 @@ fn every_route_in_the_table_answers_its_success_shape() {
         )
         .unwrap();
 
+    // A call that must answer 200 with a batch's progress.
+    let progress = |method: Method, target: &str| {
+        let got = host.ok(method, target, None, 200);
+        assert_eq!(keys(&got), PROGRESS_KEYS, "{target}");
+        got
+    };
     for route in ROUTES {
         let (method, path) = (route.method, route.path);
         match (method, path) {
@@ -118,8 +119,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 let first = &got["subjects"][0];
                 assert_eq!(keys(first), SUBJECT_KEYS);
                 assert_eq!(
-                    (first["group"].clone(), first["timezone"].clone()),
-                    (json!("default"), json!("UTC"))
+                    fields(first, ["group", "timezone"]),
+                    [json!("default"), json!("UTC")]
                 );
                 assert_eq!(
                     first["payload"]["data"],
@@ -148,8 +149,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 assert_eq!(keys(&got["batches"][0]), PROGRESS_KEYS);
             }
             (GET, "/batches/{id}") => {
-                let got = host.ok(GET, "/batches/batch-1", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                progress(GET, "/batches/batch-1");
             }
             (GET, "/batches/{id}/items") => {
                 let got = host.ok(GET, "/batches/batch-1/items", None, 200);
@@ -199,28 +199,20 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 );
             }
             (POST, "/batches/{id}/pause") => {
-                let got = host.ok(POST, "/batches/batch-1/pause", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let got = progress(POST, "/batches/batch-1/pause");
                 assert_eq!(got["status"], json!("paused"));
             }
             (POST, "/batches/{id}/resume") => {
-                let got = host.ok(POST, "/batches/batch-1/resume", None, 200);
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let got = progress(POST, "/batches/batch-1/resume");
                 assert_eq!(got["status"], json!("running"));
             }
             (POST, "/batches/{id}/cancel") => {
                 let made = json!({"key": "to-cancel", "items": [item("y")]});
-                let id = host.ok(POST, "/batches", Some(made), 201)["id"].clone();
-                let got = host.ok(
-                    POST,
-                    &format!("/batches/{}/cancel", id.as_str().unwrap()),
-                    None,
-                    200,
-                );
-                assert_eq!(keys(&got), PROGRESS_KEYS);
+                let id = host.create_batch(made)["id"].clone();
+                let got = progress(POST, &format!("/batches/{}/cancel", id.as_str().unwrap()));
                 assert_eq!(
-                    (&got["status"], &got["cancelled"]),
-                    (&json!("cancelled"), &json!(1))
+                    fields(&got, ["status", "cancelled"]),
+                    [json!("cancelled"), json!(1)]
                 );
             }
             (POST, "/batches/{id}/retry") => {
@@ -260,12 +252,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
             (GET, "/schedules/{id}") => {
                 let got = host.ok(GET, "/schedules/daily", None, 200);
                 assert_eq!(
-                    (
-                        got["cron"].clone(),
-                        got["timezone"].clone(),
-                        got["group"].clone()
-                    ),
-                    (json!("0 12 * * *"), json!("UTC"), json!("default")),
+                    fields(&got, ["cron", "timezone", "group"]),
+                    [json!("0 12 * * *"), json!("UTC"), json!("default")],
                     "the migrations' daily schedule: the subjects without a group"
                 );
             }

@@ -50,19 +50,12 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
     // 11:06:41 UTC: the next quarter hour. Defaults filled in; created_at kept.
     assert_eq!(replaced["next_fire_at"], json!("2026-11-18T11:15:00.000Z"));
     assert_eq!(
-        (
-            replaced["timezone"].clone(),
-            replaced["group"].clone(),
-            replaced["jitter_seconds"].clone()
-        ),
-        (json!("UTC"), Value::Null, json!(0))
+        fields(&replaced, ["timezone", "group", "jitter_seconds"]),
+        [json!("UTC"), Value::Null, json!(0)]
     );
     assert_eq!(
-        (
-            replaced["created_at"].clone(),
-            replaced["updated_at"].clone()
-        ),
-        (json!(rfc3339(NOW)), json!(rfc3339(NOW + 1_000)))
+        fields(&replaced, ["created_at", "updated_at"]),
+        [json!(rfc3339(NOW)), json!(rfc3339(NOW + 1_000))]
     );
     // A one-off answers its instant, even a past one (it fires on the next tick);
     // a disabled schedule has no next fire.
@@ -73,11 +66,11 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
         201,
     );
     assert_eq!(
-        (once["at"].clone(), once["next_fire_at"].clone()),
-        (
+        fields(&once, ["at", "next_fire_at"]),
+        [
             json!("2026-11-18T09:00:00.000Z"),
             json!("2026-11-18T09:00:00.000Z")
-        )
+        ]
     );
     let off = host.ok(
         PUT,
@@ -86,8 +79,8 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
         201,
     );
     assert_eq!(
-        (off["enabled"].clone(), off["next_fire_at"].clone()),
-        (json!(false), Value::Null)
+        fields(&off, ["enabled", "next_fire_at"]),
+        [json!(false), Value::Null]
     );
 }
 
@@ -210,12 +203,7 @@ fn put_schedule_refuses_every_bad_body_without_writing() {
 #[test]
 fn a_new_schedule_may_not_take_a_key_prefix_that_ad_hoc_batches_use() {
     let host = setup();
-    host.ok(
-        POST,
-        "/batches",
-        Some(json!({"key": "backfill:2026-11", "items": [item("a")]})),
-        201,
-    );
+    host.create_batch(json!({"key": "backfill:2026-11", "items": [item("a")]}));
     let message = host.bad(
         PUT,
         "/schedules/backfill",
@@ -250,16 +238,19 @@ fn list_schedules_pages_by_id_and_get_delete_answer_404_when_missing() {
             201,
         );
     }
-    let page = |target: &str| host.page(target, "schedules", "id");
-    assert_eq!(
-        page("/schedules?limit=2"),
-        (strings(&["a", "b"]), json!("b"))
+    host.assert_pages(
+        "schedules",
+        "id",
+        &[
+            ("/schedules?limit=2", &["a", "b"], json!("b")),
+            (
+                "/schedules?limit=2&after=b",
+                &["c", "daily"],
+                json!("daily"),
+            ),
+            ("/schedules?after=daily", &[], Value::Null),
+        ],
     );
-    assert_eq!(
-        page("/schedules?limit=2&after=b"),
-        (strings(&["c", "daily"]), json!("daily"))
-    );
-    assert_eq!(page("/schedules?after=daily"), (strings(&[]), Value::Null));
     for bad in ["limit=0", "limit=1001", "status=failed", "page=2"] {
         host.get_refused(&format!("/schedules?{bad}"), 400, "invalid_query");
     }
@@ -312,29 +303,21 @@ fn a_fired_schedule_shows_its_last_fire_and_deleting_it_keeps_its_batch() {
     assert_eq!(report.plan.keys(), ["hourly:2026-11-18T12:00:00.000Z"]);
     let batch = host.ok(GET, "/batches/fired-1", None, 200);
     assert_eq!(
-        (
-            batch["key"].clone(),
-            batch["schedule_id"].clone(),
-            batch["total"].clone()
-        ),
-        (
+        fields(&batch, ["key", "schedule_id", "total"]),
+        [
             json!("hourly:2026-11-18T12:00:00.000Z"),
             json!("hourly"),
             json!(2)
-        )
+        ]
     );
     let hourly = host.ok(GET, "/schedules/hourly", None, 200);
     assert_eq!(
-        (
-            hourly["last_fired_at"].clone(),
-            hourly["last_batch_id"].clone(),
-            hourly["next_fire_at"].clone()
-        ),
-        (
+        fields(&hourly, ["last_fired_at", "last_batch_id", "next_fire_at"]),
+        [
             json!("2026-11-18T12:00:05.000Z"),
             json!("fired-1"),
             json!("2026-11-18T13:00:00.000Z")
-        )
+        ]
     );
     let items = host.ok(GET, "/batches/fired-1/items", None, 200);
     assert_eq!(

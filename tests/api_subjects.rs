@@ -74,14 +74,13 @@ fn put_subjects_validates_everything_before_writing() {
 fn list_subjects_pages_by_id() {
     let host = setup();
     host.put_subjects(json!([subject("c"), subject("a"), subject("b")]));
-    let page = |target: &str| host.page(target, "subjects", "id");
-    assert_eq!(
-        page("/subjects?limit=2"),
-        (strings(&["a", "b"]), json!("b"))
-    );
-    assert_eq!(
-        page("/subjects?limit=2&after=b"),
-        (strings(&["c"]), Value::Null)
+    host.assert_pages(
+        "subjects",
+        "id",
+        &[
+            ("/subjects?limit=2", &["a", "b"], json!("b")),
+            ("/subjects?limit=2&after=b", &["c"], Value::Null),
+        ],
     );
     for bad in [
         "limit=0",

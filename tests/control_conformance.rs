@@ -105,9 +105,8 @@ fn claim_params(now: i64, limit: i64) -> Vec<Param> {
 #[test]
 fn paused_and_cancelled_batches_are_never_claimed() {
     let store = setup();
-    let running = batch_of(&store, "run", 5, 3);
-    let paused = batch_of(&store, "paused", 5, 3);
-    let cancelled = batch_of(&store, "gone", 5, 3);
+    let [running, paused, cancelled] =
+        ["run", "paused", "gone"].map(|key| batch_of(&store, key, 5, 3));
     assert_eq!(
         control(&store, &paused, Control::Pause),
         Move::To(BatchStatus::Paused)
@@ -230,13 +229,7 @@ fn cancel_moves_pending_items_in_counted_pages_of_one_call_each() {
     let db = setup().into_db();
     let budget = Budget::new(1_000);
     let store = Store::new(Metered::new(db, budget.clone()));
-    let items: Vec<ItemInput> = (0..25)
-        .map(|i| ItemInput {
-            subject_id: format!("s{i:03}"),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
+    let items = items_of(25, |i| format!("s{i:03}"), "noop", &json!({}));
     block_on(store.create_batch("b", "k", 0, 3, BatchSource::Items(&items))).unwrap();
     assert!(
         block_on(store.set_batch_status("b", BatchStatus::Running, BatchStatus::Cancelled))
@@ -475,10 +468,7 @@ fn replay_into_a_cancelled_batch_moves_nothing() {
     let store = setup();
     let id = batch_of(&store, "c", 4, 1);
     let items = claim(&store, 0, 2, "t");
-    let ts: Vec<Transition> = items
-        .iter()
-        .map(|i| settle(i, Outcome::Fail("HTTP 400".into()), 1))
-        .collect();
+    let ts = settle_all(&items, Outcome::Fail("HTTP 400".into()), 1);
     commit(&store, &ts);
     control(&store, &id, Control::Cancel);
     let before = count(&store, "SELECT failed FROM batches");
@@ -803,7 +793,7 @@ fn item_ids_are_never_handed_out_again_after_retention() {
     let old = batch_of(&store, "old", 3, 1);
     let max_before = count(&store, "SELECT max(id) FROM cron_queue");
     let items = claim(&store, 0, 3, "t");
-    let ts: Vec<Transition> = items.iter().map(|i| settle(i, Outcome::Done, 1)).collect();
+    let ts = settle_all(&items, Outcome::Done, 1);
     commit(&store, &ts);
     tail(&store, 2);
     let cutoff = 2 + 31 * DAY_MS;
@@ -825,10 +815,8 @@ fn item_ids_are_never_handed_out_again_after_retention() {
 /// leaves no foreign key dangling.
 #[test]
 fn the_rebuild_keeps_rows_ids_and_counters() {
-    let conn = rusqlite::Connection::open_in_memory().unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
     // The ones before it, then 0006 alone (later migrations have tests of their own).
-    apply_migrations(&conn, .."0006".to_string());
+    let conn = database_before("0006");
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, completed, failed, created_at, finished_at, schedule_id)
            VALUES ('f', 'daily:2026-01-01', 'finished', 2, 1, 1, 5, 9, 'daily'),

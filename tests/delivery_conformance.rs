@@ -12,7 +12,6 @@ use cron_fanout::core::callback::{self, OnFinish};
 use cron_fanout::core::control::{BatchStatus, CANCEL_PAGE};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Ran, Transition};
 use cron_fanout::core::receipts::{self, ChannelResults, Receipt, Receipts};
-use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::retry::decide;
 use cron_fanout::core::target::TargetPolicy;
 use cron_fanout::core::upkeep::{Upkeep, DAY_MS};
@@ -45,13 +44,7 @@ fn batch_of_kind(
     payload: Value,
     with_callback: bool,
 ) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: kind.into(),
-            payload: payload.clone(),
-        })
-        .collect();
+    let items = items_of(n, |i| format!("{key}-{i:05}"), kind, &payload);
     let id = format!("b-{key}");
     let hook = with_callback.then(on_finish);
     let created = block_on(store.create_batch_calling_back(
@@ -97,10 +90,7 @@ fn complete_all(store: &Store<SqliteDb>, now: i64) {
         if items.is_empty() {
             return;
         }
-        let ts: Vec<Transition> = items
-            .iter()
-            .map(|i| settle(i, Outcome::Done, now))
-            .collect();
+        let ts = settle_all(&items, Outcome::Done, now);
         commit(store, &ts);
     }
 }
@@ -834,9 +824,7 @@ fn a_replay_keeps_delivered_channels_and_sends_only_the_rest() {
 /// index and both triggers there.
 #[test]
 fn migration_0007_keeps_rows_and_adds_what_delivery_needs() {
-    let conn = rusqlite::Connection::open_in_memory().unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    apply_migrations(&conn, .."0007".to_string());
+    let conn = database_before("0007");
     conn.execute_batch(
         "INSERT INTO batches (id, key, status, total, created_at) VALUES ('r', 'k', 'running', 2, 1);
          INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)

@@ -18,7 +18,6 @@ use cron_fanout::core::model::{
     ClaimedItem, InvocationSummary, Outcome, Ran, StopReason, Tally, Trigger,
 };
 use cron_fanout::core::receipts::{self, ChannelResults, Receipt};
-use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::retry::RetryPolicy;
 use cron_fanout::core::timing::{call_ms, min_deadline_ms, min_lease_ms};
 use cron_fanout::core::upkeep::Upkeep;
@@ -427,13 +426,7 @@ fn setup(items: usize, max_attempts: i64, channels: Option<&Channels>) -> Faulty
             ("multi", json!({ "channels": list }))
         }
     };
-    let inputs: Vec<ItemInput> = (0..items)
-        .map(|i| ItemInput {
-            subject_id: format!("s{i:05}"),
-            kind: kind.into(),
-            payload: payload.clone(),
-        })
-        .collect();
+    let inputs = common::items_of(items, |i| format!("s{i:05}"), kind, &payload);
     block_on(store.create_batch("b", "sim", 0, max_attempts, BatchSource::Items(&inputs)))
         .expect("batch created");
     Faulty {

@@ -68,6 +68,19 @@ fn subjects(store: &Store<SqliteDb>) {
     block_on(store.upsert_subjects(&[s("a", "twice"), s("b", "webhook")], 1)).unwrap();
 }
 
+/// Batch `b1` (key `k1`) of `source`, with the global `MAX_ATTEMPTS`.
+fn create_b1(store: &Store<SqliteDb>, source: BatchSource) {
+    block_on(store.create_batch("b1", "k1", 0, MAX_ATTEMPTS, source)).unwrap();
+}
+
+/// [`store`] with [`subjects`] and batch `b1` over them.
+fn store_with_a_batch_over_subjects() -> Store<SqliteDb> {
+    let store = store();
+    subjects(&store);
+    create_b1(&store, BatchSource::ActiveSubjects);
+    store
+}
+
 fn want() -> Vec<(String, i64)> {
     vec![("a".into(), 2), ("b".into(), MAX_ATTEMPTS)]
 }
@@ -90,15 +103,13 @@ fn explicit_items_get_their_kinds_attempts() {
         payload: json!({"url": "https://example.com/x"}),
     };
     let items = [item("a", "twice"), item("b", "webhook")];
-    block_on(store.create_batch("b1", "k1", 0, MAX_ATTEMPTS, BatchSource::Items(&items))).unwrap();
+    create_b1(&store, BatchSource::Items(&items));
     assert_eq!(attempts(&store, "b1"), want());
 }
 
 #[test]
 fn a_batch_over_subjects_and_a_schedule_fire_give_each_kind_its_attempts() {
-    let store = store();
-    subjects(&store);
-    block_on(store.create_batch("b1", "k1", 0, MAX_ATTEMPTS, BatchSource::ActiveSubjects)).unwrap();
+    let store = store_with_a_batch_over_subjects();
     assert_eq!(attempts(&store, "b1"), want());
     // The migration's `daily` schedule, fired at its noon.
     let noon = block_on(store.get_schedule("daily"))
@@ -113,9 +124,7 @@ fn a_batch_over_subjects_and_a_schedule_fire_give_each_kind_its_attempts() {
 
 #[test]
 fn a_replay_grows_each_kinds_allowance_by_its_own_attempts() {
-    let store = store();
-    subjects(&store);
-    block_on(store.create_batch("b1", "k1", 0, MAX_ATTEMPTS, BatchSource::ActiveSubjects)).unwrap();
+    let store = store_with_a_batch_over_subjects();
     // Both used up their attempts and failed.
     store
         .db()

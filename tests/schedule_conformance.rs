@@ -965,17 +965,7 @@ fn the_daily_schedule_reaches_only_subjects_without_a_group() {
 fn the_daily_migration_narrows_only_the_untouched_daily_schedule() {
     let before = |replaced: bool| {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        let mut files: Vec<_> = std::fs::read_dir(migrations())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-            .filter(|p| p.file_name().unwrap().to_str().unwrap() < "0010")
-            .collect();
-        files.sort();
-        for f in files {
-            conn.execute_batch(&std::fs::read_to_string(f).unwrap())
-                .unwrap();
-        }
+        apply_migrations(&conn, .."0010".to_string());
         conn.execute_batch(
             "INSERT INTO subjects (id, kind, payload, active, created_at, updated_at)
                VALUES ('a', 'noop', '{}', 1, 0, 0);

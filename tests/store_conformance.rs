@@ -10,7 +10,7 @@ use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::BatchStatus;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
-use cron_fanout::core::requests::{ItemInput, SubjectInput};
+use cron_fanout::core::requests::SubjectInput;
 use cron_fanout::core::retry::{decide, release};
 use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
 use cron_fanout::store::metered::Metered;
@@ -116,13 +116,12 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
 #[test]
 fn explicit_items_are_chunked_and_all_or_nothing() {
     let store = setup();
-    let items: Vec<ItemInput> = (0..1_201)
-        .map(|i| ItemInput {
-            subject_id: format!("u{i}"),
-            kind: "webhook".into(),
-            payload: json!({"url": "https://e.com"}),
-        })
-        .collect();
+    let items = items_of(
+        1_201,
+        |i| format!("u{i}"),
+        "webhook",
+        &json!({"url": "https://e.com"}),
+    );
     let before = store.usage().statements;
     block_on(store.create_batch("b", "adhoc", 0, 3, BatchSource::Items(&items))).unwrap();
     // create + 3 chunks of ≤ 500 + total, then the read-back.
@@ -364,10 +363,7 @@ fn group_commit_applies_held_leases_and_reports_lost_ones() {
     block_on(store.reap_expired_leases(1, 100)).unwrap();
     assert_eq!(claim(&store, 1, 50, "other").len(), 10);
 
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     let before = store.usage();
     let applied: HashSet<i64> = block_on(store.commit_outcomes(&transitions))
         .unwrap()
@@ -442,10 +438,7 @@ fn a_retried_commit_reads_back_what_its_failed_attempt_applied() {
     let store = setup();
     batch_of(&store, "x", 4, 5);
     let items = claim(&store, 0, 4, "t");
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     // The first attempt applied items 1 and 2, and its answer was lost.
     block_on(store.commit_outcomes(&transitions[..2])).unwrap();
     // Meanwhile item 3's lease expired and another tick's reaper took it.
@@ -921,10 +914,7 @@ fn a_retried_commit_counts_nothing_its_failed_attempt_already_counted() {
     let store = setup();
     let a = batch_of(&store, "a", 6, 5);
     let items = claim(&store, 0, 6, "t");
-    let transitions: Vec<Transition> = items
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 5, 0.0))
-        .collect();
+    let transitions = settle_all(&items, Outcome::Done, 5);
     // The first attempt applied half of them and its answer was lost.
     block_on(store.commit_outcomes(&transitions[..3])).unwrap();
     common_counters_exact(&store, &[&a]);
@@ -1009,14 +999,9 @@ fn migration_0013_carries_a_live_database_over() {
     let before_0013 = migrations_in("to-0012", .."0013".to_string());
     let store = Store::new(SqliteDb::in_memory(&before_0013).expect("0001..0012 apply"));
     let callback = Some(r#"{"url":"https://example.com/done"}"#);
-    let items = |key: &str, n: usize| -> Vec<ItemInput> {
-        (0..n)
-            .map(|i| ItemInput {
-                subject_id: format!("{key}{i:02}"),
-                kind: "webhook".into(),
-                payload: json!({"url": "https://example.com"}),
-            })
-            .collect()
+    let items = |key: &str, n: usize| {
+        let url = json!({"url": "https://example.com"});
+        items_of(n, |i| format!("{key}{i:02}"), "webhook", &url)
     };
     let (a, b, c) = (items("a", 10), items("b", 5), items("c", 2));
     block_on(store.create_batch_calling_back("A", "a", 0, 3, BatchSource::Items(&a), callback))
@@ -1084,10 +1069,7 @@ fn migration_0013_carries_a_live_database_over() {
         .iter()
         .filter(|i| [6, 7].contains(&i.item_id))
         .collect();
-    let done: Vec<Transition> = in_flight
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, 4, 0.0))
-        .collect();
+    let done = settle_all(in_flight, Outcome::Done, 4);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap(), vec![6, 7]);
     let reaped = block_on(store.reap_expired_leases(1 + LEASE_MS, 100)).unwrap();
     assert_eq!(
@@ -1110,10 +1092,7 @@ fn migration_0013_carries_a_live_database_over() {
         [8, 9, 10, 12, 13, 14, 15, 18],
         "the pending items and C's callback"
     );
-    let done: Vec<Transition> = rest
-        .iter()
-        .map(|i| decide(i, &Outcome::Done, POLICY, now, 0.0))
-        .collect();
+    let done = settle_all(&rest, Outcome::Done, now);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 8);
     let ended = block_on(store.finish_batches(now + 1)).unwrap();
     let mut ended: Vec<&str> = ended.iter().map(|f| f.id.as_str()).collect();

@@ -93,18 +93,26 @@ fn run(out: &MemoryOutbound, item: &ClaimedItem) -> Ran {
     out.block_on(fanout().jobs().run(item, &cfg, out, None))
 }
 
+/// The text of `source` between the lines `// <name>:start` and `// <name>:end`.
+fn marked<'a>(source: &'a str, name: &str) -> &'a str {
+    source
+        .split(&format!("// {name}:start\n"))
+        .nth(1)
+        .and_then(|rest| rest.split(&format!("// {name}:end")).next())
+        .unwrap_or_else(|| panic!("no {name} markers"))
+}
+
+/// docs/api.md has `code` as a Rust block of its own; else `failure`.
+fn assert_the_page_shows(code: &str, failure: &str) {
+    let page = include_str!("../docs/api.md");
+    assert!(page.contains(&format!("```rust\n{code}```")), "{failure}");
+}
+
 #[test]
 fn the_page_shows_this_example_word_for_word() {
-    let source = include_str!("write_a_job_kind.rs");
-    let example = source
-        .split("// example:start\n")
-        .nth(1)
-        .and_then(|rest| rest.split("// example:end").next())
-        .expect("markers");
-    let page = include_str!("../docs/api.md");
-    assert!(
-        page.contains(&format!("```rust\n{example}```")),
-        "docs/api.md must show the example of tests/write_a_job_kind.rs as it is"
+    assert_the_page_shows(
+        marked(include_str!("write_a_job_kind.rs"), "example"),
+        "docs/api.md must show the example of tests/write_a_job_kind.rs as it is",
     );
 }
 
@@ -112,16 +120,9 @@ fn the_page_shows_this_example_word_for_word() {
 /// `examples/hello-kind`, which is built for the Worker and run end to end.
 #[test]
 fn the_page_shows_the_event_functions_of_the_example_worker_word_for_word() {
-    let source = include_str!("../examples/hello-kind/src/lib.rs");
-    let events = source
-        .split("// events:start\n")
-        .nth(1)
-        .and_then(|rest| rest.split("// events:end").next())
-        .expect("markers");
-    let page = include_str!("../docs/api.md");
-    assert!(
-        page.contains(&format!("```rust\n{events}```")),
-        "docs/api.md must show the event functions of examples/hello-kind as they are"
+    assert_the_page_shows(
+        marked(include_str!("../examples/hello-kind/src/lib.rs"), "events"),
+        "docs/api.md must show the event functions of examples/hello-kind as they are",
     );
 }
 

@@ -1,9 +1,47 @@
-//! The e2e suite's report: one `ok - <name>` or `FAIL - <name>: <why>` line per
-//! check as it happens, and a closing `N passed, M failed` line that CI reads.
+//! The e2e suite's report and its driver: each part is a fixture and a list of
+//! named checks (`check!`), run in order by `Checks::run`; one `ok - <name>` or
+//! `FAIL - <name>: <why>` line per check as it happens, and a closing
+//! `N passed, M failed` line that CI reads.
+
+use std::future::Future;
+use std::pin::Pin;
 
 /// An error as a check's reason: the whole chain on one line.
 pub fn text(e: anyhow::Error) -> String {
     format!("{e:#}")
+}
+
+/// What a check function returns: its verdict, borrowing the part's fixture.
+pub type Verdict<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
+
+/// One behaviour of an e2e part: the line the report prints, and the function
+/// that checks it against the part's fixture (which it may carry on, for the
+/// checks after it). A `needed` check's failure ends its list: what follows
+/// depends on it.
+pub struct Check<F> {
+    pub name: String,
+    pub run: for<'a> fn(&'a mut F) -> Verdict<'a>,
+    pub needed: bool,
+}
+
+/// `check!(name, f)`: a [`Check`] of `async fn f(&mut Fixture) -> Result<()>`;
+/// `check!(needed name, f)` for one the rest of its list depends on.
+#[macro_export]
+macro_rules! check {
+    (needed $name:expr, $f:path) => {
+        $crate::checks::Check {
+            name: ($name).into(),
+            run: |fixture| Box::pin($f(fixture)),
+            needed: true,
+        }
+    };
+    ($name:expr, $f:path) => {
+        $crate::checks::Check {
+            name: ($name).into(),
+            run: |fixture| Box::pin($f(fixture)),
+            needed: false,
+        }
+    };
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +83,26 @@ impl Checks {
         }
     }
 
+    /// Runs a part's checks in order against its fixture, one report line each.
+    /// A failed check does not stop the others unless it is `needed`; then the
+    /// rest are named as skipped. Returns whether every check ran and passed.
+    pub async fn run<F>(&mut self, fixture: &mut F, list: Vec<Check<F>>) -> bool {
+        let mut all = true;
+        let mut list = list.into_iter();
+        while let Some(check) = list.next() {
+            let verdict = (check.run)(fixture).await;
+            let passed = self.record(&check.name, verdict.map_err(text));
+            all &= passed;
+            if !passed && check.needed {
+                for skipped in list {
+                    println!("# skipped (needs \"{}\"): {}", check.name, skipped.name);
+                }
+                return false;
+            }
+        }
+        all
+    }
+
     pub fn all_passed(&self) -> bool {
         self.failed == 0
     }
@@ -68,5 +126,38 @@ mod tests {
         assert_eq!(c.step::<()>("d", Err(anyhow::anyhow!("boom"))), None);
         assert_eq!(c.summary(), "2 passed, 2 failed");
         assert!(!c.all_passed());
+    }
+
+    struct Fixture {
+        seen: Vec<&'static str>,
+    }
+
+    async fn passes(f: &mut Fixture) -> anyhow::Result<()> {
+        f.seen.push("passes");
+        Ok(())
+    }
+
+    async fn fails(f: &mut Fixture) -> anyhow::Result<()> {
+        f.seen.push("fails");
+        anyhow::bail!("because")
+    }
+
+    #[tokio::test]
+    async fn runs_every_check_in_order_past_a_failure_and_stops_after_a_needed_one() {
+        let mut c = Checks::default();
+        let mut f = Fixture { seen: vec![] };
+        let all = c
+            .run(&mut f, vec![check!("a", fails), check!("b", passes)])
+            .await;
+        assert!(!all);
+        assert_eq!(f.seen, ["fails", "passes"]);
+        assert_eq!(c.summary(), "1 passed, 1 failed");
+
+        let all = c
+            .run(&mut f, vec![check!(needed "c", fails), check!("d", passes)])
+            .await;
+        assert!(!all);
+        assert_eq!(f.seen, ["fails", "passes", "fails"]);
+        assert_eq!(c.summary(), "1 passed, 2 failed");
     }
 }

@@ -8,6 +8,7 @@
 //! this machine.
 
 use crate::api::{Api, Batch, Id, Invocation, Item, TICK_CRON};
+use crate::check;
 use crate::checks::Checks;
 use crate::drive::{self, until_called_back, until_ended, Pace};
 use crate::faults::Faults;
@@ -246,166 +247,316 @@ const REPLAY_ITEMS: usize = 20;
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let settings = crate::suite::settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut target = Target::open(args, "e2e-control", &settings, Secrets::Random, true)
+    let target = Target::open(args, "e2e-control", &settings, Secrets::Random, true)
         .await
         .context("starting the batch-control Worker")?;
-    let paused = pause_mid_batch(&target, timeout, checks).await?;
-    let cancelled = cancel_mid_batch(&target, timeout, checks).await?;
-    let replayed = replay_after_fix(&target, timeout, checks).await?;
-    if target.runtime.is_some() {
-        retention(&mut target, [paused, cancelled], replayed, checks).await?;
+    let mut f = Control {
+        target,
+        timeout,
+        paused: None,
+        cancelled: None,
+        replayed: None,
+        max_id: None,
+    };
+    // A list per batch: one whose flow stops leaves the others to run.
+    let pause = vec![
+        check!(needed "pause mid-batch answers 200 with status paused", pause_mid_batch_answers_paused),
+        check!(
+            "paused: ticks deliver nothing and claim nothing of the batch",
+            paused_ticks_deliver_and_claim_nothing
+        ),
+        check!(
+            "paused: only the items in flight at the pause were delivered after it",
+            paused_only_in_flight_delivered_after
+        ),
+        check!("a repeated pause is a no-op 200", repeated_pause_is_a_no_op),
+        check!(
+            "resumed: the batch finishes, every item completed after exactly one delivery",
+            resumed_batch_finishes_each_item_delivered_once
+        ),
+    ];
+    let cancel = vec![
+        check!(needed "cancel mid-batch answers 200: status cancelled, nothing pending, the rest cancelled", cancel_mid_batch_answers_cancelled),
+        check!(needed "cancelled: the batch ends cancelled once its items in flight committed; counts add up", cancelled_batch_ends_with_counts_adding_up),
+        check!(
+            "cancelled: only the items in flight at the cancel were delivered after it",
+            cancelled_only_in_flight_delivered_after
+        ),
+        check!(
+            "cancelled items were never delivered; completed ones exactly once",
+            cancelled_items_never_delivered
+        ),
+        check!(
+            "after the end: a tick delivers nothing, a repeated cancel is a no-op 200",
+            ended_batch_ignores_ticks_and_repeated_cancel
+        ),
+        check!(
+            "resume, pause and replay of a cancelled batch are 409 invalid_transition",
+            cancelled_batch_refuses_resume_pause_replay
+        ),
+    ];
+    let replay = vec![
+        check!(needed "replay: one item, then the batch's other failures, requeued; the same replay again requeues nothing; the batch runs again", replay_requeues_failures_once),
+        check!(needed "replay after the receivers were fixed: each failed item delivered exactly once more, completed; the batch finishes again", replayed_items_delivered_once_more),
+        check!(
+            "replaying a completed item is 409 invalid_transition",
+            replaying_a_completed_item_is_refused
+        ),
+    ];
+    for list in [pause, cancel, replay] {
+        checks.run(&mut f, list).await;
+    }
+    if f.target.runtime.is_some() {
+        let retention = vec![
+            check!(needed "retention (RETENTION_DAYS=1): one tick deletes the batches that ended 2 days ago, their items and old summaries; the recent batch is whole", retention_deletes_old_batches_and_summaries),
+            check!("item ids are never handed out again after retention deleted rows (AUTOINCREMENT on D1)", item_ids_not_reused_after_retention),
+        ];
+        checks.run(&mut f, retention).await;
     } else {
         println!("# retention skipped: --url mode cannot backdate rows or restart the Worker");
     }
-    if let Some(runtime) = target.runtime.as_mut() {
+    if let Some(runtime) = f.target.runtime.as_mut() {
         runtime.stop().await?;
     }
     Ok(())
 }
 
-async fn pause_mid_batch(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
-    let (api, sink) = (&target.api, &target.sink);
-    let slow = Faults {
+/// The control part's Worker, and what its checks carry on for the next ones.
+struct Control {
+    target: Target,
+    timeout: Duration,
+    paused: Option<Paused>,
+    cancelled: Option<Cancelled>,
+    replayed: Option<Replayed>,
+    /// The largest item id before retention deleted rows.
+    max_id: Option<i64>,
+}
+
+/// The batch paused mid-way: the pause, the batch after the ticks while paused,
+/// and every delivery the sink had by then.
+struct Paused {
+    pause: Interrupted,
+    still: Option<Batch>,
+    seen: Option<Vec<Delivery>>,
+}
+
+/// The batch cancelled mid-way: the cancel, the batch once it ended, and every
+/// delivery the sink had by then.
+struct Cancelled {
+    cancel: Interrupted,
+    ended: Option<Batch>,
+    seen: Option<Vec<Delivery>>,
+}
+
+/// The batch whose failures were replayed: its first end, the items that failed
+/// then, and its items once it finished again.
+struct Replayed {
+    id: Id,
+    first: Batch,
+    failed: Vec<Item>,
+    items: Option<Vec<Item>>,
+}
+
+impl Control {
+    fn paused(&self) -> Result<&Paused> {
+        self.paused.as_ref().context("no paused batch")
+    }
+
+    fn cancelled(&self) -> Result<&Cancelled> {
+        self.cancelled.as_ref().context("no cancelled batch")
+    }
+
+    fn replayed(&self) -> Result<&Replayed> {
+        self.replayed.as_ref().context("no replayed batch")
+    }
+}
+
+fn slow_receivers() -> Faults {
+    Faults {
         latency_ms: MID_BATCH_LATENCY_MS,
         ..Faults::default()
-    };
-    let batch = webhook_batch(api, sink, "ctl-pause", MID_BATCH_ITEMS, &slow).await?;
-    let paused = interrupt(api, &batch, "pause", 25, timeout).await?;
-    checks.record(
-        "pause mid-batch answers 200 with status paused",
-        if paused.answer.status == "paused" && paused.answer.pending > 0 {
-            Ok(())
-        } else {
-            Err(paused.answer.progress())
-        },
+    }
+}
+
+async fn pause_mid_batch_answers_paused(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let batch = webhook_batch(api, sink, "ctl-pause", MID_BATCH_ITEMS, &slow_receivers()).await?;
+    let pause = interrupt(api, &batch, "pause", 25, f.timeout).await?;
+    let answer = &f
+        .paused
+        .insert(Paused {
+            pause,
+            still: None,
+            seen: None,
+        })
+        .pause
+        .answer;
+    ensure!(
+        answer.status == "paused" && answer.pending > 0,
+        "{}",
+        answer.progress()
     );
-    // Two more ticks while paused: nothing of it is claimed.
-    let frozen = api.batch(&batch.id).await?;
+    Ok(())
+}
+
+/// Two more ticks while paused: nothing of it is claimed.
+async fn paused_ticks_deliver_and_claim_nothing(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let paused = f.paused.as_mut().context("no paused batch")?;
+    let id = &paused.pause.batch.id;
+    let frozen = api.batch(id).await?;
     let before = deliveries(sink).await?.len();
     api.fire_cron(TICK_CRON).await?;
     api.fire_cron(TICK_CRON).await?;
-    let still = api.batch(&batch.id).await?;
-    let all = deliveries(sink).await?;
-    checks.record(
-        "paused: ticks deliver nothing and claim nothing of the batch",
-        if all.len() == before && still.pending == frozen.pending && still.status == "paused" {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} new deliveries; {} -> {}",
-                all.len() - before,
-                frozen.progress(),
-                still.progress()
-            ))
-        },
+    let still = paused.still.insert(api.batch(id).await?);
+    let all = paused.seen.insert(deliveries(sink).await?);
+    ensure!(
+        all.len() == before && still.pending == frozen.pending && still.status == "paused",
+        "{} new deliveries; {} -> {}",
+        all.len() - before,
+        frozen.progress(),
+        still.progress()
     );
-    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    Ok(())
+}
+
+async fn paused_only_in_flight_delivered_after(f: &mut Control) -> Result<()> {
+    let Paused { pause, seen, .. } = f.paused()?;
+    let all = seen
+        .as_ref()
+        .context("no deliveries after the paused ticks")?;
+    let by_item = verdict::deliveries_by_item(all, &pause.batch.id.0);
     let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
-    checks.record(
-        "paused: only the items in flight at the pause were delivered after it",
-        only_in_flight_after(&ours, paused.at, paused.answer.processing),
+    only_in_flight_after(&ours, pause.at, pause.answer.processing).map_err(anyhow::Error::msg)
+}
+
+async fn repeated_pause_is_a_no_op(f: &mut Control) -> Result<()> {
+    let Paused { pause, still, .. } = f.paused()?;
+    let still = still.as_ref().context("no paused batch after the ticks")?;
+    let repeat = f.target.api.control(&pause.batch.id, "pause").await?;
+    ensure!(
+        repeat.status == "paused" && repeat.pending == still.pending,
+        "{}",
+        repeat.progress()
     );
-    let repeat = api.control(&batch.id, "pause").await?;
-    checks.record(
-        "a repeated pause is a no-op 200",
-        if repeat.status == "paused" && repeat.pending == still.pending {
-            Ok(())
-        } else {
-            Err(repeat.progress())
-        },
-    );
-    let resumed = api.control(&batch.id, "resume").await?;
+    Ok(())
+}
+
+async fn resumed_batch_finishes_each_item_delivered_once(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let id = &f.paused()?.pause.batch.id;
+    let resumed = api.control(id, "resume").await?;
     ensure!(
         resumed.status == "running",
         "resume: {}",
         resumed.progress()
     );
-    let done = until_ended(api, &batch.id, timeout).await?;
-    let (all, items) = outcome(api, sink, &batch.id).await?;
-    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
-    checks.record(
-        "resumed: the batch finishes, every item completed after exactly one delivery",
-        verdict::batch_counts(&done, MID_BATCH_ITEMS as u64, MID_BATCH_ITEMS as u64, 0)
-            .and_then(|()| cancelled_never_delivered(&items, &by_item)),
-    );
-    Ok(batch.id)
+    let done = until_ended(api, id, f.timeout).await?;
+    let (all, items) = outcome(api, sink, id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &id.0);
+    verdict::batch_counts(&done, MID_BATCH_ITEMS as u64, MID_BATCH_ITEMS as u64, 0)
+        .and_then(|()| cancelled_never_delivered(&items, &by_item))
+        .map_err(anyhow::Error::msg)
 }
 
-async fn cancel_mid_batch(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
-    let (api, sink) = (&target.api, &target.sink);
-    let slow = Faults {
-        latency_ms: MID_BATCH_LATENCY_MS,
-        ..Faults::default()
-    };
-    let batch = webhook_batch(api, sink, "ctl-cancel", MID_BATCH_ITEMS, &slow).await?;
-    let cancelled = interrupt(api, &batch, "cancel", 25, timeout).await?;
-    let a = &cancelled.answer;
-    checks.record(
-        "cancel mid-batch answers 200: status cancelled, nothing pending, the rest cancelled",
-        if a.status == "cancelled" && a.pending == 0 && a.cancelled > 0 {
-            Ok(())
-        } else {
-            Err(a.progress())
-        },
+async fn cancel_mid_batch_answers_cancelled(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let batch = webhook_batch(api, sink, "ctl-cancel", MID_BATCH_ITEMS, &slow_receivers()).await?;
+    let cancel = interrupt(api, &batch, "cancel", 25, f.timeout).await?;
+    let a = &f
+        .cancelled
+        .insert(Cancelled {
+            cancel,
+            ended: None,
+            seen: None,
+        })
+        .cancel
+        .answer;
+    ensure!(
+        a.status == "cancelled" && a.pending == 0 && a.cancelled > 0,
+        "{}",
+        a.progress()
     );
-    let ended = until_ended(api, &batch.id, timeout).await?;
-    checks.record(
-        "cancelled: the batch ends cancelled once its items in flight committed; counts add up",
-        ended_cancelled(&ended, MID_BATCH_ITEMS as u64),
-    );
-    let all = deliveries(sink).await?;
-    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
+    Ok(())
+}
+
+async fn cancelled_batch_ends_with_counts_adding_up(f: &mut Control) -> Result<()> {
+    let cancelled = f.cancelled.as_mut().context("no cancelled batch")?;
+    let ended = until_ended(&f.target.api, &cancelled.cancel.batch.id, f.timeout).await?;
+    ended_cancelled(cancelled.ended.insert(ended), MID_BATCH_ITEMS as u64)
+        .map_err(anyhow::Error::msg)
+}
+
+async fn cancelled_only_in_flight_delivered_after(f: &mut Control) -> Result<()> {
+    let cancelled = f.cancelled.as_mut().context("no cancelled batch")?;
+    let all = cancelled.seen.insert(deliveries(&f.target.sink).await?);
+    let cancel = &cancelled.cancel;
+    let by_item = verdict::deliveries_by_item(all, &cancel.batch.id.0);
     let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
-    checks.record(
-        "cancelled: only the items in flight at the cancel were delivered after it",
-        only_in_flight_after(&ours, cancelled.at, a.processing),
-    );
-    let items = api.all_items(&batch.id, None).await?;
-    checks.record(
-        "cancelled items were never delivered; completed ones exactly once",
-        cancelled_never_delivered(&items, &by_item),
-    );
-    let before = all.len();
+    only_in_flight_after(&ours, cancel.at, cancel.answer.processing).map_err(anyhow::Error::msg)
+}
+
+async fn cancelled_items_never_delivered(f: &mut Control) -> Result<()> {
+    let Cancelled { cancel, seen, .. } = f.cancelled()?;
+    let all = seen
+        .as_ref()
+        .context("no deliveries once the batch ended")?;
+    let by_item = verdict::deliveries_by_item(all, &cancel.batch.id.0);
+    let items = f.target.api.all_items(&cancel.batch.id, None).await?;
+    cancelled_never_delivered(&items, &by_item).map_err(anyhow::Error::msg)
+}
+
+async fn ended_batch_ignores_ticks_and_repeated_cancel(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let Cancelled {
+        cancel,
+        ended,
+        seen,
+    } = f.cancelled()?;
+    let ended = ended.as_ref().context("no ended batch")?;
+    let before = seen
+        .as_ref()
+        .context("no deliveries once the batch ended")?
+        .len();
     api.fire_cron(TICK_CRON).await?;
-    let again = api.control(&batch.id, "cancel").await?;
-    checks.record(
-        "after the end: a tick delivers nothing, a repeated cancel is a no-op 200",
-        if deliveries(sink).await?.len() == before && again.finished_at == ended.finished_at {
-            Ok(())
-        } else {
-            Err(format!("{} then {}", ended.progress(), again.progress()))
-        },
+    let again = api.control(&cancel.batch.id, "cancel").await?;
+    ensure!(
+        deliveries(sink).await?.len() == before && again.finished_at == ended.finished_at,
+        "{} then {}",
+        ended.progress(),
+        again.progress()
     );
+    Ok(())
+}
+
+async fn cancelled_batch_refuses_resume_pause_replay(f: &mut Control) -> Result<()> {
+    let id = &f.cancelled()?.cancel.batch.id;
     let mut refused = Vec::new();
     for (path, body) in [
-        (format!("/batches/{}/resume", batch.id), None),
-        (format!("/batches/{}/pause", batch.id), None),
+        (format!("/batches/{id}/resume"), None),
+        (format!("/batches/{id}/pause"), None),
         (
-            format!("/batches/{}/retry", batch.id),
+            format!("/batches/{id}/retry"),
             Some(json!({"status": "failed"}).to_string()),
         ),
     ] {
-        let r = api.admin_raw(Method::POST, &path, body).await?;
+        let r = f.target.api.admin_raw(Method::POST, &path, body).await?;
         let code = r.error_shape().map(|(c, _)| c);
         if r.status != StatusCode::CONFLICT || code.as_deref() != Some("invalid_transition") {
             refused.push(format!("{path}: {} {}", r.status, r.body));
         }
     }
-    checks.record(
-        "resume, pause and replay of a cancelled batch are 409 invalid_transition",
-        summarize(refused, 3),
-    );
-    Ok(batch.id)
+    summarize(refused, 3).map_err(anyhow::Error::msg)
 }
 
-async fn replay_after_fix(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<Id> {
-    let (api, sink) = (&target.api, &target.sink);
+async fn replay_requeues_failures_once(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
     let broken = Faults {
         status: Some(500),
         ..Faults::default()
     };
     let batch = webhook_batch(api, sink, "ctl-replay", REPLAY_ITEMS, &broken).await?;
-    let first = until_ended(api, &batch.id, timeout).await?;
+    let first = until_ended(api, &batch.id, f.timeout).await?;
     ensure!(
         first.is_finished() && first.failed == REPLAY_ITEMS as u64,
         "the broken batch did not fail whole: {}",
@@ -414,8 +565,6 @@ async fn replay_after_fix(target: &Target, timeout: Duration, checks: &mut Check
     let failed = api.all_items(&batch.id, Some("failed")).await?;
     let subjects: Vec<String> = failed.iter().map(|i| i.subject_id.clone()).collect();
     sink.fix(&subjects).await?;
-
-    let grow = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let one = api.retry_item(failed[0].id).await?;
     let rest = api
         .retry_batch(&batch.id, &json!({"status": "failed"}))
@@ -424,72 +573,90 @@ async fn replay_after_fix(target: &Target, timeout: Duration, checks: &mut Check
         .retry_batch(&batch.id, &json!({"status": "failed"}))
         .await?;
     let reopened = api.batch(&batch.id).await?;
-    checks.record(
-        "replay: one item, then the batch's other failures, requeued; the same replay again requeues nothing; the batch runs again",
-        if (one, rest, again) == (1, REPLAY_ITEMS as u64 - 1, 0)
+    f.replayed = Some(Replayed {
+        id: batch.id,
+        first,
+        failed,
+        items: None,
+    });
+    ensure!(
+        (one, rest, again) == (1, REPLAY_ITEMS as u64 - 1, 0)
             && reopened.status == "running"
             && reopened.failed == 0
-            && reopened.finished_at.is_none()
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "requeued {one}, {rest}, {again}; {} {}",
-                reopened.status,
-                reopened.progress()
-            ))
-        },
+            && reopened.finished_at.is_none(),
+        "requeued {one}, {rest}, {again}; {} {}",
+        reopened.status,
+        reopened.progress()
     );
-    let done = until_ended(api, &batch.id, timeout).await?;
-    let (all, items) = outcome(api, sink, &batch.id).await?;
-    let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
-    checks.record(
-        "replay after the receivers were fixed: each failed item delivered exactly once more, completed; the batch finishes again",
-        verdict::batch_counts(&done, REPLAY_ITEMS as u64, REPLAY_ITEMS as u64, 0)
-            .and_then(|()| {
-                if done.finished_at > first.finished_at {
-                    Ok(())
-                } else {
-                    Err("finished_at did not move".into())
-                }
-            })
-            .and_then(|()| replayed_once_more(&failed, &items, &by_item, grow)),
-    );
-    let r = api
-        .admin_raw(Method::POST, &format!("/items/{}/retry", items[0].id), None)
-        .await?;
-    checks.record(
-        "replaying a completed item is 409 invalid_transition",
-        match r.error_shape() {
-            Some((code, _)) if r.status == StatusCode::CONFLICT && code == "invalid_transition" => {
-                Ok(())
-            }
-            _ => Err(format!("{} {}", r.status, r.body)),
-        },
-    );
-    Ok(batch.id)
+    Ok(())
 }
 
-/// Retention with the shortest setting, RETENTION_DAYS=1: `old` batches ended
-/// two days ago (their `finished_at` backdated in D1, with every invocation
-/// summary so far, the runtime stopped meanwhile), `kept` ended just now. One tick
-/// deletes the old batches with their items and the old summaries, and nothing
-/// else; item ids are not handed out again.
-async fn retention(target: &mut Target, old: [Id; 2], kept: Id, checks: &mut Checks) -> Result<()> {
-    let api = target.api.clone();
+async fn replayed_items_delivered_once_more(f: &mut Control) -> Result<()> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let grow = u32::try_from(f.target.setting("MAX_ATTEMPTS")?)?;
+    let replayed = f.replayed.as_mut().context("no replayed batch")?;
+    let id = &replayed.id;
+    let done = until_ended(api, id, f.timeout).await?;
+    let (all, items) = outcome(api, sink, id).await?;
+    let by_item = verdict::deliveries_by_item(&all, &id.0);
+    let items = replayed.items.insert(items);
+    verdict::batch_counts(&done, REPLAY_ITEMS as u64, REPLAY_ITEMS as u64, 0)
+        .and_then(|()| {
+            if done.finished_at > replayed.first.finished_at {
+                Ok(())
+            } else {
+                Err("finished_at did not move".into())
+            }
+        })
+        .and_then(|()| replayed_once_more(&replayed.failed, items, &by_item, grow))
+        .map_err(anyhow::Error::msg)
+}
+
+async fn replaying_a_completed_item_is_refused(f: &mut Control) -> Result<()> {
+    let items = f
+        .replayed()?
+        .items
+        .as_ref()
+        .context("no items of the replayed batch")?;
+    let r = f
+        .target
+        .api
+        .admin_raw(Method::POST, &format!("/items/{}/retry", items[0].id), None)
+        .await?;
+    match r.error_shape() {
+        Some((code, _)) if r.status == StatusCode::CONFLICT && code == "invalid_transition" => {
+            Ok(())
+        }
+        _ => bail!("{} {}", r.status, r.body),
+    }
+}
+
+/// Retention with the shortest setting, RETENTION_DAYS=1: the paused and the
+/// cancelled batches ended two days ago (their `finished_at` backdated in D1,
+/// with every invocation summary so far, the runtime stopped meanwhile), the
+/// replayed one just now. One tick deletes the old batches with their items and
+/// the old summaries, and nothing else.
+async fn retention_deletes_old_batches_and_summaries(f: &mut Control) -> Result<()> {
+    let old = [
+        f.paused()?.pause.batch.id.clone(),
+        f.cancelled()?.cancel.batch.id.clone(),
+    ];
+    let kept = f.replayed()?.id.clone();
+    let api = f.target.api.clone();
     let kept_before = api.all_items(&kept, None).await?;
     let mut max_id = kept_before.iter().map(|i| i.id).max().unwrap_or(0);
     for id in &old {
         let items = api.all_items(id, None).await?;
         max_id = max_id.max(items.iter().map(|i| i.id).max().unwrap_or(0));
     }
+    f.max_id = Some(max_id);
     let two_days = 2 * 86_400_000;
     let ids = old
         .iter()
         .map(|id| format!("'{}'", id.0))
         .collect::<Vec<_>>()
         .join(", ");
-    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    let runtime = f.target.runtime.as_mut().context("no local runtime")?;
     runtime.stop().await?;
     runtime
         .config()
@@ -530,13 +697,15 @@ async fn retention(target: &mut Target, old: [Id; 2], kept: Id, checks: &mut Che
             invocations.len()
         ));
     }
-    checks.record(
-        "retention (RETENTION_DAYS=1): one tick deletes the batches that ended 2 days ago, their items and old summaries; the recent batch is whole",
-        summarize(wrong, 4),
-    );
+    summarize(wrong, 4).map_err(anyhow::Error::msg)
+}
+
+async fn item_ids_not_reused_after_retention(f: &mut Control) -> Result<()> {
+    let max_id = f.max_id.context("no largest item id before retention")?;
+    let api = &f.target.api;
     let fresh = webhook_batch(
-        &api,
-        &target.sink,
+        api,
+        &f.target.sink,
         "ctl-after-retention",
         3,
         &Faults::default(),
@@ -548,13 +717,9 @@ async fn retention(target: &mut Target, old: [Id; 2], kept: Id, checks: &mut Che
         .iter()
         .map(|i| i.id)
         .collect();
-    checks.record(
-        "item ids are never handed out again after retention deleted rows (AUTOINCREMENT on D1)",
-        if new_ids.iter().all(|id| *id > max_id) {
-            Ok(())
-        } else {
-            Err(format!("new ids {new_ids:?}, largest before {max_id}"))
-        },
+    ensure!(
+        new_ids.iter().all(|id| *id > max_id),
+        "new ids {new_ids:?}, largest before {max_id}"
     );
     Ok(())
 }

@@ -14,6 +14,7 @@
 //! the `to` the Worker sends.
 
 use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
+use crate::check;
 use crate::checks::Checks;
 use crate::clock::TestClock;
 use crate::metrics::timestamp_ms;
@@ -204,39 +205,133 @@ async fn run(target: &mut Target, timeout: std::time::Duration, checks: &mut Che
         }
     }
     fakes.setup(&setup).await?;
+    let mut f = Streak {
+        target,
+        fakes,
+        timeout,
+        run: None,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!("streak-reminder: a user without a channel is refused with 400 invalid_payload, and nothing is written", a_user_without_a_channel_is_refused),
+                check!(needed "streak-reminder: the daily schedule at 18:00 in each user's zone is created; its next fire is the earliest zone's 18:00 (Berlin's, 17:00Z)", daily_schedule_next_fires_at_berlins_1800),
+                check!("streak-reminder: GET /subjects lists each user's Discord webhook URL as [redacted]", listings_hide_discord_webhook_urls),
+                check!(needed "streak-reminder: one batch streaks:2027-01-15, counts exact: 7 users, 6 completed (the Berlin ones), 1 pending (New York), none failed", berlins_1800_makes_one_batch_with_exact_counts),
+                check!("streak-reminder: each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not", at_risk_users_reminded_once_on_each_channel),
+                check!(retried("Discord 503"), discord_503_retried_telegram_not_again),
+                check!(retried("Telegram 429"), telegram_429_retried_discord_not_again),
+                check!("streak-reminder: a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read", github_429_retried_before_any_reminder),
+                check!("streak-reminder: users not at risk complete on attempt 1 with no receipts", users_not_at_risk_complete_without_receipts),
+                check!("streak-reminder: the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run", new_york_waits_for_its_own_1800),
+                check!("streak-reminder: the reminder names the user, the streak and the user's own date", reminder_names_user_streak_and_date),
+                check!("streak-reminder: every API call carried the right token, no token travelled in another header, none is in an item's reason", tokens_only_where_they_belong),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
-    refuses_bad_users(target, checks).await?;
+/// The part's Worker and fakes, and what Berlin's 18:00 left once it settled.
+struct Streak<'t> {
+    target: &'t mut Target,
+    fakes: FakesClient,
+    timeout: std::time::Duration,
+    run: Option<Ran>,
+}
+
+/// The schedule's batch once settled, its items, every request the fakes saw,
+/// and Berlin's date either side of the run.
+struct Ran {
+    batch: Batch,
+    items: Vec<Item>,
+    requests: Vec<FakeRequest>,
+    berlin_dates: Vec<String>,
+}
+
+impl Streak<'_> {
+    fn ran(&self) -> Result<&Ran> {
+        self.run
+            .as_ref()
+            .context("the schedule's batch did not settle")
+    }
+}
+
+/// A user its kind refuses: 400 `invalid_payload`, nothing written.
+async fn a_user_without_a_channel_is_refused(f: &mut Streak<'_>) -> Result<()> {
+    let bad = json!({"subjects": [
+        {"id": "ok", "kind": "streak_check", "payload": {"github_login": "ok", "telegram_chat_id": 1}, "group": GROUP},
+        {"id": "no-channel", "kind": "streak_check", "payload": {"github_login": "nobody"}, "group": GROUP},
+    ]});
+    let api = &f.target.api;
+    let resp = api
+        .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
+        .await?;
+    let written = api.all_subjects().await?.len();
+    match resp.error_shape() {
+        Some((code, message))
+            if resp.status == StatusCode::BAD_REQUEST
+                && code == "invalid_payload"
+                && message.contains("at least one channel")
+                && written == 0 =>
+        {
+            Ok(())
+        }
+        other => bail!("{} {other:?}, {written} subjects written", resp.status),
+    }
+}
+
+/// Writes the users and their daily schedule.
+async fn daily_schedule_next_fires_at_berlins_1800(f: &mut Streak<'_>) -> Result<()> {
     let subjects: Vec<SubjectIn> = USERS
         .iter()
         .enumerate()
-        .map(|(i, u)| subject(&fakes, i, u))
+        .map(|(i, u)| subject(&f.fakes, i, u))
         .collect();
-    target.api.put_subjects(&subjects).await?;
-    let (created, schedule) = target
-        .api
+    let api = &f.target.api;
+    api.put_subjects(&subjects).await?;
+    let (created, schedule) = api
         .put_schedule(
             SCHEDULE,
             &json!({"cron": "0 18 * * *", "timezone": "subject", "group": GROUP}),
         )
         .await?;
-    checks.record(
-        "streak-reminder: the daily schedule at 18:00 in each user's zone is created; its next fire is the earliest zone's 18:00 (Berlin's, 17:00Z)",
-        (created && schedule.next_fire_at.as_deref() == Some(BERLIN_1800))
-            .then_some(())
-            .ok_or_else(|| format!("created {created}, next_fire_at {:?}", schedule.next_fire_at)),
+    ensure!(
+        created && schedule.next_fire_at.as_deref() == Some(BERLIN_1800),
+        "created {created}, next_fire_at {:?}",
+        schedule.next_fire_at
     );
-    listings_hide_secrets(target, checks).await?;
+    Ok(())
+}
 
-    // Berlin's 18:00: the schedule fires, the items run, retries come back. The
-    // APIs' base URLs point at the sink's fakes from here on.
+/// `GET /subjects` shows no Discord webhook URL (it holds the webhook's token).
+async fn listings_hide_discord_webhook_urls(f: &mut Streak<'_>) -> Result<()> {
+    let listed = f.target.api.all_subjects().await?;
+    let shown: Vec<&Value> = listed
+        .iter()
+        .map(|s| &s.payload["discord_webhook_url"])
+        .collect();
+    ensure!(
+        listed.len() == USERS.len() && shown.iter().all(|v| *v == &json!("[redacted]")),
+        "{} subjects, {shown:?}",
+        listed.len()
+    );
+    Ok(())
+}
+
+/// Berlin's 18:00: the schedule fires, the items run, retries come back. The
+/// APIs' base URLs point at the sink's fakes from here on.
+async fn berlins_1800_makes_one_batch_with_exact_counts(f: &mut Streak<'_>) -> Result<()> {
     let clock = TestClock::at(t(BERLIN_1800) + Duration::seconds(30), Utc::now());
-    let runtime = target
+    let runtime = f
+        .target
         .runtime
         .as_mut()
         .context("the streak part needs a local runtime")?;
     runtime.set_var("TEST_CLOCK_OFFSET_MS", Some(&clock.offset_ms.to_string()));
-    runtime.set_var("GITHUB_API_URL", Some(&fakes.github_api_url()));
-    runtime.set_var("TELEGRAM_API_URL", Some(&fakes.telegram_api_url()));
+    runtime.set_var("GITHUB_API_URL", Some(&f.fakes.github_api_url()));
+    runtime.set_var("TELEGRAM_API_URL", Some(&f.fakes.telegram_api_url()));
     runtime.restart().await?;
     // The kind's "today" is the real date in the user's zone (its clock is the
     // outbound seam's real time; the test clock moves only the queue's), as is
@@ -248,54 +343,226 @@ async fn run(target: &mut Target, timeout: std::time::Duration, checks: &mut Che
             .to_string()
     };
     let mut berlin_dates = vec![berlin_today()];
-    let batch = settle(target, timeout).await?;
+    let batch = settle(f.target, f.timeout).await?;
     berlin_dates.push(berlin_today());
-    let items = target.api.all_items(&batch.id, None).await?;
-    let requests = fakes.requests().await?;
-    outcomes(&batch, &items, &requests, &berlin_dates, checks)?;
-    Ok(())
-}
-
-/// A user its kind refuses: 400 `invalid_payload`, nothing written.
-async fn refuses_bad_users(target: &Target, checks: &mut Checks) -> Result<()> {
-    let bad = json!({"subjects": [
-        {"id": "ok", "kind": "streak_check", "payload": {"github_login": "ok", "telegram_chat_id": 1}, "group": GROUP},
-        {"id": "no-channel", "kind": "streak_check", "payload": {"github_login": "nobody"}, "group": GROUP},
-    ]});
-    let resp = target
-        .api
-        .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
-        .await?;
-    let written = target.api.all_subjects().await?.len();
-    checks.record(
-        "streak-reminder: a user without a channel is refused with 400 invalid_payload, and nothing is written",
-        match resp.error_shape() {
-            Some((code, message))
-                if resp.status == StatusCode::BAD_REQUEST
-                    && code == "invalid_payload"
-                    && message.contains("at least one channel")
-                    && written == 0 =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{} {other:?}, {written} subjects written", resp.status)),
-        },
+    let items = f.target.api.all_items(&batch.id, None).await?;
+    let requests = f.fakes.requests().await?;
+    let batch = &f
+        .run
+        .insert(Ran {
+            batch,
+            items,
+            requests,
+            berlin_dates,
+        })
+        .batch;
+    let want_key = format!("{SCHEDULE}:2027-01-15");
+    ensure!(
+        batch.key.as_deref() == Some(want_key.as_str())
+            && (
+                batch.total,
+                batch.completed,
+                batch.pending,
+                batch.processing,
+                batch.failed
+            ) == (7, 6, 1, 0, 0),
+        "{:?}: {}",
+        batch.key,
+        batch.progress()
     );
     Ok(())
 }
 
-/// `GET /subjects` shows no Discord webhook URL (it holds the webhook's token).
-async fn listings_hide_secrets(target: &Target, checks: &mut Checks) -> Result<()> {
-    let listed = target.api.all_subjects().await?;
-    let shown: Vec<&Value> = listed
+/// Reminded once on each channel when at risk (a 2xx), never otherwise; what
+/// each fake answered, in order, per user.
+async fn at_risk_users_reminded_once_on_each_channel(f: &mut Streak<'_>) -> Result<()> {
+    let requests = &f.ran()?.requests;
+    let ok = |api: &str| if api == "discord" { 204 } else { 200 };
+    let mut wrong = Vec::new();
+    for (i, u) in USERS.iter().enumerate().filter(|(_, u)| u.zone == BERLIN) {
+        for api in ["github", "discord", "telegram"] {
+            let script: Vec<u16> = u
+                .script
+                .iter()
+                .filter(|(a, _)| *a == api)
+                .flat_map(|(_, s)| s.iter().copied())
+                .collect();
+            // Each run reads the calendar: once, and once more per channel
+            // failure scripted (its retry).
+            let runs = 1 + u
+                .script
+                .iter()
+                .filter(|(a, _)| *a != "github")
+                .map(|(_, s)| s.len())
+                .sum::<usize>();
+            let want: Vec<u16> = match api {
+                "github" => script.iter().copied().chain(vec![200; runs]).collect(),
+                _ if u.at_risk => script.iter().copied().chain([ok(api)]).collect(),
+                _ => vec![],
+            };
+            let got = answered(requests, api, i, u);
+            if got != want {
+                wrong.push(format!("{} {api}: answered {got:?}, want {want:?}", u.id));
+            }
+        }
+    }
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    Ok(())
+}
+
+/// The report line of a channel's failure retried.
+fn retried(api: &str) -> String {
+    format!("streak-reminder: a {api} is retried on attempt 2 and the other channel is not reminded again; both receipts delivered")
+}
+
+async fn discord_503_retried_telegram_not_again(f: &mut Streak<'_>) -> Result<()> {
+    retried_on_attempt_2(f.ran()?, "discord-503", "telegram")
+}
+
+async fn telegram_429_retried_discord_not_again(f: &mut Streak<'_>) -> Result<()> {
+    retried_on_attempt_2(f.ran()?, "telegram-429", "discord")
+}
+
+/// User `id`'s item completed on attempt 2 with both receipts delivered; the
+/// `other` channel's fake saw one request, answered 2xx: never resent.
+fn retried_on_attempt_2(ran: &Ran, id: &str, other: &str) -> Result<()> {
+    let i = item(&ran.items, id)?;
+    let index = USERS.iter().position(|u| u.id == id).unwrap_or_default();
+    let other = answered(&ran.requests, other, index, &USERS[index]);
+    ensure!(
+        i.status == "completed"
+            && i.attempt == 2
+            && delivered(i, "discord")
+            && delivered(i, "telegram")
+            && other.len() == 1
+            && (200..300).contains(&other[0]),
+        "{}, the other channel answered {other:?}",
+        shape(i)
+    );
+    Ok(())
+}
+
+async fn github_429_retried_before_any_reminder(f: &mut Streak<'_>) -> Result<()> {
+    let Ran {
+        items, requests, ..
+    } = f.ran()?;
+    let limited = item(items, "github-429")?;
+    // Its requests in order: the 429, then the calendar, then the reminders.
+    let index = USERS
         .iter()
-        .map(|s| &s.payload["discord_webhook_url"])
+        .position(|u| u.id == "github-429")
+        .unwrap_or_default();
+    let order: Vec<(String, u16)> = requests
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, &USERS[index]).as_str()))
+        .map(|r| (r.api.clone(), r.status))
         .collect();
-    checks.record(
-        "streak-reminder: GET /subjects lists each user's Discord webhook URL as [redacted]",
-        (listed.len() == USERS.len() && shown.iter().all(|v| *v == &json!("[redacted]")))
-            .then_some(())
-            .ok_or_else(|| format!("{} subjects, {shown:?}", listed.len())),
+    let reminded_after_calendar = order.len() == 4
+        && order[..2] == [("github".to_string(), 429), ("github".to_string(), 200)]
+        && order[2..]
+            .iter()
+            .all(|(api, status)| api != "github" && (200..300).contains(status));
+    ensure!(
+        limited.status == "completed" && limited.attempt == 2 && reminded_after_calendar,
+        "{}, requests {order:?}",
+        shape(limited)
+    );
+    Ok(())
+}
+
+async fn users_not_at_risk_complete_without_receipts(f: &mut Streak<'_>) -> Result<()> {
+    let items = &f.ran()?.items;
+    let calm: Vec<String> = ["safe", "broken"]
+        .iter()
+        .filter_map(|id| item(items, id).ok())
+        .filter(|i| {
+            let no_receipts = i.receipts.as_ref().is_none_or(|r| r == &json!({}));
+            !(i.status == "completed" && i.attempt == 1 && no_receipts)
+        })
+        .map(|i| format!("{}: {}", i.subject_id, shape(i)))
+        .collect();
+    ensure!(calm.is_empty(), "{}", calm.join("; "));
+    Ok(())
+}
+
+async fn new_york_waits_for_its_own_1800(f: &mut Streak<'_>) -> Result<()> {
+    let Ran {
+        items, requests, ..
+    } = f.ran()?;
+    let later = item(items, "later")?;
+    let later_index = USERS
+        .iter()
+        .position(|u| u.id == "later")
+        .unwrap_or_default();
+    let untouched = ["github", "discord", "telegram"]
+        .iter()
+        .all(|api| answered(requests, api, later_index, &USERS[later_index]).is_empty());
+    ensure!(
+        later.status == "pending" && later.run_after.as_deref() == Some(NEW_YORK_1800) && untouched,
+        "{}, asked the APIs: {}",
+        shape(later),
+        !untouched
+    );
+    Ok(())
+}
+
+async fn reminder_names_user_streak_and_date(f: &mut Streak<'_>) -> Result<()> {
+    let Ran {
+        requests,
+        berlin_dates,
+        ..
+    } = f.ran()?;
+    let risk_index = 0;
+    let text = requests
+        .iter()
+        .find(|r| r.api == "discord" && r.key.as_deref() == Some(USERS[risk_index].id))
+        .and_then(|r| r.text.clone());
+    let want: Vec<String> = berlin_dates
+        .iter()
+        .map(|d| format!("risk: your GitHub streak of 2 days ends at midnight: no contribution yet today ({d})."))
+        .collect();
+    ensure!(
+        text.as_ref().is_some_and(|t| want.contains(t)),
+        "{text:?}, want one of {want:?}"
+    );
+    Ok(())
+}
+
+/// Secrets: GitHub's token only in GitHub's Authorization, Telegram's only in
+/// its path; no token in a stored reason.
+async fn tokens_only_where_they_belong(f: &mut Streak<'_>) -> Result<()> {
+    let Ran {
+        items, requests, ..
+    } = f.ran()?;
+    let leaks: Vec<String> = requests
+        .iter()
+        .filter(|r| {
+            let allowed: &[&str] = if r.api == "github" {
+                &["authorization"]
+            } else {
+                &[]
+            };
+            !r.authorized
+                || r.secret_headers
+                    .iter()
+                    .any(|h| !allowed.contains(&h.as_str()))
+        })
+        .map(|r| {
+            format!(
+                "{} {:?}: authorized {}, secret in {:?}",
+                r.api, r.key, r.authorized, r.secret_headers
+            )
+        })
+        .collect();
+    let in_reasons = items.iter().any(|i| {
+        let seen = format!("{:?} {:?}", i.last_error, i.receipts);
+        seen.contains(GITHUB_TOKEN)
+            || seen.contains(TELEGRAM_BOT_TOKEN)
+            || seen.contains("webhook-token")
+    });
+    ensure!(
+        leaks.is_empty() && !in_reasons,
+        "{leaks:?}, in reasons: {in_reasons}"
     );
     Ok(())
 }
@@ -340,200 +607,27 @@ fn answered(requests: &[FakeRequest], api: &str, index: usize, user: &User) -> V
         .collect()
 }
 
-fn outcomes(
-    batch: &Batch,
-    items: &[Item],
-    requests: &[FakeRequest],
-    berlin_dates: &[String],
-    checks: &mut Checks,
-) -> Result<()> {
-    let want_key = format!("{SCHEDULE}:2027-01-15");
-    checks.record(
-        "streak-reminder: one batch streaks:2027-01-15, counts exact: 7 users, 6 completed (the Berlin ones), 1 pending (New York), none failed",
-        (batch.key.as_deref() == Some(want_key.as_str())
-            && (batch.total, batch.completed, batch.pending, batch.processing, batch.failed)
-                == (7, 6, 1, 0, 0))
-            .then_some(())
-            .ok_or_else(|| format!("{:?}: {}", batch.key, batch.progress())),
-    );
+/// The item of user `id`.
+fn item<'a>(items: &'a [Item], id: &str) -> Result<&'a Item> {
+    items
+        .iter()
+        .find(|i| i.subject_id == id)
+        .with_context(|| format!("no item {id}"))
+}
 
-    // Reminded once on each channel when at risk (a 2xx), never otherwise; what
-    // each fake answered, in order, per user.
-    let ok = |api: &str| if api == "discord" { 204 } else { 200 };
-    let mut wrong = Vec::new();
-    for (i, u) in USERS.iter().enumerate().filter(|(_, u)| u.zone == BERLIN) {
-        for api in ["github", "discord", "telegram"] {
-            let script: Vec<u16> = u
-                .script
-                .iter()
-                .filter(|(a, _)| *a == api)
-                .flat_map(|(_, s)| s.iter().copied())
-                .collect();
-            // Each run reads the calendar: once, and once more per channel
-            // failure scripted (its retry).
-            let runs = 1 + u
-                .script
-                .iter()
-                .filter(|(a, _)| *a != "github")
-                .map(|(_, s)| s.len())
-                .sum::<usize>();
-            let want: Vec<u16> = match api {
-                "github" => script.iter().copied().chain(vec![200; runs]).collect(),
-                _ if u.at_risk => script.iter().copied().chain([ok(api)]).collect(),
-                _ => vec![],
-            };
-            let got = answered(requests, api, i, u);
-            if got != want {
-                wrong.push(format!("{} {api}: answered {got:?}, want {want:?}", u.id));
-            }
-        }
-    }
-    checks.record(
-        "streak-reminder: each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not",
-        wrong.is_empty().then_some(()).ok_or_else(|| wrong.join("; ")),
-    );
+/// An item as a failure reason shows it.
+fn shape(i: &Item) -> String {
+    format!(
+        "{} attempt {} {:?} receipts {:?}",
+        i.status, i.attempt, i.last_error, i.receipts
+    )
+}
 
-    let item = |id: &str| -> Result<&Item> {
-        items
-            .iter()
-            .find(|i| i.subject_id == id)
-            .with_context(|| format!("no item {id}"))
-    };
-    let shape = |i: &Item| {
-        format!(
-            "{} attempt {} {:?} receipts {:?}",
-            i.status, i.attempt, i.last_error, i.receipts
-        )
-    };
-    let delivered = |i: &Item, channel: &str| {
-        i.receipts
-            .as_ref()
-            .and_then(|r| r.get(channel))
-            .and_then(|r| r.get("status"))
-            == Some(&json!("delivered"))
-    };
-    for (id, api, other) in [
-        ("discord-503", "Discord 503", "telegram"),
-        ("telegram-429", "Telegram 429", "discord"),
-    ] {
-        let i = item(id)?;
-        let index = USERS.iter().position(|u| u.id == id).unwrap_or_default();
-        // The other channel's fake saw one request, answered 2xx: never resent.
-        let other = answered(requests, other, index, &USERS[index]);
-        checks.record(
-            &format!("streak-reminder: a {api} is retried on attempt 2 and the other channel is not reminded again; both receipts delivered"),
-            (i.status == "completed"
-                && i.attempt == 2
-                && delivered(i, "discord")
-                && delivered(i, "telegram")
-                && other.len() == 1
-                && (200..300).contains(&other[0]))
-                .then_some(())
-                .ok_or_else(|| format!("{}, the other channel answered {other:?}", shape(i))),
-        );
-    }
-    let limited = item("github-429")?;
-    // Its requests in order: the 429, then the calendar, then the reminders.
-    let index = USERS
-        .iter()
-        .position(|u| u.id == "github-429")
-        .unwrap_or_default();
-    let order: Vec<(String, u16)> = requests
-        .iter()
-        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, &USERS[index]).as_str()))
-        .map(|r| (r.api.clone(), r.status))
-        .collect();
-    let reminded_after_calendar = order.len() == 4
-        && order[..2] == [("github".to_string(), 429), ("github".to_string(), 200)]
-        && order[2..]
-            .iter()
-            .all(|(api, status)| api != "github" && (200..300).contains(status));
-    checks.record(
-        "streak-reminder: a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read",
-        (limited.status == "completed" && limited.attempt == 2 && reminded_after_calendar)
-            .then_some(())
-            .ok_or_else(|| format!("{}, requests {order:?}", shape(limited))),
-    );
-    let calm: Vec<String> = ["safe", "broken"]
-        .iter()
-        .filter_map(|id| item(id).ok())
-        .filter(|i| {
-            let no_receipts = i.receipts.as_ref().is_none_or(|r| r == &json!({}));
-            !(i.status == "completed" && i.attempt == 1 && no_receipts)
-        })
-        .map(|i| format!("{}: {}", i.subject_id, shape(i)))
-        .collect();
-    checks.record(
-        "streak-reminder: users not at risk complete on attempt 1 with no receipts",
-        calm.is_empty().then_some(()).ok_or_else(|| calm.join("; ")),
-    );
-    let later = item("later")?;
-    let later_index = USERS
-        .iter()
-        .position(|u| u.id == "later")
-        .unwrap_or_default();
-    let untouched = ["github", "discord", "telegram"]
-        .iter()
-        .all(|api| answered(requests, api, later_index, &USERS[later_index]).is_empty());
-    checks.record(
-        "streak-reminder: the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run",
-        (later.status == "pending"
-            && later.run_after.as_deref() == Some(NEW_YORK_1800)
-            && untouched)
-            .then_some(())
-            .ok_or_else(|| format!("{}, asked the APIs: {}", shape(later), !untouched)),
-    );
-
-    let risk_index = 0;
-    let text = requests
-        .iter()
-        .find(|r| r.api == "discord" && r.key.as_deref() == Some(USERS[risk_index].id))
-        .and_then(|r| r.text.clone());
-    let want: Vec<String> = berlin_dates
-        .iter()
-        .map(|d| format!("risk: your GitHub streak of 2 days ends at midnight: no contribution yet today ({d})."))
-        .collect();
-    checks.record(
-        "streak-reminder: the reminder names the user, the streak and the user's own date",
-        text.as_ref()
-            .filter(|t| want.contains(t))
-            .map(|_| ())
-            .ok_or_else(|| format!("{text:?}, want one of {want:?}")),
-    );
-
-    // Secrets: GitHub's token only in GitHub's Authorization, Telegram's only in
-    // its path; no token in a stored reason.
-    let leaks: Vec<String> = requests
-        .iter()
-        .filter(|r| {
-            let allowed: &[&str] = if r.api == "github" {
-                &["authorization"]
-            } else {
-                &[]
-            };
-            !r.authorized
-                || r.secret_headers
-                    .iter()
-                    .any(|h| !allowed.contains(&h.as_str()))
-        })
-        .map(|r| {
-            format!(
-                "{} {:?}: authorized {}, secret in {:?}",
-                r.api, r.key, r.authorized, r.secret_headers
-            )
-        })
-        .collect();
-    let in_reasons = items.iter().any(|i| {
-        let seen = format!("{:?} {:?}", i.last_error, i.receipts);
-        seen.contains(GITHUB_TOKEN)
-            || seen.contains(TELEGRAM_BOT_TOKEN)
-            || seen.contains("webhook-token")
-    });
-    checks.record(
-        "streak-reminder: every API call carried the right token, no token travelled in another header, none is in an item's reason",
-        (leaks.is_empty() && !in_reasons)
-            .then_some(())
-            .ok_or_else(|| format!("{leaks:?}, in reasons: {in_reasons}")),
-    );
-    Ok(())
+/// Whether the item's receipt of `channel` says delivered.
+fn delivered(i: &Item, channel: &str) -> bool {
+    i.receipts
+        .as_ref()
+        .and_then(|r| r.get(channel))
+        .and_then(|r| r.get("status"))
+        == Some(&json!("delivered"))
 }

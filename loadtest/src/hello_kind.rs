@@ -5,10 +5,11 @@
 //! Worker's Env (the greeting is its `[vars]`' `HELLO_GREETING`), retry then
 //! complete, or fail with the kind's reason; the default routes still answer.
 
-use crate::api::{Item, SubjectIn, TICK_CRON};
+use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
+use crate::check;
 use crate::checks::Checks;
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -49,9 +50,51 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     )
     .await
     .context("starting the hello-kind Worker")?;
-    let api = &target.api;
+    let mut f = HelloKind {
+        target,
+        timeout,
+        ran: None,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!("hello-kind: a payload its own kind refuses is 400 invalid_payload, and nothing is written", own_kinds_bad_payload_is_refused),
+                check!(needed "hello-kind: an item of its own kind runs in a fresh invocation with the Worker's Env and completes", own_kinds_item_completes),
+                check!("hello-kind: its kind's retry comes back (its own backoff) and completes on attempt 2", own_kinds_retry_completes_on_attempt_2),
+                check!("hello-kind: a permanent failure keeps the kind's reason, read from the Env's HELLO_GREETING", permanent_failure_keeps_the_kinds_reason),
+                check!("hello-kind: the built-in kinds and the default routes still answer (webhook delivered, /health, the dashboard)", built_in_kinds_and_default_routes_still_answer),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
-    // A payload its kind refuses: 400 invalid_payload, nothing written.
+/// The part's Worker, and its batch once finished with its items.
+struct HelloKind {
+    target: Target,
+    timeout: Duration,
+    ran: Option<(Batch, Vec<Item>)>,
+}
+
+impl HelloKind {
+    /// The finished batch's item of subject `id`.
+    fn item(&self, id: &str) -> Result<&Item> {
+        let (_, items) = self.ran.as_ref().context("the batch did not finish")?;
+        items
+            .iter()
+            .find(|i| i.subject_id == id)
+            .with_context(|| format!("no item {id}"))
+    }
+}
+
+fn shape(i: &Item) -> String {
+    format!("{} attempt {} {:?}", i.status, i.attempt, i.last_error)
+}
+
+/// A payload its kind refuses: 400 invalid_payload, nothing written.
+async fn own_kinds_bad_payload_is_refused(f: &mut HelloKind) -> Result<()> {
+    let api = &f.target.api;
     let bad = json!({"subjects": [
         {"id": "h-ok", "kind": "hello", "payload": {"name": "ok"}},
         {"id": "h-bad", "kind": "hello", "payload": {"name": "", "retries": 9}},
@@ -60,26 +103,24 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
         .await?;
     let written = api.all_subjects().await?.len();
-    checks.record(
-        "hello-kind: a payload its own kind refuses is 400 invalid_payload, and nothing is written",
-        match resp.error_shape() {
-            Some((code, message))
-                if resp.status == StatusCode::BAD_REQUEST
-                    && code == "invalid_payload"
-                    && message.contains("name must be")
-                    && written == 0 =>
-            {
-                Ok(())
-            }
-            other => Err(format!(
-                "{} {other:?}, {written} subjects written",
-                resp.status
-            )),
-        },
-    );
+    match resp.error_shape() {
+        Some((code, message))
+            if resp.status == StatusCode::BAD_REQUEST
+                && code == "invalid_payload"
+                && message.contains("name must be")
+                && written == 0 =>
+        {
+            Ok(())
+        }
+        other => bail!("{} {other:?}, {written} subjects written", resp.status),
+    }
+}
 
-    // Its own kind beside a built-in one, through the default routes.
-    let sink = target.sink.base().to_string();
+/// Its own kind beside a built-in one, through the default routes: one batch,
+/// ticked until it finishes.
+async fn own_kinds_item_completes(f: &mut HelloKind) -> Result<()> {
+    let api = &f.target.api;
+    let sink = f.target.sink.base().to_string();
     let subjects = [
         subject("h-done", "hello", json!({"name": "ada"})),
         subject("h-retry", "hello", json!({"name": "bob", "retries": 1})),
@@ -94,7 +135,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     let (_, batch) = api
         .create_batch(&json!({"key": "hello-1", "source": "subjects"}))
         .await?;
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + f.timeout;
     let batch = loop {
         api.fire_cron(TICK_CRON).await?;
         let b = api.batch(&batch.id).await?;
@@ -109,57 +150,56 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let items = api.all_items(&batch.id, None).await?;
-    let item = |id: &str| -> Result<&Item> {
-        items
-            .iter()
-            .find(|i| i.subject_id == id)
-            .with_context(|| format!("no item {id}"))
-    };
-    let shape = |i: &Item| format!("{} attempt {} {:?}", i.status, i.attempt, i.last_error);
-    let done = item("h-done")?;
-    checks.record(
-        "hello-kind: an item of its own kind runs in a fresh invocation with the Worker's Env and completes",
-        (done.status == "completed" && done.attempt == 1)
-            .then_some(())
-            .ok_or_else(|| shape(done)),
+    f.ran = Some((batch, items));
+    let done = f.item("h-done")?;
+    ensure!(
+        done.status == "completed" && done.attempt == 1,
+        "{}",
+        shape(done)
     );
-    let retried = item("h-retry")?;
-    checks.record(
-        "hello-kind: its kind's retry comes back (its own backoff) and completes on attempt 2",
-        (retried.status == "completed" && retried.attempt == 2)
-            .then_some(())
-            .ok_or_else(|| shape(retried)),
+    Ok(())
+}
+
+async fn own_kinds_retry_completes_on_attempt_2(f: &mut HelloKind) -> Result<()> {
+    let retried = f.item("h-retry")?;
+    ensure!(
+        retried.status == "completed" && retried.attempt == 2,
+        "{}",
+        shape(retried)
     );
-    let failed = item("h-fail")?;
+    Ok(())
+}
+
+async fn permanent_failure_keeps_the_kinds_reason(f: &mut HelloKind) -> Result<()> {
+    let failed = f.item("h-fail")?;
     let want = format!("permanent failure: {GREETING}, eve: told to fail");
-    checks.record(
-        "hello-kind: a permanent failure keeps the kind's reason, read from the Env's HELLO_GREETING",
-        (failed.status == "failed"
+    ensure!(
+        failed.status == "failed"
             && failed.attempt == 1
-            && failed.last_error.as_deref() == Some(want.as_str()))
-        .then_some(())
-        .ok_or_else(|| shape(failed)),
+            && failed.last_error.as_deref() == Some(want.as_str()),
+        "{}",
+        shape(failed)
     );
-    let hook = item("h-webhook")?;
+    Ok(())
+}
+
+async fn built_in_kinds_and_default_routes_still_answer(f: &mut HelloKind) -> Result<()> {
+    let hook = f.item("h-webhook")?;
+    let (batch, _) = f.ran.as_ref().context("the batch did not finish")?;
+    let api = &f.target.api;
     let health = api.raw(Method::GET, "/health", None, None).await?;
     let page = api.raw(Method::GET, "/", None, None).await?;
-    checks.record(
-        "hello-kind: the built-in kinds and the default routes still answer (webhook delivered, /health, the dashboard)",
-        (hook.status == "completed"
+    ensure!(
+        hook.status == "completed"
             && health.status == StatusCode::OK
             && page.status == StatusCode::OK
             && batch.completed == 3
-            && batch.failed == 1)
-            .then_some(())
-            .ok_or_else(|| {
-                format!(
-                    "webhook {}, /health {}, / {}, batch {}",
-                    shape(hook),
-                    health.status,
-                    page.status,
-                    batch.progress()
-                )
-            }),
+            && batch.failed == 1,
+        "webhook {}, /health {}, / {}, batch {}",
+        shape(hook),
+        health.status,
+        page.status,
+        batch.progress()
     );
     Ok(())
 }

@@ -6,11 +6,12 @@
 //! `Retry-After` that sets the next attempt's time.
 
 use crate::api::{Api, Batch, Item, TICK_CRON};
+use crate::check;
 use crate::checks::Checks;
 use crate::drive::until_ended;
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -69,7 +70,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         worker_config(&repo)?,
         repo.join("examples/service-handler/wrangler.toml"),
     ];
-    let mut target = Target::open_with_configs(
+    let target = Target::open_with_configs(
         args,
         "e2e-service",
         &settings,
@@ -79,51 +80,85 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     )
     .await
     .context("starting cron-fanout and the service handler")?;
-    let api = &target.api;
-    refused_with_nothing_written(api, checks).await?;
-    every_answer(api, timeout, checks).await?;
-    if let Some(runtime) = target.runtime.as_mut() {
+    let mut f = Service {
+        target,
+        timeout,
+        batch: None,
+        first: None,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(refused_line(UNLISTED), unlisted_binding_refused),
+                check!(refused_line(UNBOUND), unbound_binding_refused),
+                check!(refused_line(BAD_PATH), bad_path_refused),
+                check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
+                check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
+                check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
+            ],
+        )
+        .await;
+    if let Some(runtime) = f.target.runtime.as_mut() {
         runtime.stop().await?;
     }
     Ok(())
 }
 
-async fn refused_with_nothing_written(api: &Api, checks: &mut Checks) -> Result<()> {
-    for (what, payload) in [
-        (
-            "a binding SERVICE_BINDINGS does not list",
-            json!({"service": "OTHER"}),
-        ),
-        ("a binding listed but not bound", json!({"service": "GONE"})),
-        (
-            "a bad path",
-            json!({"service": BINDING, "path": "no-slash"}),
-        ),
-    ] {
-        let subjects = json!({"subjects": [{"id": "s1", "kind": "service", "payload": payload}]});
-        let items = json!({"items": [{"subject_id": "s1", "kind": "service", "payload": payload}]});
-        let put = api
-            .admin_raw(Method::PUT, "/subjects", Some(subjects.to_string()))
-            .await?;
-        let post = api
-            .admin_raw(Method::POST, "/batches", Some(items.to_string()))
-            .await?;
-        let subjects = api.all_subjects().await?.len();
-        let batches = api.batches(10).await?.len();
-        checks.record(
-            &format!("service: {what} is refused with 400 invalid_payload, nothing written"),
-            match (put.status, post.status, subjects, batches) {
-                (StatusCode::BAD_REQUEST, StatusCode::BAD_REQUEST, 0, 0)
-                    if put.body.contains("invalid_payload")
-                        && post.body.contains("invalid_payload") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}: {} / {}", put.body, post.body)),
-            },
-        );
+/// The part's Worker, its batch, and its items after the first tick.
+struct Service {
+    target: Target,
+    timeout: Duration,
+    batch: Option<Batch>,
+    first: Option<Vec<Item>>,
+}
+
+/// Payloads refused: what each is, as its report line says it.
+const UNLISTED: &str = "a binding SERVICE_BINDINGS does not list";
+const UNBOUND: &str = "a binding listed but not bound";
+const BAD_PATH: &str = "a bad path";
+
+fn refused_line(what: &str) -> String {
+    format!("service: {what} is refused with 400 invalid_payload, nothing written")
+}
+
+async fn unlisted_binding_refused(f: &mut Service) -> Result<()> {
+    refused_with_nothing_written(&f.target.api, json!({"service": "OTHER"})).await
+}
+
+async fn unbound_binding_refused(f: &mut Service) -> Result<()> {
+    refused_with_nothing_written(&f.target.api, json!({"service": "GONE"})).await
+}
+
+async fn bad_path_refused(f: &mut Service) -> Result<()> {
+    refused_with_nothing_written(
+        &f.target.api,
+        json!({"service": BINDING, "path": "no-slash"}),
+    )
+    .await
+}
+
+/// `payload` refused by `PUT /subjects` and `POST /batches`, and no subject or
+/// batch written (by it or the ones before).
+async fn refused_with_nothing_written(api: &Api, payload: Value) -> Result<()> {
+    let subjects = json!({"subjects": [{"id": "s1", "kind": "service", "payload": payload}]});
+    let items = json!({"items": [{"subject_id": "s1", "kind": "service", "payload": payload}]});
+    let put = api
+        .admin_raw(Method::PUT, "/subjects", Some(subjects.to_string()))
+        .await?;
+    let post = api
+        .admin_raw(Method::POST, "/batches", Some(items.to_string()))
+        .await?;
+    let subjects = api.all_subjects().await?.len();
+    let batches = api.batches(10).await?.len();
+    match (put.status, post.status, subjects, batches) {
+        (StatusCode::BAD_REQUEST, StatusCode::BAD_REQUEST, 0, 0)
+            if put.body.contains("invalid_payload") && post.body.contains("invalid_payload") =>
+        {
+            Ok(())
+        }
+        other => bail!("{other:?}: {} / {}", put.body, post.body),
     }
-    Ok(())
 }
 
 /// The subjects of the batch and what each asks the handler for.
@@ -138,11 +173,11 @@ fn items() -> Value {
     ]})
 }
 
-fn find<'a>(items: &'a [Item], subject: &str) -> Result<&'a Item, String> {
+fn find<'a>(items: &'a [Item], subject: &str) -> Result<&'a Item> {
     items
         .iter()
         .find(|i| i.subject_id == subject)
-        .ok_or_else(|| format!("no item {subject}"))
+        .with_context(|| format!("no item {subject}"))
 }
 
 fn ms(rfc3339: Option<&str>) -> Option<i64> {
@@ -151,63 +186,71 @@ fn ms(rfc3339: Option<&str>) -> Option<i64> {
         .map(|t| t.timestamp_millis())
 }
 
-fn expect(item: &Item, status: &str, attempt: u32, error: Option<&str>) -> Result<(), String> {
+fn expect(item: &Item, status: &str, attempt: u32, error: Option<&str>) -> Result<()> {
     let got = (
         item.status.as_str(),
         item.attempt,
         item.last_error.as_deref(),
     );
-    if got == (status, attempt, error) {
-        Ok(())
-    } else {
-        Err(format!("{}: {got:?}", item.subject_id))
-    }
+    ensure!(
+        got == (status, attempt, error),
+        "{}: {got:?}",
+        item.subject_id
+    );
+    Ok(())
 }
 
-async fn every_answer(api: &Api, timeout: Duration, checks: &mut Checks) -> Result<()> {
+/// Creates the batch and fires one tick: each item as its first answer left it.
+async fn first_tick_answers_each_outcome(f: &mut Service) -> Result<()> {
+    let api = &f.target.api;
     let (_, batch): (bool, Batch) = api.create_batch(&items()).await?;
     api.fire_cron(TICK_CRON).await?;
     let first = api.all_items(&batch.id, None).await?;
-    checks.record(
-        "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out",
-        (|| {
-            expect(find(&first, "done")?, "completed", 1, None)?;
-            expect(
-                find(&first, "retry-then-done")?,
-                "pending",
-                1,
-                Some("attempt 1 failed: HTTP 503"),
-            )?;
-            expect(
-                find(&first, "permanent")?,
-                "failed",
-                1,
-                Some("permanent failure: HTTP 422: unknown login"),
-            )?;
-            expect(
-                find(&first, "timeout")?,
-                "pending",
-                1,
-                Some("attempt 1 failed: timed out after 2000 ms"),
-            )
-        })(),
+    f.batch = Some(batch);
+    let first = f.first.insert(first);
+    expect(find(first, "done")?, "completed", 1, None)?;
+    expect(
+        find(first, "retry-then-done")?,
+        "pending",
+        1,
+        Some("attempt 1 failed: HTTP 503"),
+    )?;
+    expect(
+        find(first, "permanent")?,
+        "failed",
+        1,
+        Some("permanent failure: HTTP 422: unknown login"),
+    )?;
+    expect(
+        find(first, "timeout")?,
+        "pending",
+        1,
+        Some("attempt 1 failed: timed out after 2000 ms"),
+    )
+}
+
+async fn retry_after_sets_the_next_attempt(f: &mut Service) -> Result<()> {
+    let first = f.first.as_ref().context("no items after the first tick")?;
+    let item = find(first, "retry-after")?;
+    expect(item, "pending", 1, Some("attempt 1 failed: HTTP 429"))?;
+    let (Some(started), Some(due)) = (
+        ms(item.started_at.as_deref()),
+        ms(item.run_after.as_deref()),
+    ) else {
+        bail!("times missing: {item:?}");
+    };
+    let delay = due - started;
+    ensure!(
+        (2_000..4_000).contains(&delay),
+        "run_after - started_at = {delay} ms"
     );
-    checks.record(
-        "service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)",
-        (|| {
-            let item = find(&first, "retry-after")?;
-            expect(item, "pending", 1, Some("attempt 1 failed: HTTP 429"))?;
-            let (Some(started), Some(due)) = (ms(item.started_at.as_deref()), ms(item.run_after.as_deref())) else {
-                return Err(format!("times missing: {item:?}"));
-            };
-            let delay = due - started;
-            if (2_000..4_000).contains(&delay) {
-                Ok(())
-            } else {
-                Err(format!("run_after - started_at = {delay} ms"))
-            }
-        })(),
-    );
+    Ok(())
+}
+
+async fn retried_items_done_on_attempt_2(f: &mut Service) -> Result<()> {
+    let api = &f.target.api;
+    let batch = f.batch.as_ref().context("no batch")?;
+    // The first tick is still the latest: it is the one shown.
     if let Some(tick) = api.invocations(1).await?.first() {
         let s = &tick.summary;
         println!(
@@ -215,25 +258,19 @@ async fn every_answer(api: &Api, timeout: Duration, checks: &mut Checks) -> Resu
             s.tally.claimed, s.subrequests, s.d1_statements
         );
     }
-    let ended = until_ended(api, &batch.id, timeout).await?;
+    let ended = until_ended(api, &batch.id, f.timeout).await?;
     let last = api.all_items(&batch.id, None).await?;
-    checks.record(
-        "service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed",
-        (|| {
-            for subject in ["retry-then-done", "timeout", "retry-after"] {
-                let item = find(&last, subject)?;
-                if (item.status.as_str(), item.attempt) != ("completed", 2) {
-                    return Err(format!(
-                        "{subject}: {} attempt {}",
-                        item.status, item.attempt
-                    ));
-                }
-            }
-            match (ended.completed, ended.failed) {
-                (4, 1) => Ok(()),
-                other => Err(format!("batch {other:?}")),
-            }
-        })(),
-    );
-    Ok(())
+    for subject in ["retry-then-done", "timeout", "retry-after"] {
+        let item = find(&last, subject)?;
+        ensure!(
+            (item.status.as_str(), item.attempt) == ("completed", 2),
+            "{subject}: {} attempt {}",
+            item.status,
+            item.attempt
+        );
+    }
+    match (ended.completed, ended.failed) {
+        (4, 1) => Ok(()),
+        other => bail!("batch {other:?}"),
+    }
 }

@@ -59,6 +59,15 @@ pub fn setup() -> Host {
     }
 }
 
+/// [`setup`]'s host with `ALLOW_PRIVATE_TARGETS=true`, as local development runs it.
+pub fn setup_allowing_private_targets() -> Host {
+    let mut host = setup();
+    host.settings =
+        Settings::from_lookup(|name| (name == "ALLOW_PRIVATE_TARGETS").then(|| "true".into()))
+            .unwrap();
+    host
+}
+
 /// A request as the edge builds it: `target` is the raw path and query.
 pub fn request(
     method: Method,
@@ -186,6 +195,18 @@ impl Host {
         (column(&answer, list, field), answer["next_after"].clone())
     }
 
+    /// Each of `pages` (its target, the `field`s of its `list`, its `next_after`)
+    /// is the page the listing answers.
+    pub fn assert_pages(&self, list: &str, field: &str, pages: &[(&str, &[&str], Value)]) {
+        for (target, rows, next_after) in pages {
+            assert_eq!(
+                self.page(target, list, field),
+                (strings(rows), next_after.clone()),
+                "{target}"
+            );
+        }
+    }
+
     /// Every row of every table, as text: what any write would change. (The
     /// connection's change counter is no use: it also counts rolled-back changes.)
     pub fn fingerprint(&self) -> Vec<String> {
@@ -256,6 +277,16 @@ impl Host {
     pub fn put_subjects(&self, subjects: Value) {
         self.ok(PUT, "/subjects", Some(json!({ "subjects": subjects })), 200);
     }
+
+    /// `PUT /subjects` of one webhook subject `id` posting to `url`, which must succeed.
+    pub fn put_hook(&self, id: &str, url: &str) {
+        self.ok(PUT, "/subjects", Some(hook_subjects(id, url)), 200);
+    }
+
+    /// `POST /batches` with `body`, which must create the batch (201); the answer.
+    pub fn create_batch(&self, body: Value) -> Value {
+        self.ok(POST, "/batches", Some(body), 201)
+    }
 }
 
 pub fn error_code(answer: &Value) -> &str {
@@ -278,6 +309,11 @@ pub fn column(answer: &Value, list: &str, field: &str) -> Vec<String> {
         .collect()
 }
 
+/// `names`' values in `object`, in that order: several fields in one comparison.
+pub fn fields<const N: usize>(object: &Value, names: [&str; N]) -> [Value; N] {
+    names.map(|name| object[name].clone())
+}
+
 pub fn keys(v: &Value) -> Vec<&str> {
     let mut keys: Vec<&str> = v
         .as_object()
@@ -293,6 +329,11 @@ pub fn subject(id: &str) -> Value {
 
 pub fn item(subject_id: &str) -> Value {
     json!({"subject_id": subject_id, "kind": "noop", "payload": {}})
+}
+
+/// `n` no-op items of subjects `<prefix>0`, `<prefix>1`...
+pub fn numbered_items(prefix: &str, n: usize) -> Vec<Value> {
+    (0..n).map(|i| item(&format!("{prefix}{i}"))).collect()
 }
 
 /// Moves `n` items of `batch` to completed (so the counters say what the
@@ -311,6 +352,14 @@ pub fn mark_ended(host: &Host, batch: &str, n: i64) {
         .unwrap();
 }
 
+/// `batch-1` of `n` no-op items (subjects `x0`...) created now; then the clock
+/// `later_ms` on, and `ended` of its items completed: a batch under way.
+pub fn batch_under_way(host: &Host, n: usize, later_ms: i64, ended: i64) {
+    host.create_batch(json!({"items": numbered_items("x", n)}));
+    host.now.set(host.now.get() + later_ms);
+    mark_ended(host, "batch-1", ended);
+}
+
 /// A `PUT /subjects` body of one webhook subject `id` posting to `url`.
 pub fn hook_subjects(id: &str, url: &str) -> Value {
     json!({"subjects": [{"id": id, "kind": "webhook", "payload": {"url": url}}]})
@@ -318,7 +367,7 @@ pub fn hook_subjects(id: &str, url: &str) -> Value {
 
 /// A batch `key` of `n` no-op items (subjects `<key>-0`...), created now; its id.
 pub fn new_batch(host: &Host, key: &str, n: usize) -> String {
-    let items: Vec<Value> = (0..n).map(|i| item(&format!("{key}-{i}"))).collect();
+    let items = numbered_items(&format!("{key}-"), n);
     let got = host.ok(
         POST,
         "/batches",

@@ -17,7 +17,7 @@ use cron_fanout::core::upkeep::Upkeep;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Param, Store};
 use futures::executor::block_on;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The lease and retry policy of every host suite: a test that needs others says why.
 pub const LEASE_MS: i64 = 60_000;
@@ -46,16 +46,26 @@ pub fn subject(id: &str, active: bool) -> SubjectInput {
     }
 }
 
+/// `n` items of `kind` with `payload`, the `i`th for subject `subject(i)`.
+pub fn items_of(
+    n: usize,
+    subject: impl Fn(usize) -> String,
+    kind: &str,
+    payload: &Value,
+) -> Vec<ItemInput> {
+    (0..n)
+        .map(|i| ItemInput {
+            subject_id: subject(i),
+            kind: kind.into(),
+            payload: payload.clone(),
+        })
+        .collect()
+}
+
 /// A batch `key` (id `b-<key>`) of `n` no-op items (subjects `<key>-00000`...)
 /// with `max_attempts`, created at t=0.
 pub fn batch_of(store: &Store<SqliteDb>, key: &str, n: usize, max_attempts: i64) -> String {
-    let items: Vec<ItemInput> = (0..n)
-        .map(|i| ItemInput {
-            subject_id: format!("{key}-{i:05}"),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
+    let items = items_of(n, |i| format!("{key}-{i:05}"), "noop", &json!({}));
     let id = format!("b-{key}");
     match block_on(store.create_batch(&id, key, 0, max_attempts, BatchSource::Items(&items)))
         .unwrap()
@@ -73,6 +83,18 @@ pub fn claim(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec
 /// What the drain commits for `outcome` at `now` (no jitter).
 pub fn settle(item: &ClaimedItem, outcome: Outcome, now: i64) -> Transition {
     decide(item, &outcome, POLICY, now, 0.0)
+}
+
+/// What the drain commits for each of `items`, every run ending in `outcome`.
+pub fn settle_all<'a>(
+    items: impl IntoIterator<Item = &'a ClaimedItem>,
+    outcome: Outcome,
+    now: i64,
+) -> Vec<Transition> {
+    items
+        .into_iter()
+        .map(|item| settle(item, outcome.clone(), now))
+        .collect()
 }
 
 /// A tick's tail with retention off: sweep, finish.
@@ -138,6 +160,15 @@ pub fn assert_counters_exact(store: &Store<SqliteDb>, ctx: &str) {
             "{ctx}: batch {id} (completed, failed, cancelled, total)"
         );
     }
+}
+
+/// A database of every migration before `name`, foreign keys on: a migration's
+/// own test writes its rows there, then applies it.
+pub fn database_before(name: &str) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    apply_migrations(&conn, ..name.to_string());
+    conn
 }
 
 /// Applies, in name order, the migration files whose names fall in `names`
