@@ -13,8 +13,8 @@ use crate::metrics::{self, ratio};
 use crate::plan;
 use crate::report::RunReport;
 use crate::run;
-use crate::service_paths;
 use crate::scenario::{Job, Scenario, Spec};
+use crate::service_paths;
 use crate::sink::PLATFORM_CONNECTIONS;
 use crate::table::{num, Table};
 use crate::target::TargetArgs;
@@ -493,8 +493,12 @@ async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
     let (binding, calls, concurrency) = (crate::service::BINDING, args.service_calls, 25);
     eprintln!("warming up: {WARM_UP_CALLS} service calls each way ...");
     service_paths::measure(&target.api, binding, WARM_UP_CALLS, concurrency, 1).await?;
-    eprintln!("{} rounds of {calls} calls each way, {concurrency} in flight ...", args.rounds);
-    let paths = service_paths::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
+    eprintln!(
+        "{} rounds of {calls} calls each way, {concurrency} in flight ...",
+        args.rounds
+    );
+    let paths =
+        service_paths::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
     for (round, (d, s)) in paths.drain.iter().zip(&paths.via_self).enumerate() {
         println!(
             "round {}: straight from the drain {:.1} calls/s, through a SELF child {:.1} calls/s",

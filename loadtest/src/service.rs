@@ -10,6 +10,7 @@ use crate::check;
 use crate::checks::Checks;
 use crate::drive::until_ended;
 use crate::scenario::min_lease_seconds;
+use crate::service_paths;
 use crate::target::{Secrets, Target, TargetArgs};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The binding cron-fanout has; `GONE` is listed in SERVICE_BINDINGS but not bound.
-const BINDING: &str = "HANDLER";
+pub const BINDING: &str = "HANDLER";
 
 /// Short timeouts; a backoff (5 s and more on attempt 1) far from the 2 s the
 /// handler's `Retry-After` asks for, so the two cannot be mistaken.
@@ -60,7 +61,9 @@ fn worker_config(repo: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+/// cron-fanout (bound to the handler as [`BINDING`], with the part's settings)
+/// and the example handler in one multi-worker `wrangler dev` named `name`.
+pub async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
     let repo = args.repo.canonicalize()?;
     let lease = min_lease_seconds(2_000, 10, 10) + 1;
     let lease = lease.to_string();
@@ -70,16 +73,13 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         worker_config(&repo)?,
         repo.join("examples/service-handler/wrangler.toml"),
     ];
-    let target = Target::open_with_configs(
-        args,
-        "e2e-service",
-        &settings,
-        Secrets::Random,
-        true,
-        configs,
-    )
-    .await
-    .context("starting cron-fanout and the service handler")?;
+    Target::open_with_configs(args, name, &settings, Secrets::Random, true, configs)
+        .await
+        .context("starting cron-fanout and the service handler")
+}
+
+pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let target = open(args, "e2e-service").await?;
     let mut f = Service {
         target,
         timeout,
@@ -96,6 +96,8 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
                 check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
                 check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
+                check!("POST /probe mode service refuses a binding SERVICE_BINDINGS does not list: 400 invalid_probe", probe_refuses_an_unlisted_binding),
+                check!("POST /probe mode service runs a service item's call straight from the caller (as the drain does) and through a SELF child: every call done both ways", probe_times_both_paths),
             ],
         )
         .await;
@@ -117,6 +119,32 @@ struct Service {
 const UNLISTED: &str = "a binding SERVICE_BINDINGS does not list";
 const UNBOUND: &str = "a binding listed but not bound";
 const BAD_PATH: &str = "a bad path";
+
+async fn probe_refuses_an_unlisted_binding(f: &mut Service) -> Result<()> {
+    let body = json!({"mode": "service", "service": "OTHER", "calls": 1});
+    let answer = f
+        .target
+        .api
+        .admin_raw(Method::POST, "/probe", Some(body.to_string()))
+        .await?;
+    ensure!(
+        answer.status == StatusCode::BAD_REQUEST
+            && answer.body.contains("invalid_probe")
+            && answer.body.contains("SERVICE_BINDINGS"),
+        "{}: {}",
+        answer.status,
+        answer.body
+    );
+    Ok(())
+}
+
+/// A few calls each way: both paths reach the handler and answer done (their
+/// speeds are compared by `bench --only-service-paths`, not here).
+async fn probe_times_both_paths(f: &mut Service) -> Result<()> {
+    let paths = service_paths::measure(&f.target.api, BINDING, 20, 5, 1).await?;
+    println!("#   {}", paths.summary());
+    paths.all_done().map_err(anyhow::Error::msg)
+}
 
 fn refused_line(what: &str) -> String {
     format!("service: {what} is refused with 400 invalid_payload, nothing written")
