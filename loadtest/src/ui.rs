@@ -153,6 +153,7 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     // The sign-in check failed and cut the list above: everything after reads the
     // signed-in page.
     if !f.signed_in {
+        println!("# skipped (needs the sign-in): the rest of the dashboard");
         // A tick task left running would tick on into the next part.
         if let Some(ticking) = f.ticking.take() {
             ticking.abort();
