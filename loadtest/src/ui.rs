@@ -9,18 +9,20 @@
 //! Screenshots go to `.loadtest/screenshots/`.
 
 use crate::api::{Api, Batch};
-use crate::browser::{fits_width, no_errors, number, Browser, LogEntry, WAIT};
+use crate::browser::{fits_width, no_errors, number, Browser, WAIT};
+use crate::check;
 use crate::checks::Checks;
 use crate::drive::tick_until_finished;
 use crate::faults::Faults;
 use crate::target::Target;
 use crate::{ui_actions, ui_delivery};
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 const TOKEN_KEY: &str = "cron-fanout.admin-token";
 /// Items of the batch the browser watches, and how slow each delivery is: slow
@@ -53,20 +55,186 @@ pub async fn dashboard(target: &Target, repo: &Path, checks: &mut Checks) -> Res
     Ok(())
 }
 
+/// What the dashboard's checks share: the browser, the Worker, the batch the
+/// browser watches (with failing items and a completion callback), and what a
+/// check leaves for the ones after it.
+struct Dashboard<'a> {
+    b: &'a Browser,
+    target: &'a Target,
+    shots: &'a Path,
+    token: String,
+    base: String,
+    batch: Batch,
+    /// The subjects of the batch's items that fail for good.
+    failing: Vec<String>,
+    /// The batch's card in the list.
+    card: String,
+    /// The Worker has the batch-control routes (and the page their buttons).
+    control: bool,
+    /// The sign-in check passed: every view after the first list reads the
+    /// signed-in page.
+    signed_in: bool,
+    /// The ticks that run the batch, from the sign-in until it finishes.
+    ticking: Option<JoinHandle<Result<Batch>>>,
+    finished: Option<Batch>,
+}
+
+/// Seeds the batch the browser watches and runs the checks in order: its own
+/// lists and, between them, those of `ui_actions` and `ui_delivery` (each with
+/// a fixture of its own), as far as the Worker's features go.
 async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Checks) -> Result<()> {
     let api = &target.api;
-    let token = api.token().to_string();
-    let base = api.base().to_string();
     let (batch, failing) = seed_ui_batch(target).await?;
-    let id = batch.id.0.clone();
-    let card = format!("#batches [data-batch-id=\"{id}\"]");
     // The parts of the page the Worker's routes switch on.
     let features = cron_fanout::api::page::features();
     let features: Vec<&str> = features.split(' ').collect();
-    let control = features.contains(&"batch-control");
+    let f = &mut Dashboard {
+        b,
+        target,
+        shots,
+        token: api.token().to_string(),
+        base: api.base().to_string(),
+        card: format!("#batches [data-batch-id=\"{}\"]", batch.id.0),
+        batch,
+        failing,
+        control: features.contains(&"batch-control"),
+        signed_in: false,
+        ticking: None,
+        finished: None,
+    };
 
-    // A wrong token: a clear message, nothing stored, nothing shown.
-    b.client.goto(&format!("{base}/")).await?;
+    checks
+        .run(
+            f,
+            vec![
+                check!(
+                    "browser: a wrong token shows a clear error, stores nothing and shows no data",
+                    a_wrong_token_shows_an_error_and_no_data
+                ),
+                check!(
+                    "browser: the wrong token's 401 is the only console error",
+                    the_wrong_tokens_401_is_the_only_console_error
+                ),
+                check!(needed
+                    "browser: a running batch's progress moves on its own, without a page reload",
+                    a_running_batchs_progress_moves_without_a_reload
+                ),
+                check!(
+                    "browser: a running batch shows its rate (items/min) and ETA",
+                    a_running_batch_shows_its_rate_and_eta
+                ),
+                check!(
+                    "the browser's batch finishes while ticks fire",
+                    the_batch_finishes_while_ticks_fire
+                ),
+                check!(
+                    "browser: a finished batch's view opens on its first status with items (completed), and never reads the empty pending list",
+                    a_finished_batch_opens_on_its_first_status_with_items
+                ),
+                check!(
+                    "browser: the batch view lists its failed items with last_error",
+                    the_batch_view_lists_its_failed_items
+                ),
+                check!(
+                    "browser: the throughput chart (SVG) has points",
+                    the_throughput_chart_has_points
+                ),
+                check!(
+                    "browser: a batch with on_finish shows its completion callback pending once it ended (the next tick sends it), then delivered after 1 attempt when that tick ran, without a reload; the receiver's origin shown, not its path",
+                    the_completion_callback_shows_pending_then_delivered
+                ),
+                check!(
+                    "browser: items by status, paged (20 completed items on the first page)",
+                    items_by_status_are_paged
+                ),
+            ],
+        )
+        .await;
+    // The sign-in check failed and cut the list above: everything after reads the
+    // signed-in page.
+    if !f.signed_in {
+        println!("# skipped (needs the sign-in): the rest of the dashboard");
+        // A tick task left running would tick on into the next part.
+        if let Some(ticking) = f.ticking.take() {
+            ticking.abort();
+        }
+        return Ok(());
+    }
+
+    // Batch control: retry the failed items once their receivers are fixed.
+    if f.control {
+        ui_actions::retry_failed(b, target, &f.batch, &f.failing, shots, checks).await?;
+    }
+    // A multi item's receipts, and a callback its receiver refuses.
+    ui_delivery::receipts_and_refused_callback(b, target, shots, checks).await?;
+    checks
+        .run(
+            f,
+            vec![
+                check!(
+                    "browser: polling stops while the tab is hidden and resumes when visible",
+                    polling_stops_while_the_tab_is_hidden
+                ),
+                check!(
+                    "browser: the invocations view lists recent ticks",
+                    the_invocations_view_lists_recent_ticks
+                ),
+            ],
+        )
+        .await;
+
+    // Batch control: pause, resume and cancel a running batch; a refusal.
+    if f.control {
+        ui_actions::pause_resume_cancel(b, target, shots, checks).await?;
+        ui_actions::refused_action(b, api, shots, checks).await?;
+        b.client.goto(&format!("{}/#/", f.base)).await?;
+    }
+    checks
+        .run(
+            f,
+            vec![check!(
+                "browser: usable at phone width (390 px, no horizontal scrolling)",
+                usable_at_phone_width
+            )],
+        )
+        .await;
+    if features.contains(&"schedules") {
+        ui_actions::schedules_view(b, api, shots, checks).await?;
+    }
+    checks
+        .run(
+            f,
+            vec![
+                check!(
+                    "browser: the token is in sessionStorage only (no cookie, not in the URL)",
+                    the_token_is_in_session_storage_only
+                ),
+                check!(
+                    "browser: signing out forgets the token and shows no data",
+                    signing_out_forgets_the_token_and_the_data
+                ),
+                check!(
+                    "browser: no console errors and no CSP violations while signed in",
+                    no_console_errors_while_signed_in
+                ),
+                check!(
+                    "browser: the CSP blocks an injected inline script, and the console reports it",
+                    the_csp_blocks_an_injected_inline_script
+                ),
+            ],
+        )
+        .await;
+    if let Some(done) = &f.finished {
+        eprintln!("  [browser] batch {}: {}", done.id, done.progress());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- signing in
+
+async fn a_wrong_token_shows_an_error_and_no_data(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
+    b.client.goto(&format!("{}/", f.base)).await?;
     b.until("the sign-in form", WAIT, || async {
         Ok((b.count("#signin:not([hidden]) #token").await? == 1).then_some(()))
     })
@@ -85,39 +253,40 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
         .await;
     let stored = session_token(b).await?;
     let shown = b.count("#view *").await?;
-    b.screenshot(&shots.join("signin-wrong-token.png")).await?;
-    checks.record(
-        "browser: a wrong token shows a clear error, stores nothing and shows no data",
-        match message {
-            Ok(m) if m.contains("not accepted") && stored.is_none() && shown == 0 => Ok(()),
-            Ok(m) => Err(format!(
-                "message {m:?}, stored token {stored:?}, {shown} elements in the view"
-            )),
-            Err(e) => Err(format!("{e:#}")),
-        },
+    b.screenshot(&f.shots.join("signin-wrong-token.png"))
+        .await?;
+    let message = message?;
+    ensure!(
+        message.contains("not accepted") && stored.is_none() && shown == 0,
+        "message {message:?}, stored token {stored:?}, {shown} elements in the view"
     );
-    let logs = b.logs().await?;
-    let expected_401 = |e: &LogEntry| e.message.contains("status of 401");
-    checks.record(
-        "browser: the wrong token's 401 is the only console error",
-        no_errors(&logs, &expected_401),
-    );
+    Ok(())
+}
 
-    // Sign in and watch the batch move while ticks fire, without a reload.
-    b.type_into("#token", &token).await?;
+async fn the_wrong_tokens_401_is_the_only_console_error(f: &mut Dashboard<'_>) -> Result<()> {
+    let logs = f.b.logs().await?;
+    no_errors(&logs, &|e| e.message.contains("status of 401")).map_err(anyhow::Error::msg)
+}
+
+/// Signs in and watches the batch move while ticks fire, without a reload.
+async fn a_running_batchs_progress_moves_without_a_reload(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
+    let completed = format!("{} [data-count=completed]", f.card);
+    b.type_into("#token", &f.token).await?;
     b.click("#signin-button").await?;
     let shown_first = b
         .until("the batch in the list", WAIT, || async {
-            number(b.text(&format!("{card} [data-count=completed]")).await?)
+            number(b.text(&completed).await?)
         })
         .await?;
     b.client
         .execute("window.__notReloaded = true; return true;", vec![])
         .await?;
-    let ticking = tokio::spawn(tick_until_finished(api.clone(), batch.id.clone()));
+    let api = f.target.api.clone();
+    f.ticking = Some(tokio::spawn(tick_until_finished(api, f.batch.id.clone())));
     let moved = b
         .until("the progress to move", WAIT, || async {
-            let now = number(b.text(&format!("{card} [data-count=completed]")).await?)?;
+            let now = number(b.text(&completed).await?)?;
             Ok(now.filter(|&n| n > shown_first))
         })
         .await;
@@ -126,17 +295,15 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
         .execute("return window.__notReloaded === true;", vec![])
         .await?
         == json!(true);
-    checks.record(
-        "browser: a running batch's progress moves on its own, without a page reload",
-        match moved {
-            Ok(n) if same_page => {
-                println!("#   completed shown: {shown_first} then {n}");
-                Ok(())
-            }
-            Ok(_) => Err("the page was reloaded".into()),
-            Err(e) => Err(format!("{e:#}")),
-        },
-    );
+    let n = moved?;
+    ensure!(same_page, "the page was reloaded");
+    println!("#   completed shown: {shown_first} then {n}");
+    f.signed_in = true;
+    Ok(())
+}
+
+async fn a_running_batch_shows_its_rate_and_eta(f: &mut Dashboard<'_>) -> Result<()> {
+    let (b, card) = (f.b, &f.card);
     let rate = b
         .until("a rate and an ETA", WAIT, || async {
             let rate = b.text(&format!("{card} [data-rate]")).await?;
@@ -148,61 +315,100 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
             })
         })
         .await;
-    b.screenshot(&shots.join("batches.png")).await?;
-    checks.record(
-        "browser: a running batch shows its rate (items/min) and ETA",
-        rate.map(|(r, e)| println!("#   rate {r}, ETA {e}"))
-            .map_err(|e| format!("{e:#}")),
-    );
-    let finished = ticking.await.context("the tick task")?;
-    let finished = checks.step("the browser's batch finishes while ticks fire", finished);
+    b.screenshot(&f.shots.join("batches.png")).await?;
+    let (r, e) = rate?;
+    println!("#   rate {r}, ETA {e}");
+    Ok(())
+}
 
-    // One batch: its failed items with their error, the chart, items by status.
-    // The page's resource timings show which item lists the view reads as it opens.
+async fn the_batch_finishes_while_ticks_fire(f: &mut Dashboard<'_>) -> Result<()> {
+    let ticking = f.ticking.take().context("no ticks were started")?;
+    f.finished = Some(ticking.await.context("the tick task")??);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- one batch
+
+/// The view just opened on the finished batch (nothing pending): its items tab
+/// is the first status with items, `completed`, and no items list it read asked
+/// for `pending` (a walk of the whole batch that finds nothing). The page's
+/// resource timings show which item lists the view reads as it opens.
+async fn a_finished_batch_opens_on_its_first_status_with_items(
+    f: &mut Dashboard<'_>,
+) -> Result<()> {
+    let b = f.b;
     b.client
         .execute(
             "performance.setResourceTimingBufferSize(10000); performance.clearResourceTimings(); return 0;",
             vec![],
         )
         .await?;
-    b.click(&format!("{card} a.batch-key")).await?;
-    checks.record(
-        "browser: a finished batch's view opens on its first status with items (completed), and never reads the empty pending list",
-        opens_on_a_status_with_items(b).await,
-    );
-    let failed_rows = b
+    b.click(&format!("{} a.batch-key", f.card)).await?;
+    let opened = b
+        .until("the items tab", WAIT, || async {
+            // Drawn: rows, or the empty list's line.
+            let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
+            let drawn = b.count("#items tbody tr, #items .empty").await? > 0;
+            Ok(pressed.filter(|_| drawn))
+        })
+        .await?;
+    let reads = b
+        .client
+        .execute(
+            "return performance.getEntriesByType('resource').map((e) => e.name)
+               .filter((n) => n.includes('/items?') && !n.includes('status=failed'));",
+            vec![],
+        )
+        .await?;
+    let reads: Vec<String> = serde_json::from_value(reads)?;
+    match reads.first() {
+        Some(first)
+            if opened.starts_with("completed")
+                && first.contains("status=completed")
+                && !reads.iter().any(|r| r.contains("status=pending")) =>
+        {
+            Ok(())
+        }
+        _ => bail!("tab {opened:?}, item lists read {reads:?}"),
+    }
+}
+
+async fn the_batch_view_lists_its_failed_items(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
+    let rows = b
         .until("the failed items", WAIT, || async {
             let rows = b.count("#failed-items tbody tr").await?;
             let text = b.text("#failed-items").await?.unwrap_or_default();
             Ok((rows > 0 && text.contains("HTTP 400")).then_some(rows))
         })
-        .await;
-    let want_failed = UI_ITEMS / UI_FAIL_EVERY;
-    checks.record(
-        "browser: the batch view lists its failed items with last_error",
-        match failed_rows {
-            Ok(n) if n == want_failed => Ok(()),
-            Ok(n) => Err(format!("{n} rows, want {want_failed}")),
-            Err(e) => Err(format!("{e:#}")),
-        },
-    );
+        .await?;
+    let want = UI_ITEMS / UI_FAIL_EVERY;
+    ensure!(rows == want, "{rows} rows, want {want}");
+    Ok(())
+}
+
+async fn the_throughput_chart_has_points(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
     let points = b
         .until("the throughput chart", WAIT, || async {
             let n = b.count("#throughput svg .point").await?;
             Ok((n > 0).then_some(n))
         })
-        .await;
-    checks.record(
-        "browser: the throughput chart (SVG) has points",
-        points
-            .map(|n| println!("#   chart points: {n}"))
-            .map_err(|e| format!("{e:#}")),
-    );
-    // Its completion callback: pending until the next tick sends it, then delivered.
-    ui_delivery::callback_delivered(b, target, &batch.id, checks).await?;
-    // The third status tab is `completed`: a full first page and a next one.
+        .await?;
+    println!("#   chart points: {points}");
+    Ok(())
+}
+
+/// Pending until the next tick sends it, then delivered.
+async fn the_completion_callback_shows_pending_then_delivered(f: &mut Dashboard<'_>) -> Result<()> {
+    ui_delivery::callback_delivered(f.b, f.target, &f.batch.id).await
+}
+
+/// The third status tab is `completed`: a full first page and a next one.
+async fn items_by_status_are_paged(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
     b.click("#items .tabs button:nth-child(3)").await?;
-    let completed_page = b
+    let rows = b
         .until("the completed items", WAIT, || async {
             let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
             let rows = b.count("#items tbody tr").await?;
@@ -212,35 +418,58 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
                 .filter(|&r| r > 0))
         })
         .await;
-    checks.record(
-        "browser: items by status, paged (20 completed items on the first page)",
-        match completed_page {
-            Ok(20) => Ok(()),
-            Ok(n) => Err(format!("{n} rows")),
-            Err(e) => Err(format!("{e:#}")),
-        },
-    );
     b.client.set_window_size(1280, 1500).await?;
     b.client
         .execute("window.scrollTo(0, 0); return 0;", vec![])
         .await?;
-    b.screenshot(&shots.join("batch.png")).await?;
+    b.screenshot(&f.shots.join("batch.png")).await?;
+    let rows = rows?;
+    ensure!(rows == 20, "{rows} rows");
+    Ok(())
+}
 
-    // Batch control: retry the failed items once their receivers are fixed.
-    if control {
-        ui_actions::retry_failed(b, target, &batch, &failing, shots, checks).await?;
-    }
+// ---------------------------------------------------------------- other views
 
-    // A multi item's receipts, and a callback its receiver refuses.
-    ui_delivery::receipts_and_refused_callback(b, target, shots, checks).await?;
-
-    // Polling stops while the tab is hidden and resumes when it is shown.
-    checks.record(
-        "browser: polling stops while the tab is hidden and resumes when visible",
-        hidden_tab_stops_polling(b).await,
+/// Makes the page believe its tab is hidden (the event a real tab switch sends),
+/// counts its API calls over three refresh periods, then shows it again.
+async fn polling_stops_while_the_tab_is_hidden(f: &mut Dashboard<'_>) -> Result<()> {
+    const FETCHES: &str = "return performance.getEntriesByType('resource')\
+        .filter(e => e.initiatorType === 'fetch').length;";
+    let b = f.b;
+    let run = |script: &'static str| async move { b.client.execute(script, vec![]).await };
+    run("performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings(); return 0;").await?;
+    run("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});\
+         Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});\
+         document.dispatchEvent(new Event('visibilitychange')); return 0;")
+        .await?;
+    // A refresh already on its way may still land: count from a moment later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = run(FETCHES).await?;
+    tokio::time::sleep(Duration::from_millis(9000)).await;
+    let after = run(FETCHES).await?;
+    let live = b.text("#live").await?.unwrap_or_default();
+    run("delete document.hidden; delete document.visibilityState;\
+         document.dispatchEvent(new Event('visibilitychange')); return 0;")
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let resumed = run(FETCHES).await?;
+    ensure!(
+        before == after,
+        "{before} fetches, then {after} while hidden"
     );
+    ensure!(
+        live.contains("paused"),
+        "the live indicator says {live:?} while hidden"
+    );
+    ensure!(
+        resumed.as_u64() > after.as_u64(),
+        "no fetch after showing the tab again ({after} → {resumed})"
+    );
+    Ok(())
+}
 
-    // Invocations.
+async fn the_invocations_view_lists_recent_ticks(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
     b.click("#nav a[data-view=invocations]").await?;
     let ticks = b
         .until("the invocations table", WAIT, || async {
@@ -249,97 +478,89 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
         })
         .await;
     b.client.set_window_size(1280, 900).await?;
-    b.screenshot(&shots.join("invocations.png")).await?;
-    checks.record(
-        "browser: the invocations view lists recent ticks",
-        ticks.map(|_| ()).map_err(|e| format!("{e:#}")),
-    );
+    b.screenshot(&f.shots.join("invocations.png")).await?;
+    ticks?;
+    Ok(())
+}
 
-    // Batch control: pause, resume and cancel a running batch; a refusal.
-    if control {
-        ui_actions::pause_resume_cancel(b, target, shots, checks).await?;
-        ui_actions::refused_action(b, api, shots, checks).await?;
-        b.client.goto(&format!("{base}/#/")).await?;
-    }
-
-    // Phone width: the list and the batch, no sideways scrolling.
+/// The list and the batch, no sideways scrolling.
+async fn usable_at_phone_width(f: &mut Dashboard<'_>) -> Result<()> {
+    let (b, base, card) = (f.b, &f.base, &f.card);
     b.client.set_window_size(390, 844).await?;
     b.client.goto(&format!("{base}/#/")).await?;
     b.until("the list at phone width", WAIT, || async {
-        Ok((b.count(&card).await? == 1).then_some(()))
+        Ok((b.count(card).await? == 1).then_some(()))
     })
     .await?;
     let list_fits = fits_width(b).await?;
-    b.screenshot(&shots.join("phone-batches.png")).await?;
-    b.client.goto(&format!("{base}/#/batches/{id}")).await?;
+    b.screenshot(&f.shots.join("phone-batches.png")).await?;
+    b.client
+        .goto(&format!("{base}/#/batches/{}", f.batch.id.0))
+        .await?;
     b.until("the batch at phone width", WAIT, || async {
         Ok((b.count("#throughput svg .point").await? > 0).then_some(()))
     })
     .await?;
     let batch_fits = fits_width(b).await?;
-    b.screenshot(&shots.join("phone-batch.png")).await?;
-    if control {
+    b.screenshot(&f.shots.join("phone-batch.png")).await?;
+    if f.control {
         b.client
             .execute(
                 "document.getElementById('batch-actions').scrollIntoView(); return 0;",
                 vec![],
             )
             .await?;
-        b.screenshot(&shots.join("phone-batch-actions.png")).await?;
+        b.screenshot(&f.shots.join("phone-batch-actions.png"))
+            .await?;
     }
-    checks.record(
-        "browser: usable at phone width (390 px, no horizontal scrolling)",
-        if list_fits && batch_fits {
-            Ok(())
-        } else {
-            Err(format!("list fits: {list_fits}, batch fits: {batch_fits}"))
-        },
+    ensure!(
+        list_fits && batch_fits,
+        "list fits: {list_fits}, batch fits: {batch_fits}"
     );
+    Ok(())
+}
 
-    if features.contains(&"schedules") {
-        ui_actions::schedules_view(b, api, shots, checks).await?;
-    }
+// ---------------------------------------------------------------- the token, the CSP
 
-    // The token never leaves the tab's session storage and the header.
+/// The token never leaves the tab's session storage and the header.
+async fn the_token_is_in_session_storage_only(f: &mut Dashboard<'_>) -> Result<()> {
+    let (b, token) = (f.b, &f.token);
     let cookie = b.client.execute("return document.cookie;", vec![]).await?;
     let url = b.client.current_url().await?.to_string();
     let stored = session_token(b).await?;
-    checks.record(
-        "browser: the token is in sessionStorage only (no cookie, not in the URL)",
-        if cookie == json!("") && !url.contains(&token) && stored.as_deref() == Some(&token) {
-            Ok(())
-        } else {
-            Err(format!(
-                "cookie {cookie}, url {url}, stored {}",
-                stored.is_some()
-            ))
-        },
+    ensure!(
+        cookie == json!("") && !url.contains(token) && stored.as_deref() == Some(token),
+        "cookie {cookie}, url {url}, stored {}",
+        stored.is_some()
     );
+    Ok(())
+}
 
-    // Sign out: the data goes with the token.
+/// Sign out: the data goes with the token.
+async fn signing_out_forgets_the_token_and_the_data(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
     b.client.set_window_size(1280, 900).await?;
     b.click("#signout").await?;
     let body = b.text("body").await?.unwrap_or_default();
     let stored = session_token(b).await?;
-    checks.record(
-        "browser: signing out forgets the token and shows no data",
-        if stored.is_none() && !body.contains(&batch.key.clone().unwrap_or_default()) {
-            Ok(())
-        } else {
-            Err(format!(
-                "stored {}, page text still shows the batch",
-                stored.is_some()
-            ))
-        },
+    ensure!(
+        stored.is_none() && !body.contains(&f.batch.key.clone().unwrap_or_default()),
+        "stored {}, page text still shows the batch",
+        stored.is_some()
     );
+    Ok(())
+}
 
-    let logs = b.logs().await?;
-    checks.record(
-        "browser: no console errors and no CSP violations while signed in",
-        no_errors(&logs, &|_| false),
-    );
-    // The CSP is in force, and the log above would have shown a violation: an
-    // injected inline script does not run, and the console says why.
+async fn no_console_errors_while_signed_in(f: &mut Dashboard<'_>) -> Result<()> {
+    let logs = f.b.logs().await?;
+    no_errors(&logs, &|_| false).map_err(anyhow::Error::msg)
+}
+
+/// The CSP is in force, and the console log the check before read would have
+/// shown a violation: an injected inline script does not run, and the console
+/// says why.
+async fn the_csp_blocks_an_injected_inline_script(f: &mut Dashboard<'_>) -> Result<()> {
+    let b = f.b;
     let ran = b
         .client
         .execute(
@@ -357,18 +578,13 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
                 .then_some(()))
         })
         .await;
-    checks.record(
-        "browser: the CSP blocks an injected inline script, and the console reports it",
-        match (ran == json!(false), reported) {
-            (true, Ok(())) => Ok(()),
-            (ran, reported) => Err(format!("blocked: {ran}, reported: {reported:?}")),
-        },
-    );
-    if let Some(f) = finished {
-        eprintln!("  [browser] batch {}: {}", f.id, f.progress());
+    match (ran == json!(false), reported) {
+        (true, Ok(())) => Ok(()),
+        (ran, reported) => bail!("blocked: {ran}, reported: {reported:?}"),
     }
-    Ok(())
 }
+
+// ---------------------------------------------------------------- helpers
 
 /// A batch of slow healthy items and a few permanent failures, created ad hoc
 /// with a completion callback to the sink; with the subjects that fail.
@@ -409,41 +625,6 @@ async fn seed_ui_batch(target: &Target) -> Result<(Batch, Vec<String>)> {
     Ok((batch, failing))
 }
 
-/// The batch view just opened on a finished batch (nothing pending): its items
-/// tab is the first status with items, `completed`, and no items list it read
-/// asked for `pending` (a walk of the whole batch that finds nothing).
-async fn opens_on_a_status_with_items(b: &Browser) -> Result<(), String> {
-    let opened = b
-        .until("the items tab", WAIT, || async {
-            // Drawn: rows, or the empty list's line.
-            let pressed = b.text("#items .tabs button[aria-pressed=true]").await?;
-            let drawn = b.count("#items tbody tr, #items .empty").await? > 0;
-            Ok(pressed.filter(|_| drawn))
-        })
-        .await
-        .map_err(|e| format!("{e:#}"))?;
-    let reads = b
-        .client
-        .execute(
-            "return performance.getEntriesByType('resource').map((e) => e.name)
-               .filter((n) => n.includes('/items?') && !n.includes('status=failed'));",
-            vec![],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let reads: Vec<String> = serde_json::from_value(reads).map_err(|e| e.to_string())?;
-    match reads.first() {
-        Some(first)
-            if opened.starts_with("completed")
-                && first.contains("status=completed")
-                && !reads.iter().any(|r| r.contains("status=pending")) =>
-        {
-            Ok(())
-        }
-        _ => Err(format!("tab {opened:?}, item lists read {reads:?}")),
-    }
-}
-
 async fn session_token(b: &Browser) -> Result<Option<String>> {
     let v = b
         .client
@@ -453,51 +634,6 @@ async fn session_token(b: &Browser) -> Result<Option<String>> {
         )
         .await?;
     Ok(v.as_str().map(str::to_string))
-}
-
-/// Makes the page believe its tab is hidden (the event a real tab switch sends),
-/// counts its API calls over three refresh periods, then shows it again.
-async fn hidden_tab_stops_polling(b: &Browser) -> Result<(), String> {
-    const FETCHES: &str = "return performance.getEntriesByType('resource')\
-        .filter(e => e.initiatorType === 'fetch').length;";
-    let run = |script: &'static str| async move {
-        b.client
-            .execute(script, vec![])
-            .await
-            .map_err(|e| format!("{e}"))
-    };
-    run("performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings(); return 0;").await?;
-    run("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});\
-         Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});\
-         document.dispatchEvent(new Event('visibilitychange')); return 0;")
-        .await?;
-    // A refresh already on its way may still land: count from a moment later.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = run(FETCHES).await?;
-    tokio::time::sleep(Duration::from_millis(9000)).await;
-    let after = run(FETCHES).await?;
-    let live = b
-        .text("#live")
-        .await
-        .map_err(|e| format!("{e}"))?
-        .unwrap_or_default();
-    run("delete document.hidden; delete document.visibilityState;\
-         document.dispatchEvent(new Event('visibilitychange')); return 0;")
-    .await?;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let resumed = run(FETCHES).await?;
-    if before != after {
-        return Err(format!("{before} fetches, then {after} while hidden"));
-    }
-    if !live.contains("paused") {
-        return Err(format!("the live indicator says {live:?} while hidden"));
-    }
-    if resumed.as_u64() <= after.as_u64() {
-        return Err(format!(
-            "no fetch after showing the tab again ({after} → {resumed})"
-        ));
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------- over HTTP

@@ -10,12 +10,13 @@
 use crate::api::{encode, Api, Batch, Id, TICK_CRON};
 use crate::browser::{fits_width, no_errors, number, WAIT};
 use crate::browser::{Browser, BROWSER_TZ, BROWSER_TZ_OFFSET_MINUTES};
-use crate::checks::{text, Checks};
+use crate::check;
+use crate::checks::Checks;
 use crate::drive::tick_until_finished;
 use crate::faults::Faults;
 use crate::steps::webhook_batch;
 use crate::target::Target;
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -356,28 +357,70 @@ pub async fn retry_failed(
     shots: &Path,
     checks: &mut Checks,
 ) -> Result<()> {
-    let api = &target.api;
     let failed = failing.len() as u64;
     ensure!(failed >= 3, "{failed} failing subjects: the checks need 3");
     target.sink.fix(failing).await?;
+    let (left, total) = (failed - 2, batch.total);
+    let mut f = Retry {
+        b,
+        api: &target.api,
+        batch,
+        shots,
+        failed,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    format!("browser: \"Retry\" on a failed item's row, confirmed, requeues it at once (polling frozen): failed {failed} → {}, and its row has left the failed list when the dialog closes", failed - 1),
+                    retry_on_a_row_requeues_the_item_at_once
+                ),
+                check!(
+                    format!("browser: \"Retry failed\", confirmed after the sink is fixed: failed {left} → 0 and the batch running again at once, the failed list and the failed items tab empty when the dialog closes"),
+                    retry_failed_requeues_the_rest_at_once
+                ),
+                check!(
+                    format!("browser: an answer of a read started before \"Retry failed\" ({left} failed rows, held until after it) does not replace the view: still failed 0, no failed row"),
+                    an_answer_read_before_the_retry_does_not_replace_the_view
+                ),
+                check!(
+                    format!("browser: the replayed batch runs and finishes again: finished, {total} completed, 0 failed"),
+                    the_replayed_batch_finishes_again
+                ),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
+/// What the retry checks share: the browser on the finished batch's view, and
+/// how many of its items failed.
+struct Retry<'a> {
+    b: &'a Browser,
+    api: &'a Api,
+    batch: &'a Batch,
+    shots: &'a Path,
+    failed: u64,
+}
+
+async fn retry_on_a_row_requeues_the_item_at_once(f: &mut Retry<'_>) -> Result<()> {
+    let b = f.b;
     freeze_polling(b).await?;
     gate_failed_reads(b, SLOW_FAILED_READ_MS, false).await?;
     press(b, "#failed-items [data-retry-item]", None).await?;
     let one = until_shown(b, "one failed item fewer", |s| {
-        s.failed == Some(failed - 1) && !s.dialog_open
+        s.failed == Some(f.failed - 1) && !s.dialog_open
     })
     .await;
     let (listed, _) = rows(b).await?;
-    checks.record(
-        &format!("browser: \"Retry\" on a failed item's row, confirmed, requeues it at once (polling frozen): failed {failed} → {}, and its row has left the failed list when the dialog closes", failed - 1),
-        match one {
-            Ok(_) if listed as u64 == failed - 1 => Ok(()),
-            Ok(_) => Err(format!("{listed} failed rows listed")),
-            Err(e) => Err(text(e)),
-        },
-    );
+    one?;
+    ensure!(listed as u64 == f.failed - 1, "{listed} failed rows listed");
+    Ok(())
+}
 
+async fn retry_failed_requeues_the_rest_at_once(f: &mut Retry<'_>) -> Result<()> {
+    let (b, api, failed) = (f.b, f.api, f.failed);
     // The items tab of failed items, which the replay empties too.
     b.click("#items .tabs button:nth-child(4)").await?;
     b.until("the items tab of failed items", WAIT, || async {
@@ -394,7 +437,7 @@ pub async fn retry_failed(
     // (as a poll would) reads the failed list, and that answer is held back until
     // after the replay below.
     let first = api
-        .all_items(&batch.id, Some("failed"))
+        .all_items(&f.batch.id, Some("failed"))
         .await?
         .into_iter()
         .next()
@@ -425,7 +468,7 @@ pub async fn retry_failed(
     press(
         b,
         "#batch-actions [data-action=retry]",
-        Some(&shots.join("confirm-retry.png")),
+        Some(&f.shots.join("confirm-retry.png")),
     )
     .await?;
     let all = until_shown(b, "no failed item and the batch running", |s| {
@@ -434,60 +477,59 @@ pub async fn retry_failed(
     .await;
     let notice = b.text("#notice").await?.unwrap_or_default();
     let (listed, tab) = rows(b).await?;
-    checks.record(
-        &format!("browser: \"Retry failed\", confirmed after the sink is fixed: failed {left} → 0 and the batch running again at once, the failed list and the failed items tab empty when the dialog closes"),
-        match all {
-            Ok(_) if !notice.contains(&format!("Requeued {left} failed items")) => {
-                Err(format!("notice {notice:?}"))
-            }
-            Ok(_) if (listed, tab) == (0, 0) => Ok(()),
-            Ok(_) => Err(format!("{listed} failed rows still listed, {tab} in the failed items tab")),
-            Err(e) => Err(text(e)),
-        },
+    all?;
+    ensure!(
+        notice.contains(&format!("Requeued {left} failed items")),
+        "notice {notice:?}"
     );
+    ensure!(
+        (listed, tab) == (0, 0),
+        "{listed} failed rows still listed, {tab} in the failed items tab"
+    );
+    Ok(())
+}
 
-    // The refresh's read, started before the replay, reaches the page once the
-    // replay's own reads have been drawn (at once on a page that keeps its
-    // promise; a bounded wait for one that does not, so the stale answer really
-    // comes last).
-    let emptied = b
-        .until("the failed list emptied", WAIT, || async {
-            Ok((rows(b).await?.0 == 0).then_some(()))
-        })
-        .await;
-    let released = release_held_reads(b).await?;
-    let after = shown(b).await?;
-    let (listed, _) = rows(b).await?;
-    checks.record(
-        &format!("browser: an answer of a read started before \"Retry failed\" ({left} failed rows, held until after it) does not replace the view: still failed 0, no failed row"),
-        if let Err(e) = emptied {
-            Err(text(e))
-        } else if released != 1 {
-            Err(format!("{released} held reads handed over"))
-        } else if after.failed == Some(0) && listed == 0 {
-            Ok(())
-        } else {
-            Err(format!("shown {after:?}, {listed} failed rows listed"))
-        },
-    );
-    ungate_reads(b).await?;
-    thaw_polling(b).await?;
+/// The refresh's read, started before the replay, reaches the page once the
+/// replay's own reads have been drawn (at once on a page that keeps its
+/// promise; a bounded wait for one that does not, so the stale answer really
+/// comes last). Then the page's own reads and polling again.
+async fn an_answer_read_before_the_retry_does_not_replace_the_view(
+    f: &mut Retry<'_>,
+) -> Result<()> {
+    let b = f.b;
+    let verdict: Result<()> = async {
+        let emptied = b
+            .until("the failed list emptied", WAIT, || async {
+                Ok((rows(b).await?.0 == 0).then_some(()))
+            })
+            .await;
+        let released = release_held_reads(b).await?;
+        let after = shown(b).await?;
+        let (listed, _) = rows(b).await?;
+        emptied?;
+        ensure!(released == 1, "{released} held reads handed over");
+        ensure!(
+            after.failed == Some(0) && listed == 0,
+            "shown {after:?}, {listed} failed rows listed"
+        );
+        Ok(())
+    }
+    .await;
+    let restored = async {
+        ungate_reads(b).await?;
+        thaw_polling(b).await
+    }
+    .await;
+    verdict.and(restored)
+}
 
-    let finished = tick_until_finished(api.clone(), batch.id.clone()).await;
-    let total = batch.total;
-    let again = match finished {
-        Ok(_) => until_shown(b, "the batch finished again", |s| {
-            s.status == "finished" && s.completed == Some(total) && s.failed == Some(0)
-        })
-        .await
-        .map(|_| ())
-        .map_err(text),
-        Err(e) => Err(text(e)),
-    };
-    checks.record(
-        &format!("browser: the replayed batch runs and finishes again: finished, {total} completed, 0 failed"),
-        again,
-    );
+async fn the_replayed_batch_finishes_again(f: &mut Retry<'_>) -> Result<()> {
+    tick_until_finished(f.api.clone(), f.batch.id.clone()).await?;
+    let total = f.batch.total;
+    until_shown(f.b, "the batch finished again", |s| {
+        s.status == "finished" && s.completed == Some(total) && s.failed == Some(0)
+    })
+    .await?;
     Ok(())
 }
 
@@ -507,60 +549,131 @@ pub async fn pause_resume_cancel(
         ..Faults::default()
     };
     let batch = webhook_batch(api, &target.sink, &key, CONTROL_ITEMS, &faults).await?;
-    let id = batch.id.clone();
     b.client
-        .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
+        .goto(&format!("{}/#/batches/{}", api.base(), encode(&batch.id.0)))
         .await?;
     until_shown(b, "the new batch running", |s| {
         s.status == "running" && s.total == Some(CONTROL_ITEMS as u64)
     })
     .await?;
-    let ticker = Ticker::start(api.clone());
-    let result = pause_resume_cancel_ticking(b, api, &id, &ticker, shots, checks).await;
-    let stopped = ticker.stop().await;
+    let mut f = Control {
+        b,
+        api,
+        shots,
+        id: batch.id,
+        ticker: Ticker::start(api.clone()),
+        paused: None,
+    };
+    let result = pause_resume_cancel_ticking(&mut f, checks).await;
+    let stopped = f.ticker.stop().await;
     result?;
     stopped
 }
 
-async fn pause_resume_cancel_ticking(
-    b: &Browser,
-    api: &Api,
-    id: &Id,
-    ticker: &Ticker,
-    shots: &Path,
-    checks: &mut Checks,
-) -> Result<()> {
-    until_shown(b, "the batch to progress", |s| {
+async fn pause_resume_cancel_ticking(f: &mut Control<'_>, checks: &mut Checks) -> Result<()> {
+    until_shown(f.b, "the batch to progress", |s| {
         s.completed.is_some_and(|c| c > 0)
     })
     .await?;
+    checks
+        .run(
+            f,
+            vec![
+                check!(needed
+                    "browser: \"Pause\", confirmed, shows the batch paused at once (polling frozen); Pause is then disabled, Resume enabled",
+                    pause_shows_the_batch_paused_at_once
+                ),
+                check!(
+                    "browser: the list shows the batch paused, offering only Resume and Cancel batch",
+                    the_list_shows_the_batch_paused
+                ),
+            ],
+        )
+        .await;
+    // The next check's name carries what the pause held, known only now.
+    let Some(held) = f.paused.as_ref().map(|p| p.held.completed) else {
+        return Ok(());
+    };
+    let total = CONTROL_ITEMS;
+    checks
+        .run(
+            f,
+            vec![
+                check!(
+                    format!("browser: a paused batch does not progress: completed stays {held} over {PAUSED_TICKS} ticks, on the page and in the API, and it stays paused"),
+                    a_paused_batch_does_not_progress
+                ),
+                check!(
+                    "browser: \"Resume\", confirmed, shows the batch running at once, and its progress moves again",
+                    resume_shows_the_batch_running_and_moving
+                ),
+                check!(needed
+                    "browser: \"Cancel batch\", confirmed, shows the batch cancelled at once with its cancelled count (stats and bar legend)",
+                    cancel_shows_the_batch_cancelled_at_once
+                ),
+                check!(
+                    format!("browser: the cancelled batch's counts add up on the page: completed + failed + cancelled = {total}, and a `cancelled` items tab with its count"),
+                    the_cancelled_batchs_counts_add_up
+                ),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
-    // Pause: shown at once; then nothing progresses while ticks go on.
-    freeze_polling(b).await?;
-    press(b, "#batch-actions [data-action=pause]", None).await?;
-    let paused = until_shown(b, "the batch paused", |s| {
-        s.status == "paused" && !s.dialog_open
-    })
+/// What the pause, resume and cancel checks share: the browser, the batch they
+/// act on, the ticks that fire meanwhile, and what the pause held.
+struct Control<'a> {
+    b: &'a Browser,
+    api: &'a Api,
+    shots: &'a Path,
+    id: Id,
+    ticker: Ticker,
+    paused: Option<Paused>,
+}
+
+/// The paused batch once nothing was in flight (`held`), and after
+/// `PAUSED_TICKS` more ticks, in the API (`after`) and on the page.
+struct Paused {
+    held: Batch,
+    after: Batch,
+    page: Shown,
+}
+
+/// Pause: shown at once (polling frozen, then started again).
+async fn pause_shows_the_batch_paused_at_once(f: &mut Control<'_>) -> Result<()> {
+    let b = f.b;
+    let verdict: Result<()> = async {
+        freeze_polling(b).await?;
+        press(b, "#batch-actions [data-action=pause]", None).await?;
+        let paused = until_shown(b, "the batch paused", |s| {
+            s.status == "paused" && !s.dialog_open
+        })
+        .await;
+        let buttons = (enabled(b, "pause").await?, enabled(b, "resume").await?);
+        let s = paused?;
+        ensure!(
+            buttons == (Some(false), Some(true)),
+            "shown {s:?}, pause/resume enabled: {buttons:?}"
+        );
+        Ok(())
+    }
     .await;
-    let buttons = (enabled(b, "pause").await?, enabled(b, "resume").await?);
-    checks.record(
-        "browser: \"Pause\", confirmed, shows the batch paused at once (polling frozen); Pause is then disabled, Resume enabled",
-        match (paused, buttons) {
-            (Ok(_), (Some(false), Some(true))) => Ok(()),
-            (Ok(s), buttons) => Err(format!("shown {s:?}, pause/resume enabled: {buttons:?}")),
-            (Err(e), _) => Err(text(e)),
-        },
-    );
-    thaw_polling(b).await?;
-    // Items claimed before the pause still run and commit; then nothing moves.
+    verdict.and(thaw_polling(b).await)
+}
+
+/// Items claimed before the pause still run and commit; then nothing moves while
+/// ticks go on. The list shows it paused too, with what can be done to it.
+async fn the_list_shows_the_batch_paused(f: &mut Control<'_>) -> Result<()> {
+    let (b, api, id) = (f.b, f.api, &f.id);
     let held = until_batch(api, id, "nothing in flight", |b| b.processing == 0).await?;
-    let since = ticker.fired();
-    ticker.until_fired(since, PAUSED_TICKS).await?;
+    let since = f.ticker.fired();
+    f.ticker.until_fired(since, PAUSED_TICKS).await?;
     tokio::time::sleep(ONE_POLL).await;
     let after = api.batch(id).await?;
     let page = shown(b).await?;
-    b.screenshot(&shots.join("batch-paused.png")).await?;
-    // The list shows it paused too, with what can be done to it.
+    b.screenshot(&f.shots.join("batch-paused.png")).await?;
+    f.paused = Some(Paused { held, after, page });
     b.client.goto(&format!("{}/#/", api.base())).await?;
     let card = format!("#batches [data-batch-id=\"{id}\"]");
     let listed = b
@@ -577,38 +690,44 @@ async fn pause_resume_cancel_ticking(
             Ok((status.as_deref() == Some("paused")).then_some(actions))
         })
         .await;
-    b.screenshot(&shots.join("batches-paused.png")).await?;
-    checks.record(
-        "browser: the list shows the batch paused, offering only Resume and Cancel batch",
-        match listed {
-            Ok(a) if a == ["resume", "cancel"] => Ok(()),
-            Ok(a) => Err(format!("actions offered: {a:?}")),
-            Err(e) => Err(text(e)),
-        },
+    b.screenshot(&f.shots.join("batches-paused.png")).await?;
+    let actions = listed?;
+    ensure!(
+        actions == ["resume", "cancel"],
+        "actions offered: {actions:?}"
     );
+    Ok(())
+}
+
+async fn a_paused_batch_does_not_progress(f: &mut Control<'_>) -> Result<()> {
+    let b = f.b;
+    let Paused { held, after, page } = f.paused.as_ref().context("the batch was not paused")?;
     b.client
-        .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
+        .goto(&format!("{}/#/batches/{}", f.api.base(), encode(&f.id.0)))
         .await?;
     until_shown(b, "the paused batch's view", |s| s.status == "paused").await?;
-    checks.record(
-        &format!("browser: a paused batch does not progress: completed stays {} over {PAUSED_TICKS} ticks, on the page and in the API, and it stays paused", held.completed),
-        if after.completed == held.completed
+    ensure!(
+        after.completed == held.completed
             && after.status == "paused"
             && page.completed == Some(held.completed)
-            && page.status == "paused"
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "held {}, then API {} ({}), page {page:?}",
-                held.progress(),
-                after.progress(),
-                after.status
-            ))
-        },
+            && page.status == "paused",
+        "held {}, then API {} ({}), page {page:?}",
+        held.progress(),
+        after.progress(),
+        after.status
     );
+    Ok(())
+}
 
-    // Resume: running at once, and progress moves again.
+/// Resume: running at once, and progress moves again.
+async fn resume_shows_the_batch_running_and_moving(f: &mut Control<'_>) -> Result<()> {
+    let b = f.b;
+    let held = f
+        .paused
+        .as_ref()
+        .context("the batch was not paused")?
+        .held
+        .completed;
     freeze_polling(b).await?;
     press(b, "#batch-actions [data-action=resume]", None).await?;
     let resumed = until_shown(b, "the batch running", |s| {
@@ -616,57 +735,53 @@ async fn pause_resume_cancel_ticking(
     })
     .await;
     thaw_polling(b).await?;
-    let moved = match resumed {
-        Ok(_) => until_shown(b, "progress after the resume", |s| {
-            s.completed.is_some_and(|c| c > held.completed)
-        })
-        .await
-        .map(|s| {
-            println!(
-                "#   completed {} when paused, {:?} after the resume",
-                held.completed, s.completed
-            )
-        })
-        .map_err(text),
-        Err(e) => Err(text(e)),
-    };
-    checks.record(
-        "browser: \"Resume\", confirmed, shows the batch running at once, and its progress moves again",
-        moved,
+    resumed?;
+    let s = until_shown(b, "progress after the resume", |s| {
+        s.completed.is_some_and(|c| c > held)
+    })
+    .await?;
+    println!(
+        "#   completed {held} when paused, {:?} after the resume",
+        s.completed
     );
+    Ok(())
+}
 
-    // Cancel: cancelled at once, with the count of items it cancelled.
-    let before = api.batch(id).await?;
+/// Cancel: cancelled at once, with the count of items it cancelled (polling
+/// frozen, then started again).
+async fn cancel_shows_the_batch_cancelled_at_once(f: &mut Control<'_>) -> Result<()> {
+    let b = f.b;
+    let before = f.api.batch(&f.id).await?;
     ensure!(
         before.pending > 0,
         "nothing left to cancel: {}",
         before.progress()
     );
-    freeze_polling(b).await?;
-    press(
-        b,
-        "#batch-actions [data-action=cancel]",
-        Some(&shots.join("confirm-cancel.png")),
-    )
-    .await?;
-    let cancelled = until_shown(b, "the batch cancelled", |s| {
-        s.status == "cancelled" && s.cancelled.is_some_and(|n| n > 0) && !s.dialog_open
-    })
+    let verdict: Result<()> = async {
+        freeze_polling(b).await?;
+        press(
+            b,
+            "#batch-actions [data-action=cancel]",
+            Some(&f.shots.join("confirm-cancel.png")),
+        )
+        .await?;
+        let cancelled = until_shown(b, "the batch cancelled", |s| {
+            s.status == "cancelled" && s.cancelled.is_some_and(|n| n > 0) && !s.dialog_open
+        })
+        .await;
+        let legend = number(b.text("#view [data-count=cancelled]").await?)?;
+        let s = cancelled?;
+        ensure!(legend == s.cancelled, "shown {s:?}, legend {legend:?}");
+        println!("#   cancelled {:?} of {CONTROL_ITEMS}", s.cancelled);
+        Ok(())
+    }
     .await;
-    let legend = number(b.text("#view [data-count=cancelled]").await?)?;
-    checks.record(
-        "browser: \"Cancel batch\", confirmed, shows the batch cancelled at once with its cancelled count (stats and bar legend)",
-        match cancelled {
-            Ok(s) if legend == s.cancelled => {
-                println!("#   cancelled {:?} of {CONTROL_ITEMS}", s.cancelled);
-                Ok(())
-            }
-            Ok(s) => Err(format!("shown {s:?}, legend {legend:?}")),
-            Err(e) => Err(text(e)),
-        },
-    );
-    thaw_polling(b).await?;
-    let ended = until_batch(api, id, "the cancelled batch ended", Batch::has_ended).await?;
+    verdict.and(thaw_polling(b).await)
+}
+
+async fn the_cancelled_batchs_counts_add_up(f: &mut Control<'_>) -> Result<()> {
+    let b = f.b;
+    let ended = until_batch(f.api, &f.id, "the cancelled batch ended", Batch::has_ended).await?;
     let total = CONTROL_ITEMS as u64;
     let adds_up = until_shown(b, "the cancelled batch's final counts", |s| {
         s.status == "cancelled"
@@ -677,24 +792,16 @@ async fn pause_resume_cancel_ticking(
     })
     .await;
     let tab = b.text("#items .tabs button:nth-child(5)").await?;
-    b.screenshot(&shots.join("batch-cancelled.png")).await?;
-    checks.record(
-        &format!("browser: the cancelled batch's counts add up on the page: completed + failed + cancelled = {total}, and a `cancelled` items tab with its count"),
-        match adds_up {
-            Ok(s) => {
-                let sum = s.completed.unwrap_or(0) + s.failed.unwrap_or(0) + s.cancelled.unwrap_or(0);
-                let tab_count = tab
-                    .as_deref()
-                    .filter(|t| t.starts_with("cancelled"))
-                    .and_then(|t| number(Some(t.to_string())).ok().flatten());
-                if sum == total && tab_count == Some(ended.cancelled) {
-                    Ok(())
-                } else {
-                    Err(format!("shown {s:?} (sum {sum}), tab {tab:?}"))
-                }
-            }
-            Err(e) => Err(text(e)),
-        },
+    b.screenshot(&f.shots.join("batch-cancelled.png")).await?;
+    let s = adds_up?;
+    let sum = s.completed.unwrap_or(0) + s.failed.unwrap_or(0) + s.cancelled.unwrap_or(0);
+    let tab_count = tab
+        .as_deref()
+        .filter(|t| t.starts_with("cancelled"))
+        .and_then(|t| number(Some(t.to_string())).ok().flatten());
+    ensure!(
+        sum == total && tab_count == Some(ended.cancelled),
+        "shown {s:?} (sum {sum}), tab {tab:?}"
     );
     Ok(())
 }
@@ -721,6 +828,41 @@ pub async fn refused_action(
         .goto(&format!("{}/#/batches/{}", api.base(), encode(&batch.id.0)))
         .await?;
     until_shown(b, "the batch running", |s| s.status == "running").await?;
+    let mut f = Refusal {
+        b,
+        api,
+        shots,
+        id: batch.id,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(needed
+                    "browser: a refused action (409) shows the API's error message in the dialog, and the view catches up (cancelled, 3 cancelled, every action disabled)",
+                    a_refused_action_shows_the_apis_message
+                ),
+                check!(
+                    "browser: the refusal's 409 is the only console error",
+                    the_refusals_409_is_the_only_console_error
+                ),
+            ],
+        )
+        .await;
+    Ok(())
+}
+
+/// What the refusal's checks share: the browser on the view of a running batch.
+struct Refusal<'a> {
+    b: &'a Browser,
+    api: &'a Api,
+    shots: &'a Path,
+    id: Id,
+}
+
+async fn a_refused_action_shows_the_apis_message(f: &mut Refusal<'_>) -> Result<()> {
+    let b = f.b;
+    // The console from here on: the refusal's.
     b.logs().await?;
     b.click("#batch-actions [data-action=pause]").await?;
     b.until("the confirmation dialog", WAIT, || async {
@@ -728,7 +870,7 @@ pub async fn refused_action(
     })
     .await?;
     // Another operator, meanwhile.
-    api.control(&batch.id, "cancel").await?;
+    f.api.control(&f.id, "cancel").await?;
     b.click("#confirm-yes").await?;
     let message = b
         .until("the refusal in the dialog", WAIT, || async {
@@ -743,38 +885,33 @@ pub async fn refused_action(
         s.status == "cancelled" && s.cancelled == Some(3)
     })
     .await;
-    let none_enabled = {
-        let mut any = Vec::new();
-        for action in ["pause", "resume", "cancel", "retry"] {
-            if enabled(b, action).await? != Some(false) {
-                any.push(action);
-            }
+    let mut enabled_ones = Vec::new();
+    for action in ["pause", "resume", "cancel", "retry"] {
+        if enabled(b, action).await? != Some(false) {
+            enabled_ones.push(action);
         }
-        any
-    };
-    b.screenshot(&shots.join("refused.png")).await?;
+    }
+    b.screenshot(&f.shots.join("refused.png")).await?;
     let want = format!(
         "invalid_transition: cannot pause batch \"{}\": it is cancelled",
-        batch.id
+        f.id
     );
-    checks.record(
-        "browser: a refused action (409) shows the API's error message in the dialog, and the view catches up (cancelled, 3 cancelled, every action disabled)",
-        match (message, caught_up) {
-            (Ok(m), Ok(_)) if m.contains(&want) && none_enabled.is_empty() => {
-                println!("#   shown: {m}");
-                Ok(())
-            }
-            (Ok(m), Ok(_)) => Err(format!("message {m:?} (want {want:?}), enabled: {none_enabled:?}")),
-            (m, c) => Err(format!("message {m:?}, view {c:?}")),
-        },
-    );
-    b.click("#confirm-no").await?;
-    let logs = b.logs().await?;
-    checks.record(
-        "browser: the refusal's 409 is the only console error",
-        no_errors(&logs, &|e| e.message.contains("status of 409")),
-    );
-    Ok(())
+    match (message, caught_up) {
+        (Ok(m), Ok(_)) if m.contains(&want) && enabled_ones.is_empty() => {
+            println!("#   shown: {m}");
+            Ok(())
+        }
+        (Ok(m), Ok(_)) => {
+            bail!("message {m:?} (want {want:?}), enabled: {enabled_ones:?}")
+        }
+        (m, c) => bail!("message {m:?}, view {c:?}"),
+    }
+}
+
+async fn the_refusals_409_is_the_only_console_error(f: &mut Refusal<'_>) -> Result<()> {
+    f.b.click("#confirm-no").await?;
+    let logs = f.b.logs().await?;
+    no_errors(&logs, &|e| e.message.contains("status of 409")).map_err(anyhow::Error::msg)
 }
 
 // ---------------------------------------------------------------- schedules
@@ -840,6 +977,7 @@ const SCHEDULE_ROWS: &str =
         next_title: next && next.title, link: link && link.getAttribute('href')};\
     });";
 
+/// Opens the schedules view, reads its rows, and checks the two schedules'.
 async fn check_schedules(
     b: &Browser,
     api: &Api,
@@ -871,9 +1009,62 @@ async fn check_schedules(
             .cloned()
             .unwrap_or_default()
     };
+    let next = cron
+        .next_fire_at
+        .clone()
+        .context("the cron schedule has no next_fire_at")?;
+    let mut f = Schedules {
+        b,
+        shots,
+        cron: row(&cron.id),
+        once: row(&once.id),
+        once_batch: once.last_batch_id.clone(),
+        next: next.clone(),
+        zone,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    "browser: the schedules view lists a cron schedule: kind, cron, time zone, group, jitter, enabled",
+                    the_schedules_view_lists_a_cron_schedule
+                ),
+                check!(
+                    format!("browser: its next fire time is shown in the viewer's zone ({BROWSER_TZ}; UTC {next}), with the UTC instant as the title"),
+                    its_next_fire_time_is_in_the_viewers_zone
+                ),
+                check!(
+                    "browser: a fired one-off is listed as kind `at`, disabled, with no next fire and a link to its last batch",
+                    a_fired_one_off_is_listed_disabled_with_its_last_batch
+                ),
+                check!(
+                    "browser: the schedules view fits a phone (390 px, no horizontal scrolling)",
+                    the_schedules_view_fits_a_phone
+                ),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
-    // The cron one: every column, and its next fire time in the browser's zone.
-    let r = row(&cron.id);
+/// What the schedules view's checks share: its rows of the cron schedule and
+/// of the fired one-off, and its note on the viewer's zone.
+struct Schedules<'a> {
+    b: &'a Browser,
+    shots: &'a Path,
+    cron: ScheduleRow,
+    once: ScheduleRow,
+    /// The one-off's last batch, as the API says.
+    once_batch: Option<String>,
+    /// The cron schedule's next fire time, as the API says.
+    next: String,
+    zone: String,
+}
+
+/// The cron one: every column.
+async fn the_schedules_view_lists_a_cron_schedule(f: &mut Schedules<'_>) -> Result<()> {
+    let r = &f.cron;
     let seen = (
         r.kind.as_str(),
         r.when.as_str(),
@@ -890,66 +1081,58 @@ async fn check_schedules(
         "up to 10 min",
         "yes",
     );
-    checks.record(
-        "browser: the schedules view lists a cron schedule: kind, cron, time zone, group, jitter, enabled",
-        if seen == want {
-            Ok(())
-        } else {
-            Err(format!("shown {seen:?}, want {want:?}"))
-        },
-    );
-    let next = cron
-        .next_fire_at
-        .clone()
-        .context("the cron schedule has no next_fire_at")?;
-    let local = local_hour_minute(&next)?;
-    let title = format!("{} UTC", next.replace('T', " ").trim_end_matches('Z'));
-    checks.record(
-        &format!("browser: its next fire time is shown in the viewer's zone ({BROWSER_TZ}; UTC {next}), with the UTC instant as the title"),
-        if r.next_title.as_deref() == Some(title.as_str())
-            && local.iter().any(|t| r.next.contains(t.as_str()))
-            && zone.contains(BROWSER_TZ)
-        {
-            println!("#   next fire shown as {:?} (title {title:?})", r.next);
-            Ok(())
-        } else {
-            Err(format!("shown {:?} (title {:?}), want {local:?} and title {title:?}; zone note {zone:?}", r.next, r.next_title))
-        },
-    );
+    ensure!(seen == want, "shown {seen:?}, want {want:?}");
+    Ok(())
+}
 
-    // The fired one-off: disabled, no next fire, a link to its batch.
-    let r = row(&once.id);
-    let link = once
-        .last_batch_id
+async fn its_next_fire_time_is_in_the_viewers_zone(f: &mut Schedules<'_>) -> Result<()> {
+    let (r, next, zone) = (&f.cron, &f.next, &f.zone);
+    let local = local_hour_minute(next)?;
+    let title = format!("{} UTC", next.replace('T', " ").trim_end_matches('Z'));
+    ensure!(
+        r.next_title.as_deref() == Some(title.as_str())
+            && local.iter().any(|t| r.next.contains(t.as_str()))
+            && zone.contains(BROWSER_TZ),
+        "shown {:?} (title {:?}), want {local:?} and title {title:?}; zone note {zone:?}",
+        r.next,
+        r.next_title
+    );
+    println!("#   next fire shown as {:?} (title {title:?})", r.next);
+    Ok(())
+}
+
+/// The fired one-off: disabled, no next fire, a link to its batch.
+async fn a_fired_one_off_is_listed_disabled_with_its_last_batch(
+    f: &mut Schedules<'_>,
+) -> Result<()> {
+    let r = &f.once;
+    let link = f
+        .once_batch
         .as_ref()
         .map(|id| format!("#/batches/{}", encode(id)));
-    checks.record(
-        "browser: a fired one-off is listed as kind `at`, disabled, with no next fire and a link to its last batch",
-        if link.is_some()
+    ensure!(
+        link.is_some()
             && r.link == link
-            && (r.kind.as_str(), r.enabled.as_str(), r.next.as_str(), r.group.as_str())
-                == ("at", "no", "—", "ui-once")
-        {
-            Ok(())
-        } else {
-            Err(format!("shown {r:?}, want link {link:?}"))
-        },
+            && (
+                r.kind.as_str(),
+                r.enabled.as_str(),
+                r.next.as_str(),
+                r.group.as_str()
+            ) == ("at", "no", "—", "ui-once"),
+        "shown {r:?}, want link {link:?}"
     );
+    Ok(())
+}
 
-    // Phone width: no sideways scrolling.
+/// Phone width: no sideways scrolling.
+async fn the_schedules_view_fits_a_phone(f: &mut Schedules<'_>) -> Result<()> {
+    let b = f.b;
     b.client.set_window_size(390, 844).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let fits = fits_width(b).await?;
-    b.screenshot(&shots.join("phone-schedules.png")).await?;
+    b.screenshot(&f.shots.join("phone-schedules.png")).await?;
     b.client.set_window_size(1280, 900).await?;
-    checks.record(
-        "browser: the schedules view fits a phone (390 px, no horizontal scrolling)",
-        if fits {
-            Ok(())
-        } else {
-            Err("the page scrolls sideways".into())
-        },
-    );
+    ensure!(fits, "the page scrolls sideways");
     Ok(())
 }
 

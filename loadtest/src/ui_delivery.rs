@@ -11,11 +11,12 @@
 use crate::api::{encode, Id, Item};
 use crate::browser::Browser;
 use crate::browser::{fits_width, WAIT};
+use crate::check;
 use crate::checks::{text, Checks};
 use crate::drive::until_called_back;
 use crate::faults::Faults;
 use crate::target::Target;
-use anyhow::{Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -64,13 +65,8 @@ fn origin(base: &str) -> Result<String> {
 /// On the open view of `id`, a finished batch with `on_finish` whose callback no
 /// tick has sent yet: the page shows it pending ("the next tick sends it"), then,
 /// after the next tick and without a reload, delivered after 1 attempt, with the
-/// receiver's origin and not its path.
-pub async fn callback_delivered(
-    b: &Browser,
-    target: &Target,
-    id: &Id,
-    checks: &mut Checks,
-) -> Result<()> {
+/// receiver's origin and not its path. A check of the dashboard's list.
+pub async fn callback_delivered(b: &Browser, target: &Target, id: &Id) -> Result<()> {
     let api = &target.api;
     let before = api.batch(id).await?;
     let pending = until_callback(b, "the callback pending", |c| {
@@ -83,30 +79,28 @@ pub async fn callback_delivered(
     })
     .await;
     let to = format!("{}/…", origin(target.sink.base())?);
-    checks.record(
-        "browser: a batch with on_finish shows its completion callback pending once it ended (the next tick sends it), then delivered after 1 attempt when that tick ran, without a reload; the receiver's origin shown, not its path",
-        match (pending, delivered) {
-            (Ok(p), Ok(d)) => {
-                let api_says = (before.callback.as_ref(), called.callback.as_ref());
-                let api_ok = matches!(api_says, (Some(p), Some(d))
-                    if (p.status.as_str(), p.attempts) == ("pending", 0)
-                        && (d.status.as_str(), d.attempts) == ("delivered", 1));
-                if api_ok
-                    && p.text.contains("the next tick sends it")
-                    && d.text.contains("after 1 attempt")
-                    && d.to.as_deref() == Some(to.as_str())
-                    && d.error.is_none()
-                    && !d.text.contains("/callback/")
-                {
-                    println!("#   callback shown: {:?} then {:?}", p.text, d.text);
-                    Ok(())
-                } else {
-                    Err(format!("shown {p:?} then {d:?} (want to {to:?}); API {api_says:?}"))
-                }
-            }
-            (p, d) => Err(format!("pending: {:?}; delivered: {:?}", p.map_err(text), d.map_err(text))),
-        },
+    let (p, d) = match (pending, delivered) {
+        (Ok(p), Ok(d)) => (p, d),
+        (p, d) => bail!(
+            "pending: {:?}; delivered: {:?}",
+            p.map_err(text),
+            d.map_err(text)
+        ),
+    };
+    let api_says = (before.callback.as_ref(), called.callback.as_ref());
+    let api_ok = matches!(api_says, (Some(p), Some(d))
+        if (p.status.as_str(), p.attempts) == ("pending", 0)
+            && (d.status.as_str(), d.attempts) == ("delivered", 1));
+    ensure!(
+        api_ok
+            && p.text.contains("the next tick sends it")
+            && d.text.contains("after 1 attempt")
+            && d.to.as_deref() == Some(to.as_str())
+            && d.error.is_none()
+            && !d.text.contains("/callback/"),
+        "shown {p:?} then {d:?} (want to {to:?}); API {api_says:?}"
     );
+    println!("#   callback shown: {:?} then {:?}", p.text, d.text);
     Ok(())
 }
 
@@ -210,81 +204,139 @@ pub async fn receipts_and_refused_callback(
     let body = json!({"key": key, "items": [item],
         "on_finish": {"url": sink.callback_url("ui-refused", &refused)}});
     let (_, batch) = api.create_batch(&body).await?;
-    let id = batch.id.clone();
     // Tall enough for the callback line and the failed list in one screenshot.
     b.client.set_window_size(1280, 1700).await?;
     b.client
-        .goto(&format!("{}/#/batches/{}", api.base(), encode(&id.0)))
+        .goto(&format!("{}/#/batches/{}", api.base(), encode(&batch.id.0)))
         .await?;
+    let mut f = Delivery {
+        b,
+        target,
+        shots,
+        id: batch.id,
+        item: None,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    "browser: before a batch with on_finish ends, its callback shows pending, sent when the batch ends",
+                    the_callback_shows_pending_before_the_end
+                ),
+                check!(
+                    "browser: a callback its receiver refuses for good (400) shows failed after 1 attempt, with its last error",
+                    a_refused_callback_shows_failed_with_its_error
+                ),
+                check!(
+                    "browser: a multi item with one channel delivered and one refused shows both receipts in the failed list: email ✓ delivered with its time, push ✗ failed with its error",
+                    the_failed_list_shows_both_receipts
+                ),
+                check!(
+                    "browser: the same receipts in the items by status (failed tab)",
+                    the_failed_tab_shows_the_same_receipts
+                ),
+                check!(
+                    "browser: at phone width (390 px) the callback line and each receipt fit the screen, no horizontal scrolling",
+                    the_callback_and_receipts_fit_a_phone
+                ),
+            ],
+        )
+        .await;
+    Ok(())
+}
 
-    // Before its end: pending, sent when the batch ends.
-    let pending = until_callback(b, "the callback pending before the end", |c| {
+/// What the delivery checks share: the browser on the view of the batch of one
+/// `multi` item, and that item once it failed.
+struct Delivery<'a> {
+    b: &'a Browser,
+    target: &'a Target,
+    shots: &'a Path,
+    id: Id,
+    item: Option<Item>,
+}
+
+impl Delivery<'_> {
+    fn item(&self) -> Result<&Item> {
+        self.item
+            .as_ref()
+            .context("no failed multi item (see the check before)")
+    }
+}
+
+/// The item's receipt list in the failed list, and in the items tab.
+fn receipt_lists(item: &Item) -> (String, String) {
+    (
+        format!("#failed-items [data-receipts=\"{}\"]", item.id),
+        format!("#items [data-receipts=\"{}\"]", item.id),
+    )
+}
+
+/// Before its end: pending, sent when the batch ends.
+async fn the_callback_shows_pending_before_the_end(f: &mut Delivery<'_>) -> Result<()> {
+    let c = until_callback(f.b, "the callback pending before the end", |c| {
         c.badge.as_deref() == Some("pending")
     })
-    .await;
-    checks.record(
-        "browser: before a batch with on_finish ends, its callback shows pending, sent when the batch ends",
-        match pending {
-            Ok(c) if c.text.contains("sent when the batch ends") => Ok(()),
-            Ok(c) => Err(format!("shown {c:?}")),
-            Err(e) => Err(text(e)),
-        },
-    );
+    .await?;
+    ensure!(c.text.contains("sent when the batch ends"), "shown {c:?}");
+    Ok(())
+}
 
-    // Ticks run the item (push refused for good: failed on attempt 1), end the
-    // batch, then send its callback, which is refused too.
-    let ended = until_called_back(api, &id, WAIT).await?;
+/// Ticks run the item (push refused for good: failed on attempt 1), end the
+/// batch, then send its callback, which is refused too.
+async fn a_refused_callback_shows_failed_with_its_error(f: &mut Delivery<'_>) -> Result<()> {
+    let ended = until_called_back(&f.target.api, &f.id, WAIT).await?;
     let cb = ended
         .callback
         .clone()
         .context("the batch has no callback")?;
-    let failed = until_callback(b, "the callback failed", |c| {
+    let c = until_callback(f.b, "the callback failed", |c| {
         c.badge.as_deref() == Some("failed")
     })
-    .await;
-    checks.record(
-        "browser: a callback its receiver refuses for good (400) shows failed after 1 attempt, with its last error",
-        match failed {
-            Ok(c) if cb.status == "failed"
-                && c.text.contains("after 1 attempt")
-                && cb.last_error.as_ref().is_some_and(|e| {
-                    e.contains("400") && c.error.as_deref() == Some(&format!("last error: {e}"))
-                }) =>
-            {
-                println!("#   callback shown: {:?}", c.text);
-                Ok(())
-            }
-            Ok(c) => Err(format!("shown {c:?}, API {cb:?}")),
-            Err(e) => Err(text(e)),
-        },
+    .await?;
+    ensure!(
+        cb.status == "failed"
+            && c.text.contains("after 1 attempt")
+            && cb.last_error.as_ref().is_some_and(|e| {
+                e.contains("400") && c.error.as_deref() == Some(&format!("last error: {e}"))
+            }),
+        "shown {c:?}, API {cb:?}"
     );
+    println!("#   callback shown: {:?}", c.text);
+    Ok(())
+}
 
-    // The item's receipts, in the failed list and in the failed items tab.
-    let item = api
-        .all_items(&id, Some("failed"))
+async fn the_failed_list_shows_both_receipts(f: &mut Delivery<'_>) -> Result<()> {
+    let item = f
+        .target
+        .api
+        .all_items(&f.id, Some("failed"))
         .await?
         .into_iter()
         .next()
         .context("the multi item did not fail")?;
-    let list = format!("#failed-items [data-receipts=\"{}\"]", item.id);
-    let in_failed = wait_receipts(b, &list).await;
-    checks.record(
-        "browser: a multi item with one channel delivered and one refused shows both receipts in the failed list: email ✓ delivered with its time, push ✗ failed with its error",
-        in_failed.and_then(|shown| receipts_match(&shown, &item)),
-    );
+    let (list, _) = receipt_lists(&item);
+    let shown = wait_receipts(f.b, &list).await;
+    f.item = Some(item);
+    receipts_match(&shown?, f.item()?).map_err(anyhow::Error::msg)
+}
+
+async fn the_failed_tab_shows_the_same_receipts(f: &mut Delivery<'_>) -> Result<()> {
+    let (b, item) = (f.b, f.item()?);
     b.click("#items .tabs button:nth-child(4)").await?;
-    let tab = format!("#items [data-receipts=\"{}\"]", item.id);
-    let in_tab = wait_receipts(b, &tab).await;
-    checks.record(
-        "browser: the same receipts in the items by status (failed tab)",
-        in_tab.and_then(|shown| receipts_match(&shown, &item)),
-    );
+    let (_, tab) = receipt_lists(item);
+    let shown = wait_receipts(b, &tab).await;
     b.client
         .execute("window.scrollTo(0, 0); return 0;", vec![])
         .await?;
-    b.screenshot(&shots.join("batch-delivery.png")).await?;
+    b.screenshot(&f.shots.join("batch-delivery.png")).await?;
+    receipts_match(&shown?, item).map_err(anyhow::Error::msg)
+}
 
-    // Phone width: the callback line and every receipt within the screen.
+/// Phone width: the callback line and every receipt within the screen.
+async fn the_callback_and_receipts_fit_a_phone(f: &mut Delivery<'_>) -> Result<()> {
+    let (b, item) = (f.b, f.item()?);
+    let (list, tab) = receipt_lists(item);
     b.client.set_window_size(390, 844).await?;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let fits = fits_width(b).await?;
@@ -295,29 +347,24 @@ pub async fn receipts_and_refused_callback(
             vec![],
         )
         .await?;
-    b.screenshot(&shots.join("phone-batch-delivery.png"))
+    b.screenshot(&f.shots.join("phone-batch-delivery.png"))
         .await?;
     b.client.set_window_size(1280, 900).await?;
-    checks.record(
-        "browser: at phone width (390 px) the callback line and each receipt fit the screen, no horizontal scrolling",
-        match inside {
-            // The callback line and two receipts in each list.
-            (5, 5) if fits => Ok(()),
-            (n, inside) => Err(format!(
-                "{inside} of {n} elements (want 5) within the screen; page fits: {fits}"
-            )),
-        },
-    );
-    Ok(())
+    match inside {
+        // The callback line and two receipts in each list.
+        (5, 5) if fits => Ok(()),
+        (n, inside) => {
+            bail!("{inside} of {n} elements (want 5) within the screen; page fits: {fits}")
+        }
+    }
 }
 
 /// Waits for the receipt list `list` (at most `WAIT`).
-async fn wait_receipts(b: &Browser, list: &str) -> Result<Vec<ReceiptShown>, String> {
+async fn wait_receipts(b: &Browser, list: &str) -> Result<Vec<ReceiptShown>> {
     b.until(&format!("the receipts in {list}"), WAIT, || async {
         Ok(receipts_shown(b, list).await?.filter(|r| !r.is_empty()))
     })
     .await
-    .map_err(text)
 }
 
 /// How many elements match `css`, and how many of them lie within the window's
