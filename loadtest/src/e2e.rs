@@ -306,8 +306,8 @@ impl<'a> Suite<'a> {
 
     /// What the batch left: its items, the sink's deliveries, the summaries.
     async fn read_back(&mut self) -> Result<()> {
-        let daily = self.daily.as_ref().context("no batch to follow")?;
-        self.items = items_by_subject(&self.api, &daily.id).await?;
+        let id = self.daily()?.id.clone();
+        self.items = items_by_subject(&self.api, &id).await?;
         let stats = self.target.sink.stats(true).await?;
         self.delivered = stats.total;
         self.deliveries = stats.deliveries.unwrap_or_default();
