@@ -10,6 +10,7 @@
 //! summaries, recovery), not the platform's concurrency.
 
 use crate::api::{Api, Batch, Id, Invocation, SubjectIn, TICK_CRON};
+use crate::check;
 use crate::checks::Checks;
 use crate::faults::Faults;
 use crate::plan;
@@ -59,12 +60,28 @@ fn settings() -> Vec<(&'static str, String)> {
     .collect()
 }
 
+/// What the drainers' checks share: the Worker, the batch under way, and what
+/// the checks before found.
+struct Drainers {
+    target: Target,
+    api: Api,
+    timeout: Duration,
+    /// The batch the current list drains.
+    batch: Batch,
+    /// Invocation ids seen before that batch was created.
+    known: HashSet<i64>,
+    /// The summaries since `known`, read once after the batch finished.
+    since: Option<Vec<Invocation>>,
+    finished: Option<Batch>,
+    processing_at_kill: Option<u64>,
+}
+
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let settings = settings();
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut args = args.clone();
     args.wrangler_config = Some(PathBuf::from("wrangler.drainers.toml"));
-    let mut target = Target::open(&args, "e2e-drainers", &settings, Secrets::Random, true)
+    let target = Target::open(&args, "e2e-drainers", &settings, Secrets::Random, true)
         .await
         .context("starting the drainers' Worker (wrangler.drainers.toml)")?;
     let api = target.api.clone();
@@ -81,48 +98,51 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         .create_batch(&json!({"key": "drainers", "source": "subjects"}))
         .await?;
     ensure!(batch.total == ITEMS as u64, "batch total {}", batch.total);
-    let started = Instant::now();
-    let finished = drain_by_drainers(&api, &batch.id, timeout).await;
-    let finished = checks.step(
-        &format!("DRAINERS={DRAINERS}: a {ITEMS}-item batch finishes while the tick only sends drain messages"),
-        finished,
-    );
-    eprintln!(
-        "  [drainers] {ITEMS} items in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    if let Some(b) = &finished {
-        checks.record(
-            &format!("drainers: all {ITEMS} completed, none failed, the batch's counts exact"),
-            verdict::batch_counts(b, ITEMS as u64, ITEMS as u64, 0),
-        );
-    }
-    let items = api.all_items(&batch.id, None).await?;
-    checks.record(
-        "drainers: nothing lost or doubled: one item per subject, each completed on attempt 1",
-        {
-            let ids: HashSet<&str> = items.iter().map(|i| i.subject_id.as_str()).collect();
-            let odd: Vec<String> = items
-                .iter()
-                .filter(|i| i.status != "completed" || i.attempt != 1)
-                .take(5)
-                .map(|i| format!("{} {} attempt {}", i.subject_id, i.status, i.attempt))
-                .collect();
-            if items.len() == ITEMS && ids.len() == ITEMS && odd.is_empty() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{} items, {} subjects, e.g. {odd:?}",
-                    items.len(),
-                    ids.len()
-                ))
-            }
-        },
-    );
-    let ours = api.invocations_since(&known).await?;
-    for (name, result) in drainer_summaries(&ours) {
-        checks.record(name, result);
-    }
+    let mut f = Drainers {
+        target,
+        api: api.clone(),
+        timeout,
+        batch,
+        known,
+        since: None,
+        finished: None,
+        processing_at_kill: None,
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    format!("DRAINERS={DRAINERS}: a {ITEMS}-item batch finishes while the tick only sends drain messages"),
+                    drainers_finish_the_batch
+                ),
+                check!(
+                    format!("drainers: all {ITEMS} completed, none failed, the batch's counts exact"),
+                    all_completed_counts_exact
+                ),
+                check!(
+                    "drainers: nothing lost or doubled: one item per subject, each completed on attempt 1",
+                    nothing_lost_or_doubled
+                ),
+                check!(
+                    "drainers: every tick sent its drain messages and drained nothing itself (stop_reason drainers)",
+                    ticks_only_send_drain_messages
+                ),
+                check!(
+                    "drainers: GET /invocations lists at least DRAINERS drainer summaries (trigger queue) that each claimed a share",
+                    every_drainer_claims_a_share
+                ),
+                check!(
+                    "drainers: every drainer stayed within its own SUBREQUEST_BUDGET",
+                    drainers_within_their_budget
+                ),
+                check!(
+                    "drainers: their claims (less items given back) and completions add up to the batch exactly",
+                    claims_add_up_to_the_batch
+                ),
+            ],
+        )
+        .await;
 
     // A drainer killed mid-run: its leases are the reaper's, as after any crash.
     // Webhooks that take KILL_LATENCY_MS, so the runtime is waiting on them (and
@@ -143,10 +163,12 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     let kill: Vec<SubjectIn> = plan::uniform("k", KILL_ITEMS, slow, None)
         .iter()
         .enumerate()
-        .map(|(n, p)| p.subject(&target.sink, n))
+        .map(|(n, p)| p.subject(&f.target.sink, n))
         .collect();
     api.put_subjects(&kill).await?;
-    let known: HashSet<i64> = api.invocation_ids().await?;
+    f.known = api.invocation_ids().await?;
+    f.since = None;
+    f.finished = None;
     let (_, batch) = api
         .create_batch(&json!({"key": "drainers-kill", "source": "subjects"}))
         .await?;
@@ -155,68 +177,211 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         "kill batch total {}",
         batch.total
     );
-    // Killed as soon as a drainer is seen holding claimed items.
-    let (at_kill, tick) = drive::ticks_until(&api, &batch.id, timeout, |b| {
+    f.batch = batch;
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    needed "drainers: runtime restarts on the same state dir after SIGKILL mid-drain",
+                    restarts_after_a_kill_mid_drain
+                ),
+                check!(
+                    "drainers: the kill hit a drainer with items claimed (processing > 0 after restart)",
+                    kill_hit_claimed_items
+                ),
+                check!(
+                    "drainers: the killed batch finishes after restart",
+                    drainers_finish_the_batch
+                ),
+                check!(
+                    "drainers: after the kill nothing lost: every item completed, counts exact",
+                    killed_batch_completed_counts_exact
+                ),
+                check!(
+                    "drainers: the ticks' reaper requeued exactly the leases the killed drainer left; drainers never reap",
+                    reaper_requeued_the_killed_drainers_leases
+                ),
+                check!(
+                    "drainers: no invocation (tick or drainer) used more subrequests than its budget",
+                    everyone_within_budget
+                ),
+            ],
+        )
+        .await;
+
+    if let Some(runtime) = f.target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(())
+}
+
+async fn drainers_finish_the_batch(f: &mut Drainers) -> Result<()> {
+    let started = Instant::now();
+    let finished = drain_by_drainers(&f.api, &f.batch.id, f.timeout).await?;
+    eprintln!(
+        "  [drainers] {} items in {:.1}s",
+        finished.total,
+        started.elapsed().as_secs_f64()
+    );
+    f.finished = Some(finished);
+    Ok(())
+}
+
+fn finished(f: &Drainers) -> Result<&Batch> {
+    f.finished.as_ref().context("the batch did not finish")
+}
+
+async fn all_completed_counts_exact(f: &mut Drainers) -> Result<()> {
+    verdict::batch_counts(finished(f)?, ITEMS as u64, ITEMS as u64, 0).map_err(anyhow::Error::msg)
+}
+
+async fn nothing_lost_or_doubled(f: &mut Drainers) -> Result<()> {
+    let items = f.api.all_items(&f.batch.id, None).await?;
+    let ids: HashSet<&str> = items.iter().map(|i| i.subject_id.as_str()).collect();
+    let odd: Vec<String> = items
+        .iter()
+        .filter(|i| i.status != "completed" || i.attempt != 1)
+        .take(5)
+        .map(|i| format!("{} {} attempt {}", i.subject_id, i.status, i.attempt))
+        .collect();
+    ensure!(
+        items.len() == ITEMS && ids.len() == ITEMS && odd.is_empty(),
+        "{} items, {} subjects, e.g. {odd:?}",
+        items.len(),
+        ids.len()
+    );
+    Ok(())
+}
+
+/// The summaries of the batch's invocations, read once for the checks that judge them.
+async fn since(f: &mut Drainers) -> Result<&[Invocation]> {
+    if f.since.is_none() {
+        f.since = Some(f.api.invocations_since(&f.known).await?);
+    }
+    Ok(f.since.as_deref().unwrap_or_default())
+}
+
+/// The summaries of `trigger`.
+fn of(since: &[Invocation], trigger: Trigger) -> Vec<&Invocation> {
+    since
+        .iter()
+        .filter(|i| i.summary.trigger == trigger)
+        .collect()
+}
+
+async fn ticks_only_send_drain_messages(f: &mut Drainers) -> Result<()> {
+    let ticks = of(since(f).await?, Trigger::Tick);
+    let sent_only = |i: &&Invocation| {
+        i.summary.stop_reason == StopReason::Drainers && i.summary.tally.claimed == 0
+    };
+    if !ticks.is_empty() && ticks.iter().all(sent_only) {
+        return Ok(());
+    }
+    bail!(
+        "{}",
+        ticks
+            .iter()
+            .map(|i| format!(
+                "{} {:?} claimed {}",
+                i.id, i.summary.stop_reason, i.summary.tally.claimed
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+async fn every_drainer_claims_a_share(f: &mut Drainers) -> Result<()> {
+    let drainers = of(since(f).await?, Trigger::Queue);
+    let working = drainers
+        .iter()
+        .filter(|i| i.summary.tally.claimed > 0)
+        .count() as u64;
+    ensure!(
+        working >= DRAINERS && drainers.len() as u64 >= DRAINERS,
+        "{} drainer summaries, {working} of them claimed items",
+        drainers.len()
+    );
+    Ok(())
+}
+
+async fn drainers_within_their_budget(f: &mut Drainers) -> Result<()> {
+    let drainers: Vec<Invocation> = of(since(f).await?, Trigger::Queue)
+        .into_iter()
+        .cloned()
+        .collect();
+    ensure!(
+        drainers
+            .iter()
+            .all(|i| i.summary.subrequest_budget == BUDGET as i64),
+        "a drainer ran with another budget"
+    );
+    verdict::within_budget(&drainers).map_err(anyhow::Error::msg)
+}
+
+async fn claims_add_up_to_the_batch(f: &mut Drainers) -> Result<()> {
+    let drainers = of(since(f).await?, Trigger::Queue);
+    let claimed: i64 = drainers
+        .iter()
+        .map(|i| i.summary.tally.claimed - i.summary.tally.released)
+        .sum();
+    let completed: i64 = drainers.iter().map(|i| i.summary.tally.completed).sum();
+    ensure!(
+        claimed == ITEMS as i64 && completed == ITEMS as i64,
+        "drainers claimed {claimed} (less releases) and completed {completed}, want {ITEMS} each"
+    );
+    Ok(())
+}
+
+/// Kills the runtime as soon as a drainer is seen holding claimed items, and
+/// restarts it.
+async fn restarts_after_a_kill_mid_drain(f: &mut Drainers) -> Result<()> {
+    let (at_kill, tick) = drive::ticks_until(&f.api, &f.batch.id, f.timeout, |b| {
         b.processing > 0 && b.completed + b.failed < b.total
     })
     .await?;
-    let runtime = target.runtime.as_mut().context("no local runtime")?;
+    let runtime = f.target.runtime.as_mut().context("no local runtime")?;
     runtime.kill_hard();
     // The trigger request dies with the runtime; its error is expected.
     let _ = tick.await;
     eprintln!("  [drainers] killed with {}", at_kill.progress());
-    checks.step(
-        "drainers: runtime restarts on the same state dir after SIGKILL mid-drain",
-        runtime.restart().await,
-    );
-    let frozen = api.batch(&batch.id).await?;
-    let processing_at_kill = frozen.processing;
-    checks.record(
-        "drainers: the kill hit a drainer with items claimed (processing > 0 after restart)",
-        if processing_at_kill > 0 {
-            Ok(())
-        } else {
-            Err(frozen.progress())
-        },
-    );
-    let finished = drain_by_drainers(&api, &batch.id, timeout).await;
-    let finished = checks.step(
-        "drainers: the killed batch finishes after restart",
-        finished,
-    );
-    if let Some(b) = &finished {
-        checks.record(
-            "drainers: after the kill nothing lost: every item completed, counts exact",
-            verdict::batch_counts(b, b.total, b.total, 0),
-        );
-    }
-    let since = api.invocations_since(&known).await?;
-    let reaped: i64 = since
+    runtime.restart().await
+}
+
+async fn kill_hit_claimed_items(f: &mut Drainers) -> Result<()> {
+    // Nothing has run since the restart, so the counts are those at the kill.
+    let frozen = f.api.batch(&f.batch.id).await?;
+    f.processing_at_kill = Some(frozen.processing);
+    ensure!(frozen.processing > 0, "{}", frozen.progress());
+    Ok(())
+}
+
+async fn killed_batch_completed_counts_exact(f: &mut Drainers) -> Result<()> {
+    let b = finished(f)?;
+    verdict::batch_counts(b, b.total, b.total, 0).map_err(anyhow::Error::msg)
+}
+
+async fn reaper_requeued_the_killed_drainers_leases(f: &mut Drainers) -> Result<()> {
+    let processing_at_kill = f
+        .processing_at_kill
+        .context("the items in flight at the kill are unknown")?;
+    let since = since(f).await?;
+    let reaped: i64 = of(since, Trigger::Tick)
         .iter()
-        .filter(|i| i.summary.trigger == Trigger::Tick)
         .map(|i| i.summary.tally.reaped)
         .sum();
-    checks.record(
-        "drainers: the ticks' reaper requeued exactly the leases the killed drainer left; drainers never reap",
-        if u64::try_from(reaped) == Ok(processing_at_kill)
-            && since
+    ensure!(
+        u64::try_from(reaped) == Ok(processing_at_kill)
+            && of(since, Trigger::Queue)
                 .iter()
-                .all(|i| i.summary.trigger != Trigger::Queue || i.summary.tally.reaped == 0)
-        {
-            Ok(())
-        } else {
-            Err(format!("ticks reaped {reaped}, {processing_at_kill} were processing"))
-        },
+                .all(|i| i.summary.tally.reaped == 0),
+        "ticks reaped {reaped}, {processing_at_kill} were processing"
     );
-    checks.record(
-        "drainers: no invocation (tick or drainer) used more subrequests than its budget",
-        verdict::within_budget(&since),
-    );
-
-    if let Some(runtime) = target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
     Ok(())
+}
+
+async fn everyone_within_budget(f: &mut Drainers) -> Result<()> {
+    verdict::within_budget(since(f).await?).map_err(anyhow::Error::msg)
 }
 
 /// Fires one tick, then another whenever the batch made no progress for
@@ -253,88 +418,4 @@ async fn drain_by_drainers(api: &Api, id: &Id, timeout: Duration) -> Result<Batc
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// What the summaries of a drained batch must show: ticks that sent drain
-/// messages and drained nothing; `DRAINERS` drainers of the first tick that each
-/// claimed a share; every drainer within its budget; claims adding up to the
-/// batch exactly.
-fn drainer_summaries(ours: &[Invocation]) -> Vec<(&'static str, Result<(), String>)> {
-    let ticks: Vec<&Invocation> = ours
-        .iter()
-        .filter(|i| i.summary.trigger == Trigger::Tick)
-        .collect();
-    let drainers: Vec<&Invocation> = ours
-        .iter()
-        .filter(|i| i.summary.trigger == Trigger::Queue)
-        .collect();
-    let ticks_ok = if !ticks.is_empty()
-        && ticks
-            .iter()
-            .all(|i| i.summary.stop_reason == StopReason::Drainers && i.summary.tally.claimed == 0)
-    {
-        Ok(())
-    } else {
-        Err(ticks
-            .iter()
-            .map(|i| {
-                format!(
-                    "{} {:?} claimed {}",
-                    i.id, i.summary.stop_reason, i.summary.tally.claimed
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", "))
-    };
-    let working = drainers
-        .iter()
-        .filter(|i| i.summary.tally.claimed > 0)
-        .count() as u64;
-    let enough = if working >= DRAINERS && drainers.len() as u64 >= DRAINERS {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} drainer summaries, {working} of them claimed items",
-            drainers.len()
-        ))
-    };
-    let owned: Vec<Invocation> = drainers.iter().map(|i| (*i).clone()).collect();
-    let budget = if owned
-        .iter()
-        .all(|i| i.summary.subrequest_budget == BUDGET as i64)
-    {
-        verdict::within_budget(&owned)
-    } else {
-        Err("a drainer ran with another budget".into())
-    };
-    let claimed: i64 = drainers
-        .iter()
-        .map(|i| i.summary.tally.claimed - i.summary.tally.released)
-        .sum();
-    let completed: i64 = drainers.iter().map(|i| i.summary.tally.completed).sum();
-    let exact = if claimed == ITEMS as i64 && completed == ITEMS as i64 {
-        Ok(())
-    } else {
-        Err(format!(
-            "drainers claimed {claimed} (less releases) and completed {completed}, want {ITEMS} each"
-        ))
-    };
-    vec![
-        (
-            "drainers: every tick sent its drain messages and drained nothing itself (stop_reason drainers)",
-            ticks_ok,
-        ),
-        (
-            "drainers: GET /invocations lists at least DRAINERS drainer summaries (trigger queue) that each claimed a share",
-            enough,
-        ),
-        (
-            "drainers: every drainer stayed within its own SUBREQUEST_BUDGET",
-            budget,
-        ),
-        (
-            "drainers: their claims (less items given back) and completions add up to the batch exactly",
-            exact,
-        ),
-    ]
 }

@@ -11,10 +11,12 @@
 //! observable state with bounded timeouts; the only pause is the pacing between
 //! tick rounds, so an idle tick does not spin.
 
-use crate::api::{Api, Batch, Invocation, SubjectIn, TICK_CRON};
-use crate::checks::{text, Checks};
+use crate::api::{Api, Batch, Invocation, Item, RawResponse, SubjectIn, TICK_CRON};
+use crate::check;
+use crate::checks::{Check, Checks};
 use crate::drive;
 use crate::plan::{self, Expect, Mix, Planned};
+use crate::sink::Delivery;
 use crate::steps::items_by_subject;
 use crate::suite::settings;
 use crate::target::{Secrets, Target, TargetArgs};
@@ -23,7 +25,7 @@ use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 /// The Worker's default `MAX_CHILD_INVOCATIONS`, which the suite does not set.
@@ -217,216 +219,254 @@ async fn probe_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
     probe::e2e(&target, checks).await
 }
 
-async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
-    let settings = settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // A rotation under way: dispatches signed with the previous secret still run.
-    let mut target_args = args.target.clone();
-    if !target_args
-        .vars
-        .iter()
-        .any(|(k, _)| k == "DISPATCH_SECRET_PREVIOUS")
-    {
-        target_args.vars.push((
-            "DISPATCH_SECRET_PREVIOUS".into(),
-            crate::devvars::random_secret(),
-        ));
-    }
-    let mut target = Target::open(&target_args, "e2e", &settings, Secrets::Random, true)
-        .await
-        .context("starting the Worker and the sink")?;
-    checks.record(
-        "runtime and sink started, GET /health answers {\"ok\":true}",
-        target.api.health().await.map_err(text),
-    );
-    let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
-    ensure!(
-        max_attempts >= 3,
-        "MAX_ATTEMPTS must be >= 3 for fail_first=2 to complete"
-    );
-    ensure!(
-        args.hang_ms > target.setting("JOB_TIMEOUT_MS")?,
-        "--hang-ms must exceed JOB_TIMEOUT_MS"
-    );
-    let timeout = Duration::from_secs(args.timeout_secs);
-    let api = target.api.clone();
+/// What the suite's checks share: the Worker and the sink, the seeded plan, and
+/// what the checks before them found (the batch, and what it left once finished).
+struct Suite<'a> {
+    args: &'a E2eArgs,
+    target: Target,
+    api: Api,
+    timeout: Duration,
+    max_attempts: u32,
+    plan: Vec<Planned>,
+    subjects: Vec<SubjectIn>,
+    /// The one-off schedule's body, and the key of the batch it fires.
+    one_off: Value,
+    key: String,
+    /// The batch the racing ticks created, and the same batch finished.
+    daily: Option<Batch>,
+    finished: Option<Batch>,
+    /// Read back once the batch ran: its items by subject, every delivery the
+    /// sink received and how many, the invocations' summaries.
+    items: HashMap<String, Item>,
+    deliveries: Vec<Delivery>,
+    delivered: u64,
+    invocations: Vec<Invocation>,
+}
 
-    // Seed.
-    let plan = plan::e2e(
-        "e2e",
-        Mix {
-            total: args.subjects,
-            ..Mix::E2E
-        },
-        args.hang_ms,
-    );
-    let subjects: Vec<SubjectIn> = plan
-        .iter()
-        .enumerate()
-        .map(|(n, p)| p.subject(&target.sink, n))
-        .collect();
-    checks.record(
-        "PUT /subjects upserts every subject (chunks of 250)",
-        seed(&api, &subjects).await.map_err(text),
-    );
+impl<'a> Suite<'a> {
+    /// Starts the Worker (a secret rotation under way: dispatches signed with
+    /// the previous secret still run) and the sink; plans the subjects.
+    async fn open(args: &'a E2eArgs) -> Result<Suite<'a>> {
+        let settings = settings();
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut target_args = args.target.clone();
+        if !target_args
+            .vars
+            .iter()
+            .any(|(k, _)| k == "DISPATCH_SECRET_PREVIOUS")
+        {
+            target_args.vars.push((
+                "DISPATCH_SECRET_PREVIOUS".into(),
+                crate::devvars::random_secret(),
+            ));
+        }
+        let target = Target::open(&target_args, "e2e", &settings, Secrets::Random, true)
+            .await
+            .context("starting the Worker and the sink")?;
+        let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
+        ensure!(
+            max_attempts >= 3,
+            "MAX_ATTEMPTS must be >= 3 for fail_first=2 to complete"
+        );
+        ensure!(
+            args.hang_ms > target.setting("JOB_TIMEOUT_MS")?,
+            "--hang-ms must exceed JOB_TIMEOUT_MS"
+        );
+        let plan = plan::e2e(
+            "e2e",
+            Mix {
+                total: args.subjects,
+                ..Mix::E2E
+            },
+            args.hang_ms,
+        );
+        let subjects = plan
+            .iter()
+            .enumerate()
+            .map(|(n, p)| p.subject(&target.sink, n))
+            .collect();
+        Ok(Suite {
+            args,
+            api: target.api.clone(),
+            target,
+            timeout: Duration::from_secs(args.timeout_secs),
+            max_attempts,
+            plan,
+            subjects,
+            one_off: Value::Null,
+            key: String::new(),
+            daily: None,
+            finished: None,
+            items: HashMap::new(),
+            deliveries: Vec::new(),
+            delivered: 0,
+            invocations: Vec::new(),
+        })
+    }
+
+    /// What the batch left: its items, the sink's deliveries, the summaries.
+    async fn read_back(&mut self) -> Result<()> {
+        let id = self.daily()?.id.clone();
+        self.items = items_by_subject(&self.api, &id).await?;
+        let stats = self.target.sink.stats(true).await?;
+        self.delivered = stats.total;
+        self.deliveries = stats.deliveries.unwrap_or_default();
+        self.invocations = self.api.invocations(1000).await?;
+        Ok(())
+    }
+
+    fn daily(&self) -> Result<&Batch> {
+        self.daily.as_ref().context("no batch to follow")
+    }
+
+    fn finished(&self) -> Result<&Batch> {
+        self.finished.as_ref().context("the batch did not finish")
+    }
+}
+
+async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
+    let mut f = Suite::open(args).await?;
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    "runtime and sink started, GET /health answers {\"ok\":true}",
+                    health_answers
+                ),
+                check!(
+                    "PUT /subjects upserts every subject (chunks of 250)",
+                    subjects_upserted
+                ),
+            ],
+        )
+        .await;
 
     // The batch: a one-off schedule fired by ticks. (`daily` would fire over the
     // same subjects after 12:00 UTC; the schedules part tests it on a test clock.)
-    api.delete_schedule("daily").await?;
-    let (one_off, daily) = scheduled_batch(&api, plan.len(), checks).await?;
-    let finished = drive::in_pairs(&api, &daily.id, timeout, "batch").await;
-    let finished = checks.step(
-        "the batch finishes while tick crons fire (2 at a time)",
-        finished,
-    );
-    let items = items_by_subject(&api, &daily.id).await?;
-    checks.record(
-        "GET /batches/{id}/items lists one item per subject",
-        if items.len() == plan.len() {
-            Ok(())
-        } else {
-            Err(format!("{} items for {} subjects", items.len(), plan.len()))
-        },
-    );
-    let stats = target.sink.stats(true).await?;
-    let all_deliveries = stats.deliveries.unwrap_or_default();
-    let by_item = verdict::deliveries_by_item(&all_deliveries, &daily.id.0);
-    let kinds = [
-        (
-            Expect::Healthy,
-            "healthy subjects: completed on attempt 1 after exactly one delivery".to_string(),
-        ),
-        (
-            Expect::FailFirst(2),
-            "fail_first=2 subjects: completed on attempt 3 after 3 deliveries".into(),
-        ),
-        (
-            Expect::ServerError,
+    f.api.delete_schedule("daily").await?;
+    (f.one_off, f.key) = steps::one_off_now(&f.api, E2E_SCHEDULE).await?;
+    let batch = vec![
+        check!(
             format!(
-                "status=500 subjects: failed on attempt {max_attempts}, last_error mentions 500"
+                "a one-off schedule due now: two racing ticks create exactly one batch {} over all {} subjects",
+                f.key,
+                f.plan.len()
             ),
+            racing_ticks_create_one_batch
         ),
-        (
-            Expect::ClientError,
-            "status=400 subjects: failed on attempt 1 (permanent), last_error mentions 400".into(),
-        ),
-        (
-            Expect::Hang,
-            format!("hanging subject: failed on attempt {max_attempts} with a timeout reason"),
+        check!(
+            "the batch finishes while tick crons fire (2 at a time)",
+            batch_finishes
         ),
     ];
-    for (kind, name) in kinds {
-        checks.record(
-            &name,
-            verdict::outcomes_of_kind(&plan, kind, max_attempts, &items, &by_item),
-        );
-    }
-    if let Some(b) = &finished {
-        let failed = plan
-            .iter()
-            .filter(|p| {
-                matches!(
-                    p.expect,
-                    Expect::ServerError | Expect::ClientError | Expect::Hang
-                )
-            })
-            .count() as u64;
-        let total = plan.len() as u64;
-        checks.record(
-            "batch counts add up: pending+processing+completed+failed = total, 100%, finished_at set",
-            verdict::batch_counts(b, total, total - failed, failed),
-        );
-    }
-    let refs: Vec<_> = all_deliveries.iter().collect();
-    checks.record(
-        "every delivery has a valid signature and Idempotency-Key = item_id",
-        verdict::deliveries_well_formed(&refs),
-    );
-    let expected: HashMap<String, String> = subjects
-        .iter()
-        .map(|s| (s.id.clone(), sink::data_digest(&s.payload["data"])))
-        .collect();
-    checks.record(
-        &format!(
-            "every delivery carried its subject's data intact (non-ASCII in all, over 8 KiB in 1 of {}: short and long items, both in the dispatch body)",
-            plan::BIG_DATA_EVERY
-        ),
-        verdict::data_intact(&expected, &refs),
-    );
-    let invocations = api.invocations(1000).await?;
-    checks.record(
-        "no invocation used more subrequests than its budget",
-        verdict::within_budget(&invocations),
-    );
-    // The suite keeps the Worker's default cap: the healthy items above completed
-    // on attempt 1 although no tick could dispatch them all.
+    checks.run(&mut f, batch).await;
+    f.read_back().await?;
+    // The suite keeps the Worker's default cap: the healthy items completed on
+    // attempt 1 although no tick could dispatch them all.
     let cap = worker_default_cap();
-    checks.record(
-        &format!("with the default MAX_CHILD_INVOCATIONS ({cap}) no tick dispatched more than {cap} items, and later ticks drained the rest"),
-        verdict::within_child_cap(&invocations, cap),
-    );
-
-    // What the dashboard and a Prometheus scrape read, after a real run.
-    if let Some(b) = &finished {
-        checks.record(
+    let max_attempts = f.max_attempts;
+    let outcomes = vec![
+        check!(
+            "GET /batches/{id}/items lists one item per subject",
+            one_item_per_subject
+        ),
+        check!(
+            "healthy subjects: completed on attempt 1 after exactly one delivery",
+            healthy_complete_at_once
+        ),
+        check!(
+            "fail_first=2 subjects: completed on attempt 3 after 3 deliveries",
+            fail_first_complete_on_attempt_3
+        ),
+        check!(
+            format!("status=500 subjects: failed on attempt {max_attempts}, last_error mentions 500"),
+            server_errors_fail_after_max_attempts
+        ),
+        check!(
+            "status=400 subjects: failed on attempt 1 (permanent), last_error mentions 400",
+            client_errors_fail_at_once
+        ),
+        check!(
+            format!("hanging subject: failed on attempt {max_attempts} with a timeout reason"),
+            hanging_subject_times_out
+        ),
+        check!(
+            "batch counts add up: pending+processing+completed+failed = total, 100%, finished_at set",
+            batch_counts_add_up
+        ),
+        check!(
+            "every delivery has a valid signature and Idempotency-Key = item_id",
+            deliveries_signed_and_keyed
+        ),
+        check!(
+            format!(
+                "every delivery carried its subject's data intact (non-ASCII in all, over 8 KiB in 1 of {}: short and long items, both in the dispatch body)",
+                plan::BIG_DATA_EVERY
+            ),
+            data_arrives_intact
+        ),
+        check!(
+            "no invocation used more subrequests than its budget",
+            invocations_within_budget
+        ),
+        check!(
+            format!("with the default MAX_CHILD_INVOCATIONS ({cap}) no tick dispatched more than {cap} items, and later ticks drained the rest"),
+            ticks_within_the_child_cap
+        ),
+        // What the dashboard and a Prometheus scrape read, after a real run.
+        check!(
             "GET /batches/{id}/timeline adds up to the finished batch's counters; its rate and ETA are null",
-            ui::timeline_matches(&api, b).await,
-        );
-        checks.record(
+            timeline_adds_up
+        ),
+        check!(
             "GET /metrics has every metric docs/api.md names, with plausible values",
-            ui::metrics_plausible(&api, &args.target.repo, b).await,
-        );
-    }
+            metrics_plausible
+        ),
+        check!(
+            "firing the same occurrence again (the one-off saved again, ticks and `0 12 * * *` — now just a tick — fired) creates no batch and no delivery",
+            refiring_creates_nothing
+        ),
+    ];
+    checks.run(&mut f, outcomes).await;
 
-    // Re-fire: nothing new.
-    let refired = async {
-        api.put_schedule(E2E_SCHEDULE, &one_off).await?;
-        steps::refire(&target, &daily, stats.total).await
-    };
-    checks.record(
-        "firing the same occurrence again (the one-off saved again, ticks and `0 12 * * *` — now just a tick — fired) creates no batch and no delivery",
-        refired.await.map_err(text),
-    );
-
-    // Bad input.
-    bad_input(&api, plan.len(), checks).await?;
+    bad_input(&f.api, f.plan.len(), checks).await?;
 
     // The edges: bodies, dispatch signatures, redirects, signing secrets.
-    if target.runtime.is_some() {
-        edges::streamed_bodies(&target, checks).await?;
-        edges::dispatch_signatures(&target, checks).await?;
+    if f.target.runtime.is_some() {
+        edges::streamed_bodies(&f.target, checks).await?;
+        edges::dispatch_signatures(&f.target, checks).await?;
     } else {
         println!(
             "# streamed bodies and dispatch signatures skipped: --url mode has no secrets or log"
         );
     }
-    edges::redirects(&target, timeout, checks).await?;
-    edges::signing_secrets(&target, timeout, checks).await?;
-    probe::e2e(&target, checks).await?;
+    edges::redirects(&f.target, f.timeout, checks).await?;
+    edges::signing_secrets(&f.target, f.timeout, checks).await?;
+    probe::e2e(&f.target, checks).await?;
 
     // The dashboard in a real browser.
-    ui::dashboard(&target, &args.target.repo, checks).await?;
+    ui::dashboard(&f.target, &args.target.repo, checks).await?;
 
-    // Crash.
     if args.skip_crash {
         println!("# crash scenario skipped (--skip-crash)");
-    } else if target.runtime.is_none() {
+    } else if f.target.runtime.is_none() {
         println!("# crash scenario skipped: --url mode cannot kill the runtime");
     } else {
-        crash(&mut target, &plan, args, checks).await?;
+        crash(&mut f.target, &f.plan, args, checks).await?;
     }
 
     // Last: these restart the Worker with other settings.
-    if target.runtime.is_some() {
-        edges::restarted(&mut target, timeout, checks).await?;
+    if f.target.runtime.is_some() {
+        edges::restarted(&mut f.target, f.timeout, checks).await?;
     } else {
         println!(
             "# private targets and misconfiguration skipped: --url mode cannot restart the Worker"
         );
     }
 
-    let local = target.runtime.is_some();
-    target.stop_checked("", checks).await;
+    let local = f.target.runtime.is_some();
+    f.target.stop_checked("", checks).await;
 
     // Schedules: a runtime of its own, restarted at chosen instants.
     if args.skip_schedules {
@@ -439,21 +479,25 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     Ok(())
 }
 
-async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
+async fn health_answers(f: &mut Suite<'_>) -> Result<()> {
+    f.api.health().await
+}
+
+async fn subjects_upserted(f: &mut Suite<'_>) -> Result<()> {
     let mut upserted = 0;
-    for chunk in subjects.chunks(250) {
-        upserted += api.put_subjects(chunk).await?;
+    for chunk in f.subjects.chunks(250) {
+        upserted += f.api.put_subjects(chunk).await?;
     }
     ensure!(
-        upserted == subjects.len() as u64,
+        upserted == f.subjects.len() as u64,
         "upserted {upserted} of {}",
-        subjects.len()
+        f.subjects.len()
     );
-    let listed = api.all_subjects().await?.len();
+    let listed = f.api.all_subjects().await?.len();
     ensure!(
-        listed == subjects.len(),
+        listed == f.subjects.len(),
         "GET /subjects lists {listed}, want {}",
-        subjects.len()
+        f.subjects.len()
     );
     Ok(())
 }
@@ -461,64 +505,215 @@ async fn seed(api: &Api, subjects: &[SubjectIn]) -> Result<()> {
 /// The one-off schedule the suite's batch is fired with.
 const E2E_SCHEDULE: &str = "e2e";
 
-/// Saves a one-off schedule due now, fires two tick crons at once (they race for
-/// it) and finds the one batch they created; returns the schedule's body too.
-async fn scheduled_batch(api: &Api, total: usize, checks: &mut Checks) -> Result<(Value, Batch)> {
-    let (body, key) = steps::one_off_now(api, E2E_SCHEDULE).await?;
-    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+/// Two tick crons fired at once race for the one-off schedule due now; the
+/// batch they created is the one the suite follows.
+async fn racing_ticks_create_one_batch(f: &mut Suite<'_>) -> Result<()> {
+    let (a, b) = tokio::join!(f.api.fire_cron(TICK_CRON), f.api.fire_cron(TICK_CRON));
     a?;
     b?;
-    let found: Vec<Batch> = api
+    let key = &f.key;
+    let found: Vec<Batch> = f
+        .api
         .batches(100)
         .await?
         .into_iter()
         .filter(|b| b.key.as_deref() == Some(key.as_str()))
         .collect();
-    let result = match found.as_slice() {
-        [b] if b.total == total as u64 => Ok(()),
-        [b] => Err(format!(
-            "batch {} has total {}, want {total}",
-            b.id, b.total
-        )),
-        [] => Err(format!("no batch with key {key:?} in GET /batches")),
-        many => Err(format!("{} batches with key {key:?}", many.len())),
-    };
-    let name = format!(
-        "a one-off schedule due now: two racing ticks create exactly one batch {key} over all {total} subjects"
-    );
-    if !checks.record(&name, result) && found.is_empty() {
-        bail!("no batch to follow");
+    f.daily = found.first().cloned();
+    let total = f.plan.len() as u64;
+    match found.as_slice() {
+        [b] if b.total == total => Ok(()),
+        [b] => bail!("batch {} has total {}, want {total}", b.id, b.total),
+        [] => bail!("no batch with key {key:?} in GET /batches"),
+        many => bail!("{} batches with key {key:?}", many.len()),
     }
-    Ok((body, found[0].clone()))
+}
+
+async fn batch_finishes(f: &mut Suite<'_>) -> Result<()> {
+    let daily = f.daily()?;
+    f.finished = Some(drive::in_pairs(&f.api, &daily.id, f.timeout, "batch").await?);
+    Ok(())
+}
+
+async fn one_item_per_subject(f: &mut Suite<'_>) -> Result<()> {
+    ensure!(
+        f.items.len() == f.plan.len(),
+        "{} items for {} subjects",
+        f.items.len(),
+        f.plan.len()
+    );
+    Ok(())
+}
+
+/// The planned subjects of `kind` ended as planned: status, attempts, one
+/// delivery per attempt.
+fn outcomes_of(f: &Suite<'_>, kind: Expect) -> Result<()> {
+    let by_item = verdict::deliveries_by_item(&f.deliveries, &f.daily()?.id.0);
+    verdict::outcomes_of_kind(&f.plan, kind, f.max_attempts, &f.items, &by_item)
+        .map_err(anyhow::Error::msg)
+}
+
+async fn healthy_complete_at_once(f: &mut Suite<'_>) -> Result<()> {
+    outcomes_of(f, Expect::Healthy)
+}
+
+async fn fail_first_complete_on_attempt_3(f: &mut Suite<'_>) -> Result<()> {
+    outcomes_of(f, Expect::FailFirst(2))
+}
+
+async fn server_errors_fail_after_max_attempts(f: &mut Suite<'_>) -> Result<()> {
+    outcomes_of(f, Expect::ServerError)
+}
+
+async fn client_errors_fail_at_once(f: &mut Suite<'_>) -> Result<()> {
+    outcomes_of(f, Expect::ClientError)
+}
+
+async fn hanging_subject_times_out(f: &mut Suite<'_>) -> Result<()> {
+    outcomes_of(f, Expect::Hang)
+}
+
+async fn batch_counts_add_up(f: &mut Suite<'_>) -> Result<()> {
+    let failed = f
+        .plan
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.expect,
+                Expect::ServerError | Expect::ClientError | Expect::Hang
+            )
+        })
+        .count() as u64;
+    let total = f.plan.len() as u64;
+    verdict::batch_counts(f.finished()?, total, total - failed, failed).map_err(anyhow::Error::msg)
+}
+
+async fn deliveries_signed_and_keyed(f: &mut Suite<'_>) -> Result<()> {
+    let refs: Vec<_> = f.deliveries.iter().collect();
+    verdict::deliveries_well_formed(&refs).map_err(anyhow::Error::msg)
+}
+
+async fn data_arrives_intact(f: &mut Suite<'_>) -> Result<()> {
+    let expected: HashMap<String, String> = f
+        .subjects
+        .iter()
+        .map(|s| (s.id.clone(), sink::data_digest(&s.payload["data"])))
+        .collect();
+    let refs: Vec<_> = f.deliveries.iter().collect();
+    verdict::data_intact(&expected, &refs).map_err(anyhow::Error::msg)
+}
+
+async fn invocations_within_budget(f: &mut Suite<'_>) -> Result<()> {
+    verdict::within_budget(&f.invocations).map_err(anyhow::Error::msg)
+}
+
+async fn ticks_within_the_child_cap(f: &mut Suite<'_>) -> Result<()> {
+    verdict::within_child_cap(&f.invocations, worker_default_cap()).map_err(anyhow::Error::msg)
+}
+
+async fn timeline_adds_up(f: &mut Suite<'_>) -> Result<()> {
+    ui::timeline_matches(&f.api, f.finished()?)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+async fn metrics_plausible(f: &mut Suite<'_>) -> Result<()> {
+    ui::metrics_plausible(&f.api, &f.args.target.repo, f.finished()?)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Nothing new when the same occurrence fires again.
+async fn refiring_creates_nothing(f: &mut Suite<'_>) -> Result<()> {
+    f.api.put_schedule(E2E_SCHEDULE, &f.one_off).await?;
+    steps::refire(&f.target, f.daily()?, f.delivered).await
+}
+
+/// The bad-input checks' fixture: the Worker's API, the counts bad input must
+/// leave as they are, and the table's requests not sent yet.
+struct BadRequests<'a> {
+    api: &'a Api,
+    subjects: usize,
+    batches_before: usize,
+    cases: VecDeque<BadInput>,
 }
 
 /// Bad requests get a 4xx with the JSON error shape and change nothing.
 async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()> {
-    let expect =
-        |r: crate::api::RawResponse, status: StatusCode, shape: bool| -> Result<(), String> {
-            if r.status != status {
-                return Err(format!(
-                    "got {} {}, want {status}",
-                    r.status,
-                    crate::api::clip(&r.body)
-                ));
-            }
-            if shape && r.error_shape().is_none() {
-                return Err(format!(
-                    "body is not {{\"error\":{{\"code\",\"message\"}}}}: {}",
-                    crate::api::clip(&r.body)
-                ));
-            }
-            Ok(())
-        };
-    let wrong = api
+    let cases = more_bad_input();
+    let mut list = vec![
+        check!(
+            "wrong admin token: 401 with a JSON error",
+            wrong_token_refused
+        ),
+        check!(
+            "no admin token: 401 with a JSON error",
+            missing_token_refused
+        ),
+        check!(
+            "malformed JSON to PUT /subjects: 400 {\"error\":{code,message}}",
+            malformed_json_refused
+        ),
+        check!(
+            "non-http webhook url: 400 with a JSON error",
+            non_http_url_refused
+        ),
+        check!(
+            "unsigned POST /internal/run: 401",
+            unsigned_dispatch_refused
+        ),
+        check!(
+            "POST /internal/run with a forged signature line: 401",
+            forged_dispatch_refused
+        ),
+    ];
+    list.extend(cases.iter().map(|case| {
+        check!(
+            format!("{}: {} {}", case.name, case.status, case.code),
+            refused_with_its_code
+        )
+    }));
+    list.push(check!(
+        "bad input changed nothing: GET /subjects and GET /batches counts unchanged",
+        bad_input_changed_nothing
+    ));
+    let mut f = BadRequests {
+        api,
+        subjects,
+        batches_before: api.batches(1000).await?.len(),
+        cases: cases.into(),
+    };
+    checks.run(&mut f, list).await;
+    Ok(())
+}
+
+/// `r` has status `status` and, with `shape`, the JSON error shape.
+fn answered(r: &RawResponse, status: StatusCode, shape: bool) -> Result<()> {
+    ensure!(
+        r.status == status,
+        "got {} {}, want {status}",
+        r.status,
+        crate::api::clip(&r.body)
+    );
+    ensure!(
+        !shape || r.error_shape().is_some(),
+        "body is not {{\"error\":{{\"code\",\"message\"}}}}: {}",
+        crate::api::clip(&r.body)
+    );
+    Ok(())
+}
+
+async fn wrong_token_refused(f: &mut BadRequests<'_>) -> Result<()> {
+    let r = f
+        .api
         .raw(Method::GET, "/subjects", Some("wrong-token"), None)
         .await?;
-    checks.record(
-        "wrong admin token: 401 with a JSON error",
-        expect(wrong, StatusCode::UNAUTHORIZED, true),
-    );
-    let none = api
+    answered(&r, StatusCode::UNAUTHORIZED, true)
+}
+
+async fn missing_token_refused(f: &mut BadRequests<'_>) -> Result<()> {
+    let r = f
+        .api
         .raw(
             Method::PUT,
             "/subjects",
@@ -526,45 +721,55 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
             Some(r#"{"subjects":[]}"#.into()),
         )
         .await?;
-    checks.record(
-        "no admin token: 401 with a JSON error",
-        expect(none, StatusCode::UNAUTHORIZED, true),
-    );
-    let malformed = api
+    answered(&r, StatusCode::UNAUTHORIZED, true)
+}
+
+async fn malformed_json_refused(f: &mut BadRequests<'_>) -> Result<()> {
+    let r = f
+        .api
         .admin_raw(
             Method::PUT,
             "/subjects",
             Some(r#"{"subjects": [{"id": "x""#.into()),
         )
         .await?;
-    checks.record(
-        "malformed JSON to PUT /subjects: 400 {\"error\":{code,message}}",
-        expect(malformed, StatusCode::BAD_REQUEST, true),
-    );
+    answered(&r, StatusCode::BAD_REQUEST, true)
+}
+
+async fn non_http_url_refused(f: &mut BadRequests<'_>) -> Result<()> {
     let bad_url = json!({"subjects": [{"id": "bad-url", "kind": "webhook", "payload": {"url": "ftp://127.0.0.1/x"}, "active": true}]});
-    let bad_url = api
+    let r = f
+        .api
         .admin_raw(Method::PUT, "/subjects", Some(bad_url.to_string()))
         .await?;
-    checks.record(
-        "non-http webhook url: 400 with a JSON error",
-        expect(bad_url, StatusCode::BAD_REQUEST, true),
-    );
-    let run = json!({"item_id": 1, "lease_token": "x", "batch_id": "x", "subject_id": "x", "attempt": 1, "kind": "webhook", "payload": {}});
-    let unsigned = api
-        .raw(Method::POST, "/internal/run", None, Some(run.to_string()))
+    answered(&r, StatusCode::BAD_REQUEST, true)
+}
+
+/// An item as a dispatch carries it, for the refused dispatches.
+fn run_body() -> String {
+    json!({"item_id": 1, "lease_token": "x", "batch_id": "x", "subject_id": "x", "attempt": 1, "kind": "webhook", "payload": {}})
+        .to_string()
+}
+
+async fn unsigned_dispatch_refused(f: &mut BadRequests<'_>) -> Result<()> {
+    let r = f
+        .api
+        .raw(Method::POST, "/internal/run", None, Some(run_body()))
         .await?;
-    checks.record(
-        "unsigned POST /internal/run: 401",
-        expect(unsigned, StatusCode::UNAUTHORIZED, false),
-    );
-    // The same item after a signature line made with another secret: refused
-    // like the unsigned one.
+    answered(&r, StatusCode::UNAUTHORIZED, false)
+}
+
+/// The same item after a signature line made with another secret: refused like
+/// the unsigned one.
+async fn forged_dispatch_refused(f: &mut BadRequests<'_>) -> Result<()> {
+    let run = run_body();
     let forged_sig = crate::signature::sign(
         b"not-the-dispatch-secret",
         chrono::Utc::now().timestamp(),
-        run.to_string().as_bytes(),
+        run.as_bytes(),
     );
-    let forged = api
+    let r = f
+        .api
         .raw(
             Method::POST,
             "/internal/run",
@@ -572,37 +777,31 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
             Some(format!("{forged_sig}\n{run}")),
         )
         .await?;
-    checks.record(
-        "POST /internal/run with a forged signature line: 401",
-        expect(forged, StatusCode::UNAUTHORIZED, false),
-    );
-    let batches_before = api.batches(1000).await?.len();
-    for case in more_bad_input() {
-        let r = api.admin_raw(case.method, case.path, case.body).await?;
-        let got = r.error_shape().map(|(c, _)| c);
-        checks.record(
-            &format!("{}: {} {}", case.name, case.status, case.code),
-            expect(r, case.status, true).and_then(|()| match got.as_deref() {
-                Some(c) if c == case.code => Ok(()),
-                other => Err(format!("error code {other:?}, want {:?}", case.code)),
-            }),
-        );
+    answered(&r, StatusCode::UNAUTHORIZED, false)
+}
+
+/// The table's next request gets its status and its stable error code.
+async fn refused_with_its_code(f: &mut BadRequests<'_>) -> Result<()> {
+    let case = f.cases.pop_front().context("no bad request left")?;
+    let r = f.api.admin_raw(case.method, case.path, case.body).await?;
+    answered(&r, case.status, true)?;
+    match r.error_shape().map(|(c, _)| c) {
+        Some(c) if c == case.code => Ok(()),
+        other => bail!("error code {other:?}, want {:?}", case.code),
     }
-    let after = api.all_subjects().await?;
-    let batches_after = api.batches(1000).await?.len();
-    checks.record(
-        "bad input changed nothing: GET /subjects and GET /batches counts unchanged",
-        if after.len() == subjects
+}
+
+async fn bad_input_changed_nothing(f: &mut BadRequests<'_>) -> Result<()> {
+    let after = f.api.all_subjects().await?;
+    let batches_after = f.api.batches(1000).await?.len();
+    ensure!(
+        after.len() == f.subjects
             && after.iter().all(|s| s.id != "bad-url")
-            && batches_after == batches_before
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} subjects (want {subjects}), {batches_after} batches (want {batches_before})",
-                after.len()
-            ))
-        },
+            && batches_after == f.batches_before,
+        "{} subjects (want {}), {batches_after} batches (want {})",
+        after.len(),
+        f.subjects,
+        f.batches_before
     );
     Ok(())
 }
@@ -758,6 +957,24 @@ fn more_bad_input() -> Vec<BadInput> {
     ]
 }
 
+/// The crash checks' fixture: the runtime they kill, the suite's subjects slowed
+/// down, the ad-hoc batch over them and what the checks before found.
+struct Crash<'a> {
+    target: &'a mut Target,
+    api: Api,
+    timeout: Duration,
+    slow: Vec<Planned>,
+    /// The ad-hoc batch's body, and the batch.
+    body: Value,
+    batch: Option<Batch>,
+    /// Invocation ids seen before the kill.
+    known: HashSet<i64>,
+    processing_at_kill: Option<u64>,
+    /// `verdict::crash_recovery`'s verdicts not reported yet, in its order.
+    recovery: VecDeque<Result<(), String>>,
+    invocations: Vec<Invocation>,
+}
+
 /// Kills the runtime (SIGKILL, whole process group) while a tick has items in
 /// flight, restarts it on the same state dir and checks recovery.
 async fn crash(
@@ -776,79 +993,144 @@ async fn crash(
     api.put_subjects(&subjects)
         .await
         .context("re-seeding slow subjects")?;
-
     let key = format!("crash-{}", chrono::Utc::now().timestamp_millis());
-    let body = json!({"key": key, "source": "subjects"});
-    let (created, batch) = api.create_batch(&body).await?;
-    checks.record(
-        "POST /batches creates an ad-hoc batch (201) over all subjects",
-        if created && batch.total == plan.len() as u64 {
-            Ok(())
-        } else {
-            Err(format!("created {created}, total {}", batch.total))
-        },
-    );
-    let (created_again, again) = api.create_batch(&body).await?;
-    checks.record(
-        "POST /batches with an existing key returns that batch (200)",
-        if !created_again && again.id == batch.id {
-            Ok(())
-        } else {
-            Err(format!(
-                "created {created_again}, id {} vs {}",
-                again.id, batch.id
-            ))
-        },
-    );
-    let known = api.invocation_ids().await?;
+    let mut f = Crash {
+        target,
+        api,
+        timeout: Duration::from_secs(args.timeout_secs),
+        slow,
+        body: json!({"key": key, "source": "subjects"}),
+        batch: None,
+        known: HashSet::new(),
+        processing_at_kill: None,
+        recovery: VecDeque::new(),
+        invocations: Vec::new(),
+    };
+    checks
+        .run(
+            &mut f,
+            vec![
+                check!(
+                    needed "POST /batches creates an ad-hoc batch (201) over all subjects",
+                    ad_hoc_batch_created
+                ),
+                check!(
+                    "POST /batches with an existing key returns that batch (200)",
+                    existing_key_returns_the_batch
+                ),
+                check!(
+                    needed "runtime restarts on the same state dir after SIGKILL",
+                    restarts_after_a_kill_mid_batch
+                ),
+                check!(
+                    "crash hit items in flight (processing > 0 after restart)",
+                    kill_hit_items_in_flight
+                ),
+                check!(
+                    "crash batch finishes after restart while ticks fire",
+                    crash_batch_finishes
+                ),
+            ],
+        )
+        .await;
 
-    let at_kill =
-        steps::kill_mid_batch(target, &batch.id, Duration::from_secs(args.timeout_secs)).await?;
-    let runtime = target.runtime.as_mut().context("no local runtime")?;
-    eprintln!("  [crash] killed with {}", at_kill.progress());
-    checks.step(
-        "runtime restarts on the same state dir after SIGKILL",
-        runtime.restart().await,
-    );
-
-    // Nothing has run since the restart, so the counts are those at the kill.
-    let frozen = api.batch(&batch.id).await?;
-    let processing_at_kill = frozen.processing;
-    eprintln!("  [crash] after restart: {}", frozen.progress());
-    checks.record(
-        "crash hit items in flight (processing > 0 after restart)",
-        if processing_at_kill > 0 {
-            Ok(())
-        } else {
-            Err(frozen.progress())
-        },
-    );
-
-    let finished = drive::in_pairs(
-        &api,
-        &batch.id,
-        Duration::from_secs(args.timeout_secs),
-        "crash",
-    )
-    .await;
-    checks.step(
-        "crash batch finishes after restart while ticks fire",
-        finished,
-    );
-    let items = items_by_subject(&api, &batch.id).await?;
-    let stats = target.sink.stats(true).await?;
+    let batch = f.batch.as_ref().context("no crash batch")?;
+    let processing_at_kill = f
+        .processing_at_kill
+        .context("the items in flight at the kill are unknown")?;
+    let items = items_by_subject(&f.api, &batch.id).await?;
+    let stats = f.target.sink.stats(true).await?;
     let deliveries = stats.deliveries.unwrap_or_default();
     let by_item = verdict::deliveries_by_item(&deliveries, &batch.id.0);
-    for (name, result) in verdict::crash_recovery(&slow, &items, &by_item, processing_at_kill) {
-        checks.record(name, result);
-    }
-    let invocations = api.invocations(1000).await?;
-    let since_crash: Vec<&Invocation> = invocations
+    // Judged together (`loadtest run` reports them too), one line each.
+    let recovery = verdict::crash_recovery(&f.slow, &items, &by_item, processing_at_kill);
+    let mut list: Vec<Check<Crash>> = recovery
         .iter()
-        .filter(|i| !known.contains(&i.id))
+        .map(|(name, _)| check!(*name, recovered))
+        .collect();
+    f.recovery = recovery.into_iter().map(|(_, r)| r).collect();
+    f.invocations = f.api.invocations(1000).await?;
+    list.extend([
+        check!(
+            "crash: the reaper requeued exactly the leases left by the crash",
+            reaper_requeued_the_crash_leases
+        ),
+        check!(
+            "crash: no invocation used more subrequests than its budget",
+            crash_invocations_within_budget
+        ),
+    ]);
+    checks.run(&mut f, list).await;
+    Ok(())
+}
+
+fn crash_batch<'f>(f: &'f Crash<'_>) -> Result<&'f Batch> {
+    f.batch.as_ref().context("no crash batch")
+}
+
+async fn ad_hoc_batch_created(f: &mut Crash<'_>) -> Result<()> {
+    let (created, batch) = f.api.create_batch(&f.body).await?;
+    let total = batch.total;
+    f.batch = Some(batch);
+    ensure!(
+        created && total == f.slow.len() as u64,
+        "created {created}, total {total}"
+    );
+    Ok(())
+}
+
+async fn existing_key_returns_the_batch(f: &mut Crash<'_>) -> Result<()> {
+    let batch = crash_batch(f)?;
+    let (created_again, again) = f.api.create_batch(&f.body).await?;
+    ensure!(
+        !created_again && again.id == batch.id,
+        "created {created_again}, id {} vs {}",
+        again.id,
+        batch.id
+    );
+    Ok(())
+}
+
+async fn restarts_after_a_kill_mid_batch(f: &mut Crash<'_>) -> Result<()> {
+    let id = crash_batch(f)?.id.clone();
+    f.known = f.api.invocation_ids().await?;
+    let at_kill = steps::kill_mid_batch(f.target, &id, f.timeout).await?;
+    eprintln!("  [crash] killed with {}", at_kill.progress());
+    let runtime = f.target.runtime.as_mut().context("no local runtime")?;
+    runtime.restart().await
+}
+
+async fn kill_hit_items_in_flight(f: &mut Crash<'_>) -> Result<()> {
+    // Nothing has run since the restart, so the counts are those at the kill.
+    let frozen = f.api.batch(&crash_batch(f)?.id).await?;
+    eprintln!("  [crash] after restart: {}", frozen.progress());
+    f.processing_at_kill = Some(frozen.processing);
+    ensure!(frozen.processing > 0, "{}", frozen.progress());
+    Ok(())
+}
+
+async fn crash_batch_finishes(f: &mut Crash<'_>) -> Result<()> {
+    drive::in_pairs(&f.api, &crash_batch(f)?.id, f.timeout, "crash").await?;
+    Ok(())
+}
+
+/// The next of `verdict::crash_recovery`'s verdicts.
+async fn recovered(f: &mut Crash<'_>) -> Result<()> {
+    f.recovery
+        .pop_front()
+        .context("no recovery verdict left")?
+        .map_err(anyhow::Error::msg)
+}
+
+async fn reaper_requeued_the_crash_leases(f: &mut Crash<'_>) -> Result<()> {
+    let processing_at_kill = f.processing_at_kill.unwrap_or_default();
+    let since_crash: Vec<&Invocation> = f
+        .invocations
+        .iter()
+        .filter(|i| !f.known.contains(&i.id))
         .collect();
     // What each scheduled run did since the crash, oldest first: the evidence
-    // for the two checks below when they fail.
+    // for this check and the next when they fail.
     for Invocation { id, summary: i } in since_crash.iter().rev() {
         let t = &i.tally;
         eprintln!(
@@ -858,21 +1140,15 @@ async fn crash(
         );
     }
     let reaped: i64 = since_crash.iter().map(|i| i.summary.tally.reaped).sum();
-    checks.record(
-        "crash: the reaper requeued exactly the leases left by the crash",
-        if u64::try_from(reaped) == Ok(processing_at_kill) {
-            Ok(())
-        } else {
-            Err(format!(
-                "invocations report {reaped} reaped, {processing_at_kill} were processing"
-            ))
-        },
-    );
-    checks.record(
-        "crash: no invocation used more subrequests than its budget",
-        verdict::within_budget(&invocations),
+    ensure!(
+        u64::try_from(reaped) == Ok(processing_at_kill),
+        "invocations report {reaped} reaped, {processing_at_kill} were processing"
     );
     Ok(())
+}
+
+async fn crash_invocations_within_budget(f: &mut Crash<'_>) -> Result<()> {
+    verdict::within_budget(&f.invocations).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@
 //! schedules), then ticks until nothing is in flight or due. Items are webhooks to
 //! the in-process sink, which records each delivery.
 
-use crate::api::{Api, Batch, SubjectIn, TICK_CRON};
-use crate::checks::{text, Checks};
+use crate::api::{Api, Batch, Schedule, SubjectIn, TICK_CRON};
+use crate::check;
+use crate::checks::{Check, Checks};
 use crate::clock::TestClock;
 use crate::faults::Faults;
 use crate::metrics::timestamp_ms;
@@ -24,11 +25,11 @@ use crate::sink::Delivery;
 use crate::suite;
 use crate::target::TargetArgs;
 use crate::target::{Secrets, Target};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 /// The zones of the digest's subjects, each with its 09:00 on 2027-01-15 in UTC,
@@ -59,11 +60,20 @@ pub async fn run(target: &TargetArgs, checks: &mut Checks) -> Result<()> {
     let mut settings = suite::settings();
     settings.extend(clock.vars());
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut target = Target::open(target, "e2e-schedules", &settings, Secrets::Random, true)
+    let target = Target::open(target, "e2e-schedules", &settings, Secrets::Random, true)
         .await
         .context("starting the schedules Worker")?;
-    let result = phases(&mut target, clock, checks).await;
-    target.stop_checked("schedules: ", checks).await;
+    let mut f = Schedules {
+        target,
+        clock,
+        seen: Seen::default(),
+        feeds_1900: String::new(),
+        feeds_now: String::new(),
+        zone: 0,
+        feeds: None,
+    };
+    let result = phases(&mut f, checks).await;
+    f.target.stop_checked("schedules: ", checks).await;
     println!(
         "# schedules part: {:.1} s (5 runtime starts)",
         started.elapsed().as_secs_f64()
@@ -71,7 +81,39 @@ pub async fn run(target: &TargetArgs, checks: &mut Checks) -> Result<()> {
     result
 }
 
+/// What the schedules' checks share: the Worker and its clock, and what the
+/// phase's ticks left.
+struct Schedules {
+    target: Target,
+    clock: TestClock,
+    /// Read once the phase's ticks settled.
+    seen: Seen,
+    /// The key feeds fired at Kiritimati's 09:00, and the one of this phase.
+    feeds_1900: String,
+    feeds_now: String,
+    /// The zone (in `ZONES`) whose 09:00 this phase is.
+    zone: usize,
+    /// The every-60-s schedule as first saved.
+    feeds: Option<Schedule>,
+}
+
+impl Schedules {
+    /// Restarts the runtime with its clock at `to` (plus a few seconds of
+    /// start-up), settles the ticks and reads what they left.
+    async fn at(&mut self, to: DateTime<Utc>) -> Result<()> {
+        self.clock = move_clock(&mut self.target, to).await?;
+        self.settle().await
+    }
+
+    async fn settle(&mut self) -> Result<()> {
+        self.feeds_now = settle(&self.target.api, &self.clock).await?;
+        self.seen = seen(&self.target).await?;
+        Ok(())
+    }
+}
+
 /// What the suite reads back after each phase.
+#[derive(Default)]
 struct Seen {
     batches: Vec<Batch>,
     deliveries: Vec<Delivery>,
@@ -125,13 +167,10 @@ async fn seen(target: &Target) -> Result<Seen> {
 }
 
 /// `subjects` each delivered exactly once, and nobody else.
-fn exactly_once(got: &BTreeMap<String, usize>, subjects: &[String]) -> Result<(), String> {
+fn exactly_once(got: &BTreeMap<String, usize>, subjects: &[String]) -> Result<()> {
     let want: BTreeMap<String, usize> = subjects.iter().map(|s| (s.clone(), 1)).collect();
-    if *got == want {
-        Ok(())
-    } else {
-        Err(format!("deliveries by subject {got:?}, want {want:?}"))
-    }
+    ensure!(*got == want, "deliveries by subject {got:?}, want {want:?}");
+    Ok(())
 }
 
 fn digest_subjects(prefix: &str) -> Vec<String> {
@@ -213,159 +252,234 @@ fn subject(target: &Target, id: &str, group: &str, timezone: &str) -> SubjectIn 
     }
 }
 
-async fn phases(target: &mut Target, clock: TestClock, checks: &mut Checks) -> Result<()> {
-    missed_daily(target, &clock, checks).await?;
-    setup(target, &clock, checks).await?;
-
-    // 19:00:30Z: 09:00 of the 15th in Kiritimati.
-    let clock = move_clock(target, t(ZONES[0].2) + Duration::seconds(PAST_SECONDS)).await?;
-    let feeds_1900 = settle(&target.api, &clock).await?;
-    kiritimati(target, &feeds_1900, checks).await?;
-    refire(target, checks).await?;
-
-    // A minute later: feeds only.
-    let clock = move_clock(target, t(ZONES[0].2) + Duration::seconds(60 + PAST_SECONDS)).await?;
-    let feeds_1901 = settle(&target.api, &clock).await?;
-    let s = seen(target).await?;
-    checks.record(
-        &format!("a minute later feeds fires exactly one more batch ({feeds_1901}), delivered once each; nothing else fires"),
-        (|| {
-            let want = vec![feeds_1900.clone(), feeds_1901.clone()];
-            if s.keys("feeds") != want {
-                return Err(format!("feeds batches {:?}, want {want:?}", s.keys("feeds")));
-            }
-            if s.batches.len() != 5 {
-                return Err(format!("{} batches, want 5", s.batches.len()));
-            }
-            exactly_once(&s.delivered(&feeds_1901), &["feed-1".into(), "feed-2".into()])
-        })(),
-    );
-
-    // Berlin's and New York's 09:00.
-    for (zone, (_, name, nine)) in ZONES.iter().enumerate().skip(1) {
-        let clock = move_clock(target, t(nine) + Duration::seconds(PAST_SECONDS)).await?;
-        let feeds_now = settle(&target.api, &clock).await?;
-        let s = seen(target).await?;
-        let waiting = digest_through(ZONES.len() - 1).len() - digest_through(zone).len();
-        checks.record(
-            &format!("at 09:00 in {name} its subjects are delivered, once each; {waiting} later ones still wait"),
-            exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(zone)),
-        );
-        checks.record(
-            &format!("feeds, idle for hours, fires once for the latest minute ({feeds_now}), not once per missed minute"),
-            (|| {
-                // Two before the first zone here, then one per zone.
-                let fired = s.keys("feeds");
-                if !fired.contains(&feeds_now) || fired.len() != 2 + zone {
-                    return Err(format!("feeds batches {fired:?}"));
-                }
-                exactly_once(&s.delivered(&feeds_now), &["feed-1".into(), "feed-2".into()])
-            })(),
-        );
-    }
-    finale(target, checks).await
-}
-
-/// The noon fire of `daily` never ran (the Worker was down since
-/// before it; Cloudflare retries no cron run). Only tick crons are fired, after
-/// 12:00: the first creates the day's batch, and a racing second creates nothing.
-async fn missed_daily(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
-    let api = &target.api;
-    // Three subjects without a group and one in a group: `daily` reaches only the
-    // three; the grouped one belongs to its group's schedules.
-    let ungrouped: Vec<SubjectIn> = (1..=3)
+async fn phases(f: &mut Schedules, checks: &mut Checks) -> Result<()> {
+    // The noon fire of `daily` never ran (the Worker was down since before it;
+    // Cloudflare retries no cron run). Only tick crons are fired, after 12:00: the
+    // first creates the day's batch, and a racing second creates nothing. Three
+    // subjects without a group and one in a group: `daily` reaches only the three.
+    let mut early: Vec<SubjectIn> = (1..=3)
         .map(|n| SubjectIn {
             group: None,
-            ..subject(target, &format!("early-{n}"), "", "UTC")
+            ..subject(&f.target, &format!("early-{n}"), "", "UTC")
         })
         .collect();
-    let mut subjects = ungrouped.clone();
-    subjects.push(subject(target, "early-grouped", "early", "UTC"));
-    api.put_subjects(&subjects).await?;
-    settle(api, clock).await?;
-    let s = seen(target).await?;
-    checks.record(
-        "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over the subjects without a group, delivered once each",
-        if s.keys("daily") == ["daily:2027-01-14"] && s.batches.len() == 1 {
-            let ids: Vec<String> = ungrouped.iter().map(|s| s.id.clone()).collect();
-            exactly_once(&s.delivered("daily:2027-01-14"), &ids)
-        } else {
-            Err(format!("batches {:?}", s.batches.iter().map(|b| &b.key).collect::<Vec<_>>()))
-        },
-    );
-    checks.record(
-        "the default daily schedule delivers nothing to a subject in a group",
-        match s
-            .deliveries
-            .iter()
-            .filter(|d| d.subject_id == "early-grouped")
-            .count()
-        {
-            0 => Ok(()),
-            n => Err(format!("early-grouped delivered {n} times")),
-        },
-    );
-    let daily = api.schedule("daily").await?;
-    checks.record(
-        "the daily schedule then waits for the next noon (2027-01-15T12:00Z)",
-        if daily.next_fire_at.as_deref() == Some("2027-01-15T12:00:00.000Z") {
-            Ok(())
-        } else {
-            Err(format!("{daily:?}"))
-        },
-    );
+    early.push(subject(&f.target, "early-grouped", "early", "UTC"));
+    f.target.api.put_subjects(&early).await?;
+    f.settle().await?;
+    let missed_daily = vec![
+        check!(
+            "after 12:00 UTC with the noon fire missed, tick crons alone create daily:2027-01-14 once, over the subjects without a group, delivered once each",
+            missed_daily_fires_once
+        ),
+        check!(
+            "the default daily schedule delivers nothing to a subject in a group",
+            daily_skips_grouped_subjects
+        ),
+        check!(
+            "the daily schedule then waits for the next noon (2027-01-15T12:00Z)",
+            daily_waits_for_the_next_noon
+        ),
+    ];
+    checks.run(f, missed_daily).await;
     // From here on it would fire an empty batch (no later subject is ungrouped) at
     // 12:00 UTC, which the phases' batch counts leave out: off.
-    api.put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
+    f.target
+        .api
+        .put_schedule("daily", &json!({"cron": "0 12 * * *", "enabled": false}))
         .await?;
-    Ok(())
-}
 
-/// Subjects, schedules and bad bodies at 2027-01-14T18:00Z; nothing is due yet.
-async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Result<()> {
-    let api = &target.api;
+    // Subjects, schedules and bad bodies at 2027-01-14T18:00Z; nothing is due yet.
     let mut subjects: Vec<SubjectIn> = ZONES
         .iter()
         .flat_map(|(prefix, zone, _)| {
             digest_subjects(prefix)
                 .into_iter()
-                .map(|id| subject(target, &id, "digest", zone))
+                .map(|id| subject(&f.target, &id, "digest", zone))
                 .collect::<Vec<_>>()
         })
         .collect();
-    subjects.push(subject(target, "feed-1", "feeds", "UTC"));
-    subjects.push(subject(target, "feed-2", "feeds", "Asia/Tokyo"));
-    subjects.push(subject(target, "once-1", "once", "UTC"));
-    api.put_subjects(&subjects).await?;
-    let ber = api
+    subjects.push(subject(&f.target, "feed-1", "feeds", "UTC"));
+    subjects.push(subject(&f.target, "feed-2", "feeds", "Asia/Tokyo"));
+    subjects.push(subject(&f.target, "once-1", "once", "UTC"));
+    f.target.api.put_subjects(&subjects).await?;
+    let setup = vec![
+        check!(
+            "PUT /subjects stores each subject's group and timezone; GET /subjects lists them",
+            subjects_keep_group_and_timezone
+        ),
+        check!(
+            "GET /subjects/{id} answers one subject with its group and timezone",
+            one_subject_answered
+        ),
+        check!(
+            "PUT /schedules/{id} creates (201) and answers next_fire_at: each subject's 09:00 at the earliest zone's (Kiritimati's, 2027-01-14T19:00Z), a one-off at its instant, every 60 s at the next minute",
+            schedules_created_with_their_next_fire
+        ),
+        check!(
+            "PUT /schedules/{id} on an existing schedule replaces it (200), keeping created_at",
+            schedule_replaced_keeping_created_at
+        ),
+    ];
+    checks.run(f, setup).await;
+    bad_bodies(&f.target.api, checks).await?;
+    let nothing_due = vec![check!(
+        "ticks before any schedule is due create no batch",
+        nothing_due_yet
+    )];
+    checks.run(f, nothing_due).await;
+
+    // 19:00:30Z: 09:00 of the 15th in Kiritimati.
+    f.at(t(ZONES[0].2) + Duration::seconds(PAST_SECONDS))
+        .await?;
+    f.feeds_1900 = f.feeds_now.clone();
+    let kiritimati = vec![
+        check!(
+            "at 09:00 in Kiritimati two racing ticks fire each due schedule exactly once: digest:2027-01-15 over its 6 subjects, feeds once for an hour of missed minutes, the one-off (the disabled daily nothing)",
+            due_schedules_fire_once
+        ),
+        check!(
+            "each digest item's run_after is exactly its subject's 09:00 (Kiritimati 01-14T19:00Z, Berlin 01-15T08:00Z, New York 01-15T14:00Z)",
+            digest_items_due_at_their_nine
+        ),
+        check!(
+            "only the Kiritimati subjects are delivered at Kiritimati's 09:00 (once each); the others wait in pending",
+            only_kiritimati_delivered
+        ),
+        check!(
+            "the every-60-s and one-off batches are delivered once each",
+            feeds_and_one_off_delivered_once
+        ),
+        check!(
+            "the one-off disabled itself after firing (enabled false, next_fire_at null, last_batch_id its batch)",
+            one_off_disabled_itself
+        ),
+        check!(
+            "digest's next fire is the 16th's at Kiritimati (2027-01-15T19:00Z)",
+            digest_next_fires_on_the_16th
+        ),
+        check!(
+            "re-firing creates nothing: ticks again, and the one-off saved again (same instant) then ticked, add no batch and no delivery",
+            refiring_creates_nothing
+        ),
+    ];
+    checks.run(f, kiritimati).await;
+
+    // A minute later: feeds only.
+    f.at(t(ZONES[0].2) + Duration::seconds(60 + PAST_SECONDS))
+        .await?;
+    let a_minute_later = vec![check!(
+        format!(
+            "a minute later feeds fires exactly one more batch ({}), delivered once each; nothing else fires",
+            f.feeds_now
+        ),
+        feeds_fires_once_more
+    )];
+    checks.run(f, a_minute_later).await;
+
+    // Berlin's and New York's 09:00.
+    for (zone, (_, name, nine)) in ZONES.iter().enumerate().skip(1) {
+        f.zone = zone;
+        f.at(t(nine) + Duration::seconds(PAST_SECONDS)).await?;
+        let waiting = digest_through(ZONES.len() - 1).len() - digest_through(zone).len();
+        let nine_here = vec![
+            check!(
+                format!("at 09:00 in {name} its subjects are delivered, once each; {waiting} later ones still wait"),
+                zone_delivered_once
+            ),
+            check!(
+                format!("feeds, idle for hours, fires once for the latest minute ({}), not once per missed minute", f.feeds_now),
+                idle_feeds_fires_once_for_the_latest_minute
+            ),
+        ];
+        checks.run(f, nine_here).await;
+    }
+
+    // After New York's 09:00: the digest batch is done, each item at its own hour.
+    let finale = vec![
+        check!(
+            "the digest batch finished: every item completed once, within two minutes after its own 09:00, in zone order Kiritimati, Berlin, New York",
+            digest_finished_in_zone_order
+        ),
+        check!(
+            "the daily schedule, once disabled, fired nothing more; no invocation used more subrequests than its budget",
+            disabled_daily_fired_nothing_more
+        ),
+    ];
+    checks.run(f, finale).await;
+    Ok(())
+}
+
+async fn missed_daily_fires_once(f: &mut Schedules) -> Result<()> {
+    let s = &f.seen;
+    ensure!(
+        s.keys("daily") == ["daily:2027-01-14"] && s.batches.len() == 1,
+        "batches {:?}",
+        s.batches.iter().map(|b| &b.key).collect::<Vec<_>>()
+    );
+    let ungrouped: Vec<String> = (1..=3).map(|n| format!("early-{n}")).collect();
+    exactly_once(&s.delivered("daily:2027-01-14"), &ungrouped)
+}
+
+async fn daily_skips_grouped_subjects(f: &mut Schedules) -> Result<()> {
+    match f
+        .seen
+        .deliveries
+        .iter()
+        .filter(|d| d.subject_id == "early-grouped")
+        .count()
+    {
+        0 => Ok(()),
+        n => bail!("early-grouped delivered {n} times"),
+    }
+}
+
+async fn daily_waits_for_the_next_noon(f: &mut Schedules) -> Result<()> {
+    let daily = f.target.api.schedule("daily").await?;
+    ensure!(
+        daily.next_fire_at.as_deref() == Some("2027-01-15T12:00:00.000Z"),
+        "{daily:?}"
+    );
+    Ok(())
+}
+
+async fn subjects_keep_group_and_timezone(f: &mut Schedules) -> Result<()> {
+    let ber = f
+        .target
+        .api
         .subjects_page(Some("ber-0"), 1)
         .await?
         .subjects
         .pop()
         .context("no subject ber-1")?;
-    checks.record(
-        "PUT /subjects stores each subject's group and timezone; GET /subjects lists them",
-        if (ber.id.as_str(), ber.group.as_str(), ber.timezone.as_str())
-            == ("ber-1", "digest", "Europe/Berlin")
-        {
-            Ok(())
-        } else {
-            Err(format!("{ber:?}"))
-        },
+    ensure!(
+        (ber.id.as_str(), ber.group.as_str(), ber.timezone.as_str())
+            == ("ber-1", "digest", "Europe/Berlin"),
+        "{ber:?}"
     );
-    let one = api.admin_raw(Method::GET, "/subjects/nyc-2", None).await?;
-    checks.record(
-        "GET /subjects/{id} answers one subject with its group and timezone",
-        match one.json() {
-            Some(v)
-                if v["group"] == json!("digest") && v["timezone"] == json!("America/New_York") =>
-            {
-                Ok(())
-            }
-            _ => Err(format!("{} {}", one.status, one.body)),
-        },
-    );
+    Ok(())
+}
 
+async fn one_subject_answered(f: &mut Schedules) -> Result<()> {
+    let one = f
+        .target
+        .api
+        .admin_raw(Method::GET, "/subjects/nyc-2", None)
+        .await?;
+    match one.json() {
+        Some(v) if v["group"] == json!("digest") && v["timezone"] == json!("America/New_York") => {
+            Ok(())
+        }
+        _ => bail!("{} {}", one.status, one.body),
+    }
+}
+
+/// The every-60-s schedule's body.
+fn feeds_body() -> Value {
+    json!({"every_seconds": 60, "group": "feeds"})
+}
+
+async fn schedules_created_with_their_next_fire(f: &mut Schedules) -> Result<()> {
+    let api = &f.target.api;
     let (created, digest) = api
         .put_schedule(
             "digest",
@@ -375,66 +489,271 @@ async fn setup(target: &Target, clock: &TestClock, checks: &mut Checks) -> Resul
     let (_, backfill) = api
         .put_schedule("backfill", &json!({"at": BACKFILL_AT, "group": "once"}))
         .await?;
-    let (_, feeds) = api
-        .put_schedule("feeds", &json!({"every_seconds": 60, "group": "feeds"}))
-        .await?;
-    let next_minute = minute(clock.now() + Duration::minutes(1));
-    checks.record(
-        "PUT /schedules/{id} creates (201) and answers next_fire_at: each subject's 09:00 at the earliest zone's (Kiritimati's, 2027-01-14T19:00Z), a one-off at its instant, every 60 s at the next minute",
-        match (
-            created,
-            digest.next_fire_at.as_deref(),
-            backfill.next_fire_at.as_deref(),
-            feeds.next_fire_at.as_deref(),
-        ) {
-            (true, Some(d), Some(b), Some(f))
-                if d == ZONES[0].2 && b == BACKFILL_AT && f == next_minute =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{other:?}")),
-        },
+    let (_, feeds) = api.put_schedule("feeds", &feeds_body()).await?;
+    let next_minute = minute(f.clock.now() + Duration::minutes(1));
+    let fires = (
+        created,
+        digest.next_fire_at.as_deref(),
+        backfill.next_fire_at.as_deref(),
+        feeds.next_fire_at.as_deref(),
     );
-    let (created_again, again) = api
-        .put_schedule("feeds", &json!({"every_seconds": 60, "group": "feeds"}))
-        .await?;
-    checks.record(
-        "PUT /schedules/{id} on an existing schedule replaces it (200), keeping created_at",
-        if !created_again
+    ensure!(
+        matches!(fires, (true, Some(d), Some(b), Some(f))
+            if d == ZONES[0].2 && b == BACKFILL_AT && f == next_minute),
+        "{fires:?}"
+    );
+    f.feeds = Some(feeds);
+    Ok(())
+}
+
+async fn schedule_replaced_keeping_created_at(f: &mut Schedules) -> Result<()> {
+    let feeds = f.feeds.as_ref().context("feeds was not saved")?;
+    let (created_again, again) = f.target.api.put_schedule("feeds", &feeds_body()).await?;
+    ensure!(
+        !created_again
             && again.created_at == feeds.created_at
-            && again.updated_at >= feeds.updated_at
-        {
-            Ok(())
-        } else {
-            Err(format!("created {created_again}, {again:?}"))
-        },
-    );
-
-    bad_bodies(api, checks).await?;
-
-    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
-    a?;
-    b?;
-    let batches = api.batches(100).await?;
-    checks.record(
-        "ticks before any schedule is due create no batch",
-        if batches.len() == 1 {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} batches, want only the daily one",
-                batches.len()
-            ))
-        },
+            && again.updated_at >= feeds.updated_at,
+        "created {created_again}, {again:?}"
     );
     Ok(())
 }
 
+async fn nothing_due_yet(f: &mut Schedules) -> Result<()> {
+    let api = &f.target.api;
+    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+    a?;
+    b?;
+    let batches = api.batches(100).await?;
+    ensure!(
+        batches.len() == 1,
+        "{} batches, want only the daily one",
+        batches.len()
+    );
+    Ok(())
+}
+
+/// The key of the one-off's batch.
+fn backfill_key() -> String {
+    format!("backfill:{BACKFILL_AT}")
+}
+
+/// The digest's one batch.
+const DIGEST_KEY: &str = "digest:2027-01-15";
+
+async fn due_schedules_fire_once(f: &mut Schedules) -> Result<()> {
+    let mut fired: Vec<(String, u64)> = f
+        .seen
+        .batches
+        .iter()
+        .map(|b| (b.key.clone().unwrap_or_default(), b.total))
+        .collect();
+    fired.sort();
+    let mut want = vec![
+        ("daily:2027-01-14".to_string(), 3),
+        (backfill_key(), 1),
+        (DIGEST_KEY.to_string(), (ZONES.len() * PER_ZONE) as u64),
+        (f.feeds_1900.clone(), 2),
+    ];
+    want.sort();
+    ensure!(fired == want, "batches {fired:?}, want {want:?}");
+    Ok(())
+}
+
+async fn digest_items_due_at_their_nine(f: &mut Schedules) -> Result<()> {
+    let digest = f.seen.batch(DIGEST_KEY)?;
+    let items = f.target.api.all_items(&digest.id, None).await?;
+    let run_after: BTreeMap<String, String> = items
+        .iter()
+        .map(|i| {
+            (
+                i.subject_id.clone(),
+                i.run_after.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = ZONES
+        .iter()
+        .flat_map(|(prefix, _, nine)| {
+            digest_subjects(prefix)
+                .into_iter()
+                .map(|id| (id, nine.to_string()))
+        })
+        .collect();
+    ensure!(run_after == want, "{run_after:?}");
+    Ok(())
+}
+
+async fn only_kiritimati_delivered(f: &mut Schedules) -> Result<()> {
+    exactly_once(&f.seen.delivered(DIGEST_KEY), &digest_through(0))?;
+    let digest = f.seen.batch(DIGEST_KEY)?;
+    ensure!(
+        digest.pending == (2 * PER_ZONE) as u64 && digest.schedule_id.as_deref() == Some("digest"),
+        "{} {:?}",
+        digest.progress(),
+        digest.schedule_id
+    );
+    Ok(())
+}
+
+async fn feeds_and_one_off_delivered_once(f: &mut Schedules) -> Result<()> {
+    exactly_once(
+        &f.seen.delivered(&f.feeds_1900),
+        &["feed-1".into(), "feed-2".into()],
+    )?;
+    exactly_once(&f.seen.delivered(&backfill_key()), &["once-1".into()])
+}
+
+async fn one_off_disabled_itself(f: &mut Schedules) -> Result<()> {
+    let backfill = f.target.api.schedule("backfill").await?;
+    let batch_id = &f.seen.batch(&backfill_key())?.id.0;
+    ensure!(
+        !backfill.enabled
+            && backfill.next_fire_at.is_none()
+            && backfill.last_batch_id.as_ref() == Some(batch_id),
+        "{backfill:?}"
+    );
+    Ok(())
+}
+
+async fn digest_next_fires_on_the_16th(f: &mut Schedules) -> Result<()> {
+    let digest = f.target.api.schedule("digest").await?;
+    ensure!(
+        digest.next_fire_at.as_deref() == Some("2027-01-15T19:00:00.000Z"),
+        "{digest:?}"
+    );
+    Ok(())
+}
+
+/// Re-firing creates nothing: ticks again at the same instant, and the one-off
+/// saved again with its instant (due at once, same key).
+async fn refiring_creates_nothing(f: &mut Schedules) -> Result<()> {
+    let target = &f.target;
+    let api = &target.api;
+    let before = seen(target).await?;
+    let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
+    a?;
+    b?;
+    let (created, saved) = api
+        .put_schedule("backfill", &json!({"at": BACKFILL_AT, "group": "once"}))
+        .await?;
+    if created || saved.next_fire_at.as_deref() != Some(BACKFILL_AT) {
+        bail!("saving backfill again: created {created}, {saved:?}");
+    }
+    api.fire_cron(TICK_CRON).await?;
+    let after = seen(target).await?;
+    let keys = |s: &Seen| {
+        s.batches
+            .iter()
+            .map(|b| (b.key.clone(), b.total))
+            .collect::<Vec<_>>()
+    };
+    if keys(&after) != keys(&before) || after.deliveries.len() != before.deliveries.len() {
+        bail!(
+            "{} batches (was {}), {} deliveries (was {})",
+            after.batches.len(),
+            before.batches.len(),
+            after.deliveries.len(),
+            before.deliveries.len()
+        );
+    }
+    let backfill = api.schedule("backfill").await?;
+    if backfill.enabled {
+        bail!("backfill is enabled again after its re-fire: {backfill:?}");
+    }
+    Ok(())
+}
+
+async fn feeds_fires_once_more(f: &mut Schedules) -> Result<()> {
+    let s = &f.seen;
+    let want = vec![f.feeds_1900.clone(), f.feeds_now.clone()];
+    ensure!(
+        s.keys("feeds") == want,
+        "feeds batches {:?}, want {want:?}",
+        s.keys("feeds")
+    );
+    ensure!(s.batches.len() == 5, "{} batches, want 5", s.batches.len());
+    exactly_once(
+        &s.delivered(&f.feeds_now),
+        &["feed-1".into(), "feed-2".into()],
+    )
+}
+
+async fn zone_delivered_once(f: &mut Schedules) -> Result<()> {
+    exactly_once(&f.seen.delivered(DIGEST_KEY), &digest_through(f.zone))
+}
+
+async fn idle_feeds_fires_once_for_the_latest_minute(f: &mut Schedules) -> Result<()> {
+    // Two before the first zone here, then one per zone.
+    let fired = f.seen.keys("feeds");
+    ensure!(
+        fired.contains(&f.feeds_now) && fired.len() == 2 + f.zone,
+        "feeds batches {fired:?}"
+    );
+    exactly_once(
+        &f.seen.delivered(&f.feeds_now),
+        &["feed-1".into(), "feed-2".into()],
+    )
+}
+
+async fn digest_finished_in_zone_order(f: &mut Schedules) -> Result<()> {
+    let digest = f.seen.batch(DIGEST_KEY)?;
+    let items = f.target.api.all_items(&digest.id, None).await?;
+    let mut order: Vec<(i64, String)> = Vec::new();
+    let mut late = Vec::new();
+    for i in &items {
+        let run_after = timestamp_ms(i.run_after.as_deref().unwrap_or_default())?;
+        let done = timestamp_ms(i.completed_at.as_deref().unwrap_or("1970-01-01T00:00:00Z"))?;
+        // Completed by the phase's ticks, which start seconds after its 09:00 + 30 s.
+        if i.status != "completed" || done < run_after || done > run_after + 120_000 {
+            late.push(format!(
+                "{} {} at {:?} (due {:?})",
+                i.subject_id, i.status, i.completed_at, i.run_after
+            ));
+        }
+        order.push((done, i.subject_id.clone()));
+    }
+    order.sort();
+    let zones_in_order: Vec<&str> = order.iter().map(|(_, s)| &s[..3]).collect();
+    let want: Vec<&str> = ZONES.iter().flat_map(|(p, _, _)| [*p; PER_ZONE]).collect();
+    exactly_once(
+        &f.seen.delivered(DIGEST_KEY),
+        &digest_through(ZONES.len() - 1),
+    )?;
+    ensure!(
+        digest.is_finished() && late.is_empty(),
+        "{}; off time: {late:?}",
+        digest.progress()
+    );
+    ensure!(zones_in_order == want, "completion order {order:?}");
+    Ok(())
+}
+
+async fn disabled_daily_fired_nothing_more(f: &mut Schedules) -> Result<()> {
+    let invocations = f.target.api.invocations(1000).await?;
+    ensure!(
+        f.seen.keys("daily") == ["daily:2027-01-14"],
+        "daily batches {:?}",
+        f.seen.keys("daily")
+    );
+    crate::verdict::within_budget(&invocations).map_err(anyhow::Error::msg)
+}
+
+/// One bad schedule body: what it is, the id it is saved under, the body, and
+/// the error code it gets.
+type BadBody = (&'static str, &'static str, Value, &'static str);
+
+/// The bad-body checks' fixture: what they must leave as it is, and the bodies
+/// not sent yet.
+struct BadBodies<'a> {
+    api: &'a Api,
+    before: Vec<Schedule>,
+    batches_before: usize,
+    cases: VecDeque<BadBody>,
+}
+
 /// Bad schedule bodies get their 400 code and change nothing.
 async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
-    let before = api.all_schedules().await?;
-    let batches_before = api.batches(100).await?.len();
-    let cases: [(&str, &str, Value, &str); 10] = [
+    let cases: [BadBody; 10] = [
         (
             "a cron Cloudflare refuses",
             "bad",
@@ -496,245 +815,80 @@ async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
             "reserved_id",
         ),
     ];
-    for (name, id, body, code) in cases {
-        let r = api
-            .admin_raw(
-                Method::PUT,
-                &format!("/schedules/{}", crate::api::encode(id)),
-                Some(body.to_string()),
+    let mut list: Vec<Check<BadBodies>> = cases
+        .iter()
+        .map(|(name, _, _, code)| {
+            check!(
+                format!("bad schedule body ({name}): 400 {code}"),
+                bad_body_refused
             )
-            .await?;
-        let got = r.error_shape().map(|(c, _)| c);
-        checks.record(
-            &format!("bad schedule body ({name}): 400 {code}"),
-            if r.status == StatusCode::BAD_REQUEST && got.as_deref() == Some(code) {
-                Ok(())
-            } else {
-                Err(format!("{} {}", r.status, crate::api::clip(&r.body)))
-            },
-        );
-    }
-    let reserved = api
+        })
+        .collect();
+    list.extend([
+        check!(
+            "POST /batches with a key under a schedule's prefix (digest:…): 400 reserved_key",
+            schedule_prefix_reserved
+        ),
+        check!(
+            "bad schedule bodies changed nothing: GET /schedules identical, no batch",
+            bad_bodies_changed_nothing
+        ),
+    ]);
+    let mut f = BadBodies {
+        api,
+        before: api.all_schedules().await?,
+        batches_before: api.batches(100).await?.len(),
+        cases: cases.into(),
+    };
+    checks.run(&mut f, list).await;
+    Ok(())
+}
+
+/// The next bad body gets 400 and its code.
+async fn bad_body_refused(f: &mut BadBodies<'_>) -> Result<()> {
+    let (_, id, body, code) = f.cases.pop_front().context("no bad body left")?;
+    let r = f
+        .api
+        .admin_raw(
+            Method::PUT,
+            &format!("/schedules/{}", crate::api::encode(id)),
+            Some(body.to_string()),
+        )
+        .await?;
+    let got = r.error_shape().map(|(c, _)| c);
+    ensure!(
+        r.status == StatusCode::BAD_REQUEST && got.as_deref() == Some(code),
+        "{} {}",
+        r.status,
+        crate::api::clip(&r.body)
+    );
+    Ok(())
+}
+
+async fn schedule_prefix_reserved(f: &mut BadBodies<'_>) -> Result<()> {
+    let reserved = f
+        .api
         .admin_raw(
             Method::POST,
             "/batches",
-            Some(json!({"key": "digest:2027-01-15", "source": "subjects"}).to_string()),
+            Some(json!({"key": DIGEST_KEY, "source": "subjects"}).to_string()),
         )
         .await?;
-    checks.record(
-        "POST /batches with a key under a schedule's prefix (digest:…): 400 reserved_key",
-        match reserved.error_shape() {
-            Some((code, _)) if code == "reserved_key" => Ok(()),
-            _ => Err(format!(
-                "{} {}",
-                reserved.status,
-                crate::api::clip(&reserved.body)
-            )),
-        },
-    );
-    let after = api.all_schedules().await?;
-    let batches = api.batches(100).await?;
-    checks.record(
-        "bad schedule bodies changed nothing: GET /schedules identical, no batch",
-        if after == before && batches.len() == batches_before {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} schedules (was {}), {} batches",
-                after.len(),
-                before.len(),
-                batches.len()
-            ))
-        },
-    );
-    Ok(())
-}
-
-/// Checks at Kiritimati's 09:00, after the racing ticks.
-async fn kiritimati(target: &Target, feeds_key: &str, checks: &mut Checks) -> Result<()> {
-    let s = seen(target).await?;
-    let backfill_key = format!("backfill:{BACKFILL_AT}");
-    let fired: Vec<(String, u64)> = {
-        let mut all: Vec<(String, u64)> = s
-            .batches
-            .iter()
-            .map(|b| (b.key.clone().unwrap_or_default(), b.total))
-            .collect();
-        all.sort();
-        all
-    };
-    let mut want = vec![
-        ("daily:2027-01-14".to_string(), 3),
-        (backfill_key.clone(), 1),
-        (
-            "digest:2027-01-15".to_string(),
-            (ZONES.len() * PER_ZONE) as u64,
-        ),
-        (feeds_key.to_string(), 2),
-    ];
-    want.sort();
-    checks.record(
-        "at 09:00 in Kiritimati two racing ticks fire each due schedule exactly once: digest:2027-01-15 over its 6 subjects, feeds once for an hour of missed minutes, the one-off (the disabled daily nothing)",
-        if fired == want {
-            Ok(())
-        } else {
-            Err(format!("batches {fired:?}, want {want:?}"))
-        },
-    );
-    let digest = s.batch("digest:2027-01-15")?;
-    let items = target.api.all_items(&digest.id, None).await?;
-    let run_after: BTreeMap<String, String> = items
-        .iter()
-        .map(|i| {
-            (
-                i.subject_id.clone(),
-                i.run_after.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let want: BTreeMap<String, String> = ZONES
-        .iter()
-        .flat_map(|(prefix, _, nine)| {
-            digest_subjects(prefix)
-                .into_iter()
-                .map(|id| (id, nine.to_string()))
-        })
-        .collect();
-    checks.record(
-        "each digest item's run_after is exactly its subject's 09:00 (Kiritimati 01-14T19:00Z, Berlin 01-15T08:00Z, New York 01-15T14:00Z)",
-        if run_after == want {
-            Ok(())
-        } else {
-            Err(format!("{run_after:?}"))
-        },
-    );
-    checks.record(
-        "only the Kiritimati subjects are delivered at Kiritimati's 09:00 (once each); the others wait in pending",
-        exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(0)).and_then(|()| {
-            if digest.pending == (2 * PER_ZONE) as u64 && digest.schedule_id.as_deref() == Some("digest") {
-                Ok(())
-            } else {
-                Err(format!("{} {:?}", digest.progress(), digest.schedule_id))
-            }
-        }),
-    );
-    checks.record(
-        "the every-60-s and one-off batches are delivered once each",
-        exactly_once(&s.delivered(feeds_key), &["feed-1".into(), "feed-2".into()])
-            .and_then(|()| exactly_once(&s.delivered(&backfill_key), &["once-1".into()])),
-    );
-    let backfill = target.api.schedule("backfill").await?;
-    let batch_id = s.batch(&backfill_key)?.id.0.clone();
-    checks.record(
-        "the one-off disabled itself after firing (enabled false, next_fire_at null, last_batch_id its batch)",
-        if !backfill.enabled
-            && backfill.next_fire_at.is_none()
-            && backfill.last_batch_id.as_deref() == Some(batch_id.as_str())
-        {
-            Ok(())
-        } else {
-            Err(format!("{backfill:?}"))
-        },
-    );
-    let digest_schedule = target.api.schedule("digest").await?;
-    checks.record(
-        "digest's next fire is the 16th's at Kiritimati (2027-01-15T19:00Z)",
-        if digest_schedule.next_fire_at.as_deref() == Some("2027-01-15T19:00:00.000Z") {
-            Ok(())
-        } else {
-            Err(format!("{digest_schedule:?}"))
-        },
-    );
-    Ok(())
-}
-
-/// Re-firing creates nothing: ticks again at the same instant, and the one-off
-/// saved again with its instant (due at once, same key).
-async fn refire(target: &Target, checks: &mut Checks) -> Result<()> {
-    let before = seen(target).await?;
-    let api = &target.api;
-    let result = async {
-        let (a, b) = tokio::join!(api.fire_cron(TICK_CRON), api.fire_cron(TICK_CRON));
-        a?;
-        b?;
-        let (created, saved) = api
-            .put_schedule("backfill", &json!({"at": BACKFILL_AT, "group": "once"}))
-            .await?;
-        if created || saved.next_fire_at.as_deref() != Some(BACKFILL_AT) {
-            bail!("saving backfill again: created {created}, {saved:?}");
-        }
-        api.fire_cron(TICK_CRON).await?;
-        let after = seen(target).await?;
-        let keys = |s: &Seen| {
-            s.batches
-                .iter()
-                .map(|b| (b.key.clone(), b.total))
-                .collect::<Vec<_>>()
-        };
-        if keys(&after) != keys(&before) || after.deliveries.len() != before.deliveries.len() {
-            bail!(
-                "{} batches (was {}), {} deliveries (was {})",
-                after.batches.len(),
-                before.batches.len(),
-                after.deliveries.len(),
-                before.deliveries.len()
-            );
-        }
-        let backfill = api.schedule("backfill").await?;
-        if backfill.enabled {
-            bail!("backfill is enabled again after its re-fire: {backfill:?}");
-        }
-        Ok(())
-    };
-    checks.record(
-        "re-firing creates nothing: ticks again, and the one-off saved again (same instant) then ticked, add no batch and no delivery",
-        result.await.map_err(text),
-    );
-    Ok(())
-}
-
-/// After New York's 09:00: the digest batch is done, each item at its own hour.
-async fn finale(target: &Target, checks: &mut Checks) -> Result<()> {
-    let s = seen(target).await?;
-    let digest = s.batch("digest:2027-01-15")?;
-    let items = target.api.all_items(&digest.id, None).await?;
-    let mut order: Vec<(i64, String)> = Vec::new();
-    let mut late = Vec::new();
-    for i in &items {
-        let run_after = timestamp_ms(i.run_after.as_deref().unwrap_or_default())?;
-        let done = timestamp_ms(i.completed_at.as_deref().unwrap_or("1970-01-01T00:00:00Z"))?;
-        // Completed by the phase's ticks, which start seconds after its 09:00 + 30 s.
-        if i.status != "completed" || done < run_after || done > run_after + 120_000 {
-            late.push(format!(
-                "{} {} at {:?} (due {:?})",
-                i.subject_id, i.status, i.completed_at, i.run_after
-            ));
-        }
-        order.push((done, i.subject_id.clone()));
+    match reserved.error_shape() {
+        Some((code, _)) if code == "reserved_key" => Ok(()),
+        _ => bail!("{} {}", reserved.status, crate::api::clip(&reserved.body)),
     }
-    order.sort();
-    let zones_in_order: Vec<&str> = order.iter().map(|(_, s)| &s[..3]).collect();
-    let want: Vec<&str> = ZONES.iter().flat_map(|(p, _, _)| [*p; PER_ZONE]).collect();
-    checks.record(
-        "the digest batch finished: every item completed once, within two minutes after its own 09:00, in zone order Kiritimati, Berlin, New York",
-        exactly_once(&s.delivered("digest:2027-01-15"), &digest_through(ZONES.len() - 1)).and_then(|()| {
-            if !digest.is_finished() || !late.is_empty() {
-                Err(format!("{}; off time: {late:?}", digest.progress()))
-            } else if zones_in_order != want {
-                Err(format!("completion order {order:?}"))
-            } else {
-                Ok(())
-            }
-        }),
-    );
-    let invocations = target.api.invocations(1000).await?;
-    checks.record(
-        "the daily schedule, once disabled, fired nothing more; no invocation used more subrequests than its budget",
-        if s.keys("daily") != ["daily:2027-01-14"] {
-            Err(format!("daily batches {:?}", s.keys("daily")))
-        } else {
-            crate::verdict::within_budget(&invocations)
-        },
+}
+
+async fn bad_bodies_changed_nothing(f: &mut BadBodies<'_>) -> Result<()> {
+    let after = f.api.all_schedules().await?;
+    let batches = f.api.batches(100).await?;
+    ensure!(
+        after == f.before && batches.len() == f.batches_before,
+        "{} schedules (was {}), {} batches",
+        after.len(),
+        f.before.len(),
+        batches.len()
     );
     Ok(())
 }

@@ -5,14 +5,15 @@
 //! run time, and misconfiguration detail for the admin only. The last two restart
 //! the Worker with other settings, so they run last.
 
-use crate::api::{clip, Api, RawResponse};
+use crate::api::{clip, Api, Batch, RawResponse};
+use crate::check;
 use crate::checks::Checks;
 use crate::drive;
 use crate::faults::Faults;
 use crate::signature;
 use crate::steps::items_by_subject;
 use crate::target::Target;
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -130,6 +131,25 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
+/// One route an endless body is sent to: the request's head, the body's start,
+/// and the refusal it must get before the client sends more.
+struct Route {
+    what: &'static str,
+    head: String,
+    prefix: String,
+    want: u16,
+    code: &'static str,
+    stall_after: u64,
+}
+
+/// The streamed-body checks' fixture: the Worker's URL and the three routes.
+struct Streams {
+    base: String,
+    subjects: Route,
+    unsigned: Route,
+    signed: Route,
+}
+
 /// Bodies over 256 KiB are refused while they stream, on every route that reads
 /// one, without a Content-Length; an unsigned dispatch is refused on its first chunk.
 pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()> {
@@ -149,72 +169,129 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
         chrono::Utc::now().timestamp(),
         b"{}",
     );
-    let signature_line = format!("{wrong}\n");
-    let cases = [
-        (
-            "PUT /subjects",
-            head(
+    let mut f = Streams {
+        subjects: Route {
+            what: "PUT /subjects",
+            head: head(
                 "PUT /subjects",
                 &format!("Authorization: Bearer {token}\r\n"),
             ),
-            "",
-            413,
-            "payload_too_large",
-            BEFORE_STALL,
-        ),
+            prefix: String::new(),
+            want: 413,
+            code: "payload_too_large",
+            stall_after: BEFORE_STALL,
+        },
         // The signature is the body's first line: a body whose first chunk holds no
         // line short enough to be one is refused on that chunk alone.
-        (
-            "POST /internal/run without a signature line",
-            head("POST /internal/run", ""),
-            "",
-            401,
-            "unauthorized",
-            STREAM_CHUNK as u64,
+        unsigned: Route {
+            what: "POST /internal/run without a signature line",
+            head: head("POST /internal/run", ""),
+            prefix: String::new(),
+            want: 401,
+            code: "unauthorized",
+            stall_after: STREAM_CHUNK as u64,
+        },
+        signed: Route {
+            what: "POST /internal/run with a well-formed signature line",
+            head: head("POST /internal/run", ""),
+            prefix: format!("{wrong}\n"),
+            want: 413,
+            code: "payload_too_large",
+            stall_after: BEFORE_STALL,
+        },
+        base,
+    };
+    let list = vec![
+        check!(
+            paused_name(&f.subjects),
+            subjects_body_refused_while_it_streams
         ),
-        (
-            "POST /internal/run with a well-formed signature line",
-            head("POST /internal/run", ""),
-            signature_line.as_str(),
-            413,
-            "payload_too_large",
-            BEFORE_STALL,
+        check!(fast_name(&f.subjects), subjects_body_cut_off_early),
+        check!(
+            paused_name(&f.unsigned),
+            unsigned_dispatch_refused_on_its_first_chunk
         ),
+        check!(fast_name(&f.unsigned), unsigned_dispatch_cut_off_early),
+        check!(
+            paused_name(&f.signed),
+            signed_dispatch_body_refused_while_it_streams
+        ),
+        check!(fast_name(&f.signed), signed_dispatch_body_cut_off_early),
     ];
-    for (what, head, prefix, want, code, stall_after) in cases {
-        let paused = stream_endless(&base, &head, prefix, Some(stall_after)).await;
-        checks.record(
-            &format!("{what}, endless chunked body (no Content-Length), client pausing after {}: {want} {code} before it sends more", mib(stall_after)),
-            paused.map_err(|e| format!("{e:#}")).and_then(|r| {
-                if r.status != Some(want) || !r.text.contains(code) {
-                    return Err(format!("answer {:?}: {}", r.status, clip(&r.text)));
-                }
-                if r.sent > stall_after {
-                    return Err(format!("answered only after {} of the body", mib(r.sent)));
-                }
-                Ok(())
-            }),
-        );
-        let fast = stream_endless(&base, &head, prefix, None).await;
-        checks.record(
-            &format!(
-                "{what}, endless body sent without pause: cut off (answered or closed) before {}",
-                mib(EARLY)
-            ),
-            fast.map_err(|e| format!("{e:#}")).and_then(|r| {
-                if r.sent > EARLY {
-                    return Err(format!(
-                        "still reading after {} ({:?}: {})",
-                        mib(r.sent),
-                        r.status,
-                        clip(&r.text)
-                    ));
-                }
-                Ok(())
-            }),
-        );
-    }
+    checks.run(&mut f, list).await;
     Ok(())
+}
+
+fn paused_name(r: &Route) -> String {
+    format!(
+        "{}, endless chunked body (no Content-Length), client pausing after {}: {} {} before it sends more",
+        r.what,
+        mib(r.stall_after),
+        r.want,
+        r.code
+    )
+}
+
+fn fast_name(r: &Route) -> String {
+    format!(
+        "{}, endless body sent without pause: cut off (answered or closed) before {}",
+        r.what,
+        mib(EARLY)
+    )
+}
+
+/// A client that pauses after `stall_after` bytes gets the refusal by then.
+async fn refused_while_it_streams(base: &str, r: &Route) -> Result<()> {
+    let s = stream_endless(base, &r.head, &r.prefix, Some(r.stall_after)).await?;
+    ensure!(
+        s.status == Some(r.want) && s.text.contains(r.code),
+        "answer {:?}: {}",
+        s.status,
+        clip(&s.text)
+    );
+    ensure!(
+        s.sent <= r.stall_after,
+        "answered only after {} of the body",
+        mib(s.sent)
+    );
+    Ok(())
+}
+
+/// A client that never pauses is cut off before [`EARLY`].
+async fn cut_off_early(base: &str, r: &Route) -> Result<()> {
+    let s = stream_endless(base, &r.head, &r.prefix, None).await?;
+    ensure!(
+        s.sent <= EARLY,
+        "still reading after {} ({:?}: {})",
+        mib(s.sent),
+        s.status,
+        clip(&s.text)
+    );
+    Ok(())
+}
+
+async fn subjects_body_refused_while_it_streams(f: &mut Streams) -> Result<()> {
+    refused_while_it_streams(&f.base, &f.subjects).await
+}
+
+async fn subjects_body_cut_off_early(f: &mut Streams) -> Result<()> {
+    cut_off_early(&f.base, &f.subjects).await
+}
+
+async fn unsigned_dispatch_refused_on_its_first_chunk(f: &mut Streams) -> Result<()> {
+    refused_while_it_streams(&f.base, &f.unsigned).await
+}
+
+async fn unsigned_dispatch_cut_off_early(f: &mut Streams) -> Result<()> {
+    cut_off_early(&f.base, &f.unsigned).await
+}
+
+async fn signed_dispatch_body_refused_while_it_streams(f: &mut Streams) -> Result<()> {
+    refused_while_it_streams(&f.base, &f.signed).await
+}
+
+async fn signed_dispatch_body_cut_off_early(f: &mut Streams) -> Result<()> {
+    cut_off_early(&f.base, &f.signed).await
 }
 
 /// A no-op item as the dispatcher sends it.
@@ -240,12 +317,14 @@ async fn dispatch(api: &Api, item: &str, signature: &str) -> Result<RawResponse>
     .await
 }
 
-fn expect_status(r: &RawResponse, want: StatusCode) -> Result<(), String> {
-    if r.status == want {
-        Ok(())
-    } else {
-        Err(format!("got {} {}, want {want}", r.status, clip(&r.body)))
-    }
+fn expect_status(r: &RawResponse, want: StatusCode) -> Result<()> {
+    ensure!(
+        r.status == want,
+        "got {} {}, want {want}",
+        r.status,
+        clip(&r.body)
+    );
+    Ok(())
 }
 
 /// Lines of the runtime's log naming `event`.
@@ -257,13 +336,25 @@ fn log_lines(target: &Target, event: &str) -> Result<usize> {
     Ok(text.lines().filter(|l| l.contains(&needle)).count())
 }
 
+/// The dispatch-signature checks' fixture: a no-op item, the instant it is
+/// signed at, and the secrets it is signed with.
+struct Signatures<'a> {
+    target: &'a Target,
+    item: String,
+    now: i64,
+    lease: i64,
+    current: Vec<u8>,
+    previous: Vec<u8>,
+    webhook: Vec<u8>,
+}
+
+/// How many unsigned dispatches the burst sends.
+const BURST: usize = 40;
+
 /// Dispatches signed as the Worker signs them: accepted with the current and the
 /// previous secret, refused once older than the lease; rejected ones logged within
 /// the limit.
 pub async fn dispatch_signatures(target: &Target, checks: &mut Checks) -> Result<()> {
-    let api = &target.api;
-    let item = noop_item();
-    let now = chrono::Utc::now().timestamp();
     let secret = |name: &str| {
         target
             .secrets
@@ -272,68 +363,118 @@ pub async fn dispatch_signatures(target: &Target, checks: &mut Checks) -> Result
             .map(|s| s.as_bytes().to_vec())
             .with_context(|| format!("{name} unknown"))
     };
-    let current = secret("DISPATCH_SECRET")?;
-    let previous = secret("DISPATCH_SECRET_PREVIOUS")?;
-    let lease = target.setting("LEASE_SECONDS")? as i64;
-    let done = |r: RawResponse| -> Result<(), String> {
-        expect_status(&r, StatusCode::NO_CONTENT)?;
-        match r.header("Fanout-Outcome") {
-            Some("done") => Ok(()),
-            other => Err(format!("Fanout-Outcome {other:?}")),
-        }
+    let mut f = Signatures {
+        target,
+        item: noop_item(),
+        now: chrono::Utc::now().timestamp(),
+        lease: target.setting("LEASE_SECONDS")? as i64,
+        current: secret("DISPATCH_SECRET")?,
+        previous: secret("DISPATCH_SECRET_PREVIOUS")?,
+        webhook: secret("WEBHOOK_SECRET")?,
     };
-    let r = dispatch(api, &item, &signature::sign(&current, now, item.as_bytes())).await?;
-    checks.record(
-        "a dispatch signed with DISPATCH_SECRET runs (204, Fanout-Outcome: done)",
-        done(r),
-    );
-    let r = dispatch(
-        api,
-        &item,
-        &signature::sign(&previous, now, item.as_bytes()),
+    let lease = f.lease;
+    let limit = cron_fanout::core::log_limit::REJECTED_DISPATCH_LINES;
+    let list = vec![
+        check!(
+            "a dispatch signed with DISPATCH_SECRET runs (204, Fanout-Outcome: done)",
+            current_secret_runs
+        ),
+        check!(
+            "a dispatch signed with DISPATCH_SECRET_PREVIOUS runs too (rotation window)",
+            previous_secret_runs
+        ),
+        check!(
+            format!("a dispatch signed {} s ago, more than LEASE_SECONDS ({lease}) but less than 300 s: 401", lease + 5),
+            signature_older_than_the_lease_refused
+        ),
+        check!(
+            "a dispatch signed with WEBHOOK_SECRET: 401",
+            webhook_secret_refused
+        ),
+        check!(
+            "a dispatch whose v1 is 63 hex digits: 401",
+            short_signature_refused
+        ),
+        check!(
+            "a dispatch signed with DISPATCH_SECRET but carried in the Fanout-Item and Fanout-Dispatch-Signature headers: 401",
+            dispatch_in_headers_refused
+        ),
+        check!(
+            format!("{BURST} unsigned dispatches in a burst write at most {limit} dispatch_rejected log lines"),
+            rejections_logged_within_the_limit
+        ),
+    ];
+    checks.run(&mut f, list).await;
+    Ok(())
+}
+
+/// The item signed with `secret` at `at`, dispatched.
+async fn signed(f: &Signatures<'_>, secret: &[u8], at: i64) -> Result<RawResponse> {
+    let signature = signature::sign(secret, at, f.item.as_bytes());
+    dispatch(&f.target.api, &f.item, &signature).await
+}
+
+/// A dispatch that ran: 204, Fanout-Outcome: done.
+fn done(r: &RawResponse) -> Result<()> {
+    expect_status(r, StatusCode::NO_CONTENT)?;
+    match r.header("Fanout-Outcome") {
+        Some("done") => Ok(()),
+        other => bail!("Fanout-Outcome {other:?}"),
+    }
+}
+
+async fn current_secret_runs(f: &mut Signatures<'_>) -> Result<()> {
+    done(&signed(f, &f.current, f.now).await?)
+}
+
+async fn previous_secret_runs(f: &mut Signatures<'_>) -> Result<()> {
+    done(&signed(f, &f.previous, f.now).await?)
+}
+
+async fn signature_older_than_the_lease_refused(f: &mut Signatures<'_>) -> Result<()> {
+    let old = f.now - f.lease - 5;
+    expect_status(&signed(f, &f.current, old).await?, StatusCode::UNAUTHORIZED)
+}
+
+async fn webhook_secret_refused(f: &mut Signatures<'_>) -> Result<()> {
+    expect_status(
+        &signed(f, &f.webhook, f.now).await?,
+        StatusCode::UNAUTHORIZED,
     )
-    .await?;
-    checks.record(
-        "a dispatch signed with DISPATCH_SECRET_PREVIOUS runs too (rotation window)",
-        done(r),
-    );
-    let old = now - lease - 5;
-    let r = dispatch(api, &item, &signature::sign(&current, old, item.as_bytes())).await?;
-    checks.record(
-        &format!("a dispatch signed {} s ago, more than LEASE_SECONDS ({lease}) but less than 300 s: 401", lease + 5),
-        expect_status(&r, StatusCode::UNAUTHORIZED),
-    );
-    let webhook = secret("WEBHOOK_SECRET")?;
-    let r = dispatch(api, &item, &signature::sign(&webhook, now, item.as_bytes())).await?;
-    checks.record(
-        "a dispatch signed with WEBHOOK_SECRET: 401",
-        expect_status(&r, StatusCode::UNAUTHORIZED),
-    );
-    let good = signature::sign(&current, now, item.as_bytes());
-    let r = dispatch(api, &item, &good[..good.len() - 1]).await?;
-    checks.record(
-        "a dispatch whose v1 is 63 hex digits: 401",
-        expect_status(&r, StatusCode::UNAUTHORIZED),
-    );
-    // The item (lease token, payload, signing secret) and the signature in request
-    // headers, which trace events record: no longer a way in, even signed right.
-    let r = api
+}
+
+async fn short_signature_refused(f: &mut Signatures<'_>) -> Result<()> {
+    let good = signature::sign(&f.current, f.now, f.item.as_bytes());
+    let r = dispatch(&f.target.api, &f.item, &good[..good.len() - 1]).await?;
+    expect_status(&r, StatusCode::UNAUTHORIZED)
+}
+
+/// The item (lease token, payload, signing secret) and the signature in request
+/// headers, which trace events record: no longer a way in, even signed right.
+async fn dispatch_in_headers_refused(f: &mut Signatures<'_>) -> Result<()> {
+    let good = signature::sign(&f.current, f.now, f.item.as_bytes());
+    let r = f
+        .target
+        .api
         .raw_with_headers(
             Method::POST,
             "/internal/run",
-            &[("Fanout-Item", &item), ("Fanout-Dispatch-Signature", &good)],
+            &[
+                ("Fanout-Item", &f.item),
+                ("Fanout-Dispatch-Signature", &good),
+            ],
         )
         .await?;
-    checks.record(
-        "a dispatch signed with DISPATCH_SECRET but carried in the Fanout-Item and Fanout-Dispatch-Signature headers: 401",
-        expect_status(&r, StatusCode::UNAUTHORIZED),
-    );
+    expect_status(&r, StatusCode::UNAUTHORIZED)
+}
 
-    // Anyone can send these: a burst must not write a line each.
+/// Anyone can send unsigned dispatches: a burst must not write a line each.
+async fn rejections_logged_within_the_limit(f: &mut Signatures<'_>) -> Result<()> {
+    let target = f.target;
     let before = log_lines(target, "dispatch_rejected")?;
-    let burst = 40;
-    for _ in 0..burst {
-        let r = api
+    for _ in 0..BURST {
+        let r = target
+            .api
             .raw(Method::POST, "/internal/run", None, Some("{}".into()))
             .await?;
         ensure!(
@@ -353,14 +494,7 @@ pub async fn dispatch_signatures(target: &Target, checks: &mut Checks) -> Result
         written = now;
     }
     let limit = cron_fanout::core::log_limit::REJECTED_DISPATCH_LINES as usize;
-    checks.record(
-        &format!("{burst} unsigned dispatches in a burst write at most {limit} dispatch_rejected log lines"),
-        if (1..=limit).contains(&written) {
-            Ok(())
-        } else {
-            Err(format!("{written} lines"))
-        },
-    );
+    ensure!((1..=limit).contains(&written), "{written} lines");
     Ok(())
 }
 
@@ -379,10 +513,39 @@ async fn drain_items(
     items_by_subject(api, &batch.id).await
 }
 
+/// The redirect checks' fixture: the Worker and the sink, and the requests the
+/// redirect target had before.
+struct Redirects<'a> {
+    target: &'a Target,
+    timeout: Duration,
+    hits_before: u64,
+}
+
 /// A webhook answering 3xx is a permanent failure and its Location gets nothing.
 pub async fn redirects(target: &Target, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let codes = [301u16, 302, 303, 307, 308];
-    let items: Vec<Value> = codes
+    let mut f = Redirects {
+        target,
+        timeout,
+        hits_before: target.sink.stats(false).await?.redirect_hits,
+    };
+    let list = vec![
+        check!(
+            "webhooks answering 301/302/303/307/308: failed on attempt 1 (redirects are not followed)",
+            redirects_fail_at_once
+        ),
+        check!(
+            "the redirect target (Location) received nothing: no request, no signature",
+            redirect_target_gets_nothing
+        ),
+    ];
+    checks.run(&mut f, list).await;
+    Ok(())
+}
+
+const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+async fn redirects_fail_at_once(f: &mut Redirects<'_>) -> Result<()> {
+    let items: Vec<Value> = REDIRECTS
         .iter()
         .map(|code| {
             let faults = Faults {
@@ -391,13 +554,11 @@ pub async fn redirects(target: &Target, timeout: Duration, checks: &mut Checks) 
             };
             let id = format!("redirect-{code}");
             json!({"subject_id": id, "kind": "webhook",
-                   "payload": {"url": target.sink.hook_url(&id, &faults), "data": {"code": code}}})
+                   "payload": {"url": f.target.sink.hook_url(&id, &faults), "data": {"code": code}}})
         })
         .collect();
-    let hits_before = target.sink.stats(false).await?.redirect_hits;
-    let items = drain_items(&target.api, "e2e-redirects", items, timeout).await?;
-    let hits = target.sink.stats(false).await?.redirect_hits - hits_before;
-    let wrong: Vec<String> = codes
+    let items = drain_items(&f.target.api, "e2e-redirects", items, f.timeout).await?;
+    let wrong: Vec<String> = REDIRECTS
         .iter()
         .filter_map(|code| {
             let item = items.get(&format!("redirect-{code}"))?;
@@ -414,23 +575,29 @@ pub async fn redirects(target: &Target, timeout: Duration, checks: &mut Checks) 
             })
         })
         .collect();
-    checks.record(
-        "webhooks answering 301/302/303/307/308: failed on attempt 1 (redirects are not followed)",
-        if wrong.is_empty() && items.len() == codes.len() {
-            Ok(())
-        } else {
-            Err(wrong.join("; "))
-        },
-    );
-    checks.record(
-        "the redirect target (Location) received nothing: no request, no signature",
-        if hits == 0 {
-            Ok(())
-        } else {
-            Err(format!("{hits} requests reached it"))
-        },
+    ensure!(
+        wrong.is_empty() && items.len() == REDIRECTS.len(),
+        "{}",
+        wrong.join("; ")
     );
     Ok(())
+}
+
+async fn redirect_target_gets_nothing(f: &mut Redirects<'_>) -> Result<()> {
+    let hits = f.target.sink.stats(false).await?.redirect_hits - f.hits_before;
+    ensure!(hits == 0, "{hits} requests reached it");
+    Ok(())
+}
+
+/// The subject with a signing secret of its own.
+const OWN_SECRET: &str = "own-secret";
+
+/// The signing-secret checks' fixture: the subject's secret and payload.
+struct OwnSecret<'a> {
+    target: &'a Target,
+    timeout: Duration,
+    secret: String,
+    payload: Value,
 }
 
 /// A subject's own signing secret signs its deliveries, and is never listed.
@@ -439,83 +606,89 @@ pub async fn signing_secrets(
     timeout: Duration,
     checks: &mut Checks,
 ) -> Result<()> {
-    let api = &target.api;
-    let id = "own-secret";
     let secret = crate::devvars::random_secret();
-    let payload = json!({"url": target.sink.hook_url(id, &Faults::default()),
+    let payload = json!({"url": target.sink.hook_url(OWN_SECRET, &Faults::default()),
                          "data": {"own": true}, "signing_secret": secret});
+    let mut f = OwnSecret {
+        target,
+        timeout,
+        secret,
+        payload,
+    };
+    let list = vec![
+        check!(
+            "PUT /subjects takes a signing_secret; GET /subjects lists it as \"[redacted]\"",
+            signing_secret_stored_and_redacted
+        ),
+        check!(
+            "a subject with its own signing_secret: its delivery verifies under that secret (not WEBHOOK_SECRET) and completes",
+            own_secret_signs_the_delivery
+        ),
+    ];
+    checks.run(&mut f, list).await;
+    // Later parts batch every subject; this one is not in their plans.
+    let deleted = target
+        .api
+        .admin_raw(Method::DELETE, &format!("/subjects/{OWN_SECRET}"), None)
+        .await?;
+    ensure!(
+        deleted.status == StatusCode::OK,
+        "DELETE /subjects/{OWN_SECRET}: {}",
+        deleted.status
+    );
+    Ok(())
+}
+
+async fn signing_secret_stored_and_redacted(f: &mut OwnSecret<'_>) -> Result<()> {
+    let api = &f.target.api;
+    let subject =
+        json!({"subjects": [{"id": OWN_SECRET, "kind": "webhook", "payload": f.payload}]});
     let put = api
-        .admin_raw(
-            Method::PUT,
-            "/subjects",
-            Some(
-                json!({"subjects": [{"id": id, "kind": "webhook", "payload": payload}]})
-                    .to_string(),
-            ),
-        )
+        .admin_raw(Method::PUT, "/subjects", Some(subject.to_string()))
         .await?;
     let listed = api
         .admin_raw(Method::GET, "/subjects?limit=1000", None)
         .await?;
-    checks.record(
-        "PUT /subjects takes a signing_secret; GET /subjects lists it as \"[redacted]\"",
-        expect_status(&put, StatusCode::OK).and_then(|()| {
-            if listed.body.contains(&secret) {
-                Err("GET /subjects shows the secret".into())
-            } else if !listed.body.contains("[redacted]") {
-                Err(format!("no redaction in {}", clip(&listed.body)))
-            } else {
-                Ok(())
-            }
-        }),
+    expect_status(&put, StatusCode::OK)?;
+    ensure!(
+        !listed.body.contains(&f.secret),
+        "GET /subjects shows the secret"
     );
-    target
+    ensure!(
+        listed.body.contains("[redacted]"),
+        "no redaction in {}",
+        clip(&listed.body)
+    );
+    Ok(())
+}
+
+async fn own_secret_signs_the_delivery(f: &mut OwnSecret<'_>) -> Result<()> {
+    f.target
         .sink
-        .set_subject_secrets(&HashMap::from([(id.to_string(), secret.clone())]))
+        .set_subject_secrets(&HashMap::from([(OWN_SECRET.to_string(), f.secret.clone())]))
         .await?;
-    let drained = drain_items(
-        api,
+    let items = drain_items(
+        &f.target.api,
         "e2e-own-secret",
-        vec![json!({"subject_id": id, "kind": "webhook", "payload": payload})],
-        timeout,
+        vec![json!({"subject_id": OWN_SECRET, "kind": "webhook", "payload": f.payload})],
+        f.timeout,
     )
-    .await;
-    let name = "a subject with its own signing_secret: its delivery verifies under that secret (not WEBHOOK_SECRET) and completes";
-    let items = match drained {
-        Ok(items) => items,
-        Err(e) => {
-            checks.record(name, Err(format!("{e:#}")));
-            return Ok(());
-        }
-    };
-    let stats = target.sink.stats(true).await?;
+    .await?;
+    let stats = f.target.sink.stats(true).await?;
     let signatures: Vec<String> = stats
         .deliveries
         .unwrap_or_default()
         .into_iter()
-        .filter(|d| d.subject_id == id)
+        .filter(|d| d.subject_id == OWN_SECRET)
         .map(|d| d.signature)
         .collect();
-    checks.record(
-        name,
-        match (
-            items.get(id).map(|i| i.status.as_str()),
-            signatures.as_slice(),
-        ) {
-            (Some("completed"), [one]) if one == "valid" => Ok(()),
-            (status, sigs) => Err(format!("item {status:?}, delivery signatures {sigs:?}")),
-        },
-    );
-    // Later parts batch every subject; this one is not in their plans.
-    let deleted = api
-        .admin_raw(Method::DELETE, &format!("/subjects/{id}"), None)
-        .await?;
-    ensure!(
-        deleted.status == StatusCode::OK,
-        "DELETE /subjects/{id}: {}",
-        deleted.status
-    );
-    Ok(())
+    match (
+        items.get(OWN_SECRET).map(|i| i.status.as_str()),
+        signatures.as_slice(),
+    ) {
+        (Some("completed"), [one]) if one == "valid" => Ok(()),
+        (status, sigs) => bail!("item {status:?}, delivery signatures {sigs:?}"),
+    }
 }
 
 /// Webhook targets that must be refused once ALLOW_PRIVATE_TARGETS is off.
@@ -544,11 +717,24 @@ async fn restart_with(target: &mut Target, vars: &[(&str, Option<&str>)]) -> Res
     runtime.restart().await
 }
 
+/// The restarted Worker's checks' fixture: the runtime they restart, the batch
+/// queued while private targets were allowed, and the secrets they swap.
+struct Restarted<'a> {
+    target: &'a mut Target,
+    api: Api,
+    timeout: Duration,
+    queued: Batch,
+    delivered_before: u64,
+    webhook: String,
+    dispatch: String,
+}
+
 /// Private targets are refused by default, when written and again at run time; then
 /// misconfigurations tell only the admin what is wrong. Restarts the Worker.
 pub async fn restarted(target: &mut Target, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let api = target.api.clone();
-    // Queued while private targets are allowed...
+    // Queued while private targets are allowed; the checks then set it back to
+    // its default.
     let items: Vec<Value> = (0..3)
         .map(|n| {
             let id = format!("ssrf-{n}");
@@ -559,18 +745,80 @@ pub async fn restarted(target: &mut Target, timeout: Duration, checks: &mut Chec
     let (_, queued) = api
         .create_batch(&json!({"key": "e2e-ssrf-queued", "items": items}))
         .await?;
-    let delivered_before = target.sink.stats(false).await?.total;
+    let secret = |name: &str| {
+        target
+            .secrets
+            .get(name)
+            .cloned()
+            .with_context(|| format!("no {name}"))
+    };
+    let mut f = Restarted {
+        delivered_before: target.sink.stats(false).await?.total,
+        webhook: secret("WEBHOOK_SECRET")?,
+        dispatch: secret("DISPATCH_SECRET")?,
+        target,
+        api,
+        timeout,
+        queued,
+    };
+    let list = vec![
+        check!(
+            "Worker restarts with ALLOW_PRIVATE_TARGETS unset (default false)",
+            restarts_without_private_targets
+        ),
+        check!(
+            "by default PUT /subjects refuses loopback, private, link-local and local-name targets (400 invalid_payload), in IPv4, IPv6, mapped and decimal forms",
+            private_targets_refused_when_written
+        ),
+        check!(
+            "items queued while private targets were allowed fail on attempt 1 once they are not (\"not sent\"), and nothing is delivered",
+            queued_private_targets_not_sent
+        ),
+        // Invalid secrets: the Worker refuses to run, and tells only the admin why.
+        check!(
+            "Worker restarts with DISPATCH_SECRET = WEBHOOK_SECRET",
+            restarts_with_equal_secrets
+        ),
+        check!(
+            "DISPATCH_SECRET equal to WEBHOOK_SECRET is refused: the admin gets 500 misconfigured naming it",
+            equal_secrets_named_to_the_admin
+        ),
+        check!(
+            "misconfigured: GET /health still answers, no admin token gets 401, POST /internal/run a generic 500; neither names the setting",
+            misconfiguration_hidden_from_others
+        ),
+        check!(
+            "Worker restarts with DRAINERS=2 and no DRAIN_QUEUE binding",
+            restarts_with_drainers_and_no_queue
+        ),
+        check!(
+            "DRAINERS=2 without a DRAIN_QUEUE binding: the admin gets 500 misconfigured naming DRAINERS and DRAIN_QUEUE",
+            drainers_without_a_queue_named_to_the_admin
+        ),
+        check!(
+            "Worker restarts with a 5-character ADMIN_TOKEN",
+            restarts_with_a_short_admin_token
+        ),
+        check!(
+            "an unusable ADMIN_TOKEN: even its holder gets a generic 500 internal, not the setting's name",
+            unusable_admin_token_named_to_nobody
+        ),
+    ];
+    checks.run(&mut f, list).await;
+    Ok(())
+}
 
-    // ...then the setting goes back to its default.
-    checks.step(
-        "Worker restarts with ALLOW_PRIVATE_TARGETS unset (default false)",
-        restart_with(target, &[("ALLOW_PRIVATE_TARGETS", None)]).await,
-    );
+async fn restarts_without_private_targets(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with(f.target, &[("ALLOW_PRIVATE_TARGETS", None)]).await
+}
+
+async fn private_targets_refused_when_written(f: &mut Restarted<'_>) -> Result<()> {
     let mut accepted = Vec::new();
-    for url in forbidden_urls(target.sink.base()) {
+    for url in forbidden_urls(f.target.sink.base()) {
         let body =
             json!({"subjects": [{"id": "ssrf", "kind": "webhook", "payload": {"url": url}}]});
-        let r = api
+        let r = f
+            .api
             .admin_raw(Method::PUT, "/subjects", Some(body.to_string()))
             .await?;
         let code = r.error_shape().map(|(c, _)| c);
@@ -578,143 +826,122 @@ pub async fn restarted(target: &mut Target, timeout: Duration, checks: &mut Chec
             accepted.push(format!("{url}: {} {}", r.status, clip(&r.body)));
         }
     }
-    checks.record(
-        "by default PUT /subjects refuses loopback, private, link-local and local-name targets (400 invalid_payload), in IPv4, IPv6, mapped and decimal forms",
-        if accepted.is_empty() {
-            Ok(())
-        } else {
-            Err(accepted.join("; "))
-        },
-    );
-    let drained = drive::in_pairs(&api, &queued.id, timeout, "ssrf").await;
-    let items = items_by_subject(&api, &queued.id).await?;
-    let delivered = target.sink.stats(false).await?.total - delivered_before;
-    checks.record(
-        "items queued while private targets were allowed fail on attempt 1 once they are not (\"not sent\"), and nothing is delivered",
-        drained.map_err(|e| format!("{e:#}")).and_then(|_| {
-            let wrong: Vec<String> = items
-                .values()
-                .filter(|i| {
-                    let reason = i.last_error.as_deref().unwrap_or("");
-                    !(i.status == "failed"
-                        && i.attempt == 1
-                        && reason.contains("not sent")
-                        && reason.contains("ALLOW_PRIVATE_TARGETS"))
-                })
-                .map(|i| format!("{} {} {:?}", i.subject_id, i.status, i.last_error))
-                .collect();
-            match (wrong.is_empty(), delivered) {
-                (true, 0) if items.len() == 3 => Ok(()),
-                _ => Err(format!("{wrong:?}, {delivered} deliveries")),
-            }
-        }),
-    );
-
-    misconfigured(target, checks).await
+    ensure!(accepted.is_empty(), "{}", accepted.join("; "));
+    Ok(())
 }
 
-/// Invalid secrets: the Worker refuses to run, and tells only the admin why.
-async fn misconfigured(target: &mut Target, checks: &mut Checks) -> Result<()> {
-    let api = target.api.clone();
-    let webhook = target
-        .secrets
-        .get("WEBHOOK_SECRET")
-        .cloned()
-        .context("no WEBHOOK_SECRET")?;
-    let dispatch = target
-        .secrets
-        .get("DISPATCH_SECRET")
-        .cloned()
-        .context("no DISPATCH_SECRET")?;
-    checks.step(
-        "Worker restarts with DISPATCH_SECRET = WEBHOOK_SECRET",
-        restart_with(target, &[("DISPATCH_SECRET", Some(&webhook))]).await,
-    );
-    let health = api.health().await;
-    let admin = api.admin_raw(Method::GET, "/subjects", None).await?;
-    let anonymous = api.raw(Method::GET, "/subjects", None, None).await?;
-    let child = api
-        .raw(Method::POST, "/internal/run", None, Some("{}".into()))
-        .await?;
-    let says = |r: &RawResponse, code: &str, names: bool| -> Result<(), String> {
-        let got = r.error_shape().map(|(c, _)| c);
-        if got.as_deref() != Some(code) {
-            return Err(format!("{} {}, want code {code}", r.status, clip(&r.body)));
-        }
-        if r.body.contains("DISPATCH_SECRET") != names {
-            return Err(format!("names the setting: {names}? {}", clip(&r.body)));
-        }
-        Ok(())
-    };
-    checks.record(
-        "DISPATCH_SECRET equal to WEBHOOK_SECRET is refused: the admin gets 500 misconfigured naming it",
-        expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR)
-            .and_then(|()| says(&admin, "misconfigured", true)),
-    );
-    checks.record(
-        "misconfigured: GET /health still answers, no admin token gets 401, POST /internal/run a generic 500; neither names the setting",
-        health
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|()| expect_status(&anonymous, StatusCode::UNAUTHORIZED))
-            .and_then(|()| says(&anonymous, "unauthorized", false))
-            .and_then(|()| expect_status(&child, StatusCode::INTERNAL_SERVER_ERROR))
-            .and_then(|()| says(&child, "internal", false)),
-    );
-
-    // Drainers without the queue they are started through (wrangler.toml binds
-    // none): refused, naming both.
-    checks.step(
-        "Worker restarts with DRAINERS=2 and no DRAIN_QUEUE binding",
-        restart_with(
-            target,
-            &[
-                ("DISPATCH_SECRET", Some(&dispatch)),
-                ("DRAINERS", Some("2")),
-            ],
-        )
-        .await,
-    );
-    let admin = api.admin_raw(Method::GET, "/subjects", None).await?;
-    checks.record(
-        "DRAINERS=2 without a DRAIN_QUEUE binding: the admin gets 500 misconfigured naming DRAINERS and DRAIN_QUEUE",
-        expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR).and_then(|()| {
-            match admin.error_shape() {
-                Some((code, message))
-                    if code == "misconfigured"
-                        && message.contains("DRAINERS (2)")
-                        && message.contains("DRAIN_QUEUE") =>
-                {
-                    Ok(())
-                }
-                _ => Err(clip(&admin.body)),
-            }
-        }),
-    );
-
-    // With an unusable ADMIN_TOKEN nobody can be told the detail.
-    checks.step(
-        "Worker restarts with a 5-character ADMIN_TOKEN",
-        restart_with(
-            target,
-            &[
-                ("DISPATCH_SECRET", Some(&dispatch)),
-                ("DRAINERS", None),
-                ("ADMIN_TOKEN", Some("short")),
-            ],
-        )
-        .await,
-    );
-    let r = api
-        .raw(Method::GET, "/subjects", Some("short"), None)
-        .await?;
-    checks.record(
-        "an unusable ADMIN_TOKEN: even its holder gets a generic 500 internal, not the setting's name",
-        expect_status(&r, StatusCode::INTERNAL_SERVER_ERROR).and_then(|()| {
-            match r.error_shape() {
-                Some((code, _)) if code == "internal" && !r.body.contains("ADMIN_TOKEN") => Ok(()),
-                _ => Err(clip(&r.body)),
-            }
-        }),
+async fn queued_private_targets_not_sent(f: &mut Restarted<'_>) -> Result<()> {
+    let drained = drive::in_pairs(&f.api, &f.queued.id, f.timeout, "ssrf").await;
+    let items = items_by_subject(&f.api, &f.queued.id).await?;
+    let delivered = f.target.sink.stats(false).await?.total - f.delivered_before;
+    drained?;
+    let wrong: Vec<String> = items
+        .values()
+        .filter(|i| {
+            let reason = i.last_error.as_deref().unwrap_or("");
+            !(i.status == "failed"
+                && i.attempt == 1
+                && reason.contains("not sent")
+                && reason.contains("ALLOW_PRIVATE_TARGETS"))
+        })
+        .map(|i| format!("{} {} {:?}", i.subject_id, i.status, i.last_error))
+        .collect();
+    ensure!(
+        wrong.is_empty() && delivered == 0 && items.len() == 3,
+        "{wrong:?}, {delivered} deliveries"
     );
     Ok(())
+}
+
+async fn restarts_with_equal_secrets(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with(f.target, &[("DISPATCH_SECRET", Some(&f.webhook))]).await
+}
+
+/// `r` carries error code `code`, and names DISPATCH_SECRET or not.
+fn says(r: &RawResponse, code: &str, names: bool) -> Result<()> {
+    let got = r.error_shape().map(|(c, _)| c);
+    ensure!(
+        got.as_deref() == Some(code),
+        "{} {}, want code {code}",
+        r.status,
+        clip(&r.body)
+    );
+    ensure!(
+        r.body.contains("DISPATCH_SECRET") == names,
+        "names the setting: {names}? {}",
+        clip(&r.body)
+    );
+    Ok(())
+}
+
+async fn equal_secrets_named_to_the_admin(f: &mut Restarted<'_>) -> Result<()> {
+    let admin = f.api.admin_raw(Method::GET, "/subjects", None).await?;
+    expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR)?;
+    says(&admin, "misconfigured", true)
+}
+
+async fn misconfiguration_hidden_from_others(f: &mut Restarted<'_>) -> Result<()> {
+    f.api.health().await?;
+    let anonymous = f.api.raw(Method::GET, "/subjects", None, None).await?;
+    expect_status(&anonymous, StatusCode::UNAUTHORIZED)?;
+    says(&anonymous, "unauthorized", false)?;
+    let child = f
+        .api
+        .raw(Method::POST, "/internal/run", None, Some("{}".into()))
+        .await?;
+    expect_status(&child, StatusCode::INTERNAL_SERVER_ERROR)?;
+    says(&child, "internal", false)
+}
+
+/// Drainers without the queue they are started through (wrangler.toml binds
+/// none): refused, naming both.
+async fn restarts_with_drainers_and_no_queue(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with(
+        f.target,
+        &[
+            ("DISPATCH_SECRET", Some(&f.dispatch)),
+            ("DRAINERS", Some("2")),
+        ],
+    )
+    .await
+}
+
+async fn drainers_without_a_queue_named_to_the_admin(f: &mut Restarted<'_>) -> Result<()> {
+    let admin = f.api.admin_raw(Method::GET, "/subjects", None).await?;
+    expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR)?;
+    match admin.error_shape() {
+        Some((code, message))
+            if code == "misconfigured"
+                && message.contains("DRAINERS (2)")
+                && message.contains("DRAIN_QUEUE") =>
+        {
+            Ok(())
+        }
+        _ => bail!("{}", clip(&admin.body)),
+    }
+}
+
+/// With an unusable ADMIN_TOKEN nobody can be told the detail.
+async fn restarts_with_a_short_admin_token(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with(
+        f.target,
+        &[
+            ("DISPATCH_SECRET", Some(&f.dispatch)),
+            ("DRAINERS", None),
+            ("ADMIN_TOKEN", Some("short")),
+        ],
+    )
+    .await
+}
+
+async fn unusable_admin_token_named_to_nobody(f: &mut Restarted<'_>) -> Result<()> {
+    let r = f
+        .api
+        .raw(Method::GET, "/subjects", Some("short"), None)
+        .await?;
+    expect_status(&r, StatusCode::INTERNAL_SERVER_ERROR)?;
+    match r.error_shape() {
+        Some((code, _)) if code == "internal" && !r.body.contains("ADMIN_TOKEN") => Ok(()),
+        _ => bail!("{}", clip(&r.body)),
+    }
 }

@@ -7,11 +7,12 @@
 //! analysis (`probe_analysis`) as a markdown table for docs/operations.md.
 
 use crate::api::{Api, ChildrenProbe, Probe};
+use crate::check;
 use crate::checks::Checks;
 use crate::probe_analysis::{self, Pair, Recorded};
 use crate::table::{num, Table};
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use std::time::Duration;
@@ -253,37 +254,65 @@ fn well_formed(p: &ChildrenProbe, mode: &str, children: u64) -> Result<(), Strin
 /// The e2e part: each mode answers on `wrangler dev` with a well-formed result,
 /// and the child route refuses an unsigned call.
 pub async fn e2e(target: &Target, checks: &mut Checks) -> Result<()> {
-    let api = &target.api;
+    checks
+        .run(
+            &mut &target.api,
+            vec![
+                check!(
+                    "POST /probe self_calls, 40 calls one at a time: all ok, one run of results, no refusal",
+                    self_calls_all_ok
+                ),
+                check!(
+                    format!("POST /probe connections, 8 children fetching a {SLOW_MS} ms URL: each answers 200 after at least {SLOW_MS} ms"),
+                    children_wait_for_a_slow_url
+                ),
+                check!(
+                    "POST /probe cpu, 4 children burning 1,000,000 iterations: every child answers",
+                    cpu_children_answer
+                ),
+                check!("unsigned POST /internal/probe: 401", unsigned_child_refused),
+            ],
+        )
+        .await;
+    Ok(())
+}
+
+/// How slowly the connections check's URL answers.
+const SLOW_MS: u64 = 300;
+
+async fn self_calls_all_ok(api: &mut &Api) -> Result<()> {
     let p = api.probe(40, 1).await?;
-    checks.record(
-        "POST /probe self_calls, 40 calls one at a time: all ok, one run of results, no refusal",
-        if p.ok == 40 && p.first_refusal.is_none() && p.runs.len() == 1 && p.runs[0].count == 40 {
-            Ok(())
-        } else {
-            Err(format!("{p:?}"))
-        },
+    ensure!(
+        p.ok == 40 && p.first_refusal.is_none() && p.runs.len() == 1 && p.runs[0].count == 40,
+        "{p:?}"
     );
-    let slow_ms = 300;
-    let slow = slow_server(slow_ms).await?;
+    Ok(())
+}
+
+async fn children_wait_for_a_slow_url(api: &mut &Api) -> Result<()> {
+    let slow = slow_server(SLOW_MS).await?;
     let c = api
         .probe_children(&json!({"mode": "connections", "children": 8, "url": slow.url}))
         .await?;
-    checks.record(
-        &format!("POST /probe connections, 8 children fetching a {slow_ms} ms URL: each answers 200 after at least {slow_ms} ms"),
-        well_formed(&c, "connections", 8).and_then(|()| {
-            match c.results.iter().find(|r| r.status != Some(200) || r.answered_ms < slow_ms as f64) {
-                Some(r) => Err(format!("{r:?}")),
-                None => Ok(()),
-            }
-        }),
-    );
+    well_formed(&c, "connections", 8).map_err(anyhow::Error::msg)?;
+    match c
+        .results
+        .iter()
+        .find(|r| r.status != Some(200) || r.answered_ms < SLOW_MS as f64)
+    {
+        Some(r) => bail!("{r:?}"),
+        None => Ok(()),
+    }
+}
+
+async fn cpu_children_answer(api: &mut &Api) -> Result<()> {
     let cpu = api
         .probe_children(&json!({"mode": "cpu", "children": 4, "iterations": 1_000_000}))
         .await?;
-    checks.record(
-        "POST /probe cpu, 4 children burning 1,000,000 iterations: every child answers",
-        well_formed(&cpu, "cpu", 4),
-    );
+    well_formed(&cpu, "cpu", 4).map_err(anyhow::Error::msg)
+}
+
+async fn unsigned_child_refused(api: &mut &Api) -> Result<()> {
     let r = api
         .raw(
             Method::POST,
@@ -292,13 +321,11 @@ pub async fn e2e(target: &Target, checks: &mut Checks) -> Result<()> {
             Some(r#"{"task":"burn","iterations":1}"#.into()),
         )
         .await?;
-    checks.record(
-        "unsigned POST /internal/probe: 401",
-        if r.status == StatusCode::UNAUTHORIZED {
-            Ok(())
-        } else {
-            Err(format!("{}: {}", r.status, r.body))
-        },
+    ensure!(
+        r.status == StatusCode::UNAUTHORIZED,
+        "{}: {}",
+        r.status,
+        r.body
     );
     Ok(())
 }
