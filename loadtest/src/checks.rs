@@ -14,33 +14,61 @@ pub fn text(e: anyhow::Error) -> String {
 /// What a check function returns: its verdict, borrowing the part's fixture.
 pub type Verdict<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
+/// How a check runs against its part's fixture (with the case it was given, for
+/// a check of one row of a table).
+pub type Run<'f, F> = Box<dyn for<'a> FnOnce(&'a mut F) -> Verdict<'a> + 'f>;
+
 /// One behaviour of an e2e part: the line the report prints, and the function
 /// that checks it against the part's fixture (which it may carry on, for the
 /// checks after it). A `needed` check's failure ends its list: what follows
 /// depends on it.
-pub struct Check<F> {
+pub struct Check<'f, F> {
     pub name: String,
-    pub run: for<'a> fn(&'a mut F) -> Verdict<'a>,
+    pub run: Run<'f, F>,
     pub needed: bool,
 }
 
+impl<'f, F> Check<'f, F> {
+    /// A check of `run`: what `check!` builds.
+    pub fn new(
+        name: impl Into<String>,
+        needed: bool,
+        run: impl for<'a> FnOnce(&'a mut F) -> Verdict<'a> + 'f,
+    ) -> Check<'f, F> {
+        Check {
+            name: name.into(),
+            run: Box::new(run),
+            needed,
+        }
+    }
+
+    /// A check of one case of a table: `run(fixture, case)`.
+    pub fn case<D: 'f>(
+        name: impl Into<String>,
+        case: D,
+        run: for<'a> fn(&'a mut F, D) -> Verdict<'a>,
+    ) -> Check<'f, F>
+    where
+        F: 'f,
+    {
+        Check::new(name, false, move |fixture| run(fixture, case))
+    }
+}
+
 /// `check!(name, f)`: a [`Check`] of `async fn f(&mut Fixture) -> Result<()>`;
-/// `check!(needed name, f)` for one the rest of its list depends on.
+/// `check!(needed name, f)` for one the rest of its list depends on;
+/// `check!(name, f, case)` for `async fn f(&mut Fixture, Case) -> Result<()>`,
+/// one row of a table.
 #[macro_export]
 macro_rules! check {
     (needed $name:expr, $f:path) => {
-        $crate::checks::Check {
-            name: ($name).into(),
-            run: |fixture| Box::pin($f(fixture)),
-            needed: true,
-        }
+        $crate::checks::Check::new($name, true, |fixture| Box::pin($f(fixture)))
+    };
+    ($name:expr, $f:path, $case:expr) => {
+        $crate::checks::Check::case($name, $case, |fixture, case| Box::pin($f(fixture, case)))
     };
     ($name:expr, $f:path) => {
-        $crate::checks::Check {
-            name: ($name).into(),
-            run: |fixture| Box::pin($f(fixture)),
-            needed: false,
-        }
+        $crate::checks::Check::new($name, false, |fixture| Box::pin($f(fixture)))
     };
 }
 
@@ -86,7 +114,7 @@ impl Checks {
     /// Runs a part's checks in order against its fixture, one report line each.
     /// A failed check does not stop the others unless it is `needed`; then the
     /// rest are named as skipped. Returns whether every check ran and passed.
-    pub async fn run<F>(&mut self, fixture: &mut F, list: Vec<Check<F>>) -> bool {
+    pub async fn run<F>(&mut self, fixture: &mut F, list: Vec<Check<'_, F>>) -> bool {
         let mut all = true;
         let mut list = list.into_iter();
         while let Some(check) = list.next() {
@@ -140,6 +168,25 @@ mod tests {
     async fn fails(f: &mut Fixture) -> anyhow::Result<()> {
         f.seen.push("fails");
         anyhow::bail!("because")
+    }
+
+    async fn sees(f: &mut Fixture, case: &'static str) -> anyhow::Result<()> {
+        f.seen.push(case);
+        anyhow::ensure!(case != "bad", "case {case}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_check_of_a_case_gets_its_own_row() {
+        let mut c = Checks::default();
+        let mut f = Fixture { seen: vec![] };
+        let list = ["one", "bad", "two"]
+            .into_iter()
+            .map(|case| check!(format!("case {case}"), sees, case))
+            .collect();
+        assert!(!c.run(&mut f, list).await);
+        assert_eq!(f.seen, ["one", "bad", "two"]);
+        assert_eq!(c.summary(), "2 passed, 1 failed");
     }
 
     #[tokio::test]

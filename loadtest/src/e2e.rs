@@ -25,7 +25,7 @@ use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// The Worker's default `MAX_CHILD_INVOCATIONS`, which the suite does not set.
@@ -629,18 +629,16 @@ async fn refiring_creates_nothing(f: &mut Suite<'_>) -> Result<()> {
     steps::refire(&f.target, f.daily()?, f.delivered).await
 }
 
-/// The bad-input checks' fixture: the Worker's API, the counts bad input must
-/// leave as they are, and the table's requests not sent yet.
+/// The bad-input checks' fixture: the Worker's API and the counts bad input must
+/// leave as they are.
 struct BadRequests<'a> {
     api: &'a Api,
     subjects: usize,
     batches_before: usize,
-    cases: VecDeque<BadInput>,
 }
 
 /// Bad requests get a 4xx with the JSON error shape and change nothing.
 async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()> {
-    let cases = more_bad_input();
     let mut list = vec![
         check!(
             "wrong admin token: 401 with a JSON error",
@@ -667,10 +665,11 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
             forged_dispatch_refused
         ),
     ];
-    list.extend(cases.iter().map(|case| {
+    list.extend(more_bad_input().into_iter().map(|case| {
         check!(
             format!("{}: {} {}", case.name, case.status, case.code),
-            refused_with_its_code
+            refused_with_its_code,
+            case
         )
     }));
     list.push(check!(
@@ -681,7 +680,6 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
         api,
         subjects,
         batches_before: api.batches(1000).await?.len(),
-        cases: cases.into(),
     };
     checks.run(&mut f, list).await;
     Ok(())
@@ -780,9 +778,8 @@ async fn forged_dispatch_refused(f: &mut BadRequests<'_>) -> Result<()> {
     answered(&r, StatusCode::UNAUTHORIZED, false)
 }
 
-/// The table's next request gets its status and its stable error code.
-async fn refused_with_its_code(f: &mut BadRequests<'_>) -> Result<()> {
-    let case = f.cases.pop_front().context("no bad request left")?;
+/// One of the table's requests gets its status and its stable error code.
+async fn refused_with_its_code(f: &mut BadRequests<'_>, case: BadInput) -> Result<()> {
     let r = f.api.admin_raw(case.method, case.path, case.body).await?;
     answered(&r, case.status, true)?;
     match r.error_shape().map(|(c, _)| c) {
@@ -970,8 +967,6 @@ struct Crash<'a> {
     /// Invocation ids seen before the kill.
     known: HashSet<i64>,
     processing_at_kill: Option<u64>,
-    /// `verdict::crash_recovery`'s verdicts not reported yet, in its order.
-    recovery: VecDeque<Result<(), String>>,
     invocations: Vec<Invocation>,
 }
 
@@ -1003,7 +998,6 @@ async fn crash(
         batch: None,
         known: HashSet::new(),
         processing_at_kill: None,
-        recovery: VecDeque::new(),
         invocations: Vec::new(),
     };
     checks
@@ -1045,10 +1039,9 @@ async fn crash(
     // Judged together (`loadtest run` reports them too), one line each.
     let recovery = verdict::crash_recovery(&f.slow, &items, &by_item, processing_at_kill);
     let mut list: Vec<Check<Crash>> = recovery
-        .iter()
-        .map(|(name, _)| check!(*name, recovered))
+        .into_iter()
+        .map(|(name, verdict)| check!(name, recovered, verdict))
         .collect();
-    f.recovery = recovery.into_iter().map(|(_, r)| r).collect();
     f.invocations = f.api.invocations(1000).await?;
     list.extend([
         check!(
@@ -1114,12 +1107,9 @@ async fn crash_batch_finishes(f: &mut Crash<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The next of `verdict::crash_recovery`'s verdicts.
-async fn recovered(f: &mut Crash<'_>) -> Result<()> {
-    f.recovery
-        .pop_front()
-        .context("no recovery verdict left")?
-        .map_err(anyhow::Error::msg)
+/// One of `verdict::crash_recovery`'s verdicts, judged with the others.
+async fn recovered(_: &mut Crash<'_>, verdict: Result<(), String>) -> Result<()> {
+    verdict.map_err(anyhow::Error::msg)
 }
 
 async fn reaper_requeued_the_crash_leases(f: &mut Crash<'_>) -> Result<()> {
