@@ -17,8 +17,8 @@ use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Scenario, Spec};
 use crate::sink::{Delivery, SinkClient};
 use crate::steps::webhook_batch;
-use crate::target::{Secrets, Target, TargetArgs};
-use crate::{delivery, metrics, verdict};
+use crate::target::{Target, TargetArgs};
+use crate::{delivery, metrics, suite, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Utc};
 use reqwest::{Method, StatusCode};
@@ -245,9 +245,7 @@ const REPLAY_ITEMS: usize = 20;
 /// settings; retention restarts it): pause, cancel and replay mid-batch, then
 /// retention of what they left.
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let settings = crate::suite::settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open(args, "e2e-control", &settings, Secrets::Random, true)
+    let target = suite::open_worker(args, "e2e-control", [], Vec::new())
         .await
         .context("starting the batch-control Worker")?;
     let mut f = Control {

@@ -17,8 +17,8 @@ use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::Spec;
 use crate::sink::{CallbackRecord, Delivery, SinkClient, Summary};
 use crate::steps::RUN_SCHEDULE;
-use crate::target::{Secrets, Target, TargetArgs};
-use crate::{metrics, signature, steps, verdict};
+use crate::target::{Target, TargetArgs};
+use crate::{metrics, signature, steps, suite, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -381,9 +381,7 @@ pub fn delivered_once(
 /// callbacks (a receiver failing twice first, a cancelled batch, an end after a
 /// replay, the runtime killed mid-delivery) and multi-channel items.
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let settings = crate::suite::settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open(args, "e2e-delivery", &settings, Secrets::Random, true)
+    let target = suite::open_worker(args, "e2e-delivery", [], Vec::new())
         .await
         .context("starting the delivery Worker")?;
     let mut f = Delivering {

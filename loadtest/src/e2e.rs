@@ -18,8 +18,8 @@ use crate::drive;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::sink::Delivery;
 use crate::steps::items_by_subject;
-use crate::suite::settings;
-use crate::target::{Secrets, Target, TargetArgs};
+use crate::suite::open_worker;
+use crate::target::{Target, TargetArgs};
 use crate::{control, delivery, edges, probe, sink, steps, ui, verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
@@ -201,9 +201,7 @@ async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks)
 
 /// The dashboard's browser part alone, on a Worker of its own.
 async fn dashboard_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
-    let settings = settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open(args, "e2e-dashboard", &settings, Secrets::Random, true)
+    let target = open_worker(args, "e2e-dashboard", [], Vec::new())
         .await
         .context("starting the dashboard's Worker")?;
     ui::dashboard(&target, &args.repo, checks).await
@@ -211,9 +209,7 @@ async fn dashboard_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
 
 /// The probe's modes alone, on a Worker of its own.
 async fn probe_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
-    let settings = settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open(args, "e2e-probe", &settings, Secrets::Random, true)
+    let target = open_worker(args, "e2e-probe", [], Vec::new())
         .await
         .context("starting the probe's Worker")?;
     probe::e2e(&target, checks).await
@@ -247,8 +243,6 @@ impl<'a> Suite<'a> {
     /// Starts the Worker (a secret rotation under way: dispatches signed with
     /// the previous secret still run) and the sink; plans the subjects.
     async fn open(args: &'a E2eArgs) -> Result<Suite<'a>> {
-        let settings = settings();
-        let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let mut target_args = args.target.clone();
         if !target_args
             .vars
@@ -260,7 +254,7 @@ impl<'a> Suite<'a> {
                 crate::devvars::random_secret(),
             ));
         }
-        let target = Target::open(&target_args, "e2e", &settings, Secrets::Random, true)
+        let target = open_worker(&target_args, "e2e", [], Vec::new())
             .await
             .context("starting the Worker and the sink")?;
         let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
@@ -1144,6 +1138,7 @@ async fn crash_invocations_within_budget(f: &mut Crash<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::settings;
     use cron_fanout::core::settings::Settings;
 
     fn parse(pairs: &[(&'static str, String)]) -> Result<Settings, String> {

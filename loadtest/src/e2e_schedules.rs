@@ -23,8 +23,8 @@ use crate::faults::Faults;
 use crate::metrics::timestamp_ms;
 use crate::sink::Delivery;
 use crate::suite;
+use crate::target::Target;
 use crate::target::TargetArgs;
-use crate::target::{Secrets, Target};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
 use reqwest::{Method, StatusCode};
@@ -57,10 +57,7 @@ fn t(rfc: &str) -> DateTime<Utc> {
 pub async fn run(target: &TargetArgs, checks: &mut Checks) -> Result<()> {
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP), Utc::now());
-    let mut settings = suite::settings();
-    settings.extend(clock.vars());
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let target = Target::open(target, "e2e-schedules", &settings, Secrets::Random, true)
+    let target = suite::open_worker(target, "e2e-schedules", clock.vars(), Vec::new())
         .await
         .context("starting the schedules Worker")?;
     let mut f = Schedules {

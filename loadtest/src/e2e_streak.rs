@@ -19,7 +19,8 @@ use crate::checks::Checks;
 use crate::clock::TestClock;
 use crate::metrics::timestamp_ms;
 use crate::sink_fakes::{FakeCalendar, FakeRequest, FakesClient, Setup};
-use crate::target::{Secrets, Target, TargetArgs};
+use crate::suite;
+use crate::target::{Target, TargetArgs};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
 use reqwest::{Method, StatusCode};
@@ -130,22 +131,17 @@ pub async fn e2e(
     );
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP_AT), Utc::now());
-    let mut settings = crate::suite::settings();
-    settings.extend(clock.vars());
-    settings.extend([
+    let tokens = [
         ("GITHUB_TOKEN", GITHUB_TOKEN.to_string()),
         ("TELEGRAM_BOT_TOKEN", TELEGRAM_BOT_TOKEN.to_string()),
-    ]);
+    ];
     // The fakes' URLs need the sink's address, known once it started: they are
     // set with the clock's move, before anything runs.
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
-    let mut target = Target::open_with_configs(
+    let mut target = suite::open_worker(
         args,
         "e2e-streak",
-        &settings,
-        Secrets::Random,
-        true,
+        clock.vars().into_iter().chain(tokens),
         vec![config],
     )
     .await

@@ -8,7 +8,8 @@
 use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
 use crate::check;
 use crate::checks::Checks;
-use crate::target::{Secrets, Target, TargetArgs};
+use crate::suite;
+use crate::target::{Target, TargetArgs};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -37,19 +38,10 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         args.repo.join(BUILD).exists(),
         "{BUILD} is missing: run `bash scripts/build.sh --dev examples/hello-kind build` first"
     );
-    let settings = crate::suite::settings();
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
-    let target = Target::open_with_configs(
-        args,
-        "e2e-hello-kind",
-        &settings,
-        Secrets::Random,
-        true,
-        vec![config],
-    )
-    .await
-    .context("starting the hello-kind Worker")?;
+    let target = suite::open_worker(args, "e2e-hello-kind", [], vec![config])
+        .await
+        .context("starting the hello-kind Worker")?;
     let mut f = HelloKind {
         target,
         timeout,

@@ -2,6 +2,9 @@
 //! every part that starts a Worker of its own.
 
 use crate::scenario::min_lease_seconds;
+use crate::target::{Secrets, Target, TargetArgs};
+use anyhow::Result;
+use std::path::PathBuf;
 
 /// Worker settings for the suite: short timeouts, leases and backoff so that
 /// every path (retry, exhaustion, timeout, lease expiry) happens within seconds.
@@ -41,4 +44,18 @@ pub fn settings() -> Vec<(&'static str, String)> {
         .map(|(k, v)| (*k, v.to_string()))
         .chain([("LEASE_SECONDS", lease.to_string())])
         .collect()
+}
+
+/// Starts a fresh Worker of a part's own, named `name`: the suite's settings with
+/// `more` over them, and `beside` (wrangler configs of Workers run next to it).
+pub async fn open_worker(
+    args: &TargetArgs,
+    name: &str,
+    more: impl IntoIterator<Item = (&'static str, String)>,
+    beside: Vec<PathBuf>,
+) -> Result<Target> {
+    let mut settings = settings();
+    settings.extend(more);
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Target::open_with_configs(args, name, &settings, Secrets::Random, true, beside).await
 }
