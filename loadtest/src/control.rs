@@ -313,10 +313,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     } else {
         println!("# retention skipped: --url mode cannot backdate rows or restart the Worker");
     }
-    if let Some(runtime) = f.target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
-    Ok(())
+    f.target.stop().await
 }
 
 /// The control part's Worker, and what its checks carry on for the next ones.

@@ -433,10 +433,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         println!("# correlation log check skipped: --url mode has no log");
         println!("# callback crash check skipped: --url mode cannot kill the Worker");
     }
-    if let Some(runtime) = f.target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
-    Ok(())
+    f.target.stop().await
 }
 
 /// The delivery part's Worker, and what its checks carry on for the next ones.

@@ -101,10 +101,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
             ],
         )
         .await;
-    if let Some(runtime) = f.target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
-    Ok(())
+    f.target.stop().await
 }
 
 /// The part's Worker, its batch, and its items after the first tick.

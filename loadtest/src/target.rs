@@ -72,6 +72,14 @@ pub struct Target {
 }
 
 impl Target {
+    /// Stops the runtime this target started, if any (--url mode started none).
+    pub async fn stop(&mut self) -> Result<()> {
+        match self.runtime.as_mut() {
+            Some(runtime) => runtime.stop().await,
+            None => Ok(()),
+        }
+    }
+
     /// Stops the runtime this target started, if any, and records the check
     /// `<part>wrangler dev stops on SIGTERM, no process left`.
     pub async fn stop_checked(&mut self, part: &str, checks: &mut Checks) {
