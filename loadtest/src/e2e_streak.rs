@@ -19,18 +19,15 @@ use crate::checks::Checks;
 use crate::clock::TestClock;
 use crate::metrics::timestamp_ms;
 use crate::sink_fakes::{FakeCalendar, FakeRequest, FakesClient, Setup};
-use crate::suite;
 use crate::target::{Target, TargetArgs};
+use crate::{steps, suite};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
-use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Instant;
 
-/// The example's wrangler config, relative to the repo.
-pub const WRANGLER_CONFIG: &str = "examples/streak-reminder/wrangler.toml";
-/// Its build, made by `bash scripts/build.sh [--dev] examples/streak-reminder build`.
-const BUILD: &str = "examples/streak-reminder/build/index.js";
+/// The example's crate, relative to the repo.
+const EXAMPLE: &str = "examples/streak-reminder";
 /// Tokens the fakes accept (secrets of the Worker, passed like the others).
 const GITHUB_TOKEN: &str = "ghp_e2e_streak_token_0123456789";
 const TELEGRAM_BOT_TOKEN: &str = "424242:e2e-streak-bot-token";
@@ -125,10 +122,6 @@ pub async fn e2e(
     timeout: std::time::Duration,
     checks: &mut Checks,
 ) -> Result<()> {
-    ensure!(
-        args.repo.join(BUILD).exists(),
-        "{BUILD} is missing: run `bash scripts/build.sh --dev examples/streak-reminder build` first"
-    );
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP_AT), Utc::now());
     let tokens = [
@@ -137,7 +130,7 @@ pub async fn e2e(
     ];
     // The fakes' URLs need the sink's address, known once it started: they are
     // set with the clock's move, before anything runs.
-    let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
+    let config = suite::example_config(args, EXAMPLE)?;
     let mut target = suite::open_worker(
         args,
         "e2e-streak",
@@ -260,22 +253,7 @@ async fn a_user_without_a_channel_is_refused(f: &mut Streak<'_>) -> Result<()> {
         {"id": "ok", "kind": "streak_check", "payload": {"github_login": "ok", "telegram_chat_id": 1}, "group": GROUP},
         {"id": "no-channel", "kind": "streak_check", "payload": {"github_login": "nobody"}, "group": GROUP},
     ]});
-    let api = &f.target.api;
-    let resp = api
-        .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
-        .await?;
-    let written = api.all_subjects().await?.len();
-    match resp.error_shape() {
-        Some((code, message))
-            if resp.status == StatusCode::BAD_REQUEST
-                && code == "invalid_payload"
-                && message.contains("at least one channel")
-                && written == 0 =>
-        {
-            Ok(())
-        }
-        other => bail!("{} {other:?}, {written} subjects written", resp.status),
-    }
+    steps::subjects_refused_whole(&f.target.api, &bad, "at least one channel").await
 }
 
 /// Writes the users and their daily schedule.

@@ -8,17 +8,15 @@
 use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
 use crate::check;
 use crate::checks::Checks;
-use crate::suite;
 use crate::target::{Target, TargetArgs};
-use anyhow::{bail, ensure, Context, Result};
+use crate::{steps, suite};
+use anyhow::{ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// The example's wrangler config, relative to the repo.
-pub const WRANGLER_CONFIG: &str = "examples/hello-kind/wrangler.toml";
-/// Its build, made by `bash scripts/build.sh [--dev] examples/hello-kind build`.
-const BUILD: &str = "examples/hello-kind/build/index.js";
+/// The example's crate, relative to the repo.
+const EXAMPLE: &str = "examples/hello-kind";
 /// `HELLO_GREETING` in its wrangler config.
 const GREETING: &str = "Hello from hello-kind";
 
@@ -34,11 +32,7 @@ fn subject(id: &str, kind: &str, payload: Value) -> SubjectIn {
 }
 
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    ensure!(
-        args.repo.join(BUILD).exists(),
-        "{BUILD} is missing: run `bash scripts/build.sh --dev examples/hello-kind build` first"
-    );
-    let config = args.repo.canonicalize()?.join(WRANGLER_CONFIG);
+    let config = suite::example_config(args, EXAMPLE)?;
     let target = suite::open_worker(args, "e2e-hello-kind", [], vec![config])
         .await
         .context("starting the hello-kind Worker")?;
@@ -78,6 +72,17 @@ impl HelloKind {
             .find(|i| i.subject_id == id)
             .with_context(|| format!("no item {id}"))
     }
+
+    /// The item of subject `id` completed on attempt `attempt`.
+    fn completed_on(&self, id: &str, attempt: u32) -> Result<()> {
+        let item = self.item(id)?;
+        ensure!(
+            item.status == "completed" && item.attempt == attempt,
+            "{}",
+            shape(item)
+        );
+        Ok(())
+    }
 }
 
 fn shape(i: &Item) -> String {
@@ -86,26 +91,11 @@ fn shape(i: &Item) -> String {
 
 /// A payload its kind refuses: 400 invalid_payload, nothing written.
 async fn own_kinds_bad_payload_is_refused(f: &mut HelloKind) -> Result<()> {
-    let api = &f.target.api;
     let bad = json!({"subjects": [
         {"id": "h-ok", "kind": "hello", "payload": {"name": "ok"}},
         {"id": "h-bad", "kind": "hello", "payload": {"name": "", "retries": 9}},
     ]});
-    let resp = api
-        .admin_raw(Method::PUT, "/subjects", Some(bad.to_string()))
-        .await?;
-    let written = api.all_subjects().await?.len();
-    match resp.error_shape() {
-        Some((code, message))
-            if resp.status == StatusCode::BAD_REQUEST
-                && code == "invalid_payload"
-                && message.contains("name must be")
-                && written == 0 =>
-        {
-            Ok(())
-        }
-        other => bail!("{} {other:?}, {written} subjects written", resp.status),
-    }
+    steps::subjects_refused_whole(&f.target.api, &bad, "name must be").await
 }
 
 /// Its own kind beside a built-in one, through the default routes: one batch,
@@ -143,23 +133,11 @@ async fn own_kinds_item_completes(f: &mut HelloKind) -> Result<()> {
     };
     let items = api.all_items(&batch.id, None).await?;
     f.ran = Some((batch, items));
-    let done = f.item("h-done")?;
-    ensure!(
-        done.status == "completed" && done.attempt == 1,
-        "{}",
-        shape(done)
-    );
-    Ok(())
+    f.completed_on("h-done", 1)
 }
 
 async fn own_kinds_retry_completes_on_attempt_2(f: &mut HelloKind) -> Result<()> {
-    let retried = f.item("h-retry")?;
-    ensure!(
-        retried.status == "completed" && retried.attempt == 2,
-        "{}",
-        shape(retried)
-    );
-    Ok(())
+    f.completed_on("h-retry", 2)
 }
 
 async fn permanent_failure_keeps_the_kinds_reason(f: &mut HelloKind) -> Result<()> {

@@ -1,7 +1,8 @@
 //! Scenario steps that the e2e suite, `loadtest run` and the demo share: a
 //! one-off schedule that the next tick fires, waiting for the batch it creates,
 //! crashing the runtime mid-batch, firing crons again after a batch finished, a
-//! batch of webhook items to the sink, and a batch's items by subject.
+//! batch of webhook items to the sink, a batch's items by subject, and a
+//! `PUT /subjects` refused whole.
 
 use crate::api::{Api, Batch, Id, Item, DAILY_CRON, TICK_CRON};
 use crate::drive;
@@ -10,6 +11,7 @@ use crate::sink::SinkClient;
 use crate::target::Target;
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -176,4 +178,25 @@ pub async fn items_by_subject(api: &Api, id: &Id) -> Result<HashMap<String, Item
         .into_iter()
         .map(|i| (i.subject_id.clone(), i))
         .collect())
+}
+
+/// `PUT /subjects` with `body`, which a subject's kind refuses: 400
+/// `invalid_payload` with a message containing `reason`, and no subject written
+/// (the valid ones beside it included).
+pub async fn subjects_refused_whole(api: &Api, body: &Value, reason: &str) -> Result<()> {
+    let resp = api
+        .admin_raw(Method::PUT, "/subjects", Some(body.to_string()))
+        .await?;
+    let written = api.all_subjects().await?.len();
+    match resp.error_shape() {
+        Some((code, message))
+            if resp.status == StatusCode::BAD_REQUEST
+                && code == "invalid_payload"
+                && message.contains(reason)
+                && written == 0 =>
+        {
+            Ok(())
+        }
+        other => bail!("{} {other:?}, {written} subjects written", resp.status),
+    }
 }

@@ -3,7 +3,7 @@
 
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use std::path::PathBuf;
 
 /// Worker settings for the suite: short timeouts, leases and backoff so that
@@ -58,4 +58,15 @@ pub async fn open_worker(
     settings.extend(more);
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     Target::open_with_configs(args, name, &settings, Secrets::Random, true, beside).await
+}
+
+/// The wrangler config of the example Worker crate `dir` (relative to the repo),
+/// once its build (`bash scripts/build.sh --dev <dir> build`) is there.
+pub fn example_config(args: &TargetArgs, dir: &str) -> Result<PathBuf> {
+    let build = format!("{dir}/build/index.js");
+    ensure!(
+        args.repo.join(&build).exists(),
+        "{build} is missing: run `bash scripts/build.sh --dev {dir} build` first"
+    );
+    Ok(args.repo.canonicalize()?.join(dir).join("wrangler.toml"))
 }
