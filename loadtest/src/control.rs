@@ -936,21 +936,9 @@ mod tests {
 
     fn delivery(key: &str, attempt: u32, at: &str, status: Option<u16>) -> Delivery {
         Delivery {
-            seq: 0,
-            subject_id: "s".into(),
-            idempotency_key: Some(key.into()),
-            delivery_no: attempt,
-            item_id: key.parse().ok(),
-            batch_id: Some("b".into()),
-            body_subject_id: Some("s".into()),
-            attempt: Some(attempt),
-            channel: None,
-            data_sha256: None,
-            signature: "valid".into(),
             status,
             received_at: at.into(),
-            error: None,
-            invocation: None,
+            ..verdict::test_delivery(key, attempt)
         }
     }
 

@@ -389,6 +389,29 @@ fn summarize(failures: Vec<String>, n: usize) -> Result<(), String> {
     ))
 }
 
+/// For tests: the signed delivery of item `key` (subject `s` of batch `b`) on
+/// attempt `attempt`, answered 200.
+#[cfg(test)]
+pub fn test_delivery(key: &str, attempt: u32) -> Delivery {
+    Delivery {
+        seq: 0,
+        subject_id: "s".into(),
+        idempotency_key: Some(key.into()),
+        delivery_no: attempt,
+        item_id: key.parse().ok(),
+        batch_id: Some("b".into()),
+        body_subject_id: Some("s".into()),
+        attempt: Some(attempt),
+        channel: None,
+        data_sha256: None,
+        signature: "valid".into(),
+        status: Some(200),
+        received_at: "2026-01-01T00:00:00.000Z".into(),
+        error: None,
+        invocation: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,20 +437,7 @@ mod tests {
     fn delivery(seq: u64, key: &str, attempt: u32) -> Delivery {
         Delivery {
             seq,
-            subject_id: "s".into(),
-            idempotency_key: Some(key.into()),
-            delivery_no: attempt,
-            item_id: key.parse().ok(),
-            batch_id: Some("b".into()),
-            body_subject_id: Some("s".into()),
-            attempt: Some(attempt),
-            channel: None,
-            data_sha256: None,
-            signature: "valid".into(),
-            status: Some(200),
-            received_at: "2026-01-01T00:00:00.000Z".into(),
-            error: None,
-            invocation: None,
+            ..test_delivery(key, attempt)
         }
     }
 
