@@ -325,6 +325,26 @@ async fn create(
     Ok(batch)
 }
 
+/// Batch `key` of `good` webhook items and one (`<faulty>-00000`) whose receiver
+/// has `faults`, calling back to the plain receiver `callback`; ticked until it
+/// ended (its callback not yet sent).
+async fn ended_with_one_faulty(
+    f: &Delivering,
+    key: &str,
+    good: usize,
+    faulty: &str,
+    faults: &Faults,
+    callback: &str,
+) -> Result<Batch> {
+    let (api, sink) = (&f.target.api, &f.target.sink);
+    let mut items = webhook_items(sink, key, good, &Faults::default());
+    items.extend(webhook_items(sink, faulty, 1, faults));
+    let on_finish = sink.callback_url(callback, &Faults::default());
+    let batch = create(api, key, items, Some(on_finish)).await?;
+    until_ended(api, &batch.id, f.timeout).await?;
+    Ok(batch)
+}
+
 /// `n` webhook items to the sink, subjects `<key>-00000`…, each with `faults`.
 fn webhook_items(sink: &SinkClient, key: &str, n: usize, faults: &Faults) -> Vec<Value> {
     (0..n)
@@ -550,20 +570,12 @@ async fn cancelled_batch_calls_back_once(f: &mut Delivering) -> Result<()> {
 
 async fn replayed_batch_calls_back_again(f: &mut Delivering) -> Result<()> {
     let (api, sink) = (&f.target.api, &f.target.sink);
-    let mut items = webhook_items(sink, "cb-replay", 2, &Faults::default());
     let broken = Faults {
         status: Some(500),
         ..Faults::default()
     };
-    items.extend(webhook_items(sink, "cb-replay-broken", 1, &broken));
-    let batch = create(
-        api,
-        "cb-replay",
-        items,
-        Some(sink.callback_url("replay", &Faults::default())),
-    )
-    .await?;
-    until_ended(api, &batch.id, f.timeout).await?;
+    let batch =
+        ended_with_one_faulty(f, "cb-replay", 2, "cb-replay-broken", &broken, "replay").await?;
     let first = until_called_back(api, &batch.id, f.timeout).await?;
     ensure!(first.failed == 1, "first end: {}", first.progress());
     sink.fix(&["cb-replay-broken-00000".to_string()]).await?;
@@ -699,20 +711,11 @@ async fn failed_multi_item_names_channel_and_answer(f: &mut Delivering) -> Resul
 async fn webhooks_name_their_tick(f: &mut Delivering) -> Result<()> {
     let (api, sink) = (&f.target.api, &f.target.sink);
     let known = api.invocation_ids().await?;
-    let mut items = webhook_items(sink, "corr", 3, &Faults::default());
     let once = Faults {
         fail_first: 1,
         ..Faults::default()
     };
-    items.extend(webhook_items(sink, "corr-flaky", 1, &once));
-    let batch = create(
-        api,
-        "corr",
-        items,
-        Some(sink.callback_url("corr", &Faults::default())),
-    )
-    .await?;
-    until_ended(api, &batch.id, f.timeout).await?;
+    let batch = ended_with_one_faulty(f, "corr", 3, "corr-flaky", &once, "corr").await?;
     until_called_back(api, &batch.id, f.timeout).await?;
     let ours = api.invocations_since(&known).await?;
     let all = sink.stats(true).await?.deliveries.unwrap_or_default();
