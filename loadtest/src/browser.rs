@@ -153,6 +153,13 @@ impl Browser {
         std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))
     }
 
+    /// Scrolls the element with id `id` into view, then takes the screenshot.
+    pub async fn screenshot_of(&self, id: &str, path: &Path) -> Result<()> {
+        let script = format!("document.getElementById('{id}').scrollIntoView(); return 0;");
+        self.client.execute(&script, vec![]).await?;
+        self.screenshot(path).await
+    }
+
     /// The text of the first element matching `css`, or `None` if there is none.
     /// Read in one script call: the page re-renders as it refreshes, so an element
     /// found by one WebDriver call may be gone by the next.

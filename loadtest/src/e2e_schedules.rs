@@ -164,6 +164,13 @@ async fn seen(target: &Target) -> Result<Seen> {
 }
 
 /// `subjects` each delivered exactly once, and nobody else.
+/// Schedule `id` answers `next_fire_at` `at`.
+async fn next_fire_is(api: &Api, id: &str, at: &str) -> Result<()> {
+    let schedule = api.schedule(id).await?;
+    ensure!(schedule.next_fire_at.as_deref() == Some(at), "{schedule:?}");
+    Ok(())
+}
+
 fn exactly_once(got: &BTreeMap<String, usize>, subjects: &[String]) -> Result<()> {
     let want: BTreeMap<String, usize> = subjects.iter().map(|s| (s.clone(), 1)).collect();
     ensure!(*got == want, "deliveries by subject {got:?}, want {want:?}");
@@ -431,12 +438,7 @@ async fn daily_skips_grouped_subjects(f: &mut Schedules) -> Result<()> {
 }
 
 async fn daily_waits_for_the_next_noon(f: &mut Schedules) -> Result<()> {
-    let daily = f.target.api.schedule("daily").await?;
-    ensure!(
-        daily.next_fire_at.as_deref() == Some("2027-01-15T12:00:00.000Z"),
-        "{daily:?}"
-    );
-    Ok(())
+    next_fire_is(&f.target.api, "daily", "2027-01-15T12:00:00.000Z").await
 }
 
 async fn subjects_keep_group_and_timezone(f: &mut Schedules) -> Result<()> {
@@ -613,12 +615,7 @@ async fn one_off_disabled_itself(f: &mut Schedules) -> Result<()> {
 }
 
 async fn digest_next_fires_on_the_16th(f: &mut Schedules) -> Result<()> {
-    let digest = f.target.api.schedule("digest").await?;
-    ensure!(
-        digest.next_fire_at.as_deref() == Some("2027-01-15T19:00:00.000Z"),
-        "{digest:?}"
-    );
-    Ok(())
+    next_fire_is(&f.target.api, "digest", "2027-01-15T19:00:00.000Z").await
 }
 
 /// Re-firing creates nothing: ticks again at the same instant, and the one-off

@@ -504,13 +504,7 @@ async fn usable_at_phone_width(f: &mut Dashboard<'_>) -> Result<()> {
     let batch_fits = fits_width(b).await?;
     b.screenshot(&f.shots.join("phone-batch.png")).await?;
     if f.control {
-        b.client
-            .execute(
-                "document.getElementById('batch-actions').scrollIntoView(); return 0;",
-                vec![],
-            )
-            .await?;
-        b.screenshot(&f.shots.join("phone-batch-actions.png"))
+        b.screenshot_of("batch-actions", &f.shots.join("phone-batch-actions.png"))
             .await?;
     }
     ensure!(

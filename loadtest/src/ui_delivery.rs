@@ -341,13 +341,7 @@ async fn the_callback_and_receipts_fit_a_phone(f: &mut Delivery<'_>) -> Result<(
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let fits = fits_width(b).await?;
     let inside = within_screen(b, &format!("#callback, {list} li, {tab} li")).await?;
-    b.client
-        .execute(
-            "document.getElementById('failed-items').scrollIntoView(); return 0;",
-            vec![],
-        )
-        .await?;
-    b.screenshot(&f.shots.join("phone-batch-delivery.png"))
+    b.screenshot_of("failed-items", &f.shots.join("phone-batch-delivery.png"))
         .await?;
     b.client.set_window_size(1280, 900).await?;
     match inside {
