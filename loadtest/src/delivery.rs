@@ -927,15 +927,11 @@ pub async fn scenario(
         .iter()
         .map(|i| (i.subject_id.clone(), i.clone()))
         .collect();
-    let redelivered: u64 = by_key
-        .values()
-        .map(|ds| {
-            let first_ok = ds
-                .iter()
-                .position(|d| d.status.is_some_and(|s| (200..300).contains(&s)));
-            first_ok.map_or(0, |at| (ds.len() - at - 1) as u64)
-        })
-        .sum();
+    // Only a 2xx counts as delivered: the retry of a send never answered is no
+    // duplicate.
+    let redelivered = verdict::deliveries_after_first(&by_key, |d| {
+        d.status.is_some_and(|s| (200..300).contains(&s))
+    });
     let failed = items.iter().filter(|i| i.status == "failed").count() as u64;
     let records = callbacks(&sink, &batch.id).await?;
     let mut verdicts = vec![

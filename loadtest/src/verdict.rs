@@ -307,13 +307,22 @@ pub fn crash_recovery(
 /// or never answered because the Worker hung up or died): redeliveries of
 /// something already done, not retries of something that failed.
 pub fn duplicate_deliveries(deliveries: &HashMap<String, Vec<&Delivery>>) -> u64 {
+    deliveries_after_first(deliveries, |d| {
+        d.status.is_none_or(|s| (200..300).contains(&s))
+    })
+}
+
+/// How many deliveries came after each item's first one that `done` accepts,
+/// summed over the items (each list in delivery order).
+pub fn deliveries_after_first(
+    deliveries: &HashMap<String, Vec<&Delivery>>,
+    done: impl Fn(&Delivery) -> bool,
+) -> u64 {
     deliveries
         .values()
         .map(|list| {
-            let first_done = list
-                .iter()
-                .position(|d| d.status.is_none_or(|s| (200..300).contains(&s)));
-            first_done.map_or(0, |i| (list.len() - i - 1) as u64)
+            let first = list.iter().position(|d| done(d));
+            first.map_or(0, |i| (list.len() - i - 1) as u64)
         })
         .sum()
 }
