@@ -133,6 +133,7 @@ fn mib(bytes: u64) -> String {
 
 /// One route an endless body is sent to: the request's head, the body's start,
 /// and the refusal it must get before the client sends more.
+#[derive(Clone)]
 struct Route {
     what: &'static str,
     head: String,
@@ -142,12 +143,10 @@ struct Route {
     stall_after: u64,
 }
 
-/// The streamed-body checks' fixture: the Worker's URL and the three routes.
+/// The streamed-body checks' fixture: the Worker's URL (each check carries its
+/// route).
 struct Streams {
     base: String,
-    subjects: Route,
-    unsigned: Route,
-    signed: Route,
 }
 
 /// Bodies over 256 KiB are refused while they stream, on every route that reads
@@ -169,8 +168,8 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
         chrono::Utc::now().timestamp(),
         b"{}",
     );
-    let mut f = Streams {
-        subjects: Route {
+    let routes = [
+        Route {
             what: "PUT /subjects",
             head: head(
                 "PUT /subjects",
@@ -183,7 +182,7 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
         },
         // The signature is the body's first line: a body whose first chunk holds no
         // line short enough to be one is refused on that chunk alone.
-        unsigned: Route {
+        Route {
             what: "POST /internal/run without a signature line",
             head: head("POST /internal/run", ""),
             prefix: String::new(),
@@ -191,7 +190,7 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
             code: "unauthorized",
             stall_after: STREAM_CHUNK as u64,
         },
-        signed: Route {
+        Route {
             what: "POST /internal/run with a well-formed signature line",
             head: head("POST /internal/run", ""),
             prefix: format!("{wrong}\n"),
@@ -199,25 +198,18 @@ pub async fn streamed_bodies(target: &Target, checks: &mut Checks) -> Result<()>
             code: "payload_too_large",
             stall_after: BEFORE_STALL,
         },
-        base,
-    };
-    let list = vec![
-        check!(
-            paused_name(&f.subjects),
-            subjects_body_refused_while_it_streams
-        ),
-        check!(fast_name(&f.subjects), subjects_body_cut_off_early),
-        check!(
-            paused_name(&f.unsigned),
-            unsigned_dispatch_refused_on_its_first_chunk
-        ),
-        check!(fast_name(&f.unsigned), unsigned_dispatch_cut_off_early),
-        check!(
-            paused_name(&f.signed),
-            signed_dispatch_body_refused_while_it_streams
-        ),
-        check!(fast_name(&f.signed), signed_dispatch_body_cut_off_early),
     ];
+    // Each route: a pausing client, then one that never pauses.
+    let list = routes
+        .into_iter()
+        .flat_map(|r| {
+            [
+                check!(paused_name(&r), refused_while_it_streams, r.clone()),
+                check!(fast_name(&r), cut_off_early, r),
+            ]
+        })
+        .collect();
+    let mut f = Streams { base };
     checks.run(&mut f, list).await;
     Ok(())
 }
@@ -241,8 +233,8 @@ fn fast_name(r: &Route) -> String {
 }
 
 /// A client that pauses after `stall_after` bytes gets the refusal by then.
-async fn refused_while_it_streams(base: &str, r: &Route) -> Result<()> {
-    let s = stream_endless(base, &r.head, &r.prefix, Some(r.stall_after)).await?;
+async fn refused_while_it_streams(f: &mut Streams, r: Route) -> Result<()> {
+    let s = stream_endless(&f.base, &r.head, &r.prefix, Some(r.stall_after)).await?;
     ensure!(
         s.status == Some(r.want) && s.text.contains(r.code),
         "answer {:?}: {}",
@@ -258,8 +250,8 @@ async fn refused_while_it_streams(base: &str, r: &Route) -> Result<()> {
 }
 
 /// A client that never pauses is cut off before [`EARLY`].
-async fn cut_off_early(base: &str, r: &Route) -> Result<()> {
-    let s = stream_endless(base, &r.head, &r.prefix, None).await?;
+async fn cut_off_early(f: &mut Streams, r: Route) -> Result<()> {
+    let s = stream_endless(&f.base, &r.head, &r.prefix, None).await?;
     ensure!(
         s.sent <= EARLY,
         "still reading after {} ({:?}: {})",
@@ -268,30 +260,6 @@ async fn cut_off_early(base: &str, r: &Route) -> Result<()> {
         clip(&s.text)
     );
     Ok(())
-}
-
-async fn subjects_body_refused_while_it_streams(f: &mut Streams) -> Result<()> {
-    refused_while_it_streams(&f.base, &f.subjects).await
-}
-
-async fn subjects_body_cut_off_early(f: &mut Streams) -> Result<()> {
-    cut_off_early(&f.base, &f.subjects).await
-}
-
-async fn unsigned_dispatch_refused_on_its_first_chunk(f: &mut Streams) -> Result<()> {
-    refused_while_it_streams(&f.base, &f.unsigned).await
-}
-
-async fn unsigned_dispatch_cut_off_early(f: &mut Streams) -> Result<()> {
-    cut_off_early(&f.base, &f.unsigned).await
-}
-
-async fn signed_dispatch_body_refused_while_it_streams(f: &mut Streams) -> Result<()> {
-    refused_while_it_streams(&f.base, &f.signed).await
-}
-
-async fn signed_dispatch_body_cut_off_early(f: &mut Streams) -> Result<()> {
-    cut_off_early(&f.base, &f.signed).await
 }
 
 /// A no-op item as the dispatcher sends it.
