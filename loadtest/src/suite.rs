@@ -1,5 +1,5 @@
-//! The e2e suite's Worker settings: short timeouts, leases and backoff, shared by
-//! every part that starts a Worker of its own.
+//! The e2e suite's Worker settings (short timeouts, leases and backoff) and the
+//! start of a Worker of a part's own on them, with an example Worker beside it.
 
 use crate::scenario::min_lease_seconds;
 use crate::target::{Secrets, Target, TargetArgs};
