@@ -663,6 +663,18 @@ mod tests {
     }
 
     #[test]
+    fn counted_after_the_first_delivery_done_decides() {
+        let mut silent = [delivery(1, "1", 1), delivery(2, "1", 2)];
+        silent[0].status = None;
+        let map: HashMap<String, Vec<&Delivery>> =
+            [("1".to_string(), silent.iter().collect())].into();
+        // Silence counts as done for the crash check, not for a 2xx-only one.
+        assert_eq!(duplicate_deliveries(&map), 1);
+        let answered_2xx = |d: &Delivery| d.status.is_some_and(|s| (200..300).contains(&s));
+        assert_eq!(deliveries_after_first(&map, answered_2xx), 0);
+    }
+
+    #[test]
     fn lost_and_fault_driven_outcomes() {
         let plan = vec![
             Planned {
