@@ -353,7 +353,7 @@ async fn at_risk_users_reminded_once_on_each_channel(f: &mut Streak<'_>) -> Resu
     let requests = &f.ran()?.requests;
     let ok = |api: &str| if api == "discord" { 204 } else { 200 };
     let mut wrong = Vec::new();
-    for (i, u) in USERS.iter().enumerate().filter(|(_, u)| u.zone == BERLIN) {
+    for u in USERS.iter().filter(|u| u.zone == BERLIN) {
         for api in ["github", "discord", "telegram"] {
             let script: Vec<u16> = u
                 .script
@@ -374,7 +374,7 @@ async fn at_risk_users_reminded_once_on_each_channel(f: &mut Streak<'_>) -> Resu
                 _ if u.at_risk => script.iter().copied().chain([ok(api)]).collect(),
                 _ => vec![],
             };
-            let got = answered(requests, api, i, u);
+            let got = answered(requests, api, u.id);
             if got != want {
                 wrong.push(format!("{} {api}: answered {got:?}, want {want:?}", u.id));
             }
@@ -401,8 +401,7 @@ async fn telegram_429_retried_discord_not_again(f: &mut Streak<'_>) -> Result<()
 /// `other` channel's fake saw one request, answered 2xx: never resent.
 fn retried_on_attempt_2(ran: &Ran, id: &str, other: &str) -> Result<()> {
     let i = item(&ran.items, id)?;
-    let index = USERS.iter().position(|u| u.id == id).unwrap_or_default();
-    let other = answered(&ran.requests, other, index, &USERS[index]);
+    let other = answered(&ran.requests, other, id);
     ensure!(
         i.status == "completed"
             && i.attempt == 2
@@ -422,13 +421,10 @@ async fn github_429_retried_before_any_reminder(f: &mut Streak<'_>) -> Result<()
     } = f.ran()?;
     let limited = item(items, "github-429")?;
     // Its requests in order: the 429, then the calendar, then the reminders.
-    let index = USERS
-        .iter()
-        .position(|u| u.id == "github-429")
-        .unwrap_or_default();
+    let (index, user) = user("github-429");
     let order: Vec<(String, u16)> = requests
         .iter()
-        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, &USERS[index]).as_str()))
+        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, user).as_str()))
         .map(|r| (r.api.clone(), r.status))
         .collect();
     let reminded_after_calendar = order.len() == 4
@@ -464,13 +460,9 @@ async fn new_york_waits_for_its_own_1800(f: &mut Streak<'_>) -> Result<()> {
         items, requests, ..
     } = f.ran()?;
     let later = item(items, "later")?;
-    let later_index = USERS
-        .iter()
-        .position(|u| u.id == "later")
-        .unwrap_or_default();
     let untouched = ["github", "discord", "telegram"]
         .iter()
-        .all(|api| answered(requests, api, later_index, &USERS[later_index]).is_empty());
+        .all(|api| answered(requests, api, "later").is_empty());
     ensure!(
         later.status == "pending" && later.run_after.as_deref() == Some(NEW_YORK_1800) && untouched,
         "{}, asked the APIs: {}",
@@ -571,14 +563,24 @@ async fn settle(target: &Target, timeout: std::time::Duration) -> Result<Batch> 
     }
 }
 
-/// What the fakes were sent for `user` at `api`: the statuses answered.
-fn answered(requests: &[FakeRequest], api: &str, index: usize, user: &User) -> Vec<u16> {
+/// What the fakes were sent for user `id` at `api`: the statuses answered.
+fn answered(requests: &[FakeRequest], api: &str, id: &str) -> Vec<u16> {
+    let (index, user) = user(id);
     let key = key(api, index, user);
     requests
         .iter()
         .filter(|r| r.api == api && r.key.as_deref() == Some(key.as_str()))
         .map(|r| r.status)
         .collect()
+}
+
+/// User `id` of [`USERS`] and its index there (the fakes' keys carry the index).
+fn user(id: &str) -> (usize, &'static User) {
+    let index = USERS
+        .iter()
+        .position(|u| u.id == id)
+        .unwrap_or_else(|| panic!("no user {id} in USERS"));
+    (index, &USERS[index])
 }
 
 /// The item of user `id`.
