@@ -418,19 +418,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         return only_service_paths(&args).await;
     }
 
-    let fanout_args = with_mode(&args.target, "fanout");
-    let mut fanout = Vec::new();
-    let mut wide_probe = None;
-    for round in 1..=args.rounds {
-        eprintln!(
-            "== (a) fanout + (c) probe, round {round} of {}",
-            args.rounds
-        );
-        let last = round == args.rounds;
-        let (r, wide) = fanout_round(&fanout_args, &noop, round, last, timeout).await?;
-        fanout.push(r);
-        wide_probe = wide.or(wide_probe);
-    }
+    let (fanout, wide_probe) = fanout_rounds(&args, &noop, timeout, true).await?;
     let wide_probe = wide_probe.context("the last round probes at concurrency 100")?;
 
     eprintln!("== (b) inline");
@@ -521,15 +509,10 @@ async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
 /// `--only-fanout`: the rounds of (a) between probes of (c), a line each, then
 /// the median of their ratios.
 async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result<bool> {
-    let fanout_args = with_mode(&args.target, "fanout");
+    let (rounds, _) = fanout_rounds(args, noop, timeout, false).await?;
     let mut ratios = Vec::new();
     let mut passed = true;
-    for round in 1..=args.rounds {
-        eprintln!(
-            "== (a) fanout + (c) probe, round {round} of {}",
-            args.rounds
-        );
-        let (r, _) = fanout_round(&fanout_args, noop, round, false, timeout).await?;
+    for (r, round) in rounds.iter().zip(1..) {
         let d1 = &r.report.d1;
         println!(
             "round {round}: fan-out {} items/s, probes {} / {} calls/s, fan-out/raw {}, {} statements and {} rows written per item",
@@ -553,6 +536,30 @@ async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result
         ratios.len()
     );
     Ok(passed)
+}
+
+/// `--rounds` rounds of (a) between probes of (c); with `wide`, the last one also
+/// probes at concurrency 100.
+async fn fanout_rounds(
+    args: &BenchArgs,
+    noop: &Spec,
+    timeout: Duration,
+    wide: bool,
+) -> Result<(Vec<FanoutRound>, Option<Probe>)> {
+    let fanout_args = with_mode(&args.target, "fanout");
+    let mut rounds = Vec::new();
+    let mut wide_probe = None;
+    for round in 1..=args.rounds {
+        eprintln!(
+            "== (a) fanout + (c) probe, round {round} of {}",
+            args.rounds
+        );
+        let last = wide && round == args.rounds;
+        let (r, probe) = fanout_round(&fanout_args, noop, round, last, timeout).await?;
+        rounds.push(r);
+        wide_probe = probe.or(wide_probe);
+    }
+    Ok((rounds, wide_probe))
 }
 
 /// One round of (a) between two probes of (c) on a fresh runtime, both paths warmed
