@@ -28,6 +28,7 @@ use crate::api::probe::{self, ProbeRequest, ProbeTask, Via, FETCH_TIMEOUT_MS};
 use crate::core::error::ApiError;
 use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::signature::SignatureHeader;
+use crate::core::timing::call_ms;
 
 /// One self call's result: answered 200, threw (no answer: the platform refused,
 /// or the network failed), or answered another status.
@@ -178,23 +179,24 @@ async fn service_calls(
         payload: payload.clone(),
         receipts: None,
     };
-    // One timer for every child call: a child enforces the job timeout itself.
-    let signal = web_sys::AbortSignal::timeout_with_u32(FETCH_TIMEOUT_MS);
+    // A child call is abandoned after the drain's own limit for a dispatch; a
+    // timer per call, at most `concurrency` (≤ MAX_CONCURRENCY) alive at once.
+    let limit_ms = call_ms(cfg.settings.job_timeout_ms) as u32;
     let started = clock::now_ms();
     let outcomes: Vec<String> = stream::iter(0..calls)
         .map(|i| {
             let item = item(i);
-            let signal = &signal;
             async move {
                 let ran = match via {
                     Via::Drain => Ok(run_with_timeout(&item, cfg, runner, Some("probe")).await),
                     Via::SelfChild => {
+                        let signal = web_sys::AbortSignal::timeout_with_u32(limit_ms);
                         dispatch::dispatch(
                             self_service,
                             &cfg.secrets.dispatch,
                             &item,
                             "probe",
-                            signal,
+                            &signal,
                         )
                         .await
                     }
