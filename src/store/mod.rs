@@ -161,7 +161,7 @@ pub trait Db {
     }
     /// Run statements as one transaction: all or nothing.
     async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
-        self.batch_rows::<Value>(statements).await.map(|_| ())
+        self.batch_results(statements).await.map(|_| ())
     }
     fn usage(&self) -> Usage;
 }
