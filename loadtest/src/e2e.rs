@@ -13,7 +13,7 @@
 
 use crate::api::{Api, Batch, Invocation, Item, RawResponse, SubjectIn, TICK_CRON};
 use crate::check;
-use crate::checks::{Check, Checks};
+use crate::checks::{text, Check, Checks};
 use crate::drive;
 use crate::plan::{self, Expect, Mix, Planned};
 use crate::sink::Delivery;
@@ -98,104 +98,79 @@ pub struct E2eArgs {
 /// `N passed, M failed`. Returns whether everything passed.
 pub async fn run(args: E2eArgs) -> bool {
     let mut checks = Checks::default();
-    if args.only_dashboard {
-        if let Err(e) = dashboard_only(&args.target, &mut checks).await {
-            checks.record("dashboard part ran to completion", Err(format!("{e:#}")));
-        }
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    if args.only_probe {
-        if let Err(e) = probe_only(&args.target, &mut checks).await {
-            checks.record("probe part ran to completion", Err(format!("{e:#}")));
-        }
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    let timeout = Duration::from_secs(args.timeout_secs);
-    if args.only_drainers {
-        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
-            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
-        }
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    if args.only_hello_kind {
-        hello_kind_part(&args.target, timeout, &mut checks).await;
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    if args.only_streak {
-        streak_part(&args.target, timeout, &mut checks).await;
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    if args.only_service {
-        service_part(&args.target, timeout, &mut checks).await;
-        println!("{}", checks.summary());
-        return checks.all_passed();
-    }
-    let only_one_part = args.only_control || args.only_delivery;
-    if !only_one_part {
-        if let Err(e) = suite(&args, &mut checks).await {
-            checks.record("suite ran to completion", Err(format!("{e:#}")));
-        }
-    }
-    if !only_one_part || args.only_control {
-        if let Err(e) = control::e2e(&args.target, timeout, &mut checks).await {
-            checks.record(
-                "batch-control part ran to completion",
-                Err(format!("{e:#}")),
-            );
-        }
-    }
-    if !only_one_part || args.only_delivery {
-        if let Err(e) = delivery::e2e(&args.target, timeout, &mut checks).await {
-            checks.record("delivery part ran to completion", Err(format!("{e:#}")));
-        }
-    }
-    if !only_one_part {
-        if let Err(e) = crate::drainers::e2e(&args.target, timeout, &mut checks).await {
-            checks.record("drainers part ran to completion", Err(format!("{e:#}")));
-        }
-        if args.target.url.is_some() {
-            println!("# hello-kind and service parts skipped: --url mode runs only the Worker at that URL");
-        } else {
-            hello_kind_part(&args.target, timeout, &mut checks).await;
-            service_part(&args.target, timeout, &mut checks).await;
-        }
-        if args.target.url.is_some() {
-            println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
-        } else {
-            streak_part(&args.target, timeout, &mut checks).await;
-        }
-    }
+    parts(&args, &mut checks).await;
     println!("{}", checks.summary());
     checks.all_passed()
 }
 
-/// The Worker crate of `examples/hello-kind`, on a runtime of its own.
-async fn hello_kind_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
-    if let Err(e) = crate::hello_kind::e2e(args, timeout, checks).await {
-        checks.record("hello-kind part ran to completion", Err(format!("{e:#}")));
+/// The parts the flags ask for, in the suite's order.
+async fn parts(args: &E2eArgs, checks: &mut Checks) {
+    let target = &args.target;
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_dashboard {
+        let ran = dashboard_only(target, checks).await;
+        return ran_to_completion(checks, "dashboard part", ran);
     }
-}
-
-/// The Worker crate of `examples/streak-reminder`, on a runtime of its own.
-async fn streak_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
-    if let Err(e) = crate::e2e_streak::e2e(args, timeout, checks).await {
-        checks.record(
-            "streak-reminder part ran to completion",
-            Err(format!("{e:#}")),
+    if args.only_probe {
+        let ran = probe_only(target, checks).await;
+        return ran_to_completion(checks, "probe part", ran);
+    }
+    if args.only_drainers {
+        let ran = crate::drainers::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "drainers part", ran);
+    }
+    if args.only_hello_kind {
+        let ran = crate::hello_kind::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "hello-kind part", ran);
+    }
+    if args.only_streak {
+        let ran = crate::e2e_streak::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "streak-reminder part", ran);
+    }
+    if args.only_service {
+        let ran = crate::service::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "service part", ran);
+    }
+    let only_one_part = args.only_control || args.only_delivery;
+    if !only_one_part {
+        let ran = suite(args, checks).await;
+        ran_to_completion(checks, "suite", ran);
+    }
+    if !only_one_part || args.only_control {
+        let ran = control::e2e(target, timeout, checks).await;
+        ran_to_completion(checks, "batch-control part", ran);
+    }
+    if !only_one_part || args.only_delivery {
+        let ran = delivery::e2e(target, timeout, checks).await;
+        ran_to_completion(checks, "delivery part", ran);
+    }
+    if only_one_part {
+        return;
+    }
+    let ran = crate::drainers::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "drainers part", ran);
+    if target.url.is_some() {
+        println!(
+            "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
+        println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
+        return;
     }
+    // The example Workers, each on a runtime of its own (`service`: cron-fanout
+    // and the TypeScript handler in one multi-worker `wrangler dev`).
+    let ran = crate::hello_kind::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "hello-kind part", ran);
+    let ran = crate::service::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "service part", ran);
+    let ran = crate::e2e_streak::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "streak-reminder part", ran);
 }
 
-/// `service` items: cron-fanout and the example TypeScript handler in one
-/// multi-worker `wrangler dev`.
-async fn service_part(args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
-    if let Err(e) = crate::service::e2e(args, timeout, checks).await {
-        checks.record("service part ran to completion", Err(format!("{e:#}")));
+/// A part that could not go on (its Worker did not start, a step it cannot do
+/// without failed) as one failed check: `<what> ran to completion`.
+fn ran_to_completion(checks: &mut Checks, what: &str, ran: Result<()>) {
+    if let Err(e) = ran {
+        checks.record(&format!("{what} ran to completion"), Err(text(e)));
     }
 }
 
