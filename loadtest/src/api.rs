@@ -306,6 +306,18 @@ impl RawResponse {
             e.get("message")?.as_str()?.to_string(),
         ))
     }
+
+    /// Whether this is `status` with the JSON error `code`; else what came instead.
+    pub fn refused(&self, status: StatusCode, code: &str) -> Result<(), String> {
+        match self.error_shape() {
+            Some((c, _)) if self.status == status && c == code => Ok(()),
+            _ => Err(format!(
+                "{} {}, want {status} {code}",
+                self.status,
+                clip(&self.body)
+            )),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -803,6 +815,11 @@ mod tests {
             body: r#"{"error":"bad_json"}"#.into(),
         };
         assert_eq!(bad.error_shape(), None);
+        // `refused`: the status and the code, both.
+        assert_eq!(ok.refused(StatusCode::BAD_REQUEST, "bad_json"), Ok(()));
+        assert!(ok.refused(StatusCode::CONFLICT, "bad_json").is_err());
+        assert!(ok.refused(StatusCode::BAD_REQUEST, "other").is_err());
+        assert!(bad.refused(StatusCode::BAD_REQUEST, "bad_json").is_err());
     }
 
     #[test]

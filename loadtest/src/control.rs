@@ -536,9 +536,8 @@ async fn cancelled_batch_refuses_resume_pause_replay(f: &mut Control) -> Result<
         ),
     ] {
         let r = f.target.api.admin_raw(Method::POST, &path, body).await?;
-        let code = r.error_shape().map(|(c, _)| c);
-        if r.status != StatusCode::CONFLICT || code.as_deref() != Some("invalid_transition") {
-            refused.push(format!("{path}: {} {}", r.status, r.body));
+        if let Err(why) = r.refused(StatusCode::CONFLICT, "invalid_transition") {
+            refused.push(format!("{path}: {why}"));
         }
     }
     summarize(refused, 3).map_err(anyhow::Error::msg)
@@ -618,12 +617,8 @@ async fn replaying_a_completed_item_is_refused(f: &mut Control) -> Result<()> {
         .api
         .admin_raw(Method::POST, &format!("/items/{}/retry", items[0].id), None)
         .await?;
-    match r.error_shape() {
-        Some((code, _)) if r.status == StatusCode::CONFLICT && code == "invalid_transition" => {
-            Ok(())
-        }
-        _ => bail!("{} {}", r.status, r.body),
-    }
+    r.refused(StatusCode::CONFLICT, "invalid_transition")
+        .map_err(anyhow::Error::msg)
 }
 
 /// Retention with the shortest setting, RETENTION_DAYS=1: the paused and the

@@ -789,9 +789,8 @@ async fn private_targets_refused_when_written(f: &mut Restarted<'_>) -> Result<(
             .api
             .admin_raw(Method::PUT, "/subjects", Some(body.to_string()))
             .await?;
-        let code = r.error_shape().map(|(c, _)| c);
-        if r.status != StatusCode::BAD_REQUEST || code.as_deref() != Some("invalid_payload") {
-            accepted.push(format!("{url}: {} {}", r.status, clip(&r.body)));
+        if let Err(why) = r.refused(StatusCode::BAD_REQUEST, "invalid_payload") {
+            accepted.push(format!("{url}: {why}"));
         }
     }
     ensure!(accepted.is_empty(), "{}", accepted.join("; "));

@@ -124,12 +124,12 @@ async fn probe_refuses_an_unlisted_binding(f: &mut Service) -> Result<()> {
         .api
         .admin_raw(Method::POST, "/probe", Some(body.to_string()))
         .await?;
+    answer
+        .refused(StatusCode::BAD_REQUEST, "invalid_probe")
+        .map_err(anyhow::Error::msg)?;
     ensure!(
-        answer.status == StatusCode::BAD_REQUEST
-            && answer.body.contains("invalid_probe")
-            && answer.body.contains("SERVICE_BINDINGS"),
-        "{}: {}",
-        answer.status,
+        answer.body.contains("SERVICE_BINDINGS"),
+        "the refusal does not name SERVICE_BINDINGS: {}",
         answer.body
     );
     Ok(())
