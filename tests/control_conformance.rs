@@ -97,6 +97,7 @@ fn claim_params(now: i64, limit: i64) -> Vec<Param> {
         limit.into(),
         "m".into(),
         (now + LEASE_MS).into(),
+        "{}".into(),
     ]
 }
 
@@ -139,8 +140,9 @@ fn paused_and_cancelled_batches_are_never_claimed() {
     );
 }
 
-/// The claim seeks each running batch in the due index and never reads the items
-/// of a paused or cancelled one: its plan is index seeks only, and it does exactly
+/// The claim seeks each running batch from its cursor (primary key) and in the due
+/// index and never reads the items of a paused or cancelled one: its plan is
+/// seeks only, and it does exactly
 /// the same work whether a paused batch holds 10 due items or 20,000.
 #[test]
 fn the_claim_never_walks_a_paused_batch() {
@@ -171,7 +173,15 @@ fn the_claim_never_walks_a_paused_batch() {
     );
     assert!(
         plan.iter()
-            .any(|s| s.contains("USING INDEX cron_queue_due (batch_id=? AND run_after<?)")),
+            .any(|s| s.contains(
+                "USING INDEX cron_queue_due (batch_id=? AND run_after>? AND run_after<?)"
+            )),
+        "{plan:?}"
+    );
+    // Cursor items (due at once, in no index) are read by primary key from the cursor.
+    assert!(
+        plan.iter()
+            .any(|s| s.contains("SEARCH c USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)")),
         "{plan:?}"
     );
     assert!(scans(&plan).is_empty(), "the claim scans: {plan:?}");
@@ -240,7 +250,7 @@ fn cancel_moves_pending_items_in_counted_pages_of_one_call_each() {
         let (calls, statements) = (budget.used(), store.usage().statements);
         let row = block_on(store.cancel_pending("b", 10, 7)).unwrap().unwrap();
         assert_eq!(budget.used() - calls, 1, "one call per page");
-        assert_eq!(store.usage().statements - statements, 3);
+        assert_eq!(store.usage().statements - statements, 4);
         seen.push((row.cancelled, row.pending()));
     }
     assert_eq!(seen, [(10, 15), (20, 5), (25, 0), (25, 0)]);

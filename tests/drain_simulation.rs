@@ -26,7 +26,9 @@ use cron_fanout::drain_loop::{self, Event, Ports};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Db, Param, Store, StoreError, StoreResult, Usage};
+use cron_fanout::store::{
+    BatchSource, Claimed, Db, Param, Store, StoreError, StoreResult, Usage,
+};
 use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -683,6 +685,7 @@ impl Sim<'_> {
             in_flight: 0,
             cohort: now,
             sent: Vec::new(),
+            claimed: Claimed::default(),
         };
         let stop = block_on(drain_loop::run(&mut m, &mut ports));
         let (seen, now) = (ports.seen, ports.now);
@@ -1034,6 +1037,8 @@ struct SimPorts<'s, 'a> {
     cohort: i64,
     /// (sent at, is claim, lease expiry of a claim) of running D1 calls.
     sent: Vec<(i64, bool, i64)>,
+    /// What this drain claimed, as the Worker's drain remembers it.
+    claimed: Claimed,
 }
 
 impl Ports for SimPorts<'_, '_> {
@@ -1070,7 +1075,7 @@ impl Ports for SimPorts<'_, '_> {
         let token = format!("c{now}");
         let result = block_on(
             self.store
-                .claim_due_items(now, limit, &token, lease_expires_at),
+                .claim_due_items_after(now, limit, &token, lease_expires_at, &self.claimed),
         );
         self.sim
             .check_claim(&self.store.db().inner().db, &result, self.ctx);
@@ -1132,6 +1137,7 @@ impl Ports for SimPorts<'_, '_> {
                 let (at, _, expires) = take_sent(&mut self.sent, true);
                 seen.claim_rtt = seen.claim_rtt.max(now - at);
                 if let Ok(items) = &result {
+                    self.claimed.note(items);
                     for item in items {
                         assert!(seen.claimed.insert(key(item)), "{ctx}: claimed twice");
                         seen.expires.insert(key(item), expires);

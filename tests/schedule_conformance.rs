@@ -107,17 +107,11 @@ fn metered(store: Store<SqliteDb>) -> (Store<Metered<SqliteDb>>, Budget) {
 
 /// subject_id → run_after of a batch's items.
 fn run_after_by_subject(store: &Store<SqliteDb>, batch_key: &str) -> BTreeMap<String, i64> {
-    let conn = store.db().conn();
-    let mut stmt = conn
-        .prepare(
-            "SELECT q.subject_id, q.run_after FROM cron_queue q JOIN batches b ON b.id = q.batch_id
-             WHERE b.key = ?1",
-        )
-        .unwrap();
-    let rows = stmt
-        .query_map([batch_key], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap();
-    rows.map(Result::unwrap).collect()
+    // As the API lists them: an item due at once is stored with run_after 0 and
+    // shown with its batch's fire instant.
+    let batch = block_on(store.batch_by_key(batch_key)).unwrap().unwrap();
+    let items = block_on(store.list_batch_items(&batch.id, "", None, 100_000)).unwrap();
+    items.into_iter().map(|i| (i.subject_id, i.run_after)).collect()
 }
 
 #[test]
@@ -664,6 +658,20 @@ fn each_subject_runs_at_nine_in_its_own_zone() {
     .map(|(s, t)| (s.to_string(), t))
     .collect();
     assert_eq!(times, expected);
+    // Items on their subjects' own time are claimed from the due index: each
+    // has an entry there, none is a cursor item (migration 0014).
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
+             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
+        ),
+        9
+    );
+    assert_eq!(
+        texts(&store, "SELECT json_array(total, cursor_end) FROM batches"),
+        ["[9,0]"]
+    );
     let digest = schedule(&store, "digest");
     assert_eq!(
         digest.next_fire_at,
@@ -901,6 +909,20 @@ fn the_daily_schedule_creates_the_same_batch_as_the_old_daily_cron() {
         .unwrap()
         .expect("daily:<UTC date>");
     assert_eq!(batch.total, 40);
+    // A fixed zone without jitter: every item due at once, a cursor item in no
+    // index (migration 0014), its cursor range the batch's 40 ids.
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
+             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
+        ),
+        0
+    );
+    assert_eq!(
+        count(&store, "SELECT cursor_end - claim_after FROM batches"),
+        40
+    );
 
     // The old path (DAILY_CRON) on the same day finds that batch and adds nothing,
     // so the trigger and the schedule never make two batches for one day.

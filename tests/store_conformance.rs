@@ -193,6 +193,73 @@ fn claims_are_exclusive_under_interleaving() {
     );
 }
 
+/// Items due at once (explicit items, a fill with no zone times or jitter) are in
+/// no index: the claim reads them from their batch's cursor. Claims interleaved
+/// with commits in any order hand each out once, a retry or a release comes back
+/// through the due index, and the cursor only moves up to what commits settled.
+#[test]
+fn first_attempts_are_claimed_by_the_cursor_and_come_back_through_the_index() {
+    let store = setup();
+    let id = batch_of(&store, "x", 40, 5);
+    let indexed = || {
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
+             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0",
+        )
+    };
+    let cursor = || {
+        texts(
+            &store,
+            "SELECT json_array(claim_after, cursor_end) FROM batches WHERE id = 'b-x'",
+        )
+    };
+    assert_eq!(indexed(), 0, "inserted due at once: no index entry");
+    assert_eq!(cursor(), ["[0,40]"]);
+    // Two claims before any commit: the second skips what the first holds.
+    let a = claim(&store, 10, 10, "a");
+    let b = claim(&store, 10, 10, "b");
+    let ids = |items: &[ClaimedItem]| items.iter().map(|i| i.item_id).collect::<Vec<_>>();
+    assert_eq!(ids(&a), (1..=10).collect::<Vec<_>>());
+    assert_eq!(ids(&b), (11..=20).collect::<Vec<_>>());
+    // The later claim commits first: one retry, one release, the rest done.
+    let mut outcomes = settle_all(&b[2..], Outcome::Done, 20);
+    outcomes.push(settle(&b[0], Outcome::Retry("HTTP 503".into()), 20));
+    outcomes.push(release(&b[1]));
+    assert_eq!(block_on(store.commit_outcomes(&outcomes)).unwrap().len(), 10);
+    assert_eq!(cursor(), ["[20,40]"], "moved up to the largest id settled");
+    assert_eq!(indexed(), 2, "the retry and the release are indexed");
+    // 1-10 are still in flight below the cursor; the next claim starts above it.
+    // Cursor items count as due since their batch's creation (0), so they come
+    // before the release (due at its claim, 10).
+    let c = claim(&store, 30, 5, "c");
+    assert_eq!(ids(&c), [21, 22, 23, 24, 25]);
+    let done = settle_all(a.iter().chain(&c), Outcome::Done, 40);
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 15);
+    // Everything else, the retry once it is due: each item handed out once more
+    // at most, and every one completed.
+    let rest = claim(&store, 10_000_000, 100, "d");
+    let mut rest_ids = ids(&rest);
+    rest_ids.sort_unstable();
+    let mut want: Vec<i64> = (26..=40).collect();
+    want.extend([11, 12]);
+    want.sort_unstable();
+    assert_eq!(rest_ids, want);
+    let done = settle_all(&rest, Outcome::Done, 10_000_001);
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 17);
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'completed'"),
+        40
+    );
+    assert_eq!(cursor(), ["[40,40]"]);
+    common_counters_exact(&store, &[&id]);
+    // A claimed cursor item keeps the run_after the claim gave it.
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM cron_queue WHERE run_after = 0"),
+        0
+    );
+}
+
 #[test]
 fn claim_skips_items_not_yet_due_and_orders_by_run_after() {
     let store = setup();
@@ -989,52 +1056,86 @@ const BATCH_ROWS: &str = "SELECT json_array(id, key, status, total, completed, f
                                  callback_max_attempts, fill, fill_after)
                           FROM batches ORDER BY id";
 
-/// A live database on 0001..0012 (ended, in-flight and pending items, a paused
-/// batch, a completion callback waiting for its delivery) comes through 0013 with
-/// every row unchanged, and the new code then ends it all with exact counters:
-/// the moves the old trigger counted stay counted, the rest are counted by the
-/// group commit and the reaper.
-#[test]
-fn migration_0013_carries_a_live_database_over() {
+/// What the old code left in a database on 0001..0012, written as it wrote it (the
+/// old statements are gone): three batches created at 1,000, every item claimed
+/// under "old" (ids 1-10 are A's, 11-15 B's, 16-17 C's), then ended, given back
+/// or left in flight; B paused, C ended with its completion callback waiting (id
+/// 18). The old trigger counts the moves out of processing.
+fn live_database_at_0012() -> Store<SqliteDb> {
     let before_0013 = migrations_in("to-0012", .."0013".to_string());
     let store = Store::new(SqliteDb::in_memory(&before_0013).expect("0001..0012 apply"));
-    let callback = Some(r#"{"url":"https://example.com/done"}"#);
-    let items = |key: &str, n: usize| {
-        let url = json!({"url": "https://example.com"});
-        items_of(n, |i| format!("{key}{i:02}"), "webhook", &url)
-    };
-    let (a, b, c) = (items("a", 10), items("b", 5), items("c", 2));
-    block_on(store.create_batch_calling_back("A", "a", 0, 3, BatchSource::Items(&a), callback))
-        .unwrap();
-    block_on(store.create_batch("B", "b", 0, 1, BatchSource::Items(&b))).unwrap();
-    block_on(store.create_batch_calling_back("C", "c", 0, 3, BatchSource::Items(&c), callback))
-        .unwrap();
-    // Everything claimed (ids 1-10 are A's, 11-15 B's, 16-17 C's), then ended,
-    // given back or left in flight as the old code would; the old trigger counts
-    // the moves out of processing.
-    let claimed = claim(&store, 1, 100, "old");
-    assert_eq!(claimed.len(), 17);
+    let expires = 1_000 + LEASE_MS;
     store
         .db()
         .conn()
-        .execute_batch(
-            "UPDATE cron_queue SET status = 'completed', completed_at = 2, lease_expires_at = NULL
+        .execute_batch(&format!(
+            r#"INSERT INTO batches (id, key, status, total, created_at, on_finish, callback_max_attempts)
+               VALUES ('A', 'a', 'running', 10, 1000, '{{"url":"https://example.com/done"}}', 3),
+                      ('B', 'b', 'running', 5, 1000, NULL, NULL),
+                      ('C', 'c', 'running', 2, 1000, '{{"url":"https://example.com/done"}}', 3);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 17)
+             INSERT INTO cron_queue (id, batch_id, subject_id, kind, payload, status, attempt,
+                                     max_attempts, lease_token, lease_expires_at, run_after, started_at)
+             SELECT i, CASE WHEN i <= 10 THEN 'A' WHEN i <= 15 THEN 'B' ELSE 'C' END,
+                    CASE WHEN i <= 10 THEN printf('a%02d', i - 1) WHEN i <= 15 THEN printf('b%02d', i - 11)
+                         ELSE printf('c%02d', i - 16) END,
+                    'webhook', '{{"url":"https://example.com"}}', 'processing', 1,
+                    CASE WHEN i BETWEEN 11 AND 15 THEN 1 ELSE 3 END, 'old.' || i, {expires}, 1000, 1000
+             FROM n;
+             UPDATE cron_queue SET status = 'completed', completed_at = 2000, lease_expires_at = NULL
                WHERE id IN (1, 2, 3, 16, 17);
-             UPDATE cron_queue SET status = 'failed', completed_at = 2, last_error = 'permanent failure: HTTP 400',
-                                   lease_expires_at = NULL
+             UPDATE cron_queue SET status = 'failed', completed_at = 2000,
+                                   last_error = 'permanent failure: HTTP 400', lease_expires_at = NULL
                WHERE id IN (4, 5);
              UPDATE cron_queue SET status = 'pending', attempt = 0, lease_token = NULL, lease_expires_at = NULL
-               WHERE id IN (8, 9, 10, 12, 13, 14, 15);",
-        )
-        .unwrap();
-    assert!(
-        block_on(store.set_batch_status("B", BatchStatus::Running, BatchStatus::Paused)).unwrap()
-    );
-    let ended = block_on(store.finish_batches(3)).unwrap();
-    assert_eq!(
-        ended.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
-        ["C"]
-    );
+               WHERE id IN (8, 9, 10, 12, 13, 14, 15);
+             UPDATE batches SET status = 'paused' WHERE id = 'B';
+             UPDATE batches SET status = 'finished', finished_at = 3000 WHERE id = 'C';"#
+        ))
+        .expect("the old state");
+    store
+}
+
+/// The items 6 and 7 (A's) as the old code's claim handed them out.
+fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
+    [6, 7]
+        .iter()
+        .map(|id| {
+            store
+                .db()
+                .conn()
+                .query_row(
+                    "SELECT lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload
+                     FROM cron_queue WHERE id = ?1",
+                    [id],
+                    |r| {
+                        Ok(ClaimedItem {
+                            item_id: *id,
+                            lease_token: r.get(0)?,
+                            batch_id: r.get(1)?,
+                            subject_id: r.get(2)?,
+                            attempt: r.get(3)?,
+                            max_attempts: r.get(4)?,
+                            kind: r.get(5)?,
+                            payload: r.get(6)?,
+                            receipts: None,
+                        })
+                    },
+                )
+                .unwrap()
+        })
+        .collect()
+}
+
+/// A live database on 0001..0012 (ended, in-flight and pending items, a paused
+/// batch, a completion callback waiting for its delivery) comes through 0013 and
+/// then 0014 with every row unchanged (0014 adds the batches' empty cursor range,
+/// and every pending item keeps its entry in the rebuilt due index), and the new
+/// code then ends it all with exact counters: the moves the old trigger counted
+/// stay counted, the rest are counted by the group commit and the reaper.
+#[test]
+fn migrations_0013_and_0014_carry_a_live_database_over() {
+    let store = live_database_at_0012();
     common_counters_exact(&store, &["A", "B", "C"]);
     let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
     assert_eq!(items_before.len(), 18, "17 items and C's callback");
@@ -1063,15 +1164,34 @@ fn migration_0013_carries_a_live_database_over() {
         "the per-item counter trigger is gone; the callback trigger stays"
     );
 
+    let only_0014 = migrations_in("0014", "0014".to_string().."0015".to_string());
+    store
+        .db()
+        .apply_migrations(&only_0014)
+        .expect("0014 applies");
+    assert_eq!(texts(&store, ITEM_ROWS), items_before, "no item row changed");
+    assert_eq!(texts(&store, BATCH_ROWS), batches_before, "no batch row changed");
+    assert_eq!(
+        texts(&store, "SELECT json_array(id, claim_after, cursor_end) FROM batches ORDER BY id"),
+        ["[\"A\",0,0]", "[\"B\",0,0]", "[\"C\",0,0]"],
+        "existing batches have an empty cursor range: their items stay indexed"
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
+             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
+        ),
+        7,
+        "every pending item is in the rebuilt due index"
+    );
+
     // The new code ends it all: A's two in flight commit, B's one in flight is
     // reaped out of attempts, then B is resumed and everything left runs.
-    let in_flight: Vec<&ClaimedItem> = claimed
-        .iter()
-        .filter(|i| [6, 7].contains(&i.item_id))
-        .collect();
-    let done = settle_all(in_flight, Outcome::Done, 4);
+    let in_flight = old_in_flight(&store);
+    let done = settle_all(&in_flight, Outcome::Done, 4_000);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap(), vec![6, 7]);
-    let reaped = block_on(store.reap_expired_leases(1 + LEASE_MS, 100)).unwrap();
+    let reaped = block_on(store.reap_expired_leases(1_000 + LEASE_MS, 100)).unwrap();
     assert_eq!(
         reaped
             .iter()
@@ -1083,7 +1203,7 @@ fn migration_0013_carries_a_live_database_over() {
     assert!(
         block_on(store.set_batch_status("B", BatchStatus::Paused, BatchStatus::Running)).unwrap()
     );
-    let now = 2 + LEASE_MS;
+    let now = 2_000 + LEASE_MS;
     let rest = claim(&store, now, 100, "new");
     let mut ids: Vec<i64> = rest.iter().map(|i| i.item_id).collect();
     ids.sort_unstable();

@@ -28,7 +28,7 @@ use crate::core::timing::call_ms;
 use crate::drain_loop::{self, Event, Ports};
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
-use crate::store::{Store, StoreError, StoreResult};
+use crate::store::{Claimed, Store, StoreError, StoreResult};
 
 /// The store of a scheduled invocation: every D1 call charged to its budget.
 pub type DrainStore = Store<Metered<D1Db>>;
@@ -73,6 +73,7 @@ pub async fn run(
         watchdog: Watchdog::new(call_ms(s.job_timeout_ms)),
         in_flight: FuturesUnordered::new(),
         claiming: None,
+        claimed: Claimed::default(),
         committing: None,
         timer: None,
         claim_error: None,
@@ -96,6 +97,8 @@ struct WorkerPorts<'a> {
     watchdog: Watchdog,
     in_flight: FuturesUnordered<Running<'a>>,
     claiming: Option<LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>>,
+    /// What this drain claimed, so its claims skip its own items in flight.
+    claimed: Claimed,
     committing: Option<Committing<'a>>,
     /// The flush timer the machine asked for, kept until it names another time.
     timer: Option<(i64, Delay)>,
@@ -119,9 +122,10 @@ impl<'a> Ports for WorkerPorts<'a> {
     fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {
         let store = self.store;
         let token = clock::random_id();
+        let claimed = self.claimed.clone();
         let claim = async move {
             store
-                .claim_due_items(now, limit, &token, lease_expires_at)
+                .claim_due_items_after(now, limit, &token, lease_expires_at, &claimed)
                 .await
         };
         self.claiming = Some(claim.boxed_local());
@@ -144,6 +148,9 @@ impl<'a> Ports for WorkerPorts<'a> {
             if let Some(f) = self.claiming.as_mut() {
                 if let Poll::Ready(r) = f.as_mut().poll(cx) {
                     self.claiming = None;
+                    if let Ok(items) = &r {
+                        self.claimed.note(items);
+                    }
                     return Poll::Ready(Event::Claimed(r));
                 }
             }

@@ -6,11 +6,19 @@
 -- `total` is exact at every step and final once `fill_after` is NULL; a batch is
 -- never marked finished before (finish_batches.sql). The cursor is read back from
 -- the items themselves (max on UNIQUE (batch_id, subject_id)), so it can never
--- disagree with what was enqueued. Returns the batch.
+-- disagree with what was enqueued. A page due at once (run_after = 0) moves the
+-- batch's cursor_end (migration 0014) to its last id: the page was the last insert
+-- (same batch(), ids ascending), so that is the table's largest id, one seek; an
+-- empty page, or one of deferred items, leaves it. Returns the batch.
 -- ?1 batch id, or NULL for the oldest batch still filling.
 UPDATE batches
 SET total = total + (SELECT count(*) FROM cron_queue AS q
                      WHERE q.batch_id = batches.id AND q.subject_id > batches.fill_after),
+    cursor_end = coalesce((SELECT q.id FROM cron_queue AS q
+                           WHERE q.id = (SELECT max(id) FROM cron_queue)
+                             AND q.batch_id = batches.id AND q.subject_id > batches.fill_after
+                             AND q.run_after = 0),
+                          cursor_end),
     fill_after = CASE
       WHEN status NOT IN ('running', 'paused') THEN NULL
       WHEN CASE WHEN fill ->> 'group' IS NULL

@@ -6,9 +6,17 @@
 -- What may be claimed is defined here, in one place:
 -- - `claimable`: the batches whose items may be claimed: running ones, read from
 --   their partial index. Paused and cancelled batches are not in it, so their items
---   are never read: the claim seeks each claimable batch in the due index (keyed by
---   batch, then run_after; callback rows are not in it) and reads at most ?2
---   entries of each.
+--   are never read.
+-- - `cursor`: each claimable batch's first attempts due at once (run_after = 0,
+--   migration 0014), in no index: read by primary key from the batch's cursor
+--   (claim_after, cursor_end], at most ?2 of them, skipping what is in flight or
+--   ended (the cursor moves up with the commits, count_committed_outcomes.sql).
+--   A claimer that names the largest id it claimed in a batch (?5) starts there
+--   when that is higher: every cursor item below it was claimed (store::Claimed).
+--   They count as due since the batch's creation.
+-- - `indexed`: items with a real run_after (retries, reaps, replays, deferred
+--   first attempts): each claimable batch is sought in the due index (keyed by
+--   batch, then run_after; callback rows are not in it), at most ?2 entries.
 -- - `callbacks`: due completion callbacks (migration 0007) of batches that have
 --   ended (finished_at set), whatever their status. A callback of an earlier end
 --   whose batch a replay reopened is held: what it reports is no longer the
@@ -17,14 +25,19 @@
 --   index, which holds only callbacks waiting for a delivery, each with one
 --   lookup of its batch by primary key; held ones are skipped, not counted
 --   (as many as batches reopened with an undelivered callback).
--- The first ?2 of both by (run_after, id) are claimed: the same order as a single
--- global index. Cost: at most ?2 index entries per claimable batch with due items
--- and ?2 of the callbacks index, one seek per claimable batch without.
+-- The first ?2 of all three by (run_after, id) are claimed: the same order as a
+-- single global index. Cost: per claimable batch, the rows from its cursor to its
+-- ?2-th cursor item (those in flight are read and skipped) and at most ?2 due
+-- index entries, and ?2 of the callbacks index. A cursor item claimed gets its
+-- run_after (now, and never 0): a release, a retry or a reap keeps one, so it
+-- is indexed.
 -- The claim returns each item's receipts (multi-channel items, core::receipts):
 -- the run sends only the channels not yet delivered.
--- ?1 now, ?2 limit, ?3 token prefix, ?4 lease expiry.
+-- ?1 now, ?2 limit, ?3 token prefix, ?4 lease expiry, ?5 JSON object batch id →
+-- largest id this claimer claimed there (may be empty).
 WITH claimable AS (
-  SELECT id FROM batches INDEXED BY batches_running WHERE status = 'running'
+  SELECT id, created_at, claim_after, cursor_end
+  FROM batches INDEXED BY batches_running WHERE status = 'running'
 ),
 callbacks AS (
   SELECT c.id, c.run_after FROM cron_queue AS c INDEXED BY cron_queue_callbacks
@@ -34,16 +47,31 @@ callbacks AS (
   ORDER BY c.run_after, c.id
   LIMIT ?2
 ),
+cursor AS (
+  SELECT q.id, b.created_at AS run_after
+  FROM claimable AS b, cron_queue AS q
+  WHERE q.id IN (
+    SELECT c.id FROM cron_queue AS c NOT INDEXED
+    WHERE c.id > max(b.claim_after, coalesce(json_extract(?5, '$."' || b.id || '"'), 0))
+      AND c.id <= b.cursor_end
+      AND c.batch_id = b.id AND c.status = 'pending' AND c.run_after = 0
+      AND c.attempt < c.max_attempts
+    ORDER BY c.id
+    LIMIT ?2
+  )
+),
 next AS (
   SELECT q.id, q.run_after
   FROM claimable AS b, cron_queue AS q
   WHERE q.id IN (
     SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
     WHERE d.batch_id = b.id AND d.status = 'pending' AND d.kind <> 'callback'
-      AND d.run_after <= ?1 AND d.attempt < d.max_attempts
+      AND d.run_after > 0 AND d.run_after <= ?1 AND d.attempt < d.max_attempts
     ORDER BY d.run_after, d.id
     LIMIT ?2
   )
+  UNION ALL
+  SELECT id, run_after FROM cursor
   UNION ALL
   SELECT id, run_after FROM callbacks
   ORDER BY 2, 1
@@ -54,7 +82,8 @@ SET status = 'processing',
     attempt = attempt + 1,
     lease_token = ?3 || '.' || id,
     lease_expires_at = ?4,
-    started_at = ?1
+    started_at = ?1,
+    run_after = CASE run_after WHEN 0 THEN max(?1, 1) ELSE run_after END
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
           receipts;

@@ -6,20 +6,26 @@
 -- (invariant 2). A retried commit counts only what its failed attempt did not
 -- apply (those rows are no longer processing), so nothing is counted twice. A
 -- completion callback is no item of its batch: never counted.
+-- The same write moves each batch's claim cursor (migration 0014) up to the
+-- largest id the flush settles: a cursor claim takes a batch's cursor items in id
+-- order, so every cursor item below a claimed one was claimed too, and those the
+-- cursor passes need not be read again. A batch whose flush holds only retries or
+-- releases gets that write too (it would anyway with a terminal outcome).
 -- ?1 the same JSON array as commit_outcomes.sql ("id", "token", "status" are read).
 UPDATE batches
 SET completed = batches.completed + d.done,
-    failed = batches.failed + d.failures
+    failed = batches.failed + d.failures,
+    claim_after = max(batches.claim_after, d.last_id)
 FROM (
   SELECT q.batch_id,
          sum(o.value ->> 'status' = 'completed') AS done,
-         sum(o.value ->> 'status' = 'failed') AS failures
+         sum(o.value ->> 'status' = 'failed') AS failures,
+         max(q.id) AS last_id
   FROM json_each(?1) AS o
   JOIN cron_queue AS q ON q.id = o.value ->> 'id'
   WHERE q.lease_token = o.value ->> 'token'
     AND q.status = 'processing'
     AND q.kind <> 'callback'
-    AND o.value ->> 'status' IN ('completed', 'failed')
   GROUP BY q.batch_id
 ) AS d
 WHERE batches.id = d.batch_id;

@@ -11,6 +11,9 @@
 -- ({"Europe/Berlin": <ms>, ...}), or its "fire_at" for a zone not in the map, plus
 -- jitter ((jitter_seed XOR "fire_seed") mod ("jitter_seconds" + 1)) seconds, XOR
 -- spelled (a | b) - (a & b) (core::schedule::jitter::jitter_ms is the Rust twin).
+-- A fill with no zone times and no jitter (a fixed zone, or POST /batches over
+-- subjects) has every item due at once: run_after = 0, claimed by the batch's
+-- cursor and in no index (migration 0014; advance_fill.sql sets cursor_end).
 -- max_attempts = the fill's "attempts" for the subject's kind, else its
 -- "max_attempts".
 --
@@ -22,7 +25,9 @@ WITH b AS MATERIALIZED (
   SELECT id, fill_after AS after, fill ->> 'group' AS grp, fill -> 'zone_times' AS zones,
          fill ->> 'fire_at' AS fire_at, fill ->> 'fire_seed' AS seed,
          fill ->> 'jitter_seconds' AS jitter, fill ->> 'max_attempts' AS max_attempts,
-         coalesce(fill -> 'attempts', '{}') AS attempts
+         coalesce(fill -> 'attempts', '{}') AS attempts,
+         fill ->> 'jitter_seconds' = 0
+           AND NOT EXISTS (SELECT 1 FROM json_each(fill -> 'zone_times')) AS at_once
   FROM batches
   WHERE id = coalesce(?1, (SELECT id FROM batches INDEXED BY batches_filling
                            WHERE fill_after IS NOT NULL ORDER BY created_at, id LIMIT 1))
@@ -50,6 +55,9 @@ page AS (
 INSERT OR IGNORE INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
 SELECT b.id, p.id, p.kind, p.payload,
        coalesce(b.attempts ->> ('$."' || p.kind || '"'), b.max_attempts),
-       coalesce(z.at, b.fire_at) + ((p.jitter_seed | b.seed) - (p.jitter_seed & b.seed)) % (b.jitter + 1) * 1000
+       CASE WHEN b.at_once THEN 0
+            ELSE coalesce(z.at, b.fire_at)
+                 + ((p.jitter_seed | b.seed) - (p.jitter_seed & b.seed)) % (b.jitter + 1) * 1000
+       END
 FROM b, page AS p
 LEFT JOIN zone_time AS z ON z.timezone = p.timezone;

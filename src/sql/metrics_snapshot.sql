@@ -5,9 +5,13 @@
 --                               each item's batch by primary key: a paused or cancelled
 --                               batch's in-flight items finish, but it is not running
 --   due                         running batches' entries of cron_queue_due (keyed by
---                               batch, then run_after), counted up to ?2 rows (LIMIT)
---   oldest_due                  each running batch's first entry of cron_queue_due
---                               (one row per running batch)
+--                               batch, then run_after), then their cursor items
+--                               (run_after = 0, migration 0014: due since the batch was
+--                               created; read by primary key from each cursor, those
+--                               in flight skipped), counted up to ?2 rows (LIMIT)
+--   oldest_due                  each running batch's first entry of cron_queue_due, or
+--                               its creation while a cursor item is pending (read from
+--                               its cursor to the first one)
 --   the last hour's summaries   invocations_started from ?3 (one row per invocation),
 --                               read twice: sums, then counts by stop reason
 --   dead_letters                failed items of every retained batch (running or not):
@@ -26,13 +30,26 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
                               JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
                               WHERE b.status = 'running' AND q.status = 'pending'
                                 AND q.kind <> 'callback'
-                                AND q.run_after <= ?1
+                                AND q.run_after > 0 AND q.run_after <= ?1
+                              UNION ALL
+                              SELECT 1
+                              FROM batches AS b INDEXED BY batches_running
+                              JOIN cron_queue AS q NOT INDEXED
+                                ON q.id > b.claim_after AND q.id <= b.cursor_end
+                              WHERE b.status = 'running' AND q.batch_id = b.id
+                                AND q.status = 'pending' AND q.run_after = 0
                               LIMIT ?2)) AS due,
        (SELECT min(first_due)
-        FROM (SELECT (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
-                      WHERE q.batch_id = b.id AND q.status = 'pending'
-                        AND q.kind <> 'callback') AS first_due
-              FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running')
+        FROM (SELECT min(coalesce(indexed, at_once), coalesce(at_once, indexed)) AS first_due
+              FROM (SELECT (SELECT min(q.run_after) FROM cron_queue AS q INDEXED BY cron_queue_due
+                            WHERE q.batch_id = b.id AND q.status = 'pending'
+                              AND q.kind <> 'callback' AND q.run_after > 0) AS indexed,
+                           CASE WHEN EXISTS (SELECT 1 FROM cron_queue AS q NOT INDEXED
+                                             WHERE q.id > b.claim_after AND q.id <= b.cursor_end
+                                               AND q.batch_id = b.id AND q.status = 'pending'
+                                               AND q.run_after = 0)
+                                THEN b.created_at END AS at_once
+                    FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running'))
         WHERE first_due <= ?1) AS oldest_due,
        (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_failed
                               WHERE q.status = 'failed' AND q.kind <> 'callback'

@@ -50,6 +50,7 @@ sql! {
     SET_BATCH_STATUS => "set_batch_status.sql",
     COUNT_CANCELLED_PAGE => "count_cancelled_page.sql",
     CANCEL_PENDING_PAGE => "cancel_pending_page.sql",
+    ADVANCE_CANCELLED_CURSORS => "advance_cancelled_cursors.sql",
     REOPEN_FOR_REPLAY => "reopen_for_replay.sql",
     REQUEUE_FAILED_PAGE => "requeue_failed_page.sql",
     REOPEN_FOR_ITEM_REPLAY => "reopen_for_item_replay.sql",

@@ -83,7 +83,6 @@ impl<D: Db> Store<D> {
                         vec![
                             id.into(),
                             max_attempts.into(),
-                            now.into(),
                             items_json(chunk).into(),
                             self.attempts_json().into(),
                         ],

@@ -25,8 +25,8 @@ impl<D: Db> Store<D> {
     }
 
     /// Move up to `page` pending items of cancelled batch `id` to `cancelled`,
-    /// counting them, and read the batch back: one call (a `batch()` of three
-    /// statements). A batch that is not cancelled is only read.
+    /// counting them and moving its cursor past them, and read the batch back: one
+    /// call (a `batch()` of four statements). A batch that is not cancelled is only read.
     pub async fn cancel_pending(
         &self,
         id: &str,
@@ -41,6 +41,7 @@ impl<D: Db> Store<D> {
                     sql::CANCEL_PENDING_PAGE,
                     vec![id.into(), page.into(), now.into()],
                 ),
+                (sql::ADVANCE_CANCELLED_CURSORS, vec![id.into()]),
                 (sql::GET_BATCH, vec![id.into()]),
             ])
             .await?;
@@ -113,8 +114,9 @@ impl<D: Db> Store<D> {
             ),
             (
                 sql::CANCEL_PENDING_PAGE,
-                vec![any, upkeep.cancel_page.into(), now.into()],
+                vec![any.clone(), upkeep.cancel_page.into(), now.into()],
             ),
+            (sql::ADVANCE_CANCELLED_CURSORS, vec![any]),
         ];
         if let Some(r) = &upkeep.retention {
             statements.extend([

@@ -11,6 +11,22 @@ impl<D: Db> Store<D> {
         token_prefix: &str,
         lease_expires_at: i64,
     ) -> StoreResult<Vec<ClaimedItem>> {
+        self.claim_due_items_after(now, limit, token_prefix, lease_expires_at, &Claimed::default())
+            .await
+    }
+
+    /// [`Store::claim_due_items`] for a claimer that remembers what it claimed:
+    /// each batch's cursor items are read from above the largest id it claimed
+    /// there, not only above the batch's stored cursor (which the commits move),
+    /// so its own items in flight are not read again.
+    pub async fn claim_due_items_after(
+        &self,
+        now: i64,
+        limit: i64,
+        token_prefix: &str,
+        lease_expires_at: i64,
+        claimed: &Claimed,
+    ) -> StoreResult<Vec<ClaimedItem>> {
         self.db
             .query(
                 sql::CLAIM_DUE_ITEMS,
@@ -19,6 +35,7 @@ impl<D: Db> Store<D> {
                     limit.into(),
                     token_prefix.into(),
                     lease_expires_at.into(),
+                    claimed.json().into(),
                 ],
             )
             .await
@@ -113,6 +130,26 @@ impl<D: Db> Store<D> {
     /// One item with its batch's status.
     pub async fn get_item(&self, id: i64) -> StoreResult<Option<ItemRef>> {
         Ok(self.db.query(sql::GET_ITEM, vec![id.into()]).await?.pop())
+    }
+}
+
+/// The largest item id a claimer has claimed in each batch: every cursor item
+/// below it was claimed too (a claim takes a batch's cursor items in id order), so
+/// its next claim may read that batch's cursor items from above it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claimed(BTreeMap<String, i64>);
+
+impl Claimed {
+    pub fn note(&mut self, items: &[ClaimedItem]) {
+        for item in items {
+            let last = self.0.entry(item.batch_id.clone()).or_insert(0);
+            *last = (*last).max(item.item_id);
+        }
+    }
+
+    /// `{"<batch id>": <largest id>, ...}`, the claim's ?5.
+    pub fn json(&self) -> String {
+        serde_json::to_string(&self.0).expect("a map of ids serialises")
     }
 }
 
