@@ -2,9 +2,10 @@
 //! replay of a 100,000-item batch, each one HTTP request timed from outside; what
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
-//! and what migrations 0006 (batch control), 0007 (delivery) and 0008 (the batch
-//! list's index) cost on a queue of a million items (host SQLite; 0008 also beside
-//! 100,000 ended batches, the table it indexes).
+//! and what migrations 0006 (batch control), 0007 (delivery), 0008 (the batch
+//! list's index) and 0014 (the claim cursor, a rebuilt due index) cost on a queue
+//! of a million items (host SQLite; 0008 also beside 100,000 ended batches, the
+//! table it indexes).
 
 use crate::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::drive::{self, Pace};
@@ -196,8 +197,9 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     runtime.stop().await?;
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
     let mut migrations = Vec::new();
-    // 0008 indexes the batches table, so it is also timed beside many batches.
-    for (migration, batches) in [("0006", 1), ("0007", 1), ("0008", 100_000)] {
+    // 0008 indexes the batches table, so it is also timed beside many batches;
+    // 0014 rebuilds the due index over the pending items.
+    for (migration, batches) in [("0006", 1), ("0007", 1), ("0008", 100_000), ("0014", 1)] {
         eprintln!("migration {migration} on 1,000,000 items, {batches} batches (host SQLite) ...");
         let dir = runtime.config().repo.join("migrations");
         migrations.push(migration_cost(&dir, migration, 1_000_000, batches)?);
@@ -400,7 +402,7 @@ fn migration_cost(
          SELECT 'b', printf('user-%07d', i), 'webhook',
                 json_object('url', 'https://hooks.example.com/notify/' || i, 'data', json_object('user', i)),
                 CASE i % 10 WHEN 0 THEN 'completed' WHEN 1 THEN 'failed' ELSE 'pending' END,
-                CASE i % 10 WHEN 0 THEN 1 WHEN 1 THEN 5 ELSE 0 END, 5, 0,
+                CASE i % 10 WHEN 0 THEN 1 WHEN 1 THEN 5 ELSE 0 END, 5, 1764000000000 + i,
                 CASE i % 10 WHEN 1 THEN 'gave up after 5 attempts; last error: HTTP 500' END
          FROM n;
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {batches})
@@ -448,6 +450,12 @@ mod tests {
             (listing.migration.as_str(), listing.rows_changed),
             ("0008", 0),
             "an index rewrites no row"
+        );
+        let cursor = migration_cost(&dir, "0014", 100, 1).unwrap();
+        assert_eq!(
+            (cursor.migration.as_str(), cursor.rows_changed),
+            ("0014", 0),
+            "new columns and a rebuilt index rewrite no row"
         );
         assert!(migration_cost(&dir, "0099", 10, 1).is_err());
     }
