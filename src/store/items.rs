@@ -168,6 +168,28 @@ mod tests {
     use super::*;
     use crate::core::model::ItemStatus;
 
+    /// The claim's ?5 keeps each batch's largest claimed id, whatever the order
+    /// the items came in, and is the JSON object the claim reads by batch id.
+    #[test]
+    fn claimed_keeps_the_largest_id_per_batch() {
+        let item = |batch: &str, id: i64| ClaimedItem {
+            item_id: id,
+            lease_token: format!("t.{id}"),
+            batch_id: batch.into(),
+            subject_id: format!("s{id}"),
+            attempt: 1,
+            max_attempts: 3,
+            kind: "noop".into(),
+            payload: "{}".into(),
+            receipts: None,
+        };
+        let mut claimed = Claimed::default();
+        assert_eq!(claimed.json(), "{}");
+        claimed.note(&[item("a", 7), item("b", 3), item("a", 5)]);
+        claimed.note(&[item("a", 6), item("b", 9)]);
+        assert_eq!(claimed.json(), r#"{"a":7,"b":9}"#);
+    }
+
     /// Every `o.value ->> '<key>'` the commit's statements read is a field of the
     /// serialised transition: renaming a field of the model cannot silently turn
     /// into a NULL read by the SQL.
