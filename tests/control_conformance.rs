@@ -172,10 +172,8 @@ fn the_claim_never_walks_a_paused_batch() {
         "{plan:?}"
     );
     assert!(
-        plan.iter()
-            .any(|s| s.contains(
-                "USING INDEX cron_queue_due (batch_id=? AND run_after>? AND run_after<?)"
-            )),
+        plan.iter().any(|s| s
+            .contains("USING INDEX cron_queue_due (batch_id=? AND run_after>? AND run_after<?)")),
         "{plan:?}"
     );
     // Cursor items (due at once, in no index) are read by primary key from the cursor.

@@ -26,9 +26,7 @@ use cron_fanout::drain_loop::{self, Event, Ports};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{
-    BatchSource, Claimed, Db, Param, Store, StoreError, StoreResult, Usage,
-};
+use cron_fanout::store::{BatchSource, Claimed, Db, Param, Store, StoreError, StoreResult, Usage};
 use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -1073,10 +1071,13 @@ impl Ports for SimPorts<'_, '_> {
         let fault = self.sim.fault(true, self.seen.claims_sent);
         self.store.db().inner().next.set(fault);
         let token = format!("c{now}");
-        let result = block_on(
-            self.store
-                .claim_due_items_after(now, limit, &token, lease_expires_at, &self.claimed),
-        );
+        let result = block_on(self.store.claim_due_items_after(
+            now,
+            limit,
+            &token,
+            lease_expires_at,
+            &self.claimed,
+        ));
         self.sim
             .check_claim(&self.store.db().inner().db, &result, self.ctx);
         let at = now + self.sim.d1_latency();

@@ -111,7 +111,10 @@ fn run_after_by_subject(store: &Store<SqliteDb>, batch_key: &str) -> BTreeMap<St
     // shown with its batch's fire instant.
     let batch = block_on(store.batch_by_key(batch_key)).unwrap().unwrap();
     let items = block_on(store.list_batch_items(&batch.id, "", None, 100_000)).unwrap();
-    items.into_iter().map(|i| (i.subject_id, i.run_after)).collect()
+    items
+        .into_iter()
+        .map(|i| (i.subject_id, i.run_after))
+        .collect()
 }
 
 #[test]
@@ -660,14 +663,7 @@ fn each_subject_runs_at_nine_in_its_own_zone() {
     assert_eq!(times, expected);
     // Items on their subjects' own time are claimed from the due index: each
     // has an entry there, none is a cursor item (migration 0014).
-    assert_eq!(
-        count(
-            &store,
-            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
-             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
-        ),
-        9
-    );
+    assert_eq!(due_index_entries(&store), 9);
     assert_eq!(
         texts(&store, "SELECT json_array(total, cursor_end) FROM batches"),
         ["[9,0]"]
@@ -911,14 +907,7 @@ fn the_daily_schedule_creates_the_same_batch_as_the_old_daily_cron() {
     assert_eq!(batch.total, 40);
     // A fixed zone without jitter: every item due at once, a cursor item in no
     // index (migration 0014), its cursor range the batch's 40 ids.
-    assert_eq!(
-        count(
-            &store,
-            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
-             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
-        ),
-        0
-    );
+    assert_eq!(due_index_entries(&store), 0);
     assert_eq!(
         count(&store, "SELECT cursor_end - claim_after FROM batches"),
         40

@@ -201,20 +201,17 @@ fn claims_are_exclusive_under_interleaving() {
 fn first_attempts_are_claimed_by_the_cursor_and_come_back_through_the_index() {
     let store = setup();
     let id = batch_of(&store, "x", 40, 5);
-    let indexed = || {
-        count(
-            &store,
-            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
-             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0",
-        )
-    };
     let cursor = || {
         texts(
             &store,
             "SELECT json_array(claim_after, cursor_end) FROM batches WHERE id = 'b-x'",
         )
     };
-    assert_eq!(indexed(), 0, "inserted due at once: no index entry");
+    assert_eq!(
+        due_index_entries(&store),
+        0,
+        "inserted due at once: no index entry"
+    );
     assert_eq!(cursor(), ["[0,40]"]);
     // Two claims before any commit: the second skips what the first holds.
     let a = claim(&store, 10, 10, "a");
@@ -226,9 +223,16 @@ fn first_attempts_are_claimed_by_the_cursor_and_come_back_through_the_index() {
     let mut outcomes = settle_all(&b[2..], Outcome::Done, 20);
     outcomes.push(settle(&b[0], Outcome::Retry("HTTP 503".into()), 20));
     outcomes.push(release(&b[1]));
-    assert_eq!(block_on(store.commit_outcomes(&outcomes)).unwrap().len(), 10);
+    assert_eq!(
+        block_on(store.commit_outcomes(&outcomes)).unwrap().len(),
+        10
+    );
     assert_eq!(cursor(), ["[20,40]"], "moved up to the largest id settled");
-    assert_eq!(indexed(), 2, "the retry and the release are indexed");
+    assert_eq!(
+        due_index_entries(&store),
+        2,
+        "the retry and the release are indexed"
+    );
     // 1-10 are still in flight below the cursor; the next claim starts above it.
     // Cursor items count as due since their batch's creation (0), so they come
     // before the release (due at its claim, 10).
@@ -248,14 +252,20 @@ fn first_attempts_are_claimed_by_the_cursor_and_come_back_through_the_index() {
     let done = settle_all(&rest, Outcome::Done, 10_000_001);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 17);
     assert_eq!(
-        count(&store, "SELECT count(*) FROM cron_queue WHERE status = 'completed'"),
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'completed'"
+        ),
         40
     );
     assert_eq!(cursor(), ["[40,40]"]);
     common_counters_exact(&store, &[&id]);
     // A claimed cursor item keeps the run_after the claim gave it.
     assert_eq!(
-        count(&store, "SELECT count(*) FROM cron_queue WHERE run_after = 0"),
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE run_after = 0"
+        ),
         0
     );
 }
@@ -1169,19 +1179,26 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
         .db()
         .apply_migrations(&only_0014)
         .expect("0014 applies");
-    assert_eq!(texts(&store, ITEM_ROWS), items_before, "no item row changed");
-    assert_eq!(texts(&store, BATCH_ROWS), batches_before, "no batch row changed");
     assert_eq!(
-        texts(&store, "SELECT json_array(id, claim_after, cursor_end) FROM batches ORDER BY id"),
+        texts(&store, ITEM_ROWS),
+        items_before,
+        "no item row changed"
+    );
+    assert_eq!(
+        texts(&store, BATCH_ROWS),
+        batches_before,
+        "no batch row changed"
+    );
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT json_array(id, claim_after, cursor_end) FROM batches ORDER BY id"
+        ),
         ["[\"A\",0,0]", "[\"B\",0,0]", "[\"C\",0,0]"],
         "existing batches have an empty cursor range: their items stay indexed"
     );
     assert_eq!(
-        count(
-            &store,
-            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_due
-             WHERE status = 'pending' AND kind <> 'callback' AND run_after > 0"
-        ),
+        due_index_entries(&store),
         7,
         "every pending item is in the rebuilt due index"
     );

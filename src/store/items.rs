@@ -11,8 +11,14 @@ impl<D: Db> Store<D> {
         token_prefix: &str,
         lease_expires_at: i64,
     ) -> StoreResult<Vec<ClaimedItem>> {
-        self.claim_due_items_after(now, limit, token_prefix, lease_expires_at, &Claimed::default())
-            .await
+        self.claim_due_items_after(
+            now,
+            limit,
+            token_prefix,
+            lease_expires_at,
+            &Claimed::default(),
+        )
+        .await
     }
 
     /// [`Store::claim_due_items`] for a claimer that remembers what it claimed:
