@@ -8,6 +8,10 @@ pub use params::*;
 macro_rules! sql {
     ($($name:ident => $file:literal),* $(,)?) => {
         $(pub const $name: &str = include_str!($file);)*
+
+        /// Every statement by name, for the test of `params`.
+        #[cfg(test)]
+        const ALL: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
     };
 }
 

@@ -23,24 +23,31 @@ macro_rules! statement {
     ($(
         $(#[$doc:meta])*
         $name:ident $(<$lt:lifetime>)? = $sql:ident { $($field:ident: $ty:ty),* $(,)? }
-    )*) => {$(
-        $(#[$doc])*
-        #[derive(Debug, Clone)]
-        pub struct $name $(<$lt>)? {
-            $(pub $field: $ty,)*
-        }
-
-        impl $(<$lt>)? Statement for $name $(<$lt>)? {
-            const SQL: &'static str = $sql;
-            fn params(self) -> Vec<Param> {
-                vec![$(self.$field.into()),*]
+    )*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone)]
+            pub struct $name $(<$lt>)? {
+                $(pub $field: $ty,)*
             }
-        }
-    )*};
+
+            impl $(<$lt>)? Statement for $name $(<$lt>)? {
+                const SQL: &'static str = $sql;
+                fn params(self) -> Vec<Param> {
+                    vec![$(self.$field.into()),*]
+                }
+            }
+        )*
+
+        /// Each struct's name, statement and number of fields, for the test below.
+        #[cfg(test)]
+        const DECLARED: &[(&str, &str, usize)] =
+            &[$((stringify!($name), $sql, [$(stringify!($field)),*].len())),*];
+    };
 }
 
-// Batches.
 statement! {
+    // Batches.
     /// `on_finish`: as stored (`core::callback`); `callback_attempts` is `None`
     /// without it. `fill`: `batches.fill` JSON for a batch over subjects.
     CreateBatch<'a> = CREATE_BATCH {
@@ -59,10 +66,8 @@ statement! {
     GetBatchByKey<'a> = GET_BATCH_BY_KEY { key: &'a str }
     ListBatches = LIST_BATCHES { page: i64 }
     FinishBatches = FINISH_BATCHES { now: i64 }
-}
 
-// The queue's items.
-statement! {
+    // The queue's items.
     /// `claimed`: `Claimed::json`, the largest id this claimer claimed per batch.
     ClaimDueItems<'a> = CLAIM_DUE_ITEMS {
         now: i64, limit: i64, token_prefix: &'a str, lease_expires_at: i64, claimed: String,
@@ -79,19 +84,15 @@ statement! {
     }
     ListFailedItems<'a> = LIST_FAILED_ITEMS { batch_id: &'a str, after: &'a str, page: i64 }
     GetItem = GET_ITEM { item_id: i64 }
-}
 
-// Subjects.
-statement! {
+    // Subjects.
     /// `subjects`: JSON array of the subjects' rows.
     UpsertSubjects = UPSERT_SUBJECTS { subjects: String, now: i64 }
     ListSubjects<'a> = LIST_SUBJECTS { after: &'a str, limit: i64 }
     GetSubject<'a> = GET_SUBJECT { id: &'a str }
     DeleteSubject<'a> = DELETE_SUBJECT { id: &'a str }
-}
 
-// Schedules.
-statement! {
+    // Schedules.
     /// Exactly one of `cron`, `every_seconds`, `at` is `Some`; `enabled` is 0/1.
     UpsertSchedule<'a> = UPSERT_SCHEDULE {
         id: &'a str, cron: Option<&'a str>, every_seconds: Option<i64>, at: Option<i64>,
@@ -122,11 +123,9 @@ statement! {
     GetBatchesByKeys = GET_BATCHES_BY_KEYS { keys: String }
     /// `fires`: `tick::read_back_json`.
     FiredBatches = FIRED_BATCHES { fires: String }
-}
 
-// Control: pause, cancel, replay, upkeep. A `batch_id` of `None`: every
-// cancelled batch that has not ended.
-statement! {
+    // Control: pause, cancel, replay, upkeep. A `batch_id` of `None`: every
+    // cancelled batch that has not ended.
     SetBatchStatus<'a> = SET_BATCH_STATUS { batch_id: &'a str, expected: &'a str, status: &'a str }
     CountCancelledPage<'a> = COUNT_CANCELLED_PAGE { batch_id: Option<&'a str>, page: i64 }
     CancelPendingPage<'a> = CANCEL_PENDING_PAGE {
@@ -150,10 +149,8 @@ statement! {
     DeleteExpiredItems = DELETE_EXPIRED_ITEMS { cutoff: i64, items: i64, batches: i64 }
     DeleteExpiredBatches = DELETE_EXPIRED_BATCHES { cutoff: i64, batches: i64 }
     DeleteOldInvocations = DELETE_OLD_INVOCATIONS { cutoff: i64, rows: i64 }
-}
 
-// Invocation summaries.
-statement! {
+    // Invocation summaries.
     /// `summary`: `InvocationSummary` as JSON.
     RecordInvocation = RECORD_INVOCATION { summary: String }
     /// `batch_ids`: JSON array; `lookback_ms`: how long an invocation can run.
@@ -166,4 +163,40 @@ statement! {
         now: i64, due_cap: i64, window_start: i64, dead_letter_cap: i64,
     }
     ListInvocations = LIST_INVOCATIONS { limit: i64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The largest `?N` in a statement's SQL, comments left out.
+    fn last_param(sql: &str) -> usize {
+        let body: String = sql
+            .lines()
+            .map(|l| l.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        body.split('?')
+            .skip(1)
+            .filter_map(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every struct has one field per `?N` of its statement, and every statement
+    /// that takes parameters has a struct: a field missing or left over fails
+    /// here rather than when the statement first runs.
+    #[test]
+    fn each_statement_with_parameters_has_a_struct_of_as_many_fields() {
+        for (name, sql, fields) in DECLARED {
+            assert_eq!(last_param(sql), *fields, "{name}");
+        }
+        for (name, sql) in ALL {
+            let declared = DECLARED.iter().any(|(_, s, _)| s == sql);
+            assert_eq!(declared, last_param(sql) > 0, "{name}");
+        }
+    }
 }
