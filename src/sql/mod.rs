@@ -1,9 +1,17 @@
 //! Every SQL statement the Worker runs, one per file, pulled in at compile time so
-//! the D1 store and the SQLite conformance tests run the very same text.
+//! the D1 store and the SQLite conformance tests run the very same text. The store
+//! binds each statement's parameters through its typed struct (`params`).
+
+mod params;
+pub use params::*;
 
 macro_rules! sql {
     ($($name:ident => $file:literal),* $(,)?) => {
         $(pub const $name: &str = include_str!($file);)*
+
+        /// Every statement by name, for the test of `params`.
+        #[cfg(test)]
+        const ALL: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
     };
 }
 

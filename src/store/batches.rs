@@ -6,9 +6,10 @@ impl<D: Db> Store<D> {
     /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
     /// still filling (`None`). Two statements of a `batch()`.
     pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 2] {
+        let page = self.fill.page;
         [
-            (sql::FILL_BATCH_PAGE, vec![id.into(), self.fill.page.into()]),
-            (sql::ADVANCE_FILL, vec![id.into()]),
+            sql::FillBatchPage { batch_id: id, page }.bind(),
+            sql::AdvanceFill { batch_id: id }.bind(),
         ]
     }
 
@@ -57,17 +58,15 @@ impl<D: Db> Store<D> {
             }
             BatchSource::Items(_) => None,
         };
-        let mut statements = vec![(
-            sql::CREATE_BATCH,
-            vec![
-                id.into(),
-                key.into(),
-                now.into(),
-                on_finish.into(),
-                callback_attempts.into(),
-                fill.into(),
-            ],
-        )];
+        let mut statements = vec![sql::CreateBatch {
+            id,
+            key,
+            now,
+            on_finish,
+            callback_attempts,
+            fill,
+        }
+        .bind()];
         match source {
             // Its first pages in this call, then more calls of pages until it is
             // filled or `create_calls` are made (ticks continue a bigger one).
@@ -78,17 +77,19 @@ impl<D: Db> Store<D> {
             }
             BatchSource::Items(items) => {
                 for chunk in items.chunks(ITEMS_PER_STATEMENT) {
-                    statements.push((
-                        sql::ENQUEUE_ITEMS,
-                        vec![
-                            id.into(),
-                            max_attempts.into(),
-                            items_json(chunk).into(),
-                            self.attempts_json().into(),
-                        ],
-                    ));
+                    let items = items_json(chunk);
+                    let kind_attempts = self.attempts_json();
+                    statements.push(
+                        sql::EnqueueItems {
+                            batch_id: id,
+                            max_attempts,
+                            items,
+                            kind_attempts,
+                        }
+                        .bind(),
+                    );
                 }
-                statements.push((sql::SET_BATCH_TOTAL, vec![id.into()]));
+                statements.push(sql::SetBatchTotal { batch_id: id }.bind());
             }
         }
         self.db.batch(statements).await?;
@@ -122,24 +123,20 @@ impl<D: Db> Store<D> {
     }
 
     pub async fn batch_by_key(&self, key: &str) -> StoreResult<Option<BatchRow>> {
-        Ok(self
-            .db
-            .query(sql::GET_BATCH_BY_KEY, vec![key.into()])
-            .await?
-            .pop())
+        Ok(self.db.run(sql::GetBatchByKey { key }).await?.pop())
     }
 
     pub async fn get_batch(&self, id: &str) -> StoreResult<Option<BatchRow>> {
-        Ok(self.db.query(sql::GET_BATCH, vec![id.into()]).await?.pop())
+        Ok(self.db.run(sql::GetBatch { batch_id: id }).await?.pop())
     }
 
     pub async fn list_batches(&self, limit: i64) -> StoreResult<Vec<BatchRow>> {
-        self.db.query(sql::LIST_BATCHES, vec![limit.into()]).await
+        self.db.run(sql::ListBatches { page: limit }).await
     }
 
     /// Mark batches with nothing left as finished; each is returned exactly once.
     pub async fn finish_batches(&self, now: i64) -> StoreResult<Vec<FinishedBatch>> {
-        self.db.query(sql::FINISH_BATCHES, vec![now.into()]).await
+        self.db.run(sql::FinishBatches { now }).await
     }
 }
 

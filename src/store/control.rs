@@ -16,10 +16,11 @@ impl<D: Db> Store<D> {
     ) -> StoreResult<bool> {
         let rows: Vec<Id<String>> = self
             .db
-            .query(
-                sql::SET_BATCH_STATUS,
-                vec![id.into(), from.as_str().into(), to.as_str().into()],
-            )
+            .run(sql::SetBatchStatus {
+                batch_id: id,
+                expected: from.as_str(),
+                status: to.as_str(),
+            })
             .await?;
         Ok(!rows.is_empty())
     }
@@ -36,13 +37,19 @@ impl<D: Db> Store<D> {
         let rows = self
             .db
             .batch_rows(vec![
-                (sql::COUNT_CANCELLED_PAGE, vec![id.into(), page.into()]),
-                (
-                    sql::CANCEL_PENDING_PAGE,
-                    vec![id.into(), page.into(), now.into()],
-                ),
-                (sql::ADVANCE_CANCELLED_CURSORS, vec![id.into()]),
-                (sql::GET_BATCH, vec![id.into()]),
+                sql::CountCancelledPage {
+                    batch_id: Some(id),
+                    page,
+                }
+                .bind(),
+                sql::CancelPendingPage {
+                    batch_id: Some(id),
+                    page,
+                    now,
+                }
+                .bind(),
+                sql::AdvanceCancelledCursors { batch_id: Some(id) }.bind(),
+                sql::GetBatch { batch_id: id }.bind(),
             ])
             .await?;
         Ok(rows.into_iter().next())
@@ -63,15 +70,23 @@ impl<D: Db> Store<D> {
         now: i64,
         grow: i64,
     ) -> StoreResult<Vec<Requeued>> {
-        let selection =
-            || -> Vec<Param> { vec![id.into(), after.into(), error_contains.into(), page.into()] };
-        let mut requeue = selection();
-        requeue.extend([now.into(), grow.into(), self.attempts_json().into()]);
+        let reopen = sql::ReopenForReplay {
+            batch_id: id,
+            after,
+            error_contains,
+            page,
+        };
+        let requeue = sql::RequeueFailedPage {
+            batch_id: id,
+            after,
+            error_contains,
+            page,
+            now,
+            grow,
+            kind_attempts: self.attempts_json(),
+        };
         self.db
-            .batch_rows(vec![
-                (sql::REOPEN_FOR_REPLAY, selection()),
-                (sql::REQUEUE_FAILED_PAGE, requeue),
-            ])
+            .batch_rows(vec![reopen.bind(), requeue.bind()])
             .await
     }
 
@@ -85,16 +100,14 @@ impl<D: Db> Store<D> {
         let rows: Vec<Id<i64>> = self
             .db
             .batch_rows(vec![
-                (sql::REOPEN_FOR_ITEM_REPLAY, vec![item_id.into()]),
-                (
-                    sql::REQUEUE_FAILED_ITEM,
-                    vec![
-                        item_id.into(),
-                        now.into(),
-                        grow.into(),
-                        self.attempts_json().into(),
-                    ],
-                ),
+                sql::ReopenForItemReplay { item_id }.bind(),
+                sql::RequeueFailedItem {
+                    item_id,
+                    now,
+                    grow,
+                    kind_attempts: self.attempts_json(),
+                }
+                .bind(),
             ])
             .await?;
         Ok(!rows.is_empty())
@@ -106,35 +119,44 @@ impl<D: Db> Store<D> {
     /// each capped), then end the batches with nothing left (`finish_batches.sql`). Returns the batches
     /// that ended, each once.
     pub async fn finish_tick(&self, now: i64, upkeep: &Upkeep) -> StoreResult<Vec<FinishedBatch>> {
-        let any: Param = Param::Null;
+        // No batch id: every cancelled batch that has not ended.
+        let (any, page) = (None, upkeep.cancel_page);
         let mut statements = vec![
-            (
-                sql::COUNT_CANCELLED_PAGE,
-                vec![any.clone(), upkeep.cancel_page.into()],
-            ),
-            (
-                sql::CANCEL_PENDING_PAGE,
-                vec![any.clone(), upkeep.cancel_page.into(), now.into()],
-            ),
-            (sql::ADVANCE_CANCELLED_CURSORS, vec![any]),
+            sql::CountCancelledPage {
+                batch_id: any,
+                page,
+            }
+            .bind(),
+            sql::CancelPendingPage {
+                batch_id: any,
+                page,
+                now,
+            }
+            .bind(),
+            sql::AdvanceCancelledCursors { batch_id: any }.bind(),
         ];
         if let Some(r) = &upkeep.retention {
+            let cutoff = r.cutoff;
             statements.extend([
-                (
-                    sql::DELETE_EXPIRED_ITEMS,
-                    vec![r.cutoff.into(), r.items.into(), r.batches.into()],
-                ),
-                (
-                    sql::DELETE_EXPIRED_BATCHES,
-                    vec![r.cutoff.into(), r.batches.into()],
-                ),
-                (
-                    sql::DELETE_OLD_INVOCATIONS,
-                    vec![r.cutoff.into(), r.invocations.into()],
-                ),
+                sql::DeleteExpiredItems {
+                    cutoff,
+                    items: r.items,
+                    batches: r.batches,
+                }
+                .bind(),
+                sql::DeleteExpiredBatches {
+                    cutoff,
+                    batches: r.batches,
+                }
+                .bind(),
+                sql::DeleteOldInvocations {
+                    cutoff,
+                    rows: r.invocations,
+                }
+                .bind(),
             ]);
         }
-        statements.push((sql::FINISH_BATCHES, vec![now.into()]));
+        statements.push(sql::FinishBatches { now }.bind());
         self.db.batch_rows(statements).await
     }
 }

@@ -7,7 +7,7 @@ impl<D: Db> Store<D> {
     pub async fn record_invocation(&self, summary: &InvocationSummary) -> StoreResult<()> {
         let json = serde_json::to_string(summary).map_err(|e| StoreError::Json(e.to_string()))?;
         self.db
-            .query::<Value>(sql::RECORD_INVOCATION, vec![json.into()])
+            .run::<Value>(sql::RecordInvocation { summary: json })
             .await
             .map(|_| ())
     }
@@ -26,8 +26,12 @@ impl<D: Db> Store<D> {
             failed: i64,
         }
         let ids = serde_json::to_string(batch_ids).map_err(|e| StoreError::Json(e.to_string()))?;
-        let params = vec![since.into(), ids.into(), throughput::LOOKBACK_MS.into()];
-        let rows: Vec<Row> = self.db.query(sql::RECENT_THROUGHPUT, params).await?;
+        let statement = sql::RecentThroughput {
+            since,
+            batch_ids: ids,
+            lookback_ms: throughput::LOOKBACK_MS,
+        };
+        let rows: Vec<Row> = self.db.run(statement).await?;
         Ok(rows
             .into_iter()
             .map(|r| {
@@ -49,15 +53,16 @@ impl<D: Db> Store<D> {
         bucket_ms: i64,
         limit: i64,
     ) -> StoreResult<Vec<TimelineBucket>> {
-        let params = vec![
-            batch_id.into(),
-            window.ended_from.into(),
-            window.to.into(),
-            bucket_ms.into(),
-            limit.into(),
-            throughput::LOOKBACK_MS.into(),
-        ];
-        self.db.query(sql::BATCH_TIMELINE, params).await
+        self.db
+            .run(sql::BatchTimeline {
+                batch_id,
+                ended_from: window.ended_from,
+                to: window.to,
+                bucket_ms,
+                limit,
+                lookback_ms: throughput::LOOKBACK_MS,
+            })
+            .await
     }
 
     /// What `GET /metrics` reports except the settings (one statement).
@@ -86,15 +91,15 @@ impl<D: Db> Store<D> {
             /// JSON object: stop reason → invocations.
             stop_reasons: String,
         }
-        let params = vec![
-            now.into(),
-            metrics::DUE_CAP.into(),
-            (now - metrics::WINDOW_MS).into(),
-            metrics::DEAD_LETTER_CAP.into(),
-        ];
+        let statement = sql::MetricsSnapshot {
+            now,
+            due_cap: metrics::DUE_CAP,
+            window_start: now - metrics::WINDOW_MS,
+            dead_letter_cap: metrics::DEAD_LETTER_CAP,
+        };
         let row: Row = self
             .db
-            .query(sql::METRICS_SNAPSHOT, params)
+            .run(statement)
             .await?
             .pop()
             .ok_or_else(|| StoreError::Missing("the metrics row".into()))?;
@@ -134,10 +139,7 @@ impl<D: Db> Store<D> {
         struct Row {
             invocation: String,
         }
-        let rows: Vec<Row> = self
-            .db
-            .query(sql::LIST_INVOCATIONS, vec![limit.into()])
-            .await?;
+        let rows: Vec<Row> = self.db.run(sql::ListInvocations { limit }).await?;
         rows.iter()
             .map(|r| {
                 serde_json::from_str(&r.invocation).map_err(|e| StoreError::Json(e.to_string()))

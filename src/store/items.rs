@@ -33,17 +33,15 @@ impl<D: Db> Store<D> {
         lease_expires_at: i64,
         claimed: &Claimed,
     ) -> StoreResult<Vec<ClaimedItem>> {
+        let claimed = claimed.json();
         self.db
-            .query(
-                sql::CLAIM_DUE_ITEMS,
-                vec![
-                    now.into(),
-                    limit.into(),
-                    token_prefix.into(),
-                    lease_expires_at.into(),
-                    claimed.json().into(),
-                ],
-            )
+            .run(sql::ClaimDueItems {
+                now,
+                limit,
+                token_prefix,
+                lease_expires_at,
+                claimed,
+            })
             .await
     }
 
@@ -80,11 +78,17 @@ impl<D: Db> Store<D> {
             return Ok(Vec::new());
         };
         let mut statements = vec![
-            (sql::COUNT_COMMITTED_OUTCOMES, vec![json.clone().into()]),
-            (sql::COMMIT_OUTCOMES, vec![json.clone().into()]),
+            sql::CountCommittedOutcomes {
+                outcomes: json.clone(),
+            }
+            .bind(),
+            sql::CommitOutcomes {
+                outcomes: json.clone(),
+            }
+            .bind(),
         ];
         if read_back {
-            statements.push((sql::COMMITTED_OUTCOMES, vec![json.into()]));
+            statements.push(sql::CommittedOutcomes { outcomes: json }.bind());
         }
         let rows: Vec<Id<i64>> = self.db.batch_rows(statements).await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
@@ -95,8 +99,8 @@ impl<D: Db> Store<D> {
     pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
         self.db
             .batch_rows(vec![
-                (sql::COUNT_REAPED_FAILURES, vec![now.into(), limit.into()]),
-                (sql::REAP_EXPIRED_LEASES, vec![now.into(), limit.into()]),
+                sql::CountReapedFailures { now, page: limit }.bind(),
+                sql::ReapExpiredLeases { now, page: limit }.bind(),
             ])
             .await
     }
@@ -114,28 +118,27 @@ impl<D: Db> Store<D> {
         if status == Some(ItemStatus::Failed) {
             return self
                 .db
-                .query(
-                    sql::LIST_FAILED_ITEMS,
-                    vec![batch_id.into(), after.into(), limit.into()],
-                )
+                .run(sql::ListFailedItems {
+                    batch_id,
+                    after,
+                    page: limit,
+                })
                 .await;
         }
+        let status = status.map(|s| s.as_str());
         self.db
-            .query(
-                sql::LIST_BATCH_ITEMS,
-                vec![
-                    batch_id.into(),
-                    after.into(),
-                    status.map(|s| s.as_str()).into(),
-                    limit.into(),
-                ],
-            )
+            .run(sql::ListBatchItems {
+                batch_id,
+                after,
+                status,
+                limit,
+            })
             .await
     }
 
     /// One item with its batch's status.
     pub async fn get_item(&self, id: i64) -> StoreResult<Option<ItemRef>> {
-        Ok(self.db.query(sql::GET_ITEM, vec![id.into()]).await?.pop())
+        Ok(self.db.run(sql::GetItem { item_id: id }).await?.pop())
     }
 }
 

@@ -45,7 +45,7 @@ use crate::core::schedule::tick::{self, FireRead, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
 use crate::core::throughput;
 use crate::core::upkeep::Upkeep;
-use crate::sql;
+use crate::sql::{self, Statement};
 
 /// A bound parameter. Integers stay integers end to end (D1 gets them as JS
 /// numbers, exact up to 2^53, far beyond millisecond timestamps).
@@ -162,6 +162,11 @@ pub trait Db {
     /// Run statements as one transaction: all or nothing.
     async fn batch(&self, statements: Vec<(&'static str, Vec<Param>)>) -> StoreResult<()> {
         self.batch_results(statements).await.map(|_| ())
+    }
+    /// [`Db::query`] of a statement bound by its parameter struct (`sql::params`).
+    async fn run<T: DeserializeOwned>(&self, statement: impl Statement) -> StoreResult<Vec<T>> {
+        let (sql, params) = statement.bind();
+        self.query(sql, params).await
     }
     fn usage(&self) -> Usage;
 }

@@ -16,48 +16,40 @@ impl<D: Db> Store<D> {
         now: i64,
         on_finish: Option<&str>,
     ) -> StoreResult<Option<ScheduleRow>> {
-        let params = vec![
-            id.into(),
-            spec.cron_text().into(),
-            spec.every_seconds().into(),
-            spec.at().into(),
-            spec.zone.name().into(),
-            spec.group.clone().into(),
-            spec.jitter_seconds.into(),
-            i64::from(spec.enabled).into(),
-            next_fire_at.into(),
-            now.into(),
-            on_finish.into(),
-        ];
-        Ok(self.db.query(sql::UPSERT_SCHEDULE, params).await?.pop())
+        let statement = sql::UpsertSchedule {
+            id,
+            cron: spec.cron_text(),
+            every_seconds: spec.every_seconds(),
+            at: spec.at(),
+            timezone: spec.zone.name(),
+            group_name: spec.group.as_deref(),
+            jitter_seconds: spec.jitter_seconds,
+            enabled: i64::from(spec.enabled),
+            next_fire_at,
+            now,
+            on_finish,
+        };
+        Ok(self.db.run(statement).await?.pop())
     }
 
     pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<ScheduleRow>> {
-        Ok(self
-            .db
-            .query(sql::GET_SCHEDULE, vec![id.into()])
-            .await?
-            .pop())
+        Ok(self.db.run(sql::GetSchedule { id }).await?.pop())
     }
 
     /// A page of schedules in id order after `after`.
     pub async fn list_schedules(&self, after: &str, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
-        self.db
-            .query(sql::LIST_SCHEDULES, vec![after.into(), limit.into()])
-            .await
+        self.db.run(sql::ListSchedules { after, limit }).await
     }
 
     /// Returns whether the schedule existed. Its batches keep running.
     pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
-        let rows: Vec<Id<String>> = self.db.query(sql::DELETE_SCHEDULE, vec![id.into()]).await?;
+        let rows: Vec<Id<String>> = self.db.run(sql::DeleteSchedule { id }).await?;
         Ok(!rows.is_empty())
     }
 
     /// Enabled schedules with `next_fire_at <= now`, oldest first, at most `limit`.
     pub async fn due_schedules(&self, now: i64, limit: i64) -> StoreResult<Vec<ScheduleRow>> {
-        self.db
-            .query(sql::DUE_SCHEDULES, vec![now.into(), limit.into()])
-            .await
+        self.db.run(sql::DueSchedules { now, limit }).await
     }
 
     /// The zones of active subjects of one group, or of every group (`None`).
@@ -74,10 +66,10 @@ impl<D: Db> Store<D> {
     pub async fn zones_of(&self, groups: &[&str], every_group: bool) -> StoreResult<Vec<ZoneUse>> {
         let groups = serde_json::to_string(groups).map_err(|e| StoreError::Json(e.to_string()))?;
         self.db
-            .query(
-                sql::ZONES_IN_USE,
-                vec![groups.into(), i64::from(every_group).into()],
-            )
+            .run(sql::ZonesInUse {
+                groups,
+                every_group: i64::from(every_group),
+            })
             .await
     }
 
@@ -87,7 +79,7 @@ impl<D: Db> Store<D> {
     pub async fn key_prefix_used_by_others(&self, schedule_id: &str) -> StoreResult<bool> {
         let rows: Vec<Value> = self
             .db
-            .query(sql::KEY_PREFIX_USED_BY_OTHERS, vec![schedule_id.into()])
+            .run(sql::KeyPrefixUsedByOthers { schedule_id })
             .await?;
         Ok(!rows.is_empty())
     }
@@ -119,7 +111,7 @@ impl<D: Db> Store<D> {
             .db
             .batch_results(vec![
                 (sql::ANY_FILLING, vec![]),
-                (sql::DUE_SCHEDULES, vec![now.into(), page.into()]),
+                sql::DueSchedules { now, limit: page }.bind(),
             ])
             .await?;
         let due: Vec<ScheduleRow> = decode(read.pop().unwrap_or_default())?;
@@ -211,11 +203,9 @@ impl<D: Db> Store<D> {
                        "created_at": f.created_at, "retry_at": f.retry_at})
             })
             .collect();
+        let failures = Value::Array(rows).to_string();
         self.db
-            .query::<Value>(
-                sql::RECORD_FIRE_FAILURES,
-                vec![Value::Array(rows).to_string().into()],
-            )
+            .run::<Value>(sql::RecordFireFailures { failures })
             .await
             .map(|_| ())
     }
@@ -223,9 +213,7 @@ impl<D: Db> Store<D> {
     /// The batches with these keys (one statement; missing keys are left out).
     pub async fn batches_by_keys(&self, keys: &[&str]) -> StoreResult<Vec<BatchRow>> {
         let keys = serde_json::to_string(keys).map_err(|e| StoreError::Json(e.to_string()))?;
-        self.db
-            .query(sql::GET_BATCHES_BY_KEYS, vec![keys.into()])
-            .await
+        self.db.run(sql::GetBatchesByKeys { keys }).await
     }
 
     /// Apply fire plans in one transaction: for each, its batch (created unless the
@@ -242,38 +230,39 @@ impl<D: Db> Store<D> {
         let mut statements = Vec::with_capacity(plans.len() * 4);
         for plan in plans {
             if let Some(b) = &plan.batch {
-                statements.push((
-                    sql::CREATE_SCHEDULE_BATCH,
-                    vec![
-                        b.batch_id.as_str().into(),
-                        b.key.as_str().into(),
-                        b.created_at.into(),
-                        plan.schedule_id.as_str().into(),
-                        plan.revision.into(),
-                        b.max_attempts.into(),
-                        plan.created_at.into(),
-                        b.group.clone().into(),
-                        b.fill(&self.fill.attempts).to_json().into(),
-                    ],
-                ));
+                statements.push(
+                    sql::CreateScheduleBatch {
+                        batch_id: &b.batch_id,
+                        key: &b.key,
+                        now: b.created_at,
+                        schedule_id: &plan.schedule_id,
+                        revision: plan.revision,
+                        max_attempts: b.max_attempts,
+                        created_at: plan.created_at,
+                        group: b.group.as_deref(),
+                        fill: b.fill(&self.fill.attempts).to_json(),
+                    }
+                    .bind(),
+                );
                 // Its first page (at most `page` subjects) and its cursor; ticks
                 // continue a bigger fill (`continue_fills`).
                 statements.extend(self.fill_page(Some(&b.batch_id)));
             }
-            statements.push((
-                sql::ADVANCE_SCHEDULE,
-                vec![
-                    plan.schedule_id.as_str().into(),
-                    plan.revision.into(),
-                    plan.next_fire_at.into(),
-                    i64::from(plan.enabled).into(),
-                    plan.batch.as_ref().map(|b| b.created_at).into(),
-                    plan.batch.as_ref().map(|b| b.key.clone()).into(),
-                    plan.created_at.into(),
-                ],
-            ));
+            statements.push(
+                sql::AdvanceSchedule {
+                    schedule_id: &plan.schedule_id,
+                    revision: plan.revision,
+                    next_fire_at: plan.next_fire_at,
+                    enabled: i64::from(plan.enabled),
+                    now: plan.batch.as_ref().map(|b| b.created_at),
+                    key: plan.batch.as_ref().map(|b| b.key.as_str()),
+                    created_at: plan.created_at,
+                }
+                .bind(),
+            );
         }
-        statements.push((sql::FIRED_BATCHES, vec![tick::read_back_json(plans).into()]));
+        let fires = tick::read_back_json(plans);
+        statements.push(sql::FiredBatches { fires }.bind());
         self.db.batch_rows(statements).await
     }
 }

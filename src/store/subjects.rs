@@ -13,32 +13,28 @@ impl<D: Db> Store<D> {
                        "timezone": s.timezone, "seed": subject_seed(&s.id)})
             })
             .collect();
+        let subjects_json = Value::Array(rows).to_string();
         self.db
-            .batch(vec![(
-                sql::UPSERT_SUBJECTS,
-                vec![Value::Array(rows).to_string().into(), now.into()],
-            )])
+            .batch(vec![sql::UpsertSubjects {
+                subjects: subjects_json,
+                now,
+            }
+            .bind()])
             .await?;
         Ok(subjects.len() as i64)
     }
 
     pub async fn list_subjects(&self, after: &str, limit: i64) -> StoreResult<Vec<SubjectRow>> {
-        self.db
-            .query(sql::LIST_SUBJECTS, vec![after.into(), limit.into()])
-            .await
+        self.db.run(sql::ListSubjects { after, limit }).await
     }
 
     pub async fn get_subject(&self, id: &str) -> StoreResult<Option<SubjectRow>> {
-        Ok(self
-            .db
-            .query(sql::GET_SUBJECT, vec![id.into()])
-            .await?
-            .pop())
+        Ok(self.db.run(sql::GetSubject { id }).await?.pop())
     }
 
     /// Returns whether the subject existed.
     pub async fn delete_subject(&self, id: &str) -> StoreResult<bool> {
-        let rows: Vec<Id<String>> = self.db.query(sql::DELETE_SUBJECT, vec![id.into()]).await?;
+        let rows: Vec<Id<String>> = self.db.run(sql::DeleteSubject { id }).await?;
         Ok(!rows.is_empty())
     }
 }
