@@ -13,10 +13,13 @@
 --   ended (the cursor moves up with the commits, count_committed_outcomes.sql).
 --   A claimer that names the largest id it claimed in a batch (?5) starts there
 --   when that is higher: every cursor item below it was claimed (store::Claimed).
---   They count as due since the batch's creation.
--- - `indexed`: items with a real run_after (retries, reaps, replays, deferred
---   first attempts): each claimable batch is sought in the due index (keyed by
---   batch, then run_after; callback rows are not in it), at most ?2 entries.
+--   They count as due since their batch's fire instant (`fill`'s fire_at, the
+--   run_after they were stored with before migration 0014), or its creation for
+--   explicit items.
+-- - the first arm of `next`: items with a real run_after (retries, reaps,
+--   replays, deferred first attempts): each claimable batch is sought in the due
+--   index (keyed by batch, then run_after; callback rows are not in it), at most
+--   ?2 entries.
 -- - `callbacks`: due completion callbacks (migration 0007) of batches that have
 --   ended (finished_at set), whatever their status. A callback of an earlier end
 --   whose batch a replay reopened is held: what it reports is no longer the
@@ -36,7 +39,7 @@
 -- ?1 now, ?2 limit, ?3 token prefix, ?4 lease expiry, ?5 JSON object batch id →
 -- largest id this claimer claimed there (may be empty).
 WITH claimable AS (
-  SELECT id, created_at, claim_after, cursor_end
+  SELECT id, coalesce(fill ->> 'fire_at', created_at) AS due_at, claim_after, cursor_end
   FROM batches INDEXED BY batches_running WHERE status = 'running'
 ),
 callbacks AS (
@@ -48,7 +51,7 @@ callbacks AS (
   LIMIT ?2
 ),
 cursor AS (
-  SELECT q.id, b.created_at AS run_after
+  SELECT q.id, b.due_at AS run_after
   FROM claimable AS b, cron_queue AS q
   WHERE q.id IN (
     SELECT c.id FROM cron_queue AS c NOT INDEXED

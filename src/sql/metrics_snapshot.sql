@@ -6,12 +6,13 @@
 --                               batch's in-flight items finish, but it is not running
 --   due                         running batches' entries of cron_queue_due (keyed by
 --                               batch, then run_after), then their cursor items
---                               (run_after = 0, migration 0014: due since the batch was
---                               created; read by primary key from each cursor, those
---                               in flight skipped), counted up to ?2 rows (LIMIT)
+--                               (run_after = 0, migration 0014: due since the batch's
+--                               fire instant; read by primary key from each cursor,
+--                               those in flight skipped), counted up to ?2 rows (LIMIT)
 --   oldest_due                  each running batch's first entry of cron_queue_due, or
---                               its creation while a cursor item is pending (read from
---                               its cursor to the first one)
+--                               its fire instant (explicit items: its creation) while
+--                               a cursor item is pending (read from its cursor to the
+--                               first one)
 --   the last hour's summaries   invocations_started from ?3 (one row per invocation),
 --                               read twice: sums, then counts by stop reason
 --   dead_letters                failed items of every retained batch (running or not):
@@ -48,7 +49,7 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
                                              WHERE q.id > b.claim_after AND q.id <= b.cursor_end
                                                AND q.batch_id = b.id AND q.status = 'pending'
                                                AND q.run_after = 0)
-                                THEN b.created_at END AS at_once
+                                THEN coalesce(b.fill ->> 'fire_at', b.created_at) END AS at_once
                     FROM batches AS b INDEXED BY batches_running WHERE b.status = 'running'))
         WHERE first_due <= ?1) AS oldest_due,
        (SELECT count(*) FROM (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_failed
