@@ -1137,6 +1137,32 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
         .collect()
 }
 
+/// Applies migration `name` alone (the files from `name` up to `next`, excluded)
+/// and requires every item and batch row as it was before.
+fn apply_alone_keeping_rows(
+    store: &Store<SqliteDb>,
+    name: &str,
+    next: &str,
+    items_before: &[String],
+    batches_before: &[String],
+) {
+    let only = migrations_in(name, name.to_string()..next.to_string());
+    store
+        .db()
+        .apply_migrations(&only)
+        .unwrap_or_else(|e| panic!("{name} applies: {e:?}"));
+    assert_eq!(
+        texts(store, ITEM_ROWS),
+        items_before,
+        "{name}: no item row changed"
+    );
+    assert_eq!(
+        texts(store, BATCH_ROWS),
+        batches_before,
+        "{name}: no batch row changed"
+    );
+}
+
 /// A live database on 0001..0012 (ended, in-flight and pending items, a paused
 /// batch, a completion callback waiting for its delivery) comes through 0013 and
 /// then 0014 with every row unchanged (0014 adds the batches' empty cursor range,
@@ -1150,21 +1176,7 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
     let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
     assert_eq!(items_before.len(), 18, "17 items and C's callback");
 
-    let only_0013 = migrations_in("0013", "0013".to_string().."0014".to_string());
-    store
-        .db()
-        .apply_migrations(&only_0013)
-        .expect("0013 applies");
-    assert_eq!(
-        texts(&store, ITEM_ROWS),
-        items_before,
-        "no item row changed"
-    );
-    assert_eq!(
-        texts(&store, BATCH_ROWS),
-        batches_before,
-        "no batch row changed"
-    );
+    apply_alone_keeping_rows(&store, "0013", "0014", &items_before, &batches_before);
     assert_eq!(
         texts(
             &store,
@@ -1174,21 +1186,7 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
         "the per-item counter trigger is gone; the callback trigger stays"
     );
 
-    let only_0014 = migrations_in("0014", "0014".to_string().."0015".to_string());
-    store
-        .db()
-        .apply_migrations(&only_0014)
-        .expect("0014 applies");
-    assert_eq!(
-        texts(&store, ITEM_ROWS),
-        items_before,
-        "no item row changed"
-    );
-    assert_eq!(
-        texts(&store, BATCH_ROWS),
-        batches_before,
-        "no batch row changed"
-    );
+    apply_alone_keeping_rows(&store, "0014", "0015", &items_before, &batches_before);
     assert_eq!(
         texts(
             &store,
