@@ -70,6 +70,23 @@ impl ClaimedItem {
     pub fn is_callback(&self) -> bool {
         self.kind == super::callback::KIND
     }
+
+    /// A no-op item `id` of batch `batch` on its first of three attempts, for the
+    /// unit tests of what handles claimed items.
+    #[cfg(test)]
+    pub fn sample(id: i64, batch: &str) -> ClaimedItem {
+        ClaimedItem {
+            item_id: id,
+            lease_token: format!("t.{id}"),
+            batch_id: batch.into(),
+            subject_id: format!("s{id}"),
+            attempt: 1,
+            max_attempts: 3,
+            kind: "noop".into(),
+            payload: "{}".into(),
+            receipts: None,
+        }
+    }
 }
 
 /// What a job reports. `Retry` is transient (try again later), `Fail` permanent.

@@ -181,17 +181,7 @@ mod tests {
     /// the items came in, and is the JSON object the claim reads by batch id.
     #[test]
     fn claimed_keeps_the_largest_id_per_batch() {
-        let item = |batch: &str, id: i64| ClaimedItem {
-            item_id: id,
-            lease_token: format!("t.{id}"),
-            batch_id: batch.into(),
-            subject_id: format!("s{id}"),
-            attempt: 1,
-            max_attempts: 3,
-            kind: "noop".into(),
-            payload: "{}".into(),
-            receipts: None,
-        };
+        let item = |batch: &str, id: i64| ClaimedItem::sample(id, batch);
         let mut claimed = Claimed::default();
         assert_eq!(claimed.json(), "{}");
         claimed.note(&[item("a", 7), item("b", 3), item("a", 5)]);

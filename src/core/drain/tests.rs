@@ -22,17 +22,7 @@ const POLICY: Policy = Policy {
 };
 
 fn item(id: i64) -> ClaimedItem {
-    ClaimedItem {
-        item_id: id,
-        lease_token: format!("t.{id}"),
-        batch_id: "b".into(),
-        subject_id: format!("s{id}"),
-        attempt: 1,
-        max_attempts: 3,
-        kind: "noop".into(),
-        payload: "{}".into(),
-        receipts: None,
-    }
+    ClaimedItem::sample(id, "b")
 }
 
 fn items(ids: std::ops::Range<i64>) -> Vec<ClaimedItem> {
