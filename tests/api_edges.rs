@@ -317,7 +317,9 @@ fn assert_metrics(host: &Host, lines: &[&str]) {
     }
 }
 
-/// Leases `subjects`' items to someone until well after now: in flight.
+/// Leases `subjects`' items to someone until well after now: in flight, as a
+/// claim leaves a first attempt (run_after 0). Name a batch's first pending items:
+/// a cursor claim takes them in id order, and `processing` counts them so.
 fn in_flight(host: &Host, subjects: &[&str]) {
     let list = sql_list(subjects);
     host.store
@@ -346,7 +348,7 @@ fn sql_list(values: &[&str]) -> String {
 fn metrics_report_the_queue_and_the_last_hour() {
     let host = setup();
     batch_under_way(&host, 6, 90_000, 2);
-    in_flight(&host, &["x5"]);
+    in_flight(&host, &["x2"]);
     host.invocation(60_000, &[("batch-1", 2, 0)]);
     host.invocation(2 * 3_600_000, &[("batch-1", 50, 0)]); // older than an hour
     assert_metrics(

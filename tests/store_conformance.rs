@@ -260,13 +260,74 @@ fn first_attempts_are_claimed_by_the_cursor_and_come_back_through_the_index() {
     );
     assert_eq!(cursor(), ["[40,40]"]);
     common_counters_exact(&store, &[&id]);
-    // A claimed cursor item keeps the run_after the claim gave it.
+    // Every commit gave its item a real run_after (a release its claim's instant).
     assert_eq!(
         count(
             &store,
             "SELECT count(*) FROM cron_queue WHERE run_after = 0"
         ),
         0
+    );
+}
+
+/// A first attempt in flight is in no index (migration 0015): the batch's lease
+/// window finds it, for the `processing` count and for the reaper, and the window
+/// moves up with the commits, never past an item still in flight.
+#[test]
+fn first_attempts_in_flight_are_found_in_their_batch_lease_window() {
+    let store = setup();
+    let id = batch_of(&store, "x", 10, 3);
+    let leased_entries = || {
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_leased
+             WHERE status = 'processing' AND run_after > 0",
+        )
+    };
+    let lease_after = || count(&store, "SELECT lease_after FROM batches");
+    let processing = || block_on(store.get_batch(&id)).unwrap().unwrap().processing;
+    // Two claims, the second's leases a minute later: 7 in flight, none indexed.
+    let a = claim(&store, 0, 4, "a");
+    let b = claim(&store, LEASE_MS, 3, "b");
+    assert_eq!((leased_entries(), processing(), lease_after()), (0, 7, 0));
+    // Out of order: 2 settles first, the window stays before 1; then 1, and it
+    // moves past both, up to 3, still in flight.
+    assert!(commit(&store, &a[1], Outcome::Done, 10));
+    assert_eq!((processing(), lease_after()), (6, 0));
+    assert!(commit(&store, &a[0], Outcome::Done, 11));
+    assert_eq!((processing(), lease_after()), (5, 2));
+    // a's leases expire, b's do not: the reaper requeues 3 and 4 from the window,
+    // with a real run_after (the due index), and leaves 5-7.
+    let reaped = block_on(store.reap_expired_leases(LEASE_MS, 100)).unwrap();
+    let reaped: Vec<(i64, &str)> = reaped.iter().map(|r| (r.id, r.status.as_str())).collect();
+    assert_eq!(reaped, [(3, "pending"), (4, "pending")]);
+    assert_eq!((processing(), due_index_entries(&store)), (3, 2));
+    // The next claim takes them from the index (into the leased index) and the
+    // cursor's last three (still first attempts: in no index).
+    let again = claim(&store, LEASE_MS, 100, "c");
+    let mut ids: Vec<i64> = again.iter().map(|i| i.item_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [3, 4, 8, 9, 10]);
+    assert_eq!((leased_entries(), processing()), (2, 8));
+    // They commit: the window moves past 3 and 4, up to 5 (b's, in flight).
+    let done = settle_all(&again, Outcome::Done, LEASE_MS + 1);
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 5);
+    assert_eq!((leased_entries(), processing(), lease_after()), (0, 3, 4));
+    // b's commit: the window closes at the end of the cursor, the batch ends.
+    let done = settle_all(&b, Outcome::Done, LEASE_MS + 2);
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 3);
+    assert_eq!((processing(), lease_after()), (0, 10));
+    assert_eq!(block_on(store.finish_batches(LEASE_MS + 5)).unwrap().len(), 1);
+    common_counters_exact(&store, &[&id]);
+    // A later batch's cursor and window start after the rows already there, so
+    // neither its claims nor its counts read them.
+    batch_of(&store, "y", 5, 3);
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT json_array(claim_after, lease_after, cursor_end) FROM batches WHERE id = 'b-y'"
+        ),
+        ["[10,10,15]"]
     );
 }
 
@@ -1015,9 +1076,18 @@ fn a_retried_commit_counts_nothing_its_failed_attempt_already_counted() {
 }
 
 /// The batches' completed and failed counters equal the real counts of their items.
+/// Read from the table, so it holds on a database of any migration.
 fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
     for id in batches {
-        let row = block_on(store.get_batch(id)).unwrap().unwrap();
+        let (completed, failed) = store
+            .db()
+            .conn()
+            .query_row(
+                "SELECT completed, failed FROM batches WHERE id = ?1",
+                [id],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+            .unwrap();
         let real = |status: &str| {
             store
                 .db()
@@ -1030,7 +1100,7 @@ fn common_counters_exact(store: &Store<SqliteDb>, batches: &[&str]) {
                 .unwrap()
         };
         assert_eq!(
-            (row.completed, row.failed),
+            (completed, failed),
             (real("completed"), real("failed")),
             "batch {id}"
         );
@@ -1164,13 +1234,15 @@ fn apply_alone_keeping_rows(
 }
 
 /// A live database on 0001..0012 (ended, in-flight and pending items, a paused
-/// batch, a completion callback waiting for its delivery) comes through 0013 and
-/// then 0014 with every row unchanged (0014 adds the batches' empty cursor range,
-/// and every pending item keeps its entry in the rebuilt due index), and the new
-/// code then ends it all with exact counters: the moves the old trigger counted
-/// stay counted, the rest are counted by the group commit and the reaper.
+/// batch, a completion callback waiting for its delivery) comes through 0013, 0014
+/// and 0015 with every item row unchanged (0014 adds the batches' empty cursor
+/// range, and every pending item keeps its entry in the rebuilt due index; 0015
+/// starts a batch made on 0014 at its first item and keeps its items in flight in
+/// the rebuilt leased index), and the new code then ends it all with exact
+/// counters: the moves the old trigger counted stay counted, the rest are counted
+/// by the group commit and the reaper.
 #[test]
-fn migrations_0013_and_0014_carry_a_live_database_over() {
+fn migrations_0013_to_0015_carry_a_live_database_over() {
     let store = live_database_at_0012();
     common_counters_exact(&store, &["A", "B", "C"]);
     let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
@@ -1201,8 +1273,47 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
         "every pending item is in the rebuilt due index"
     );
 
+    // What the code on 0014 left: batch D, made after it, its 4 items due at once
+    // (run_after 0, ids 19-22), the first two claimed by its cursor (that claim gave
+    // them run_after = now) and in flight, its claim cursor still at 0.
+    store
+        .db()
+        .conn()
+        .execute_batch(&format!(
+            "INSERT INTO batches (id, key, status, total, created_at, cursor_end)
+               VALUES ('D', 'd', 'running', 4, 1000, 22);
+             INSERT INTO cron_queue (id, batch_id, subject_id, kind, payload, max_attempts, run_after)
+               VALUES (19, 'D', 'd00', 'noop', '{{}}', 3, 0), (20, 'D', 'd01', 'noop', '{{}}', 3, 0),
+                      (21, 'D', 'd02', 'noop', '{{}}', 3, 0), (22, 'D', 'd03', 'noop', '{{}}', 3, 0);
+             UPDATE cron_queue SET status = 'processing', attempt = 1, lease_token = 'old.' || id,
+                                   lease_expires_at = {}, run_after = 1000, started_at = 1000
+               WHERE id IN (19, 20);",
+            1_000 + LEASE_MS
+        ))
+        .expect("the state on 0014");
+    let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
+    apply_alone_keeping_rows(&store, "0015", "0016", &items_before, &batches_before);
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT json_array(id, claim_after, lease_after, cursor_end) FROM batches ORDER BY id"
+        ),
+        ["[\"A\",0,0,0]", "[\"B\",0,0,0]", "[\"C\",0,0,0]", "[\"D\",18,18,22]"],
+        "D's cursor and lease window start before its first item; no cursor elsewhere"
+    );
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT CAST(id AS TEXT) FROM cron_queue INDEXED BY cron_queue_leased
+             WHERE status = 'processing' AND run_after > 0 ORDER BY id"
+        ),
+        ["6", "7", "11", "19", "20"],
+        "every item in flight is in the rebuilt leased index"
+    );
+
     // The new code ends it all: A's two in flight commit, B's one in flight is
-    // reaped out of attempts, then B is resumed and everything left runs.
+    // reaped out of attempts and D's two are requeued, then B is resumed and
+    // everything left runs.
     let in_flight = old_in_flight(&store);
     let done = settle_all(&in_flight, Outcome::Done, 4_000);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap(), vec![6, 7]);
@@ -1212,9 +1323,9 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
             .iter()
             .map(|r| (r.id, r.status.as_str()))
             .collect::<Vec<_>>(),
-        [(11, "failed")]
+        [(11, "failed"), (19, "pending"), (20, "pending")]
     );
-    common_counters_exact(&store, &["A", "B", "C"]);
+    common_counters_exact(&store, &["A", "B", "C", "D"]);
     assert!(
         block_on(store.set_batch_status("B", BatchStatus::Paused, BatchStatus::Running)).unwrap()
     );
@@ -1224,23 +1335,28 @@ fn migrations_0013_and_0014_carry_a_live_database_over() {
     ids.sort_unstable();
     assert_eq!(
         ids,
-        [8, 9, 10, 12, 13, 14, 15, 18],
-        "the pending items and C's callback"
+        [8, 9, 10, 12, 13, 14, 15, 18, 19, 20, 21, 22],
+        "the pending items, C's callback, D's requeued and its cursor's"
     );
     let done = settle_all(&rest, Outcome::Done, now);
-    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 8);
+    assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 12);
     let ended = block_on(store.finish_batches(now + 1)).unwrap();
     let mut ended: Vec<&str> = ended.iter().map(|f| f.id.as_str()).collect();
     ended.sort_unstable();
-    assert_eq!(ended, ["A", "B"]);
-    common_counters_exact(&store, &["A", "B", "C"]);
+    assert_eq!(ended, ["A", "B", "D"]);
+    common_counters_exact(&store, &["A", "B", "C", "D"]);
     let counts = texts(
         &store,
         "SELECT json_array(id, completed, failed, cancelled, total) FROM batches ORDER BY id",
     );
     assert_eq!(
         counts,
-        ["[\"A\",8,2,0,10]", "[\"B\",4,1,0,5]", "[\"C\",2,0,0,2]"]
+        [
+            "[\"A\",8,2,0,10]",
+            "[\"B\",4,1,0,5]",
+            "[\"C\",2,0,0,2]",
+            "[\"D\",4,0,0,4]"
+        ]
     );
     assert_eq!(
         count(

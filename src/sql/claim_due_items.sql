@@ -31,9 +31,10 @@
 -- The first ?2 of all three by (run_after, id) are claimed: the same order as a
 -- single global index. Cost: per claimable batch, the rows from its cursor to its
 -- ?2-th cursor item (those in flight are read and skipped) and at most ?2 due
--- index entries, and ?2 of the callbacks index. A cursor item claimed gets its
--- run_after (now, and never 0): a release, a retry or a reap keeps one, so it
--- is indexed.
+-- index entries, and ?2 of the callbacks index. A cursor item claimed keeps
+-- run_after = 0 (migration 0015): it enters no index, not even cron_queue_leased;
+-- the reaper finds it in its batch's lease window, and its commit, a release or a
+-- reap gives it a real run_after, so it never goes back to pending without one.
 -- The claim returns each item's receipts (multi-channel items, core::receipts):
 -- the run sends only the channels not yet delivered.
 -- ?1 now, ?2 limit, ?3 token prefix, ?4 lease expiry, ?5 JSON object batch id →
@@ -85,8 +86,7 @@ SET status = 'processing',
     attempt = attempt + 1,
     lease_token = ?3 || '.' || id,
     lease_expires_at = ?4,
-    started_at = ?1,
-    run_after = CASE run_after WHEN 0 THEN max(?1, 1) ELSE run_after END
+    started_at = ?1
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
           receipts;

@@ -17,9 +17,13 @@
 -- theirs untouched (the CASE reads nothing more for them).
 -- The batches' counters are added by count_committed_outcomes.sql, run just
 -- before in the same batch() (one row per batch per flush, not per item).
+-- A first attempt claimed by its batch's cursor (run_after = 0, migration 0015)
+-- leaves it here: an outcome without a run_after (a release) gives it its claim's
+-- instant, so nothing goes back to pending without a real run_after.
 UPDATE cron_queue
 SET status = o.value ->> 'status',
-    run_after = coalesce(o.value ->> 'run_after', cron_queue.run_after),
+    run_after = coalesce(o.value ->> 'run_after', nullif(cron_queue.run_after, 0),
+                         max(cron_queue.started_at, 1)),
     completed_at = o.value ->> 'completed_at',
     last_error = o.value ->> 'error',
     attempt = coalesce(o.value ->> 'attempt', cron_queue.attempt),

@@ -11,11 +11,23 @@
 -- order, so every cursor item below a claimed one was claimed too, and those the
 -- cursor passes need not be read again. A batch whose flush holds only retries or
 -- releases gets that write too (it would anyway with a terminal outcome).
+-- It also moves the batch's lease window (migration 0015) up to just before its
+-- first cursor item still on its first attempt (pending or in flight, run_after
+-- = 0) that this flush does not settle, or to the end of its range: the rows from
+-- the old mark to there are read once. A first attempt in flight is settled only
+-- by the claim that took it (its one token), so an id in the flush is settled.
 -- ?1 the same JSON array as commit_outcomes.sql ("id", "token", "status" are read).
 UPDATE batches
 SET completed = batches.completed + d.done,
     failed = batches.failed + d.failures,
-    claim_after = max(batches.claim_after, d.last_id)
+    claim_after = max(batches.claim_after, d.last_id),
+    lease_after = coalesce((SELECT q.id - 1 FROM cron_queue AS q NOT INDEXED
+                            WHERE q.id > batches.lease_after AND q.id <= batches.cursor_end
+                              AND q.batch_id = batches.id AND q.run_after = 0
+                              AND q.status IN ('pending', 'processing')
+                              AND q.id NOT IN (SELECT o.value ->> 'id' FROM json_each(?1) AS o)
+                            ORDER BY q.id LIMIT 1),
+                           batches.cursor_end)
 FROM (
   SELECT q.batch_id,
          sum(o.value ->> 'status' = 'completed') AS done,

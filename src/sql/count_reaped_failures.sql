@@ -2,7 +2,8 @@
 -- batches' `failed`: one written row per batch per reap, instead of a trigger's
 -- row per item (invariant 10). Runs in the same batch() right BEFORE
 -- reap_expired_leases.sql and reads the same page of expired leases in the same
--- order, so it counts exactly the rows that statement fails. Completion
+-- order (the leased index and the lease windows, as that statement reads them),
+-- so it counts exactly the rows that statement fails. Completion
 -- callbacks are no item of their batch: never counted.
 -- ?1 now, ?2 page size (both as reap_expired_leases.sql).
 UPDATE batches
@@ -10,10 +11,20 @@ SET failed = batches.failed + d.n
 FROM (
   SELECT page.batch_id, count(*) AS n
   FROM (
-    SELECT batch_id, attempt, max_attempts, kind
-    FROM cron_queue INDEXED BY cron_queue_leased
-    WHERE status = 'processing' AND lease_expires_at <= ?1
-    ORDER BY lease_expires_at, id
+    SELECT * FROM (SELECT id, lease_expires_at, batch_id, attempt, max_attempts, kind
+                   FROM cron_queue INDEXED BY cron_queue_leased
+                   WHERE status = 'processing' AND run_after > 0 AND lease_expires_at <= ?1
+                   ORDER BY lease_expires_at, id LIMIT ?2)
+    UNION ALL
+    SELECT * FROM (SELECT q.id, q.lease_expires_at, q.batch_id, q.attempt, q.max_attempts, q.kind
+                   FROM batches AS b INDEXED BY batches_status
+                   JOIN lease_windows AS w ON w.batch_id = b.id
+                   JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
+                   WHERE b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
+                     AND q.batch_id = b.id AND q.status = 'processing' AND q.run_after = 0
+                     AND q.lease_expires_at <= ?1
+                   ORDER BY q.lease_expires_at, q.id LIMIT ?2)
+    ORDER BY 2, 1
     LIMIT ?2
   ) AS page
   WHERE page.attempt >= page.max_attempts AND page.kind <> 'callback'

@@ -7,6 +7,9 @@
 -- ?6 what it is filled from (`batches.fill`, JSON: core::schedule::fill) for a batch
 -- over subjects, its cursor then starting before the first subject (''); NULL for
 -- explicit items (enqueued in the same batch(), nothing to fill later).
+-- Its claim cursor and lease window (migrations 0014, 0015) start at the table's
+-- largest id (one seek): its items come after, so no claim reads an older row.
 INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts,
-                               fill, fill_after)
-VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END);
+                               fill, fill_after, claim_after, lease_after)
+SELECT ?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END, m.id, m.id
+FROM (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m;

@@ -12,12 +12,13 @@
 -- ?4 schedule id, ?5 the schedule's revision when planned, ?6 MAX_ATTEMPTS,
 -- ?7 the schedule's created_at when planned, ?8 the schedule's group (NULL: every group),
 -- ?9 what the batch is filled from (`batches.fill`, JSON: core::schedule::fill), its
--- cursor starting before the first subject ('').
+-- cursor starting before the first subject (''). Its claim cursor and lease window
+-- (migrations 0014, 0015) start at the table's largest id (one seek).
 INSERT OR IGNORE INTO batches (id, key, status, created_at, schedule_id, on_finish,
-                               callback_max_attempts, fill, fill_after)
+                               callback_max_attempts, fill, fill_after, claim_after, lease_after)
 SELECT ?1, ?2, 'running', ?3, s.id, s.on_finish,
-       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, ''
-FROM schedules AS s
+       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, '', m.id, m.id
+FROM schedules AS s, (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m
 WHERE s.id = ?4 AND s.revision = ?5 AND s.created_at = ?7 AND s.enabled = 1
   AND CASE WHEN ?8 IS NULL
            THEN EXISTS (SELECT 1 FROM subjects INDEXED BY subjects_zone WHERE active = 1)

@@ -10,10 +10,13 @@
 -- Setting finished_at fires the trigger batches_enqueue_callback (migration 0007):
 -- a batch with on_finish gets its completion callback enqueued (or re-armed) in
 -- this very statement, so an end and its callback commit together or not at all.
+-- Nothing of an ended batch is in flight, so its lease window (migration 0015)
+-- closes at its cursor's end: a count of its items in flight reads no row.
 -- ?1 now.
 UPDATE batches
 SET status = CASE status WHEN 'running' THEN 'finished' ELSE status END,
-    finished_at = ?1
+    finished_at = ?1,
+    lease_after = cursor_end
 WHERE id IN (
   SELECT id FROM batches INDEXED BY batches_status
   WHERE status IN ('running', 'cancelled') AND finished_at IS NULL

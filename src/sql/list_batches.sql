@@ -3,13 +3,20 @@
 -- first, newest first from the index batches_created (migration 0008; no sort,
 -- the LIMIT stops the walk), and the items in flight are counted once per refresh,
 -- grouped by batch, from the partial index of leased items (which holds the items
--- in flight only), instead of once per batch. So a refresh reads ?1 batches, their
--- callback rows (one seek each on UNIQUE (batch_id, subject_id)) and the items in
--- flight once. A completion callback in flight is no item of its batch.
+-- in flight with a real run_after only), instead of once per batch; each batch's
+-- first attempts claimed by its cursor are counted in its lease window (view
+-- lease_windows, migration 0015; an ended batch's is empty). So a refresh reads ?1
+-- batches, their callback rows (one seek each on UNIQUE (batch_id, subject_id))
+-- and the items in flight once. A completion callback in flight is no item of its
+-- batch.
 -- ?1 page size.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
        b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
-       coalesce(p.processing, 0) AS processing,
+       coalesce(p.processing, 0) +
+       (SELECT count(*) FROM lease_windows AS w
+        JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
+        WHERE w.batch_id = b.id AND q.batch_id = b.id
+          AND q.status = 'processing' AND q.run_after = 0) AS processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM (
   SELECT * FROM batches INDEXED BY batches_created
@@ -19,7 +26,7 @@ FROM (
 LEFT JOIN (
   SELECT q.batch_id, count(*) AS processing
   FROM cron_queue AS q INDEXED BY cron_queue_leased
-  WHERE q.status = 'processing' AND q.kind <> 'callback'
+  WHERE q.status = 'processing' AND q.run_after > 0 AND q.kind <> 'callback'
   GROUP BY q.batch_id
 ) AS p ON p.batch_id = b.id
 LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'

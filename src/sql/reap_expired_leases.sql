@@ -8,6 +8,11 @@
 -- failed run would (core::receipts::settle); delivered ones stay delivered.
 -- Its failures are counted by count_reaped_failures.sql, run just before in the
 -- same batch() over the same page (same order, ties broken by id).
+-- Expired leases are found in two places (migration 0015): the leased index,
+-- which holds the items in flight with a real run_after, and each batch not
+-- ended's lease window (view lease_windows), read by primary key, for first
+-- attempts claimed by a cursor (run_after = 0). The reaper gives them a real
+-- run_after, so a requeued one is claimed from the due index.
 -- Paged by ?2. ?1 now.
 UPDATE cron_queue
 SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
@@ -25,9 +30,21 @@ SET status = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
       FROM json_each(cron_queue.receipts) AS r
     ) ELSE receipts END
 WHERE id IN (
-  SELECT id FROM cron_queue INDEXED BY cron_queue_leased
-  WHERE status = 'processing' AND lease_expires_at <= ?1
-  ORDER BY lease_expires_at, id
-  LIMIT ?2
+  SELECT id FROM (
+    SELECT * FROM (SELECT id, lease_expires_at FROM cron_queue INDEXED BY cron_queue_leased
+                   WHERE status = 'processing' AND run_after > 0 AND lease_expires_at <= ?1
+                   ORDER BY lease_expires_at, id LIMIT ?2)
+    UNION ALL
+    SELECT * FROM (SELECT q.id, q.lease_expires_at
+                   FROM batches AS b INDEXED BY batches_status
+                   JOIN lease_windows AS w ON w.batch_id = b.id
+                   JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
+                   WHERE b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
+                     AND q.batch_id = b.id AND q.status = 'processing' AND q.run_after = 0
+                     AND q.lease_expires_at <= ?1
+                   ORDER BY q.lease_expires_at, q.id LIMIT ?2)
+    ORDER BY 2, 1
+    LIMIT ?2
+  )
 )
 RETURNING id, batch_id, status, kind;
