@@ -13,9 +13,10 @@
 -- releases gets that write too (it would anyway with a terminal outcome).
 -- It also moves the batch's lease window (migration 0015) up to just before its
 -- first cursor item still on its first attempt (pending or in flight, run_after
--- = 0) that this flush does not settle, or to the end of its range: the rows from
--- the old mark to there are read once. A first attempt in flight is settled only
--- by the claim that took it (its one token), so an id in the flush is settled.
+-- = 0), or to the end of its range: the rows from the old mark to there are read
+-- once. This flush's own items are still in flight here, so the window trails by
+-- one flush (the batch's next flush, or its end, moves it on); excluding them
+-- read about 2 rows more per item on local D1 than the rows they save.
 -- ?1 the same JSON array as commit_outcomes.sql ("id", "token", "status" are read).
 UPDATE batches
 SET completed = batches.completed + d.done,
@@ -25,7 +26,6 @@ SET completed = batches.completed + d.done,
                             WHERE q.id > batches.lease_after AND q.id <= batches.cursor_end
                               AND q.batch_id = batches.id AND q.run_after = 0
                               AND q.status IN ('pending', 'processing')
-                              AND q.id NOT IN (SELECT o.value ->> 'id' FROM json_each(?1) AS o)
                             ORDER BY q.id LIMIT 1),
                            batches.cursor_end)
 FROM (
