@@ -20,18 +20,23 @@
 --
 -- Carrying a live database over: no item row changes. An item in flight was given
 -- a real run_after by the claim before this migration, so it is in the rebuilt
--- index. A batch not ended starts its window at its claim cursor (moved up to just
--- before its first item when it was still 0); an ended batch has nothing in
--- flight and starts at its cursor's end (timed in docs/operations.md).
+-- index. A batch not ended whose claim cursor is still 0 gets it moved up: to just
+-- before its first item when it has cursor items, else to the table's largest id
+-- (any it gets later come after); its window starts at its claim cursor. An
+-- ended batch has nothing in flight: its window starts at its cursor's end
+-- (timed in docs/operations.md).
 ALTER TABLE batches ADD COLUMN lease_after INTEGER NOT NULL DEFAULT 0;
 
 UPDATE batches
-SET claim_after = coalesce((SELECT min(q.id) FROM cron_queue AS q WHERE q.batch_id = batches.id), 1) - 1
-WHERE cursor_end > 0 AND claim_after = 0 AND finished_at IS NULL;
+SET claim_after = CASE
+      WHEN cursor_end > 0
+      THEN coalesce((SELECT min(q.id) FROM cron_queue AS q WHERE q.batch_id = batches.id), 1) - 1
+      ELSE (SELECT coalesce(max(id), 0) FROM cron_queue)
+    END
+WHERE claim_after = 0 AND finished_at IS NULL;
 
 UPDATE batches
-SET lease_after = CASE WHEN finished_at IS NULL THEN claim_after ELSE cursor_end END
-WHERE cursor_end > 0;
+SET lease_after = CASE WHEN finished_at IS NULL THEN claim_after ELSE cursor_end END;
 
 -- Each batch's lease window: its first attempts in flight are the rows with ids in
 -- (lease_after, unclaimed) whose status is 'processing' and run_after 0. Finding

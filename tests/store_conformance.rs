@@ -1300,8 +1300,14 @@ fn migrations_0013_to_0015_carry_a_live_database_over() {
             &store,
             "SELECT json_array(id, claim_after, lease_after, cursor_end) FROM batches ORDER BY id"
         ),
-        ["[\"A\",0,0,0]", "[\"B\",0,0,0]", "[\"C\",0,0,0]", "[\"D\",18,18,22]"],
-        "D's cursor and lease window start before its first item; no cursor elsewhere"
+        [
+            "[\"A\",22,22,0]",
+            "[\"B\",22,22,0]",
+            "[\"C\",0,0,0]",
+            "[\"D\",18,18,22]"
+        ],
+        "D's cursor and window start before its first item; A's and B's after every \
+         row (they have no cursor items); C has ended"
     );
     assert_eq!(
         texts(

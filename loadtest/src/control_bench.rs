@@ -3,9 +3,10 @@
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
 //! and what migrations 0006 (batch control), 0007 (delivery), 0008 (the batch
-//! list's index) and 0014 (the claim cursor, a rebuilt due index) cost on a queue
-//! of a million items (host SQLite; 0008 also beside 100,000 ended batches, the
-//! table it indexes).
+//! list's index), 0014 (the claim cursor, a rebuilt due index) and 0015 (the
+//! lease windows, a rebuilt leased index) cost on a queue of a million items (host
+//! SQLite; 0008 also beside 100,000 ended batches, the table it indexes; 0015 on a
+//! batch made on 0014, with a cursor over all its items).
 
 use crate::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::drive::{self, Pace};
@@ -198,8 +199,14 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
     let mut migrations = Vec::new();
     // 0008 indexes the batches table, so it is also timed beside many batches;
-    // 0014 rebuilds the due index over the pending items.
-    for (migration, batches) in [("0006", 1), ("0007", 1), ("0008", 100_000), ("0014", 1)] {
+    // 0014 rebuilds the due index over the pending items; 0015 the leased index.
+    for (migration, batches) in [
+        ("0006", 1),
+        ("0007", 1),
+        ("0008", 100_000),
+        ("0014", 1),
+        ("0015", 1),
+    ] {
         eprintln!("migration {migration} on 1,000,000 items, {batches} batches (host SQLite) ...");
         let dir = runtime.config().repo.join("migrations");
         migrations.push(migration_cost(&dir, migration, 1_000_000, batches)?);
@@ -411,6 +418,12 @@ fn migration_cost(
          FROM n WHERE i < {batches};",
         tenth = items / 10
     ))?;
+    if migration >= "0015" {
+        // A batch made on 0014: a cursor over its items, never moved yet.
+        conn.execute_batch(
+            "UPDATE batches SET cursor_end = (SELECT max(id) FROM cron_queue) WHERE id = 'b'",
+        )?;
+    }
     let changes_before = conn.total_changes();
     let started = Instant::now();
     conn.execute_batch(&std::fs::read_to_string(target)?)?;
@@ -456,6 +469,12 @@ mod tests {
             (cursor.migration.as_str(), cursor.rows_changed),
             ("0014", 0),
             "new columns and a rebuilt index rewrite no row"
+        );
+        let windows = migration_cost(&dir, "0015", 100, 3).unwrap();
+        assert_eq!(
+            (windows.migration.as_str(), windows.rows_changed),
+            ("0015", 1 + 3),
+            "the running batch's claim cursor, then every batch's window start"
         );
         assert!(migration_cost(&dir, "0099", 10, 1).is_err());
     }
