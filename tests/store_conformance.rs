@@ -318,7 +318,10 @@ fn first_attempts_in_flight_are_found_in_their_batch_lease_window() {
     let done = settle_all(&b, Outcome::Done, LEASE_MS + 2);
     assert_eq!(block_on(store.commit_outcomes(&done)).unwrap().len(), 3);
     assert_eq!((processing(), lease_after()), (0, 4));
-    assert_eq!(block_on(store.finish_batches(LEASE_MS + 5)).unwrap().len(), 1);
+    assert_eq!(
+        block_on(store.finish_batches(LEASE_MS + 5)).unwrap().len(),
+        1
+    );
     assert_eq!(lease_after(), 10);
     common_counters_exact(&store, &[&id]);
     // A later batch's cursor and window start after the rows already there, so
