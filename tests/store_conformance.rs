@@ -336,6 +336,37 @@ fn first_attempts_in_flight_are_found_in_their_batch_lease_window() {
     );
 }
 
+/// A paused batch's lease window is not read by the reaper (a tick pays nothing per
+/// paused batch kept): its first attempts whose leases expired stay in flight
+/// until it is resumed, and are reaped then.
+#[test]
+fn a_paused_batch_first_attempts_are_reaped_once_it_is_resumed() {
+    let store = setup();
+    let id = batch_of(&store, "x", 3, 3);
+    let a = claim(&store, 0, 2, "a");
+    assert_eq!(a.len(), 2);
+    assert!(
+        block_on(store.set_batch_status(&id, BatchStatus::Running, BatchStatus::Paused)).unwrap()
+    );
+    assert!(block_on(store.reap_expired_leases(LEASE_MS, 100))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        block_on(store.get_batch(&id)).unwrap().unwrap().processing,
+        2
+    );
+    assert!(
+        block_on(store.set_batch_status(&id, BatchStatus::Paused, BatchStatus::Running)).unwrap()
+    );
+    let reaped = block_on(store.reap_expired_leases(LEASE_MS, 100)).unwrap();
+    let reaped: Vec<(i64, &str)> = reaped.iter().map(|r| (r.id, r.status.as_str())).collect();
+    assert_eq!(reaped, [(1, "pending"), (2, "pending")]);
+    assert_eq!(
+        block_on(store.get_batch(&id)).unwrap().unwrap().processing,
+        0
+    );
+}
+
 #[test]
 fn claim_skips_items_not_yet_due_and_orders_by_run_after() {
     let store = setup();

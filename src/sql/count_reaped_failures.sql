@@ -20,7 +20,7 @@ FROM (
                    FROM batches AS b INDEXED BY batches_status
                    JOIN lease_windows AS w ON w.batch_id = b.id
                    JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
-                   WHERE b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
+                   WHERE b.status IN ('running', 'cancelled') AND b.finished_at IS NULL
                      AND q.batch_id = b.id AND q.status = 'processing' AND q.run_after = 0
                      AND q.lease_expires_at <= ?1
                    ORDER BY q.lease_expires_at, q.id LIMIT ?2)
