@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::callback::OnFinish;
@@ -31,11 +31,15 @@ pub const DEFAULT_GROUP: &str = "default";
 /// Checks a job kind and its payload; supplied by the job registry.
 pub type PayloadCheck<'a> = &'a dyn Fn(&str, &Value) -> Result<(), String>;
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Serialised (into the JSON parameter of `sql/upsert_subjects.sql`) as the statement
+/// reads it: the payload as the compact JSON text stored, `active` as a boolean
+/// (SQLite's `->>` reads it as 1 or 0).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubjectInput {
     pub id: String,
     pub kind: String,
+    #[serde(serialize_with = "json_text")]
     pub payload: Value,
     #[serde(default = "default_true")]
     pub active: bool,
@@ -65,12 +69,20 @@ pub struct PutSubjects {
     pub subjects: Vec<SubjectInput>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Serialised (into the JSON parameter of `sql/enqueue_items.sql`) with the payload
+/// as the compact JSON text stored.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ItemInput {
     pub subject_id: String,
     pub kind: String,
+    #[serde(serialize_with = "json_text")]
     pub payload: Value,
+}
+
+/// A payload as the text the queue stores and sends: compact JSON.
+fn json_text<S: Serializer>(payload: &Value, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&payload.to_string())
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -152,9 +152,27 @@ pub struct FillState {
 
 /// The JSON parameter of `enqueue_items.sql` (payload carried as JSON text).
 pub fn items_json(items: &[ItemInput]) -> String {
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|i| json!({"subject_id": i.subject_id, "kind": i.kind, "payload": i.payload.to_string()}))
-        .collect();
-    Value::Array(rows).to_string()
+    serde_json::to_string(items).expect("an item serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The items' JSON carries every key `enqueue_items.sql` reads, the payload as
+    /// the compact JSON text the queue stores.
+    #[test]
+    fn the_items_json_is_what_the_insert_reads() {
+        let item = ItemInput {
+            subject_id: "u-1".into(),
+            kind: "webhook".into(),
+            payload: serde_json::json!({"url": "https://example.com/hook", "data": {"n": 1}}),
+        };
+        let json = items_json(std::slice::from_ref(&item));
+        assert_carries_keys_read(&json, sql::ENQUEUE_ITEMS);
+        let rows: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(rows[0]["payload"], item.payload.to_string());
+        assert!(!item.payload.to_string().contains(' '), "compact");
+        assert_eq!(rows[0]["subject_id"], "u-1");
+    }
 }

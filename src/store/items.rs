@@ -211,20 +211,7 @@ mod tests {
             sql::COMMIT_OUTCOMES,
             sql::COMMITTED_OUTCOMES,
         ] {
-            let body: String = statement
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let keys: Vec<&str> = body
-                .split("value ->> '")
-                .skip(1)
-                .filter_map(|rest| rest.split('\'').next())
-                .collect();
-            assert!(!keys.is_empty());
-            for key in keys {
-                assert!(row.contains_key(key), "{key:?} is read but not sent");
-            }
+            assert_carries_keys_read(&transitions_json([&t]).unwrap(), statement);
         }
         assert_eq!(row["status"], "completed");
         assert_eq!(transitions_json(std::iter::empty()), None);

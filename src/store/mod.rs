@@ -27,8 +27,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::core::budget::OverBudget;
 use crate::core::control::BatchStatus;
@@ -291,5 +291,43 @@ impl<D: Db> Store<D> {
 
     pub fn into_db(self) -> D {
         self.db
+    }
+}
+
+/// The keys a statement reads from the objects of its JSON parameter
+/// (`value ->> 'key'`, `json_extract(value, '$.key')`), comments left out: what
+/// the serialised parameter must carry, or SQL reads NULL.
+#[cfg(test)]
+pub(crate) fn json_keys_read(statement: &str) -> Vec<&str> {
+    let body: Vec<&str> = statement
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    let mut keys: Vec<&str> = body
+        .iter()
+        .flat_map(|line| {
+            let arrow = line.split("value ->> '").skip(1);
+            let path = line.split("(value, '$.").skip(1);
+            arrow.chain(path).filter_map(|rest| rest.split('\'').next())
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Each object of `json` (an array) has every key `statement` reads.
+#[cfg(test)]
+pub(crate) fn assert_carries_keys_read(json: &str, statement: &str) {
+    let rows: Vec<serde_json::Map<String, Value>> = serde_json::from_str(json).unwrap();
+    let keys = json_keys_read(statement);
+    assert!(!keys.is_empty() && !rows.is_empty());
+    for row in &rows {
+        for key in &keys {
+            assert!(
+                row.contains_key(*key),
+                "{key:?} is read but not sent in {json}"
+            );
+        }
     }
 }

@@ -196,14 +196,7 @@ impl<D: Db> Store<D> {
 
     /// Back off the schedules whose fire failed on its own (one statement).
     pub async fn record_fire_failures(&self, failed: &[FireFailure]) -> StoreResult<()> {
-        let rows: Vec<Value> = failed
-            .iter()
-            .map(|f| {
-                json!({"id": f.schedule_id, "revision": f.revision,
-                       "created_at": f.created_at, "retry_at": f.retry_at})
-            })
-            .collect();
-        let failures = Value::Array(rows).to_string();
+        let failures = serde_json::to_string(failed).expect("a fire failure serialises");
         self.db
             .run::<Value>(sql::RecordFireFailures { failures })
             .await
@@ -298,13 +291,41 @@ pub struct FireReport {
 }
 
 /// A fire that failed on its own, and the backoff written for its schedule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serialised into the JSON parameter of `sql/record_fire_failures.sql`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FireFailure {
+    #[serde(rename = "id")]
     pub schedule_id: String,
     pub revision: i64,
     pub created_at: i64,
     /// Failures in a row, this one included.
     pub failures: i64,
     pub retry_at: i64,
+    #[serde(skip)]
     pub error: StoreError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The failures' JSON carries every key `record_fire_failures.sql` reads; the
+    /// error stays out of it.
+    #[test]
+    fn the_fire_failures_json_is_what_the_backoff_reads() {
+        let failure = FireFailure {
+            schedule_id: "daily".into(),
+            revision: 3,
+            created_at: 10,
+            failures: 2,
+            retry_at: 70_000,
+            error: StoreError::Db("D1: busy".into()),
+        };
+        let json = serde_json::to_string(&[&failure]).unwrap();
+        assert_carries_keys_read(&json, sql::RECORD_FIRE_FAILURES);
+        let rows: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(rows[0]["id"], "daily");
+        assert_eq!(rows[0]["retry_at"], 70_000);
+        assert!(rows[0].get("error").is_none());
+    }
 }
