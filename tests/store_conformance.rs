@@ -1271,14 +1271,14 @@ fn apply_alone_keeping_rows(
 
 /// A live database on 0001..0012 (ended, in-flight and pending items, a paused
 /// batch, a completion callback waiting for its delivery) comes through 0013, 0014
-/// and 0015 with every item row unchanged (0014 adds the batches' empty cursor
+/// and 0015 (then 0016, views only) with every item row unchanged (0014 adds the batches' empty cursor
 /// range, and every pending item keeps its entry in the rebuilt due index; 0015
 /// starts a batch made on 0014 at its first item and keeps its items in flight in
 /// the rebuilt leased index), and the new code then ends it all with exact
 /// counters: the moves the old trigger counted stay counted, the rest are counted
 /// by the group commit and the reaper.
 #[test]
-fn migrations_0013_to_0015_carry_a_live_database_over() {
+fn migrations_0013_to_0016_carry_a_live_database_over() {
     let store = live_database_at_0012();
     common_counters_exact(&store, &["A", "B", "C"]);
     let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
@@ -1352,6 +1352,8 @@ fn migrations_0013_to_0015_carry_a_live_database_over() {
         ["6", "7", "11", "19", "20"],
         "every item in flight is in the rebuilt leased index"
     );
+    // 0016 adds views only.
+    apply_alone_keeping_rows(&store, "0016", "0017", &items_before, &batches_before);
 
     // The new code ends it all: A's two in flight commit, B's one in flight is
     // reaped out of attempts and D's two are requeued, then B is resumed and

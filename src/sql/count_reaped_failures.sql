@@ -16,14 +16,12 @@ FROM (
                    WHERE status = 'processing' AND run_after > 0 AND lease_expires_at <= ?1
                    ORDER BY lease_expires_at, id LIMIT ?2)
     UNION ALL
-    SELECT * FROM (SELECT q.id, q.lease_expires_at, q.batch_id, q.attempt, q.max_attempts, q.kind
+    SELECT * FROM (SELECT f.id, f.lease_expires_at, f.batch_id, f.attempt, f.max_attempts, f.kind
                    FROM batches AS b INDEXED BY batches_status
-                   JOIN lease_windows AS w ON w.batch_id = b.id
-                   JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
+                   JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
                    WHERE b.status IN ('running', 'cancelled') AND b.finished_at IS NULL
-                     AND q.batch_id = b.id AND q.status = 'processing' AND q.run_after = 0
-                     AND q.lease_expires_at <= ?1
-                   ORDER BY q.lease_expires_at, q.id LIMIT ?2)
+                     AND f.lease_expires_at <= ?1
+                   ORDER BY f.lease_expires_at, f.id LIMIT ?2)
     ORDER BY 2, 1
     LIMIT ?2
   ) AS page

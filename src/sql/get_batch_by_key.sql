@@ -1,16 +1,8 @@
 -- One batch by its key, with its live `processing` count (see get_batch.sql).
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
        b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
-       (SELECT count(*) FROM cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.run_after > 0 AND q.batch_id = b.id
-          AND q.kind <> 'callback') +
-       CASE WHEN b.finished_at IS NULL
-            THEN (SELECT count(*) FROM lease_windows AS w
-                  JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
-                  WHERE w.batch_id = b.id AND q.batch_id = b.id
-                    AND q.status = 'processing' AND q.run_after = 0)
-            ELSE 0 END AS processing,
+       b.processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
-FROM batches AS b
+FROM batches_live AS b
 LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
 WHERE b.key = ?1;

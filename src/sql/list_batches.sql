@@ -3,10 +3,11 @@
 -- first, newest first from the index batches_created (migration 0008; no sort,
 -- the LIMIT stops the walk), and the items in flight are counted once per refresh,
 -- grouped by batch, from the partial index of leased items (which holds the items
--- in flight with a real run_after only), instead of once per batch; each batch's
--- first attempts claimed by its cursor are counted in its lease window (view
--- lease_windows, migration 0015), read only for a batch not ended (nothing of an
--- ended one is in flight, and most of a page has ended). So a refresh reads ?1
+-- in flight with a real run_after only), instead of once per batch (view
+-- batches_live would walk it per batch); each batch's first attempts in flight
+-- (view first_attempts_in_flight, migrations 0015 and 0016: its lease window) are
+-- counted only for a batch not ended (nothing of an ended one is in flight, and
+-- most of a page has ended). So a refresh reads ?1
 -- batches, their callback rows (one seek each on UNIQUE (batch_id, subject_id))
 -- and the items in flight once. A completion callback in flight is no item of its
 -- batch.
@@ -15,10 +16,7 @@ SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.cre
        b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
        coalesce(p.processing, 0) +
        CASE WHEN b.finished_at IS NULL
-            THEN (SELECT count(*) FROM lease_windows AS w
-                  JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
-                  WHERE w.batch_id = b.id AND q.batch_id = b.id
-                    AND q.status = 'processing' AND q.run_after = 0)
+            THEN (SELECT count(*) FROM first_attempts_in_flight AS f WHERE f.batch_id = b.id)
             ELSE 0 END AS processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM (

@@ -5,7 +5,8 @@
 --                               a real run_after only), each item's batch by primary key:
 --                               a paused or cancelled batch's in-flight items finish, but
 --                               it is not running; then each running batch's first
---                               attempts in flight, in its lease window (migration 0015)
+--                               attempts in flight (view first_attempts_in_flight: its
+--                               lease window, migrations 0015 and 0016)
 --   due                         running batches' entries of cron_queue_due (keyed by
 --                               batch, then run_after), then their cursor items
 --                               (run_after = 0, migration 0014: due since the batch's
@@ -29,10 +30,8 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
         WHERE q.status = 'processing' AND q.run_after > 0 AND q.kind <> 'callback'
           AND b.status = 'running') +
        (SELECT count(*) FROM batches AS b INDEXED BY batches_running
-        JOIN lease_windows AS w ON w.batch_id = b.id
-        JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
-        WHERE b.status = 'running' AND q.batch_id = b.id
-          AND q.status = 'processing' AND q.run_after = 0) AS processing,
+        JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
+        WHERE b.status = 'running') AS processing,
        (SELECT count(*) FROM (SELECT 1
                               FROM batches AS b INDEXED BY batches_running
                               JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id

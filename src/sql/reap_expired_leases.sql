@@ -9,12 +9,12 @@
 -- Its failures are counted by count_reaped_failures.sql, run just before in the
 -- same batch() over the same page (same order, ties broken by id).
 -- Expired leases are found in two places (migration 0015): the leased index,
--- which holds the items in flight with a real run_after, and the lease window
--- (view lease_windows), read by primary key, of each running or cancelled batch
--- not ended, for first attempts claimed by a cursor (run_after = 0). A paused
--- batch's window is not read: a tick would pay a few rows for every paused batch
--- kept, for leases that expire only when a drain died around the pause; they are
--- reaped once it is resumed or cancelled. The reaper gives them a real run_after,
+-- which holds the items in flight with a real run_after, and the first attempts
+-- in flight (run_after = 0, claimed by a cursor; view first_attempts_in_flight:
+-- the lease window, read by primary key) of each running or cancelled batch not
+-- ended. A paused batch's are not read: a tick would pay a few rows for every
+-- paused batch kept, for leases that expire only when a drain died around the
+-- pause; they are reaped once it is resumed or cancelled. The reaper gives them a real run_after,
 -- so a requeued one is claimed from the due index.
 -- Paged by ?2. ?1 now.
 UPDATE cron_queue
@@ -38,14 +38,12 @@ WHERE id IN (
                    WHERE status = 'processing' AND run_after > 0 AND lease_expires_at <= ?1
                    ORDER BY lease_expires_at, id LIMIT ?2)
     UNION ALL
-    SELECT * FROM (SELECT q.id, q.lease_expires_at
+    SELECT * FROM (SELECT f.id, f.lease_expires_at
                    FROM batches AS b INDEXED BY batches_status
-                   JOIN lease_windows AS w ON w.batch_id = b.id
-                   JOIN cron_queue AS q NOT INDEXED ON q.id > w.lease_after AND q.id < w.unclaimed
+                   JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
                    WHERE b.status IN ('running', 'cancelled') AND b.finished_at IS NULL
-                     AND q.batch_id = b.id AND q.status = 'processing' AND q.run_after = 0
-                     AND q.lease_expires_at <= ?1
-                   ORDER BY q.lease_expires_at, q.id LIMIT ?2)
+                     AND f.lease_expires_at <= ?1
+                   ORDER BY f.lease_expires_at, f.id LIMIT ?2)
     ORDER BY 2, 1
     LIMIT ?2
   )
