@@ -667,6 +667,7 @@ fn retention_fixture(store: &Store<SqliteDb>) {
            ('pause', 'a', 'noop', '{}', 'pending', 1, 0);",
     )
     .unwrap();
+    record_item_ranges(&conn);
     for (i, started) in [10, 20, 30, 95_000_000].iter().enumerate() {
         conn.execute(
             "INSERT INTO invocations (trigger_kind, started_at, elapsed_ms, batch_ids, claimed,
@@ -1047,6 +1048,7 @@ fn expired_backlog(store: &Store<SqliteDb>, n: i64, items: i64) {
                     ('last', 'c', 'noop', '{{}}', 'completed', 1, 0);"
         ))
         .unwrap();
+    record_item_ranges(&store.db().conn());
 }
 
 /// Work of one tick's retention statements (VM steps, rolled back) over a backlog.

@@ -9,7 +9,9 @@
 -- explicit items (enqueued in the same batch(), nothing to fill later).
 -- Its claim cursor and lease window (migrations 0014, 0015) start at the table's
 -- largest id (one seek): its items come after, so no claim reads an older row.
+-- That id is its page mark too (migration 0017): explicit items, inserted next in
+-- the same batch(), are the ids above it (set_batch_total.sql).
 INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts,
-                               fill, fill_after, claim_after, lease_after)
-SELECT ?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END, m.id, m.id
+                               fill, fill_after, claim_after, lease_after, page_mark)
+SELECT ?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END, m.id, m.id, m.id
 FROM (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m;

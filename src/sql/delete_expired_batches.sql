@@ -2,17 +2,25 @@
 -- that ended before ?1 and wait for no callback, in (status, finished_at) order:
 -- the same page as step 1, delete_expired_items.sql, in the same call) that have
 -- no items left (step 1 deletes them first; D1 enforces the items' foreign key,
--- so a batch with items is never deleted). Their keys become free again. Reads
--- at most ?2 batches, however many expired ones wait.
+-- so a batch with items is never deleted): none in its id ranges, among its rows
+-- stored before migration 0017, nor its callback row. Their keys become free
+-- again. Reads at most ?2 batches, however many expired ones wait.
 -- ?1 cutoff, ?2 batches a page.
 DELETE FROM batches
 WHERE id IN (
   SELECT page.id
-  FROM (SELECT b.id FROM batches AS b INDEXED BY batches_status
+  FROM (SELECT b.id, coalesce(b.item_ranges, '[]') AS ranges
+        FROM batches AS b INDEXED BY batches_status
         WHERE b.status IN ('finished', 'cancelled') AND b.finished_at < ?1
-          AND NOT EXISTS (SELECT 1 FROM cron_queue AS c
-                          WHERE c.batch_id = b.id AND c.subject_id = ''
+          AND NOT EXISTS (SELECT 1 FROM cron_queue AS c INDEXED BY cron_queue_callback
+                          WHERE c.batch_id = b.id AND c.kind = 'callback'
                             AND c.status IN ('pending', 'processing'))
         LIMIT ?2) AS page
-  WHERE NOT EXISTS (SELECT 1 FROM cron_queue AS q WHERE q.batch_id = page.id)
+  WHERE NOT EXISTS (SELECT 1 FROM json_each(page.ranges) AS r
+                    JOIN cron_queue AS q ON q.id BETWEEN r.value ->> 0 AND r.value ->> 1
+                    WHERE q.batch_id = page.id)
+    AND NOT EXISTS (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_legacy
+                    WHERE q.batch_id = page.id AND q.legacy = 1)
+    AND NOT EXISTS (SELECT 1 FROM cron_queue AS q INDEXED BY cron_queue_callback
+                    WHERE q.batch_id = page.id AND q.kind = 'callback')
 );

@@ -4,9 +4,12 @@
 -- max_attempts: the item's kind's own from ?4 (JSON object kind → attempts, for
 -- kinds that declare one), else ?2 (MAX_ATTEMPTS). Each is due at once:
 -- run_after = 0, claimed by its batch's cursor, in no index (migration 0014;
--- set_batch_total.sql sets the cursor's end).
+-- set_batch_total.sql sets the cursor's end). Inserted in subject-id order: the
+-- store sorts the whole list before cutting it into statements, so the batch's ids
+-- are in subject order (migration 0017: listings find a subject by binary search).
 INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
 SELECT b.id, j.value ->> 'subject_id', j.value ->> 'kind', j.value ->> 'payload',
        coalesce(json_extract(?4, '$."' || (j.value ->> 'kind') || '"'), ?2), 0
 FROM batches AS b, json_each(?3) AS j
-WHERE b.id = ?1;
+WHERE b.id = ?1
+ORDER BY j.value ->> 'subject_id';

@@ -4,8 +4,12 @@
 -- one statement is bounded by the page, whatever the number of subjects; the
 -- next statement (advance_fill.sql, same batch()) moves the cursor and the total,
 -- so a page and its cursor commit together or not at all (a tick that dies between
--- pages loses and doubles nothing; INSERT OR IGNORE on (batch_id, subject_id) too).
--- Only into a running or paused batch (a cancelled one stops filling).
+-- pages loses and doubles nothing). Only into a running or paused batch (a
+-- cancelled one stops filling).
+-- The page is inserted in subject-id order, so its ids (one contiguous range: one
+-- statement) are in subject order and follow the batch's earlier pages: within a
+-- batch, id order is subject order (migration 0017; mark_fill_page.sql noted the
+-- largest id before it, advance_fill.sql records the range).
 --
 -- run_after = the subject's zone's local fire instant from the fill's "zone_times"
 -- ({"Europe/Berlin": <ms>, ...}), or its "fire_at" for a zone not in the map, plus
@@ -52,7 +56,7 @@ page AS (
     ORDER BY s.id LIMIT ?2
   )
 )
-INSERT OR IGNORE INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
 SELECT b.id, p.id, p.kind, p.payload,
        coalesce(b.attempts ->> ('$."' || p.kind || '"'), b.max_attempts),
        CASE WHEN b.at_once THEN 0
@@ -60,4 +64,5 @@ SELECT b.id, p.id, p.kind, p.payload,
                  + ((p.jitter_seed | b.seed) - (p.jitter_seed & b.seed)) % (b.jitter + 1) * 1000
        END
 FROM b, page AS p
-LEFT JOIN zone_time AS z ON z.timezone = p.timezone;
+LEFT JOIN zone_time AS z ON z.timezone = p.timezone
+ORDER BY p.id;

@@ -1,12 +1,12 @@
 -- One batch with its live `processing` count (view batches_live, migration 0016:
 -- read from the items in flight only, never the whole batch). With its `on_finish` and
 -- the state of its callback row (subject_id '', migration 0007): one seek on the
--- UNIQUE (batch_id, subject_id) index, NULL until the batch ended with one.
+-- callback index (migration 0017), NULL until the batch ended with one.
 -- ?1 batch id.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
        b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
        b.processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM batches_live AS b
-LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
+LEFT JOIN cron_queue AS c INDEXED BY cron_queue_callback ON c.batch_id = b.id AND c.kind = 'callback'
 WHERE b.id = ?1;

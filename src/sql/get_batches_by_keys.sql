@@ -8,5 +8,5 @@ SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.cre
        b.processing,
        c.status AS callback_status, c.attempt AS callback_attempts, c.last_error AS callback_error
 FROM batches_live AS b
-LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
+LEFT JOIN cron_queue AS c INDEXED BY cron_queue_callback ON c.batch_id = b.id AND c.kind = 'callback'
 WHERE b.key IN (SELECT value FROM json_each(?1));

@@ -8,7 +8,7 @@
 -- (view first_attempts_in_flight, migrations 0015 and 0016: its lease window) are
 -- counted only for a batch not ended (nothing of an ended one is in flight, and
 -- most of a page has ended). So a refresh reads ?1
--- batches, their callback rows (one seek each on UNIQUE (batch_id, subject_id))
+-- batches, their callback rows (one seek each on the callback index, migration 0017)
 -- and the items in flight once. A completion callback in flight is no item of its
 -- batch.
 -- ?1 page size.
@@ -30,5 +30,5 @@ LEFT JOIN (
   WHERE q.status = 'processing' AND q.run_after > 0 AND q.kind <> 'callback'
   GROUP BY q.batch_id
 ) AS p ON p.batch_id = b.id
-LEFT JOIN cron_queue AS c ON c.batch_id = b.id AND c.subject_id = '' AND c.kind = 'callback'
+LEFT JOIN cron_queue AS c INDEXED BY cron_queue_callback ON c.batch_id = b.id AND c.kind = 'callback'
 ORDER BY b.created_at DESC, b.id DESC;

@@ -17,6 +17,7 @@ macro_rules! sql {
 
 sql! {
     CREATE_BATCH => "create_batch.sql",
+    MARK_FILL_PAGE => "mark_fill_page.sql",
     FILL_BATCH_PAGE => "fill_batch_page.sql",
     ADVANCE_FILL => "advance_fill.sql",
     ANY_FILLING => "any_filling.sql",

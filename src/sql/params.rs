@@ -55,6 +55,7 @@ statement! {
         callback_attempts: Option<i64>, fill: Option<String>,
     }
     /// `batch_id` `None`: the oldest batch still filling.
+    MarkFillPage<'a> = MARK_FILL_PAGE { batch_id: Option<&'a str> }
     FillBatchPage<'a> = FILL_BATCH_PAGE { batch_id: Option<&'a str>, page: i64 }
     AdvanceFill<'a> = ADVANCE_FILL { batch_id: Option<&'a str> }
     /// `items`: `items_json`; `kind_attempts`: JSON object kind → max attempts.

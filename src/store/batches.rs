@@ -4,10 +4,12 @@ use super::*;
 
 impl<D: Db> Store<D> {
     /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
-    /// still filling (`None`). Two statements of a `batch()`.
-    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 2] {
+    /// still filling (`None`). Three statements of a `batch()`: the mark before the
+    /// page tells the statement after it which ids the page took.
+    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 3] {
         let page = self.fill.page;
         [
+            sql::MarkFillPage { batch_id: id }.bind(),
             sql::FillBatchPage { batch_id: id, page }.bind(),
             sql::AdvanceFill { batch_id: id }.bind(),
         ]
@@ -76,6 +78,10 @@ impl<D: Db> Store<D> {
                 }
             }
             BatchSource::Items(items) => {
+                // In subject order across the statements: within a batch, id order
+                // is subject order (listings find a subject by binary search).
+                let mut items = items.to_vec();
+                items.sort_by(|a, b| a.subject_id.cmp(&b.subject_id));
                 for chunk in items.chunks(ITEMS_PER_STATEMENT) {
                     let items = items_json(chunk);
                     let kind_attempts = self.attempts_json();

@@ -197,3 +197,22 @@ pub fn apply_migrations(conn: &rusqlite::Connection, names: impl RangeBounds<Str
             .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
     }
 }
+
+/// Gives every batch the id ranges of its items (`batches.item_ranges`, migration
+/// 0017) as the statements that insert them record them, for fixtures that insert
+/// rows by hand: runs of consecutive ids of the batch, each in subject order (a
+/// fixture inserts a batch's rows in subject order). Rows marked legacy and
+/// callback rows are in no range.
+pub fn record_item_ranges(conn: &rusqlite::Connection) {
+    conn.execute_batch(
+        "UPDATE batches SET item_ranges = (
+           SELECT json_group_array(json_array(lo, hi)) FROM (
+             SELECT min(id) AS lo, max(id) AS hi FROM (
+               SELECT id, id - row_number() OVER (ORDER BY id) AS run FROM cron_queue AS q
+               WHERE q.batch_id = batches.id AND q.kind <> 'callback' AND q.legacy IS NULL)
+             GROUP BY run ORDER BY lo))
+         WHERE EXISTS (SELECT 1 FROM cron_queue AS q
+                       WHERE q.batch_id = batches.id AND q.kind <> 'callback' AND q.legacy IS NULL)",
+    )
+    .expect("item ranges recorded");
+}
