@@ -21,7 +21,6 @@ use futures::executor::block_on;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rusqlite::types::ValueRef;
-use rusqlite::StatementStatus;
 use serde_json::json;
 
 use common::*;
@@ -69,26 +68,6 @@ fn scans(plan: &[String]) -> Vec<&String> {
                 && !s.ends_with("INDEX cron_queue_failed")
         })
         .collect()
-}
-
-/// Virtual machine steps SQLite takes to run `sql` once (rolled back afterwards):
-/// the work a statement does, the same on every run of the same data. A stand-in
-/// for D1's rows read, which SQLite does not report.
-fn vm_steps(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> i32 {
-    let conn = store.db().conn();
-    conn.execute_batch("SAVEPOINT measure").unwrap();
-    let steps = {
-        let mut stmt = conn.prepare(sql).unwrap();
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
-            .unwrap();
-        while rows.next().unwrap().is_some() {}
-        drop(rows);
-        stmt.get_status(StatementStatus::VmStep)
-    };
-    conn.execute_batch("ROLLBACK TO measure; RELEASE measure")
-        .unwrap();
-    steps
 }
 
 fn claim_params(now: i64, limit: i64) -> Vec<Param> {

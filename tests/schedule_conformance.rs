@@ -476,8 +476,9 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
     assert_eq!(small, statements_for(5_000));
     assert_eq!(
         small,
-        (1, 5),
-        "one batch() of 4 statements and the read-back"
+        (1, 6),
+        "one batch() of 5 statements (the batch, its page with its mark and its \
+         cursor, the schedule) and the read-back"
     );
 }
 
@@ -1555,7 +1556,8 @@ fn a_tick_continues_fills_in_a_call_of_their_own_only_while_a_batch_fills() {
         assert!(tick(&store, at).is_empty());
         (budget.used() - calls, store.usage().statements - statements)
     };
-    let pages = 2 * cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
+    // Each page is its mark, its insert and its cursor.
+    let pages = 3 * cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
     assert_eq!(step(now + 60_000), (2, FIRST_CALL + pages));
     let b = block_on(store.batch_by_key("all:2026-11-21T10:00:00.000Z"))
         .unwrap()

@@ -10,9 +10,10 @@ use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::BatchStatus;
 use cron_fanout::core::model::{BatchTally, InvocationSummary, StopReason, Tally, Trigger};
 use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome, Transition};
-use cron_fanout::core::requests::SubjectInput;
+use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::retry::{decide, release};
 use cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
+use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Created, Db, Store, StoreError};
@@ -108,9 +109,9 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
     let small = statements_for(10);
     assert_eq!(small, statements_for(5_000));
     // Two calls (subrequests, as the meter charges them): one batch() creating
-    // the batch and running its first FILL_PAGES_PER_CALL pages (a page and its
-    // cursor: two statements each), then one read of the batch row.
-    assert_eq!(small, (2, 1 + 2 * FILL_PAGES_PER_CALL + 1));
+    // the batch and running its first FILL_PAGES_PER_CALL pages (a page with its
+    // mark and its cursor: three statements each), then one read of the batch row.
+    assert_eq!(small, (2, 1 + 3 * FILL_PAGES_PER_CALL + 1));
 }
 
 #[test]
@@ -131,10 +132,16 @@ fn explicit_items_are_chunked_and_all_or_nothing() {
         1_201
     );
 
-    // A duplicate subject in the last chunk fails the whole transaction: no batch row,
-    // no items from the earlier chunks.
+    // A failure in the last chunk (an item whose kind allows 0 attempts breaks a
+    // CHECK) fails the whole transaction: no batch row, no items from the earlier
+    // chunks.
+    let store = store.with_kind_attempts([("broken".to_string(), 0)].into());
     let mut bad = items.clone();
-    bad.push(bad[0].clone());
+    bad.push(ItemInput {
+        subject_id: "zzz".into(),
+        kind: "broken".into(),
+        payload: json!({}),
+    });
     assert!(block_on(store.create_batch("b2", "adhoc-2", 0, 3, BatchSource::Items(&bad))).is_err());
     assert_eq!(
         count(&store, "SELECT count(*) FROM batches WHERE key = 'adhoc-2'"),
@@ -147,6 +154,24 @@ fn explicit_items_are_chunked_and_all_or_nothing() {
         ),
         0
     );
+}
+
+/// A subject twice in one explicit list is refused before anything is sent: no
+/// unique index would refuse the second copy (migration 0017).
+#[test]
+fn a_subject_twice_in_one_batch_is_refused_and_writes_nothing() {
+    let store = setup();
+    let mut items = items_of(3, |i| format!("u{i}"), "noop", &json!({}));
+    items.push(items[1].clone());
+    let before = store.usage().statements;
+    let err =
+        block_on(store.create_batch("b", "dup", 0, 3, BatchSource::Items(&items))).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Invalid(m) if m.contains("\"u1\" appears twice")),
+        "{err}"
+    );
+    assert_eq!(store.usage().statements, before);
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
 }
 
 #[test]
@@ -1278,7 +1303,7 @@ fn apply_alone_keeping_rows(
 /// counters: the moves the old trigger counted stay counted, the rest are counted
 /// by the group commit and the reaper.
 #[test]
-fn migrations_0013_to_0016_carry_a_live_database_over() {
+fn migrations_0013_to_0017_carry_a_live_database_over() {
     let store = live_database_at_0012();
     common_counters_exact(&store, &["A", "B", "C"]);
     let (items_before, batches_before) = (texts(&store, ITEM_ROWS), texts(&store, BATCH_ROWS));
@@ -1355,6 +1380,49 @@ fn migrations_0013_to_0016_carry_a_live_database_over() {
     // 0016 adds views only.
     apply_alone_keeping_rows(&store, "0016", "0017", &items_before, &batches_before);
 
+    // 0017 rebuilds the queue without its (batch_id, subject_id) index: every row
+    // kept with its id, marked legacy and in the legacy index; the id high-water
+    // mark kept (an item 23 was inserted and deleted).
+    store
+        .db()
+        .conn()
+        .execute_batch(
+            "INSERT INTO cron_queue (id, batch_id, subject_id, kind, payload, max_attempts, run_after)
+               VALUES (23, 'D', 'd04', 'noop', '{}', 3, 0);
+             DELETE FROM cron_queue WHERE id = 23;",
+        )
+        .unwrap();
+    apply_alone_keeping_rows(&store, "0017", "0018", &items_before, &batches_before);
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue INDEXED BY cron_queue_legacy
+             WHERE legacy = 1 AND batch_id > ''"
+        ),
+        22,
+        "every row stored before is in the legacy index"
+    );
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'cron_queue' AND name LIKE 'sqlite_autoindex%'"
+        ),
+        Vec::<String>::new(),
+        "no unique index on (batch_id, subject_id) is left"
+    );
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT CAST(seq AS TEXT) FROM sqlite_sequence WHERE name = 'cron_queue'"
+        ),
+        ["23"],
+        "the high-water mark moved with the rows"
+    );
+    // Legacy batches list from their own index, in subject order, page by page.
+    let page = block_on(store.list_batch_items("A", "a03", None, 3)).unwrap();
+    let subjects: Vec<&str> = page.iter().map(|i| i.subject_id.as_str()).collect();
+    assert_eq!(subjects, ["a04", "a05", "a06"]);
+
     // The new code ends it all: A's two in flight commit, B's one in flight is
     // reaped out of attempts and D's two are requeued, then B is resumed and
     // everything left runs.
@@ -1410,6 +1478,32 @@ fn migrations_0013_to_0016_carry_a_live_database_over() {
         1,
         "A's end enqueued its callback; C's was delivered"
     );
+    // New rows take ids above the old high-water mark (23): A's callback 24, then
+    // a new batch's items, in one range.
+    let e = batch_of(&store, "e", 2, 3);
+    assert_eq!(
+        texts(&store, "SELECT item_ranges FROM batches WHERE id = 'b-e'"),
+        ["[[25,26]]"]
+    );
+    // Retention empties and deletes the legacy batches (their rows through the
+    // legacy index) once their callbacks are delivered, and the new one.
+    for item in claim(&store, now + 2, 100, "cb") {
+        let done = settle_all([&item], Outcome::Done, now + 2);
+        block_on(store.commit_outcomes(&done)).unwrap();
+    }
+    tail(&store, now + 3);
+    assert!(block_on(store.get_batch(&e))
+        .unwrap()
+        .unwrap()
+        .finished_at
+        .is_some());
+    let upkeep = Upkeep {
+        cancel_page: 10,
+        retention: Retention::at(now + 100 * DAY_MS, 30),
+    };
+    block_on(store.finish_tick(now + 100 * DAY_MS, &upkeep)).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
+    assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
 }
 
 /// Migration 0012 on a database of every migration before it: the summaries

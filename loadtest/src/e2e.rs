@@ -1128,11 +1128,11 @@ mod tests {
         let mut s = settings();
         assert!(parse(&s).is_ok(), "{:?}", parse(&s));
         let lease = s.iter().position(|(k, _)| *k == "LEASE_SECONDS").unwrap();
-        assert_eq!(s[lease].1, "11");
+        assert_eq!(s[lease].1, "12");
         // One second less is the bare minimum, two less is refused.
-        s[lease].1 = "10".into();
+        s[lease].1 = "11".into();
         assert!(parse(&s).is_ok());
-        s[lease].1 = "9".into();
+        s[lease].1 = "10".into();
         assert!(parse(&s).unwrap_err().starts_with("LEASE_SECONDS"));
     }
 }

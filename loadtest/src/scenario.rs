@@ -216,22 +216,22 @@ mod tests {
 
     #[test]
     fn lease_is_the_workers_minimum_plus_slack() {
-        // e2e's settings: 1 s timeout -> the Worker's 7 s minimum, 8 with slack.
-        // 3 calls of (timeout + 2 s) + 1 s, rounded up, + 1 s of slack.
-        assert_eq!(min_lease_seconds(1_000, 50, 25), 11);
-        assert_eq!(min_lease_seconds(10_000, 50, 25), 38);
-        assert_eq!(min_lease_seconds(10_100, 50, 25), 39);
+        // e2e's settings: 1 s timeout -> the Worker's 11 s minimum, 12 with slack.
+        // 3 calls of (timeout + 2 s) + 2 s, rounded up, + 1 s of slack.
+        assert_eq!(min_lease_seconds(1_000, 50, 25), 12);
+        assert_eq!(min_lease_seconds(10_000, 50, 25), 39);
+        assert_eq!(min_lease_seconds(10_100, 50, 25), 40);
         // A chunk no larger than the window queues one call's worth: 2 calls.
-        assert_eq!(min_lease_seconds(1_000, 25, 25), 8);
+        assert_eq!(min_lease_seconds(1_000, 25, 25), 9);
     }
 
     #[test]
     fn settings_follow_scenario_and_overrides() {
         let crash = spec(Scenario::Crash).settings(&[]);
         assert_eq!(crash["JOB_TIMEOUT_MS"], "1000");
-        // Chunk 100 behind 25 slots: 5 calls of 1 s + 2 s grace, 1 s commit, 1 s slack.
+        // Chunk 100 behind 25 slots: 5 calls of 1 s + 2 s grace, 2 s commit, 1 s slack.
         assert_eq!(crash["CLAIM_CHUNK"], "100");
-        assert_eq!(crash["LEASE_SECONDS"], "17");
+        assert_eq!(crash["LEASE_SECONDS"], "18");
         let mut slow = spec(Scenario::Latency);
         slow.latency_ms = 5_000;
         assert_eq!(slow.settings(&[])["JOB_TIMEOUT_MS"], "20000");
@@ -240,7 +240,7 @@ mod tests {
             .settings(&[o("JOB_TIMEOUT_MS", "3000"), o("DISPATCH_MODE", "inline")]);
         assert_eq!(
             (s["LEASE_SECONDS"].as_str(), s["DISPATCH_MODE"].as_str()),
-            ("27", "inline")
+            ("28", "inline")
         );
         let s = spec(Scenario::Happy).settings(&[o("LEASE_SECONDS", "300")]);
         assert_eq!(s["LEASE_SECONDS"], "300");

@@ -533,18 +533,34 @@ mod tests {
                 },
             )
         };
-        // 50 s deadline, 12 s calls: with 3 call times left (elapsed ≤ 13 s) the
-        // whole capacity of 75 fits; with 2, a line of 50; with 1, of 25.
-        assert_eq!(at(49_000 - 3 * call, 25, 0), NextClaim::Take(50));
-        assert_eq!(at(49_000 - 3 * call + 1, 25, 0), NextClaim::Take(25));
-        assert_eq!(at(49_000 - 2 * call, 0, 0), NextClaim::Take(50));
-        assert_eq!(at(49_000 - 2 * call, 25, 1), NextClaim::Hold);
-        assert_eq!(at(49_000 - call, 0, 0), NextClaim::Take(25));
-        assert_eq!(at(49_000 - call, 1, 0), NextClaim::Hold);
+        // 50 s deadline less the wind-down, 12 s calls: with 3 call times left
+        // (elapsed ≤ 12 s) the whole capacity of 75 fits; with 2, a line of 50;
+        // with 1, of 25.
+        assert_eq!(
+            at((50_000 - WIND_DOWN_MS) - 3 * call, 25, 0),
+            NextClaim::Take(50)
+        );
+        assert_eq!(
+            at((50_000 - WIND_DOWN_MS) - 3 * call + 1, 25, 0),
+            NextClaim::Take(25)
+        );
+        assert_eq!(
+            at((50_000 - WIND_DOWN_MS) - 2 * call, 0, 0),
+            NextClaim::Take(50)
+        );
+        assert_eq!(
+            at((50_000 - WIND_DOWN_MS) - 2 * call, 25, 1),
+            NextClaim::Hold
+        );
+        assert_eq!(
+            at((50_000 - WIND_DOWN_MS) - call, 0, 0),
+            NextClaim::Take(25)
+        );
+        assert_eq!(at((50_000 - WIND_DOWN_MS) - call, 1, 0), NextClaim::Hold);
         // Less than one call time left: not even an item that starts at once
         // could finish in time.
         assert_eq!(
-            at(49_000 - call + 1, 0, 0),
+            at((50_000 - WIND_DOWN_MS) - call + 1, 0, 0),
             NextClaim::Stop(StopReason::Deadline)
         );
     }
@@ -558,7 +574,7 @@ mod tests {
         };
         let mut s = state(0, 0);
         // One call time left: a line of 25, under half the chunk (50).
-        s.elapsed_ms = 49_000 - call_ms(big.job_timeout_ms);
+        s.elapsed_ms = (50_000 - WIND_DOWN_MS) - call_ms(big.job_timeout_ms);
         assert_eq!(next_claim(&b, big, s), NextClaim::Take(25));
         s.in_flight = 1;
         assert_eq!(next_claim(&b, big, s), NextClaim::Hold);

@@ -515,12 +515,12 @@ mod tests {
     fn overrides_are_applied() {
         let s = parse(&[
             ("DISPATCH_MODE", "inline"),
-            ("LEASE_SECONDS", "16"),
+            ("LEASE_SECONDS", "17"),
             ("JOB_TIMEOUT_MS", "1000"),
         ])
         .unwrap();
         assert_eq!(s.dispatch_mode, DispatchMode::Inline);
-        assert_eq!(s.lease_ms, 16_000);
+        assert_eq!(s.lease_ms, 17_000);
     }
 
     #[test]
@@ -528,11 +528,12 @@ mod tests {
         let err = parse(&[("LEASE_SECONDS", "10"), ("JOB_TIMEOUT_MS", "10000")]).unwrap_err();
         assert!(err.starts_with("LEASE_SECONDS"), "{err}");
         // Five call times (chunk 100 behind 25 slots, then the run) and the commit:
-        // 5 × (10 s + 2 s grace) + 1 s = 61 s.
-        assert!(parse(&[("LEASE_SECONDS", "60")]).is_err());
-        assert!(parse(&[("LEASE_SECONDS", "61")]).is_ok());
-        // A smaller chunk queues less: 2 × 12 s + 1 s = 25 s.
-        assert!(parse(&[("LEASE_SECONDS", "25"), ("CLAIM_CHUNK", "25")]).is_ok());
+        // 5 × (10 s + 2 s grace) + 2 s = 62 s.
+        assert!(parse(&[("LEASE_SECONDS", "61")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "62")]).is_ok());
+        // A smaller chunk queues less: 2 × 12 s + 2 s = 26 s.
+        assert!(parse(&[("LEASE_SECONDS", "25"), ("CLAIM_CHUNK", "25")]).is_err());
+        assert!(parse(&[("LEASE_SECONDS", "26"), ("CLAIM_CHUNK", "25")]).is_ok());
     }
 
     #[test]
@@ -604,10 +605,10 @@ mod tests {
 
     #[test]
     fn deadline_must_leave_room_for_one_claim() {
-        // One call time of 10 s + 2 s grace, plus 1 s to commit.
-        let err = parse(&[("INVOCATION_DEADLINE_MS", "12999")]).unwrap_err();
+        // One call time of 10 s + 2 s grace, plus 2 s to commit.
+        let err = parse(&[("INVOCATION_DEADLINE_MS", "13999")]).unwrap_err();
         assert!(err.starts_with("INVOCATION_DEADLINE_MS"), "{err}");
-        assert!(err.ends_with("at least 13000 ms"), "{err}");
-        assert!(parse(&[("INVOCATION_DEADLINE_MS", "13000")]).is_ok());
+        assert!(err.ends_with("at least 14000 ms"), "{err}");
+        assert!(parse(&[("INVOCATION_DEADLINE_MS", "14000")]).is_ok());
     }
 }

@@ -19,14 +19,15 @@ pub const DISPATCH_GRACE_MS: i64 = 2_000;
 /// before, its group commit after) until the drain has seen D1: what the minimum
 /// lease and the minimum deadline add to the call times, and the least the drain
 /// keeps whatever it sees.
-pub const WIND_DOWN_MS: i64 = 1_000;
+pub const WIND_DOWN_MS: i64 = 2_000;
 
 /// Group-commit interval: an outcome waits at most this long (plus a running
 /// commit) before its commit starts; a commit also starts once FLUSH_MAX_ROWS are
-/// waiting. Measured: one commit per interval rather than per CLAIM_CHUNK outcomes
-/// saves a D1 call per chunk, about 1 ms of the runtime's CPU each locally
-/// (docs/benchmarks.md).
-pub const FLUSH_INTERVAL_MS: i64 = 100;
+/// waiting, and at once when nothing else runs. One commit per second rather than
+/// per 100 ms carries ten times the outcomes of a slow stream (webhooks at a few
+/// hundred items a second): 0.094 -> 0.02 D1 statements per item, and the
+/// batches' counter row per flush with it (docs/benchmarks.md, Round 10).
+pub const FLUSH_INTERVAL_MS: i64 = 1_000;
 
 /// The safety margin on D1 round trips: the drain's rules cover calls up to this
 /// many times slower than the slowest one seen so far in the invocation. An
@@ -94,8 +95,8 @@ pub fn commit_allowance_ms(d1_ms: i64, concurrency: i64) -> i64 {
 
 /// What the items of a claim sent now need besides their call times: the claim's
 /// own round trip and the commit allowance (margins included), never less than
-/// [`WIND_DOWN_MS`]. With D1 round trips up to about 110 ms (a window of at most
-/// 500) this is the static 1 s.
+/// [`WIND_DOWN_MS`]. With D1 round trips up to about 125 ms (a window of at most
+/// 500) this is the static 2 s.
 pub fn wind_down_ms(d1_ms: i64, concurrency: i64) -> i64 {
     WIND_DOWN_MS.max(ROUND_TRIP_MARGIN * d1_ms + commit_allowance_ms(d1_ms, concurrency))
 }
@@ -146,10 +147,10 @@ mod tests {
         assert_eq!(call_rounds(25, 25), 2);
         assert_eq!(call_rounds(26, 25), 3);
         assert_eq!(call_rounds(1, 100), 2);
-        // 3 × (10 s + 2 s) + 1 s.
-        assert_eq!(min_lease_ms(10_000, 50, 25), 37_000);
-        // Defaults (chunk 100 behind 25 slots): 5 × 12 s + 1 s.
-        assert_eq!(min_lease_ms(10_000, 100, 25), 61_000);
+        // 3 × (10 s + 2 s) + 2 s.
+        assert_eq!(min_lease_ms(10_000, 50, 25), 38_000);
+        // Defaults (chunk 100 behind 25 slots): 5 × 12 s + 2 s.
+        assert_eq!(min_lease_ms(10_000, 100, 25), 62_000);
     }
 
     #[test]
@@ -167,8 +168,8 @@ mod tests {
 
     #[test]
     fn min_deadline_allows_exactly_one_window() {
-        assert_eq!(min_deadline_ms(10_000), 13_000);
-        let line = |elapsed| line_allowed(elapsed, 13_000, LONG_LEASE, 1_000, 10_000, 25);
+        assert_eq!(min_deadline_ms(10_000), 14_000);
+        let line = |elapsed| line_allowed(elapsed, 14_000, LONG_LEASE, 2_000, 10_000, 25);
         assert_eq!(line(0), 25);
         assert_eq!(line(1), 0);
     }
@@ -176,20 +177,20 @@ mod tests {
     #[test]
     fn quick_d1_keeps_the_static_wind_down() {
         assert_eq!(wind_down_ms(0, 25), WIND_DOWN_MS);
-        // 2 × 110 (claim) + 100 + 2 × 3 × 110 (commits) = 980 ms.
+        // 2 × 125 (claim) + 1,000 + 2 × 3 × 125 (commits) = 2,000 ms.
         assert_eq!(commit_round_trips(25), 3);
-        assert_eq!(wind_down_ms(110, 25), WIND_DOWN_MS);
-        assert_eq!(wind_down_ms(150, 25), 300 + 100 + 900);
+        assert_eq!(wind_down_ms(125, 25), WIND_DOWN_MS);
+        assert_eq!(wind_down_ms(150, 25), 300 + 1_000 + 900);
         // A window of 600 outcomes ending together takes two flushes.
         assert_eq!(commit_round_trips(600), 4);
-        assert_eq!(commit_allowance_ms(10, 600), 100 + 2 * 4 * 10);
+        assert_eq!(commit_allowance_ms(10, 600), 1_000 + 2 * 4 * 10);
     }
 
     #[test]
     fn a_slow_d1_shortens_the_line_by_the_deadline() {
-        // D1 at 2 s: 4 s for the claim, 0.1 s + 12 s for the commits.
+        // D1 at 2 s: 4 s for the claim, 1 s + 12 s for the commits.
         let wind_down = wind_down_ms(2_000, 25);
-        assert_eq!(wind_down, 16_100);
+        assert_eq!(wind_down, 17_000);
         // 50 s deadline, 12 s calls: 2 call times fit at the start, not 4.
         assert_eq!(
             line_allowed(0, 50_000, LONG_LEASE, wind_down, 10_000, 25),

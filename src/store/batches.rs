@@ -82,6 +82,16 @@ impl<D: Db> Store<D> {
                 // is subject order (listings find a subject by binary search).
                 let mut items = items.to_vec();
                 items.sort_by(|a, b| a.subject_id.cmp(&b.subject_id));
+                // No unique index refuses a second copy any more (migration 0017).
+                if let Some(w) = items
+                    .windows(2)
+                    .find(|w| w[0].subject_id == w[1].subject_id)
+                {
+                    return Err(StoreError::Invalid(format!(
+                        "subject {:?} appears twice in batch {key:?}",
+                        w[0].subject_id
+                    )));
+                }
                 for chunk in items.chunks(ITEMS_PER_STATEMENT) {
                     let items = items_json(chunk);
                     let kind_attempts = self.attempts_json();

@@ -91,6 +91,9 @@ pub enum StoreError {
     Missing(String),
     /// A row or a parameter did not convert from or to JSON.
     Json(String),
+    /// The call was refused before anything was sent: what it asked for breaks a
+    /// rule the schema no longer enforces (e.g. a subject twice in one batch).
+    Invalid(String),
 }
 
 impl fmt::Display for StoreError {
@@ -100,6 +103,7 @@ impl fmt::Display for StoreError {
             StoreError::OverBudget(e) => write!(f, "not sent: {e}"),
             StoreError::Missing(what) => write!(f, "{what} is missing"),
             StoreError::Json(message) => write!(f, "JSON: {message}"),
+            StoreError::Invalid(message) => f.write_str(message),
         }
     }
 }

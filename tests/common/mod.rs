@@ -216,3 +216,23 @@ pub fn record_item_ranges(conn: &rusqlite::Connection) {
     )
     .expect("item ranges recorded");
 }
+
+/// Virtual machine steps SQLite takes to run `sql` once (rolled back afterwards):
+/// the work a statement does, the same on every run of the same data. A stand-in
+/// for D1's rows read, which SQLite does not report.
+pub fn vm_steps(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> i32 {
+    let conn = store.db().conn();
+    conn.execute_batch("SAVEPOINT measure").unwrap();
+    let steps = {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
+            .unwrap();
+        while rows.next().unwrap().is_some() {}
+        drop(rows);
+        stmt.get_status(rusqlite::StatementStatus::VmStep)
+    };
+    conn.execute_batch("ROLLBACK TO measure; RELEASE measure")
+        .unwrap();
+    steps
+}

@@ -132,7 +132,7 @@ fn claims_a_chunk_fills_the_window_and_claims_ahead() {
     // Two run, two wait; half a chunk fits behind them, so the next claim goes out.
     assert_eq!(dispatched(&a), vec![1, 2]);
     // It wakes when item 3, first in the queue, could no longer start in time:
-    // its lease, less a 3 s call and the commit allowance (0.1 s + 2 × 3 × 5 ms).
+    // its lease, less a 3 s call and the commit allowance (1 s + 2 × 3 × 5 ms).
     assert_eq!(
         a[2..],
         [
@@ -140,7 +140,7 @@ fn claims_a_chunk_fills_the_window_and_claims_ahead() {
                 limit: 2,
                 lease_expires_at: 30_005
             },
-            Action::Wait(Some(29_999 - 3_000 - 130 + 1))
+            Action::Wait(Some(29_999 - 3_000 - 1_030 + 1))
         ]
     );
     assert_eq!(r.m.tally().claimed, 4);
@@ -159,17 +159,21 @@ fn outcomes_wait_for_the_flush_timer_and_go_in_one_commit() {
     assert_eq!(a.last(), Some(&Action::Wait(Some(10 + FLUSH_INTERVAL_MS))));
     r.m.finished(50, item(2), Outcome::Retry("HTTP 503".into()), 0.0);
     // A timer call before its time changes nothing.
-    r.m.timer(100);
-    assert_eq!(r.actions(100), vec![Action::Wait(Some(110))]);
-    r.m.timer(110);
-    let rows = take_commit(r.actions(110));
+    let flush = 10 + FLUSH_INTERVAL_MS;
+    r.m.timer(flush - 10);
+    assert_eq!(r.actions(flush - 10), vec![Action::Wait(Some(flush))]);
+    r.m.timer(flush);
+    let rows = take_commit(r.actions(flush));
     assert_eq!(ids(&rows), vec![1, 2]);
-    r.m.committed(125, rows, Ok(vec![1, 2]));
+    r.m.committed(flush + 15, rows, Ok(vec![1, 2]));
     // Once nothing runs, the last outcome goes at once, without the timer.
-    r.m.finished(130, item(3), Outcome::Done, 0.0);
-    let rows = take_commit(r.actions(130));
-    r.m.committed(140, rows, Ok(vec![3]));
-    assert_eq!(r.actions(140), vec![Action::Done(StopReason::Drained)]);
+    r.m.finished(flush + 20, item(3), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(flush + 20));
+    r.m.committed(flush + 30, rows, Ok(vec![3]));
+    assert_eq!(
+        r.actions(flush + 30),
+        vec![Action::Done(StopReason::Drained)]
+    );
     let t = r.m.tally();
     assert_eq!((t.completed, t.retried, t.lost_leases), (2, 1, 0));
     // Only the retry is reported: completions are the hot path.
@@ -336,22 +340,23 @@ fn a_commit_retry_keeps_the_flush_for_outcomes_buffered_behind_it() {
     // Item 1's commit (5 free: it, a flush for item 2 still running, the retry,
     // the tail).
     r.m.finished(10, item(1), Outcome::Done, 0.0);
-    r.m.timer(110);
-    let first = take_commit(r.actions(110));
+    let t = 10 + FLUSH_INTERVAL_MS;
+    r.m.timer(t);
+    let first = take_commit(r.actions(t));
     assert_eq!(r.budget.free(), 4);
     // Item 2 answers while that commit is out; then the commit fails. Its retry
     // spends the retry kept and still leaves item 2's flush and the tail.
-    r.m.finished(115, item(2), Outcome::Done, 0.0);
-    r.m.committed(120, first, Err(StoreError::Db("D1: reset".into())));
-    let again = take_commit_again(r.actions(120));
+    r.m.finished(t + 5, item(2), Outcome::Done, 0.0);
+    r.m.committed(t + 10, first, Err(StoreError::Db("D1: reset".into())));
+    let again = take_commit_again(r.actions(t + 10));
     assert_eq!(ids(&again), vec![1]);
-    r.m.committed(125, again, Ok(vec![1]));
-    let rows = take_commit(r.actions(125));
+    r.m.committed(t + 15, again, Ok(vec![1]));
+    let rows = take_commit(r.actions(t + 15));
     assert_eq!(ids(&rows), vec![2]);
     // A second failure has no retry left: item 2 is left to the reaper rather
     // than the tail spent.
-    r.m.committed(130, rows, Err(StoreError::Db("D1: reset".into())));
-    assert_eq!(r.actions(130), vec![Action::Done(StopReason::Drained)]);
+    r.m.committed(t + 20, rows, Err(StoreError::Db("D1: reset".into())));
+    assert_eq!(r.actions(t + 20), vec![Action::Done(StopReason::Drained)]);
     let reports = r.reports();
     assert!(matches!(reports[0], Report::CommitRetry { rows: 1, .. }));
     assert!(matches!(&reports[1], Report::CommitFailed { item_ids, .. } if item_ids == &[2]));
@@ -507,7 +512,7 @@ fn a_claim_slower_than_its_lease_allows_releases_its_items_unrun() {
 #[test]
 fn a_commit_slower_than_the_wind_down_holds_back_what_could_not_land() {
     // A commit still out after 4.4 s: D1 is that slow now, so an item's commit
-    // may take 0.1 s + 2 × 3 × 4.4 s. Item 3 started before (with time to spare)
+    // may take 1 s + 2 × 3 × 4.4 s. Item 3 started before (with time to spare)
     // runs on; item 4 could no longer land before its lease expires and is
     // released when it would have started.
     let mut r = Run::new(POLICY, 1_000);
@@ -516,17 +521,17 @@ fn a_commit_slower_than_the_wind_down_holds_back_what_could_not_land() {
     assert_eq!(dispatched(&r.actions(10)), vec![1, 2]);
     r.m.finished(500, item(1), Outcome::Done, 0.0);
     assert_eq!(dispatched(&r.actions(500)), vec![3]);
-    r.m.timer(600);
-    let rows = take_commit(r.actions(600));
-    r.m.finished(5_000, item(2), Outcome::Done, 0.0);
-    let a = r.actions(5_000);
+    r.m.timer(500 + FLUSH_INTERVAL_MS);
+    let rows = take_commit(r.actions(500 + FLUSH_INTERVAL_MS));
+    r.m.finished(5_900, item(2), Outcome::Done, 0.0);
+    let a = r.actions(5_900);
     assert!(dispatched(&a).is_empty(), "{a:?}");
     assert_eq!(released(&r.reports()), vec![4]);
-    r.m.committed(5_100, rows, Ok(vec![1]));
-    r.m.finished(5_200, item(3), Outcome::Done, 0.0);
-    let rows = take_commit(r.actions(5_200));
+    r.m.committed(6_000, rows, Ok(vec![1]));
+    r.m.finished(6_100, item(3), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(6_100));
     assert_eq!(ids(&rows), vec![2, 4, 3]);
-    r.m.committed(5_300, rows, Ok(vec![2, 3, 4]));
+    r.m.committed(6_200, rows, Ok(vec![2, 3, 4]));
     let t = r.m.tally();
     assert_eq!((t.completed, t.released), (3, 1));
     assert_eq!(r.m.round_trips().commit_ms, 4_500);
@@ -534,7 +539,7 @@ fn a_commit_slower_than_the_wind_down_holds_back_what_could_not_land() {
 
 #[test]
 fn a_slow_first_step_shortens_the_first_claim() {
-    // The smallest lease for these limits: 3 call times and the 1 s wind-down.
+    // The smallest lease for these limits: 3 call times and the 2 s wind-down.
     let lease_ms = crate::core::timing::min_lease_ms(1_000, 4, 2);
     let policy = Policy {
         limits: DrainLimits {
@@ -550,8 +555,8 @@ fn a_slow_first_step_shortens_the_first_claim() {
     };
     // Quick D1: the whole line of 6 fits the lease, a chunk of 4 is claimed.
     assert!(matches!(first_claim(10), Action::Claim { limit: 4, .. }));
-    // D1 at 0.5 s: 4.1 s of wind-down leaves one call time, a line of 2.
-    assert!(matches!(first_claim(500), Action::Claim { limit: 2, .. }));
+    // D1 at 0.6 s: 5.8 s of wind-down leaves one call time, a line of 2.
+    assert!(matches!(first_claim(600), Action::Claim { limit: 2, .. }));
     // D1 at 2 s: nothing claimed could be committed within its lease.
     assert_eq!(first_claim(2_000), Action::Done(StopReason::Deadline));
 }
@@ -565,14 +570,14 @@ fn an_outcome_whose_lease_is_near_is_committed_without_waiting_for_the_timer() {
     r.m.finished(100, item(1), Outcome::Done, 0.0);
     r.actions(100);
     // A commit takes 26 s: D1 is that slow now.
-    r.m.timer(200);
-    let rows = take_commit(r.actions(200));
-    r.m.committed(26_200, rows, Ok(vec![1]));
+    r.m.timer(100 + FLUSH_INTERVAL_MS);
+    let rows = take_commit(r.actions(100 + FLUSH_INTERVAL_MS));
+    r.m.committed(27_100, rows, Ok(vec![1]));
     // Item 2 answers; with commits this slow its lease (30 s) is too near for
-    // the 100 ms flush timer: it goes out at once with item 4, released, while
-    // item 3 still runs.
-    r.m.finished(26_300, item(2), Outcome::Done, 0.0);
-    let a = r.actions(26_300);
+    // the flush timer: it goes out at once with item 4, released, while item 3
+    // still runs.
+    r.m.finished(27_200, item(2), Outcome::Done, 0.0);
+    let a = r.actions(27_200);
     assert_eq!(released(&r.reports()), vec![4]);
     assert_eq!(ids(&take_commit(a)), vec![2, 4]);
 }
@@ -580,8 +585,8 @@ fn an_outcome_whose_lease_is_near_is_committed_without_waiting_for_the_timer() {
 #[test]
 fn past_the_deadline_nothing_is_claimed() {
     let mut r = Run::new(POLICY, 1_000);
-    // 60 s deadline, 3 s calls, 1 s wind-down: 56,001 ms in, no call fits.
-    assert_eq!(r.actions(56_001), vec![Action::Done(StopReason::Deadline)]);
+    // 60 s deadline, 3 s calls, 2 s wind-down: 55,001 ms in, no call fits.
+    assert_eq!(r.actions(55_001), vec![Action::Done(StopReason::Deadline)]);
     assert_eq!(r.budget.used(), 0);
 }
 
@@ -660,40 +665,41 @@ fn channel_results_are_committed_with_the_outcome() {
 fn a_claim_out_keeps_the_flush_for_its_items() {
     // Review of 565e1b0: a flush sent while a claim is out must leave the flush
     // that claim's items were planned with, or the older lease's outcomes can no
-    // longer be committed before it expires. One slot, chunk 4, 16 s leases,
-    // 110 ms D1, 13 subrequests.
+    // longer be committed before it expires. One slot, chunk 4, 25 s leases,
+    // 1.1 s D1 (a claim outlasts the 1 s flush timer), 13 subrequests: a wind-down
+    // of 9.8 s, a commit allowance of 7.6 s.
     let policy = Policy {
         limits: DrainLimits {
             concurrency: 1,
-            lease_ms: 16_000,
+            lease_ms: 25_000,
             ..POLICY.limits
         },
         retry: POLICY.retry,
     };
     let mut r = Run::new(policy, 13);
-    r.m.prepared(110);
+    r.m.prepared(1_100);
     let a = r.actions(0);
     assert!(
         matches!(
             a[0],
             Action::Claim {
                 limit: 4,
-                lease_expires_at: 16_000
+                lease_expires_at: 25_000
             }
         ),
         "{a:?}"
     );
-    r.m.claimed(110, Ok(items(1..5)));
-    assert_eq!(dispatched(&r.actions(110)), vec![1]);
-    r.m.finished(3_110, item(1), Outcome::Done, 0.0);
-    let a = r.actions(3_110);
+    r.m.claimed(1_100, Ok(items(1..5)));
+    assert_eq!(dispatched(&r.actions(1_100)), vec![1]);
+    r.m.finished(4_100, item(1), Outcome::Done, 0.0);
+    let a = r.actions(4_100);
     assert_eq!(dispatched(&a), vec![2]);
     assert!(
         a.iter().any(|a| matches!(
             a,
             Action::Claim {
                 limit: 2,
-                lease_expires_at: 19_110
+                lease_expires_at: 29_100
             }
         )),
         "{a:?}"
@@ -701,29 +707,29 @@ fn a_claim_out_keeps_the_flush_for_its_items() {
     // The flush timer fires while the second claim is out: a commit of item 1
     // now would spend the flush its two items need, and items 2 to 4 could only
     // go in the last flush, after their lease expired.
-    r.m.timer(3_210);
-    let a = r.actions(3_210);
+    r.m.timer(4_100 + FLUSH_INTERVAL_MS);
+    let a = r.actions(4_100 + FLUSH_INTERVAL_MS);
     assert!(!a.iter().any(|a| matches!(a, Action::Commit(_))), "{a:?}");
-    r.m.claimed(3_220, Ok(items(5..7)));
-    r.m.finished(5_110, item(2), Outcome::Done, 0.0);
-    assert_eq!(dispatched(&r.actions(5_110)), vec![3]);
-    r.m.finished(8_110, item(3), Outcome::Done, 0.0);
-    assert_eq!(dispatched(&r.actions(8_110)), vec![4]);
+    r.m.claimed(5_200, Ok(items(5..7)));
+    r.m.finished(7_100, item(2), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(7_100)), vec![3]);
+    r.m.finished(10_100, item(3), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(10_100)), vec![4]);
     // The first lease's items have all answered: their commit frees their flush
-    // and lands well before 16 s.
-    r.m.finished(11_110, item(4), Outcome::Done, 0.0);
-    let a = r.actions(11_110);
+    // and lands well before 25 s.
+    r.m.finished(13_100, item(4), Outcome::Done, 0.0);
+    let a = r.actions(13_100);
     assert_eq!(dispatched(&a), vec![5]);
     let rows = take_commit(a);
     assert_eq!(ids(&rows), vec![1, 2, 3, 4]);
-    r.m.committed(11_220, rows, Ok(vec![1, 2, 3, 4]));
-    r.m.finished(14_110, item(5), Outcome::Done, 0.0);
-    assert_eq!(dispatched(&r.actions(14_110)), vec![6]);
-    r.m.finished(17_110, item(6), Outcome::Done, 0.0);
-    let rows = take_commit(r.actions(17_110));
+    r.m.committed(14_200, rows, Ok(vec![1, 2, 3, 4]));
+    r.m.finished(16_100, item(5), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(16_100)), vec![6]);
+    r.m.finished(19_100, item(6), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(19_100));
     assert_eq!(ids(&rows), vec![5, 6]);
-    r.m.committed(17_220, rows, Ok(vec![5, 6]));
-    assert!(matches!(r.actions(17_220)[..], [Action::Done(_)]));
+    r.m.committed(20_200, rows, Ok(vec![5, 6]));
+    assert!(matches!(r.actions(20_200)[..], [Action::Done(_)]));
     assert_eq!(r.m.tally().completed, 6);
     assert_eq!(r.m.tally().lost_leases, 0);
 }
