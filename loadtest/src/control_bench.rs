@@ -3,8 +3,9 @@
 //! an idle tick reads from D1 while 200,000 due items sit in paused batches; the
 //! D1 bytes per item and per subject, read from the local D1 file the run wrote;
 //! and what migrations 0006 (batch control), 0007 (delivery), 0008 (the batch
-//! list's index), 0014 (the claim cursor, a rebuilt due index) and 0015 (the
-//! lease windows, a rebuilt leased index) cost on a queue of a million items (host
+//! list's index), 0014 (the claim cursor, a rebuilt due index), 0015 (the lease
+//! windows, a rebuilt leased index) and 0017 (the queue rebuilt without its
+//! (batch_id, subject_id) index) cost on a queue of a million items (host
 //! SQLite; 0008 also beside 100,000 ended batches, the table it indexes; 0015 on a
 //! batch made on 0014, with a cursor over all its items).
 
@@ -199,13 +200,15 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     let (sizes, queue_items, subjects) = sizes(&runtime.config().state_dir)?;
     let mut migrations = Vec::new();
     // 0008 indexes the batches table, so it is also timed beside many batches;
-    // 0014 rebuilds the due index over the pending items; 0015 the leased index.
+    // 0014 rebuilds the due index over the pending items; 0015 the leased index;
+    // 0017 the queue itself (every row copied, the legacy index built).
     for (migration, batches) in [
         ("0006", 1),
         ("0007", 1),
         ("0008", 100_000),
         ("0014", 1),
         ("0015", 1),
+        ("0017", 1),
     ] {
         eprintln!("migration {migration} on 1,000,000 items, {batches} batches (host SQLite) ...");
         let dir = runtime.config().repo.join("migrations");
@@ -475,6 +478,12 @@ mod tests {
             (windows.migration.as_str(), windows.rows_changed),
             ("0015", 1 + 3),
             "the running batch's claim cursor, then every batch's window start"
+        );
+        let rebuilt = migration_cost(&dir, "0017", 100, 1).unwrap();
+        assert_eq!(
+            (rebuilt.migration.as_str(), rebuilt.rows_changed),
+            ("0017", 100 + 1),
+            "every item copied once, and the id high-water mark moved with them"
         );
         assert!(migration_cost(&dir, "0099", 10, 1).is_err());
     }

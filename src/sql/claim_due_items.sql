@@ -15,7 +15,10 @@
 --   when that is higher: every cursor item below it was claimed (store::Claimed).
 --   They count as due since their batch's fire instant (`fill`'s fire_at, the
 --   run_after they were stored with before migration 0014), or its creation for
---   explicit items.
+--   explicit items. The batch's ?2-th such item bounds the range (a scalar seek
+--   and walk: no ephemeral list of ids), which is then read by primary key: each
+--   row twice, the least the per-batch limit costs (D1 counts an ephemeral list's
+--   rows as read too).
 -- - the first arm of `next`: items with a real run_after (retries, reaps,
 --   replays, deferred first attempts): each claimable batch is sought in the due
 --   index (keyed by batch, then run_after; callback rows are not in it), at most
@@ -53,16 +56,20 @@ callbacks AS (
 ),
 cursor AS (
   SELECT q.id, b.due_at AS run_after
-  FROM claimable AS b, cron_queue AS q
-  WHERE q.id IN (
-    SELECT c.id FROM cron_queue AS c NOT INDEXED
-    WHERE c.id > max(b.claim_after, coalesce(json_extract(?5, '$."' || b.id || '"'), 0))
-      AND c.id <= b.cursor_end
-      AND c.batch_id = b.id AND c.status = 'pending' AND c.run_after = 0
-      AND c.attempt < c.max_attempts
-    ORDER BY c.id
-    LIMIT ?2
-  )
+  FROM (SELECT id, due_at, cursor_end,
+               max(claim_after, coalesce(json_extract(?5, '$."' || id || '"'), 0)) AS after
+        FROM claimable) AS b
+  JOIN cron_queue AS q NOT INDEXED
+    ON q.id > b.after
+   AND q.id <= coalesce((SELECT c.id FROM cron_queue AS c NOT INDEXED
+                         WHERE c.id > b.after AND c.id <= b.cursor_end
+                           AND c.batch_id = b.id AND c.status = 'pending' AND c.run_after = 0
+                           AND c.attempt < c.max_attempts
+                         ORDER BY c.id
+                         LIMIT 1 OFFSET ?2 - 1),
+                        b.cursor_end)
+  WHERE q.batch_id = b.id AND q.status = 'pending' AND q.run_after = 0
+    AND q.attempt < q.max_attempts
 ),
 next AS (
   SELECT q.id, q.run_after
