@@ -476,9 +476,9 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
     assert_eq!(small, statements_for(5_000));
     assert_eq!(
         small,
-        (1, 6),
-        "one batch() of 5 statements (the batch, its page with its mark and its \
-         cursor, the schedule) and the read-back"
+        (1, 7),
+        "one batch() of 6 statements (the batch, its page with its mark, its two \
+         inserts and its cursor, the schedule) and the read-back"
     );
 }
 
@@ -592,7 +592,9 @@ fn a_fire_covers_its_group_and_skips_inactive_subjects() {
         None,
         "a group with no active subject: no batch"
     );
-    let plan = query_plan(&store, sql::FILL_BATCH_PAGE, &["b".into(), 10.into()]).join("\n");
+    let plan = [sql::FILL_GROUP_PAGE, sql::FILL_EVERY_GROUP_PAGE]
+        .map(|page| query_plan(&store, page, &["b".into(), 10.into()]).join("\n"))
+        .join("\n");
     assert!(
         plan.contains("SEARCH s USING INDEX subjects_group_id (group_name=? AND id>?)"),
         "a group's page reads its group from the cursor on: {plan}"
@@ -604,6 +606,10 @@ fn a_fire_covers_its_group_and_skips_inactive_subjects() {
     assert!(
         !plan.contains("SCAN s"),
         "no page scans the subjects: {plan}"
+    );
+    assert!(
+        !plan.contains("TEMP B-TREE"),
+        "no page sorts: the subjects are read in id order: {plan}"
     );
 }
 
@@ -1556,8 +1562,8 @@ fn a_tick_continues_fills_in_a_call_of_their_own_only_while_a_batch_fills() {
         assert!(tick(&store, at).is_empty());
         (budget.used() - calls, store.usage().statements - statements)
     };
-    // Each page is its mark, its insert and its cursor.
-    let pages = 3 * cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
+    // Each page is its mark, its two inserts (one inserts nothing) and its cursor.
+    let pages = 4 * cron_fanout::core::schedule::fill::FILL_PAGES_PER_CALL;
     assert_eq!(step(now + 60_000), (2, FIRST_CALL + pages));
     let b = block_on(store.batch_by_key("all:2026-11-21T10:00:00.000Z"))
         .unwrap()

@@ -1,8 +1,8 @@
--- After a page of a batch's fill (mark_fill_page.sql, fill_batch_page.sql, same
--- batch(), same ?1): the page's items are the ids above the batch's page_mark up to
--- the table's largest id (one statement inserted them right after the mark,
--- migration 0017), so two seeks give its range and count, whatever its size: the
--- first id above the mark (not always the mark + 1: AUTOINCREMENT skips the ids of
+-- After a page of a batch's fill (mark_fill_page.sql, then fill_group_page.sql or
+-- fill_every_group_page.sql, same batch(), same ?1): the page's items are the ids
+-- above the batch's page_mark up to the table's largest id (one statement inserted
+-- them right after the mark, migration 0017), so two seeks give its range and
+-- count, whatever its size: the first id above the mark (not always the mark + 1: AUTOINCREMENT skips the ids of
 -- rows deleted at the top of the table) and the largest.
 -- Count the page into `total`; record its range in `item_ranges` (extending the
 -- last range when the page follows it directly, as the pages of one call do); move

@@ -1,5 +1,6 @@
--- First statement of a schedule's fire (one batch() with fill_batch_page.sql,
--- advance_fill.sql and advance_schedule.sql): the batch row, unless its key
+-- First statement of a schedule's fire (one batch() with mark_fill_page.sql,
+-- fill_group_page.sql, fill_every_group_page.sql, advance_fill.sql and
+-- advance_schedule.sql): the batch row, unless its key
 -- exists (invariant 5: re-firing creates nothing) or the schedule was replaced or
 -- deleted since the fire was planned (revision; created_at too, because a schedule
 -- deleted and created again restarts at revision 1), or no active subject is in its

@@ -18,7 +18,8 @@ macro_rules! sql {
 sql! {
     CREATE_BATCH => "create_batch.sql",
     MARK_FILL_PAGE => "mark_fill_page.sql",
-    FILL_BATCH_PAGE => "fill_batch_page.sql",
+    FILL_GROUP_PAGE => "fill_group_page.sql",
+    FILL_EVERY_GROUP_PAGE => "fill_every_group_page.sql",
     ADVANCE_FILL => "advance_fill.sql",
     ANY_FILLING => "any_filling.sql",
     ENQUEUE_ITEMS => "enqueue_items.sql",

@@ -56,7 +56,8 @@ statement! {
     }
     /// `batch_id` `None`: the oldest batch still filling.
     MarkFillPage<'a> = MARK_FILL_PAGE { batch_id: Option<&'a str> }
-    FillBatchPage<'a> = FILL_BATCH_PAGE { batch_id: Option<&'a str>, page: i64 }
+    FillGroupPage<'a> = FILL_GROUP_PAGE { batch_id: Option<&'a str>, page: i64 }
+    FillEveryGroupPage<'a> = FILL_EVERY_GROUP_PAGE { batch_id: Option<&'a str>, page: i64 }
     AdvanceFill<'a> = ADVANCE_FILL { batch_id: Option<&'a str> }
     /// `items`: `items_json`; `kind_attempts`: JSON object kind → max attempts.
     EnqueueItems<'a> = ENQUEUE_ITEMS {

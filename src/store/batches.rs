@@ -4,13 +4,16 @@ use super::*;
 
 impl<D: Db> Store<D> {
     /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
-    /// still filling (`None`). Three statements of a `batch()`: the mark before the
-    /// page tells the statement after it which ids the page took.
-    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 3] {
+    /// still filling (`None`). Four statements of a `batch()`: the mark before the
+    /// page tells the statement after it which ids the page took; the page is one
+    /// of two inserts (a group's, every group's), each read in subject order
+    /// without a sort, and the other inserts nothing.
+    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 4] {
         let page = self.fill.page;
         [
             sql::MarkFillPage { batch_id: id }.bind(),
-            sql::FillBatchPage { batch_id: id, page }.bind(),
+            sql::FillGroupPage { batch_id: id, page }.bind(),
+            sql::FillEveryGroupPage { batch_id: id, page }.bind(),
             sql::AdvanceFill { batch_id: id }.bind(),
         ]
     }

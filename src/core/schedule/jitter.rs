@@ -2,11 +2,12 @@
 //! fire instant, by an amount fixed per (fire, subject), so re-firing (which creates
 //! nothing) could never move it and every run of the same fire agrees.
 //!
-//! It is computed inside the fire's one `INSERT … SELECT` (`sql/enqueue_for_schedule.sql`)
-//! from two 31-bit seeds: the subject's `jitter_seed` (stored on the row when the
-//! subject is first written) and the fire's seed (from its batch key, bound as a
-//! parameter). [`jitter_ms`] is the Rust twin of that SQL expression; the SQLite
-//! conformance suite checks they agree.
+//! It is computed inside each `INSERT … SELECT` of a fill's pages
+//! (`sql/fill_group_page.sql`, `sql/fill_every_group_page.sql`) from two 31-bit
+//! seeds: the subject's `jitter_seed` (stored on the row when the subject is first
+//! written) and the fire's seed (from its batch key, stored in the batch's fill).
+//! [`jitter_ms`] is the Rust twin of that SQL expression; the SQLite conformance
+//! suite checks they agree.
 
 /// FNV-1a, 32 bits: small, well spread for short similar strings (`user-1`,
 /// `user-2`…), and the same on every platform, unlike `std`'s randomised hasher.

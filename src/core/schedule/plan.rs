@@ -37,7 +37,7 @@ pub struct ZoneUse {
 /// group its own rows, for every group all rows. Names that are not zones
 /// (impossible through the API) are left out of the zone map; their subjects
 /// still get an item, due at the fire instant (`coalesce` in
-/// `sql/enqueue_for_schedule.sql`).
+/// `sql/fill_group_page.sql` and `sql/fill_every_group_page.sql`).
 pub fn zones_for(group: Option<&str>, in_use: &[ZoneUse]) -> Vec<Tz> {
     let names: BTreeSet<&str> = in_use
         .iter()
