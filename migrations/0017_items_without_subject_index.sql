@@ -109,6 +109,12 @@ CREATE UNIQUE INDEX cron_queue_callback ON cron_queue (batch_id) WHERE kind = 'c
 ALTER TABLE batches ADD COLUMN item_ranges TEXT;
 ALTER TABLE batches ADD COLUMN page_mark INTEGER NOT NULL DEFAULT 0;
 
+-- The ids of a group commit's outcomes its fence will refuse (lost leases), set
+-- by count_committed_outcomes.sql on the batch row it writes anyway, only so that
+-- its RETURNING can hand them back: commit_outcomes.sql then returns nothing (a
+-- RETURNING row per item is a row read per item on D1). NULL when none was lost.
+ALTER TABLE batches ADD COLUMN commit_lost TEXT;
+
 -- The trigger of migration 0007, its upsert now on the callback index.
 CREATE TRIGGER batches_enqueue_callback
 AFTER UPDATE OF finished_at ON batches

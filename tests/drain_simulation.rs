@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
@@ -46,14 +46,12 @@ enum Fault {
     After,
 }
 
-/// SQLite that fails the next call when told to, counts the calls that reached
-/// it (what the meter let through), and keeps what a call that failed after
-/// applying had returned (the rows it really wrote).
+/// SQLite that fails the next call when told to, and counts the calls that
+/// reached it (what the meter let through).
 struct Faulty {
     db: SqliteDb,
     next: Cell<Option<Fault>>,
     calls: Cell<i64>,
-    hidden: RefCell<Vec<Value>>,
 }
 
 impl Faulty {
@@ -73,8 +71,7 @@ impl Db for Faulty {
             None => self.db.query(sql, params).await,
             Some(Fault::Before) => Err(self.fail(Fault::Before)),
             Some(Fault::After) => {
-                let rows = self.db.query::<Value>(sql, params).await?;
-                *self.hidden.borrow_mut() = rows;
+                self.db.query::<Value>(sql, params).await?;
                 Err(self.fail(Fault::After))
             }
         }
@@ -89,8 +86,7 @@ impl Db for Faulty {
             None => self.db.batch_results(statements).await,
             Some(Fault::Before) => Err(self.fail(Fault::Before)),
             Some(Fault::After) => {
-                let mut results = self.db.batch_results(statements).await?;
-                *self.hidden.borrow_mut() = results.pop().unwrap_or_default();
+                self.db.batch_results(statements).await?;
                 Err(self.fail(Fault::After))
             }
         }
@@ -433,7 +429,6 @@ fn setup(items: usize, max_attempts: i64, channels: Option<&Channels>) -> Faulty
         db: store.into_db(),
         next: Cell::new(None),
         calls: Cell::new(0),
-        hidden: RefCell::new(Vec::new()),
     }
 }
 
@@ -459,9 +454,19 @@ fn other_reaper(db: &SqliteDb, now: i64) -> Vec<i64> {
     ids
 }
 
-/// The ids a statement's `RETURNING id` (or read-back) rows name.
-fn ids_of(rows: &[Value]) -> Vec<i64> {
-    rows.iter().filter_map(|r| r["id"].as_i64()).collect()
+/// The outcomes among `rows` the table holds as applied: no longer processing,
+/// still under the outcome's lease token (what `committed_outcomes.sql` reads).
+fn applied(db: &SqliteDb, rows: &[Settled]) -> Vec<i64> {
+    let json = cron_fanout::store::transitions_json(rows.iter().map(|r| &r.transition))
+        .expect("a commit carries outcomes");
+    let conn = db.conn();
+    let mut stmt = conn.prepare(sql::COMMITTED_OUTCOMES).unwrap();
+    let ids = stmt
+        .query_map([json], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    ids
 }
 
 impl Sim<'_> {
@@ -635,7 +640,6 @@ impl Sim<'_> {
         seen.commits_sent += 1;
         let fault = self.fault(false, seen.commits_sent);
         store.db().inner().next.set(fault);
-        store.db().inner().hidden.borrow_mut().clear();
         let transitions = rows.iter().map(|r| &r.transition);
         let result = if again {
             block_on(store.recommit_outcomes(transitions))
@@ -644,7 +648,9 @@ impl Sim<'_> {
         };
         let answered = match &result {
             Ok(ids) => ids.clone(),
-            Err(_) => ids_of(&store.db().inner().hidden.borrow()),
+            // Failed after applying: what the table says this commit (or, for a
+            // retry, the attempt before it) applied, read right after the call.
+            Err(_) => applied(&store.db().inner().db, rows),
         };
         let wrote = rows
             .iter()

@@ -132,6 +132,10 @@ impl From<&Outcome> for Ran {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
     pub id: i64,
+    /// The item's batch: the commit counts outcomes per batch. Not in the commit's
+    /// JSON rows (the store groups them by it).
+    #[serde(skip)]
+    pub batch_id: String,
     pub token: String,
     pub status: ItemStatus,
     /// Next eligible time for a retried item; unchanged otherwise.

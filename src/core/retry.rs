@@ -35,6 +35,7 @@ pub fn decide(
 ) -> Transition {
     let base = Transition {
         id: item.item_id,
+        batch_id: item.batch_id.clone(),
         token: item.lease_token.clone(),
         status: ItemStatus::Completed,
         run_after: None,
@@ -101,6 +102,7 @@ pub fn release_refused(item: &ClaimedItem) -> Transition {
 fn give_back(item: &ClaimedItem, why: &str) -> Transition {
     Transition {
         id: item.item_id,
+        batch_id: item.batch_id.clone(),
         token: item.lease_token.clone(),
         status: ItemStatus::Pending,
         run_after: None,

@@ -6,7 +6,9 @@
 -- core::receipts::settle).
 -- Each row is fenced by (id, lease_token, status = 'processing') (invariant 2): a
 -- row whose lease was lost (reaped, re-claimed) matches nothing and is never
--- overwritten. RETURNING tells the caller which outcomes were applied.
+-- overwritten. Which outcomes it will not apply, count_committed_outcomes.sql
+-- (the statement before, same fence) returns; this one returns nothing (a
+-- RETURNING row per item costs a row read per item on D1).
 -- The token stays on the row: until the reaper clears it or a claim replaces it,
 -- "not processing and still my token" means "my commit applied it", which a retry
 -- after a lost answer reads back (committed_outcomes.sql). It costs no written row.
@@ -46,5 +48,4 @@ SET status = o.value ->> 'status',
 FROM json_each(?1) AS o
 WHERE cron_queue.id = o.value ->> 'id'
   AND cron_queue.lease_token = o.value ->> 'token'
-  AND cron_queue.status = 'processing'
-RETURNING cron_queue.id;
+  AND cron_queue.status = 'processing';

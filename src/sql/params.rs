@@ -75,7 +75,8 @@ statement! {
         now: i64, limit: i64, token_prefix: &'a str, lease_expires_at: i64, claimed: String,
     }
     /// `outcomes`: `transitions_json`, the same for the three commit statements.
-    CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes: String }
+    /// `outcomes_by_batch`: `outcomes_by_batch_json`.
+    CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes_by_batch: String }
     CommitOutcomes = COMMIT_OUTCOMES { outcomes: String }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }

@@ -1,5 +1,7 @@
 //! The queue's items: claim, group commit (with the batches' counters), reaper, listings.
 
+use std::collections::HashSet;
+
 use super::*;
 
 impl<D: Db> Store<D> {
@@ -74,12 +76,13 @@ impl<D: Db> Store<D> {
         transitions: impl IntoIterator<Item = &'t Transition>,
         read_back: bool,
     ) -> StoreResult<Vec<i64>> {
-        let Some(json) = transitions_json(transitions) else {
+        let transitions: Vec<&Transition> = transitions.into_iter().collect();
+        let Some(json) = transitions_json(transitions.iter().copied()) else {
             return Ok(Vec::new());
         };
         let mut statements = vec![
             sql::CountCommittedOutcomes {
-                outcomes: json.clone(),
+                outcomes_by_batch: outcomes_by_batch_json(&transitions),
             }
             .bind(),
             sql::CommitOutcomes {
@@ -88,10 +91,25 @@ impl<D: Db> Store<D> {
             .bind(),
         ];
         if read_back {
+            // What the failed attempt applied is no longer processing: the count
+            // would call it lost. Read back what either attempt applied instead.
             statements.push(sql::CommittedOutcomes { outcomes: json }.bind());
+            let rows: Vec<Id<i64>> = self.db.batch_rows(statements).await?;
+            return Ok(rows.into_iter().map(|r| r.id).collect());
         }
-        let rows: Vec<Id<i64>> = self.db.batch_rows(statements).await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
+        let counted = self.db.batch_results(statements).await?.remove(0);
+        let lost: HashSet<i64> = decode::<LostInCommit>(counted)?
+            .into_iter()
+            .map(|b| b.lost())
+            .collect::<StoreResult<Vec<Vec<i64>>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(transitions
+            .iter()
+            .map(|t| t.id)
+            .filter(|id| !lost.contains(id))
+            .collect())
     }
 
     /// Requeue or fail a page of expired leases; the failures are counted into
@@ -165,6 +183,33 @@ impl Claimed {
 /// The JSON parameter of `commit_outcomes.sql` (and of the count and read-back
 /// run with it), or `None` for no transitions: the [`Transition`]s as serde writes
 /// them, so the statements read the model's own field names.
+/// The count's parameter: batch id → that batch's outcomes (the same objects as
+/// [`transitions_json`]), so the statement reads each batch's rows once without
+/// sorting them into groups.
+pub fn outcomes_by_batch_json(transitions: &[&Transition]) -> String {
+    let mut by_batch: BTreeMap<&str, Vec<&Transition>> = BTreeMap::new();
+    for t in transitions {
+        by_batch.entry(t.batch_id.as_str()).or_default().push(t);
+    }
+    serde_json::to_string(&by_batch).expect("a transition serialises")
+}
+
+/// A batch row the count returned: the ids of its outcomes the commit's fence
+/// refuses (a JSON array), NULL when none.
+#[derive(Deserialize)]
+struct LostInCommit {
+    lost: Option<String>,
+}
+
+impl LostInCommit {
+    fn lost(&self) -> StoreResult<Vec<i64>> {
+        match &self.lost {
+            None => Ok(Vec::new()),
+            Some(json) => serde_json::from_str(json).map_err(|e| StoreError::Json(e.to_string())),
+        }
+    }
+}
+
 pub fn transitions_json<'t>(
     transitions: impl IntoIterator<Item = &'t Transition>,
 ) -> Option<String> {
@@ -196,6 +241,7 @@ mod tests {
     fn the_commit_json_carries_every_key_its_statements_read() {
         let t = Transition {
             id: 7,
+            batch_id: "b".into(),
             token: "t.7".into(),
             status: ItemStatus::Completed,
             run_after: Some(1),
@@ -206,14 +252,25 @@ mod tests {
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
         let row = json[0].as_object().unwrap();
-        for statement in [
-            sql::COUNT_COMMITTED_OUTCOMES,
-            sql::COMMIT_OUTCOMES,
-            sql::COMMITTED_OUTCOMES,
-        ] {
+        for statement in [sql::COMMIT_OUTCOMES, sql::COMMITTED_OUTCOMES] {
             assert_carries_keys_read(&transitions_json([&t]).unwrap(), statement);
         }
         assert_eq!(row["status"], "completed");
+        assert!(
+            row.get("batch_id").is_none(),
+            "the rows are not grouped by it here"
+        );
         assert_eq!(transitions_json(std::iter::empty()), None);
+        // The count reads the same keys from each batch's array.
+        let other = Transition {
+            id: 8,
+            batch_id: "a".into(),
+            ..t.clone()
+        };
+        let grouped: Value =
+            serde_json::from_str(&outcomes_by_batch_json(&[&t, &other, &t])).unwrap();
+        assert_eq!(grouped["b"].as_array().unwrap().len(), 2);
+        assert_eq!(grouped["a"][0]["id"], 8);
+        assert_carries_keys_read(&grouped["b"].to_string(), sql::COUNT_COMMITTED_OUTCOMES);
     }
 }
