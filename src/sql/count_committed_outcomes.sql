@@ -11,9 +11,11 @@
 -- none), is set on the batch row only so that RETURNING can hand it back
 -- (RETURNING reads only the updated table), so commit_outcomes.sql returns
 -- nothing: a RETURNING row per item costs a row read per item on D1, the batch's
--- row is written here anyway. A batch whose flush holds only applied callback
--- outcomes is not written. (A retried commit reads back what was applied instead,
--- committed_outcomes.sql: its failed attempt's rows are not processing any more.)
+-- row is written here anyway (also for a flush of its completion callback alone:
+-- one row per delivery). Every batch of the flush returns its row, so an outcome
+-- of a batch that returned none (deleted) counts as refused, never as applied. (A
+-- retried commit reads back what was applied instead, committed_outcomes.sql: its
+-- failed attempt's rows are not processing any more.)
 -- The outcomes come grouped by batch (?1: batch id → its outcomes), so each
 -- batch's are read once by primary key, without a sort to group them.
 -- The same write moves each batch's claim cursor (migration 0014) up to the
@@ -62,5 +64,5 @@ SET completed = batches.completed + (x.d ->> 'done'),
                   END,
     commit_lost = x.d ->> 'lost'
 FROM x
-WHERE batches.id = x.batch_id AND (x.d ->> 'counted' > 0 OR x.d ->> 'lost' IS NOT NULL)
+WHERE batches.id = x.batch_id
 RETURNING batches.id AS batch_id, batches.commit_lost AS lost;

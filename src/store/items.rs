@@ -98,17 +98,17 @@ impl<D: Db> Store<D> {
             return Ok(rows.into_iter().map(|r| r.id).collect());
         }
         let counted = self.db.batch_results(statements).await?.remove(0);
-        let lost: HashSet<i64> = decode::<LostInCommit>(counted)?
-            .into_iter()
-            .map(|b| b.lost())
-            .collect::<StoreResult<Vec<Vec<i64>>>>()?
-            .into_iter()
-            .flatten()
-            .collect();
+        let mut lost = HashSet::new();
+        let mut batches = HashSet::new();
+        for b in decode::<LostInCommit>(counted)? {
+            lost.extend(b.lost()?);
+            batches.insert(b.batch_id);
+        }
+        // A batch that returned no row is gone: nothing of it was applied.
         Ok(transitions
             .iter()
+            .filter(|t| batches.contains(&t.batch_id) && !lost.contains(&t.id))
             .map(|t| t.id)
-            .filter(|id| !lost.contains(id))
             .collect())
     }
 
@@ -198,6 +198,7 @@ pub fn outcomes_by_batch_json(transitions: &[&Transition]) -> String {
 /// refuses (a JSON array), NULL when none.
 #[derive(Deserialize)]
 struct LostInCommit {
+    batch_id: String,
     lost: Option<String>,
 }
 
