@@ -31,9 +31,19 @@ pub fn wall_ms() -> i64 {
     worker::js_sys::Date::now() as i64
 }
 
-/// A random id (UUID v4 from the platform's CSPRNG), for batch ids and lease tokens.
+/// A random id (UUID v4 from the platform's CSPRNG, 32 hex digits), for
+/// invocation ids.
 pub fn random_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The first 16 hex digits of a UUID v4 (60 random bits: one digit is its
+/// version), for what every item row stores: its batch's id and its lease token's
+/// prefix. 16 bytes less per row, and still no clash in practice (about 1 in 2
+/// million for a million batches; a token only has to differ from the same
+/// item's other claims).
+pub fn short_id() -> String {
+    random_id()[..16].to_string()
 }
 
 /// Jitter in [0, 1) for retry backoff; needs no cryptographic quality.

@@ -121,7 +121,7 @@ impl<'a> Ports for WorkerPorts<'a> {
 
     fn claim(&mut self, now: i64, limit: i64, lease_expires_at: i64) {
         let store = self.store;
-        let token = clock::random_id();
+        let token = clock::short_id();
         let claimed = self.claimed.clone();
         let claim = async move {
             store

@@ -155,7 +155,7 @@ async fn admin(
         admin_token: &cfg.secrets.admin_token,
         metrics_token: cfg.secrets.metrics_token.as_deref(),
         now: clock::now_ms(),
-        new_id: &clock::random_id,
+        new_id: &clock::short_id,
         event: &log::event,
         jobs,
         services: &services,

@@ -206,7 +206,7 @@ async fn start_drainers(
 async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog) -> Vec<String> {
     let now = clock::now_ms();
     let report = match store
-        .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::random_id)
+        .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::short_id)
         .await
     {
         Ok(report) => report,
