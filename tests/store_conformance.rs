@@ -1296,13 +1296,14 @@ fn apply_alone_keeping_rows(
 }
 
 /// A live database on 0001..0012 (ended, in-flight and pending items, a paused
-/// batch, a completion callback waiting for its delivery) comes through 0013, 0014
-/// and 0015 (then 0016, views only) with every item row unchanged (0014 adds the batches' empty cursor
-/// range, and every pending item keeps its entry in the rebuilt due index; 0015
-/// starts a batch made on 0014 at its first item and keeps its items in flight in
-/// the rebuilt leased index), and the new code then ends it all with exact
-/// counters: the moves the old trigger counted stay counted, the rest are counted
-/// by the group commit and the reaper.
+/// batch, a completion callback waiting for its delivery) comes through 0013 to
+/// 0017 with every item row unchanged (0014 adds the batches' empty cursor range,
+/// and every pending item keeps its entry in the rebuilt due index; 0015 starts a
+/// batch made on 0014 at its first item and keeps its items in flight in the
+/// rebuilt leased index; 0016 adds views only; 0017 rebuilds the queue, every row
+/// in the legacy index, the id high-water mark kept), and the new code then ends
+/// it all with exact counters (the moves the old trigger counted stay counted, the
+/// rest are counted by the group commit and the reaper) and retention deletes it.
 #[test]
 fn migrations_0013_to_0017_carry_a_live_database_over() {
     let store = live_database_at_0012();
