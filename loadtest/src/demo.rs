@@ -218,6 +218,26 @@ mod tests {
         .unwrap()
     }
 
+    /// The Worker starts with the demo's settings: its lease is the smallest
+    /// `core::timing` allows (2 calls of 2 s + 2 s grace, plus the 2 s wind-down),
+    /// so a change to those rules shows here before `scripts/demo.sh` does.
+    #[test]
+    fn the_worker_accepts_the_demo_settings() {
+        let lookup = |name: &str| {
+            SETTINGS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        };
+        assert!(cron_fanout::core::settings::Settings::from_lookup(lookup).is_ok());
+        let shorter = |name: &str| match name {
+            "LEASE_SECONDS" => Some("9".to_string()),
+            _ => lookup(name),
+        };
+        let err = cron_fanout::core::settings::Settings::from_lookup(shorter).unwrap_err();
+        assert!(err.starts_with("LEASE_SECONDS"), "{err}");
+    }
+
     #[test]
     fn the_check_passes_when_every_delivery_is_of_the_batch_and_covers_its_items() {
         let s = stats(&[("b1", "a"), ("b1", "b"), ("b1", "b")]);
