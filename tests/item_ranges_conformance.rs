@@ -79,15 +79,22 @@ fn list_all(
     }
 }
 
+/// Continues fills, a call at a time, until no batch is filling.
+fn fill_all(store: &Store<SqliteDb>) {
+    while block_on(store.continue_fills(None))
+        .unwrap()
+        .is_some_and(|s| s.filling != 0)
+    {}
+}
+
+/// Batch `b-<key>` of no-op items for `subjects`, in the order given.
 fn explicit(store: &Store<SqliteDb>, key: &str, subjects: &[&str]) -> String {
-    let items: Vec<_> = subjects
-        .iter()
-        .map(|s| cron_fanout::core::requests::ItemInput {
-            subject_id: s.to_string(),
-            kind: "noop".into(),
-            payload: json!({}),
-        })
-        .collect();
+    let items = items_of(
+        subjects.len(),
+        |i| subjects[i].to_string(),
+        "noop",
+        &json!({}),
+    );
     let id = format!("b-{key}");
     match block_on(store.create_batch(&id, key, 0, 3, BatchSource::Items(&items))).unwrap() {
         Created::New(row) => row.id,
@@ -113,10 +120,7 @@ fn a_fill_between_other_inserts_records_exact_ranges_in_subject_order() {
     explicit(&store, "between-1", &["z", "a", "m"]);
     assert!(block_on(store.continue_fills(None)).unwrap().is_some());
     explicit(&store, "between-2", &["q"]);
-    while block_on(store.continue_fills(None))
-        .unwrap()
-        .is_some_and(|s| s.filling != 0)
-    {}
+    fill_all(&store);
     let row = block_on(store.get_batch("b-fill")).unwrap().unwrap();
     assert_eq!((row.total, row.filling), (50, 0));
 
@@ -157,10 +161,7 @@ fn listings_page_through_the_ranges_in_subject_order() {
     add_subjects(&store, &ids);
     block_on(store.create_batch("b-fill", "fill", 0, 3, BatchSource::ActiveSubjects)).unwrap();
     explicit(&store, "other", &["s001", "s050", "zz"]);
-    while block_on(store.continue_fills(None))
-        .unwrap()
-        .is_some_and(|s| s.filling != 0)
-    {}
+    fill_all(&store);
     assert!(ranges_of(&store, "b-fill").len() > 1);
 
     for limit in [1, 2, 5, 13, 40, 100] {
@@ -239,10 +240,7 @@ fn retention_deletes_a_batch_through_its_ranges_only() {
     add_subjects(&store, &ids);
     block_on(store.create_batch("b-old", "old", 0, 3, BatchSource::ActiveSubjects)).unwrap();
     explicit(&store, "kept", &["k1", "k2"]);
-    while block_on(store.continue_fills(None))
-        .unwrap()
-        .is_some_and(|s| s.filling != 0)
-    {}
+    fill_all(&store);
     let kept_ids = item_ids(&store, "b-kept");
     let old_ranges = ranges_of(&store, "b-old");
     assert!(old_ranges[0].1 < kept_ids[0] && kept_ids[1] < old_ranges[1].0);

@@ -74,8 +74,8 @@ statement! {
     ClaimDueItems<'a> = CLAIM_DUE_ITEMS {
         now: i64, limit: i64, token_prefix: &'a str, lease_expires_at: i64, claimed: String,
     }
-    /// `outcomes`: `transitions_json`, the same for the three commit statements.
-    /// `outcomes_by_batch`: `outcomes_by_batch_json`.
+    /// `outcomes_by_batch`: `outcomes_by_batch_json`; `outcomes`:
+    /// `transitions_json`, the same for the commit and its read-back.
     CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes_by_batch: String }
     CommitOutcomes = COMMIT_OUTCOMES { outcomes: String }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }

@@ -180,9 +180,6 @@ impl Claimed {
     }
 }
 
-/// The JSON parameter of `commit_outcomes.sql` (and of the count and read-back
-/// run with it), or `None` for no transitions: the [`Transition`]s as serde writes
-/// them, so the statements read the model's own field names.
 /// The count's parameter: batch id → that batch's outcomes (the same objects as
 /// [`transitions_json`]), so the statement reads each batch's rows once without
 /// sorting them into groups.
@@ -211,6 +208,9 @@ impl LostInCommit {
     }
 }
 
+/// The JSON parameter of `commit_outcomes.sql` (and of the read-back run with it
+/// on a retry), or `None` for no transitions: the [`Transition`]s as serde writes
+/// them, so the statements read the model's own field names.
 pub fn transitions_json<'t>(
     transitions: impl IntoIterator<Item = &'t Transition>,
 ) -> Option<String> {
