@@ -237,7 +237,7 @@ fn schedules_carry_on_finish_to_every_batch_they_fire() {
     let new_id = || "fired-1".to_string();
     block_on(
         host.store
-            .fire_due(host.now.get(), 10, MAX_ATTEMPTS, &new_id),
+            .fire_due(host.now.get(), 10, MAX_ATTEMPTS, &new_id, None),
     )
     .unwrap();
     assert_eq!(

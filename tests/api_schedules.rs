@@ -299,7 +299,7 @@ fn a_fired_schedule_shows_its_last_fire_and_deleting_it_keeps_its_batch() {
     // The tick's firing, through the store call the Worker makes, at 12:00:05.
     let now = at("2026-11-18T12:00:05Z");
     let ids = || "fired-1".to_string();
-    let report = block_on(host.store.fire_due(now, 100, MAX_ATTEMPTS, &ids)).unwrap();
+    let report = block_on(host.store.fire_due(now, 100, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert_eq!(report.plan.keys(), ["hourly:2026-11-18T12:00:00.000Z"]);
     let batch = host.ok(GET, "/batches/fired-1", None, 200);
     assert_eq!(

@@ -12,7 +12,7 @@ use cron_fanout::core::budget::Budget;
 use cron_fanout::core::control::{decide as decide_move, BatchStatus, Control, Move, CANCEL_PAGE};
 use cron_fanout::core::model::{BatchRow, ClaimedItem, FinishedBatch, Outcome, Transition};
 use cron_fanout::core::requests::ItemInput;
-use cron_fanout::core::upkeep::{Retention, Upkeep, DAY_MS};
+use cron_fanout::core::upkeep::{Retention, TickWork, Upkeep, DAY_MS};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
@@ -66,6 +66,8 @@ fn scans(plan: &[String]) -> Vec<&String> {
                 && !s.ends_with("INDEX cron_queue_leased")
                 // Failed rows only, and the metrics' dead-letter count stops at its cap.
                 && !s.ends_with("INDEX cron_queue_failed")
+                // Batches still filling only (tick_work.sql asks whether it is empty).
+                && !s.ends_with("INDEX batches_filling")
         })
         .collect()
 }
@@ -736,6 +738,7 @@ fn the_ticks_upkeep_statements_are_index_seeks() {
         (sql::DELETE_EXPIRED_BATCHES, vec![5.into(), 10.into()]),
         (sql::DELETE_OLD_INVOCATIONS, vec![5.into(), 10.into()]),
         (sql::FINISH_BATCHES, vec![5.into()]),
+        (sql::TICK_WORK, vec![5.into()]),
     ];
     for (statement, params) in cases {
         let steps = query_plan(&store, statement, &params);
@@ -746,6 +749,122 @@ fn the_ticks_upkeep_statements_are_index_seeks() {
     let metered = Store::new(Metered::new(store.into_db(), budget.clone()));
     block_on(metered.finish_tick(5, &Upkeep::at(5, 30))).unwrap();
     assert_eq!(budget.used(), 1);
+}
+
+/// The tick reads what its upkeep has to do with its due schedules
+/// (`tick_work.sql`), and its tail leaves out what has nothing to do: an idle
+/// tick's tail is the finish check alone; what the flags found is done exactly as
+/// the whole tail does it.
+#[test]
+fn the_tail_runs_only_the_upkeep_the_ticks_flags_found_work_for() {
+    let now = 90_000_000;
+    let cutoff = now - 40_000_000;
+    let work = |store: &Store<SqliteDb>, cutoff: Option<i64>| {
+        let ids = || "fired".to_string();
+        block_on(store.fire_due(now, 10, 3, &ids, cutoff))
+            .unwrap()
+            .work
+    };
+    // Statements of one tail.
+    let tail_of = |store: &Store<SqliteDb>, upkeep: &Upkeep| {
+        let before = store.usage().statements;
+        block_on(store.finish_tick(now, upkeep)).unwrap();
+        store.usage().statements - before
+    };
+    let whole = Upkeep {
+        cancel_page: 10,
+        retention: Some(Retention {
+            cutoff,
+            items: 2,
+            batches: 1,
+            invocations: 2,
+        }),
+    };
+    let nothing = TickWork {
+        cancelling: false,
+        batches_expired: false,
+        invocations_expired: false,
+    };
+
+    let empty = setup();
+    assert_eq!(work(&empty, Some(cutoff)), nothing);
+    assert_eq!(tail_of(&empty, &whole), 7);
+    assert_eq!(
+        tail_of(&empty, &whole.narrowed(nothing)),
+        1,
+        "the finish check"
+    );
+
+    // Expired batches and summaries, nothing cancelled; with retention off (no
+    // cutoff) nothing has expired.
+    let narrowed = setup();
+    retention_fixture(&narrowed);
+    let found = work(&narrowed, Some(cutoff));
+    assert_eq!(
+        found,
+        TickWork {
+            batches_expired: true,
+            invocations_expired: true,
+            ..nothing
+        }
+    );
+    assert_eq!(work(&narrowed, None), nothing);
+    let full = setup();
+    retention_fixture(&full);
+    let rows = |store: &Store<SqliteDb>| {
+        texts(
+            store,
+            "SELECT 'item ' || id FROM cron_queue UNION ALL SELECT 'batch ' || id FROM batches
+             UNION ALL SELECT 'summary ' || id FROM invocations ORDER BY 1",
+        )
+    };
+    // Tick by tick, the narrowed tail deletes what the whole one does; once the
+    // expired rows are gone the flags say so.
+    for tick in 0..5 {
+        let found = work(&narrowed, Some(cutoff));
+        assert!(
+            tail_of(&narrowed, &whole.narrowed(found)) < 7,
+            "tick {tick}"
+        );
+        tail_of(&full, &whole);
+        assert_eq!(rows(&narrowed), rows(&full), "tick {tick}");
+    }
+    assert_eq!(work(&narrowed, Some(cutoff)), nothing);
+
+    // Only summaries expired: their statement alone besides the finish check.
+    let summaries = setup();
+    retention_fixture(&summaries);
+    summaries
+        .db()
+        .conn()
+        .execute_batch("DELETE FROM cron_queue; DELETE FROM batches;")
+        .unwrap();
+    let found = work(&summaries, Some(cutoff));
+    assert_eq!(
+        found,
+        TickWork {
+            invocations_expired: true,
+            ..nothing
+        }
+    );
+    assert_eq!(tail_of(&summaries, &whole.narrowed(found)), 2);
+    assert_eq!(count(&summaries, "SELECT count(*) FROM invocations"), 2);
+
+    // A cancelled batch not yet ended: swept and ended by the narrowed tail.
+    let cancelled = setup();
+    let b = batch_of(&cancelled, "c", 3, 3);
+    control(&cancelled, &b, Control::Cancel);
+    let found = work(&cancelled, Some(cutoff));
+    assert_eq!(
+        found,
+        TickWork {
+            cancelling: true,
+            ..nothing
+        }
+    );
+    assert_eq!(tail_of(&cancelled, &whole.narrowed(found)), 4);
+    assert_eq!(status_of(&cancelled, &b), ("cancelled".into(), Some(now)));
+    assert_eq!(work(&cancelled, Some(cutoff)), nothing, "ended");
 }
 
 /// The due index is keyed by batch now: `/metrics` counts due items and finds the

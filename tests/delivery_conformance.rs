@@ -582,7 +582,7 @@ fn a_schedule_with_on_finish_fires_batches_that_call_back() {
         ids.set(ids.get() + 1);
         format!("f{}", ids.get())
     };
-    block_on(store.fire_due(at, 10, 4, &new_id)).unwrap();
+    block_on(store.fire_due(at, 10, 4, &new_id, None)).unwrap();
     let batch = block_on(store.get_batch("f1")).unwrap().expect("fired");
     assert_eq!(batch.on_finish.as_deref(), Some(hook.as_str()));
     complete_all(&store, at);

@@ -118,7 +118,7 @@ fn a_batch_over_subjects_and_a_schedule_fire_give_each_kind_its_attempts() {
         .next_fire_at
         .unwrap();
     let ids = || "fired".to_string();
-    block_on(store.fire_due(noon + 1_000, 100, MAX_ATTEMPTS, &ids)).unwrap();
+    block_on(store.fire_due(noon + 1_000, 100, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert_eq!(attempts(&store, "fired"), want());
 }
 

@@ -88,7 +88,7 @@ fn tick<D: Db>(store: &Store<D>, now: i64) -> Vec<FirePlan> {
         n.set(n.get() + 1);
         format!("b-{now}-{}", n.get())
     };
-    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert!(
         report.failed.is_empty() && report.left.is_empty(),
         "{report:?}"
@@ -1172,7 +1172,7 @@ fn the_tick_reports_what_became_of_each_fire() {
     ))
     .unwrap();
     let ids = || "mine".to_string();
-    let report = block_on(store.fire_due(now + 100, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    let report = block_on(store.fire_due(now + 100, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert_eq!(
         report.fired,
         [
@@ -1295,7 +1295,7 @@ fn tick_anyway(store: &Store<SqliteDb>, now: i64) {
         n.set(n.get() + 1);
         format!("b-{now}-{}", n.get())
     };
-    let _ = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids));
+    let _ = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids, None));
 }
 
 #[test]
@@ -1393,14 +1393,14 @@ fn a_failing_fire_among_a_hundred_costs_a_bounded_number_of_calls_and_the_page_d
             format!("b-{tick_no}-{}", n.get())
         };
         let at = now + ticks * 60_000;
-        let report = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+        let report = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
         calls.push(budget.used() - before);
         ticks += 1;
         if !report.failed.is_empty() {
             assert_eq!(report.failed[0].schedule_id, "s070");
             // What the tick had no call left for fires on the next, s070 not.
             let before = budget.used();
-            let next = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+            let next = block_on(store.fire_due(at, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
             assert!(next.failed.is_empty() && next.left.is_empty());
             calls.push(budget.used() - before);
             break Store::new(store.into_db().into_inner());
@@ -1428,7 +1428,7 @@ fn a_fire_that_matches_no_subject_creates_no_batch_and_still_advances() {
     let noon = schedule(&store, "daily").next_fire_at.unwrap();
     let now = noon + 30_000;
     let ids = || "empty-daily".to_string();
-    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert!(report.failed.is_empty() && report.left.is_empty());
     assert_eq!(
         report.fired,
@@ -1507,7 +1507,7 @@ fn a_fire_over_more_subjects_than_a_page_fills_over_ticks_with_an_exact_total_an
     );
     let key = "big:2026-11-21T10:00:00.000Z";
     let ids = || "big-1".to_string();
-    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    let report = block_on(store.fire_due(now, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert!(matches!(
         &report.fired[..],
         [Fired::Created { total: 10, .. }]
@@ -1591,7 +1591,8 @@ fn a_tick_that_dies_between_pages_loses_and_doubles_nothing_and_refiring_adds_no
          BEGIN SELECT RAISE(ABORT, 'the tick died'); END;",
     );
     let ids = || "unused".to_string();
-    let report = block_on(store.fire_due(now + 60_000, FIRE_PAGE, MAX_ATTEMPTS, &ids)).unwrap();
+    let report =
+        block_on(store.fire_due(now + 60_000, FIRE_PAGE, MAX_ATTEMPTS, &ids, None)).unwrap();
     assert!(report.fill.is_err());
     assert!(report.plan.plans.is_empty(), "the due page was still read");
     assert_eq!(

@@ -40,7 +40,8 @@ impl Retention {
     }
 }
 
-/// One tick's upkeep.
+/// One tick's upkeep. A page or cap of 0 has nothing to do, and the store leaves
+/// its statements out of the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Upkeep {
     /// Pending items of the cancelled, unended batches moved to `cancelled` per
@@ -49,11 +50,53 @@ pub struct Upkeep {
     pub retention: Option<Retention>,
 }
 
+/// What the tick found to do, read at its start (`sql/tick_work.sql`, with the
+/// due schedules): the upkeep leaves out what has nothing to do. Unknown (the
+/// read failed): everything, as `Default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickWork {
+    /// A cancelled batch has not ended: its pending items are swept.
+    pub cancelling: bool,
+    /// A batch ended before the retention cutoff.
+    pub batches_expired: bool,
+    /// An invocation summary started before the retention cutoff.
+    pub invocations_expired: bool,
+}
+
+impl Default for TickWork {
+    fn default() -> TickWork {
+        TickWork {
+            cancelling: true,
+            batches_expired: true,
+            invocations_expired: true,
+        }
+    }
+}
+
 impl Upkeep {
     pub fn at(now: i64, retention_days: i64) -> Upkeep {
         Upkeep {
             cancel_page: CANCEL_PAGE,
             retention: Retention::at(now, retention_days),
+        }
+    }
+
+    /// The same without the parts `work` found nothing for. What a tick's flags
+    /// missed (a batch cancelled or expiring since they were read) is the next
+    /// tick's.
+    pub fn narrowed(self, work: TickWork) -> Upkeep {
+        Upkeep {
+            cancel_page: if work.cancelling { self.cancel_page } else { 0 },
+            retention: self.retention.map(|r| Retention {
+                items: if work.batches_expired { r.items } else { 0 },
+                batches: if work.batches_expired { r.batches } else { 0 },
+                invocations: if work.invocations_expired {
+                    r.invocations
+                } else {
+                    0
+                },
+                ..r
+            }),
         }
     }
 }
@@ -71,6 +114,40 @@ mod tests {
         assert_eq!(Retention::at(now, 0), None);
         assert_eq!(Upkeep::at(now, 0).retention, None);
         assert_eq!(Upkeep::at(now, 1).cancel_page, CANCEL_PAGE);
+    }
+
+    #[test]
+    fn narrowed_keeps_only_what_the_tick_found_to_do() {
+        let full = Upkeep::at(100 * DAY_MS, 30);
+        assert_eq!(full.narrowed(TickWork::default()), full);
+        let idle = TickWork {
+            cancelling: false,
+            batches_expired: false,
+            invocations_expired: false,
+        };
+        let none = full.narrowed(idle);
+        assert_eq!(none.cancel_page, 0);
+        let r = none.retention.unwrap();
+        assert_eq!(
+            (r.cutoff, r.items, r.batches, r.invocations),
+            (70 * DAY_MS, 0, 0, 0)
+        );
+        let summaries = full.narrowed(TickWork {
+            invocations_expired: true,
+            ..idle
+        });
+        let r = summaries.retention.unwrap();
+        assert_eq!((r.items, r.batches, r.invocations), (0, 0, 1_000));
+        let cancel = full.narrowed(TickWork {
+            cancelling: true,
+            ..idle
+        });
+        assert_eq!(cancel.cancel_page, CANCEL_PAGE);
+        // Retention off stays off.
+        assert_eq!(
+            Upkeep::at(0, 0).narrowed(TickWork::default()).retention,
+            None
+        );
     }
 
     #[test]

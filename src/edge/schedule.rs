@@ -22,7 +22,7 @@ use crate::core::model::{
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::DispatchMode;
 use crate::core::time::rfc3339;
-use crate::core::upkeep::Upkeep;
+use crate::core::upkeep::{Retention, TickWork, Upkeep};
 use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
@@ -66,7 +66,7 @@ async fn run_invocation(
 ) -> Result<StopReason, DrainError> {
     // Firing never fails the tick: a fire that fails on its own backs its schedule
     // off, the others still apply, and the drain below does not depend on it.
-    let fired = fire_schedules(cfg, store, logger).await;
+    let (fired, work) = fire_schedules(cfg, store, logger).await;
     // The reaper's round trip (one statement) sizes the drain's first claim.
     let prepare_from = clock::now_ms();
     let reaped = store
@@ -118,8 +118,9 @@ async fn run_invocation(
     // The tail the plan kept: one call for the upkeep (cancel sweep, retention) and
     // the finish check, then the summary.
     let now = clock::now_ms();
+    let upkeep = Upkeep::at(now, cfg.settings.retention_days).narrowed(work);
     let finished = store
-        .finish_tick(now, &Upkeep::at(now, cfg.settings.retention_days))
+        .finish_tick(now, &upkeep)
         .await
         .map_err(DrainError::Finish)?;
     log_finished(logger, &finished);
@@ -202,11 +203,23 @@ async fn start_drainers(
 
 /// Fire every due schedule (a page of them), each apart from the others, and log
 /// one line per fire (and per fire that failed and backs off); returns the ids of
-/// the batches created.
-async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog) -> Vec<String> {
+/// the batches created, and what the tick's upkeep has to do (everything when it
+/// could not be read).
+async fn fire_schedules(
+    cfg: &Config,
+    store: &DrainStore,
+    logger: &InvocationLog,
+) -> (Vec<String>, TickWork) {
     let now = clock::now_ms();
+    let cutoff = Retention::at(now, cfg.settings.retention_days).map(|r| r.cutoff);
     let report = match store
-        .fire_due(now, FIRE_PAGE, cfg.settings.max_attempts, &clock::short_id)
+        .fire_due(
+            now,
+            FIRE_PAGE,
+            cfg.settings.max_attempts,
+            &clock::short_id,
+            cutoff,
+        )
         .await
     {
         Ok(report) => report,
@@ -215,7 +228,7 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog
                 "schedules_fire_failed",
                 json!({ "message": e.to_string(), "note": "the due schedules or the zones in use could not be read: nothing was applied; due schedules fire on the next tick" }),
             );
-            return Vec::new();
+            return (Vec::new(), TickWork::default());
         }
     };
     if let Err(e) = &report.fill {
@@ -283,10 +296,11 @@ async fn fire_schedules(cfg: &Config, store: &DrainStore, logger: &InvocationLog
             ),
         }
     }
-    fired
+    let created = fired
         .iter()
         .filter_map(|f| f.created_batch_id().map(str::to_string))
-        .collect()
+        .collect();
+    (created, report.work)
 }
 
 /// Log the invocation summary once and store it as one row, if the budget can

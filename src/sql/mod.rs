@@ -21,7 +21,7 @@ sql! {
     FILL_GROUP_PAGE => "fill_group_page.sql",
     FILL_EVERY_GROUP_PAGE => "fill_every_group_page.sql",
     ADVANCE_FILL => "advance_fill.sql",
-    ANY_FILLING => "any_filling.sql",
+    TICK_WORK => "tick_work.sql",
     ENQUEUE_ITEMS => "enqueue_items.sql",
     SET_BATCH_TOTAL => "set_batch_total.sql",
     GET_BATCH => "get_batch.sql",

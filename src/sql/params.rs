@@ -106,6 +106,8 @@ statement! {
     ListSchedules<'a> = LIST_SCHEDULES { after: &'a str, limit: i64 }
     DeleteSchedule<'a> = DELETE_SCHEDULE { id: &'a str }
     DueSchedules = DUE_SCHEDULES { now: i64, limit: i64 }
+    /// `retention_cutoff` `None`: retention is off.
+    ReadTickWork = TICK_WORK { retention_cutoff: Option<i64> }
     /// `groups`: JSON array of group names; `every_group` is 0/1.
     ZonesInUse = ZONES_IN_USE { groups: String, every_group: i64 }
     KeyPrefixUsedByOthers<'a> = KEY_PREFIX_USED_BY_OTHERS { schedule_id: &'a str }

@@ -116,45 +116,59 @@ impl<D: Db> Store<D> {
     /// A scheduled invocation's tail before its summary, in one call: sweep one
     /// page of pending items over all the cancelled batches, delete what
     /// retention no longer keeps (items, then their batches, then old summaries;
-    /// each capped), then end the batches with nothing left (`finish_batches.sql`). Returns the batches
-    /// that ended, each once.
+    /// each capped), then end the batches with nothing left (`finish_batches.sql`).
+    /// A part whose page or cap is 0 has nothing to do and is left out of the call
+    /// (`Upkeep::narrowed`). Returns the batches that ended, each once.
     pub async fn finish_tick(&self, now: i64, upkeep: &Upkeep) -> StoreResult<Vec<FinishedBatch>> {
-        // No batch id: every cancelled batch that has not ended.
-        let (any, page) = (None, upkeep.cancel_page);
-        let mut statements = vec![
-            sql::CountCancelledPage {
-                batch_id: any,
-                page,
-            }
-            .bind(),
-            sql::CancelPendingPage {
-                batch_id: any,
-                page,
-                now,
-            }
-            .bind(),
-            sql::AdvanceCancelledCursors { batch_id: any }.bind(),
-        ];
+        let mut statements = Vec::new();
+        if upkeep.cancel_page > 0 {
+            // No batch id: every cancelled batch that has not ended.
+            let (any, page) = (None, upkeep.cancel_page);
+            statements.extend([
+                sql::CountCancelledPage {
+                    batch_id: any,
+                    page,
+                }
+                .bind(),
+                sql::CancelPendingPage {
+                    batch_id: any,
+                    page,
+                    now,
+                }
+                .bind(),
+                sql::AdvanceCancelledCursors { batch_id: any }.bind(),
+            ]);
+        }
         if let Some(r) = &upkeep.retention {
             let cutoff = r.cutoff;
-            statements.extend([
-                sql::DeleteExpiredItems {
-                    cutoff,
-                    items: r.items,
-                    batches: r.batches,
-                }
-                .bind(),
-                sql::DeleteExpiredBatches {
-                    cutoff,
-                    batches: r.batches,
-                }
-                .bind(),
-                sql::DeleteOldInvocations {
-                    cutoff,
-                    rows: r.invocations,
-                }
-                .bind(),
-            ]);
+            if r.items > 0 && r.batches > 0 {
+                statements.push(
+                    sql::DeleteExpiredItems {
+                        cutoff,
+                        items: r.items,
+                        batches: r.batches,
+                    }
+                    .bind(),
+                );
+            }
+            if r.batches > 0 {
+                statements.push(
+                    sql::DeleteExpiredBatches {
+                        cutoff,
+                        batches: r.batches,
+                    }
+                    .bind(),
+                );
+            }
+            if r.invocations > 0 {
+                statements.push(
+                    sql::DeleteOldInvocations {
+                        cutoff,
+                        rows: r.invocations,
+                    }
+                    .bind(),
+                );
+            }
         }
         statements.push(sql::FinishBatches { now }.bind());
         self.db.batch_rows(statements).await

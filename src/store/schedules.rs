@@ -1,6 +1,7 @@
 //! Schedules: saved, read, fired (every due schedule's statements in one `batch()`).
 
 use super::*;
+use crate::core::upkeep::TickWork;
 
 /// Firing is [`Store::fire_schedules`]: every due schedule's statements in one
 /// `batch()`, one subrequest however many are due.
@@ -91,8 +92,9 @@ impl<D: Db> Store<D> {
     /// `batch()` that also reads back the batches it made; if that fails, each
     /// half on its own, and so on, at most [`tick::FIRE_APPLY_CALLS`] calls; then
     /// one statement backing off the schedules whose fire failed on its own. The
-    /// due page is read with whether a batch is still filling; only then a second
-    /// call continues the fills ([`Store::continue_fills`]'s pages), whose failure
+    /// due page is read with what else the tick has to do (`sql/tick_work.sql`:
+    /// the report's `work`, retention's flags by `retention_cutoff`) and whether a
+    /// batch is still filling; only then a second call continues the fills ([`Store::continue_fills`]'s pages), whose failure
     /// holds up no fire. So 1 D1 call of 2 statements when nothing is due or
     /// filling, 2 calls when the page applies (3 with the zones, one more while a
     /// batch fills), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
@@ -106,21 +108,24 @@ impl<D: Db> Store<D> {
         page: i64,
         max_attempts: i64,
         new_id: &dyn Fn() -> String,
+        retention_cutoff: Option<i64>,
     ) -> StoreResult<FireReport> {
         let mut read = self
             .db
             .batch_results(vec![
-                (sql::ANY_FILLING, vec![]),
+                sql::ReadTickWork { retention_cutoff }.bind(),
                 sql::DueSchedules { now, limit: page }.bind(),
             ])
             .await?;
         let due: Vec<ScheduleRow> = decode(read.pop().unwrap_or_default())?;
-        let filling: Vec<Filling> = decode(read.pop().unwrap_or_default())?;
+        let flags: Vec<TickFlags> = decode(read.pop().unwrap_or_default())?;
+        let flags = flags.first().copied().unwrap_or_default();
         // Fills first, oldest batch first, bounded pages; one that fails is retried
         // by the next tick.
-        let fill = match filling.first() {
-            Some(f) if f.filling != 0 => self.continue_fills(None).await.map(|_| ()),
-            _ => Ok(()),
+        let fill = if flags.filling != 0 {
+            self.continue_fills(None).await.map(|_| ())
+        } else {
+            Ok(())
         };
         let in_use = if tick::needs_zones(&due) {
             let (groups, every_group) = tick::zone_groups(&due);
@@ -137,6 +142,7 @@ impl<D: Db> Store<D> {
             left_error: None,
             backoff: Ok(()),
             plan,
+            work: flags.work(),
         };
         let plans = &report.plan.plans;
         let mut isolation = tick::Isolation::new(plans.len(), tick::FIRE_APPLY_CALLS);
@@ -260,10 +266,23 @@ impl<D: Db> Store<D> {
     }
 }
 
-/// `sql/any_filling.sql`'s row.
-#[derive(Deserialize)]
-struct Filling {
+/// `sql/tick_work.sql`'s row (SQLite's booleans are 0 and 1).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct TickFlags {
     filling: i64,
+    cancelling: i64,
+    batches_expired: i64,
+    invocations_expired: i64,
+}
+
+impl TickFlags {
+    fn work(self) -> TickWork {
+        TickWork {
+            cancelling: self.cancelling != 0,
+            batches_expired: self.batches_expired != 0,
+            invocations_expired: self.invocations_expired != 0,
+        }
+    }
 }
 
 /// What [`Store::fire_due`] did with each due schedule: applied ([`Fired`] per
@@ -288,6 +307,8 @@ pub struct FireReport {
     /// Whether the backoff of `failed` was written; if not they are due again on
     /// the next tick, as before.
     pub backoff: StoreResult<()>,
+    /// What the tick's upkeep has to do, read with the due schedules.
+    pub work: TickWork,
 }
 
 /// A fire that failed on its own, and the backoff written for its schedule.
