@@ -222,6 +222,10 @@ pub struct DrainState {
     pub drained: bool,
     /// Items dispatched or waiting to be: what counts against `max_children`.
     pub children: i64,
+    /// Queued items enough to keep the window busy through the slowest D1 round
+    /// trip seen, at the rate items have been finishing (`cover_items`); `None`
+    /// until the rate is measured.
+    pub cover: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,11 +244,32 @@ pub fn refill_at(claim_chunk: i64) -> i64 {
     (claim_chunk / 2).max(1)
 }
 
+/// Queued items that keep the window busy while a claim is out: those that finish
+/// during the slowest D1 round trip seen (`d1_ms`: a claim waits behind a commit
+/// on D1's one writer, so the slowest of any call, not a typical claim), at the
+/// rate items have finished since the first dispatch (`finished` in `since_ms`).
+/// `None` before `sample` have finished (the drain's chunk or window, the
+/// larger): too few to know a rate by.
+pub fn cover_items(finished: i64, since_ms: i64, d1_ms: i64, sample: i64) -> Option<i64> {
+    if finished < sample.max(1) || since_ms <= 0 {
+        return None;
+    }
+    // ceil(finished × d1 / since), in i128: no overflow for any i64 inputs.
+    let n = (finished as i128) * (d1_ms.max(0) as i128);
+    let d = since_ms as i128;
+    Some(((n + d - 1) / d).min(i64::MAX as i128) as i64)
+}
+
 /// Decide the next claim. Claims run up to a chunk ahead of the window: as soon as
 /// half a chunk fits (running + queued ≤ concurrency + chunk), so the window never
 /// runs dry while a claim is on its D1 round trip, and each claim takes many rows.
 /// Measured: claiming only once the queue was empty left the window under-full
 /// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks.md).
+/// Once the drain knows how fast items finish and how slow D1 answers
+/// (`state.cover`), a claim waits for a whole chunk while the queue still holds
+/// more than that cover: half-chunk claims cost up to twice the statements, and
+/// the cover is what keeps the window full during the claim. Claims never grow
+/// past a chunk, nor the line past `concurrency + chunk` (the lease rule's).
 ///
 /// The deadline and the lease shorten the line instead of ending the claims
 /// early: an item is claimed only if it can wait, run and be committed before the
@@ -282,6 +307,10 @@ pub fn next_claim(budget: &Budget, limits: DrainLimits, state: DrainState) -> Ne
     // a statement however short.
     let free = (line - state.in_flight - state.queued).min(children_left);
     if free < refill_at(limits.claim_chunk).min(line).min(children_left) {
+        return NextClaim::Hold;
+    }
+    let whole = limits.claim_chunk.min(line).min(children_left);
+    if free < whole && state.cover.is_some_and(|cover| state.queued > cover) {
         return NextClaim::Hold;
     }
     let kept = state.flushes + state.retries + TAIL_SUBREQUESTS;
@@ -332,6 +361,7 @@ mod tests {
             wind_down_ms: WIND_DOWN_MS,
             drained: false,
             children: 0,
+            cover: None,
         }
     }
 
@@ -438,6 +468,44 @@ mod tests {
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(25));
         s.queued = 0;
         assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
+    }
+
+    #[test]
+    fn the_cover_is_what_finishes_in_a_round_trip_once_a_sample_finished() {
+        // 100 finished in 250 ms (0.4 an ms), D1 at 10 ms: 4 items.
+        assert_eq!(cover_items(100, 250, 10, 100), Some(4));
+        // Rounded up: 0.4 × 12 = 4.8.
+        assert_eq!(cover_items(100, 250, 12, 100), Some(5));
+        // Too few finished, or no time yet: unknown.
+        assert_eq!(cover_items(99, 250, 5, 100), None);
+        assert_eq!(cover_items(100, 0, 5, 100), None);
+        assert_eq!(cover_items(0, 10, 5, 0), None);
+        assert_eq!(cover_items(i64::MAX, 1, i64::MAX, 1), Some(i64::MAX));
+    }
+
+    #[test]
+    fn a_covered_queue_waits_for_a_whole_chunk() {
+        let b = Budget::new(10_000);
+        // Capacity 75 (window 25 + chunk 50), the window full.
+        let mut s = state(25, 0);
+        s.queued = 20;
+        // Unknown cover: half a chunk fits, so it is claimed, as before.
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(30));
+        // The queue covers more than the round trip: wait for a whole chunk.
+        s.cover = Some(5);
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Hold);
+        s.queued = 6;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Hold);
+        // Down to the cover: claim what fits (a claim never exceeds a chunk).
+        s.queued = 5;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(45));
+        s.queued = 0;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(50));
+        // D1 slow against the rate (a cover of half a chunk or more): half-chunk
+        // claims, as before.
+        s.cover = Some(25);
+        s.queued = 25;
+        assert_eq!(next_claim(&b, LIMITS, s), NextClaim::Take(25));
     }
 
     #[test]

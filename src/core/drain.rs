@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
 use super::budget::{
-    flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
+    cover_items, flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
 use super::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally, Transition};
@@ -218,6 +218,8 @@ pub struct Drain {
     drained: bool,
     /// Items dispatched, counted against `max_children`.
     dispatched: i64,
+    /// When the first item was dispatched: the finishing rate counts from it.
+    first_dispatch: Option<i64>,
     /// The platform refused a dispatch: nothing more is dispatched.
     refusal: Option<Refusal>,
     stop: Option<StopReason>,
@@ -248,6 +250,7 @@ impl Drain {
             watchdog_since: None,
             drained: false,
             dispatched: 0,
+            first_dispatch: None,
             refusal: None,
             stop: None,
             tally: Tally::default(),
@@ -551,6 +554,13 @@ impl Drain {
             wind_down_ms: wind_down_ms(self.d1_ms(now), self.policy.limits.concurrency),
             drained: self.drained,
             children: self.dispatched + self.queue.len() as i64,
+            cover: self.first_dispatch.and_then(|first| {
+                // Dispatched and no longer running: answered or refused.
+                let finished = self.dispatched - self.running.len() as i64;
+                let limits = &self.policy.limits;
+                let sample = limits.claim_chunk.max(limits.concurrency);
+                cover_items(finished, now - first, self.d1_ms(now), sample)
+            }),
         }
     }
 
@@ -629,6 +639,7 @@ impl Drain {
         self.running
             .insert(item.lease_token.clone(), lease_expires_at);
         self.dispatched += 1;
+        self.first_dispatch.get_or_insert(now);
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);
         debug_assert!(paid.is_ok(), "a claimed item's dispatch is held: {paid:?}");

@@ -974,3 +974,54 @@ fn a_retry_after_sets_the_retry_delay_instead_of_the_backoff_within_the_kinds_ca
         Some("attempt 1 failed: HTTP 429")
     );
 }
+
+fn claims(actions: &[Action]) -> Vec<i64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Claim { limit, .. } => Some(*limit),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn claims_wait_for_a_whole_chunk_once_the_queue_covers_a_round_trip() {
+    // Two slots, chunks of 8 (a line of 10), items of 100 ms, D1 at 10 ms: once a
+    // chunk's worth has finished (0.02 an ms), the queue covers a round trip
+    // with 1 item, and a claim waits until it is down to that.
+    let policy = Policy {
+        limits: DrainLimits {
+            claim_chunk: 8,
+            ..POLICY.limits
+        },
+        retry: POLICY.retry,
+    };
+    let mut r = Run::new(policy, 1_000);
+    r.m.prepared(10);
+    assert_eq!(claims(&r.actions(0)), [8]);
+    r.m.claimed(10, Ok(items(1..9)));
+    assert_eq!(dispatched(&r.actions(10)), [1, 2]);
+    let mut next = 1;
+    let mut step = |r: &mut Run, at: i64| {
+        r.m.finished(at, item(next), Outcome::Done, 0.0);
+        r.m.finished(at, item(next + 1), Outcome::Done, 0.0);
+        next += 2;
+        r.actions(at)
+    };
+    // Rate unknown (under 8 finished): half a chunk as soon as it fits.
+    assert_eq!(claims(&step(&mut r, 110)), [4]);
+    r.m.claimed(120, Ok(items(9..13)));
+    assert_eq!(claims(&step(&mut r, 210)), [] as [i64; 0]);
+    assert_eq!(claims(&step(&mut r, 310)), [4]);
+    r.m.claimed(320, Ok(items(13..17)));
+    assert_eq!(claims(&step(&mut r, 410)), [] as [i64; 0]);
+    // 10 finished in 500 ms, a cover of 1: half a chunk fits, 4 are queued, and
+    // the claim waits.
+    let a = step(&mut r, 510);
+    assert_eq!((dispatched(&a), claims(&a)), (vec![11, 12], vec![]));
+    assert_eq!(claims(&step(&mut r, 610)), [] as [i64; 0]);
+    // The queue is down to the cover: a whole chunk, while the window still runs.
+    let a = step(&mut r, 710);
+    assert_eq!((dispatched(&a), claims(&a)), (vec![15, 16], vec![8]));
+}
