@@ -449,16 +449,16 @@ fn zones_are_read_for_the_page_groups_only_whatever_the_number_of_other_groups()
 
 #[test]
 fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
-    let statements_for = |n: usize| {
+    let statements_for = |n: usize, group: Option<&str>| {
         let store = setup();
         exec(&store, "DELETE FROM schedules");
         add_subjects(&store, "s", n, "default", "UTC");
-        put_schedule(
-            &store,
-            "feeds",
-            json!({"every_seconds": 60}),
-            ms("2026-11-21T09:59:30Z"),
-        );
+        add_subjects(&store, "o", 3, "other", "UTC");
+        let mut body = json!({"every_seconds": 60});
+        if let Some(g) = group {
+            body["group"] = json!(g);
+        }
+        put_schedule(&store, "feeds", body, ms("2026-11-21T09:59:30Z"));
         let (store, budget) = metered(store);
         let before = store.usage();
         let plans = tick(&store, ms("2026-11-21T10:00:00Z"));
@@ -467,19 +467,23 @@ fn a_fire_takes_the_same_statements_for_10_and_5000_subjects() {
         let feeds = block_on(store.batch_by_key("feeds:2026-11-21T10:00:00.000Z"))
             .unwrap()
             .unwrap();
-        assert_eq!(feeds.total, n as i64);
-        // Minus the first call (the filling flag and the due read); nothing was
+        let others = if group.is_some() { 0 } else { 3 };
+        assert_eq!(feeds.total, n as i64 + others);
+        // Minus the first call (the tick's flags and the due read); nothing was
         // filling, and no zones are read for a schedule on UTC.
         (calls - 1, after.statements - before.statements - FIRST_CALL)
     };
-    let small = statements_for(10);
-    assert_eq!(small, statements_for(5_000));
+    let small = statements_for(10, None);
+    assert_eq!(small, statements_for(5_000, None));
     assert_eq!(
         small,
-        (1, 7),
-        "one batch() of 6 statements (the batch, its page with its mark, its two \
-         inserts and its cursor, the schedule) and the read-back"
+        (1, 6),
+        "one batch() of 5 statements (the batch, its page with its mark, the insert \
+         for a fill of every group and its cursor, the schedule) and the read-back"
     );
+    // A group's fill: its own insert instead, the same count.
+    assert_eq!(statements_for(10, Some("default")), small);
+    assert_eq!(statements_for(5_000, Some("default")), small);
 }
 
 #[test]

@@ -110,9 +110,9 @@ fn init_takes_the_same_statements_for_any_number_of_subjects() {
     assert_eq!(small, statements_for(5_000));
     // Two calls (subrequests, as the meter charges them): one batch() creating
     // the batch and running its first FILL_PAGES_PER_CALL pages (a page with its
-    // mark, its two inserts and its cursor: four statements each), then one read
-    // of the batch row.
-    assert_eq!(small, (2, 1 + 4 * FILL_PAGES_PER_CALL + 1));
+    // mark, the insert for a fill of every group and its cursor: three statements
+    // each), then one read of the batch row.
+    assert_eq!(small, (2, 1 + 3 * FILL_PAGES_PER_CALL + 1));
 }
 
 #[test]

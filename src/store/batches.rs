@@ -4,18 +4,27 @@ use super::*;
 
 impl<D: Db> Store<D> {
     /// One page of a batch's fill and its cursor: batch `id`, or the oldest batch
-    /// still filling (`None`). Four statements of a `batch()`: the mark before the
-    /// page tells the statement after it which ids the page took; the page is one
-    /// of two inserts (a group's, every group's), each read in subject order
-    /// without a sort, and the other inserts nothing.
-    pub(super) fn fill_page(&self, id: Option<&str>) -> [(&'static str, Vec<Param>); 4] {
+    /// still filling (`None`). A `batch()`'s statements: the mark before the page
+    /// tells the statement after it which ids the page took; the page is one of
+    /// two inserts (a group's, every group's), each read in subject order without
+    /// a sort. `group`: whether the fill is of one group, when the caller knows;
+    /// unknown (`None`), both inserts go, and the one for the other kind of fill
+    /// inserts nothing.
+    pub(super) fn fill_page(
+        &self,
+        id: Option<&str>,
+        group: Option<bool>,
+    ) -> Vec<(&'static str, Vec<Param>)> {
         let page = self.fill.page;
-        [
-            sql::MarkFillPage { batch_id: id }.bind(),
-            sql::FillGroupPage { batch_id: id, page }.bind(),
-            sql::FillEveryGroupPage { batch_id: id, page }.bind(),
-            sql::AdvanceFill { batch_id: id }.bind(),
-        ]
+        let mut statements = vec![sql::MarkFillPage { batch_id: id }.bind()];
+        if group != Some(false) {
+            statements.push(sql::FillGroupPage { batch_id: id, page }.bind());
+        }
+        if group != Some(true) {
+            statements.push(sql::FillEveryGroupPage { batch_id: id, page }.bind());
+        }
+        statements.push(sql::AdvanceFill { batch_id: id }.bind());
+        statements
     }
 
     /// Continue the fills of batches still filling, oldest first: one call of
@@ -24,7 +33,7 @@ impl<D: Db> Store<D> {
     pub async fn continue_fills(&self, id: Option<&str>) -> StoreResult<Option<FillState>> {
         let mut statements = Vec::new();
         for _ in 0..self.fill.pages_per_call.max(1) {
-            statements.extend(self.fill_page(id));
+            statements.extend(self.fill_page(id, None));
         }
         Ok(self.db.batch_rows(statements).await?.pop())
     }
@@ -76,8 +85,9 @@ impl<D: Db> Store<D> {
             // Its first pages in this call, then more calls of pages until it is
             // filled or `create_calls` are made (ticks continue a bigger one).
             BatchSource::ActiveSubjects => {
+                // A fill of every active subject: no group.
                 for _ in 0..self.fill.pages_per_call.max(1) {
-                    statements.extend(self.fill_page(Some(id)));
+                    statements.extend(self.fill_page(Some(id), Some(false)));
                 }
             }
             BatchSource::Items(items) => {

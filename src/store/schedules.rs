@@ -245,7 +245,7 @@ impl<D: Db> Store<D> {
                 );
                 // Its first page (at most `page` subjects) and its cursor; ticks
                 // continue a bigger fill (`continue_fills`).
-                statements.extend(self.fill_page(Some(&b.batch_id)));
+                statements.extend(self.fill_page(Some(&b.batch_id), Some(b.group.is_some())));
             }
             statements.push(
                 sql::AdvanceSchedule {
