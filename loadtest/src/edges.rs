@@ -237,10 +237,10 @@ fn fast_name(r: &Route) -> String {
 const RESET_ATTEMPTS: usize = 3;
 
 /// A client that pauses after `stall_after` bytes gets the refusal by then. A
-/// connection reset before any answer arrived is tried again (up to
+/// connection that ends before any answer arrived is tried again (up to
 /// [`RESET_ATTEMPTS`]): a server that closes with unread bytes resets the
-/// connection, and the client's kernel may drop an answer not yet read (rare, seen
-/// once in CI on a loaded machine); any answer but the refusal fails at once.
+/// connection, and the client's kernel may drop an answer not yet read (rare: seen
+/// once in CI as a reset); any answer but the refusal fails at once.
 async fn refused_while_it_streams(f: &mut Streams, r: Route) -> Result<()> {
     let mut attempt = 1;
     let s = loop {
