@@ -1,9 +1,9 @@
 -- What a tick has besides its due schedules and its drain, read in the same call
 -- as the due schedules: whether some batch is still being filled from subjects
 -- (its cursor fill_after is set: the tick continues fills only then), whether a
--- cancelled batch has not ended (the tail's cancel sweep), and whether a batch or
--- an invocation summary ended before the retention cutoff (the tail's retention
--- statements). The tail leaves out the statements that have nothing to do, so an
+-- cancelled batch has not ended (the tail's cancel sweep), and whether a batch
+-- ended or an invocation summary started before the retention cutoff (the tail's
+-- retention statements). The tail leaves out the statements that have nothing to do, so an
 -- idle tick runs 7 statements, not 13. Each flag is one seek on an index that
 -- holds only what it asks for at its front (batches_filling is empty when none
 -- fills; batches_status by (status, finished_at); invocations_started).

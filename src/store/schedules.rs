@@ -94,8 +94,8 @@ impl<D: Db> Store<D> {
     /// one statement backing off the schedules whose fire failed on its own. The
     /// due page is read with what else the tick has to do (`sql/tick_work.sql`:
     /// the report's `work`, retention's flags by `retention_cutoff`) and whether a
-    /// batch is still filling; only then a second call continues the fills ([`Store::continue_fills`]'s pages), whose failure
-    /// holds up no fire. So 1 D1 call of 2 statements when nothing is due or
+    /// batch is still filling; only then a second call continues the fills
+    /// ([`Store::continue_fills`]'s pages), whose failure holds up no fire. So 1 D1 call of 2 statements when nothing is due or
     /// filling, 2 calls when the page applies (3 with the zones, one more while a
     /// batch fills), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
     /// however many fail.
