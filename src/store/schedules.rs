@@ -95,10 +95,10 @@ impl<D: Db> Store<D> {
     /// due page is read with what else the tick has to do (`sql/tick_work.sql`:
     /// the report's `work`, retention's flags by `retention_cutoff`) and whether a
     /// batch is still filling; only then a second call continues the fills
-    /// ([`Store::continue_fills`]'s pages), whose failure holds up no fire. So 1 D1 call of 2 statements when nothing is due or
-    /// filling, 2 calls when the page applies (3 with the zones, one more while a
-    /// batch fills), at most `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`)
-    /// however many fail.
+    /// ([`Store::continue_fills`]'s pages), whose failure holds up no fire. So 1 D1
+    /// call of 2 statements when nothing is due or filling, 2 calls when the page
+    /// applies (3 with the zones, one more while a batch fills), at most
+    /// `3 + FIRE_APPLY_CALLS + 1` (`budget::FIRE_SUBREQUESTS`) however many fail.
     /// `Err` only if the due page or the zones could not be read: then nothing was
     /// applied and every schedule is still due. Every planned fire ends in exactly
     /// one of [`FireReport`]'s `fired` (or applied without a batch), `failed`, `left`.
@@ -119,10 +119,10 @@ impl<D: Db> Store<D> {
             .await?;
         let due: Vec<ScheduleRow> = decode(read.pop().unwrap_or_default())?;
         let flags: Vec<TickFlags> = decode(read.pop().unwrap_or_default())?;
-        let flags = flags.first().copied().unwrap_or_default();
+        let flags = flags.first().copied();
         // Fills first, oldest batch first, bounded pages; one that fails is retried
         // by the next tick.
-        let fill = if flags.filling != 0 {
+        let fill = if flags.is_some_and(|f| f.filling != 0) {
             self.continue_fills(None).await.map(|_| ())
         } else {
             Ok(())
@@ -142,7 +142,8 @@ impl<D: Db> Store<D> {
             left_error: None,
             backoff: Ok(()),
             plan,
-            work: flags.work(),
+            // No row (it always has one): the whole upkeep, as when unknown.
+            work: flags.map_or_else(TickWork::default, TickFlags::work),
         };
         let plans = &report.plan.plans;
         let mut isolation = tick::Isolation::new(plans.len(), tick::FIRE_APPLY_CALLS);
@@ -267,7 +268,7 @@ impl<D: Db> Store<D> {
 }
 
 /// `sql/tick_work.sql`'s row (SQLite's booleans are 0 and 1).
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize)]
 struct TickFlags {
     filling: i64,
     cancelling: i64,

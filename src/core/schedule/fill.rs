@@ -1,7 +1,8 @@
 //! Filling a batch from subjects in bounded pages: what a batch is filled from
 //! (`batches.fill`, [`Fill`]) and how much one statement, one call and one tick
 //! enqueue. The store runs the pages (`sql/mark_fill_page.sql`,
-//! `sql/fill_group_page.sql` or `sql/fill_every_group_page.sql`, `sql/advance_fill.sql`); the batch's cursor `fill_after` says where it stands.
+//! `sql/fill_group_page.sql` or `sql/fill_every_group_page.sql`,
+//! `sql/advance_fill.sql`); the batch's cursor `fill_after` says where it stands.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +27,9 @@ pub const FILL_PAGES_PER_CALL: i64 = 5;
 pub const CREATE_FILL_CALLS: i64 = 20;
 
 /// What a batch over subjects is filled from: the JSON in `batches.fill`, read by
-/// `sql/fill_group_page.sql` and `sql/fill_every_group_page.sql` on every page, so a fill continues the same way on
-/// later ticks whatever happens to the schedule meanwhile.
+/// `sql/fill_group_page.sql` and `sql/fill_every_group_page.sql` on every page, so
+/// a fill continues the same way on later ticks whatever happens to the schedule
+/// meanwhile.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fill {
     /// The subjects' group; `None`: every group.

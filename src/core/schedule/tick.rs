@@ -14,7 +14,7 @@ use super::{ScheduleError, ScheduleRow};
 use serde::Deserialize;
 
 /// Due schedules one tick fires, oldest first; the rest wait for the next tick.
-/// When nothing fails the page is one `batch()` of 6 statements per fire (one
+/// When nothing fails the page is one `batch()` of 5 statements per fire (one
 /// transaction, a single subrequest), so the page bounds that transaction: 100
 /// fires over a few thousand subjects each is a few hundred thousand inserted rows,
 /// about as long as `POST /batches` over as many subjects (docs/operations.md).
