@@ -4,8 +4,12 @@
 
 mod common;
 
+use cron_fanout::core::listing::ITEMS_WALKED_PER_PAGE;
+use cron_fanout::core::requests::ItemInput;
 use cron_fanout::core::throughput::MAX_POINTS;
 use cron_fanout::core::time::rfc3339;
+use cron_fanout::store::BatchSource;
+use futures::executor::block_on;
 use serde_json::{json, Value};
 
 use common::api::*;
@@ -60,6 +64,23 @@ fn create_batch_from_items_uses_the_settings_and_a_default_key() {
         fields(first, ["status", "attempt"]),
         [json!("pending"), json!(0)]
     );
+}
+
+/// The store's batch `id` of no-op items for `subjects`, under `key`.
+fn stored_batch(host: &Host, id: &str, key: &str, subjects: &[&str]) {
+    let items: Vec<ItemInput> = subjects
+        .iter()
+        .map(|s| ItemInput {
+            subject_id: s.to_string(),
+            kind: "noop".into(),
+            payload: json!({}),
+        })
+        .collect();
+    block_on(
+        host.store
+            .create_batch(id, key, NOW, MAX_ATTEMPTS, BatchSource::Items(&items)),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -175,6 +196,44 @@ fn list_items_filters_by_status_and_pages_by_subject() {
             "invalid_query",
         );
     }
+}
+
+/// A page of a status few items have stops walking a big batch after
+/// `ITEMS_WALKED_PER_PAGE` rows: it answers the items it found (none here) and a
+/// `next_after` to go on from, until the listing ends.
+#[test]
+fn a_listing_by_a_rare_status_answers_a_continuation_where_it_stopped_walking() {
+    let host = setup();
+    let n = ITEMS_WALKED_PER_PAGE as usize + 10;
+    let subjects: Vec<String> = (0..n).map(|i| format!("u{i:05}")).collect();
+    let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    stored_batch(&host, "big", "big", &subjects);
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET status = CASE subject_id WHEN ?1 THEN 'pending'
+                                                         ELSE 'completed' END",
+            [subjects[n - 5]],
+        )
+        .unwrap();
+    let stop = subjects[ITEMS_WALKED_PER_PAGE as usize - 1];
+    host.assert_pages(
+        "items",
+        "subject_id",
+        &[
+            (
+                "/batches/big/items?status=pending&limit=5",
+                &[],
+                json!(stop),
+            ),
+            (
+                &format!("/batches/big/items?status=pending&limit=5&after={stop}"),
+                &[subjects[n - 5]],
+                Value::Null,
+            ),
+        ],
+    );
 }
 
 // ---------------------------------------------------------------- rate, ETA, timeline

@@ -270,7 +270,9 @@ fn the_callback_is_claimed_after_its_batch_ended_and_counts_nowhere() {
         (0, 0, Some("processing")),
         "a callback in flight is no item in flight"
     );
-    let listed = block_on(store.list_batch_items(&batch, "", None, 100)).unwrap();
+    let listed = block_on(store.list_batch_items(&batch, "", None, 100))
+        .unwrap()
+        .items;
     assert_eq!(listed.len(), 2, "the callback is not listed");
     assert_eq!(
         commit(&store, &[settle(cb, Outcome::Done, 25)]),
@@ -342,8 +344,9 @@ fn a_callback_retries_with_the_items_policy_is_reaped_and_may_fail_for_good() {
     assert!(view.last_error.unwrap().contains("HTTP 500"));
     assert_eq!((row.completed, row.failed), (1, 0), "no item failed");
     // A failed callback is no dead letter: no listing, replay or item retry sees it.
-    let failed =
-        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 100)).unwrap();
+    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 100))
+        .unwrap()
+        .items;
     assert!(failed.is_empty());
     let moved = block_on(store.requeue_failed_page(&batch, "", None, 100, 0, 3)).unwrap();
     assert!(moved.is_empty());
@@ -780,8 +783,9 @@ fn a_replay_keeps_delivered_channels_and_sends_only_the_rest() {
     let batch = batch_of_kind(&store, "m", 1, "multi", multi_payload(), false);
     // Push answers 503 on every attempt: the item fails once they run out.
     let now = push_keeps_failing(&store, MAX_ATTEMPTS, "HTTP 503");
-    let failed =
-        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10))
+        .unwrap()
+        .items;
     assert_eq!(failed.len(), 1);
     let stored = receipts::parse(failed[0].receipts.as_deref());
     assert_eq!(stored["email"], Receipt::Delivered { at: 1 });

@@ -6,6 +6,7 @@
 
 mod common;
 
+use cron_fanout::core::listing::ITEMS_WALKED_PER_PAGE;
 use cron_fanout::core::model::{ItemStatus, Outcome};
 use cron_fanout::core::upkeep::{Retention, Upkeep};
 use cron_fanout::store::sqlite::SqliteDb;
@@ -60,8 +61,8 @@ fn item_ids(store: &Store<SqliteDb>, batch: &str) -> Vec<i64> {
     ids
 }
 
-/// Every page of the listing from `after` on, `limit` at a time, as the API
-/// pages it (the next page starts after the last subject of a full page).
+/// Every page of the listing, `limit` at a time, as the API pages it: the next
+/// page starts at the page's `next_after`, until it has none.
 fn list_all(
     store: &Store<SqliteDb>,
     batch: &str,
@@ -71,11 +72,11 @@ fn list_all(
     let (mut after, mut all) = (String::new(), Vec::new());
     loop {
         let page = block_on(store.list_batch_items(batch, &after, status, limit)).unwrap();
-        all.extend(page.iter().map(|i| i.subject_id.clone()));
-        if (page.len() as i64) < limit {
-            return all;
+        all.extend(page.items.iter().map(|i| i.subject_id.clone()));
+        match page.next_after {
+            Some(next) => after = next,
+            None => return all,
         }
-        after = page.last().unwrap().subject_id.clone();
     }
 }
 
@@ -176,7 +177,9 @@ fn listings_page_through_the_ranges_in_subject_order() {
     let mut afters: Vec<String> = ids.clone();
     afters.extend(["", "s001", "s004", "a", "zzz", "s050"].map(String::from));
     for after in &afters {
-        let page = block_on(store.list_batch_items("b-fill", after, None, 6)).unwrap();
+        let page = block_on(store.list_batch_items("b-fill", after, None, 6))
+            .unwrap()
+            .items;
         let got: Vec<&str> = page.iter().map(|i| i.subject_id.as_str()).collect();
         let want: Vec<&str> = ids
             .iter()
@@ -217,7 +220,13 @@ fn a_listing_reads_the_same_wherever_its_page_starts() {
     let items = items_of(4_000, |i| format!("u{i:05}"), "noop", &json!({}));
     block_on(store.create_batch("b-big", "big", 0, 3, BatchSource::Items(&items))).unwrap();
     let steps = |after: &str| {
-        let params: Vec<Param> = vec!["b-big".into(), after.into(), Param::Null, 20.into()];
+        let params: Vec<Param> = vec![
+            "b-big".into(),
+            after.into(),
+            Param::Null,
+            20.into(),
+            ITEMS_WALKED_PER_PAGE.into(),
+        ];
         vm_steps(&store, cron_fanout::sql::LIST_BATCH_ITEMS, &params)
     };
     let (first, middle, late) = (steps(""), steps("u02000"), steps("u03950"));
@@ -326,4 +335,105 @@ fn pages_after_deleted_top_rows_count_only_their_own_items() {
     assert_eq!((fill.total, fill.filling), (10, 0));
     assert_eq!(ranges_of(&store, "b-fill"), [(6, 15)]);
     assert_eq!(list_all(&store, "b-fill", None, 4), ids);
+}
+
+/// Explicit batch `b-<key>` of `n` no-op items `u00000`…, all completed but the
+/// `pending` ones (by index).
+fn completed_but(store: &Store<SqliteDb>, key: &str, n: usize, pending: &[usize]) -> String {
+    let items = items_of(n, |i| format!("u{i:05}"), "noop", &json!({}));
+    let id = format!("b-{key}");
+    block_on(store.create_batch(&id, key, 0, 3, BatchSource::Items(&items))).unwrap();
+    let pending: Vec<String> = pending.iter().map(|i| format!("'u{i:05}'")).collect();
+    store
+        .db()
+        .conn()
+        .execute_batch(&format!(
+            "UPDATE cron_queue SET status = CASE WHEN subject_id IN ({}) THEN 'pending'
+                                                ELSE 'completed' END
+             WHERE batch_id = '{id}'",
+            pending.join(", ")
+        ))
+        .unwrap();
+    id
+}
+
+/// The subjects of a batch's items of `status`, by a scan (tests only).
+fn scanned(store: &Store<SqliteDb>, batch: &str, status: &str) -> Vec<String> {
+    texts(
+        store,
+        &format!(
+            "SELECT subject_id FROM cron_queue
+             WHERE batch_id = '{batch}' AND status = '{status}' AND kind <> 'callback'
+             ORDER BY subject_id"
+        ),
+    )
+}
+
+/// A page of a status no item has stops walking the batch after
+/// `ITEMS_WALKED_PER_PAGE` rows: no items, and the row it stopped on as the next
+/// page's start; the next page walks the rest and ends the listing.
+#[test]
+fn a_page_of_a_status_no_item_has_stops_at_the_walk_bound_with_a_continuation() {
+    let store = setup();
+    let n = ITEMS_WALKED_PER_PAGE as usize + 2_000;
+    let batch = completed_but(&store, "big", n, &[]);
+    let page = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Pending), 20)).unwrap();
+    assert!(page.items.is_empty());
+    let stop = format!("u{:05}", ITEMS_WALKED_PER_PAGE - 1);
+    assert_eq!(page.next_after.as_deref(), Some(stop.as_str()));
+    let rest =
+        block_on(store.list_batch_items(&batch, &stop, Some(ItemStatus::Pending), 20)).unwrap();
+    assert!(rest.items.is_empty());
+    assert_eq!(rest.next_after, None);
+    // Listing every item still fills each page.
+    let page = block_on(store.list_batch_items(&batch, "", None, 1_000)).unwrap();
+    assert_eq!(page.items.len(), 1_000);
+    assert_eq!(page.next_after.as_deref(), Some("u00999"));
+}
+
+/// Following every continuation of a rare status lists exactly what a scan of the
+/// batch finds, in order, once each: over id ranges, and over a batch whose rows
+/// are partly stored before migration 0017 (legacy, walked in their own index,
+/// their subjects between the ranges'), where both walks stop at the bound.
+#[test]
+fn every_continuation_of_a_rare_status_together_lists_what_a_scan_finds() {
+    let store = setup();
+    let n = 3 * ITEMS_WALKED_PER_PAGE as usize + 1_500;
+    let pending: Vec<usize> = (0..n)
+        .filter(|i| i % 997 == 3 || (12_000..12_030).contains(i))
+        .chain([n - 1])
+        .collect();
+    let ranged = completed_but(&store, "ranged", n, &pending);
+    let mixed = completed_but(&store, "mixed", n, &pending);
+    // A third of `mixed`'s rows (blocks of 1,000 subjects) as a Worker before 0017
+    // stored them: legacy, in no range; the ranges are the runs of the others.
+    {
+        let conn = store.db().conn();
+        conn.execute_batch(
+            "UPDATE cron_queue SET legacy = 1
+             WHERE batch_id = 'b-mixed' AND CAST(substr(subject_id, 2) AS INTEGER) / 1000 % 3 = 1",
+        )
+        .unwrap();
+        record_item_ranges(&conn);
+    }
+    assert!(ranges_of(&store, &mixed).len() > 10);
+    for batch in [&ranged, &mixed] {
+        let want = scanned(&store, batch, "pending");
+        assert_eq!(want.len(), pending.len());
+        for limit in [1, 7, 1_000] {
+            assert_eq!(
+                list_all(&store, batch, Some(ItemStatus::Pending), limit),
+                want,
+                "{batch}, {limit} a page"
+            );
+        }
+        assert_eq!(
+            list_all(&store, batch, None, 1_000),
+            texts(
+                &store,
+                &format!("SELECT subject_id FROM cron_queue WHERE batch_id = '{batch}' ORDER BY subject_id")
+            ),
+            "{batch}: every item"
+        );
+    }
 }

@@ -110,7 +110,9 @@ fn run_after_by_subject(store: &Store<SqliteDb>, batch_key: &str) -> BTreeMap<St
     // As the API lists them: an item due at once is stored with run_after 0 and
     // shown with its batch's fire instant.
     let batch = block_on(store.batch_by_key(batch_key)).unwrap().unwrap();
-    let items = block_on(store.list_batch_items(&batch.id, "", None, 100_000)).unwrap();
+    let items = block_on(store.list_batch_items(&batch.id, "", None, 100_000))
+        .unwrap()
+        .items;
     items
         .into_iter()
         .map(|i| (i.subject_id, i.run_after))

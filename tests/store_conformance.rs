@@ -851,15 +851,20 @@ fn items_are_listed_in_pages_with_a_status_filter() {
         Outcome::Fail("HTTP 400".into()),
         1
     ));
-    let failed =
-        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10))
+        .unwrap()
+        .items;
     assert_eq!(failed.len(), 1);
     assert_eq!(
         failed[0].last_error.as_deref(),
         Some("permanent failure: HTTP 400")
     );
-    let page1 = block_on(store.list_batch_items(&batch, "", None, 2)).unwrap();
-    let page2 = block_on(store.list_batch_items(&batch, &page1[1].subject_id, None, 10)).unwrap();
+    let page1 = block_on(store.list_batch_items(&batch, "", None, 2))
+        .unwrap()
+        .items;
+    let page2 = block_on(store.list_batch_items(&batch, &page1[1].subject_id, None, 10))
+        .unwrap()
+        .items;
     assert_eq!((page1.len(), page2.len()), (2, 3));
     assert!(page1[1].subject_id < page2[0].subject_id);
 }
@@ -1026,8 +1031,9 @@ fn listing_failed_items_reads_only_the_failed_index() {
     for item in &items {
         assert!(commit(&store, item, Outcome::Fail("HTTP 400".into()), 1));
     }
-    let failed =
-        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10)).unwrap();
+    let failed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Failed), 10))
+        .unwrap()
+        .items;
     assert_eq!(failed.len(), 3);
     let plan = plan_of_last_query(&store);
     assert!(
@@ -1048,12 +1054,14 @@ fn listing_failed_items_reads_only_the_failed_index() {
         Some(ItemStatus::Failed),
         10,
     ))
-    .unwrap();
+    .unwrap()
+    .items;
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].subject_id, failed[2].subject_id);
     // The other filters still answer from the batch's own index.
-    let completed =
-        block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Pending), 5)).unwrap();
+    let completed = block_on(store.list_batch_items(&batch, "", Some(ItemStatus::Pending), 5))
+        .unwrap()
+        .items;
     assert_eq!(completed.len(), 5);
 }
 
@@ -1421,7 +1429,9 @@ fn migrations_0013_to_0017_carry_a_live_database_over() {
         "the high-water mark moved with the rows"
     );
     // Legacy batches list from their own index, in subject order, page by page.
-    let page = block_on(store.list_batch_items("A", "a03", None, 3)).unwrap();
+    let page = block_on(store.list_batch_items("A", "a03", None, 3))
+        .unwrap()
+        .items;
     let subjects: Vec<&str> = page.iter().map(|i| i.subject_id.as_str()).collect();
     assert_eq!(subjects, ["a04", "a05", "a06"]);
 

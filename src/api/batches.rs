@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{limit_only, next_after, to_json, ApiResult, App};
+use super::{limit_only, to_json, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
 use crate::core::receipts;
@@ -137,17 +137,18 @@ pub async fn timeline<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, Strin
 }
 
 /// One page of a batch's items in subject_id order, optionally of one status.
+/// `next_after` is set when more may follow: after a full page, or where a page
+/// stopped walking the batch (`core::listing`), however few items it holds.
 pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, true)?;
     find(app, id).await?;
-    let rows = app
+    let page = app
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)
         .await?;
-    let next = next_after(&rows, q.limit, |r| &r.subject_id);
     Ok((
         200,
-        json!({ "items": rows.iter().map(|i| item_json(app.jobs, i)).collect::<Vec<_>>(), "next_after": next }),
+        json!({ "items": page.items.iter().map(|i| item_json(app.jobs, i)).collect::<Vec<_>>(), "next_after": page.next_after }),
     ))
 }
 

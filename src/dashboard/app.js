@@ -669,7 +669,7 @@
     // The item lists are not polled: a page of a status other than failed walks
     // the batch's items in subject order (there is no index by status; one would
     // cost a written row per item), so on a big batch with few matches it reads
-    // many rows. They load when the view opens, when the operator pages, switches
+    // up to 10,000 rows. They load when the view opens, when the operator pages, switches
     // tab or reloads, after an action, and (failed items, indexed) when the failed
     // count changes.
     function drawTabs() {
@@ -728,6 +728,9 @@
 
     function drawItems(status, page) {
       itemsShown = true;
+      // A page stops walking a big batch after 10,000 items: it may hold fewer
+      // than PAGE_SIZE items, even none, and still have a next page.
+      const empty = page.next_after ? `No ${status} items in this part of the batch: Next reads on.` : `No ${status} items.`;
       replace(
         itemRows,
         table(
@@ -740,10 +743,12 @@
             { title: "Last error", cls: "error-text hide-narrow", cell: (i) => i.last_error || "" },
           ],
           page.items,
-          `No ${status} items.`,
+          empty,
           receiptList,
         ),
-        page.items.length || itemsPage.cursors.length > 1 ? pager(itemsPage, page.next_after, () => drawNow(readItems(null))) : null,
+        page.items.length || page.next_after || itemsPage.cursors.length > 1
+          ? pager(itemsPage, page.next_after, () => drawNow(readItems(null)))
+          : null,
       );
     }
 

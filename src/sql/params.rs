@@ -81,9 +81,9 @@ statement! {
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }
     ReapExpiredLeases = REAP_EXPIRED_LEASES { now: i64, page: i64 }
-    /// `status` `None`: any status.
+    /// `status` `None`: any status; `walk`: `core::listing::ITEMS_WALKED_PER_PAGE`.
     ListBatchItems<'a> = LIST_BATCH_ITEMS {
-        batch_id: &'a str, after: &'a str, status: Option<&'a str>, limit: i64,
+        batch_id: &'a str, after: &'a str, status: Option<&'a str>, limit: i64, walk: i64,
     }
     ListFailedItems<'a> = LIST_FAILED_ITEMS { batch_id: &'a str, after: &'a str, page: i64 }
     GetItem = GET_ITEM { item_id: i64 }

@@ -123,35 +123,42 @@ impl<D: Db> Store<D> {
             .await
     }
 
-    /// A page of a batch's items in subject_id order, optionally of one status.
-    /// Failed items come from their own partial index: listing the few failures of
-    /// a big batch must not read the batch.
+    /// A page of a batch's items in subject_id order, optionally of one status,
+    /// and where the next page starts. Failed items come from their own partial
+    /// index: listing the few failures of a big batch must not read the batch.
+    /// Other statuses walk the batch, at most `ITEMS_WALKED_PER_PAGE` rows a page:
+    /// a page that stops there may hold fewer than `limit` items (none, even) and
+    /// still name a next page (`core::listing::items_page`).
     pub async fn list_batch_items(
         &self,
         batch_id: &str,
         after: &str,
         status: Option<ItemStatus>,
         limit: i64,
-    ) -> StoreResult<Vec<ItemRow>> {
+    ) -> StoreResult<ItemsPage> {
         if status == Some(ItemStatus::Failed) {
-            return self
+            let items = self
                 .db
                 .run(sql::ListFailedItems {
                     batch_id,
                     after,
                     page: limit,
                 })
-                .await;
+                .await?;
+            return Ok(ItemsPage::of(items, limit));
         }
         let status = status.map(|s| s.as_str());
-        self.db
+        let rows = self
+            .db
             .run(sql::ListBatchItems {
                 batch_id,
                 after,
                 status,
                 limit,
+                walk: ITEMS_WALKED_PER_PAGE,
             })
-            .await
+            .await?;
+        Ok(items_page(rows, limit))
     }
 
     /// One item with its batch's status.

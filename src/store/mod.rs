@@ -32,10 +32,11 @@ use serde_json::Value;
 
 use crate::core::budget::OverBudget;
 use crate::core::control::BatchStatus;
+use crate::core::listing::{items_page, ItemsPage, ITEMS_WALKED_PER_PAGE};
 use crate::core::metrics::{self, HourSums, Snapshot};
 use crate::core::model::{
     BatchRow, BatchTally, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemRef,
-    ItemRow, ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
+    ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
 };
 use crate::core::requests::{ItemInput, SubjectInput};
 use crate::core::schedule::fill::{self, Fill};
