@@ -83,6 +83,54 @@ fn stored_batch(host: &Host, id: &str, key: &str, subjects: &[&str]) {
     .unwrap();
 }
 
+/// An id another batch holds is drawn again (the key named after it too): the
+/// create answers 201 with a fresh id, and the other batch is left as it was.
+#[test]
+fn a_batch_id_another_batch_holds_is_drawn_again() {
+    let host = setup();
+    // The host's ids are batch-1, batch-2, …: the first two are taken.
+    stored_batch(&host, "batch-1", "adhoc:batch-1", &["o1"]);
+    stored_batch(&host, "batch-2", "other", &["o2"]);
+    let before = host.fingerprint();
+    let created = host.create_batch(json!({"items": [item("x"), item("y")]}));
+    assert_eq!(
+        fields(&created, ["id", "key", "total"]),
+        [json!("batch-3"), json!("adhoc:batch-3"), json!(2)]
+    );
+    for (id, subject) in [("batch-1", "o1"), ("batch-2", "o2")] {
+        let (subjects, _) = host.page(&format!("/batches/{id}/items"), "items", "subject_id");
+        assert_eq!(subjects, [subject], "{id} keeps its one item");
+    }
+    // Every row but the id high-water mark is still there as it was.
+    let after = host.fingerprint();
+    let kept = |row: &&String| !row.starts_with("sqlite_sequence");
+    assert!(
+        before.iter().filter(kept).all(|row| after.contains(row)),
+        "nothing else changed"
+    );
+}
+
+/// Three ids in a row that other batches hold: the create gives up with a 500
+/// that names no SQL, and writes nothing.
+#[test]
+fn a_create_gives_up_after_three_taken_ids_and_writes_nothing() {
+    let host = setup();
+    for n in 1..=3 {
+        stored_batch(&host, &format!("batch-{n}"), &format!("k{n}"), &["o"]);
+    }
+    let before = host.fingerprint();
+    let (status, body) = host.call(
+        &admin(POST, "/batches"),
+        json!({"key": "mine", "items": [item("x")]})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 500, "{body}");
+    assert!(!body.to_string().contains("UNIQUE"), "{body}");
+    assert_eq!(host.fingerprint(), before);
+    assert_eq!(host.ids.get(), 3, "three ids drawn");
+}
+
 #[test]
 fn create_batch_refuses_every_bad_shape_without_writing() {
     let host = setup();

@@ -305,6 +305,47 @@ fn a_second_create_under_the_same_key_inserts_nothing() {
     assert_eq!(batch, json!([[1, 10]]));
 }
 
+/// A fresh id another batch holds fails the create, which writes nothing: no item
+/// joins that batch, its total and ranges stay, and the caller may draw another
+/// id. So does the id of the key's own batch (an ad-hoc key is named after its
+/// batch's id). A key that exists under another id is still no error, and adds
+/// nothing.
+#[test]
+fn a_create_whose_id_another_batch_holds_fails_and_writes_nothing() {
+    let store = small_pages();
+    let ids: Vec<String> = (0..10).map(|i| format!("s{i:03}")).collect();
+    add_subjects(&store, &ids);
+    let one = explicit(&store, "one", &["a", "b"]);
+    let batches = "SELECT json_array(id, key, total, item_ranges, page_mark, cursor_end, fill)
+                   FROM batches ORDER BY id";
+    let before = (
+        texts(&store, batches),
+        texts(&store, "SELECT CAST(id AS TEXT) FROM cron_queue"),
+    );
+    let items = items_of(3, |i| format!("x{i}"), "noop", &json!({}));
+    for (key, source) in [
+        ("two", BatchSource::Items(&items)),
+        ("two", BatchSource::ActiveSubjects),
+        ("one", BatchSource::Items(&items)),
+    ] {
+        let err = block_on(store.create_batch(&one, key, 5, 3, source)).unwrap_err();
+        assert!(err.is_batch_id_taken(), "{key}: {err}");
+    }
+    let after = (
+        texts(&store, batches),
+        texts(&store, "SELECT CAST(id AS TEXT) FROM cron_queue"),
+    );
+    assert_eq!(after, before);
+    let again =
+        block_on(store.create_batch("b-fresh", "one", 5, 3, BatchSource::Items(&items))).unwrap();
+    assert!(matches!(again, Created::Existing(ref row) if row.id == one));
+    let after = (
+        texts(&store, batches),
+        texts(&store, "SELECT CAST(id AS TEXT) FROM cron_queue"),
+    );
+    assert_eq!(after, before);
+}
+
 /// AUTOINCREMENT skips the ids of rows deleted at the top of the table, so a
 /// page's first id is the first id above its mark, not the mark + 1: totals and
 /// ranges hold only the batch's own items after such a delete.

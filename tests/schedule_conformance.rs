@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use chrono::DateTime;
 use cron_fanout::core::budget::{Budget, FIRE_SUBREQUESTS};
 use cron_fanout::core::model::BatchProgress;
-use cron_fanout::core::requests::SubjectInput;
+use cron_fanout::core::requests::{ItemInput, SubjectInput};
 use cron_fanout::core::schedule::body::{validate_schedule, ScheduleBody};
 use cron_fanout::core::schedule::jitter::{fire_seed, jitter_ms, subject_seed};
 use cron_fanout::core::schedule::plan::{next_fire_at, plan_fire, zones_for, FirePlan, ZoneUse};
@@ -1350,6 +1350,62 @@ fn a_failing_fire_does_not_stop_the_others_and_backs_off_until_it_recovers() {
         schedule(&store, "b").next_fire_at,
         Some(ms("2026-11-21T10:04:00Z"))
     );
+}
+
+/// A fire whose planned batch id another batch holds fails on its own: nothing of
+/// it is written (no item joins that batch, its total stays) and its schedule
+/// backs off; its next try plans a fresh id and fires.
+#[test]
+fn a_fire_whose_batch_id_another_batch_holds_fails_and_fires_later_with_a_fresh_id() {
+    let store = setup();
+    exec(&store, "DELETE FROM schedules");
+    add_subjects(&store, "s", 3, "default", "UTC");
+    let now = ms("2026-11-21T10:00:00Z");
+    put_schedule(&store, "a", json!({"every_seconds": 60}), now - 30_000);
+    let items: Vec<ItemInput> = (0..2)
+        .map(|i| ItemInput {
+            subject_id: format!("o{i}"),
+            kind: "noop".into(),
+            payload: json!({}),
+        })
+        .collect();
+    block_on(store.create_batch(
+        "taken",
+        "other",
+        now,
+        MAX_ATTEMPTS,
+        BatchSource::Items(&items),
+    ))
+    .unwrap();
+    let before = texts(
+        &store,
+        "SELECT json_array(id, key, total, item_ranges, fill) FROM batches",
+    );
+    let taken = || "taken".to_string();
+    let t = now + 500;
+    let report = block_on(store.fire_due(t, FIRE_PAGE, MAX_ATTEMPTS, &taken, None)).unwrap();
+    assert!(report.fired.is_empty(), "{report:?}");
+    let failed: Vec<&str> = report
+        .failed
+        .iter()
+        .map(|f| f.schedule_id.as_str())
+        .collect();
+    assert_eq!(failed, ["a"]);
+    assert!(report.failed[0].error.is_batch_id_taken());
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT json_array(id, key, total, item_ranges, fill) FROM batches"
+        ),
+        before
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 2);
+    assert_eq!(backoff_of(&store, "a"), (1, Some(t + 60_000)));
+
+    tick_anyway(&store, t + 60_000);
+    assert_eq!(backoff_of(&store, "a"), (0, None));
+    assert_eq!(batch_count(&store, "a"), 1);
+    assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 5);
 }
 
 #[test]

@@ -17,6 +17,10 @@ use crate::core::time::rfc3339;
 use crate::jobs::Jobs;
 use crate::store::{BatchSource, Created, Db};
 
+/// How many ids a create draws before it gives up: ids are 64 random bits, so a
+/// second clash in a row means something else is wrong.
+const CREATE_TRIES: u32 = 3;
+
 /// Create a batch from active subjects or explicit items: 201 with the new batch,
 /// or 200 with the existing batch of that key (nothing added). Keys under a
 /// schedule's prefix (`<schedule id>:`, and `daily:` always) are the schedule's.
@@ -36,19 +40,30 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<
             return Err(reserved_key(prefix));
         }
     }
-    let id = (app.new_id)();
-    let key = key.unwrap_or_else(|| format!("adhoc:{id}"));
-    let created = app
-        .store
-        .create_batch_calling_back(
-            &id,
-            &key,
-            app.now,
-            app.settings.max_attempts,
-            source,
-            on_finish.as_deref(),
-        )
-        .await?;
+    // A fresh id per try: an id another batch holds fails the create and writes
+    // nothing (`sql/create_batch.sql`). The default key is named after the id, so
+    // it is drawn again with it.
+    let mut tries = 0;
+    let created = loop {
+        tries += 1;
+        let id = (app.new_id)();
+        let key = key.clone().unwrap_or_else(|| format!("adhoc:{id}"));
+        let created = app
+            .store
+            .create_batch_calling_back(
+                &id,
+                &key,
+                app.now,
+                app.settings.max_attempts,
+                source,
+                on_finish.as_deref(),
+            )
+            .await;
+        match created {
+            Err(e) if e.is_batch_id_taken() && tries < CREATE_TRIES => continue,
+            created => break created?,
+        }
+    };
     let (status, event, row) = match created {
         Created::New(row) => (201, "batch_created", row),
         Created::Existing(row) => (200, "batch_exists", row),

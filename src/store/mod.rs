@@ -111,6 +111,16 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+impl StoreError {
+    /// Whether a batch's insert failed because another batch holds the id drawn
+    /// for it (`sql/create_batch.sql`: UNIQUE on `batches.id`, or on its key when
+    /// the key's batch holds that very id): nothing was written, and a fresh id
+    /// may succeed. D1 passes SQLite's message on.
+    pub fn is_batch_id_taken(&self) -> bool {
+        matches!(self, StoreError::Db(m) if m.contains("UNIQUE constraint failed: batches."))
+    }
+}
+
 impl From<OverBudget> for StoreError {
     fn from(e: OverBudget) -> StoreError {
         StoreError::OverBudget(e)
