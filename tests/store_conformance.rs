@@ -1309,7 +1309,8 @@ fn apply_alone_keeping_rows(
 /// and every pending item keeps its entry in the rebuilt due index; 0015 starts a
 /// batch made on 0014 at its first item and keeps its items in flight in the
 /// rebuilt leased index; 0016 adds views only; 0017 rebuilds the queue, every row
-/// in the legacy index, the id high-water mark kept), and the new code then ends
+/// in the legacy index, the id high-water mark kept; 0018 counts each batch's
+/// legacy rows), and the new code then ends
 /// it all with exact counters (the moves the old trigger counted stay counted, the
 /// rest are counted by the group commit and the reaper) and retention deletes it.
 #[test]
@@ -1428,6 +1429,16 @@ fn migrations_0013_to_0017_carry_a_live_database_over() {
         ["23"],
         "the high-water mark moved with the rows"
     );
+    // 0018 counts each batch's legacy rows, its callback aside (C's): with its
+    // ranges (none) they account for its whole total, so retention may delete it.
+    apply_alone_keeping_rows(&store, "0018", "0019", &items_before, &batches_before);
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT json_array(id, legacy_items, total) FROM batches ORDER BY id"
+        ),
+        ["[\"A\",10,10]", "[\"B\",5,5]", "[\"C\",2,2]", "[\"D\",4,4]"]
+    );
     // Legacy batches list from their own index, in subject order, page by page.
     let page = block_on(store.list_batch_items("A", "a03", None, 3))
         .unwrap()
@@ -1516,6 +1527,117 @@ fn migrations_0013_to_0017_carry_a_live_database_over() {
     block_on(store.finish_tick(now + 100 * DAY_MS, &upkeep)).unwrap();
     assert_eq!(count(&store, "SELECT count(*) FROM cron_queue"), 0);
     assert_eq!(count(&store, "SELECT count(*) FROM batches"), 0);
+}
+
+/// The statements of a Worker built before migration 0017, as it ran them: a
+/// batch with no page mark, its items inserted with no id range recorded (and
+/// `legacy` NULL: the column is new to it), its total counted by batch.
+const OLD_CREATE_BATCH: &str =
+    "INSERT OR IGNORE INTO batches (id, key, status, created_at, on_finish, callback_max_attempts,
+                                   fill, fill_after, claim_after, lease_after)
+     SELECT ?1, ?2, 'running', ?3, NULL, NULL, NULL, NULL, m.id, m.id
+     FROM (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m";
+const OLD_ENQUEUE_ITEM: &str =
+    "INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+     SELECT b.id, ?2, 'noop', '{}', 3, 0 FROM batches AS b WHERE b.id = ?1";
+const OLD_SET_BATCH_TOTAL: &str =
+    "UPDATE batches SET total = (SELECT count(*) FROM cron_queue WHERE batch_id = ?1) WHERE id = ?1";
+
+/// Between `migrations apply` (0017 and on) and `deploy`, the Worker built before
+/// 0017 still runs: it continues the fill of batch F (made before 0017: its first
+/// rows are legacy) and creates batch W, their new items in no id range and not
+/// in the legacy index. Retention cannot account for them, so it keeps F and W
+/// whole (their items, their rows: none stranded without its batch) and is no
+/// work for the tick, while it still deletes what it can account for: a batch
+/// stored before 0017 (L) and one of the new code (N).
+#[test]
+fn retention_keeps_a_batch_whose_items_an_old_worker_inserted_after_0017() {
+    let before_0017 = migrations_in("to-0016", .."0017".to_string());
+    let store = Store::new(SqliteDb::in_memory(&before_0017).expect("0001..0016 apply"));
+    store
+        .db()
+        .conn()
+        .execute_batch(
+            "INSERT INTO batches (id, key, status, total, created_at)
+               VALUES ('L', 'l', 'running', 2, 1000), ('F', 'f', 'running', 2, 1000);
+             INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+               VALUES ('L', 'l0', 'noop', '{}', 3, 0), ('L', 'l1', 'noop', '{}', 3, 0),
+                      ('F', 'f0', 'noop', '{}', 3, 0), ('F', 'f1', 'noop', '{}', 3, 0);",
+        )
+        .unwrap();
+    let from_0017 = migrations_in("from-0017", "0017".to_string()..);
+    store
+        .db()
+        .apply_migrations(&from_0017)
+        .expect("0017 and on apply");
+
+    // The old Worker, after the migrations: F's fill goes on, W is made.
+    {
+        let conn = store.db().conn();
+        for subject in ["f2", "f3"] {
+            conn.execute(OLD_ENQUEUE_ITEM, ["F", subject]).unwrap();
+        }
+        conn.execute(OLD_SET_BATCH_TOTAL, ["F"]).unwrap();
+        conn.execute(OLD_CREATE_BATCH, rusqlite::params!["W", "w", 2_000])
+            .unwrap();
+        for subject in ["w0", "w1", "w2"] {
+            conn.execute(OLD_ENQUEUE_ITEM, ["W", subject]).unwrap();
+        }
+        conn.execute(OLD_SET_BATCH_TOTAL, ["W"]).unwrap();
+    }
+    // The new Worker, deployed.
+    let n = batch_of(&store, "n", 2, 3);
+    store
+        .db()
+        .conn()
+        .execute_batch(
+            "UPDATE cron_queue SET status = 'completed';
+             UPDATE batches SET status = 'finished', finished_at = 5000,
+                                completed = total;",
+        )
+        .unwrap();
+    let items_of_batch = |id: &str| {
+        count(
+            &store,
+            &format!("SELECT count(*) FROM cron_queue WHERE batch_id = '{id}'"),
+        )
+    };
+    assert_eq!(
+        ["L", "F", "W", n.as_str()].map(items_of_batch),
+        [2, 4, 3, 2]
+    );
+
+    let now = 5_000 + 31 * DAY_MS;
+    let upkeep = Upkeep {
+        cancel_page: 10,
+        retention: Retention::at(now, 30),
+    };
+    for _ in 0..3 {
+        block_on(store.finish_tick(now, &upkeep)).unwrap();
+    }
+    assert_eq!(
+        texts(&store, "SELECT id FROM batches ORDER BY id"),
+        ["F", "W"],
+        "L and N deleted, F and W kept"
+    );
+    assert_eq!(["F", "W"].map(items_of_batch), [4, 3], "kept whole");
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue AS q
+             WHERE NOT EXISTS (SELECT 1 FROM batches AS b WHERE b.id = q.batch_id)"
+        ),
+        0,
+        "no item left without its batch"
+    );
+    let work: Vec<serde_json::Value> = block_on(store.db().run(cron_fanout::sql::ReadTickWork {
+        retention_cutoff: Some(now - 30 * DAY_MS),
+    }))
+    .unwrap();
+    assert_eq!(
+        work[0]["batches_expired"], 0,
+        "what retention keeps is no work"
+    );
 }
 
 /// Migration 0012 on a database of every migration before it: the summaries

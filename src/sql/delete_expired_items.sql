@@ -13,8 +13,12 @@
 -- through their own index, its callback row through the callback index.
 -- A batch whose completion callback still waits for its delivery (pending or in
 -- flight, migration 0007) is kept whole until it is delivered or has failed:
--- retention never loses a callback. The page passes over such batches (one seek
--- each), so their number, not the history, adds to the walk.
+-- retention never loses a callback. A batch whose items the ranges and the legacy
+-- rows do not all account for (its total is more: items a Worker built before
+-- migration 0017 inserted after it, in neither; migration 0018) is kept whole
+-- too, since deleting it would strand them (no foreign key keeps it). The page
+-- passes over such batches (one seek each, the other check reads the batch row
+-- only), so their number, not the history, adds to the walk.
 -- ?1 cutoff (now - RETENTION_DAYS), ?2 most items per statement, ?3 batches a page.
 WITH page AS MATERIALIZED (
   SELECT b.id, coalesce(b.item_ranges, '[]') AS ranges
@@ -23,6 +27,8 @@ WITH page AS MATERIALIZED (
     AND NOT EXISTS (SELECT 1 FROM cron_queue AS c INDEXED BY cron_queue_callback
                     WHERE c.batch_id = b.id AND c.kind = 'callback'
                       AND c.status IN ('pending', 'processing'))
+    AND b.total <= b.legacy_items + coalesce((SELECT sum((r.value ->> 1) - (r.value ->> 0) + 1)
+                                              FROM json_each(b.item_ranges) AS r), 0)
   LIMIT ?3
 )
 DELETE FROM cron_queue
