@@ -225,6 +225,11 @@ pub struct RowsRead {
     pub metrics_rows_read: u64,
     /// `GET /batches/{id}/timeline` of the finished batch, whole.
     pub timeline_rows_read: u64,
+    /// `GET /batches/{id}/items?status=pending&limit=20` of the finished batch (no
+    /// item pending): the page stops walking after `ITEMS_WALKED_PER_PAGE` rows.
+    pub pending_page_rows_read: u64,
+    /// Whether that page answered a `next_after` (it stopped before the end).
+    pub pending_page_continues: bool,
 }
 
 impl RowsRead {
@@ -234,8 +239,12 @@ impl RowsRead {
             format!("?status=failed listed {}", self.listed),
             format!("{} rows read", self.rows_read),
             format!(
-                "(GET /batches/{{id}} alone: {}; GET /metrics: {}; timeline: {})",
-                self.get_batch_rows_read, self.metrics_rows_read, self.timeline_rows_read
+                "(GET /batches/{{id}} alone: {}; GET /metrics: {}; timeline: {}; a page of ?status=pending: {}{})",
+                self.get_batch_rows_read,
+                self.metrics_rows_read,
+                self.timeline_rows_read,
+                self.pending_page_rows_read,
+                if self.pending_page_continues { ", next_after set" } else { "" }
             ),
         ]
     }
@@ -877,6 +886,13 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
             None,
         )
         .await?;
+    let path = format!("/batches/{}/items?status=pending&limit=20", batch.id);
+    let pending = api.admin_raw(Method::GET, &path, None).await?;
+    ensure!(
+        pending.status.is_success(),
+        "GET {path}: {}",
+        pending.status
+    );
     let report = RowsRead {
         items: driven.batch.total,
         failed: driven.batch.failed,
@@ -885,6 +901,8 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
         get_batch_rows_read: header(&get)?,
         metrics_rows_read: header(&metrics)?,
         timeline_rows_read: header(&timeline)?,
+        pending_page_rows_read: header(&pending)?,
+        pending_page_continues: pending.json().is_some_and(|v| v["next_after"].is_string()),
     };
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
