@@ -341,6 +341,51 @@ fn items_show_receipts_for_kinds_with_channels_only() {
     assert_eq!(shown[1]["receipts"], Value::Null);
 }
 
+/// A `service` item has channels only once its handler reports some: its listing
+/// shows `null` until then, and the receipts the commit wrote after.
+#[test]
+fn a_service_item_shows_receipts_once_its_handler_reported_channels() {
+    let mut host = setup();
+    host.services = vec!["HANDLER".into()];
+    host.create_batch(json!({"key": "svc", "items": [
+            {"subject_id": "s", "kind": "service", "payload": {"service": "HANDLER"}},
+            {"subject_id": "t", "kind": "service", "payload": {"service": "HANDLER"}}]}));
+    let list = || host.ok(GET, "/batches/batch-1/items", None, 200)["items"].clone();
+    assert_eq!(list()[0]["receipts"], Value::Null, "before any run");
+    let now = host.now.get();
+    let claimed = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
+    let results = cron_fanout::core::receipts::ChannelResults::from([
+        ("discord".to_string(), Outcome::Done),
+        ("telegram".to_string(), Outcome::Retry("429".into())),
+    ]);
+    let mut commits = Vec::new();
+    for item in &claimed {
+        // `s` reported its channels, `t` answered 503 without any.
+        let (outcome, channels) = match item.subject_id.as_str() {
+            "s" => (
+                cron_fanout::core::receipts::outcome(&results),
+                Some(&results),
+            ),
+            _ => (Outcome::Retry("HTTP 503".into()), None),
+        };
+        let mut t = decide(item, &outcome, host.settings.retry, now, 0.0);
+        t.receipts = cron_fanout::core::receipts::settle(item, channels, t.status, now);
+        commits.push(t);
+    }
+    block_on(host.store.commit_outcomes(commits.iter())).unwrap();
+    let shown = list();
+    assert_eq!(
+        shown[0]["receipts"],
+        json!({"discord": {"status": "delivered", "at": rfc3339(now)},
+               "telegram": {"status": "pending", "error": "429"}})
+    );
+    assert_eq!(
+        shown[0]["last_error"],
+        json!("attempt 1 failed: channel telegram: 429")
+    );
+    assert_eq!(shown[1]["receipts"], Value::Null);
+}
+
 /// `service` items name a binding the Worker may call (listed in
 /// `SERVICE_BINDINGS` and bound: the edge passes those as `App::services`) and an
 /// absolute path: anything else is refused when subjects or items are written,

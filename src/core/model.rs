@@ -98,13 +98,15 @@ pub enum Outcome {
     Fail(String),
 }
 
-/// What one run of an item produced: its outcome and, for kinds with channels,
-/// what each channel it sent did (`core::receipts`), committed with the outcome.
+/// What one run of an item produced: its outcome and, for a run that reported
+/// channels, what each channel it sent did (`core::receipts`), committed with the
+/// outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ran {
     pub outcome: Outcome,
-    /// `None` for kinds without channels, and for a run that never answered
-    /// (timed out, abandoned, a failed dispatch).
+    /// `None` for a run that reported no channel (a kind without channels, a
+    /// `service` handler that answered without them), and for a run that never
+    /// answered (timed out, abandoned, a failed dispatch).
     pub channels: Option<super::receipts::ChannelResults>,
     /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
     /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).

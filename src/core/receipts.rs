@@ -1,6 +1,7 @@
-//! Per-channel receipts of multi-channel items (job kind `multi`): what
-//! one run reports per channel, how that travels from the child to the dispatcher
-//! (a response header next to the outcome), what a commit writes into the item's
+//! Per-channel receipts of items with channels (job kind `multi`, and `service`
+//! items whose handler reports channels): what one run reports per channel, the
+//! item's outcome from it, how that travels from the child to the dispatcher (a
+//! response header next to the outcome), what a commit writes into the item's
 //! row, and how the API shows it.
 //!
 //! The receipts live in the item's own row (`cron_queue.receipts`), so committing
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::model::{ClaimedItem, ItemStatus, Outcome};
+use super::requests::validate_id;
 use super::time::rfc3339;
 
 /// Most channels of one item.
@@ -78,26 +80,104 @@ pub fn is_delivered(receipts: &Receipts, channel: &str) -> bool {
 /// failed permanently, otherwise a retry. The reason names each channel that
 /// failed and why.
 pub fn outcome(results: &ChannelResults) -> Outcome {
-    let failures = |permanent: bool| -> Vec<String> {
-        results
-            .iter()
-            .filter_map(|(name, o)| match o {
-                Outcome::Fail(why) if permanent => Some(format!("{name}: {why}")),
-                Outcome::Retry(why) if !permanent => Some(format!("{name}: {why}")),
-                _ => None,
-            })
-            .collect()
-    };
-    let permanent = failures(true);
-    let transient = failures(false);
+    outcome_beside(None, results)
+}
+
+/// [`outcome`] with the run's own outcome beside its channels' (a `service`
+/// handler that answered a failure status with them): one more entry of the same
+/// rule, its reason first and unnamed.
+pub fn outcome_beside(own: Option<&Outcome>, results: &ChannelResults) -> Outcome {
+    let entries = own
+        .map(|o| (None, o))
+        .into_iter()
+        .chain(results.iter().map(|(name, o)| (Some(name), o)));
+    let (mut permanent, mut transient) = (Vec::new(), Vec::new());
+    for (name, o) in entries {
+        let said = |why: &str| match name {
+            Some(name) => format!("channel {name}: {why}"),
+            None => why.to_string(),
+        };
+        match o {
+            Outcome::Fail(why) => permanent.push(said(why)),
+            Outcome::Retry(why) => transient.push(said(why)),
+            Outcome::Done => {}
+        }
+    }
     if !permanent.is_empty() {
-        let mut all = permanent;
-        all.extend(transient);
-        Outcome::Fail(format!("channel {}", all.join("; channel ")))
+        permanent.extend(transient);
+        Outcome::Fail(permanent.join("; "))
     } else if !transient.is_empty() {
-        Outcome::Retry(format!("channel {}", transient.join("; channel ")))
+        Outcome::Retry(transient.join("; "))
     } else {
         Outcome::Done
+    }
+}
+
+/// A channel's name, wherever one is given (a `multi` payload, a `service`
+/// answer): the id rules, at most [`MAX_CHANNEL_NAME_CHARS`] characters.
+pub fn check_name(field: &str, name: &str) -> Result<(), String> {
+    validate_id(field, name).map_err(|e| e.public_message())?;
+    let chars = name.chars().count();
+    if chars > MAX_CHANNEL_NAME_CHARS {
+        return Err(format!(
+            "{field} must be at most {MAX_CHANNEL_NAME_CHARS} characters, got {chars}"
+        ));
+    }
+    Ok(())
+}
+
+/// The channels a run reports in JSON (a `service` handler's answer):
+/// `{"<name>": {"outcome": "done" | "retry" | "fail", "reason": "…"}}`, as
+/// [`Outcome`] serialises (a retry or failure has a reason of at most
+/// [`MAX_REASON_BYTES`], done none), each name as [`check_name`] says. With the
+/// channels the item has receipts for (`stored`), at most [`MAX_CHANNELS`] names:
+/// an item's receipts stay as bounded as a `multi` item's. Errors name the field.
+pub fn parse_reported(value: &Value, stored: &Receipts) -> Result<ChannelResults, String> {
+    let Some(entries) = value.as_object() else {
+        return Err(format!(
+            "channels must be an object {{\"<name>\": {{\"outcome\": \"done\" | \"retry\" | \"fail\", \"reason\": \"…\"}}}}, got {}",
+            json_type(value)
+        ));
+    };
+    let mut results = ChannelResults::new();
+    for (name, entry) in entries {
+        let field = format!(
+            "channels[{}]",
+            Value::from(cut_to(name, MAX_CHANNEL_NAME_CHARS * 4))
+        );
+        check_name(&field, name)?;
+        let outcome = Outcome::deserialize(entry).map_err(|e| format!("{field}: {e}"))?;
+        if let Outcome::Retry(reason) | Outcome::Fail(reason) = &outcome {
+            if reason.len() > MAX_REASON_BYTES {
+                return Err(format!(
+                    "{field}.reason must be at most {MAX_REASON_BYTES} bytes, got {}",
+                    reason.len()
+                ));
+            }
+        }
+        results.insert(name.clone(), outcome);
+    }
+    let known = stored
+        .keys()
+        .chain(results.keys().filter(|n| !stored.contains_key(*n)));
+    let count = known.count();
+    if count > MAX_CHANNELS {
+        return Err(format!(
+            "channels: an item has at most {MAX_CHANNELS} channels, these and the earlier attempts' name {count}"
+        ));
+    }
+    Ok(results)
+}
+
+/// A JSON value's type, for an error message.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -181,10 +261,11 @@ pub fn decode_header(value: &str) -> Result<ChannelResults, String> {
 }
 
 /// Receipts as `GET /batches/{id}/items` shows them: times as RFC 3339 text.
-/// `None` (the item's kind has no channels) is `null`; an item with channels and
-/// nothing stored yet shows `{}`.
+/// Nothing stored is `null` for an item of a kind without channels of its own
+/// (a `service` item whose handler never reported one) and `{}` for one with
+/// (a `multi` item before its first run).
 pub fn view(stored: Option<&str>, has_channels: bool) -> Value {
-    if !has_channels {
+    if stored.is_none() && !has_channels {
         return Value::Null;
     }
     let shown: Map<String, Value> = parse(stored)
@@ -427,5 +508,89 @@ mod tests {
         );
         assert_eq!(view(None, true), json!({}));
         assert_eq!(view(None, false), Value::Null);
+        // A kind without channels of its own whose run reported some (`service`).
+        assert_eq!(view(Some(text), false), view(Some(text), true));
+    }
+
+    #[test]
+    fn reported_channels_parse_as_the_header_does_and_are_checked_as_names() {
+        let reported = json!({"discord": {"outcome": "done"},
+                              "telegram": {"outcome": "retry", "reason": "HTTP 429"},
+                              "sms": {"outcome": "fail", "reason": "HTTP 400"}});
+        let r = parse_reported(&reported, &Receipts::new()).unwrap();
+        assert_eq!(
+            r,
+            results(&[
+                ("discord", Outcome::Done),
+                ("telegram", Outcome::Retry("HTTP 429".into())),
+                ("sms", Outcome::Fail("HTTP 400".into())),
+            ])
+        );
+        // The header's shape, exactly.
+        assert_eq!(decode_header(&encode_header(&r)), Ok(r));
+        let refused = |value: Value| parse_reported(&value, &Receipts::new()).unwrap_err();
+        assert!(refused(json!([])).starts_with("channels must be an object"));
+        let e = refused(json!({"t": {"outcome": "skip"}}));
+        assert!(
+            e.starts_with("channels[\"t\"]: unknown variant `skip`"),
+            "{e}"
+        );
+        let e = refused(json!({"..": {"outcome": "done"}}));
+        assert_eq!(e, "channels[\"..\"] must not be \".\" or \"..\"");
+        let e = refused(json!({"t": {"outcome": "retry", "reason": "x".repeat(201)}}));
+        assert_eq!(
+            e,
+            "channels[\"t\"].reason must be at most 200 bytes, got 201"
+        );
+        assert!(parse_reported(
+            &json!({"t": {"outcome": "retry", "reason": "x".repeat(200)}}),
+            &Receipts::new()
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn an_items_reported_channels_with_its_receipts_are_at_most_8() {
+        let stored =
+            stored(r#"{"a":{"status":"delivered","at":1},"b":{"status":"pending","error":"x"}}"#);
+        let names = |n: usize| -> Value {
+            (0..n)
+                .map(|i| (format!("c{i}"), json!({"outcome": "done"})))
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        assert!(parse_reported(&names(6), &stored).is_ok());
+        assert!(parse_reported(&names(7), &stored)
+            .unwrap_err()
+            .contains("at most 8 channels"));
+        // Names it has receipts for count once.
+        let again = json!({"a": {"outcome": "done"}, "b": {"outcome": "done"}});
+        let mut seven = names(6).as_object().unwrap().clone();
+        seven.extend(again.as_object().unwrap().clone());
+        assert!(parse_reported(&Value::Object(seven), &stored).is_ok());
+    }
+
+    #[test]
+    fn the_runs_own_outcome_beside_its_channels_is_one_more_entry_of_the_rule() {
+        let delivered = results(&[("discord", Outcome::Done)]);
+        let retry = Outcome::Retry("HTTP 503".into());
+        assert_eq!(outcome_beside(Some(&retry), &delivered), retry);
+        assert_eq!(outcome_beside(None, &delivered), Outcome::Done);
+        let mixed = results(&[
+            ("discord", Outcome::Done),
+            ("telegram", Outcome::Fail("HTTP 400".into())),
+        ]);
+        assert_eq!(
+            outcome_beside(Some(&retry), &mixed),
+            Outcome::Fail("channel telegram: HTTP 400; HTTP 503".into())
+        );
+        let fail = Outcome::Fail("HTTP 422".into());
+        assert_eq!(
+            outcome_beside(
+                Some(&fail),
+                &results(&[("t", Outcome::Retry("429".into()))])
+            ),
+            Outcome::Fail("HTTP 422; channel t: 429".into())
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! [`Outbound`] in memory, for host tests of job kinds (the built-in ones and
 //! users' own): a virtual clock that moves only when every future waits on it,
 //! answers scripted per URL or per service binding (a status after a delay, a
-//! network error, or no answer at all), and a record of every request with how it
-//! ended.
+//! network error, or no answer at all; a 2xx's body only for a request that
+//! reads it, as on the runtime), and a record of every request with how it ended.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -233,6 +233,7 @@ impl MemoryOutbound {
         signal: &Signal,
         unscripted: String,
     ) -> Result<Response, String> {
+        let read_body = request.read_body;
         let (index, answer) = self.record(request, service);
         let guard = DropGuard {
             out: self.clone(),
@@ -251,7 +252,13 @@ impl MemoryOutbound {
             Either::Left(_) => {
                 self.end(index, Ended::Answered);
                 match answer.reply {
-                    Reply::Respond(r) => Ok(r),
+                    // As the runtime's seam: a 2xx's body only when asked for.
+                    Reply::Respond(mut r) => {
+                        if !read_body && (200..300).contains(&r.status) {
+                            r.body.clear();
+                        }
+                        Ok(r)
+                    }
                     Reply::Error(e) => Err(e),
                     Reply::Hang => unreachable!("a hanging answer never ends"),
                 }

@@ -67,8 +67,11 @@ pub trait Job: 'static {
         1
     }
 
-    /// Whether its items have channels, each with its receipt (`core::receipts`):
-    /// a run reports each channel it sent with [`Context::report_channel`].
+    /// Whether every item of it has channels, each with its receipt
+    /// (`core::receipts`): its listing shows `receipts` (`{}` before any). A run
+    /// of any kind may report channels ([`Context::report_channel`]); an item that
+    /// did shows them whatever this says (a `service` item whose handler reported
+    /// some).
     fn has_channels(&self) -> bool {
         false
     }
@@ -202,7 +205,7 @@ pub struct Context<'a> {
     pub timeout_ms: i64,
     outbound: &'a dyn Outbound,
     host: Option<&'a dyn Any>,
-    delivered: Receipts,
+    receipts: Receipts,
     channels: RefCell<ChannelResults>,
     retry_after_ms: std::cell::Cell<Option<i64>>,
 }
@@ -223,7 +226,7 @@ impl<'a> Context<'a> {
             timeout_ms: config.job_timeout_ms,
             outbound,
             host,
-            delivered: receipts::parse(item.receipts.as_deref()),
+            receipts: receipts::parse(item.receipts.as_deref()),
             channels: RefCell::new(ChannelResults::new()),
             retry_after_ms: std::cell::Cell::new(None),
         }
@@ -252,11 +255,26 @@ impl<'a> Context<'a> {
 
     /// Whether `channel` was delivered by an earlier run (do not send it again).
     pub fn is_delivered(&self, channel: &str) -> bool {
-        receipts::is_delivered(&self.delivered, channel)
+        receipts::is_delivered(&self.receipts, channel)
     }
 
-    /// Report one channel's result of this run (kinds with channels): committed
-    /// with the outcome, so a retry sends only what is still missing.
+    /// The channels earlier runs delivered, in name order.
+    pub fn delivered_channels(&self) -> Vec<&str> {
+        self.receipts
+            .keys()
+            .filter(|name| receipts::is_delivered(&self.receipts, name))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// The item's receipts as the claim read them, one per channel an earlier run
+    /// reported.
+    pub fn receipts(&self) -> &Receipts {
+        &self.receipts
+    }
+
+    /// Report one channel's result of this run: committed with the outcome, so a
+    /// retry sends only what is still missing.
     pub fn report_channel(&self, channel: &str, outcome: Outcome) {
         self.channels.borrow_mut().insert(channel.into(), outcome);
     }
@@ -417,7 +435,8 @@ impl Jobs {
         self.find(kind).is_some()
     }
 
-    /// Whether items of `kind` have channels (their listing shows `receipts`).
+    /// Whether every item of `kind` has channels (its listing shows `receipts`,
+    /// `{}` before any).
     pub fn has_channels(&self, kind: &str) -> bool {
         self.find(kind).is_some_and(|k| k.has_channels())
     }
@@ -538,7 +557,7 @@ impl Jobs {
         match outcome {
             Some(outcome) => Ran {
                 // Only what was sent: a run that sent nothing reports no channels.
-                channels: Some(ctx.take_channels()).filter(|c| job.has_channels() && !c.is_empty()),
+                channels: Some(ctx.take_channels()).filter(|c| !c.is_empty()),
                 retry_after_ms: ctx
                     .retry_after_ms
                     .get()

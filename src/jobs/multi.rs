@@ -22,8 +22,7 @@ use futures::future::{join_all, select, Either};
 use super::webhook::{check_signing_secret, post_signed, redact_signing_secret, signing_secret};
 use super::{Context, Job, Outcome};
 use crate::core::model::ClaimedItem;
-use crate::core::receipts::{self, ChannelResults, MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS};
-use crate::core::requests::validate_id;
+use crate::core::receipts::{self, ChannelResults, MAX_CHANNELS};
 use crate::core::target::{self, TargetPolicy};
 use crate::core::timing::channel_deadline_ms;
 
@@ -46,7 +45,7 @@ pub struct MultiPayload {
 #[serde(deny_unknown_fields)]
 pub struct Channel {
     /// Unique within the item; the id rules, at most
-    /// [`MAX_CHANNEL_NAME_CHARS`] characters.
+    /// [`receipts::MAX_CHANNEL_NAME_CHARS`] characters.
     pub name: String,
     pub url: String,
 }
@@ -86,13 +85,7 @@ pub fn parse_payload(
     let mut urls = Vec::with_capacity(p.channels.len());
     for (i, c) in p.channels.iter().enumerate() {
         let field = format!("channels[{i}].name");
-        validate_id(&field, &c.name).map_err(|e| e.public_message())?;
-        let chars = c.name.chars().count();
-        if chars > MAX_CHANNEL_NAME_CHARS {
-            return Err(format!(
-                "{field} must be at most {MAX_CHANNEL_NAME_CHARS} characters, got {chars}"
-            ));
-        }
+        receipts::check_name(&field, &c.name)?;
         if !seen.insert(c.name.as_str()) {
             return Err(format!("{field} {:?} appears twice", c.name));
         }
@@ -204,6 +197,7 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::receipts::MAX_CHANNEL_NAME_CHARS;
     use serde_json::json;
 
     const DEV: TargetPolicy = TargetPolicy::LOCAL;

@@ -2,21 +2,25 @@
 //! language, reached through a service binding. Payload
 //! `{"service": "<binding name>", "path": "/optional/path", "data": <any JSON>}`;
 //! the binding must be listed in `SERVICE_BINDINGS` (and bound to this Worker).
-//! Each run POSTs the webhook body (`item_id`, `batch_id`, `subject_id`,
-//! `attempt`, `data`) with `Content-Type: application/json` and
-//! `Idempotency-Key: <item_id>`; the answer maps as a webhook's does
-//! (`webhook::classify_answer`, its `Retry-After` included). The drain calls the binding itself (`runs_in_drain`): a
-//! `SELF` child in between would cost a second invocation per item
-//! (docs/architecture.md).
+//! Each run POSTs [`ServiceDelivery`] (`item_id`, `batch_id`, `subject_id`,
+//! `attempt`, `max_attempts`, `delivered`, `data`) with `Content-Type:
+//! application/json` and `Idempotency-Key: <item_id>`. An answer that reports
+//! `channels` records each as a `multi` item's channel and the item's outcome
+//! follows `multi`'s rule (`core::receipts`); any other answer maps as a
+//! webhook's does (`webhook::classify_answer`); `Retry-After` sets a retry's
+//! delay either way ([`classify_service_answer`]). The drain calls the binding
+//! itself (`runs_in_drain`): a `SELF` child in between would cost a second
+//! invocation per item (docs/architecture.md).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use url::Url;
 
-use super::outbound::{Request, ServiceError};
-use super::webhook::{classify_answer, delivery_body};
+use super::outbound::{Request, Response, ServiceError};
+use super::webhook::{answered, classify_answer, classify_status, Answered};
 use super::{Context, Job};
-use crate::core::model::Outcome;
+use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::target::TargetPolicy;
 
 pub struct Service;
@@ -90,6 +94,80 @@ pub fn call_url(path: &str) -> Result<Url, String> {
     Ok(url)
 }
 
+/// The JSON body a handler receives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceDelivery<'a> {
+    pub item_id: i64,
+    pub batch_id: &'a str,
+    pub subject_id: &'a str,
+    /// 1-based; the last is `max_attempts`.
+    pub attempt: i64,
+    pub max_attempts: i64,
+    /// The channels earlier attempts delivered (`[]` at first), in name order:
+    /// the handler sends only the others.
+    pub delivered: Vec<&'a str>,
+    pub data: &'a Value,
+}
+
+/// The request body of one call.
+pub fn delivery_body(item: &ClaimedItem, delivered: Vec<&str>, data: &Value) -> String {
+    let delivery = ServiceDelivery {
+        item_id: item.item_id,
+        batch_id: &item.batch_id,
+        subject_id: &item.subject_id,
+        attempt: item.attempt,
+        max_attempts: item.max_attempts,
+        delivered,
+        data,
+    };
+    serde_json::to_string(&delivery).expect("serialising plain data cannot fail")
+}
+
+/// What a handler's answer means, and the channels it reports. An answer whose
+/// body is a JSON object with `channels` (any status): each channel is recorded
+/// (`receipts::parse_reported`: the item's `stored` receipts bound their number)
+/// and the outcome is `multi`'s rule over them, with a status other than 2xx
+/// (the handler's own retry or failure beside them) one more entry of it. One
+/// whose `channels` is malformed, or whose body mentions `"channels"` but is not
+/// JSON (cut short, say), is a retry that says so and records nothing: never a
+/// loss. Any other answer maps as a webhook's. `Retry-After` sets a retry's delay.
+pub fn classify_service_answer(
+    response: &Response,
+    stored: &Receipts,
+) -> (Answered, Option<ChannelResults>) {
+    let reported = match channels_member(&response.body) {
+        None => return (classify_answer(response), None),
+        Some(member) => member.and_then(|value| receipts::parse_reported(&value, stored)),
+    };
+    match reported {
+        Ok(channels) => {
+            let own = classify_status(response.status);
+            let own = (own != Outcome::Done).then_some(own);
+            let outcome = receipts::outcome_beside(own.as_ref(), &channels);
+            (answered(outcome, response), Some(channels))
+        }
+        Err(e) => {
+            let outcome = Outcome::Retry(format!("malformed answer: {e}"));
+            (answered(outcome, response), None)
+        }
+    }
+}
+
+/// The `channels` member of an answer's body: `None` when the body is no JSON
+/// object with one (the status alone decides).
+fn channels_member(body: &str) -> Option<Result<Value, String>> {
+    if !body.trim_start().starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str::<Value>(body) {
+        Ok(Value::Object(mut answer)) => answer.remove("channels").map(Ok),
+        Ok(_) => None,
+        Err(e) => body
+            .contains("\"channels\"")
+            .then(|| Err(format!("channels: the answer is not JSON ({e})"))),
+    }
+}
+
 impl Job for Service {
     type Payload = Value;
 
@@ -108,15 +186,23 @@ impl Job for Service {
             Ok(checked) => checked,
             Err(e) => return Outcome::Fail(format!("not sent: {e}")),
         };
-        let body = delivery_body(ctx.item, &p.data);
-        let request = Request::post_json(url.as_str(), body)
+        let body = delivery_body(ctx.item, ctx.delivered_channels(), &p.data);
+        let mut request = Request::post_json(url.as_str(), body)
             .header("Idempotency-Key", &ctx.item.item_id.to_string());
-        let answered = ctx
+        // A 2xx may carry the channels.
+        request.read_body = true;
+        let answer = ctx
             .outbound()
             .fetch_service(&p.service, request, &ctx.signal)
             .await;
-        match answered {
-            Ok(response) => classify_answer(&response).apply(ctx),
+        match answer {
+            Ok(response) => {
+                let (answered, channels) = classify_service_answer(&response, ctx.receipts());
+                for (name, outcome) in channels.into_iter().flatten() {
+                    ctx.report_channel(&name, outcome);
+                }
+                answered.apply(ctx)
+            }
             Err(ServiceError::Unbound(name)) => Outcome::Fail(format!(
                 "not sent: service binding {name:?} is listed in SERVICE_BINDINGS but not bound to this Worker"
             )),

@@ -848,7 +848,8 @@ fn a_service_call_posts_the_webhook_body_through_the_binding_with_its_idempotenc
     let body: Value = serde_json::from_str(s.request.body.as_deref().unwrap()).unwrap();
     assert_eq!(
         body,
-        json!({"item_id": 42, "batch_id": "b1", "subject_id": "s1", "attempt": 2, "data": {"n": 1}})
+        json!({"item_id": 42, "batch_id": "b1", "subject_id": "s1", "attempt": 2,
+               "max_attempts": 5, "delivered": [], "data": {"n": 1}})
     );
     // Exactly those two headers: no signature, nothing secret, behind a binding.
     assert_eq!(s.request.headers.len(), 2, "{:?}", s.request.headers);
@@ -946,4 +947,220 @@ fn a_service_no_longer_listed_or_not_bound_fails_for_good_at_run_time() {
     );
     // Neither reached anything: an unbound name has nothing to call.
     assert!(out.sent().is_empty(), "{:?}", out.sent());
+}
+
+// --- service: channels ------------------------------------------------------------
+
+/// A service item whose earlier attempts left `receipts`.
+fn service_with(receipts: Value) -> ClaimedItem {
+    ClaimedItem {
+        receipts: Some(receipts.to_string()),
+        ..service(None)
+    }
+}
+
+fn channels_answer(status: u16, channels: Value) -> Answer {
+    Answer::status(status)
+        .header("Content-Type", "application/json")
+        .body(&json!({ "channels": channels }).to_string())
+}
+
+fn results(pairs: &[(&str, Outcome)]) -> ChannelResults {
+    pairs
+        .iter()
+        .map(|(n, o)| (n.to_string(), o.clone()))
+        .collect()
+}
+
+#[test]
+fn a_service_call_tells_the_handler_what_earlier_attempts_delivered() {
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service("HANDLER", Answer::status(200));
+    run(
+        &out,
+        &service_with(json!({
+            "telegram": {"status": "delivered", "at": NOW - 60_000},
+            "discord": {"status": "pending", "error": "HTTP 503"},
+            "email": {"status": "delivered", "at": NOW - 60_000},
+        })),
+    );
+    let body: Value = serde_json::from_str(out.sent()[0].request.body.as_deref().unwrap()).unwrap();
+    assert_eq!(body["delivered"], json!(["email", "telegram"]));
+}
+
+#[test]
+fn a_channels_answer_records_each_channel_and_the_outcome_follows_multis_rule() {
+    let cases = [
+        (
+            json!({"discord": {"outcome": "done"}, "telegram": {"outcome": "done"}}),
+            Outcome::Done,
+        ),
+        (
+            json!({"discord": {"outcome": "done"}, "telegram": {"outcome": "retry", "reason": "429"}}),
+            Outcome::Retry("channel telegram: 429".into()),
+        ),
+        (
+            json!({"discord": {"outcome": "fail", "reason": "HTTP 404"}, "telegram": {"outcome": "retry", "reason": "429"}}),
+            Outcome::Fail("channel discord: HTTP 404; channel telegram: 429".into()),
+        ),
+        // Nothing left to send: done, as a multi item whose channels all got through.
+        (json!({}), Outcome::Done),
+    ];
+    for (channels, expected) in cases {
+        let out = MemoryOutbound::new(NOW);
+        out.answer_service("HANDLER", channels_answer(200, channels.clone()));
+        let ran = run(&out, &service(None));
+        assert_eq!(ran.outcome, expected, "{channels}");
+        let reported: ChannelResults = serde_json::from_value(channels.clone()).unwrap();
+        let reported = Some(reported).filter(|r| !r.is_empty());
+        assert_eq!(ran.channels, reported, "{channels}");
+        // The same results from a multi item's channels: the same outcome.
+        if let Some(r) = &ran.channels {
+            assert_eq!(crate::core::receipts::outcome(r), expected);
+        }
+    }
+}
+
+#[test]
+fn a_channels_answer_is_read_from_a_2xx_body() {
+    // The runtime's seam reads a 2xx body only when the request asks for it.
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service(
+        "HANDLER",
+        channels_answer(
+            200,
+            json!({"telegram": {"outcome": "retry", "reason": "429"}}),
+        ),
+    );
+    let ran = run(&out, &service(None));
+    assert!(out.sent()[0].request.read_body);
+    assert_eq!(ran.outcome, Outcome::Retry("channel telegram: 429".into()));
+}
+
+#[test]
+fn a_retry_after_on_a_channels_answer_that_asks_for_a_retry_is_the_runs_delay() {
+    let out = MemoryOutbound::new(NOW);
+    let retry =
+        json!({"discord": {"outcome": "done"}, "telegram": {"outcome": "retry", "reason": "429"}});
+    out.answer_service(
+        "HANDLER",
+        channels_answer(200, retry).header("Retry-After", "30"),
+    );
+    assert_eq!(run(&out, &service(None)).retry_after_ms, Some(30_000));
+    // On an answer that is done, it means nothing.
+    out.answer_service(
+        "HANDLER",
+        channels_answer(200, json!({"discord": {"outcome": "done"}})).header("Retry-After", "30"),
+    );
+    let ran = run(&out, &service(None));
+    assert_eq!((ran.outcome, ran.retry_after_ms), (Outcome::Done, None));
+}
+
+#[test]
+fn a_failure_status_beside_channels_keeps_them_and_joins_the_rule() {
+    // The handler delivered Discord, then gave up on the item itself.
+    let out = MemoryOutbound::new(NOW);
+    let delivered = json!({"discord": {"outcome": "done"}});
+    out.answer_service("HANDLER", channels_answer(503, delivered.clone()));
+    let ran = run(&out, &service(None));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 503".into()));
+    assert_eq!(ran.channels, Some(results(&[("discord", Outcome::Done)])));
+    out.answer_service("HANDLER", channels_answer(422, delivered));
+    let ran = run(&out, &service(None));
+    // The body is the channels, not a text for the reason.
+    assert_eq!(ran.outcome, Outcome::Fail("HTTP 422".into()));
+    assert_eq!(ran.channels, Some(results(&[("discord", Outcome::Done)])));
+}
+
+#[test]
+fn a_malformed_channels_answer_is_a_retry_that_names_channels_and_records_nothing() {
+    let nine: serde_json::Map<String, Value> = (0..9)
+        .map(|i| (format!("c{i}"), json!({"outcome": "done"})))
+        .collect();
+    let bodies = [
+        json!({"channels": []}).to_string(),
+        json!({"channels": null}).to_string(),
+        json!({"channels": {"telegram": {"outcome": "skip"}}}).to_string(),
+        json!({"channels": {"telegram": {"outcome": "retry"}}}).to_string(),
+        json!({"channels": {"telegram": "done"}}).to_string(),
+        json!({"channels": {"": {"outcome": "done"}}}).to_string(),
+        json!({"channels": {"x".repeat(65): {"outcome": "done"}}}).to_string(),
+        json!({"channels": {"t": {"outcome": "fail", "reason": "é".repeat(101)}}}).to_string(),
+        json!({ "channels": nine }).to_string(),
+        // Cut short (a bound on what is read, say).
+        r#"{"channels": {"discord": {"outcome": "done"}, "tele"#.to_string(),
+    ];
+    for body in bodies {
+        for status in [200, 422] {
+            let out = MemoryOutbound::new(NOW);
+            out.answer_service("HANDLER", Answer::status(status).body(&body));
+            let ran = run(&out, &service(None));
+            let Outcome::Retry(reason) = &ran.outcome else {
+                panic!("{status} {body}: {ran:?}");
+            };
+            assert!(
+                reason.starts_with("malformed answer: channels"),
+                "{status} {body}: {reason}"
+            );
+            assert_eq!(ran.channels, None, "{body}");
+        }
+    }
+}
+
+#[test]
+fn an_item_reports_at_most_8_channels_over_all_its_attempts() {
+    let stored: serde_json::Map<String, Value> = (0..7)
+        .map(|i| {
+            (
+                format!("c{i}"),
+                json!({"status": "pending", "error": "HTTP 503"}),
+            )
+        })
+        .collect();
+    let item = service_with(Value::Object(stored));
+    // A known one and one more: 8 in all.
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service(
+        "HANDLER",
+        channels_answer(
+            200,
+            json!({"c0": {"outcome": "done"}, "c7": {"outcome": "done"}}),
+        ),
+    );
+    assert_eq!(run(&out, &item).outcome, Outcome::Done);
+    // Two more: 9.
+    out.answer_service(
+        "HANDLER",
+        channels_answer(
+            200,
+            json!({"c7": {"outcome": "done"}, "c8": {"outcome": "done"}}),
+        ),
+    );
+    let ran = run(&out, &item);
+    assert!(
+        matches!(&ran.outcome, Outcome::Retry(r) if r.contains("at most 8 channels")),
+        "{ran:?}"
+    );
+}
+
+#[test]
+fn an_answer_without_channels_maps_by_status_as_before() {
+    let cases = [
+        (Answer::status(200).body(r#"{"ok": true}"#), Outcome::Done),
+        (Answer::status(200).body("channels: none"), Outcome::Done),
+        (
+            Answer::status(422).body(r#"{"error": "unknown channels setting"}"#),
+            Outcome::Fail(r#"HTTP 422: {"error": "unknown channels setting"}"#.into()),
+        ),
+        (
+            Answer::status(503).body(r#"{"busy": true}"#),
+            Outcome::Retry("HTTP 503".into()),
+        ),
+    ];
+    for (answer, expected) in cases {
+        let out = MemoryOutbound::new(NOW);
+        out.answer_service("HANDLER", answer.clone());
+        let ran = run(&out, &service(None));
+        assert_eq!((ran.outcome, ran.channels), (expected, None), "{answer:?}");
+    }
 }

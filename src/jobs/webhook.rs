@@ -155,8 +155,7 @@ impl Answered {
 
 /// Map an answer: [`classify_status`], a permanent failure's reason followed by
 /// the first [`MAX_ANSWER_TEXT_BYTES`] of the answer's text (on one line), and a
-/// retry's `Retry-After` when it is a number of seconds (an HTTP date is not
-/// used: the receiver's clock is not ours).
+/// retry's `Retry-After` when it is a number of seconds ([`answered`]).
 pub fn classify_answer(response: &Response) -> Answered {
     let outcome = match classify_status(response.status) {
         Outcome::Fail(reason) => match answer_text(&response.body) {
@@ -165,6 +164,12 @@ pub fn classify_answer(response: &Response) -> Answered {
         },
         other => other,
     };
+    answered(outcome, response)
+}
+
+/// `outcome` with, when it is a retry, the delay the answer's `Retry-After` asks
+/// for in seconds (an HTTP date is not used: the receiver's clock is not ours).
+pub fn answered(outcome: Outcome, response: &Response) -> Answered {
     let retry_after_ms = match outcome {
         Outcome::Retry(_) => response
             .header_value("Retry-After")
