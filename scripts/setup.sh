@@ -14,8 +14,12 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 # npm ci installs exactly package-lock.json: wrangler, a Node 22 binary for it
-# (wrangler needs Node >= 22; the system Node may be older) and binaryen's wasm-opt.
-if [ ! -x node_modules/.bin/wrangler ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+# (wrangler needs Node >= 22; the system Node may be older), binaryen's wasm-opt,
+# and for the TypeScript workspaces (packages/handler, the examples on it)
+# TypeScript, Vitest and the Workers Vitest plugin, linking the workspaces.
+if [ ! -x node_modules/.bin/wrangler ] || [ ! -x node_modules/.bin/vitest ] \
+  || [ ! -e node_modules/cron-fanout-handler ] \
+  || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   step "npm ci"
   npm ci --no-audit --no-fund
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run every test: host tests (pure core, SQL conformance on SQLite,
-# loadtest units), then the end-to-end suite against the built Worker on
+# loadtest units), the TypeScript handler package and examples (tsc --noEmit,
+# Vitest inside workerd), then the end-to-end suite against the built Worker on
 # `wrangler dev` with local D1, including the dashboard driven in a headless
 # Chromium (loadtest/src/ui.rs). Exits non-zero on any failure.
 set -euo pipefail
@@ -11,6 +12,10 @@ bash scripts/setup.sh
 
 printf '\n==> host tests (cargo test --workspace)\n'
 cargo test --workspace
+
+printf '\n==> TypeScript: tsc --noEmit and the Vitest suites inside workerd (packages/handler, examples/*-ts)\n'
+npm run typecheck --workspaces --if-present
+npm run test --workspaces --if-present
 
 printf '\n==> build the Worker (release, as deployed)\n'
 bash scripts/build.sh

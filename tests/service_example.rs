@@ -1,4 +1,5 @@
-//! docs/api.md shows the `service` handler the end-to-end suite runs,
+//! docs/api.md shows the `service` handler (on the `cron-fanout-handler`
+//! package) the end-to-end suite runs,
 //! `examples/service-handler/src/index.ts`, as it is.
 
 #[test]

@@ -1,9 +1,13 @@
 //! The `service` kind end to end: cron-fanout and the example TypeScript handler
-//! (`examples/service-handler`) in one multi-worker `wrangler dev`, cron-fanout
-//! bound to it as `HANDLER`. Bad payloads are refused with nothing written; one
-//! small batch asks the handler (through each item's `data`) for every answer:
-//! done, a retry then done, a permanent failure with its text, a timeout, and a
-//! `Retry-After` that sets the next attempt's time.
+//! (`examples/service-handler`, on the `cron-fanout-handler` package) in one
+//! multi-worker `wrangler dev`, cron-fanout bound to it as `HANDLER`. Bad payloads
+//! are refused with nothing written; one small batch asks the handler (through
+//! each item's `data`) for every answer: done, a retry then done, a permanent
+//! failure with its text, a timeout, and a `Retry-After` that sets the next
+//! attempt's time. A second batch reports channels: a partial success (its
+//! channels sent to the sink's Discord fake, one answering 503 once) retried
+//! without resending the delivered channel, and a malformed `channels` answer
+//! retried, never taken as done.
 
 use crate::api::{Api, Batch, Item, TICK_CRON};
 use crate::check;
@@ -11,6 +15,7 @@ use crate::checks::Checks;
 use crate::drive::until_ended;
 use crate::scenario::min_lease_seconds;
 use crate::service_paths;
+use crate::sink_fakes::{FakeRequest, FakesClient, Setup};
 use crate::target::{Secrets, Target, TargetArgs};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
@@ -80,11 +85,21 @@ pub async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
 
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let target = open(args, "e2e-service").await?;
+    let fakes = FakesClient::new(target.sink.base());
+    let script = [(format!("discord:{TELEGRAM_FAKE}"), vec![503])];
+    fakes
+        .setup(&Setup {
+            script: script.into_iter().collect(),
+            ..Setup::default()
+        })
+        .await?;
     let mut f = Service {
         target,
+        fakes,
         timeout,
         batch: None,
         first: None,
+        channels: None,
     };
     checks
         .run(
@@ -96,6 +111,9 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
                 check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
                 check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
+                check!(needed "service channels, first tick: a partial success (Discord done, Telegram 503) keeps Discord delivered and is retried; a malformed channels answer is a retry whose last_error names channels, nothing recorded", channels_first_tick),
+                check!("service channels: the retry sends Telegram only (Discord's fake saw one message, Telegram's two), completed on attempt 2 with both delivered", partial_success_retried_without_resending),
+                check!("service channels: the malformed answer is retried until its attempts run out and ends failed naming channels, never done", malformed_channels_never_taken_as_done),
                 check!("POST /probe mode service refuses a binding SERVICE_BINDINGS does not list: 400 invalid_probe", probe_refuses_an_unlisted_binding),
                 check!("POST /probe mode service runs a service item's call straight from the caller (as the drain does) and through a SELF child: every call done both ways", probe_times_both_paths),
             ],
@@ -107,10 +125,17 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
 /// The part's Worker, its batch, and its items after the first tick.
 struct Service {
     target: Target,
+    fakes: FakesClient,
     timeout: Duration,
     batch: Option<Batch>,
     first: Option<Vec<Item>>,
+    /// The channels batch.
+    channels: Option<Batch>,
 }
+
+/// The Discord fake's webhook ids the two channels of the partial item send to.
+const DISCORD_FAKE: &str = "svc-discord";
+const TELEGRAM_FAKE: &str = "svc-telegram";
 
 /// Payloads refused: what each is, as its report line says it.
 const UNLISTED: &str = "a binding SERVICE_BINDINGS does not list";
@@ -191,10 +216,10 @@ fn items() -> Value {
     let item = |id: &str, data: Value| json!({"subject_id": id, "kind": "service", "payload": {"service": BINDING, "path": format!("/{id}"), "data": data}});
     json!({"items": [
         item("done", json!({})),
-        item("retry-then-done", json!({"answer": 503, "times": 1, "text": "warming up"})),
-        item("permanent", json!({"answer": 422, "text": "unknown login"})),
+        item("retry-then-done", json!({"outcome": "retry", "times": 1, "reason": "warming up"})),
+        item("permanent", json!({"outcome": "fail", "reason": "unknown login"})),
         item("timeout", json!({"sleep_ms": 4000, "times": 1})),
-        item("retry-after", json!({"answer": 429, "times": 1, "retry_after": 2})),
+        item("retry-after", json!({"outcome": "retry", "times": 1, "after_seconds": 2})),
     ]})
 }
 
@@ -298,4 +323,113 @@ async fn retried_items_done_on_attempt_2(f: &mut Service) -> Result<()> {
         (4, 1) => Ok(()),
         other => bail!("batch {other:?}"),
     }
+}
+
+/// The channels batch: `partial` sends Discord and Telegram (both to the sink's
+/// Discord fake, Telegram's answering 503 once); `malformed` is the handler's
+/// path that answers a `channels` no handler should.
+fn channel_items(fakes: &FakesClient) -> Value {
+    let channels = json!({
+        "discord": fakes.discord_webhook_url(DISCORD_FAKE, "t"),
+        "telegram": fakes.discord_webhook_url(TELEGRAM_FAKE, "t"),
+    });
+    json!({"key": "service-channels", "items": [
+        {"subject_id": "partial", "kind": "service",
+         "payload": {"service": BINDING, "path": "/partial", "data": {"channels": channels}}},
+        {"subject_id": "malformed", "kind": "service",
+         "payload": {"service": BINDING, "path": "/malformed"}},
+    ]})
+}
+
+/// The status of `channel` in an item's receipts.
+fn receipt(item: &Item, channel: &str) -> Option<String> {
+    let r = item.receipts.as_ref()?.get(channel)?;
+    Some(r.get("status")?.as_str()?.to_string())
+}
+
+/// Creates the channels batch and fires one tick.
+async fn channels_first_tick(f: &mut Service) -> Result<()> {
+    let api = &f.target.api;
+    let (_, batch): (bool, Batch) = api.create_batch(&channel_items(&f.fakes)).await?;
+    api.fire_cron(TICK_CRON).await?;
+    let first = api.all_items(&batch.id, None).await?;
+    f.channels = Some(batch);
+    let partial = find(&first, "partial")?;
+    expect(
+        partial,
+        "pending",
+        1,
+        Some("attempt 1 failed: channel telegram: HTTP 503"),
+    )?;
+    let receipts = (receipt(partial, "discord"), receipt(partial, "telegram"));
+    ensure!(
+        receipts == (Some("delivered".into()), Some("pending".into())),
+        "partial receipts {:?}",
+        partial.receipts
+    );
+    let malformed = find(&first, "malformed")?;
+    let said = malformed.last_error.as_deref().unwrap_or_default();
+    ensure!(
+        (malformed.status.as_str(), malformed.attempt) == ("pending", 1)
+            && said.starts_with("attempt 1 failed: malformed answer: channels[\"telegram\"]")
+            && malformed.receipts.is_none(),
+        "malformed: {} attempt {} {said:?} receipts {:?}",
+        malformed.status,
+        malformed.attempt,
+        malformed.receipts
+    );
+    Ok(())
+}
+
+/// The statuses the Discord fake answered for webhook `id`, in order.
+fn answered(requests: &[FakeRequest], id: &str) -> Vec<u16> {
+    requests
+        .iter()
+        .filter(|r| r.api == "discord" && r.key.as_deref() == Some(id))
+        .map(|r| r.status)
+        .collect()
+}
+
+/// Runs the channels batch to its end; its items.
+async fn channels_ended(f: &mut Service) -> Result<Vec<Item>> {
+    let batch = f.channels.as_ref().context("no channels batch")?;
+    until_ended(&f.target.api, &batch.id, f.timeout).await?;
+    f.target.api.all_items(&batch.id, None).await
+}
+
+async fn partial_success_retried_without_resending(f: &mut Service) -> Result<()> {
+    let items = channels_ended(f).await?;
+    let partial = find(&items, "partial")?;
+    let requests = f.fakes.requests().await?;
+    let (discord, telegram) = (
+        answered(&requests, DISCORD_FAKE),
+        answered(&requests, TELEGRAM_FAKE),
+    );
+    let both = (receipt(partial, "discord"), receipt(partial, "telegram"));
+    ensure!(
+        (partial.status.as_str(), partial.attempt) == ("completed", 2)
+            && both == (Some("delivered".into()), Some("delivered".into()))
+            && discord == [204]
+            && telegram == [503, 204],
+        "partial: {} attempt {} receipts {:?}; Discord answered {discord:?}, Telegram {telegram:?}",
+        partial.status,
+        partial.attempt,
+        partial.receipts
+    );
+    Ok(())
+}
+
+async fn malformed_channels_never_taken_as_done(f: &mut Service) -> Result<()> {
+    let items = channels_ended(f).await?;
+    let malformed = find(&items, "malformed")?;
+    let said = malformed.last_error.as_deref().unwrap_or_default();
+    ensure!(
+        (malformed.status.as_str(), malformed.attempt) == ("failed", 3)
+            && said.contains("malformed answer: channels")
+            && malformed.receipts.is_none(),
+        "malformed: {} attempt {} {said:?}",
+        malformed.status,
+        malformed.attempt
+    );
+    Ok(())
 }

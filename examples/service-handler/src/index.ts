@@ -1,53 +1,76 @@
-// A `service` handler: cron-fanout POSTs each item here through a service
-// binding, with the body {item_id, batch_id, subject_id, attempt, data} and the
-// headers Content-Type: application/json and Idempotency-Key: <item_id>.
-// Answer 2xx when the item is done; 408, 425, 429 or 5xx to have it retried
-// (with Retry-After: <seconds> to choose when); any other status fails it for
-// good, and then the first 200 bytes of the answer's text end up in its
-// last_error.
+// A `service` handler written with cron-fanout-handler (packages/handler):
+// cron-fanout POSTs each item here through a service binding; `handler` checks
+// the delivery, hands it to the function below, and answers with the outcome it
+// returns: done(), retry(reason, { afterSeconds }) or fail(reason). Channels are
+// reported with ctx.channel(name, outcome): cron-fanout records each, and the
+// next attempt's ctx.delivered(name) says which got through, so a retry sends
+// only the rest.
 //
 // This one does what the item's `data` asks, so the e2e suite can ask for each
-// answer: {"answer": 503, "times": 1} answers 503 to attempt 1, then 200;
-// {"sleep_ms": 5000, "times": 1} answers attempt 1 late; {"retry_after": 2}
-// adds Retry-After: 2 to the failing answers; {"text": "..."} is their text.
+// answer: {"outcome": "retry", "times": 1} retries attempt 1, then is done;
+// {"outcome": "fail", "reason": "unknown login"} fails for good;
+// {"after_seconds": 2} asks for the retry 2 s later; {"sleep_ms": 4000,
+// "times": 1} answers attempt 1 late; {"channels": {"<name>": "<url>", ...}}
+// POSTs a message to each URL not delivered yet, one channel each. Its path
+// /malformed answers what no handler should: cron-fanout retries the item.
+import { type Outcome, done, fail, handler, retry } from "cron-fanout-handler";
 
-interface Delivery {
-  item_id: number;
-  batch_id: string;
-  subject_id: string;
-  attempt: number;
-  data: {
-    answer?: number;
-    times?: number;
-    text?: string;
-    sleep_ms?: number;
-    retry_after?: number;
-  } | null;
+interface Asked {
+  outcome?: "retry" | "fail";
+  reason?: string;
+  after_seconds?: number;
+  times?: number;
+  sleep_ms?: number;
+  channels?: Record<string, string>;
 }
 
+/** Sends one channel's message; its answer is the channel's outcome. */
+async function send(url: string, content: string): Promise<Outcome> {
+  let answer: Response;
+  try {
+    answer = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ content }),
+    });
+  } catch (e) {
+    return retry(`network error: ${String(e)}`);
+  }
+  await answer.body?.cancel();
+  const status = answer.status;
+  if (status >= 200 && status < 300) return done();
+  if ([408, 425, 429].includes(status) || status >= 500) {
+    const wait = Number(answer.headers.get("Retry-After") ?? Number.NaN);
+    return retry(`HTTP ${status}`, wait >= 0 ? { afterSeconds: wait } : {});
+  }
+  return fail(`HTTP ${status}`);
+}
+
+const items = handler<Asked | null>(async (item, ctx) => {
+  const asked = item.data ?? {};
+  // Misbehave on the first `times` attempts (all of them without `times`).
+  const early = item.attempt <= (asked.times ?? Number.MAX_SAFE_INTEGER);
+  if (asked.sleep_ms && early) {
+    await new Promise((resolve) => setTimeout(resolve, asked.sleep_ms));
+  }
+  // Every channel an earlier attempt did not deliver, all at once.
+  const todo = Object.entries(asked.channels ?? {}).filter(([name]) => !ctx.delivered(name));
+  const message = `item ${item.item_id}, attempt ${item.attempt}`;
+  const outcomes = await Promise.all(todo.map(([, url]) => send(url, message)));
+  todo.forEach(([name], i) => ctx.channel(name, outcomes[i] ?? done()));
+  if (!early || asked.outcome === undefined) return done();
+  const reason = asked.reason ?? `${asked.outcome} asked for attempt ${item.attempt}`;
+  if (asked.outcome === "fail") return fail(reason);
+  const after = asked.after_seconds;
+  return retry(reason, after === undefined ? {} : { afterSeconds: after });
+});
+
 export default {
-  async fetch(request: Request): Promise<Response> {
-    if (request.method !== "POST") {
-      return new Response("POST only", { status: 405 });
+  async fetch(request: Request, env: unknown, ctx: ExecutionContext): Promise<Response> {
+    if (new URL(request.url).pathname === "/malformed") {
+      const wrong = { channels: { telegram: { outcome: "sent" } } };
+      return Response.json(wrong, { headers: { "Retry-After": "1" } });
     }
-    const item = (await request.json()) as Delivery;
-    // The same for every attempt of one item: use it to do the work only once.
-    const key = request.headers.get("Idempotency-Key");
-    const data = item.data ?? {};
-    // Misbehave on the first `times` attempts (all of them without `times`).
-    const early = item.attempt <= (data.times ?? Number.MAX_SAFE_INTEGER);
-    if (data.sleep_ms && early) {
-      await new Promise((resolve) => setTimeout(resolve, data.sleep_ms));
-    }
-    if (data.answer === undefined || !early) {
-      const path = new URL(request.url).pathname;
-      return new Response(`done: item ${key} at ${path}`, { status: 200 });
-    }
-    const headers = new Headers();
-    if (data.retry_after !== undefined) {
-      headers.set("Retry-After", String(data.retry_after));
-    }
-    const text = data.text ?? `answer ${data.answer} to attempt ${item.attempt}`;
-    return new Response(text, { status: data.answer, headers });
+    return items(request, env, ctx);
   },
 };

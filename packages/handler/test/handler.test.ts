@@ -1,0 +1,249 @@
+// The handler inside workerd: what reaches `fn`, what is refused, and what each
+// outcome answers (docs/api.md, "The protocol"; docs/schemas/).
+import { describe, expect, it } from "vitest";
+import answerSchema from "../../../docs/schemas/service-answer.schema.json";
+import requestSchema from "../../../docs/schemas/service-request.schema.json";
+import {
+  type Item,
+  type Outcome,
+  done,
+  fail,
+  handler,
+  MAX_CHANNEL_NAME_CHARS,
+  MAX_CHANNELS,
+  MAX_REASON_BYTES,
+  retry,
+} from "../src/index";
+
+const DELIVERY = {
+  item_id: 42,
+  batch_id: "b1",
+  subject_id: "ada",
+  attempt: 2,
+  max_attempts: 5,
+  delivered: ["discord"],
+  data: { login: "ada" },
+};
+
+function deliver(body: unknown = DELIVERY, init: RequestInit = {}): Request {
+  return new Request("https://cron-fanout.internal/streak", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Idempotency-Key": "42" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    ...init,
+  });
+}
+
+/** Runs `fn` as the handler of one delivery. */
+async function answer(fn: (item: Item, ctx: Parameters<Parameters<typeof handler>[0]>[1]) => Promise<Outcome> | Outcome, request = deliver()) {
+  const response = await handler(fn)(request, {});
+  return { status: response.status, retryAfter: response.headers.get("Retry-After"), text: await response.text(), type: response.headers.get("Content-Type") };
+}
+
+describe("a delivery", () => {
+  it("reaches fn as typed fields with the idempotency key", async () => {
+    let seen: Item | undefined;
+    await answer((item) => {
+      seen = item;
+      return done();
+    });
+    expect(seen).toEqual({ ...DELIVERY, idempotency_key: "42" });
+    // Every field the request schema names, and the key.
+    expect(Object.keys(seen!).sort()).toEqual([...requestSchema.required, "idempotency_key"].sort());
+  });
+
+  it("tells fn which channels earlier attempts delivered", async () => {
+    const seen: boolean[] = [];
+    await answer((_, ctx) => {
+      seen.push(ctx.delivered("discord"), ctx.delivered("telegram"));
+      return done();
+    });
+    expect(seen).toEqual([true, false]);
+  });
+
+  it("keeps fields it does not know out of the item", async () => {
+    let seen: Item | undefined;
+    await answer((item) => {
+      seen = item;
+      return done();
+    }, deliver({ ...DELIVERY, later: 1 }));
+    expect(seen).not.toHaveProperty("later");
+  });
+});
+
+describe("anything that is not a well-formed delivery", () => {
+  const { data: _, ...noData } = DELIVERY;
+  const cases: [string, Request][] = [
+    ["a GET", new Request("https://cron-fanout.internal/", { method: "GET", headers: { "Idempotency-Key": "42" } })],
+    ["no Idempotency-Key", deliver(DELIVERY, { headers: { "Content-Type": "application/json" } })],
+    ["no JSON", deliver("{not json")],
+    ["an array", deliver([DELIVERY])],
+    ["no data", deliver(noData)],
+    ["item_id as text", deliver({ ...DELIVERY, item_id: "42" })],
+    ["a fractional item_id", deliver({ ...DELIVERY, item_id: 4.2 })],
+    ["attempt 0", deliver({ ...DELIVERY, attempt: 0 })],
+    ["no max_attempts", deliver({ ...DELIVERY, max_attempts: undefined })],
+    ["delivered of numbers", deliver({ ...DELIVERY, delivered: [1] })],
+    ["a batch_id that is no string", deliver({ ...DELIVERY, batch_id: null })],
+    ["a body over 1 MiB", deliver(JSON.stringify({ ...DELIVERY, data: "x".repeat(1024 * 1024) }))],
+  ];
+  for (const [what, request] of cases) {
+    it(`is answered 400 without calling fn: ${what}`, async () => {
+      let called = false;
+      const got = await answer(() => {
+        called = true;
+        return done();
+      }, request);
+      expect(got.status).toBe(400);
+      expect(JSON.parse(got.text).error).toBe("invalid_delivery");
+      expect(called).toBe(false);
+    });
+  }
+});
+
+describe("an outcome without channels is a status", () => {
+  it("done is 200", async () => {
+    expect((await answer(() => done())).status).toBe(200);
+  });
+
+  it("retry is 503, without the reason in last_error (cron-fanout keeps HTTP 503)", async () => {
+    const got = await answer(() => retry("warming up"));
+    expect([got.status, got.retryAfter]).toEqual([503, null]);
+  });
+
+  it("retry with afterSeconds is 429 with Retry-After, rounded up", async () => {
+    const got = await answer(async () => retry("rate limited", { afterSeconds: 1.5 }));
+    expect([got.status, got.retryAfter]).toEqual([429, "2"]);
+  });
+
+  it("fail is 422 with the reason as its text", async () => {
+    const got = await answer(() => fail("unknown login"));
+    expect([got.status, got.text]).toEqual([422, "unknown login"]);
+  });
+
+  it("a negative or unknown afterSeconds is refused when written", () => {
+    expect(() => retry("x", { afterSeconds: -1 })).toThrow(RangeError);
+    expect(() => retry("x", { afterSeconds: Number.NaN })).toThrow(RangeError);
+  });
+});
+
+describe("channels", () => {
+  it("are answered 200 as JSON, each as reported", async () => {
+    const got = await answer((_, ctx) => {
+      ctx.channel("telegram", retry("HTTP 429"));
+      ctx.channel("sms", fail("HTTP 400"));
+      ctx.channel("email", done());
+      return done();
+    });
+    expect([got.status, got.type]).toEqual([200, "application/json"]);
+    expect(JSON.parse(got.text)).toEqual({
+      channels: {
+        telegram: { outcome: "retry", reason: "HTTP 429" },
+        sms: { outcome: "fail", reason: "HTTP 400" },
+        email: { outcome: "done" },
+      },
+    });
+  });
+
+  it("send only what was not delivered, as the README's handler does", async () => {
+    const sent: string[] = [];
+    const got = await answer((_, ctx) => {
+      for (const name of ["discord", "telegram"]) {
+        if (!ctx.delivered(name)) {
+          sent.push(name);
+          ctx.channel(name, done());
+        }
+      }
+      return done();
+    });
+    expect(sent).toEqual(["telegram"]);
+    expect(JSON.parse(got.text)).toEqual({ channels: { telegram: { outcome: "done" } } });
+  });
+
+  it("a channel's retry after some seconds sets Retry-After, the longest of them", async () => {
+    const got = await answer((_, ctx) => {
+      ctx.channel("discord", retry("429", { afterSeconds: 3 }));
+      ctx.channel("telegram", retry("429", { afterSeconds: 10 }));
+      return done();
+    });
+    expect([got.status, got.retryAfter]).toEqual([200, "10"]);
+  });
+
+  it("fn's own retry or failure beside them is their status", async () => {
+    const retried = await answer((_, ctx) => {
+      ctx.channel("telegram", done());
+      return retry("GitHub 502");
+    });
+    expect(retried.status).toBe(503);
+    expect(JSON.parse(retried.text)).toEqual({ channels: { telegram: { outcome: "done" } } });
+    const failed = await answer((_, ctx) => {
+      ctx.channel("telegram", done());
+      return fail("gone");
+    });
+    expect(failed.status).toBe(422);
+  });
+
+  it("a reason is cut to 200 bytes on a character boundary", async () => {
+    const got = await answer((_, ctx) => {
+      ctx.channel("telegram", retry("é".repeat(150)));
+      return done();
+    });
+    const reason: string = JSON.parse(got.text).channels.telegram.reason;
+    expect(reason).toBe("é".repeat(100));
+    expect(new TextEncoder().encode(reason).byteLength).toBe(MAX_REASON_BYTES);
+  });
+
+  it("a name cron-fanout would refuse is a programming error", async () => {
+    for (const name of ["", ".", "..", "a\nb", "x".repeat(MAX_CHANNEL_NAME_CHARS + 1)]) {
+      await expect(
+        answer((_, ctx) => {
+          ctx.channel(name, done());
+          return done();
+        }),
+      ).rejects.toThrow(RangeError);
+    }
+    // 64 characters, four bytes each: a name.
+    const got = await answer((_, ctx) => {
+      ctx.channel("𝄞".repeat(MAX_CHANNEL_NAME_CHARS), done());
+      return done();
+    });
+    expect(got.status).toBe(200);
+  });
+
+  it("at most 8 over all attempts, the delivered ones included", async () => {
+    // One delivered before (discord) and 7 more: 8.
+    const seven = await answer((_, ctx) => {
+      for (let i = 0; i < MAX_CHANNELS - 1; i++) ctx.channel(`c${i}`, done());
+      return done();
+    });
+    expect(seven.status).toBe(200);
+    const got = await answer((_, ctx) => {
+      for (let i = 0; i < MAX_CHANNELS - 1; i++) ctx.channel(`c${i}`, done());
+      ctx.channel("one-more", done());
+      return done();
+    });
+    // Thrown after channels were reported: they are answered, and the item retried.
+    expect(got.status).toBe(500);
+    expect(Object.keys(JSON.parse(got.text).channels)).toHaveLength(MAX_CHANNELS - 1);
+  });
+
+  it("survive fn throwing after reporting them: 500, nothing delivered lost", async () => {
+    const got = await answer((_, ctx) => {
+      ctx.channel("telegram", done());
+      throw new Error("boom");
+    });
+    expect(got.status).toBe(500);
+    expect(JSON.parse(got.text)).toEqual({ channels: { telegram: { outcome: "done" } } });
+  });
+
+  it("an exception before any channel is the runtime's (cron-fanout retries it)", async () => {
+    await expect(answer(() => Promise.reject(new Error("boom")))).rejects.toThrow("boom");
+  });
+
+  it("an answer keeps to the schema's bounds", () => {
+    const channels = answerSchema.properties.channels;
+    expect(channels.maxProperties).toBe(MAX_CHANNELS);
+    expect(channels.propertyNames.maxLength).toBe(MAX_CHANNEL_NAME_CHARS);
+    expect(answerSchema.$defs.outcome.oneOf[1]?.properties.reason?.maxLength).toBe(MAX_REASON_BYTES);
+  });
+});
