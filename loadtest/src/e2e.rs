@@ -88,6 +88,11 @@ pub struct E2eArgs {
     /// Worker, built beforehand).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind", "only_service"])]
     pub only_streak: bool,
+    /// Run only the part of `examples/streak-reminder-ts` (the seed's app in
+    /// TypeScript, a `service` of the default Worker in one `wrangler dev`,
+    /// against the sink's fakes; needs the default Worker built).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_hello_kind", "only_service", "only_streak"])]
+    pub only_streak_ts: bool,
     /// Run only the `service` part (cron-fanout and the example TypeScript
     /// handler in one multi-worker `wrangler dev`).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
@@ -127,6 +132,10 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         let ran = crate::e2e_streak::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "streak-reminder part", ran);
     }
+    if args.only_streak_ts {
+        let ran = crate::e2e_streak::e2e_ts(target, timeout, checks).await;
+        return ran_to_completion(checks, "streak-reminder-ts part", ran);
+    }
     if args.only_service {
         let ran = crate::service::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "service part", ran);
@@ -153,7 +162,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
-        println!("# streak-reminder part skipped: --url mode runs only the Worker at that URL");
+        println!("# streak-reminder parts skipped: --url mode runs only the Worker at that URL");
         return;
     }
     // The example Workers, each on a runtime of its own (`service`: cron-fanout
@@ -164,6 +173,8 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     ran_to_completion(checks, "service part", ran);
     let ran = crate::e2e_streak::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "streak-reminder part", ran);
+    let ran = crate::e2e_streak::e2e_ts(target, timeout, checks).await;
+    ran_to_completion(checks, "streak-reminder-ts part", ran);
 }
 
 /// A part that could not go on (its Worker did not start, a step it cannot do

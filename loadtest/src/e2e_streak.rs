@@ -1,33 +1,62 @@
-//! The e2e part of `examples/streak-reminder`, the seed's app as a Worker crate
-//! of its own on the library: its wrangler config on a `wrangler dev` of its
-//! own, GitHub, Discord and Telegram faked by the sink (`sink_fakes`), and its
-//! daily schedule at 18:00 in each user's zone fired through the test clock.
+//! The e2e part of the seed's app, run for both of its versions with the same
+//! users, fakes and checks: `examples/streak-reminder` (a Worker crate of its
+//! own on the library, the kind `streak_check`) and `examples/streak-reminder-ts`
+//! (a TypeScript Worker on `cron-fanout-handler`, bound as a `service` of the
+//! default cron-fanout Worker, both in one `wrangler dev`). GitHub, Discord and
+//! Telegram are faked by the sink (`sink_fakes`), and the daily schedule at
+//! 18:00 in each user's zone is fired through the test clock.
 //!
 //! | the Worker's clock | what must happen |
 //! |---|---|
-//! | 2027-01-15 16:59Z (Berlin 17:59) | users and the schedule are written; a bad user is refused; the schedule's next fire is Berlin's 18:00 |
+//! | 2027-01-15 16:59Z (Berlin 17:59) | users and the schedule are written; a bad user is refused (the Rust kind, when written) or fails for good (the TypeScript Worker, when run); the schedule's next fire is Berlin's 18:00 |
 //! | 17:00:30Z (Berlin 18:00) | one batch; each Berlin user checked: those at risk reminded once on each channel (a Discord 503, a Telegram 429 and a GitHub 429 retried, the channel already reminded never again), the others not at all; the New York user waits for its own 18:00 (23:00Z) |
 //!
 //! The test clock moves the queue (fires, `run_after`, leases); a run's "today"
-//! is the real date in the user's zone (the kind reads the outbound seam's real
-//! clock), and so is the fake calendar's last day: the fake dates its days from
-//! the `to` the Worker sends.
+//! is the real date in the user's zone (the app reads the real clock), and so
+//! is the fake calendar's last day: the fake dates its days from the `to` the
+//! Worker sends.
 
 use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
 use crate::check;
 use crate::checks::Checks;
 use crate::clock::TestClock;
 use crate::metrics::timestamp_ms;
+use crate::scenario::min_lease_seconds;
 use crate::sink_fakes::{FakeCalendar, FakeRequest, FakesClient, Setup};
 use crate::target::{Target, TargetArgs};
 use crate::{steps, suite};
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The example's crate, relative to the repo.
 const EXAMPLE: &str = "examples/streak-reminder";
+/// The TypeScript example, relative to the repo.
+const EXAMPLE_TS: &str = "examples/streak-reminder-ts";
+/// The default Worker's binding to the TypeScript Worker
+/// (`examples/streak-reminder-ts/cron-fanout.toml`).
+const BINDING_TS: &str = "STREAK";
+
+/// Which version of the app a run of the part drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum App {
+    /// The kind `streak_check` on a Worker crate of its own.
+    Rust,
+    /// The TypeScript Worker, `service` items of the default Worker.
+    Ts,
+}
+
+impl App {
+    /// Its report lines' prefix.
+    fn name(self) -> &'static str {
+        match self {
+            App::Rust => "streak-reminder",
+            App::Ts => "streak-reminder-ts",
+        }
+    }
+}
 /// Tokens the fakes accept (secrets of the Worker, passed like the others).
 const GITHUB_TOKEN: &str = "ghp_e2e_streak_token_0123456789";
 const TELEGRAM_BOT_TOKEN: &str = "424242:e2e-streak-bot-token";
@@ -139,7 +168,7 @@ pub async fn e2e(
     )
     .await
     .context("starting the streak-reminder Worker")?;
-    let result = run(&mut target, timeout, checks).await;
+    let result = run(App::Rust, &mut target, timeout, checks).await;
     target.stop_checked("streak-reminder: ", checks).await;
     println!(
         "# streak-reminder part: {:.1} s",
@@ -148,20 +177,123 @@ pub async fn e2e(
     result
 }
 
-fn subject(fakes: &FakesClient, index: usize, user: &User) -> SubjectIn {
+/// The TypeScript version: the default Worker (bound to it as [`BINDING_TS`],
+/// with the example's `cron-fanout.toml`) and the TypeScript Worker in one
+/// `wrangler dev`.
+pub async fn e2e_ts(
+    args: &TargetArgs,
+    timeout: std::time::Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    let started = Instant::now();
+    let clock = TestClock::at(t(SETUP_AT), Utc::now());
+    let repo = args.repo.canonicalize()?;
+    // The default Worker's config with the binding, as the example ships it.
+    let cron_fanout = repo.join(EXAMPLE_TS).join("cron-fanout.toml");
+    let build = repo.join("build/index.js");
+    ensure!(
+        build.exists(),
+        "build/index.js is missing: run `bash scripts/build.sh --dev` first"
+    );
+    let configs = vec![
+        cron_fanout,
+        // The real APIs until the fakes' address is known (set with the clock's move).
+        ts_config(&repo, None)?,
+    ];
+    // A call is GitHub and both channels: 3 s for it, the channels' deadline
+    // under it as cron-fanout's own are (`JOB_TIMEOUT_MS` - 500 ms).
+    let lease = min_lease_seconds(TS_JOB_TIMEOUT_MS, 50, 25) + 1;
+    let settings = [
+        ("JOB_TIMEOUT_MS", TS_JOB_TIMEOUT_MS.to_string()),
+        ("LEASE_SECONDS", lease.to_string()),
+    ];
+    let mut target = suite::open_worker(
+        args,
+        "e2e-streak-ts",
+        clock.vars().into_iter().chain(settings),
+        configs,
+    )
+    .await
+    .context("starting cron-fanout and the streak-reminder-ts Worker")?;
+    let result = run(App::Ts, &mut target, timeout, checks).await;
+    target.stop_checked("streak-reminder-ts: ", checks).await;
+    println!(
+        "# streak-reminder-ts part: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// `JOB_TIMEOUT_MS` of the TypeScript part's cron-fanout.
+const TS_JOB_TIMEOUT_MS: u64 = 3_000;
+
+/// The TypeScript Worker's `wrangler.toml` under `.loadtest/`: its `main` made
+/// absolute and its `[vars]` the part's (the fakes at `fakes`, else the real
+/// APIs) with the tokens.
+fn ts_config(repo: &Path, fakes: Option<&FakesClient>) -> Result<PathBuf> {
+    let own = std::fs::read_to_string(repo.join(EXAMPLE_TS).join("wrangler.toml"))
+        .context("reading the TypeScript example's wrangler.toml")?;
+    let main = "main = \"src/index.ts\"";
+    let vars_at = own
+        .find("\n[vars]")
+        .context("its wrangler.toml has no [vars]")?;
+    ensure!(own.contains(main), "its wrangler.toml has no line {main}");
+    let absolute = format!(
+        "main = \"{}\"",
+        repo.join(EXAMPLE_TS).join("src/index.ts").display()
+    );
+    let mut config = own[..vars_at].replace(main, &absolute);
+    let urls = match fakes {
+        Some(f) => [
+            f.github_api_url(),
+            f.telegram_api_url(),
+            f.discord_api_url(),
+        ],
+        None => [
+            "https://api.github.com".into(),
+            "https://api.telegram.org".into(),
+            "https://discord.com".into(),
+        ],
+    };
+    config.push_str(&format!(
+        "\n[vars]\nGITHUB_API_URL = \"{}\"\nTELEGRAM_API_URL = \"{}\"\nDISCORD_API_URL = \"{}\"\n\
+         CHANNEL_DEADLINE_MS = \"{}\"\nGITHUB_TOKEN = \"{GITHUB_TOKEN}\"\nTELEGRAM_BOT_TOKEN = \"{TELEGRAM_BOT_TOKEN}\"\n",
+        urls[0],
+        urls[1],
+        urls[2],
+        TS_JOB_TIMEOUT_MS - 500
+    ));
+    let path = repo.join(".loadtest").join("e2e-streak-ts-worker.toml");
+    std::fs::create_dir_all(path.parent().context("a parent")?)?;
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// A user as `app` takes one: the kind's payload, or a `service` item's `data`.
+fn subject(app: App, fakes: &FakesClient, index: usize, user: &User) -> SubjectIn {
+    let user_json = json!({
+        "github_login": user.id,
+        "timezone": user.zone,
+        "discord_webhook_url": fakes.discord_webhook_url(user.id, "webhook-token"),
+        "telegram_chat_id": chat_id(index),
+    });
+    let (kind, payload) = match app {
+        App::Rust => ("streak_check", user_json),
+        App::Ts => ("service", service_payload(user_json)),
+    };
     SubjectIn {
         id: user.id.into(),
-        kind: "streak_check".into(),
-        payload: json!({
-            "github_login": user.id,
-            "timezone": user.zone,
-            "discord_webhook_url": fakes.discord_webhook_url(user.id, "webhook-token"),
-            "telegram_chat_id": chat_id(index),
-        }),
+        kind: kind.into(),
+        payload,
         active: true,
         group: Some(GROUP.into()),
         timezone: Some(user.zone.into()),
     }
+}
+
+/// A `service` payload calling the TypeScript Worker with `data`.
+fn service_payload(data: Value) -> Value {
+    json!({"service": BINDING_TS, "path": "/", "data": data})
 }
 
 /// The fakes' key of `user` at `api`.
@@ -172,7 +304,12 @@ fn key(api: &str, index: usize, user: &User) -> String {
     }
 }
 
-async fn run(target: &mut Target, timeout: std::time::Duration, checks: &mut Checks) -> Result<()> {
+async fn run(
+    app: App,
+    target: &mut Target,
+    timeout: std::time::Duration,
+    checks: &mut Checks,
+) -> Result<()> {
     let fakes = FakesClient::new(target.sink.base());
     let mut setup = Setup {
         github_token: GITHUB_TOKEN.into(),
@@ -195,39 +332,58 @@ async fn run(target: &mut Target, timeout: std::time::Duration, checks: &mut Che
     }
     fakes.setup(&setup).await?;
     let mut f = Streak {
+        app,
         target,
         fakes,
         timeout,
         run: None,
+        bad_batch: None,
     };
-    checks
-        .run(
-            &mut f,
-            vec![
-                check!("streak-reminder: a user without a channel is refused with 400 invalid_payload, and nothing is written", a_user_without_a_channel_is_refused),
-                check!(needed "streak-reminder: the daily schedule at 18:00 in each user's zone is created; its next fire is the earliest zone's 18:00 (Berlin's, 17:00Z)", daily_schedule_next_fires_at_berlins_1800),
-                check!("streak-reminder: GET /subjects lists each user's Discord webhook URL as [redacted]", listings_hide_discord_webhook_urls),
-                check!(needed "streak-reminder: one batch streaks:2027-01-15, counts exact: 7 users, 6 completed (the Berlin ones), 1 pending (New York), none failed", berlins_1800_makes_one_batch_with_exact_counts),
-                check!("streak-reminder: each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not", at_risk_users_reminded_once_on_each_channel),
-                check!(retried("Discord 503"), discord_503_retried_telegram_not_again),
-                check!(retried("Telegram 429"), telegram_429_retried_discord_not_again),
-                check!("streak-reminder: a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read", github_429_retried_before_any_reminder),
-                check!("streak-reminder: users not at risk complete on attempt 1 with no receipts", users_not_at_risk_complete_without_receipts),
-                check!("streak-reminder: the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run", new_york_waits_for_its_own_1800),
-                check!("streak-reminder: the reminder names the user, the streak and the user's own date", reminder_names_user_streak_and_date),
-                check!("streak-reminder: every API call carried the right token, no token travelled in another header, none is in an item's reason", tokens_only_where_they_belong),
-            ],
-        )
-        .await;
+    let name = |what: &str| format!("{}: {what}", app.name());
+    let mut list = match app {
+        App::Rust => vec![
+            check!(name("a user without a channel is refused with 400 invalid_payload, and nothing is written"), a_user_without_a_channel_is_refused),
+        ],
+        App::Ts => vec![
+            check!(name("a user without a channel is queued as a service item (cron-fanout cannot read its data)"), a_user_without_a_channel_is_queued),
+        ],
+    };
+    list.extend([
+        check!(needed name("the daily schedule at 18:00 in each user's zone is created; its next fire is the earliest zone's 18:00 (Berlin's, 17:00Z)"), daily_schedule_next_fires_at_berlins_1800),
+    ]);
+    if app == App::Rust {
+        list.push(check!(
+            name("GET /subjects lists each user's Discord webhook URL as [redacted]"),
+            listings_hide_discord_webhook_urls
+        ));
+    }
+    list.extend([
+        check!(needed name("one batch streaks:2027-01-15, counts exact: 7 users, 6 completed (the Berlin ones), 1 pending (New York), none failed"), berlins_1800_makes_one_batch_with_exact_counts),
+        check!(name("each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not"), at_risk_users_reminded_once_on_each_channel),
+        check!(retried(app, "Discord 503"), discord_503_retried_telegram_not_again),
+        check!(retried(app, "Telegram 429"), telegram_429_retried_discord_not_again),
+        check!(name("a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read"), github_429_retried_before_any_reminder),
+        check!(name("users not at risk complete on attempt 1 with no receipts"), users_not_at_risk_complete_without_receipts),
+        check!(name("the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run"), new_york_waits_for_its_own_1800),
+        check!(name("the reminder names the user, the streak and the user's own date"), reminder_names_user_streak_and_date),
+        check!(name("every API call carried the right token, no token travelled in another header, none is in an item's reason"), tokens_only_where_they_belong),
+    ]);
+    if app == App::Ts {
+        list.push(check!(name("the user without a channel failed for good with the Worker's reason (HTTP 422: not run: give at least one channel…), and nothing was sent for it"), a_user_without_a_channel_failed_for_good));
+    }
+    checks.run(&mut f, list).await;
     Ok(())
 }
 
 /// The part's Worker and fakes, and what Berlin's 18:00 left once it settled.
 struct Streak<'t> {
+    app: App,
     target: &'t mut Target,
     fakes: FakesClient,
     timeout: std::time::Duration,
     run: Option<Ran>,
+    /// The TypeScript part's batch of the user without a channel.
+    bad_batch: Option<crate::api::Id>,
 }
 
 /// The schedule's batch once settled, its items, every request the fakes saw,
@@ -256,12 +412,50 @@ async fn a_user_without_a_channel_is_refused(f: &mut Streak<'_>) -> Result<()> {
     steps::subjects_refused_whole(&f.target.api, &bad, "at least one channel").await
 }
 
+/// The login of the user without a channel.
+const NO_CHANNEL: &str = "nobody";
+
+/// A user without a channel, as a `service` item: cron-fanout takes its `data`
+/// as it is (only the Worker can tell), so it is queued.
+async fn a_user_without_a_channel_is_queued(f: &mut Streak<'_>) -> Result<()> {
+    let item = json!({"subject_id": "no-channel", "kind": "service",
+                      "payload": service_payload(json!({"github_login": NO_CHANNEL}))});
+    let body = json!({"key": "no-channel", "items": [item]});
+    let (created, batch): (bool, Batch) = f.target.api.create_batch(&body).await?;
+    ensure!(created && batch.total == 1, "{}", batch.progress());
+    f.bad_batch = Some(batch.id);
+    Ok(())
+}
+
+/// It ran with the others and failed for good with the Worker's words; the
+/// fakes saw nothing of it.
+async fn a_user_without_a_channel_failed_for_good(f: &mut Streak<'_>) -> Result<()> {
+    let id = f.bad_batch.as_ref().context("no batch of the user")?;
+    let items = f.target.api.all_items(id, None).await?;
+    let bad = item(&items, "no-channel")?;
+    let asked = f
+        .ran()?
+        .requests
+        .iter()
+        .any(|r| r.key.as_deref() == Some(NO_CHANNEL));
+    let said = "permanent failure: HTTP 422: not run: give at least one channel: discord_webhook_url or telegram_chat_id";
+    ensure!(
+        bad.status == "failed"
+            && bad.attempt == 1
+            && bad.last_error.as_deref() == Some(said)
+            && !asked,
+        "{}, asked the APIs: {asked}",
+        shape(bad)
+    );
+    Ok(())
+}
+
 /// Writes the users and their daily schedule.
 async fn daily_schedule_next_fires_at_berlins_1800(f: &mut Streak<'_>) -> Result<()> {
     let subjects: Vec<SubjectIn> = USERS
         .iter()
         .enumerate()
-        .map(|(i, u)| subject(&f.fakes, i, u))
+        .map(|(i, u)| subject(f.app, &f.fakes, i, u))
         .collect();
     let api = &f.target.api;
     api.put_subjects(&subjects).await?;
@@ -304,8 +498,18 @@ async fn berlins_1800_makes_one_batch_with_exact_counts(f: &mut Streak<'_>) -> R
         .as_mut()
         .context("the streak part needs a local runtime")?;
     runtime.set_var("TEST_CLOCK_OFFSET_MS", Some(&clock.offset_ms.to_string()));
-    runtime.set_var("GITHUB_API_URL", Some(&f.fakes.github_api_url()));
-    runtime.set_var("TELEGRAM_API_URL", Some(&f.fakes.telegram_api_url()));
+    match f.app {
+        App::Rust => {
+            runtime.set_var("GITHUB_API_URL", Some(&f.fakes.github_api_url()));
+            runtime.set_var("TELEGRAM_API_URL", Some(&f.fakes.telegram_api_url()));
+        }
+        // `--var` reaches the first Worker only: the TypeScript one's config
+        // is written again (the same path the runtime starts it from).
+        App::Ts => {
+            let repo = runtime.config().repo.clone();
+            ts_config(&repo, Some(&f.fakes))?;
+        }
+    }
     runtime.restart().await?;
     // The kind's "today" is the real date in the user's zone (its clock is the
     // outbound seam's real time; the test clock moves only the queue's), as is
@@ -385,8 +589,8 @@ async fn at_risk_users_reminded_once_on_each_channel(f: &mut Streak<'_>) -> Resu
 }
 
 /// The report line of a channel's failure retried.
-fn retried(api: &str) -> String {
-    format!("streak-reminder: a {api} is retried on attempt 2 and the other channel is not reminded again; both receipts delivered")
+fn retried(app: App, api: &str) -> String {
+    format!("{}: a {api} is retried on attempt 2 and the other channel is not reminded again; both receipts delivered", app.name())
 }
 
 async fn discord_503_retried_telegram_not_again(f: &mut Streak<'_>) -> Result<()> {

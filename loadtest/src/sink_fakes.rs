@@ -397,6 +397,11 @@ impl FakesClient {
         format!("{}/telegram", self.base)
     }
 
+    /// `DISCORD_API_URL` pointing at the fake: its webhooks are under `/api/webhooks/`.
+    pub fn discord_api_url(&self) -> String {
+        format!("{}/discord", self.base)
+    }
+
     /// A Discord webhook URL of the fake, `id` naming it.
     pub fn discord_webhook_url(&self, id: &str, token: &str) -> String {
         format!("{}/discord/api/webhooks/{id}/{token}", self.base)
