@@ -8,7 +8,7 @@
 //!
 //! | the Worker's clock | what must happen |
 //! |---|---|
-//! | 2027-01-15 16:59Z (Berlin 17:59) | users and the schedule are written; a bad user is refused (the Rust kind, when written) or fails for good (the TypeScript Worker, when run); the schedule's next fire is Berlin's 18:00 |
+//! | 2027-01-15 16:50Z (Berlin 17:50) | users and the schedule are written; a bad user is refused (the Rust kind, when written) or fails for good (the TypeScript Worker, when run); the schedule's next fire is Berlin's 18:00 |
 //! | 17:00:30Z (Berlin 18:00) | one batch; each Berlin user checked: those at risk reminded once on each channel (a Discord 503, a Telegram 429 and a GitHub 429 retried, the channel already reminded never again), the others not at all; the New York user waits for its own 18:00 (23:00Z) |
 //!
 //! The test clock moves the queue (fires, `run_after`, leases); a run's "today"
@@ -65,9 +65,11 @@ const GROUP: &str = "streaks";
 const SCHEDULE: &str = "streaks";
 const BERLIN: &str = "Europe/Berlin";
 const NEW_YORK: &str = "America/New_York";
-/// Berlin's 17:59 on a January day (UTC+1, no DST in play: the host tests
-/// cover it), then its 18:00, and New York's 18:00 (UTC-5).
-const SETUP_AT: &str = "2027-01-15T16:59:00Z";
+/// Berlin's 17:50 on a January day (UTC+1, no DST in play: the host tests
+/// cover it; ten minutes before 18:00, so a start slowed by a loaded machine
+/// cannot pass it before the schedule is written), then its 18:00, and New
+/// York's 18:00 (UTC-5).
+const SETUP_AT: &str = "2027-01-15T16:50:00Z";
 const BERLIN_1800: &str = "2027-01-15T17:00:00.000Z";
 const NEW_YORK_1800: &str = "2027-01-15T23:00:00.000Z";
 

@@ -1,6 +1,6 @@
 // The handler inside workerd: what reaches `fn`, what is refused, and what each
 // outcome answers (docs/api.md, "The protocol"; docs/schemas/).
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import answerSchema from "../../../docs/schemas/service-answer.schema.json";
 import requestSchema from "../../../docs/schemas/service-request.schema.json";
 import {
@@ -39,6 +39,10 @@ async function answer(fn: (item: Item, ctx: Parameters<Parameters<typeof handler
   const response = await handler(fn)(request, {});
   return { status: response.status, retryAfter: response.headers.get("Retry-After"), text: await response.text(), type: response.headers.get("Content-Type") };
 }
+
+it("runs inside workerd", () => {
+  expect(navigator.userAgent).toBe("Cloudflare-Workers");
+});
 
 describe("a delivery", () => {
   it("reaches fn as typed fields with the idempotency key", async () => {
@@ -211,6 +215,7 @@ describe("channels", () => {
   });
 
   it("at most 8 over all attempts, the delivered ones included", async () => {
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
     // One delivered before (discord) and 7 more: 8.
     const seven = await answer((_, ctx) => {
       for (let i = 0; i < MAX_CHANNELS - 1; i++) ctx.channel(`c${i}`, done());
@@ -225,15 +230,21 @@ describe("channels", () => {
     // Thrown after channels were reported: they are answered, and the item retried.
     expect(got.status).toBe(500);
     expect(Object.keys(JSON.parse(got.text).channels)).toHaveLength(MAX_CHANNELS - 1);
+    expect(logged).toHaveBeenCalledOnce();
+    logged.mockRestore();
   });
 
   it("survive fn throwing after reporting them: 500, nothing delivered lost", async () => {
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
     const got = await answer((_, ctx) => {
       ctx.channel("telegram", done());
       throw new Error("boom");
     });
     expect(got.status).toBe(500);
     expect(JSON.parse(got.text)).toEqual({ channels: { telegram: { outcome: "done" } } });
+    // Said in the Worker's log, since the answer cannot say it.
+    expect(String(logged.mock.calls[0]?.[1])).toBe("Error: boom");
+    logged.mockRestore();
   });
 
   it("an exception before any channel is the runtime's (cron-fanout retries it)", async () => {
