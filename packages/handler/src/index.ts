@@ -29,7 +29,8 @@ export interface Delivery<Data = unknown> {
 }
 
 /** What `fn` gets: the delivery's fields and its `Idempotency-Key` header. */
-export interface Item<Data = unknown> extends Readonly<Delivery<Data>> {
+export interface Item<Data = unknown> extends Readonly<Omit<Delivery<Data>, "delivered">> {
+  readonly delivered: readonly string[];
   /** The same on every attempt of the item: do the work once per key. */
   readonly idempotency_key: string;
 }
@@ -230,7 +231,7 @@ async function readDelivery(request: Request): Promise<Item | string> {
   };
   const text_ = (name: string): string | undefined => (typeof b[name] === "string" ? undefined : `${name} must be a string`);
   const problem =
-    integer("item_id", Number.MIN_SAFE_INTEGER) ??
+    integer("item_id", 1) ??
     text_("batch_id") ??
     text_("subject_id") ??
     integer("attempt", 1) ??
@@ -244,7 +245,7 @@ async function readDelivery(request: Request): Promise<Item | string> {
     subject_id: b.subject_id as string,
     attempt: b.attempt as number,
     max_attempts: b.max_attempts as number,
-    delivered: Object.freeze([...(b.delivered as string[])]) as string[],
+    delivered: Object.freeze([...(b.delivered as string[])]),
     data: b.data,
     idempotency_key: key,
   });
