@@ -5,7 +5,7 @@
 //! each item's `data`) for every answer: done, a retry then done, a permanent
 //! failure with its text, a timeout, and a `Retry-After` that sets the next
 //! attempt's time. A second batch reports channels: a partial success (its
-//! channels sent to the sink's Discord fake, one answering 503 once) retried
+//! channels sent to the sink's Discord fake, one answering 429 once) retried
 //! without resending the delivered channel, and a malformed `channels` answer
 //! retried, never taken as done.
 
@@ -86,7 +86,7 @@ pub async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let target = open(args, "e2e-service").await?;
     let fakes = FakesClient::new(target.sink.base());
-    let script = [(format!("discord:{TELEGRAM_FAKE}"), vec![503])];
+    let script = [(format!("discord:{TELEGRAM_FAKE}"), vec![429])];
     fakes
         .setup(&Setup {
             script: script.into_iter().collect(),
@@ -111,7 +111,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
                 check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
                 check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
-                check!(needed "service channels, first tick: a partial success (Discord done, Telegram 503) keeps Discord delivered and is retried; a malformed channels answer is a retry whose last_error names channels, nothing recorded", channels_first_tick),
+                check!(needed "service channels, first tick: a partial success (Discord done, Telegram 429) keeps Discord delivered and is retried after the channel's Retry-After (1 s); a malformed channels answer is a retry whose last_error names channels, nothing recorded", channels_first_tick),
                 check!("service channels: the retry sends Telegram only (Discord's fake saw one message, Telegram's two), completed on attempt 2 with both delivered", partial_success_retried_without_resending),
                 check!("service channels: the malformed answer is retried until its attempts run out and ends failed naming channels, never done", malformed_channels_never_taken_as_done),
                 check!("POST /probe mode service refuses a binding SERVICE_BINDINGS does not list: 400 invalid_probe", probe_refuses_an_unlisted_binding),
@@ -326,7 +326,7 @@ async fn retried_items_done_on_attempt_2(f: &mut Service) -> Result<()> {
 }
 
 /// The channels batch: `partial` sends Discord and Telegram (both to the sink's
-/// Discord fake, Telegram's answering 503 once); `malformed` is the handler's
+/// Discord fake, Telegram's answering 429 once, `Retry-After: 1`); `malformed` is the handler's
 /// path that answers a `channels` no handler should.
 fn channel_items(fakes: &FakesClient) -> Value {
     let channels = json!({
@@ -359,8 +359,16 @@ async fn channels_first_tick(f: &mut Service) -> Result<()> {
         partial,
         "pending",
         1,
-        Some("attempt 1 failed: channel telegram: HTTP 503"),
+        Some("attempt 1 failed: channel telegram: HTTP 429"),
     )?;
+    // The channel's Retry-After, not the 5 s+ backoff.
+    let delay = ms(partial.run_after.as_deref()).zip(ms(partial.started_at.as_deref()));
+    ensure!(
+        delay.is_some_and(|(due, started)| (1_000..4_000).contains(&(due - started))),
+        "partial: run_after {:?}, started_at {:?}",
+        partial.run_after,
+        partial.started_at
+    );
     let receipts = (receipt(partial, "discord"), receipt(partial, "telegram"));
     ensure!(
         receipts == (Some("delivered".into()), Some("pending".into())),
@@ -410,7 +418,7 @@ async fn partial_success_retried_without_resending(f: &mut Service) -> Result<()
         (partial.status.as_str(), partial.attempt) == ("completed", 2)
             && both == (Some("delivered".into()), Some("delivered".into()))
             && discord == [204]
-            && telegram == [503, 204],
+            && telegram == [429, 204],
         "partial: {} attempt {} receipts {:?}; Discord answered {discord:?}, Telegram {telegram:?}",
         partial.status,
         partial.attempt,
