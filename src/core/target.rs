@@ -198,10 +198,18 @@ const IPV4_BLOCKS: &[([u8; 4], u8, &str)] = &[
 ];
 
 /// IPv6 blocks that are not publicly routable. Blocks that embed an IPv4 address
-/// (mapped, compatible, NAT64, 6to4) are judged by that address instead.
+/// (mapped, translated, compatible, NAT64, 6to4) are judged by that address
+/// instead ([`embedded_ipv4`]).
 const IPV6_BLOCKS: &[([u16; 8], u8, &str)] = &[
     ([0, 0, 0, 0, 0, 0, 0, 0], 128, "an unspecified address"),
     ([0, 0, 0, 0, 0, 0, 0, 1], 128, "a loopback address"),
+    // A network may put the IPv4 address anywhere RFC 6052 allows under a prefix
+    // of /48 to /96 here, so only the /96 form's address can be told.
+    (
+        [0x64, 0xff9b, 1, 0, 0, 0, 0, 0],
+        48,
+        "a local-use NAT64 address whose IPv4 address cannot be told (only 64:ff9b:1::a.b.c.d is judged by its IPv4 address)",
+    ),
     ([0x100, 0, 0, 0, 0, 0, 0, 0], 64, "a discard-only address"),
     (
         [0x2001, 0, 0, 0, 0, 0, 0, 0],
@@ -250,15 +258,20 @@ fn ipv6_class(addr: Ipv6Addr) -> Option<&'static str> {
 }
 
 /// The IPv4 address an IPv6 address stands for, if it is one of the forms that
-/// reach IPv4 hosts: mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d` (but not `::`
-/// or `::1`), NAT64 `64:ff9b::a.b.c.d` and 6to4 `2002:aabb:ccdd::`.
+/// reach IPv4 hosts: mapped `::ffff:a.b.c.d`, translated `::ffff:0:a.b.c.d`
+/// (RFC 2765), compatible `::a.b.c.d` (but not `::` or `::1`), NAT64
+/// `64:ff9b::a.b.c.d`, local-use NAT64 `64:ff9b:1::a.b.c.d` (RFC 8215, in its
+/// /96 form; the rest of its /48 is refused whole, see [`IPV6_BLOCKS`]) and 6to4
+/// `2002:aabb:ccdd::`.
 fn embedded_ipv4(addr: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = addr.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     match s {
         [0, 0, 0, 0, 0, 0xffff, _, _] => Some(low),
+        [0, 0, 0, 0, 0xffff, 0, _, _] => Some(low),
         [0, 0, 0, 0, 0, 0, hi, _] if hi != 0 => Some(low),
         [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
+        [0x64, 0xff9b, 1, 0, 0, 0, _, _] => Some(low),
         [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
             (hi >> 8) as u8,
             hi as u8,
@@ -334,6 +347,50 @@ mod tests {
         assert!(private("http://100.127.0.1/").starts_with("a shared"));
         assert!(private("http://255.255.255.255/").starts_with("a reserved"));
         assert!(private("http://224.0.0.1/").starts_with("a multicast"));
+    }
+
+    #[test]
+    fn ipv4_translated_and_local_use_nat64_addresses_are_judged_by_their_ipv4_address() {
+        for raw in [
+            "http://[::ffff:0:127.0.0.1]/",
+            "http://[::ffff:0:7f00:1]/",
+            "http://[64:ff9b:1::127.0.0.1]/",
+            "http://[64:ff9b:1::7f00:1]/",
+        ] {
+            assert_eq!(private(raw), "a loopback address", "{raw}");
+        }
+        assert!(private("http://[::ffff:0:169.254.169.254]/").starts_with("a link-local"));
+        assert!(private("http://[64:ff9b:1::169.254.169.254]/").starts_with("a link-local"));
+        assert_eq!(private("http://[::ffff:0:10.0.0.1]/"), "a private address");
+        assert_eq!(
+            private("http://[64:ff9b:1::192.168.1.1]/"),
+            "a private address"
+        );
+        for raw in [
+            "https://[::ffff:0:8.8.8.8]/",
+            "https://[64:ff9b:1::8.8.8.8]/",
+        ] {
+            assert_eq!(why(raw), Ok(()), "{raw}");
+        }
+    }
+
+    #[test]
+    fn the_rest_of_the_local_use_nat64_block_is_refused_whole() {
+        // 127.0.0.1 under a /48 and a /64 prefix (RFC 6052's layouts): the low 32
+        // bits alone would read 0.0.0.0 and 1.0.0.0.
+        for raw in [
+            "http://[64:ff9b:1:7f00:0:100::]/",
+            "http://[64:ff9b:1:0:7f:0:100:0]/",
+            "https://[64:ff9b:1:ffff:ffff:ffff:ffff:ffff]/",
+        ] {
+            assert!(
+                private(raw).starts_with("a local-use NAT64 address"),
+                "{raw}"
+            );
+        }
+        // Beside it, the well-known prefix's own /96 and other 64:ff9b:: space.
+        assert_eq!(why("https://[64:ff9b::8.8.8.8]/"), Ok(()));
+        assert_eq!(why("https://[64:ff9b:2::8.8.8.8]/"), Ok(()));
     }
 
     #[test]
