@@ -258,6 +258,217 @@ fn schedules_carry_on_finish_to_every_batch_they_fire() {
     );
 }
 
+// ------------------------------------------------- a callback's own signing secret
+
+/// An `on_finish.signing_secret` of the batches and schedules below.
+const OWN_SECRET: &str = "callback-secret-0123456789";
+const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
+
+fn on_finish_signed() -> Value {
+    json!({"url": HOOK, "signing_secret": OWN_SECRET})
+}
+
+#[test]
+fn an_on_finish_signing_secret_out_of_bounds_is_refused_before_anything_is_written() {
+    let host = setup();
+    let long = "x".repeat(1_025);
+    // "[redacted]", as listings show a secret: writing a listing back is refused.
+    for secret in ["", "fifteen-chars-x", "[redacted]", long.as_str()] {
+        let on_finish = json!({"url": HOOK, "signing_secret": secret});
+        let batch = json!({"key": "cb", "items": [item("a")], "on_finish": on_finish});
+        let schedule = json!({"every_seconds": 3600, "on_finish": on_finish});
+        for (method, path, body) in [
+            (POST, "/batches", batch),
+            (PUT, "/schedules/hourly", schedule),
+        ] {
+            let message = host.bad(method, path, &body, "invalid_on_finish");
+            assert_eq!(
+                message, "on_finish.signing_secret must be 16 characters to 1024 bytes",
+                "{path} {secret:?}"
+            );
+        }
+    }
+    let not_text = json!({"items": [item("a")], "on_finish": {"url": HOOK, "signing_secret": 5}});
+    host.bad(POST, "/batches", &not_text, "invalid_json");
+    // The bounds themselves are accepted (16 characters are 16 to 64 bytes).
+    for secret in [
+        "sixteen-chars-xx".to_string(),
+        "é".repeat(16),
+        "x".repeat(1_024),
+    ] {
+        let on_finish = json!({"url": HOOK, "signing_secret": secret});
+        host.create_batch(json!({"items": [item("a")], "on_finish": on_finish}));
+    }
+}
+
+/// Every answer of every admin listing the dashboard reads, after a schedule and
+/// an ad-hoc batch with a signing secret fired, ended and enqueued their
+/// callbacks: none holds the secret, and neither does any logged event.
+#[test]
+fn an_on_finish_signing_secret_is_never_listed_nor_logged() {
+    let host = setup();
+    let redacted = json!({"url": HOOK, "signing_secret": "[redacted]"});
+    let put = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(json!({"every_seconds": 3600, "on_finish": on_finish_signed()})),
+        201,
+    );
+    assert_eq!(put["on_finish"], redacted);
+    let created = host
+        .create_batch(json!({"key": "cb", "items": [item("a")], "on_finish": on_finish_signed()}));
+    assert_eq!(created["on_finish"], redacted);
+    let id = created["id"].as_str().unwrap().to_string();
+    host.put_subjects(json!([subject("s")]));
+    host.now.set(
+        chrono::DateTime::parse_from_rfc3339(put["next_fire_at"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis(),
+    );
+    let new_id = || "fired-1".to_string();
+    block_on(
+        host.store
+            .fire_due(host.now.get(), 10, MAX_ATTEMPTS, &new_id, None),
+    )
+    .unwrap();
+    run_due(&host, |_| Outcome::Done);
+    // Both ended, each with its callback row holding the secret to sign with.
+    let conn = host.store.db().conn();
+    let mut stmt = conn
+        .prepare("SELECT batch_id, payload ->> 'signing_secret' FROM cron_queue WHERE kind = 'callback' ORDER BY batch_id")
+        .unwrap();
+    let rows: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (id.clone(), OWN_SECRET.to_string()),
+            ("fired-1".into(), OWN_SECRET.into())
+        ]
+    );
+    for target in [
+        "/batches".to_string(),
+        format!("/batches/{id}"),
+        format!("/batches/{id}/items"),
+        format!("/batches/{id}/timeline"),
+        "/batches/fired-1".into(),
+        "/batches/fired-1/items".into(),
+        "/schedules".into(),
+        "/schedules/hourly".into(),
+        "/subjects".into(),
+        "/invocations".into(),
+    ] {
+        let answer = host.ok(GET, &target, None, 200).to_string();
+        assert!(!answer.contains(OWN_SECRET), "{target}: {answer}");
+    }
+    for target in [
+        format!("/batches/{id}"),
+        "/batches/fired-1".into(),
+        "/schedules/hourly".into(),
+    ] {
+        assert_eq!(
+            host.ok(GET, &target, None, 200)["on_finish"],
+            redacted,
+            "{target}"
+        );
+    }
+    let events = format!("{:?}", host.events.borrow());
+    assert!(!events.contains(OWN_SECRET), "{events}");
+}
+
+/// From `POST /batches` to the delivery: the callback row the batch's end
+/// enqueues is signed with its `on_finish.signing_secret`, which no other
+/// receiver holds; a batch without one is signed with `WEBHOOK_SECRET`.
+#[test]
+fn a_batchs_callback_is_signed_with_its_own_secret_instead_of_the_webhook_secret() {
+    use cron_fanout::core::signature;
+    use cron_fanout::jobs::memory::{Answer, MemoryOutbound};
+    use cron_fanout::jobs::{Jobs, RunConfig};
+
+    let host = setup();
+    let own = host.create_batch(json!({"items": [item("a")], "on_finish": on_finish_signed()}));
+    let shared = host.create_batch(json!({"items": [item("b")], "on_finish": {"url": HOOK}}));
+    run_due(&host, |_| Outcome::Done);
+    let now = host.now.get();
+    let callbacks = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
+    let callback_of = |batch: &Value| {
+        callbacks
+            .iter()
+            .find(|c| json!(c.batch_id) == batch["id"])
+            .unwrap_or_else(|| panic!("no callback of {batch}"))
+    };
+    let cfg = RunConfig {
+        webhook_secret: WEBHOOK_SECRET.into(),
+        dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
+        job_timeout_ms: 10_000,
+        ..RunConfig::default()
+    };
+    let signed_with = |row: &cron_fanout::core::model::ClaimedItem| {
+        let out = MemoryOutbound::new(now);
+        out.answer(HOOK, Answer::status(200));
+        let ran = out.block_on(Jobs::builtin().run(row, &cfg, &out, None));
+        assert_eq!(ran.outcome, Outcome::Done, "{}", row.payload);
+        let sent = out.sent().remove(0);
+        let body = sent.request.body.clone().unwrap_or_default();
+        let header = sent
+            .request
+            .header_value("Fanout-Signature")
+            .map(str::to_string);
+        [OWN_SECRET, WEBHOOK_SECRET].map(|secret| {
+            signature::verify(
+                secret,
+                header.as_deref(),
+                sent.at_ms / 1_000,
+                body.as_bytes(),
+            )
+            .is_ok()
+        })
+    };
+    assert_eq!(
+        signed_with(callback_of(&own)),
+        [true, false],
+        "its own secret only"
+    );
+    assert_eq!(
+        signed_with(callback_of(&shared)),
+        [false, true],
+        "WEBHOOK_SECRET only"
+    );
+}
+
+/// A callback secret equal to `DISPATCH_SECRET` (which the API cannot know) would
+/// let its receiver forge dispatches: the callback fails for good, unsent.
+#[test]
+fn a_callback_whose_secret_is_the_dispatch_secret_is_not_sent() {
+    use cron_fanout::jobs::memory::MemoryOutbound;
+    use cron_fanout::jobs::{Jobs, RunConfig};
+
+    let host = setup();
+    let dispatch = "dispatch-secret-0123456789";
+    host.create_batch(
+        json!({"items": [item("a")], "on_finish": {"url": HOOK, "signing_secret": dispatch}}),
+    );
+    run_due(&host, |_| Outcome::Done);
+    let now = host.now.get();
+    let callbacks = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
+    let cfg = RunConfig {
+        webhook_secret: WEBHOOK_SECRET.into(),
+        dispatch_secrets: vec![dispatch.into()],
+        job_timeout_ms: 10_000,
+        ..RunConfig::default()
+    };
+    let out = MemoryOutbound::new(now);
+    let ran = out.block_on(Jobs::builtin().run(&callbacks[0], &cfg, &out, None));
+    assert_eq!(
+        ran.outcome,
+        Outcome::Fail("not sent: on_finish.signing_secret must differ from DISPATCH_SECRET".into())
+    );
+    assert!(out.sent().is_empty());
+}
+
 fn multi_subject(id: &str, channels: Value) -> Value {
     json!({"id": id, "kind": "multi", "payload": {"channels": channels, "data": {"n": 1}}})
 }

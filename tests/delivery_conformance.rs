@@ -27,7 +27,12 @@ const HOOK: &str = "https://hooks.example.com/done";
 
 fn on_finish() -> String {
     let policy = TargetPolicy::PUBLIC;
-    OnFinish { url: HOOK.into() }.validate(&policy).unwrap()
+    OnFinish {
+        url: HOOK.into(),
+        signing_secret: None,
+    }
+    .validate(&policy)
+    .unwrap()
 }
 
 /// A batch `key` of `n` noop items created at t=0, calling back when it ends
@@ -175,7 +180,7 @@ fn the_callback_is_enqueued_exactly_once_per_end_with_the_summary() {
     );
     assert_eq!(
         payload,
-        json!({"url": HOOK, "summary": {"batch_id": batch, "key": "cb", "status": "finished",
+        json!({"url": HOOK, "signing_secret": null, "summary": {"batch_id": batch, "key": "cb", "status": "finished",
                "total": 3, "completed": 3, "failed": 0, "cancelled": 0,
                "created_at": 0, "finished_at": 20}})
     );

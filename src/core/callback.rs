@@ -23,26 +23,56 @@ use super::time::{rfc3339, rfc3339_ms};
 /// (`jobs::check_payload` knows only the public kinds).
 pub const KIND: &str = "callback";
 
-/// Where a batch's completion callback goes: `{"url": "https://…"}`, in
-/// `POST /batches`, `PUT /schedules/{id}` and the batch's view.
+/// Where a batch's completion callback goes and what signs it:
+/// `{"url": "https://…", "signing_secret": "<optional>"}`, in `POST /batches`,
+/// `PUT /schedules/{id}` and (the secret redacted) their views.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OnFinish {
     pub url: String,
+    /// Signs the callbacks instead of `WEBHOOK_SECRET`, which every webhook
+    /// receiver holds and so could forge them with. Never listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<String>,
 }
+
+/// The shortest `on_finish.signing_secret`, as for a subject's own.
+pub const MIN_SECRET_CHARS: usize = super::secrets::MIN_SECRET_CHARS;
+/// The longest: it is copied into every batch a schedule fires and every
+/// callback row.
+pub const MAX_SECRET_BYTES: usize = 1_024;
 
 impl OnFinish {
     /// Check the URL like a webhook target (`core::target`: scheme, SSRF rules,
-    /// the Worker's own host): 400 `invalid_on_finish`. Returns the stored form.
+    /// the Worker's own host) and the signing secret's length: 400
+    /// `invalid_on_finish`. Returns the stored form.
     pub fn validate(&self, policy: &TargetPolicy) -> Result<String, ApiError> {
-        target::validate(&self.url, policy)
-            .map_err(|e| ApiError::bad_request("invalid_on_finish", format!("on_finish.{e}")))?;
+        let invalid = |message: String| ApiError::bad_request("invalid_on_finish", message);
+        target::validate(&self.url, policy).map_err(|e| invalid(format!("on_finish.{e}")))?;
+        if let Some(secret) = &self.signing_secret {
+            if secret.chars().count() < MIN_SECRET_CHARS || secret.len() > MAX_SECRET_BYTES {
+                return Err(invalid(format!(
+                    "on_finish.signing_secret must be {MIN_SECRET_CHARS} characters to {MAX_SECRET_BYTES} bytes"
+                )));
+            }
+        }
         Ok(serde_json::to_string(self).expect("plain data"))
     }
 
     /// The stored form back (`None` for none, or for text that is not one).
     pub fn from_stored(stored: Option<&str>) -> Option<OnFinish> {
         stored.and_then(|text| serde_json::from_str(text).ok())
+    }
+
+    /// The stored form as the API shows it: its signing secret, if any, as
+    /// `[redacted]`.
+    pub fn shown(stored: Option<&str>) -> Option<OnFinish> {
+        OnFinish::from_stored(stored).map(|on_finish| OnFinish {
+            signing_secret: on_finish
+                .signing_secret
+                .map(|_| super::secrets::REDACTED.to_string()),
+            ..on_finish
+        })
     }
 }
 
@@ -75,11 +105,14 @@ impl CallbackView {
     }
 }
 
-/// A callback row's payload, built by the trigger that enqueues it: the URL and
-/// the batch's summary at its end.
+/// A callback row's payload, built by the trigger that enqueues it: the URL, the
+/// signing secret (migration 0019; null without one, and absent from rows
+/// enqueued before it) and the batch's summary at its end.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Payload {
     pub url: String,
+    #[serde(default)]
+    pub signing_secret: Option<String>,
     pub summary: Summary,
 }
 
@@ -162,6 +195,7 @@ mod tests {
     fn on_finish_urls_follow_the_webhook_target_rules() {
         let ok = OnFinish {
             url: "https://hooks.example.com/done".into(),
+            signing_secret: None,
         };
         assert_eq!(
             ok.validate(&PUBLIC).unwrap(),
@@ -175,7 +209,12 @@ mod tests {
             "https://user:pw@example.com/",
             "not a url",
         ] {
-            let e = OnFinish { url: bad.into() }.validate(&PUBLIC).unwrap_err();
+            let e = OnFinish {
+                url: bad.into(),
+                signing_secret: None,
+            }
+            .validate(&PUBLIC)
+            .unwrap_err();
             assert_eq!(e.code(), "invalid_on_finish", "{bad}");
             assert!(
                 e.public_message().starts_with("on_finish.url"),
@@ -190,7 +229,8 @@ mod tests {
             services: &[],
         };
         assert!(OnFinish {
-            url: "http://127.0.0.1:9000/x".into()
+            url: "http://127.0.0.1:9000/x".into(),
+            signing_secret: None,
         }
         .validate(&dev)
         .is_ok());
@@ -212,9 +252,45 @@ mod tests {
         assert_eq!(
             OnFinish::from_stored(on),
             Some(OnFinish {
-                url: "https://example.com/".into()
+                url: "https://example.com/".into(),
+                signing_secret: None,
             })
         );
+    }
+
+    #[test]
+    fn a_signing_secret_is_stored_and_shown_redacted() {
+        let signed = OnFinish {
+            url: "https://hooks.example.com/done".into(),
+            signing_secret: Some("callback-secret-0123".into()),
+        };
+        let stored = signed.validate(&PUBLIC).unwrap();
+        assert_eq!(
+            stored,
+            r#"{"url":"https://hooks.example.com/done","signing_secret":"callback-secret-0123"}"#
+        );
+        assert_eq!(OnFinish::from_stored(Some(&stored)), Some(signed.clone()));
+        assert_eq!(
+            OnFinish::shown(Some(&stored)),
+            Some(OnFinish {
+                signing_secret: Some("[redacted]".into()),
+                ..signed
+            })
+        );
+        let plain = r#"{"url":"https://example.com/"}"#;
+        assert_eq!(
+            OnFinish::shown(Some(plain)),
+            OnFinish::from_stored(Some(plain))
+        );
+        for bad in ["short".to_string(), "x".repeat(MAX_SECRET_BYTES + 1)] {
+            let e = OnFinish {
+                signing_secret: Some(bad),
+                url: "https://hooks.example.com/done".into(),
+            }
+            .validate(&PUBLIC)
+            .unwrap_err();
+            assert_eq!(e.code(), "invalid_on_finish");
+        }
     }
 
     #[test]

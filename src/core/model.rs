@@ -224,7 +224,8 @@ pub struct BatchProgress {
     pub created_at: String,
     pub finished_at: Option<String>,
     pub schedule_id: Option<String>,
-    /// Where its completion callback goes (`{"url": …}`), or null.
+    /// Where its completion callback goes (`{"url": …}`, a signing secret
+    /// redacted), or null.
     pub on_finish: Option<super::callback::OnFinish>,
     /// The delivery of its completion callback, or null without `on_finish`.
     pub callback: Option<super::callback::CallbackView>,
@@ -263,7 +264,7 @@ impl BatchProgress {
             created_at: super::time::rfc3339(row.created_at),
             finished_at: row.finished_at.map(super::time::rfc3339),
             schedule_id: row.schedule_id.clone(),
-            on_finish: super::callback::OnFinish::from_stored(row.on_finish.as_deref()),
+            on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
             callback: super::callback::CallbackView::from_row(row),
         }
     }

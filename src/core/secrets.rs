@@ -8,6 +8,11 @@ use super::signature::constant_time_eq;
 /// The shortest secret accepted.
 pub const MIN_SECRET_CHARS: usize = 16;
 
+/// What listings show instead of a signing secret (a subject's, an `on_finish`'s).
+/// Shorter than [`MIN_SECRET_CHARS`], so writing a listed value back unchanged is
+/// refused rather than silently replacing the secret.
+pub const REDACTED: &str = "[redacted]";
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secrets {
     /// `ADMIN_TOKEN`: bearer token of the admin API.

@@ -665,6 +665,35 @@ fn a_callback_posts_the_batch_summary_signed_with_the_webhook_secret() {
 }
 
 #[test]
+fn a_callback_with_its_own_signing_secret_is_signed_with_it_not_the_webhook_secret() {
+    let summary = json!({
+        "batch_id": "b1", "key": "k", "status": "finished", "total": 1, "completed": 1,
+        "failed": 0, "cancelled": 0, "created_at": NOW, "finished_at": NOW,
+    });
+    let own = "callback-secret-0123456789";
+    let row = item(
+        "callback",
+        json!({"url": "https://done.test/cb", "signing_secret": own, "summary": summary}),
+    );
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://done.test/cb", Answer::status(200));
+    assert_eq!(run(&out, &row), Outcome::Done.into());
+    let sent = &out.sent()[0];
+    assert_signed(sent, own);
+    let body = sent.request.body.as_deref().unwrap_or_default();
+    let header = Some(header(sent, "Fanout-Signature"));
+    assert!(signature::verify(WEBHOOK_SECRET, header, NOW / 1_000, body.as_bytes()).is_err());
+    // A null secret (the trigger's, without one) is WEBHOOK_SECRET's.
+    let shared = item(
+        "callback",
+        json!({"url": "https://done.test/cb", "signing_secret": null, "summary": summary}),
+    );
+    out.answer("https://done.test/cb", Answer::status(200));
+    assert_eq!(run(&out, &shared), Outcome::Done.into());
+    assert_signed(&out.sent()[1], WEBHOOK_SECRET);
+}
+
+#[test]
 fn a_callback_to_a_target_refused_since_is_not_sent() {
     let summary = json!({
         "batch_id": "b1", "key": "k", "status": "finished", "total": 0, "completed": 0,

@@ -50,10 +50,8 @@ pub struct Delivery<'a> {
 
 /// The shortest signing secret accepted, as for the Worker's own secrets.
 pub const MIN_SECRET_CHARS: usize = 16;
-/// What `GET /subjects` shows instead of a signing secret. Shorter than
-/// [`MIN_SECRET_CHARS`], so writing a listed payload back unchanged is refused
-/// rather than silently replacing the secret.
-pub const REDACTED: &str = "[redacted]";
+/// What `GET /subjects` shows instead of a signing secret.
+pub use crate::core::secrets::REDACTED;
 
 /// Parse and validate a payload: its shape, its URL as the runtime will fetch it
 /// and the target `policy` (`core::target`), its signing secret.

@@ -203,7 +203,8 @@ pub struct ScheduleView {
     pub last_batch_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
-    /// Where the completion callback of each batch it fires goes, or null.
+    /// Where the completion callback of each batch it fires goes (a signing
+    /// secret redacted), or null.
     pub on_finish: Option<OnFinish>,
     /// Fires in a row that failed (0 once one applies, or after a `PUT`).
     pub fire_failures: i64,
@@ -228,7 +229,7 @@ impl ScheduleView {
             last_batch_id: row.last_batch_id.clone(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
-            on_finish: OnFinish::from_stored(row.on_finish.as_deref()),
+            on_finish: OnFinish::shown(row.on_finish.as_deref()),
             fire_failures: row.fire_failures,
             retry_at: row.retry_at.map(rfc3339),
         }
