@@ -7,7 +7,8 @@
 //! attempt's time. A second batch reports channels: a partial success (its
 //! channels sent to the sink's Discord fake, one answering 429 once) retried
 //! without resending the delivered channel, and a malformed `channels` answer
-//! retried, never taken as done.
+//! retried, never taken as done. A probe's calls before any item take no
+//! item's key.
 
 use crate::api::{Api, Batch, Item, TICK_CRON};
 use crate::check;
@@ -108,6 +109,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!(refused_line(UNLISTED), unlisted_binding_refused),
                 check!(refused_line(UNBOUND), unbound_binding_refused),
                 check!(refused_line(BAD_PATH), bad_path_refused),
+                check!("service: after a probe (20 calls each way), the first real item still runs: the probe's calls take no item's Idempotency-Key, and the handler, which does an item's work once per key, skips them (Fanout-Probe: 1)", the_first_item_runs_after_a_probe),
                 check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
                 check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
                 check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
@@ -166,6 +168,37 @@ async fn probe_times_both_paths(f: &mut Service) -> Result<()> {
     let paths = service_paths::measure(&f.target.api, BINDING, 20, 5, 1).await?;
     println!("#   {}", paths.summary());
     paths.all_done().map_err(anyhow::Error::msg)
+}
+
+/// A probe before any item: its calls used to carry the ids and keys 1..N that
+/// real items get, so a handler deduping on the key (the example does) took the
+/// first items for calls it had done and never ran them. The first item asks
+/// for a permanent failure: only a handler that ran it answers one.
+async fn the_first_item_runs_after_a_probe(f: &mut Service) -> Result<()> {
+    let api = &f.target.api;
+    service_paths::measure(api, BINDING, 20, 5, 1)
+        .await?
+        .all_done()
+        .map_err(anyhow::Error::msg)?;
+    let payload = json!({"service": BINDING, "path": "/after-probe",
+                         "data": {"outcome": "fail", "reason": "ran after the probe"}});
+    let body =
+        json!({"items": [{"subject_id": "after-probe", "kind": "service", "payload": payload}]});
+    let (_, batch): (bool, Batch) = api.create_batch(&body).await?;
+    api.fire_cron(TICK_CRON).await?;
+    let items = api.all_items(&batch.id, None).await?;
+    let item = find(&items, "after-probe")?;
+    ensure!(
+        item.id <= 20,
+        "item id {}: not one a probe call used to take",
+        item.id
+    );
+    expect(
+        item,
+        "failed",
+        1,
+        Some("permanent failure: HTTP 422: ran after the probe"),
+    )
 }
 
 fn refused_line(what: &str) -> String {

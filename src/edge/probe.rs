@@ -26,9 +26,10 @@ use super::run::{run_with_timeout, Runner};
 use super::{clock, dispatch, SELF_ORIGIN};
 use crate::api::probe::{self, ProbeRequest, ProbeTask, Via, FETCH_TIMEOUT_MS};
 use crate::core::error::ApiError;
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::Outcome;
 use crate::core::signature::SignatureHeader;
 use crate::core::timing::call_ms;
+use crate::jobs::service;
 
 /// One self call's result: answered 200, threw (no answer: the platform refused,
 /// or the network failed), or answered another status.
@@ -155,7 +156,8 @@ async fn self_calls(service: &Fetcher, calls: i64, concurrency: i64) -> Value {
 }
 
 /// `calls` runs of a `service` item calling `binding` (path `/probe`, `data`
-/// null), `concurrency` in flight, made `via` one path with the drain's own code
+/// null; `jobs::service::probe_call`: ids below 1, keys `probe:<n>`),
+/// `concurrency` in flight, made `via` one path with the drain's own code
 /// (`run_with_timeout`, or `dispatch::dispatch` and the child's run): counted by
 /// outcome, timed from here.
 async fn service_calls(
@@ -167,25 +169,13 @@ async fn service_calls(
     concurrency: i64,
     via: Via,
 ) -> Value {
-    let payload = json!({"service": binding, "path": "/probe", "data": null}).to_string();
-    let item = |i: i64| ClaimedItem {
-        item_id: i + 1,
-        lease_token: "probe".into(),
-        batch_id: "probe".into(),
-        subject_id: format!("probe-{i}"),
-        attempt: 1,
-        max_attempts: 1,
-        kind: "service".into(),
-        payload: payload.clone(),
-        receipts: None,
-    };
     // A child call is abandoned after the drain's own limit for a dispatch; a
     // timer per call, at most `concurrency` (≤ MAX_CONCURRENCY) alive at once.
     let limit_ms = call_ms(cfg.settings.job_timeout_ms) as u32;
     let started = clock::now_ms();
-    let outcomes: Vec<String> = stream::iter(0..calls)
-        .map(|i| {
-            let item = item(i);
+    let outcomes: Vec<String> = stream::iter(1..=calls)
+        .map(|n| {
+            let item = service::probe_call(binding, n);
             async move {
                 let ran = match via {
                     Via::Drain => Ok(run_with_timeout(&item, cfg, runner, Some("probe")).await),

@@ -10,10 +10,11 @@
 //! webhook's does (`webhook::classify_answer`); `Retry-After` sets a retry's
 //! delay either way ([`classify_service_answer`]). The drain calls the binding
 //! itself (`runs_in_drain`): a `SELF` child in between would cost a second
-//! invocation per item (docs/architecture.md).
+//! invocation per item (docs/architecture.md). `POST /probe` mode `service` runs
+//! it too, as [`probe_call`]s that no handler can take for real items.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 use url::Url;
 
 use super::outbound::{Request, Response, ServiceError};
@@ -168,6 +169,41 @@ fn channels_member(body: &str) -> Option<Result<Value, String>> {
     }
 }
 
+/// The header that marks a probe's call: a handler answers it 2xx without
+/// doing any work (docs/api.md).
+pub const PROBE_HEADER: &str = "Fanout-Probe";
+
+/// Call `n` (from 1) of `POST /probe` mode `service` to `binding`: item id `-n`.
+/// Real item ids are SQLite AUTOINCREMENT values, from 1, so no item has an id
+/// below 1; its `Idempotency-Key` is `probe:<n>` and it carries [`PROBE_HEADER`],
+/// so a handler that dedupes on the key never takes a real item for a probe's.
+pub fn probe_call(binding: &str, n: i64) -> ClaimedItem {
+    ClaimedItem {
+        item_id: -n,
+        lease_token: "probe".into(),
+        batch_id: "probe".into(),
+        subject_id: format!("probe-{n}"),
+        attempt: 1,
+        max_attempts: 1,
+        kind: "service".into(),
+        payload: json!({"service": binding, "path": "/probe", "data": null}).to_string(),
+        receipts: None,
+    }
+}
+
+/// The request of a run: `body` with `Idempotency-Key: <item_id>` for an item,
+/// or `probe:<n>` and [`PROBE_HEADER`] for a probe's call (an id below 1).
+fn request(item: &ClaimedItem, url: &Url, body: String) -> Request {
+    let request = Request::post_json(url.as_str(), body);
+    if item.item_id < 1 {
+        request
+            .header("Idempotency-Key", &format!("probe:{}", -item.item_id))
+            .header(PROBE_HEADER, "1")
+    } else {
+        request.header("Idempotency-Key", &item.item_id.to_string())
+    }
+}
+
 impl Job for Service {
     type Payload = Value;
 
@@ -187,8 +223,7 @@ impl Job for Service {
             Err(e) => return Outcome::Fail(format!("not sent: {e}")),
         };
         let body = delivery_body(ctx.item, ctx.delivered_channels(), &p.data);
-        let mut request = Request::post_json(url.as_str(), body)
-            .header("Idempotency-Key", &ctx.item.item_id.to_string());
+        let mut request = request(ctx.item, &url, body);
         // A 2xx may carry the channels.
         request.read_body = true;
         let answer = ctx

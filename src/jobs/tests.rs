@@ -889,6 +889,44 @@ fn a_service_call_posts_the_webhook_body_through_the_binding_with_its_idempotenc
 }
 
 #[test]
+fn a_probe_call_takes_no_real_items_idempotency_key_and_says_it_is_a_probe() {
+    let out = MemoryOutbound::new(NOW);
+    for n in 1..=3 {
+        out.answer_service("HANDLER", Answer::status(200));
+        let call = service::probe_call("HANDLER", n);
+        assert!(call.item_id < 1, "no real item has id {}", call.item_id);
+        assert_eq!(run(&out, &call), Outcome::Done.into());
+    }
+    // Item 1, the first id SQLite hands out: its own key, no probe header.
+    let mut first = service(None);
+    first.item_id = 1;
+    out.answer_service("HANDLER", Answer::status(200));
+    run(&out, &first);
+    let sent = out.sent();
+    let seen: Vec<(&str, Option<&str>, Value)> = sent
+        .iter()
+        .map(|s| {
+            let body: Value = serde_json::from_str(s.request.body.as_deref().unwrap()).unwrap();
+            (
+                header(s, "Idempotency-Key"),
+                s.request.header_value(service::PROBE_HEADER),
+                body["item_id"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("probe:1", Some("1"), json!(-1)),
+            ("probe:2", Some("1"), json!(-2)),
+            ("probe:3", Some("1"), json!(-3)),
+            ("1", None, json!(1)),
+        ]
+    );
+    assert_eq!(sent[0].request.url, "https://cron-fanout.internal/probe");
+}
+
+#[test]
 fn a_service_answer_maps_as_a_webhooks_with_a_permanent_failures_text_in_the_reason() {
     let cases = [
         (Answer::status(204), Outcome::Done),

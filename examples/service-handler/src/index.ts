@@ -13,6 +13,8 @@
 // "times": 1} answers attempt 1 late; {"channels": {"<name>": "<url>", ...}}
 // POSTs a message to each URL not delivered yet, one channel each. Its path
 // /malformed answers what no handler should: cron-fanout retries the item.
+// It does an item's work once per Idempotency-Key; `handler` answers the calls
+// of `POST /probe` (Fanout-Probe: 1) without calling it, so none takes a key.
 import { type Outcome, done, fail, handler, retry } from "cron-fanout-handler";
 
 interface Asked {
@@ -46,7 +48,12 @@ async function send(url: string, content: string): Promise<Outcome> {
   return fail(`HTTP ${status}`);
 }
 
+// The keys of the items without channels whose work is done, kept in memory:
+// enough for one local run (a real handler keeps them where they last, KV or D1).
+const doneKeys = new Set<string>();
+
 const items = handler<Asked | null>(async (item, ctx) => {
+  if (doneKeys.has(item.idempotency_key)) return done();
   const asked = item.data ?? {};
   // Misbehave on the first `times` attempts (all of them without `times`).
   const early = item.attempt <= (asked.times ?? Number.MAX_SAFE_INTEGER);
@@ -58,7 +65,11 @@ const items = handler<Asked | null>(async (item, ctx) => {
   const message = `item ${item.item_id}, attempt ${item.attempt}`;
   const outcomes = await Promise.all(todo.map(([, url]) => send(url, message)));
   todo.forEach(([name], i) => ctx.channel(name, outcomes[i] ?? done()));
-  if (!early || asked.outcome === undefined) return done();
+  if (!early || asked.outcome === undefined) {
+    // An item with channels is done when each is: its retries send the rest.
+    if (asked.channels === undefined) doneKeys.add(item.idempotency_key);
+    return done();
+  }
   const reason = asked.reason ?? `${asked.outcome} asked for attempt ${item.attempt}`;
   if (asked.outcome === "fail") return fail(reason);
   const after = asked.after_seconds;

@@ -12,6 +12,8 @@ export const MAX_CHANNEL_NAME_CHARS = 64;
 export const MAX_REASON_BYTES = 200;
 /** Largest request body read: cron-fanout's payloads are at most 100 KiB. */
 export const MAX_DELIVERY_BYTES = 1024 * 1024;
+/** The header that marks a call of `POST /probe` mode `service`: no item. */
+export const PROBE_HEADER = "Fanout-Probe";
 
 /** The JSON body cron-fanout POSTs for one attempt of a `service` item. */
 export interface Delivery<Data = unknown> {
@@ -121,8 +123,9 @@ export type Fetch<Env = unknown> = (
 
 /**
  * A Worker's `fetch` that answers cron-fanout's `service` calls with `fn`'s
- * outcome. A request that is not a well-formed delivery is answered 400 and `fn`
- * is not called. Without channels the outcome is a status: done 200, retry 503
+ * outcome. A probe's call (`Fanout-Probe: 1`: `POST /probe` timing the path,
+ * item id below 1) is answered 200 and `fn` is not called, nor is it for a
+ * request that is not a well-formed delivery, answered 400. Without channels the outcome is a status: done 200, retry 503
  * (429 with `Retry-After` when it has `afterSeconds`), fail 422 with the reason
  * as text. With channels reported, the same status with their JSON
  * (`{"channels": {…}}`): cron-fanout records each and sends only the others next
@@ -131,6 +134,10 @@ export type Fetch<Env = unknown> = (
  */
 export function handler<Data = unknown, Env = unknown>(fn: HandlerFn<Data, Env>): Fetch<Env> {
   return async (request, env, executionCtx) => {
+    if (request.headers.get(PROBE_HEADER) === "1") {
+      await request.body?.cancel();
+      return new Response("probe: nothing done", { status: 200 });
+    }
     const parsed = await readDelivery(request);
     if (typeof parsed === "string") {
       return json(400, { error: "invalid_delivery", message: parsed });

@@ -105,6 +105,30 @@ describe("anything that is not a well-formed delivery", () => {
   }
 });
 
+describe("a probe's call", () => {
+  // What cron-fanout sends for call 3 of `POST /probe` mode `service`.
+  const probe = () =>
+    deliver(
+      { ...DELIVERY, item_id: -3, batch_id: "probe", subject_id: "probe-3", attempt: 1, max_attempts: 1, delivered: [], data: null },
+      { headers: { "Content-Type": "application/json", "Idempotency-Key": "probe:3", "Fanout-Probe": "1" } },
+    );
+
+  it("is answered 200 without calling fn, so no work is done and no key kept", async () => {
+    let called = false;
+    const got = await answer(() => {
+      called = true;
+      return fail("a probe must not reach fn");
+    }, probe());
+    expect(got.status).toBe(200);
+    expect(called).toBe(false);
+  });
+
+  it("is told by its header only: an item id below 1 without it is no delivery", async () => {
+    const got = await answer(() => done(), deliver({ ...DELIVERY, item_id: -3 }));
+    expect(got.status).toBe(400);
+  });
+});
+
 describe("an outcome without channels is a status", () => {
   it("done is 200", async () => {
     expect((await answer(() => done())).status).toBe(200);
