@@ -212,8 +212,8 @@ pub struct Drain {
     /// Commit retries sent; the plan keeps `RETRY_RESERVE` until they are used.
     retries_sent: i64,
     flush_timer: FlushTimer,
-    /// When the current watchdog cohort started.
-    watchdog_since: Option<i64>,
+    /// The watchdog cohorts of its dispatches.
+    watchdog: watchdog::Cohorts,
     /// A claim came back short: nothing else is due.
     drained: bool,
     /// Items dispatched, counted against `max_children`.
@@ -247,7 +247,7 @@ impl Drain {
             outstanding: BTreeMap::new(),
             retries_sent: 0,
             flush_timer: FlushTimer::Idle,
-            watchdog_since: None,
+            watchdog: watchdog::Cohorts::default(),
             drained: false,
             dispatched: 0,
             first_dispatch: None,
@@ -643,10 +643,7 @@ impl Drain {
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);
         debug_assert!(paid.is_ok(), "a claimed item's dispatch is held: {paid:?}");
-        let new_watchdog = watchdog::needs_new_timer(self.watchdog_since, now);
-        if new_watchdog {
-            self.watchdog_since = Some(now);
-        }
+        let new_watchdog = self.watchdog.start(now);
         Action::Dispatch { item, new_watchdog }
     }
 

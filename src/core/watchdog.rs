@@ -8,6 +8,7 @@
 //! default 12 s limit) crashed the invocation — reproduced locally with 12,000
 //! no-op items (docs/benchmarks.md). Dispatches started within one cohort window
 //! share one timer instead, which bounds the live timers by the limit alone.
+//! The drain's dispatches and `POST /probe`'s calls through SELF share timers so.
 
 /// Dispatches started within this many ms of a watchdog timer's creation share it.
 pub const COHORT_MS: i64 = 250;
@@ -23,6 +24,24 @@ pub fn needs_new_timer(current_created_at: Option<i64>, now: i64) -> bool {
     match current_created_at {
         Some(created) => now - created >= COHORT_MS || now < created,
         None => true,
+    }
+}
+
+/// The cohorts of one invocation's dispatches: when the current one started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cohorts {
+    since: Option<i64>,
+}
+
+impl Cohorts {
+    /// Whether a dispatch starting at `now` needs a new timer
+    /// ([`needs_new_timer`]); if so, it starts the current cohort.
+    pub fn start(&mut self, now: i64) -> bool {
+        let new = needs_new_timer(self.since, now);
+        if new {
+            self.since = Some(now);
+        }
+        new
     }
 }
 
@@ -59,6 +78,45 @@ mod tests {
             }
         }
         assert_eq!(created, 10_000 / COHORT_MS);
+    }
+
+    /// The most timers alive at once when the calls start at `starts` (ms, in
+    /// order) and each lives `limit`: with one per call, or one per cohort.
+    fn most_alive(starts: &[i64], limit: i64, per_cohort: bool) -> i64 {
+        let mut cohorts = Cohorts::default();
+        let created: Vec<i64> = starts
+            .iter()
+            .copied()
+            .filter(|&now| !per_cohort || cohorts.start(now))
+            .collect();
+        created
+            .iter()
+            .enumerate()
+            .map(|(i, &at)| (i - created.partition_point(|&t| t <= at - limit) + 1) as i64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn thousands_of_probe_calls_through_self_keep_the_live_timers_bounded() {
+        // POST /probe mode service via self: 12,000 calls (the documented crash
+        // was 10,001 timers in one limit), at the rates measured locally through
+        // SELF (~400/s) and straight (~1,100/s), and all at once; the longest
+        // allowed JOB_TIMEOUT_MS.
+        let limit = 900_000 + DISPATCH_GRACE_MS;
+        for per_second in [400, 1_100, 1_000_000] {
+            let starts: Vec<i64> = (0..12_000).map(|i| i * 1_000 / per_second).collect();
+            assert!(
+                most_alive(&starts, limit, false) > RUNTIME_MAX_TIMERS,
+                "a timer per call would pass the cap at {per_second}/s"
+            );
+            let alive = most_alive(&starts, limit, true);
+            assert!(alive <= max_live_timers(limit), "{per_second}/s: {alive}");
+            assert!(
+                alive <= 12_000 * 1_000 / per_second / COHORT_MS + 1,
+                "{alive}"
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use worker::{web_sys, Env, Fetcher, Request};
 
 use super::config::Config;
+use super::dispatch::Watchdog;
 use super::run::{run_with_timeout, Runner};
 use super::{clock, dispatch, SELF_ORIGIN};
 use crate::api::probe::{self, ProbeRequest, ProbeTask, Via, FETCH_TIMEOUT_MS};
@@ -29,6 +30,7 @@ use crate::core::error::ApiError;
 use crate::core::model::Outcome;
 use crate::core::signature::SignatureHeader;
 use crate::core::timing::call_ms;
+use crate::core::watchdog::Cohorts;
 use crate::jobs::service;
 
 /// One self call's result: answered 200, threw (no answer: the platform refused,
@@ -158,8 +160,8 @@ async fn self_calls(service: &Fetcher, calls: i64, concurrency: i64) -> Value {
 /// `calls` runs of a `service` item calling `binding` (path `/probe`, `data`
 /// null; `jobs::service::probe_call`: ids below 1, keys `probe:<n>`),
 /// `concurrency` in flight, made `via` one path with the drain's own code
-/// (`run_with_timeout`, or `dispatch::dispatch` and the child's run): counted by
-/// outcome, timed from here.
+/// (`run_with_timeout`, or `dispatch::dispatch` under the drain's watchdog and
+/// the child's run): counted by outcome, timed from here.
 async fn service_calls(
     self_service: &Fetcher,
     runner: Runner<'_>,
@@ -169,18 +171,22 @@ async fn service_calls(
     concurrency: i64,
     via: Via,
 ) -> Value {
-    // A child call is abandoned after the drain's own limit for a dispatch; a
-    // timer per call, at most `concurrency` (≤ MAX_CONCURRENCY) alive at once.
-    let limit_ms = call_ms(cfg.settings.job_timeout_ms) as u32;
+    // A child call is abandoned after the drain's own limit for a dispatch, by
+    // the drain's watchdog: a timer outlives its call, so one per call would pass
+    // the runtime's cap of live timers after 10,000 calls in one limit.
+    let mut watchdog = Watchdog::new(call_ms(cfg.settings.job_timeout_ms));
+    let mut cohorts = Cohorts::default();
     let started = clock::now_ms();
     let outcomes: Vec<String> = stream::iter(1..=calls)
         .map(|n| {
+            // Called as each call starts (`buffer_unordered` pulls it then).
             let item = service::probe_call(binding, n);
+            let signal =
+                (via == Via::SelfChild).then(|| watchdog.signal(cohorts.start(clock::now_ms())));
             async move {
-                let ran = match via {
-                    Via::Drain => Ok(run_with_timeout(&item, cfg, runner, Some("probe")).await),
-                    Via::SelfChild => {
-                        let signal = web_sys::AbortSignal::timeout_with_u32(limit_ms);
+                let ran = match signal {
+                    None => Ok(run_with_timeout(&item, cfg, runner, Some("probe")).await),
+                    Some(signal) => {
                         dispatch::dispatch(
                             self_service,
                             &cfg.secrets.dispatch,
