@@ -1,0 +1,365 @@
+//! Flow control's rules, in one place: which limit keys an item may hold, what a
+//! limit is (`PUT /limits/{key}`), which limit governs a key (its own, else the
+//! longest partitioned one), and the rate's arithmetic (GCRA in integers). The
+//! claim (`sql/claim_selection.sql`) applies the same rules in SQL; the
+//! conformance and simulation tests check the two against each other.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+
+/// At most this many explicit keys per subject or item.
+pub const MAX_KEYS: usize = 4;
+/// A key's length in characters (ASCII).
+pub const MAX_KEY_LEN: usize = 128;
+/// A partitioned limit's key ends with this: `tenant:*` governs `tenant:acme`.
+pub const PARTITION_SUFFIX: &str = ":*";
+
+/// Whether `key` may be held by an item: 1 to 128 ASCII letters, digits and
+/// `.` `_` `:` `-` `@`.
+pub fn is_key(key: &str) -> bool {
+    (1..=MAX_KEY_LEN).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-' | b'@'))
+}
+
+/// Whether `key` may name a limit: an item's key, or a partition (`prefix:*`
+/// whose prefix is a key).
+pub fn is_limit_key(key: &str) -> bool {
+    match key.strip_suffix('*') {
+        Some(prefix) => prefix.ends_with(':') && is_key(prefix),
+        None => is_key(key),
+    }
+}
+
+/// The explicit `limits` of a subject or an item: 0 to 4 distinct keys.
+/// Anything else is 400 `invalid_limits`.
+pub fn parse_keys(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_limits", m);
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    if value.is_null() {
+        return Ok(Vec::new());
+    }
+    let Some(list) = value.as_array() else {
+        return Err(bad("limits must be an array of keys".into()));
+    };
+    if list.len() > MAX_KEYS {
+        return Err(bad(format!(
+            "limits holds {} keys; at most {MAX_KEYS}",
+            list.len()
+        )));
+    }
+    let mut keys: Vec<String> = Vec::with_capacity(list.len());
+    for k in list {
+        let Some(k) = k.as_str().filter(|k| is_key(k)) else {
+            return Err(bad(format!(
+                "limits: {k} is not a key (1 to {MAX_KEY_LEN} ASCII letters, digits and . _ : - @)"
+            )));
+        };
+        if keys.iter().any(|seen| seen == k) {
+            return Err(bad(format!("limits: key {k:?} is listed twice")));
+        }
+        keys.push(k.to_string());
+    }
+    Ok(keys)
+}
+
+/// An item's keys: its subject's (or its own) explicit ones, then those its kind
+/// adds, each once, in that order. The kind's keys are not counted against
+/// [`MAX_KEYS`] (a kind adds what it calls), but must be keys.
+pub fn merge_keys(explicit: &[String], from_kind: &[String]) -> Result<Vec<String>, String> {
+    let mut keys = explicit.to_vec();
+    for k in from_kind {
+        if !is_key(k) {
+            return Err(format!("the kind's limit key {k:?} is not a key"));
+        }
+        if !keys.contains(k) {
+            keys.push(k.clone());
+        }
+    }
+    Ok(keys)
+}
+
+/// The keys as the queue stores them: a JSON array, or `None` for none (no
+/// column value, nothing for the claim to read).
+pub fn keys_json(keys: &[String]) -> Option<String> {
+    (!keys.is_empty()).then(|| serde_json::to_string(keys).expect("strings serialise"))
+}
+
+/// A limit as `PUT /limits/{key}` sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limit {
+    /// Item starts per `per_seconds`.
+    pub rate: Option<i64>,
+    pub per_seconds: i64,
+    /// The most that may start at once after an idle spell (default `rate`).
+    pub burst: Option<i64>,
+    /// The most in flight at once.
+    pub concurrency: Option<i64>,
+}
+
+impl Limit {
+    /// Parse a `PUT /limits/{key}` body; errors are 400 `invalid_limit` naming
+    /// the field.
+    pub fn parse(body: &Value) -> Result<Limit, ApiError> {
+        let bad = |m: String| ApiError::bad_request("invalid_limit", m);
+        let Some(obj) = body.as_object() else {
+            return Err(bad("the body must be a JSON object".into()));
+        };
+        if let Some(unknown) = obj
+            .keys()
+            .find(|k| !["rate", "per_seconds", "burst", "concurrency"].contains(&k.as_str()))
+        {
+            return Err(bad(format!(
+                "unknown field {unknown:?} (fields: rate, per_seconds, burst, concurrency)"
+            )));
+        }
+        let rate = int_field(obj, "rate", 1, 1_000_000).map_err(bad)?;
+        let per_seconds = int_field(obj, "per_seconds", 1, 86_400)
+            .map_err(bad)?
+            .unwrap_or(1);
+        let burst = int_field(obj, "burst", 1, 1_000_000).map_err(bad)?;
+        let concurrency = int_field(obj, "concurrency", 1, 10_000).map_err(bad)?;
+        if rate.is_none() && concurrency.is_none() {
+            return Err(bad("a limit needs rate or concurrency (or both)".into()));
+        }
+        if rate.is_none() && (burst.is_some() || obj.contains_key("per_seconds")) {
+            let field = if burst.is_some() { "burst" } else { "per_seconds" };
+            return Err(bad(format!("{field} needs rate")));
+        }
+        Ok(Limit {
+            rate,
+            per_seconds,
+            burst: rate.map(|r| burst.unwrap_or(r)),
+            concurrency,
+        })
+    }
+
+    /// The rate part, when there is one.
+    pub fn gcra(&self) -> Option<Gcra> {
+        Some(Gcra {
+            rate: self.rate?,
+            per_seconds: self.per_seconds,
+            burst: self.burst?,
+        })
+    }
+}
+
+fn int_field(obj: &Map<String, Value>, name: &str, min: i64, max: i64) -> Result<Option<i64>, String> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64().filter(|n| (min..=max).contains(n)) {
+            Some(n) => Ok(Some(n)),
+            None => Err(format!("{name} must be an integer from {min} to {max}, not {v}")),
+        },
+    }
+}
+
+/// The limit that governs an item's key among the defined ones: its own, else
+/// the partitioned limit with the longest prefix of it (`tenant:*` for
+/// `tenant:acme`), else none (the key holds nothing back).
+pub fn governing<'a>(key: &str, defined: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<&'a str> = None;
+    for d in defined {
+        if d == key {
+            return Some(d);
+        }
+        if let Some(prefix) = d.strip_suffix('*') {
+            if d.ends_with(PARTITION_SUFFIX)
+                && key.len() > prefix.len()
+                && key.starts_with(prefix)
+                && best.is_none_or(|b| b.len() < d.len())
+            {
+                best = Some(d);
+            }
+        }
+    }
+    best
+}
+
+/// A rate as GCRA (the generic cell rate algorithm) in integers: time is counted
+/// in units of ms × rate, so one start costs `per_seconds × 1000` units and no
+/// division ever rounds. The state is one number per key, the theoretical
+/// arrival time (`tat`); `None` is a key that has never started anything (a
+/// full burst). In any interval of `t` seconds at most `burst + rate × t /
+/// per_seconds` starts are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    pub rate: i64,
+    pub per_seconds: i64,
+    pub burst: i64,
+}
+
+impl Gcra {
+    /// What one start costs, in units.
+    pub fn cost(&self) -> i64 {
+        self.per_seconds * 1000
+    }
+
+    /// The limit's units at `now_ms`.
+    pub fn units(&self, now_ms: i64) -> i64 {
+        now_ms * self.rate
+    }
+
+    /// How many may start at `now_ms` with state `tat`.
+    pub fn room(&self, tat: Option<i64>, now_ms: i64) -> i64 {
+        let debt = (tat.unwrap_or(0) - self.units(now_ms)).max(0);
+        ((self.burst * self.cost() - debt) / self.cost()).max(0)
+    }
+
+    /// The state after `n` start at `now_ms` (n at most [`Gcra::room`]).
+    pub fn charge(&self, tat: Option<i64>, now_ms: i64, n: i64) -> i64 {
+        tat.unwrap_or(0).max(self.units(now_ms)) + n * self.cost()
+    }
+
+    /// The rate and window a state was counted in: a state counted under
+    /// another one starts over.
+    pub fn basis(&self) -> String {
+        format!("{}/{}", self.rate, self.per_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_short_ascii_words_with_a_few_separators() {
+        for good in ["github", "tenant:acme", "host:api.github.com", "a_b-c@d", &"k".repeat(128)] {
+            assert!(is_key(good), "{good}");
+        }
+        for bad in ["", "a b", "tenant:*", "é", "a/b", &"k".repeat(129)] {
+            assert!(!is_key(bad), "{bad}");
+        }
+        assert!(is_limit_key("tenant:*"));
+        assert!(is_limit_key("github"));
+        assert!(!is_limit_key("tenant*"), "a partition ends with :*");
+        assert!(!is_limit_key(":*"), "a partition needs a prefix");
+    }
+
+    #[test]
+    fn explicit_keys_are_zero_to_four_distinct_keys() {
+        assert_eq!(parse_keys(None).unwrap(), Vec::<String>::new());
+        assert_eq!(parse_keys(Some(&json!(null))).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            parse_keys(Some(&json!(["github", "tenant:acme"]))).unwrap(),
+            ["github", "tenant:acme"]
+        );
+        for bad in [
+            json!("github"),
+            json!(["a", "a"]),
+            json!(["a", "b", "c", "d", "e"]),
+            json!([1]),
+            json!(["no spaces"]),
+            json!([""]),
+        ] {
+            let e = parse_keys(Some(&bad)).unwrap_err();
+            assert_eq!(e.code(), "invalid_limits", "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_kinds_keys_come_after_the_explicit_ones_each_once() {
+        let explicit = vec!["tenant:acme".to_string(), "github".to_string()];
+        let kind = vec!["github".to_string(), "host:x".to_string()];
+        assert_eq!(merge_keys(&explicit, &kind).unwrap(), ["tenant:acme", "github", "host:x"]);
+        assert!(merge_keys(&[], &["bad key".to_string()]).is_err());
+        assert_eq!(keys_json(&[]), None);
+        assert_eq!(keys_json(&explicit).unwrap(), r#"["tenant:acme","github"]"#);
+    }
+
+    #[test]
+    fn a_limit_needs_a_rate_or_a_concurrency_in_range() {
+        let l = Limit::parse(&json!({"rate": 30, "per_seconds": 1, "burst": 5, "concurrency": 10})).unwrap();
+        assert_eq!(
+            l,
+            Limit { rate: Some(30), per_seconds: 1, burst: Some(5), concurrency: Some(10) }
+        );
+        let l = Limit::parse(&json!({"rate": 20})).unwrap();
+        assert_eq!((l.per_seconds, l.burst, l.concurrency), (1, Some(20), None), "burst defaults to rate");
+        assert_eq!(Limit::parse(&json!({"concurrency": 3})).unwrap().gcra(), None);
+        for (bad, field) in [
+            (json!({}), "rate or concurrency"),
+            (json!({"rate": 0}), "rate"),
+            (json!({"rate": 1_000_001}), "rate"),
+            (json!({"rate": 1, "per_seconds": 86_401}), "per_seconds"),
+            (json!({"rate": 1, "burst": 0}), "burst"),
+            (json!({"concurrency": 10_001}), "concurrency"),
+            (json!({"concurrency": 1.5}), "concurrency"),
+            (json!({"concurrency": "3"}), "concurrency"),
+            (json!({"concurrency": 3, "burst": 2}), "burst"),
+            (json!({"rate": 1, "speed": 2}), "speed"),
+            (json!([1]), "object"),
+        ] {
+            let e = Limit::parse(&bad).unwrap_err();
+            assert_eq!(e.code(), "invalid_limit", "{bad}");
+            assert!(e.public_message().contains(field), "{bad}: {}", e.public_message());
+        }
+    }
+
+    #[test]
+    fn a_key_is_governed_by_its_own_limit_else_its_longest_partition() {
+        let defined = ["tenant:*", "tenant:eu:*", "tenant:big", "github"];
+        let g = |k| governing(k, defined.iter().copied());
+        assert_eq!(g("github"), Some("github"));
+        assert_eq!(g("tenant:acme"), Some("tenant:*"));
+        assert_eq!(g("tenant:eu:acme"), Some("tenant:eu:*"));
+        assert_eq!(g("tenant:big"), Some("tenant:big"), "its own limit wins");
+        assert_eq!(g("tenant:"), None, "a partition needs something after its prefix");
+        assert_eq!(g("gitlab"), None);
+    }
+
+    #[test]
+    fn a_rate_allows_its_burst_then_one_start_per_interval() {
+        let r = Gcra { rate: 20, per_seconds: 1, burst: 5 };
+        let now = 1_000_000;
+        assert_eq!(r.room(None, now), 5, "a key never used has its whole burst");
+        let tat = r.charge(None, now, 5);
+        assert_eq!(r.room(Some(tat), now), 0);
+        assert_eq!(r.room(Some(tat), now + 49), 0, "20 a second: one every 50 ms");
+        assert_eq!(r.room(Some(tat), now + 50), 1);
+        assert_eq!(r.room(Some(tat), now + 250), 5, "refills up to the burst");
+        assert_eq!(r.room(Some(tat), now + 10_000), 5, "and no further");
+        // Rates that do not divide a second stay exact: 7 per 3 s.
+        let r = Gcra { rate: 7, per_seconds: 3, burst: 1 };
+        let tat = r.charge(None, now, 1);
+        assert_eq!(r.room(Some(tat), now + 428), 0);
+        assert_eq!(r.room(Some(tat), now + 429), 1, "3000 / 7 = 428.57 ms");
+    }
+
+    /// Over random claim instants and sizes, the starts in every interval stay
+    /// within `burst + rate × t / per_seconds`.
+    #[test]
+    fn no_interval_sees_more_starts_than_the_bound() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..200u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let r = Gcra {
+                rate: rng.random_range(1..50),
+                per_seconds: rng.random_range(1..5),
+                burst: rng.random_range(1..20),
+            };
+            let (mut now, mut tat, mut starts) = (0i64, None, Vec::new());
+            for _ in 0..300 {
+                now += rng.random_range(0..400);
+                let want = rng.random_range(0..10);
+                let n = want.min(r.room(tat, now));
+                if n > 0 {
+                    tat = Some(r.charge(tat, now, n));
+                    starts.extend(std::iter::repeat_n(now, n as usize));
+                }
+            }
+            for (i, &a) in starts.iter().enumerate() {
+                for (j, &b) in starts.iter().enumerate().skip(i) {
+                    let allowed = r.burst as f64 + r.rate as f64 * (b - a) as f64 / (r.per_seconds * 1000) as f64;
+                    assert!((j - i + 1) as f64 <= allowed + 1e-9, "seed {seed}: {} starts in {} ms", j - i + 1, b - a);
+                }
+            }
+        }
+    }
+}
