@@ -55,12 +55,35 @@ CREATE TABLE limit_state (
   tat_before INTEGER
 ) WITHOUT ROWID;
 
--- The view of migration 0016 with the keys of each first attempt in flight: the
--- claim counts a key's items in flight from it (and from the leased index) in the
--- statement that claims. batches_live reads it, so it is dropped and made again
--- unchanged; both plans are the ones they had.
+-- The lease windows (migration 0015) and the view of migration 0016 with the keys
+-- of each first attempt in flight: the claim counts a key's items in flight from
+-- it (and from the leased index) in the statement that claims.
+-- While limits are defined a claim may take a batch's cursor items with a held
+-- one below them (claim_selection.sql): a window ending at the first pending item
+-- would miss what was claimed above it (the reaper, the processing counts and the
+-- in-flight counts read these views). A claim takes only candidates among the
+-- first core::limits::HELD_WINDOW (128) pending cursor items above the batch's
+-- cursor, and pending cursor items never come back (a retry, a release and a reap
+-- give a real run_after), so every cursor item in flight lies below the 128th
+-- pending one: the window ends there while limits are defined (128 rows more
+-- read per window), at the first pending one otherwise (no item is held, so none
+-- is claimed above it). Its cursor (claim_after) likewise never passes a pending
+-- item while limits are defined (count_committed_outcomes.sql). batches_live
+-- reads first_attempts_in_flight, so the three are dropped and made again; the
+-- plans are the ones they had.
 DROP VIEW batches_live;
 DROP VIEW first_attempts_in_flight;
+DROP VIEW lease_windows;
+
+CREATE VIEW lease_windows AS
+SELECT b.id AS batch_id, b.lease_after,
+       coalesce((SELECT f.id FROM cron_queue AS f NOT INDEXED
+                 WHERE f.id > max(b.lease_after, b.claim_after) AND f.id <= b.cursor_end
+                   AND f.batch_id = b.id AND f.status = 'pending' AND f.run_after = 0
+                 ORDER BY f.id
+                 LIMIT 1 OFFSET (SELECT CASE WHEN EXISTS (SELECT 1 FROM limits) THEN 127 ELSE 0 END)),
+                b.cursor_end + 1) AS unclaimed
+FROM batches AS b;
 
 CREATE VIEW first_attempts_in_flight AS
 SELECT w.batch_id, q.id, q.lease_expires_at, q.attempt, q.max_attempts, q.kind, q.limits

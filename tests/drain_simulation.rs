@@ -26,7 +26,9 @@ use cron_fanout::drain_loop::{self, Event, Ports};
 use cron_fanout::sql;
 use cron_fanout::store::metered::Metered;
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Claimed, Db, Param, Store, StoreError, StoreResult, Usage};
+use cron_fanout::store::{
+    BatchSource, Claim, Claimed, Db, Param, Store, StoreError, StoreResult, Usage,
+};
 use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -272,7 +274,7 @@ enum Scheduled {
     Child(ClaimedItem, Ran),
     /// The platform refused this item's dispatch.
     Refused(ClaimedItem),
-    Claimed(StoreResult<Vec<ClaimedItem>>),
+    Claimed(StoreResult<Claim>),
     /// A commit's rows, its result, and the rows it really wrote.
     Committed(Vec<Settled>, StoreResult<Vec<i64>>, Vec<i64>),
 }
@@ -1084,8 +1086,14 @@ impl Ports for SimPorts<'_, '_> {
             lease_expires_at,
             &self.claimed,
         ));
-        self.sim
-            .check_claim(&self.store.db().inner().db, &result, self.ctx);
+        self.sim.check_claim(
+            &self.store.db().inner().db,
+            &result
+                .as_ref()
+                .map(|c| c.items.clone())
+                .map_err(Clone::clone),
+            self.ctx,
+        );
         let at = now + self.sim.d1_latency();
         self.sent.push((now, true, lease_expires_at));
         self.events.push(at, Scheduled::Claimed(result));
@@ -1143,15 +1151,15 @@ impl Ports for SimPorts<'_, '_> {
             Scheduled::Claimed(result) => {
                 let (at, _, expires) = take_sent(&mut self.sent, true);
                 seen.claim_rtt = seen.claim_rtt.max(now - at);
-                if let Ok(items) = &result {
-                    self.claimed.note(items);
-                    for item in items {
+                if let Ok(claim) = &result {
+                    self.claimed.note(claim);
+                    for item in &claim.items {
                         assert!(seen.claimed.insert(key(item)), "{ctx}: claimed twice");
                         seen.expires.insert(key(item), expires);
                         seen.live.insert(item.item_id, key(item));
                     }
                 }
-                Event::Claimed(result)
+                Event::Claimed(result.map(|c| c.items))
             }
             Scheduled::Committed(rows, result, wrote) => {
                 let (at, _, _) = take_sent(&mut self.sent, false);

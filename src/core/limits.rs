@@ -16,6 +16,23 @@ pub const MAX_KEY_LEN: usize = 128;
 /// A partitioned limit's key ends with this: `tenant:*` governs `tenant:acme`.
 pub const PARTITION_SUFFIX: &str = ":*";
 
+/// Candidates a claim reads per batch while limits are defined: items a limit
+/// holds back stay at the head of their batch, and a batch's other items wait
+/// behind at most this many less one (head-of-line blocking). The lease windows
+/// reach this far too (migration 0018's `lease_windows`: OFFSET 127), so every
+/// item claimed past a held one is still found in flight. Without limits nothing
+/// is held back, and the claim's own size is enough.
+pub const HELD_WINDOW: i64 = 128;
+
+/// Candidates per batch for a claim of `limit` items.
+pub fn candidates_per_batch(limit: i64, limits_defined: bool) -> i64 {
+    if limits_defined {
+        HELD_WINDOW
+    } else {
+        limit
+    }
+}
+
 /// Whether `key` may be held by an item: 1 to 128 ASCII letters, digits and
 /// `.` `_` `:` `-` `@`.
 pub fn is_key(key: &str) -> bool {
@@ -128,7 +145,11 @@ impl Limit {
             return Err(bad("a limit needs rate or concurrency (or both)".into()));
         }
         if rate.is_none() && (burst.is_some() || obj.contains_key("per_seconds")) {
-            let field = if burst.is_some() { "burst" } else { "per_seconds" };
+            let field = if burst.is_some() {
+                "burst"
+            } else {
+                "per_seconds"
+            };
             return Err(bad(format!("{field} needs rate")));
         }
         Ok(Limit {
@@ -149,12 +170,19 @@ impl Limit {
     }
 }
 
-fn int_field(obj: &Map<String, Value>, name: &str, min: i64, max: i64) -> Result<Option<i64>, String> {
+fn int_field(
+    obj: &Map<String, Value>,
+    name: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, String> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_i64().filter(|n| (min..=max).contains(n)) {
             Some(n) => Ok(Some(n)),
-            None => Err(format!("{name} must be an integer from {min} to {max}, not {v}")),
+            None => Err(format!(
+                "{name} must be an integer from {min} to {max}, not {v}"
+            )),
         },
     }
 }
@@ -230,7 +258,13 @@ mod tests {
 
     #[test]
     fn keys_are_short_ascii_words_with_a_few_separators() {
-        for good in ["github", "tenant:acme", "host:api.github.com", "a_b-c@d", &"k".repeat(128)] {
+        for good in [
+            "github",
+            "tenant:acme",
+            "host:api.github.com",
+            "a_b-c@d",
+            &"k".repeat(128),
+        ] {
             assert!(is_key(good), "{good}");
         }
         for bad in ["", "a b", "tenant:*", "é", "a/b", &"k".repeat(129)] {
@@ -245,7 +279,10 @@ mod tests {
     #[test]
     fn explicit_keys_are_zero_to_four_distinct_keys() {
         assert_eq!(parse_keys(None).unwrap(), Vec::<String>::new());
-        assert_eq!(parse_keys(Some(&json!(null))).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            parse_keys(Some(&json!(null))).unwrap(),
+            Vec::<String>::new()
+        );
         assert_eq!(
             parse_keys(Some(&json!(["github", "tenant:acme"]))).unwrap(),
             ["github", "tenant:acme"]
@@ -267,7 +304,10 @@ mod tests {
     fn a_kinds_keys_come_after_the_explicit_ones_each_once() {
         let explicit = vec!["tenant:acme".to_string(), "github".to_string()];
         let kind = vec!["github".to_string(), "host:x".to_string()];
-        assert_eq!(merge_keys(&explicit, &kind).unwrap(), ["tenant:acme", "github", "host:x"]);
+        assert_eq!(
+            merge_keys(&explicit, &kind).unwrap(),
+            ["tenant:acme", "github", "host:x"]
+        );
         assert!(merge_keys(&[], &["bad key".to_string()]).is_err());
         assert_eq!(keys_json(&[]), None);
         assert_eq!(keys_json(&explicit).unwrap(), r#"["tenant:acme","github"]"#);
@@ -275,14 +315,27 @@ mod tests {
 
     #[test]
     fn a_limit_needs_a_rate_or_a_concurrency_in_range() {
-        let l = Limit::parse(&json!({"rate": 30, "per_seconds": 1, "burst": 5, "concurrency": 10})).unwrap();
+        let l = Limit::parse(&json!({"rate": 30, "per_seconds": 1, "burst": 5, "concurrency": 10}))
+            .unwrap();
         assert_eq!(
             l,
-            Limit { rate: Some(30), per_seconds: 1, burst: Some(5), concurrency: Some(10) }
+            Limit {
+                rate: Some(30),
+                per_seconds: 1,
+                burst: Some(5),
+                concurrency: Some(10)
+            }
         );
         let l = Limit::parse(&json!({"rate": 20})).unwrap();
-        assert_eq!((l.per_seconds, l.burst, l.concurrency), (1, Some(20), None), "burst defaults to rate");
-        assert_eq!(Limit::parse(&json!({"concurrency": 3})).unwrap().gcra(), None);
+        assert_eq!(
+            (l.per_seconds, l.burst, l.concurrency),
+            (1, Some(20), None),
+            "burst defaults to rate"
+        );
+        assert_eq!(
+            Limit::parse(&json!({"concurrency": 3})).unwrap().gcra(),
+            None
+        );
         for (bad, field) in [
             (json!({}), "rate or concurrency"),
             (json!({"rate": 0}), "rate"),
@@ -298,7 +351,11 @@ mod tests {
         ] {
             let e = Limit::parse(&bad).unwrap_err();
             assert_eq!(e.code(), "invalid_limit", "{bad}");
-            assert!(e.public_message().contains(field), "{bad}: {}", e.public_message());
+            assert!(
+                e.public_message().contains(field),
+                "{bad}: {}",
+                e.public_message()
+            );
         }
     }
 
@@ -310,23 +367,39 @@ mod tests {
         assert_eq!(g("tenant:acme"), Some("tenant:*"));
         assert_eq!(g("tenant:eu:acme"), Some("tenant:eu:*"));
         assert_eq!(g("tenant:big"), Some("tenant:big"), "its own limit wins");
-        assert_eq!(g("tenant:"), None, "a partition needs something after its prefix");
+        assert_eq!(
+            g("tenant:"),
+            None,
+            "a partition needs something after its prefix"
+        );
         assert_eq!(g("gitlab"), None);
     }
 
     #[test]
     fn a_rate_allows_its_burst_then_one_start_per_interval() {
-        let r = Gcra { rate: 20, per_seconds: 1, burst: 5 };
+        let r = Gcra {
+            rate: 20,
+            per_seconds: 1,
+            burst: 5,
+        };
         let now = 1_000_000;
         assert_eq!(r.room(None, now), 5, "a key never used has its whole burst");
         let tat = r.charge(None, now, 5);
         assert_eq!(r.room(Some(tat), now), 0);
-        assert_eq!(r.room(Some(tat), now + 49), 0, "20 a second: one every 50 ms");
+        assert_eq!(
+            r.room(Some(tat), now + 49),
+            0,
+            "20 a second: one every 50 ms"
+        );
         assert_eq!(r.room(Some(tat), now + 50), 1);
         assert_eq!(r.room(Some(tat), now + 250), 5, "refills up to the burst");
         assert_eq!(r.room(Some(tat), now + 10_000), 5, "and no further");
         // Rates that do not divide a second stay exact: 7 per 3 s.
-        let r = Gcra { rate: 7, per_seconds: 3, burst: 1 };
+        let r = Gcra {
+            rate: 7,
+            per_seconds: 3,
+            burst: 1,
+        };
         let tat = r.charge(None, now, 1);
         assert_eq!(r.room(Some(tat), now + 428), 0);
         assert_eq!(r.room(Some(tat), now + 429), 1, "3000 / 7 = 428.57 ms");
@@ -356,8 +429,14 @@ mod tests {
             }
             for (i, &a) in starts.iter().enumerate() {
                 for (j, &b) in starts.iter().enumerate().skip(i) {
-                    let allowed = r.burst as f64 + r.rate as f64 * (b - a) as f64 / (r.per_seconds * 1000) as f64;
-                    assert!((j - i + 1) as f64 <= allowed + 1e-9, "seed {seed}: {} starts in {} ms", j - i + 1, b - a);
+                    let allowed = r.burst as f64
+                        + r.rate as f64 * (b - a) as f64 / (r.per_seconds * 1000) as f64;
+                    assert!(
+                        (j - i + 1) as f64 <= allowed + 1e-9,
+                        "seed {seed}: {} starts in {} ms",
+                        j - i + 1,
+                        b - a
+                    );
                 }
             }
         }

@@ -28,7 +28,7 @@ use crate::core::timing::call_ms;
 use crate::drain_loop::{self, Event, Ports};
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;
-use crate::store::{Claimed, Store, StoreError, StoreResult};
+use crate::store::{Claim, Claimed, Store, StoreError, StoreResult};
 
 /// The store of a scheduled invocation: every D1 call charged to its budget.
 pub type DrainStore = Store<Metered<D1Db>>;
@@ -96,7 +96,7 @@ struct WorkerPorts<'a> {
     logger: &'a InvocationLog,
     watchdog: Watchdog,
     in_flight: FuturesUnordered<Running<'a>>,
-    claiming: Option<LocalBoxFuture<'a, StoreResult<Vec<ClaimedItem>>>>,
+    claiming: Option<LocalBoxFuture<'a, StoreResult<Claim>>>,
     /// What this drain claimed, so its claims skip its own items in flight.
     claimed: Claimed,
     committing: Option<Committing<'a>>,
@@ -148,10 +148,10 @@ impl<'a> Ports for WorkerPorts<'a> {
             if let Some(f) = self.claiming.as_mut() {
                 if let Poll::Ready(r) = f.as_mut().poll(cx) {
                     self.claiming = None;
-                    if let Ok(items) = &r {
-                        self.claimed.note(items);
+                    if let Ok(claim) = &r {
+                        self.claimed.note(claim);
                     }
-                    return Poll::Ready(Event::Claimed(r));
+                    return Poll::Ready(Event::Claimed(r.map(|c| c.items)));
                 }
             }
             if let Some(f) = self.committing.as_mut() {

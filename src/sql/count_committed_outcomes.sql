@@ -19,9 +19,11 @@
 -- The outcomes come grouped by batch (?1: batch id → its outcomes), so each
 -- batch's are read once by primary key, without a sort to group them.
 -- The same write moves each batch's claim cursor (migration 0014) up to the
--- largest id the flush settles: a cursor claim takes a batch's cursor items in id
--- order, so every cursor item below a claimed one was claimed too, and those the
--- cursor passes need not be read again. A batch whose flush holds only retries or
+-- largest id the flush settles: without limits a cursor claim takes a batch's
+-- cursor items in id order, so every cursor item below a claimed one was claimed
+-- too, and those the cursor passes need not be read again. While limits are
+-- defined a held item may stay pending below a claimed one (migration 0018): the
+-- cursor then stops just before the first pending cursor item. A batch whose flush holds only retries or
 -- releases gets that write too (it would anyway with a terminal outcome).
 -- It also moves the batch's lease window (migration 0015) up to just before its
 -- first cursor item still on its first attempt (pending or in flight, run_after
@@ -53,7 +55,17 @@ WITH x AS MATERIALIZED (
 UPDATE batches
 SET completed = batches.completed + (x.d ->> 'done'),
     failed = batches.failed + (x.d ->> 'failures'),
-    claim_after = max(batches.claim_after, coalesce(x.d ->> 'last_id', 0)),
+    claim_after = max(batches.claim_after,
+                      CASE WHEN NOT EXISTS (SELECT 1 FROM limits) THEN coalesce(x.d ->> 'last_id', 0)
+                      ELSE min(coalesce(x.d ->> 'last_id', 0),
+                               coalesce((SELECT q.id - 1 FROM cron_queue AS q NOT INDEXED
+                                         WHERE q.id > batches.claim_after
+                                           AND q.id <= batches.cursor_end
+                                           AND q.batch_id = batches.id AND q.run_after = 0
+                                           AND q.status = 'pending'
+                                         ORDER BY q.id LIMIT 1),
+                                        batches.cursor_end))
+                      END),
     lease_after = CASE WHEN x.d ->> 'counted' = 0 THEN batches.lease_after ELSE
                     coalesce((SELECT q.id - 1 FROM cron_queue AS q NOT INDEXED
                               WHERE q.id > batches.lease_after AND q.id <= batches.cursor_end

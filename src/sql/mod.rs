@@ -6,8 +6,8 @@ mod params;
 pub use params::*;
 
 macro_rules! sql {
-    ($($name:ident => $file:literal),* $(,)?) => {
-        $(pub const $name: &str = include_str!($file);)*
+    ($($name:ident => $($file:literal)+),* $(,)?) => {
+        $(pub const $name: &str = concat!($(include_str!($file)),+);)*
 
         /// Every statement by name, for the test of `params`.
         #[cfg(test)]
@@ -27,7 +27,10 @@ sql! {
     GET_BATCH => "get_batch.sql",
     GET_BATCH_BY_KEY => "get_batch_by_key.sql",
     LIST_BATCHES => "list_batches.sql",
-    CLAIM_DUE_ITEMS => "claim_due_items.sql",
+    // The charge and the claim share the claim's selection (its WITH clause), so
+    // the two statements of one claim select the very same items.
+    CHARGE_RATE_LIMITS => "claim_selection.sql" "charge_rate_limits.sql",
+    CLAIM_DUE_ITEMS => "claim_selection.sql" "claim_due_items.sql",
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",
     COMMIT_OUTCOMES => "commit_outcomes.sql",
     COMMITTED_OUTCOMES => "committed_outcomes.sql",

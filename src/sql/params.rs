@@ -70,9 +70,16 @@ statement! {
     FinishBatches = FINISH_BATCHES { now: i64 }
 
     // The queue's items.
-    /// `claimed`: `Claimed::json`, the largest id this claimer claimed per batch.
+    /// `claimed`: `Claimed::json`, the largest id this claimer claimed per batch;
+    /// `per_batch`: candidates read per batch (>= `limit`); `charges`: 1 when
+    /// [`ChargeRateLimits`] runs first in the same batch(), with the same values.
+    ChargeRateLimits<'a> = CHARGE_RATE_LIMITS {
+        now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
+        charges: i64,
+    }
     ClaimDueItems<'a> = CLAIM_DUE_ITEMS {
-        now: i64, limit: i64, token_prefix: &'a str, lease_expires_at: i64, claimed: String,
+        now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
+        charges: i64, lease_expires_at: i64,
     }
     /// `outcomes_by_batch`: `outcomes_by_batch_json`; `outcomes`:
     /// `transitions_json`, the same for the commit and its read-back.

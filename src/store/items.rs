@@ -2,10 +2,13 @@
 
 use std::collections::HashSet;
 
+use crate::core::limits;
+
 use super::*;
 
 impl<D: Db> Store<D> {
-    /// Claim up to `limit` due items under fresh leases (one statement).
+    /// Claim up to `limit` due items under fresh leases (one call), as a claimer
+    /// that remembers nothing.
     pub async fn claim_due_items(
         &self,
         now: i64,
@@ -13,20 +16,25 @@ impl<D: Db> Store<D> {
         token_prefix: &str,
         lease_expires_at: i64,
     ) -> StoreResult<Vec<ClaimedItem>> {
-        self.claim_due_items_after(
-            now,
-            limit,
-            token_prefix,
-            lease_expires_at,
-            &Claimed::default(),
-        )
-        .await
+        let claim = self
+            .claim_due_items_after(
+                now,
+                limit,
+                token_prefix,
+                lease_expires_at,
+                &Claimed::default(),
+            )
+            .await?;
+        Ok(claim.items)
     }
 
-    /// [`Store::claim_due_items`] for a claimer that remembers what it claimed:
-    /// each batch's cursor items are read from above the largest id it claimed
-    /// there, not only above the batch's stored cursor (which the commits move),
-    /// so its own items in flight are not read again.
+    /// [`Store::claim_due_items`] for a claimer that remembers what it claimed
+    /// ([`Claimed`]): while no limit is defined, each batch's cursor items are
+    /// read from above the largest id it claimed there, not only above the
+    /// batch's stored cursor (which the commits move), so its own items in flight
+    /// are not read again; and the rate charge (a statement before the claim in
+    /// the same `batch()`) is sent only while rate limits are defined, or not
+    /// known not to be.
     pub async fn claim_due_items_after(
         &self,
         now: i64,
@@ -34,17 +42,47 @@ impl<D: Db> Store<D> {
         token_prefix: &str,
         lease_expires_at: i64,
         claimed: &Claimed,
-    ) -> StoreResult<Vec<ClaimedItem>> {
-        let claimed = claimed.json();
-        self.db
-            .run(sql::ClaimDueItems {
+    ) -> StoreResult<Claim> {
+        let shape = ClaimShape::of(claimed.in_force, limit);
+        let marks = if shape.marks {
+            claimed.json()
+        } else {
+            "{}".to_string()
+        };
+        let charges = i64::from(shape.charges);
+        let claim = sql::ClaimDueItems {
+            now,
+            limit,
+            token_prefix,
+            claimed: &marks,
+            per_batch: shape.per_batch,
+            charges,
+            lease_expires_at,
+        };
+        let rows: Vec<Value> = if shape.charges {
+            let charge = sql::ChargeRateLimits {
                 now,
                 limit,
                 token_prefix,
-                lease_expires_at,
-                claimed,
-            })
-            .await
+                claimed: &marks,
+                per_batch: shape.per_batch,
+                charges,
+            };
+            self.db
+                .batch_rows(vec![charge.bind(), claim.bind()])
+                .await?
+        } else {
+            self.db.run(claim).await?
+        };
+        let rows: Vec<ClaimRow> = decode(rows)?;
+        let in_force = rows.first().map(|r| LimitsInForce {
+            any: r.limits_defined != 0,
+            rates: r.rates_defined != 0,
+        });
+        Ok(Claim {
+            items: rows.into_iter().map(|r| r.item).collect(),
+            in_force,
+        })
     }
 
     /// Apply outcomes in one call: the batches' counters (one row per batch), then
@@ -167,24 +205,78 @@ impl<D: Db> Store<D> {
     }
 }
 
-/// The largest item id a claimer has claimed in each batch: every cursor item
-/// below it was claimed too (a claim takes a batch's cursor items in id order), so
-/// its next claim may read that batch's cursor items from above it.
+/// What a claimer remembers between its claims: the largest item id it claimed
+/// in each batch (every cursor item below it was claimed too: a claim takes a
+/// batch's cursor items in id order, unless a limit held some back), and whether
+/// limits were defined at its last claim that returned rows.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Claimed(BTreeMap<String, i64>);
+pub struct Claimed {
+    marks: BTreeMap<String, i64>,
+    in_force: Option<LimitsInForce>,
+}
 
 impl Claimed {
-    pub fn note(&mut self, items: &[ClaimedItem]) {
-        for item in items {
-            let last = self.0.entry(item.batch_id.clone()).or_insert(0);
+    pub fn note(&mut self, claim: &Claim) {
+        for item in &claim.items {
+            let last = self.marks.entry(item.batch_id.clone()).or_insert(0);
             *last = (*last).max(item.item_id);
+        }
+        if claim.in_force.is_some() {
+            self.in_force = claim.in_force;
         }
     }
 
-    /// `{"<batch id>": <largest id>, ...}`, the claim's ?5.
+    /// `{"<batch id>": <largest id>, ...}`, the claim's ?4.
     pub fn json(&self) -> String {
-        serde_json::to_string(&self.0).expect("a map of ids serialises")
+        serde_json::to_string(&self.marks).expect("a map of ids serialises")
     }
+}
+
+/// Whether limits, and rate limits, were defined when a claim ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitsInForce {
+    pub any: bool,
+    pub rates: bool,
+}
+
+/// A claim's answer: the items, and what its rows said of the limits (`None`
+/// when it claimed nothing).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claim {
+    pub items: Vec<ClaimedItem>,
+    pub in_force: Option<LimitsInForce>,
+}
+
+/// How a claim is sent, from what its claimer knows of the limits. Not known
+/// (a first claim, or every claim so far empty): as if rate limits were defined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClaimShape {
+    /// Send the rate charge first (else rate-limited keys hold their items).
+    charges: bool,
+    /// Read cursor items from above the claimer's marks (no item is held back
+    /// while no limit is defined, so none is left below them).
+    marks: bool,
+    per_batch: i64,
+}
+
+impl ClaimShape {
+    fn of(in_force: Option<LimitsInForce>, limit: i64) -> ClaimShape {
+        let any = in_force.is_none_or(|f| f.any);
+        ClaimShape {
+            charges: in_force.is_none_or(|f| f.rates),
+            marks: !any,
+            per_batch: limits::candidates_per_batch(limit, any),
+        }
+    }
+}
+
+/// A claimed row with the claim's answer about limits (the same on every row).
+#[derive(Deserialize)]
+struct ClaimRow {
+    #[serde(flatten)]
+    item: ClaimedItem,
+    limits_defined: i64,
+    rates_defined: i64,
 }
 
 /// The count's parameter: batch id → that batch's outcomes (the same objects as
@@ -235,10 +327,14 @@ mod tests {
     #[test]
     fn claimed_keeps_the_largest_id_per_batch() {
         let item = |batch: &str, id: i64| ClaimedItem::sample(id, batch);
+        let claim = |items: Vec<ClaimedItem>| Claim {
+            items,
+            in_force: None,
+        };
         let mut claimed = Claimed::default();
         assert_eq!(claimed.json(), "{}");
-        claimed.note(&[item("a", 7), item("b", 3), item("a", 5)]);
-        claimed.note(&[item("a", 6), item("b", 9)]);
+        claimed.note(&claim(vec![item("a", 7), item("b", 3), item("a", 5)]));
+        claimed.note(&claim(vec![item("a", 6), item("b", 9)]));
         assert_eq!(claimed.json(), r#"{"a":7,"b":9}"#);
     }
 

@@ -20,7 +20,7 @@ mod subjects;
 
 pub use batches::{items_json, FillState};
 pub use control::Requeued;
-pub use items::{transitions_json, Claimed};
+pub use items::{transitions_json, Claim, Claimed, LimitsInForce};
 pub use schedules::{FireFailure, FireReport};
 
 use std::collections::BTreeMap;

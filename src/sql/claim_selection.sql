@@ -1,0 +1,172 @@
+-- The claim's selection: which due items a claim takes, in which order, and what
+-- each limit key lets through. Not a statement of its own: charge_rate_limits.sql
+-- and claim_due_items.sql both start with it (src/sql/mod.rs joins them), so the
+-- charge and the claim, run in that order in one batch() (one transaction), select
+-- the very same items: the same text over the same rows, with the rate state the
+-- charge wrote read back as it was before it (limit_state.claim = ?3 →
+-- tat_before). Exact across any number of claimers: D1 runs one writer at a time.
+--
+-- Candidates (what may be claimed is defined here, in one place):
+-- - `claimable`: the running batches (their partial index). Paused and cancelled
+--   batches are not in it, so their items are never read.
+-- - `cursor`: each claimable batch's first attempts due at once (run_after = 0,
+--   migration 0014), in no index: read by primary key from the batch's cursor
+--   (claim_after, cursor_end], up to the batch's ?5-th such item (a scalar seek
+--   and walk, no ephemeral list), skipping what is in flight or ended. A claimer
+--   that names the largest id it claimed in a batch (?4) starts there when that is
+--   higher: every cursor item below it was claimed (store::Claimed; the store sends
+--   none while limits are defined, since a held item below it is still pending).
+--   They count as due since their batch's fire instant (`fill`'s fire_at), or its
+--   creation for explicit items.
+-- - `due`: items with a real run_after (retries, reaps, replays, deferred first
+--   attempts): each claimable batch is sought in the due index (batch, run_after;
+--   callback rows are not in it), at most ?5 entries.
+-- - `callbacks`: due completion callbacks of batches that have ended (finished_at
+--   set), whatever their status; a callback of an earlier end whose batch a replay
+--   reopened is held (trigger batches_enqueue_callback replaces it at the next
+--   end). At most ?2 entries of their own partial index.
+-- Order: `priority DESC`, then turns (each batch's k-th candidate by (run_after,
+-- id) before any batch's (k+1)-th), then (run_after, id). So a small batch starts
+-- at the next claim whatever a big one has waiting, and a higher priority goes
+-- first.
+-- Limits (core::limits has the same rules in Rust): each key a candidate holds is
+-- governed by its own limit, else the longest partitioned limit (`prefix:*`)
+-- that matches it, else by none (it holds nothing back). A governed key has room
+-- for min(concurrency − its items in flight, the rate's tokens) more; its
+-- candidates, in claim order, are taken while they fit, and a candidate is taken
+-- only if every governed key it holds has room for it. A candidate holding a key
+-- with no room at all is set aside first; among the rest, one held by a key
+-- still counts against the others' room (a claim may take fewer than it could,
+-- never more). Items in flight are counted from the items themselves (the
+-- leased index and the lease windows of unfinished batches, paused ones
+-- included): a commit, a release or the reaper gives a slot back by moving the
+-- item, with no write of its own. Tokens are GCRA in integer units of ms × rate
+-- (core::limits::Gcra): room = (burst × cost − max(0, tat − now × rate)) / cost,
+-- cost = per_seconds × 1000; a state counted under another rate or window
+-- (`basis`) is a full burst. With ?6 = 0 (no charge statement before this one),
+-- every rate-limited key has no room.
+-- A held candidate stays pending: no write, no attempt. Head of line: a batch's
+-- items wait behind at most ?5 − 1 held items of their own batch.
+-- ?1 now, ?2 limit, ?3 token prefix (unique per claim), ?4 JSON object batch id →
+-- largest id this claimer claimed there (may be empty), ?5 candidates per batch
+-- (>= ?2), ?6 1 when charge_rate_limits.sql runs before in the same batch().
+WITH claimable AS (
+  SELECT id, coalesce(fill ->> 'fire_at', created_at) AS due_at, claim_after, cursor_end,
+         priority
+  FROM batches INDEXED BY batches_running WHERE status = 'running'
+),
+callbacks AS (
+  SELECT c.id, c.batch_id, c.run_after, c.limits,
+         (SELECT b.priority FROM batches AS b WHERE b.id = c.batch_id) AS priority
+  FROM cron_queue AS c INDEXED BY cron_queue_callbacks
+  WHERE c.status = 'pending' AND c.kind = 'callback' AND c.run_after <= ?1
+    AND c.attempt < c.max_attempts
+    AND (SELECT b.finished_at FROM batches AS b WHERE b.id = c.batch_id) IS NOT NULL
+  ORDER BY c.run_after, c.id
+  LIMIT ?2
+),
+cursor AS (
+  SELECT q.id, b.id AS batch_id, b.due_at AS run_after, q.limits, b.priority
+  FROM (SELECT id, due_at, cursor_end, priority,
+               max(claim_after, coalesce(json_extract(?4, '$."' || id || '"'), 0)) AS after
+        FROM claimable) AS b
+  JOIN cron_queue AS q NOT INDEXED
+    ON q.id > b.after
+   AND q.id <= coalesce((SELECT c.id FROM cron_queue AS c NOT INDEXED
+                         WHERE c.id > b.after AND c.id <= b.cursor_end
+                           AND c.batch_id = b.id AND c.status = 'pending' AND c.run_after = 0
+                           AND c.attempt < c.max_attempts
+                         ORDER BY c.id
+                         LIMIT 1 OFFSET ?5 - 1),
+                        b.cursor_end)
+  WHERE q.batch_id = b.id AND q.status = 'pending' AND q.run_after = 0
+    AND q.attempt < q.max_attempts
+),
+due AS (
+  SELECT q.id, q.batch_id, q.run_after, q.limits, b.priority
+  FROM claimable AS b, cron_queue AS q
+  WHERE q.id IN (
+    SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
+    WHERE d.batch_id = b.id AND d.status = 'pending' AND d.kind <> 'callback'
+      AND d.run_after > 0 AND d.run_after <= ?1 AND d.attempt < d.max_attempts
+    ORDER BY d.run_after, d.id
+    LIMIT ?5
+  )
+),
+ordered AS MATERIALIZED (
+  SELECT id, limits,
+         row_number() OVER (ORDER BY priority DESC, turn, run_after, id) AS ord
+  FROM (SELECT c.*, row_number() OVER (PARTITION BY batch_id ORDER BY run_after, id) AS turn
+        FROM (SELECT * FROM due UNION ALL SELECT * FROM cursor UNION ALL SELECT * FROM callbacks)
+             AS c)
+),
+held AS MATERIALIZED (
+  SELECT o.id, o.ord, k.value AS key
+  FROM ordered AS o, json_each(o.limits) AS k
+  WHERE o.limits IS NOT NULL
+),
+governed AS MATERIALIZED (
+  SELECT k.key, l.rate, l.per_seconds, l.burst, l.concurrency,
+         l.rate || '/' || l.per_seconds AS basis
+  FROM (SELECT DISTINCT key FROM held) AS k
+  JOIN limits AS l ON l.key = coalesce(
+    (SELECT o.key FROM limits AS o WHERE o.key = k.key),
+    (SELECT p.key FROM limits AS p
+     WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(k.key)
+       AND substr(k.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
+     ORDER BY length(p.key) DESC
+     LIMIT 1))
+),
+in_flight AS MATERIALIZED (
+  SELECT k.value AS key, count(*) AS n
+  FROM (SELECT q.limits FROM cron_queue AS q INDEXED BY cron_queue_leased
+        WHERE EXISTS (SELECT 1 FROM governed WHERE concurrency IS NOT NULL)
+          AND q.status = 'processing' AND q.run_after > 0 AND q.limits IS NOT NULL
+        UNION ALL
+        SELECT f.limits FROM batches AS b INDEXED BY batches_status
+        JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
+        WHERE EXISTS (SELECT 1 FROM governed WHERE concurrency IS NOT NULL)
+          AND b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
+          AND f.limits IS NOT NULL) AS q,
+       json_each(q.limits) AS k
+  WHERE k.value IN (SELECT key FROM governed WHERE concurrency IS NOT NULL)
+  GROUP BY k.value
+),
+state AS MATERIALIZED (
+  SELECT g.key, CASE WHEN s.claim = ?3 THEN s.tat_before
+                     WHEN s.basis = g.basis THEN s.tat END AS tat
+  FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
+  WHERE g.rate IS NOT NULL
+),
+room AS MATERIALIZED (
+  SELECT g.key,
+         min(CASE WHEN g.concurrency IS NULL THEN 1000000000
+                  ELSE g.concurrency - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
+             END,
+             CASE WHEN g.rate IS NULL THEN 1000000000
+                  WHEN ?6 = 0 THEN 0
+                  ELSE (g.burst * g.per_seconds * 1000
+                        - max(0, coalesce((SELECT s.tat FROM state AS s WHERE s.key = g.key), 0)
+                                 - ?1 * g.rate))
+                       / (g.per_seconds * 1000)
+             END) AS room
+  FROM governed AS g
+),
+spent AS (
+  SELECT h.id FROM held AS h JOIN room AS r ON r.key = h.key WHERE r.room <= 0
+),
+blocked AS (
+  SELECT id FROM spent
+  UNION
+  SELECT h.id
+  FROM (SELECT id, key, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
+        FROM held WHERE id NOT IN (SELECT id FROM spent)) AS h
+  JOIN room AS r ON r.key = h.key
+  WHERE h.n > r.room
+),
+next AS (
+  SELECT id FROM ordered
+  WHERE id NOT IN (SELECT id FROM blocked)
+  ORDER BY ord
+  LIMIT ?2
+)

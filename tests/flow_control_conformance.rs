@@ -1,0 +1,317 @@
+//! Flow control on real SQLite with the migrations: the claim's turns between
+//! batches, priorities, and what limit keys let through (concurrency, rate,
+//! partitions), one rule per test. The same rules in Rust are `core::limits`;
+//! tests/flow_control_simulation.rs runs them with several drainers at once.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use cron_fanout::core::limits::Gcra;
+use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{Claimed, Store};
+use futures::executor::block_on;
+
+/// Gives every item of `batch` whose subject is in `subjects` (all when empty)
+/// the keys `keys` (as an enqueue would have copied them).
+fn hold(store: &Store<SqliteDb>, batch: &str, keys: &[&str], nth: impl Fn(i64) -> bool) {
+    let ids: Vec<i64> = {
+        let conn = store.db().conn();
+        let mut stmt = conn
+            .prepare("SELECT id FROM cron_queue WHERE batch_id = ?1 ORDER BY id")
+            .unwrap();
+        let rows = stmt.query_map([batch], |r| r.get(0)).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    let json = serde_json::to_string(keys).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        if nth(i as i64) {
+            store
+                .db()
+                .conn()
+                .execute(
+                    "UPDATE cron_queue SET limits = ?1 WHERE id = ?2",
+                    rusqlite::params![json, id],
+                )
+                .unwrap();
+        }
+    }
+}
+
+fn limit(
+    store: &Store<SqliteDb>,
+    key: &str,
+    rate: Option<i64>,
+    per: i64,
+    burst: Option<i64>,
+    conc: Option<i64>,
+) {
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)
+             ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, per_seconds = excluded.per_seconds,
+               burst = excluded.burst, concurrency = excluded.concurrency",
+            rusqlite::params![key, rate, per, burst, conc],
+        )
+        .unwrap();
+}
+
+fn priority(store: &Store<SqliteDb>, batch: &str, p: i64) {
+    store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET priority = ?1 WHERE id = ?2",
+            rusqlite::params![p, batch],
+        )
+        .unwrap();
+}
+
+fn by_batch(items: &[ClaimedItem]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for i in items {
+        *m.entry(i.batch_id.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+fn claim_after(
+    store: &Store<SqliteDb>,
+    now: i64,
+    limit: i64,
+    prefix: &str,
+    claimed: &mut Claimed,
+) -> Vec<ClaimedItem> {
+    let claim =
+        block_on(store.claim_due_items_after(now, limit, prefix, now + LEASE_MS, claimed)).unwrap();
+    claimed.note(&claim);
+    claim.items
+}
+
+#[test]
+fn a_claim_takes_turns_between_batches() {
+    let store = setup();
+    let big = batch_of(&store, "big", 100, 3);
+    let small = batch_of(&store, "small", 5, 3);
+    let items = claim(&store, 1_000, 10, "c1");
+    let counts = by_batch(&items);
+    assert_eq!(counts[&big], 5, "{counts:?}");
+    assert_eq!(
+        counts[&small], 5,
+        "the small batch's 5 come in the first claim: {counts:?}"
+    );
+}
+
+#[test]
+fn a_higher_priority_is_claimed_first_and_equal_ones_take_turns() {
+    let store = setup();
+    let low = batch_of(&store, "low", 20, 3);
+    let high = batch_of(&store, "high", 4, 3);
+    let also_low = batch_of(&store, "also-low", 20, 3);
+    priority(&store, &high, 5);
+    let items = claim(&store, 1_000, 3, "c1");
+    assert_eq!(
+        by_batch(&items),
+        BTreeMap::from([(high.clone(), 3)]),
+        "priority 5 first"
+    );
+    let items = claim(&store, 1_001, 7, "c2");
+    let counts = by_batch(&items);
+    assert_eq!(counts[&high], 1, "{counts:?}");
+    assert_eq!(
+        (counts[&low], counts[&also_low]),
+        (3, 3),
+        "equal priorities take turns: {counts:?}"
+    );
+}
+
+#[test]
+fn a_key_at_its_concurrency_holds_its_items_and_frees_a_slot_when_one_commits() {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["github"], |i| i < 6);
+    limit(&store, "github", None, 1, None, Some(2));
+    let items = claim(&store, 1_000, 10, "c1");
+    let held = |items: &[ClaimedItem]| {
+        items
+            .iter()
+            .filter(|i| i.subject_id.as_str() < "b-00006")
+            .count()
+    };
+    assert_eq!(items.len(), 6, "2 of the 6 keyed items and the 4 free ones");
+    assert_eq!(held(&items), 2);
+    let pending_attempts = count(
+        &store,
+        "SELECT sum(attempt) FROM cron_queue WHERE status = 'pending'",
+    );
+    assert_eq!(pending_attempts, 0, "a held item spends no attempt");
+    assert!(
+        claim(&store, 1_001, 10, "c2").is_empty(),
+        "no room until one ends"
+    );
+    let keyed: Vec<&ClaimedItem> = items
+        .iter()
+        .filter(|i| i.subject_id.as_str() < "b-00006")
+        .collect();
+    block_on(store.commit_outcomes(&[settle(keyed[0], Outcome::Done, 1_002)])).unwrap();
+    let next = claim(&store, 1_003, 10, "c3");
+    assert_eq!(next.len(), 1, "one slot given back by the commit");
+}
+
+#[test]
+fn a_key_without_a_limit_holds_nothing_back() {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["nobody-limits-me"], |_| true);
+    limit(&store, "other", None, 1, None, Some(1));
+    assert_eq!(claim(&store, 1_000, 10, "c1").len(), 10);
+}
+
+#[test]
+fn a_rate_lets_its_burst_through_then_one_per_interval() {
+    let store = setup();
+    let b = batch_of(&store, "b", 30, 3);
+    hold(&store, &b, &["telegram"], |_| true);
+    // 20 a second, burst 5: one every 50 ms after the first 5.
+    limit(&store, "telegram", Some(20), 1, Some(5), None);
+    let mut claimed = Claimed::default();
+    let now = 1_000_000;
+    assert_eq!(claim_after(&store, now, 30, "c1", &mut claimed).len(), 5);
+    assert_eq!(
+        claim_after(&store, now + 49, 30, "c2", &mut claimed).len(),
+        0
+    );
+    assert_eq!(
+        claim_after(&store, now + 100, 30, "c3", &mut claimed).len(),
+        2
+    );
+    assert_eq!(
+        claim_after(&store, now + 10_000, 30, "c4", &mut claimed).len(),
+        5,
+        "refilled to the burst, no more"
+    );
+    let gcra = Gcra {
+        rate: 20,
+        per_seconds: 1,
+        burst: 5,
+    };
+    let tat: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'telegram'");
+    let expected = gcra.charge(
+        Some(gcra.charge(Some(gcra.charge(None, now, 5)), now + 100, 2)),
+        now + 10_000,
+        5,
+    );
+    assert_eq!(tat, expected, "the SQL charge is core::limits::Gcra's");
+}
+
+#[test]
+fn a_claim_sent_without_the_charge_holds_rate_limited_keys() {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["telegram"], |i| i >= 5);
+    limit(&store, "other", None, 1, None, Some(1));
+    let mut claimed = Claimed::default();
+    // Its first claim learns that limits, but no rate limits, are defined: its
+    // next claims are sent without the charge.
+    assert_eq!(claim_after(&store, 1_000, 2, "c1", &mut claimed).len(), 2);
+    limit(&store, "telegram", Some(100), 1, Some(100), None);
+    let next = claim_after(&store, 1_001, 10, "c2", &mut claimed);
+    assert_eq!(
+        next.len(),
+        3,
+        "the 3 free items, none holding the rate-limited key: {next:?}"
+    );
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM limit_state"),
+        0,
+        "nothing charged"
+    );
+    // A claimer that knows (or does not know) of rates charges, and takes them.
+    let mut fresh = Claimed::default();
+    assert_eq!(claim_after(&store, 1_002, 10, "c3", &mut fresh).len(), 5);
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 1);
+}
+
+#[test]
+fn a_partitioned_limit_applies_to_each_member_and_a_members_own_limit_wins() {
+    let store = setup();
+    let b = batch_of(&store, "b", 12, 3);
+    hold(&store, &b, &["tenant:acme"], |i| i < 4);
+    hold(&store, &b, &["tenant:bolt"], |i| (4..8).contains(&i));
+    hold(&store, &b, &["tenant:big"], |i| i >= 8);
+    limit(&store, "tenant:*", None, 1, None, Some(1));
+    limit(&store, "tenant:big", None, 1, None, Some(3));
+    let items = claim(&store, 1_000, 12, "c1");
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in &items {
+        let n: i64 = i.subject_id[2..].parse().unwrap();
+        let tenant = if n < 4 {
+            "acme"
+        } else if n < 8 {
+            "bolt"
+        } else {
+            "big"
+        };
+        *per.entry(tenant).or_insert(0) += 1;
+    }
+    assert_eq!(per, BTreeMap::from([("acme", 1), ("bolt", 1), ("big", 3)]));
+}
+
+#[test]
+fn an_item_is_taken_only_when_every_key_it_holds_has_room() {
+    let store = setup();
+    let b = batch_of(&store, "b", 6, 3);
+    hold(&store, &b, &["a", "b"], |i| i < 3);
+    hold(&store, &b, &["b"], |i| i >= 3);
+    limit(&store, "a", None, 1, None, Some(1));
+    limit(&store, "b", None, 1, None, Some(2));
+    let items = claim(&store, 1_000, 6, "c1");
+    // The first item (a, b) fits both; the second (a, b) is held by a but still
+    // counts against b's room (a claim may take fewer, never more), so b's
+    // second slot goes unused in this claim.
+    assert_eq!(items.len(), 1, "{items:?}");
+    let in_flight_b = count(
+        &store,
+        "SELECT count(*) FROM cron_queue, json_each(cron_queue.limits) AS k
+         WHERE status = 'processing' AND k.value = 'b'",
+    );
+    assert!(in_flight_b <= 2);
+    // Once a is spent, its items are set aside before b's room is counted.
+    let items = claim(&store, 1_001, 6, "c2");
+    assert_eq!(
+        items.len(),
+        1,
+        "b's last slot goes to an item holding b only: {items:?}"
+    );
+    assert_eq!(items[0].subject_id, "b-00003");
+}
+
+#[test]
+fn items_in_flight_of_a_paused_batch_still_hold_their_slots() {
+    let store = setup();
+    let b = batch_of(&store, "b", 4, 3);
+    let c = batch_of(&store, "c", 4, 3);
+    hold(&store, &b, &["k"], |_| true);
+    hold(&store, &c, &["k"], |_| true);
+    limit(&store, "k", None, 1, None, Some(2));
+    let items = claim(&store, 1_000, 2, "c1");
+    assert_eq!(items.len(), 2);
+    let paused = &items[0].batch_id;
+    store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE batches SET status = 'paused' WHERE id = ?1",
+            [paused],
+        )
+        .unwrap();
+    assert!(
+        claim(&store, 1_001, 10, "c2").is_empty(),
+        "the paused batch's 2 in flight fill k"
+    );
+}

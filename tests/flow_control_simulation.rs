@@ -1,0 +1,371 @@
+//! Flow control under concurrency, in virtual time, on the real store (SQLite
+//! with the D1 migrations): several drainers claim, run, commit, release and die
+//! at random over batches whose items hold random keys under random limits
+//! (rates, concurrencies, partitions), with a reaper. After every claim and
+//! commit the world is checked against the bounds, read from the rows with
+//! plain SQL (not the claim's): no key ever has more items in flight than its
+//! concurrency, no interval sees more starts of a key than `burst + rate × t /
+//! per_seconds`, a held item spends no attempt, and every item ends.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use cron_fanout::core::limits::{governing, Gcra};
+use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::core::retry::release;
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{Claimed, Store};
+use futures::executor::block_on;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+/// Seeds run (FLOW_SEEDS overrides it, for a longer search).
+const SEEDS: u64 = 16;
+const LEASE: i64 = 8_000;
+/// Virtual time a seed may take before its items must all have ended.
+const HORIZON_MS: i64 = 3_600_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    rate: Option<(i64, i64, i64)>,
+    concurrency: Option<i64>,
+}
+
+struct World {
+    store: Store<SqliteDb>,
+    rng: StdRng,
+    /// Defined limits by key.
+    limits: BTreeMap<String, Spec>,
+    /// Each item's keys.
+    keys: BTreeMap<i64, Vec<String>>,
+    /// Claim instants of each held key (the member key for a partition).
+    starts: BTreeMap<String, Vec<i64>>,
+    /// Claims and releases per item: its attempt must be claims − releases.
+    claims: BTreeMap<i64, i64>,
+    releases: BTreeMap<i64, i64>,
+    seed: u64,
+}
+
+struct Drainer {
+    claimed: Claimed,
+    /// Claimed items with the time their run ends (None: dispatched, never ends
+    /// because this drainer died).
+    running: Vec<(ClaimedItem, i64)>,
+    /// Finished runs waiting for the next flush.
+    done: Vec<(ClaimedItem, Outcome)>,
+    next_claim: i64,
+    next_flush: i64,
+    dead: bool,
+}
+
+const KEYS: &[&str] = &["a", "b", "c", "tenant:x", "tenant:y", "tenant:z", "free"];
+
+fn world(seed: u64) -> World {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let store = setup();
+    let mut limits = BTreeMap::new();
+    let spec = |rng: &mut StdRng| Spec {
+        rate: rng.random_bool(0.6).then(|| {
+            (
+                rng.random_range(2..30),
+                rng.random_range(1..3),
+                rng.random_range(1..10),
+            )
+        }),
+        concurrency: None,
+    };
+    for key in ["a", "b", "c", "tenant:*", "tenant:y"] {
+        if rng.random_bool(0.75) {
+            let mut s = spec(&mut rng);
+            if s.rate.is_none() || rng.random_bool(0.5) {
+                s.concurrency = Some(rng.random_range(1..7));
+            }
+            limits.insert(key.to_string(), s);
+        }
+    }
+    for (key, s) in &limits {
+        let (rate, per, burst) = match s.rate {
+            Some((r, p, b)) => (Some(r), p, Some(b)),
+            None => (None, 1, None),
+        };
+        store
+            .db()
+            .conn()
+            .execute(
+                "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)",
+                rusqlite::params![key, rate, per, burst, s.concurrency],
+            )
+            .unwrap();
+    }
+    let mut keys = BTreeMap::new();
+    for b in 0..rng.random_range(2..5) {
+        let n = rng.random_range(10..40);
+        let id = batch_of(&store, &format!("s{b}"), n, 3);
+        store
+            .db()
+            .conn()
+            .execute(
+                "UPDATE batches SET priority = ?1 WHERE id = ?2",
+                rusqlite::params![rng.random_range(-1..2), id],
+            )
+            .unwrap();
+        let ids: Vec<i64> = {
+            let conn = store.db().conn();
+            let mut stmt = conn
+                .prepare("SELECT id FROM cron_queue WHERE batch_id = ?1")
+                .unwrap();
+            let rows = stmt.query_map([&id], |r| r.get(0)).unwrap();
+            rows.map(Result::unwrap).collect()
+        };
+        for item in ids {
+            let n = rng.random_range(0..3);
+            let held: Vec<String> = KEYS
+                .choose_multiple(&mut rng, n)
+                .map(|k| k.to_string())
+                .collect();
+            if !held.is_empty() {
+                store
+                    .db()
+                    .conn()
+                    .execute(
+                        "UPDATE cron_queue SET limits = ?1 WHERE id = ?2",
+                        rusqlite::params![serde_json::to_string(&held).unwrap(), item],
+                    )
+                    .unwrap();
+            }
+            keys.insert(item, held);
+        }
+    }
+    World {
+        store,
+        rng,
+        limits,
+        keys,
+        starts: BTreeMap::new(),
+        claims: BTreeMap::new(),
+        releases: BTreeMap::new(),
+        seed,
+    }
+}
+
+impl World {
+    fn governing(&self, key: &str) -> Option<Spec> {
+        governing(key, self.limits.keys().map(String::as_str)).map(|k| self.limits[k])
+    }
+
+    /// No governed key has more items in flight than its concurrency, counted
+    /// from the rows.
+    fn check_in_flight(&self, now: i64) {
+        let conn = self.store.db().conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT k.value, count(*) FROM cron_queue, json_each(cron_queue.limits) AS k
+                 WHERE cron_queue.status = 'processing' GROUP BY k.value",
+            )
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .unwrap();
+        for row in rows {
+            let (key, n) = row.unwrap();
+            if let Some(Spec {
+                concurrency: Some(c),
+                ..
+            }) = self.governing(&key)
+            {
+                assert!(
+                    n <= c,
+                    "seed {}: {n} in flight holding {key} (concurrency {c}) at {now}",
+                    self.seed
+                );
+            }
+        }
+    }
+
+    /// Starts of each rate-limited key within the GCRA bound over every interval.
+    fn check_rates(&self) {
+        for (key, starts) in &self.starts {
+            let Some(Spec {
+                rate: Some((rate, per, burst)),
+                ..
+            }) = self.governing(key)
+            else {
+                continue;
+            };
+            let g = Gcra {
+                rate,
+                per_seconds: per,
+                burst,
+            };
+            for i in 0..starts.len() {
+                for j in i..starts.len() {
+                    let allowed = g.burst as f64
+                        + g.rate as f64 * (starts[j] - starts[i]) as f64 / g.cost() as f64;
+                    assert!(
+                        (j - i + 1) as f64 <= allowed + 1e-9,
+                        "seed {}: {} starts of {key} in {} ms ({g:?})",
+                        self.seed,
+                        j - i + 1,
+                        starts[j] - starts[i]
+                    );
+                }
+            }
+        }
+    }
+
+    fn claim(&mut self, d: &mut Drainer, now: i64, n: usize) {
+        let limit = self.rng.random_range(1..12);
+        let claim = block_on(self.store.claim_due_items_after(
+            now,
+            limit,
+            &format!("d{n}c{now}"),
+            now + LEASE,
+            &d.claimed,
+        ))
+        .unwrap();
+        d.claimed.note(&claim);
+        assert!(claim.items.len() as i64 <= limit);
+        for item in claim.items {
+            *self.claims.entry(item.item_id).or_insert(0) += 1;
+            for k in &self.keys[&item.item_id] {
+                self.starts.entry(k.clone()).or_default().push(now);
+            }
+            let ends = now + self.rng.random_range(5..3_000);
+            d.running.push((item, ends));
+        }
+        self.check_in_flight(now);
+    }
+
+    fn flush(&mut self, d: &mut Drainer, now: i64) {
+        let mut transitions = Vec::new();
+        for (item, outcome) in d.done.drain(..) {
+            transitions.push(settle(&item, outcome, now));
+        }
+        // Now and then a claimed item is given back unrun (its lease cannot cover
+        // the call any more).
+        if self.rng.random_bool(0.1) && !d.running.is_empty() {
+            let (item, _) = d.running.remove(0);
+            *self.releases.entry(item.item_id).or_insert(0) += 1;
+            transitions.push(release(&item));
+        }
+        if !transitions.is_empty() {
+            block_on(self.store.commit_outcomes(&transitions)).unwrap();
+        }
+        self.check_in_flight(now);
+    }
+}
+
+fn run_seed(seed: u64) {
+    let mut w = world(seed);
+    let total = w.keys.len() as i64;
+    let mut drainers: Vec<Drainer> = (0..w.rng.random_range(2..5))
+        .map(|i| Drainer {
+            claimed: Claimed::default(),
+            running: Vec::new(),
+            done: Vec::new(),
+            next_claim: i * 37,
+            next_flush: 500 + i * 91,
+            dead: false,
+        })
+        .collect();
+    let mut now = 0;
+    let mut next_reap = 10_000;
+    let mut next_look = 0;
+    while now < HORIZON_MS {
+        if now >= next_look {
+            let ended = count(
+                &w.store,
+                "SELECT count(*) FROM cron_queue WHERE status IN ('completed', 'failed')",
+            );
+            if ended == total {
+                break;
+            }
+            next_look = now + 1_000;
+        }
+        now += w.rng.random_range(1..60);
+        for (n, d) in drainers.iter_mut().enumerate() {
+            if d.dead {
+                // A new drainer takes its place after a while (the next tick).
+                if w.rng.random_bool(0.01) {
+                    *d = Drainer {
+                        claimed: Claimed::default(),
+                        running: Vec::new(),
+                        done: Vec::new(),
+                        next_claim: now,
+                        next_flush: now + 1_000,
+                        dead: false,
+                    };
+                }
+                continue;
+            }
+            let (finished, running): (Vec<_>, Vec<_>) =
+                d.running.drain(..).partition(|(_, at)| *at <= now);
+            d.running = running;
+            for (item, _) in finished {
+                let outcome = match w.rng.random_range(0..100) {
+                    0..80 => Outcome::Done,
+                    80..95 => Outcome::Retry("busy".into()),
+                    _ => Outcome::Fail("bad".into()),
+                };
+                d.done.push((item, outcome));
+            }
+            if now >= d.next_flush {
+                w.flush(d, now);
+                d.next_flush = now + w.rng.random_range(100..1_000);
+            }
+            if now >= d.next_claim {
+                w.claim(d, now, n);
+                d.next_claim = now + w.rng.random_range(100..1_200);
+            }
+            // A drainer dies now and then with its leases: the reaper requeues them.
+            if w.rng.random_bool(0.0005) {
+                d.dead = true;
+            }
+        }
+        if now >= next_reap {
+            block_on(w.store.reap_expired_leases(now, 500)).unwrap();
+            w.check_in_flight(now);
+            next_reap = now + 10_000;
+        }
+    }
+    let left = count(
+        &w.store,
+        "SELECT count(*) FROM cron_queue WHERE status NOT IN ('completed', 'failed')",
+    );
+    assert_eq!(
+        left, 0,
+        "seed {seed}: {left} of {total} items did not end in {HORIZON_MS} ms"
+    );
+    w.check_rates();
+    // Attempts: each claim spent one, each release gave one back; a held item
+    // (claimed fewer times) spent nothing while it waited.
+    let conn = w.store.db().conn();
+    let mut stmt = conn
+        .prepare("SELECT id, attempt, status FROM cron_queue")
+        .unwrap();
+    let rows: Vec<(i64, i64, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (id, attempt, status) in rows {
+        let spent =
+            w.claims.get(&id).copied().unwrap_or(0) - w.releases.get(&id).copied().unwrap_or(0);
+        assert_eq!(attempt, spent, "seed {seed}: item {id} ({status})");
+    }
+}
+
+#[test]
+fn concurrency_and_rate_bounds_hold_with_several_drainers_and_every_item_ends() {
+    let seeds = std::env::var("FLOW_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SEEDS);
+    for seed in 0..seeds {
+        run_seed(seed);
+    }
+}
