@@ -13,8 +13,9 @@ use crate::store::StoreResult;
 
 /// What woke the loop.
 pub enum Event {
-    /// The claim started by [`Ports::claim`] answered.
-    Claimed(StoreResult<Vec<ClaimedItem>>),
+    /// The claim started by [`Ports::claim`] answered; with the time to claim
+    /// again when its limits held items back (`Drain::claimed_holding`).
+    Claimed(StoreResult<Vec<ClaimedItem>>, Option<i64>),
     /// The commit started by [`Ports::commit`] answered; its rows come back with it.
     Committed(Vec<Settled>, StoreResult<Vec<i64>>),
     /// A dispatched item answered, or the platform refused its dispatch.
@@ -74,7 +75,7 @@ pub async fn run<P: Ports>(machine: &mut Drain, ports: &mut P) -> StopReason {
         let now = ports.now().max(floor);
         floor = now;
         match event {
-            Event::Claimed(result) => machine.claimed(now, result),
+            Event::Claimed(result, held_until) => machine.claimed_holding(now, result, held_until),
             Event::Committed(rows, result) => machine.committed(now, rows, result),
             Event::Finished(item, Ok(ran)) => {
                 let jitter = ports.jitter();

@@ -1159,7 +1159,8 @@ impl Ports for SimPorts<'_, '_> {
                         seen.live.insert(item.item_id, key(item));
                     }
                 }
-                Event::Claimed(result.map(|c| c.items))
+                let held_until = result.as_ref().ok().and_then(|c| c.held_until);
+                Event::Claimed(result.map(|c| c.items), held_until)
             }
             Scheduled::Committed(rows, result, wrote) => {
                 let (at, _, _) = take_sent(&mut self.sent, false);

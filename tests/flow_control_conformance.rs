@@ -315,3 +315,34 @@ fn items_in_flight_of_a_paused_batch_still_hold_their_slots() {
         "the paused batch's 2 in flight fill k"
     );
 }
+
+#[test]
+fn a_claim_says_when_its_held_items_may_go() {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["telegram"], |i| i < 5);
+    hold(&store, &b, &["db"], |i| i >= 5);
+    limit(&store, "telegram", Some(20), 1, Some(2), None);
+    limit(&store, "db", None, 1, None, Some(1));
+    let now = 1_000_000;
+    let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::default())).unwrap();
+    assert_eq!(claim.items.len(), 3, "2 of the rate's burst, 1 of the concurrency");
+    let gcra = Gcra { rate: 20, per_seconds: 1, burst: 2 };
+    assert_eq!(claim.held_until, Some(gcra.next_start(gcra.charge(None, now, 2))));
+    assert_eq!(claim.held_until, Some(now + 50));
+    // Held by a concurrency only: a poll after the flush interval.
+    let conc = setup();
+    let c = batch_of(&conc, "c", 3, 3);
+    hold(&conc, &c, &["db"], |_| true);
+    limit(&conc, "db", None, 1, None, Some(1));
+    assert_eq!(common::claim(&conc, now, 10, "d1").len(), 1);
+    let rest = block_on(conc.claim_due_items_after(now + 5, 10, "d2", now + LEASE_MS, &Claimed::default())).unwrap();
+    assert!(rest.items.is_empty());
+    assert_eq!(rest.held_until, Some(now + 5 + cron_fanout::core::limits::HELD_POLL_MS));
+    // Nothing held, nothing to wait for.
+    let empty = setup();
+    limit(&empty, "db", None, 1, None, Some(1));
+    let none = block_on(empty.claim_due_items_after(now, 10, "e", now + LEASE_MS, &Claimed::default())).unwrap();
+    assert_eq!((none.items.len(), none.held_until), (0, None));
+    assert_eq!(none.in_force.map(|f| (f.any, f.rates)), Some((true, false)), "an empty claim still says what is defined");
+}

@@ -216,6 +216,9 @@ pub struct Drain {
     watchdog: watchdog::Cohorts,
     /// A claim came back short: nothing else is due.
     drained: bool,
+    /// A claim came back short with items held back by their limits: claim
+    /// again at this time (a rate's next token, or a poll for a slot).
+    held_until: Option<i64>,
     /// Items dispatched, counted against `max_children`.
     dispatched: i64,
     /// When the first item was dispatched: the finishing rate counts from it.
@@ -249,6 +252,7 @@ impl Drain {
             flush_timer: FlushTimer::Idle,
             watchdog: watchdog::Cohorts::default(),
             drained: false,
+            held_until: None,
             dispatched: 0,
             first_dispatch: None,
             refusal: None,
@@ -273,7 +277,8 @@ impl Drain {
                 return self.dispatch(now, queued);
             }
         }
-        if self.claiming.is_none() && self.stop.is_none() {
+        let held = self.held_until.is_some_and(|at| now < at);
+        if self.claiming.is_none() && self.stop.is_none() && !held {
             match next_claim(&self.budget, self.policy.limits, self.plan_state(now)) {
                 NextClaim::Take(k) => return self.claim(now, k),
                 NextClaim::Hold => {}
@@ -303,6 +308,21 @@ impl Drain {
 
     /// The claim asked for by `Action::Claim` answered.
     pub fn claimed(&mut self, now: i64, result: Result<Vec<ClaimedItem>, StoreError>) {
+        self.claimed_holding(now, result, None)
+    }
+
+    /// [`Drain::claimed`] for a claim whose limits held items back that may go
+    /// at `held_until`: a short claim then does not mean nothing else is due,
+    /// and the drain claims again at that time (or after its next commit, which
+    /// may give a slot back), unless that is past its deadline.
+    pub fn claimed_holding(
+        &mut self,
+        now: i64,
+        result: Result<Vec<ClaimedItem>, StoreError>,
+        held_until: Option<i64>,
+    ) {
+        let deadline = self.started + self.policy.limits.deadline_ms;
+        self.held_until = held_until.filter(|&at| at < deadline);
         let Some(claim) = self.claiming.take() else {
             debug_assert!(false, "claimed() without a claim");
             return;
@@ -313,7 +333,7 @@ impl Drain {
         match result {
             Ok(items) => {
                 let got = items.len() as i64;
-                self.drained = got < claim.asked;
+                self.drained = got < claim.asked && self.held_until.is_none();
                 self.budget.release((claim.asked - got) * cost);
                 self.tally.claimed += got;
                 for item in &items {
@@ -419,7 +439,11 @@ impl Drain {
         let rt = &mut self.round_trips.commit_ms;
         *rt = (*rt).max(now - commit.sent);
         let error = match result {
-            Ok(applied) => return self.account(rows, applied),
+            Ok(applied) => {
+                // Items that ended may have given their keys' slots back.
+                self.held_until = self.held_until.map(|at| at.min(now));
+                return self.account(rows, applied);
+            }
             Err(error) => error,
         };
         // A retry keeps the flushes for everything else (what is running and what
@@ -767,7 +791,10 @@ impl Drain {
             .oldest_waiting()
             .map(|at| self.landing_limit(at) - allowance)
             .filter(|&at| at > now && self.committing.is_none());
-        [timer, release, commit].into_iter().flatten().min()
+        let held = self
+            .held_until
+            .filter(|&at| at > now && self.claiming.is_none() && self.stop.is_none());
+        [timer, release, commit, held].into_iter().flatten().min()
     }
 
     /// Count a commit's rows: applied ones by their new state; the others lost

@@ -19,7 +19,7 @@ pub const PARTITION_SUFFIX: &str = ":*";
 /// Candidates a claim reads per batch while limits are defined: items a limit
 /// holds back stay at the head of their batch, and a batch's other items wait
 /// behind at most this many less one (head-of-line blocking). The lease windows
-/// reach this far too (migration 0018's `lease_windows`: OFFSET 127), so every
+/// reach this far too (migration 0019's `lease_windows`: OFFSET 127), so every
 /// item claimed past a held one is still found in flight. Without limits nothing
 /// is held back, and the claim's own size is enough.
 pub const HELD_WINDOW: i64 = 128;
@@ -32,6 +32,12 @@ pub fn candidates_per_batch(limit: i64, limits_defined: bool) -> i64 {
         limit
     }
 }
+
+/// How long a drain whose claim came back short with items held by a
+/// concurrency (no rate's token to wait for) waits before it claims again,
+/// unless one of its own commits gives a slot back first: the group commit's
+/// interval, so a drain looks again about as often as slots come back.
+pub const HELD_POLL_MS: i64 = 1_000;
 
 /// Whether `key` may be held by an item: 1 to 128 ASCII letters, digits and
 /// `.` `_` `:` `-` `@`.
@@ -46,7 +52,7 @@ pub fn is_key(key: &str) -> bool {
 /// whose prefix is a key).
 pub fn is_limit_key(key: &str) -> bool {
     match key.strip_suffix('*') {
-        Some(prefix) => prefix.ends_with(':') && is_key(prefix),
+        Some(prefix) => prefix.len() > 1 && prefix.ends_with(':') && is_key(prefix),
         None => is_key(key),
     }
 }
@@ -242,6 +248,12 @@ impl Gcra {
     /// The state after `n` start at `now_ms` (n at most [`Gcra::room`]).
     pub fn charge(&self, tat: Option<i64>, now_ms: i64, n: i64) -> i64 {
         tat.unwrap_or(0).max(self.units(now_ms)) + n * self.cost()
+    }
+
+    /// The first instant (ms) at which a key with state `tat` has room for one
+    /// more start (the claim's hold statement computes the same).
+    pub fn next_start(&self, tat: i64) -> i64 {
+        (tat - (self.burst - 1) * self.cost() + self.rate - 1) / self.rate
     }
 
     /// The rate and window a state was counted in: a state counted under

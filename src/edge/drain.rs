@@ -151,7 +151,8 @@ impl<'a> Ports for WorkerPorts<'a> {
                     if let Ok(claim) = &r {
                         self.claimed.note(claim);
                     }
-                    return Poll::Ready(Event::Claimed(r.map(|c| c.items)));
+                    let held_until = r.as_ref().ok().and_then(|c| c.held_until);
+                    return Poll::Ready(Event::Claimed(r.map(|c| c.items), held_until));
                 }
             }
             if let Some(f) = self.committing.as_mut() {

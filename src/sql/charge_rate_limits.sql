@@ -8,12 +8,6 @@
 -- inserts its row; a state counted under another basis (rate/per_seconds) starts
 -- from a full burst (core::limits::Gcra::charge, the Rust twin).
 -- ?1 to ?6 as in claim_selection.sql (?6 is 1).
-, taken AS (
-  SELECT k.value AS key, count(*) AS n
-  FROM next AS x JOIN ordered AS o ON o.id = x.id, json_each(o.limits) AS k
-  WHERE o.limits IS NOT NULL
-  GROUP BY k.value
-)
 INSERT INTO limit_state (key, tat, basis, claim, tat_before)
 SELECT g.key, max(coalesce(s.tat, 0), ?1 * g.rate) + t.n * g.per_seconds * 1000, g.basis, ?3,
        s.tat

@@ -47,6 +47,7 @@
 -- every rate-limited key has no room.
 -- A held candidate stays pending: no write, no attempt. Head of line: a batch's
 -- items wait behind at most ?5 − 1 held items of their own batch.
+-- `taken`: what the claim takes of each key (the charge's and the hold's count).
 -- ?1 now, ?2 limit, ?3 token prefix (unique per claim), ?4 JSON object batch id →
 -- largest id this claimer claimed there (may be empty), ?5 candidates per batch
 -- (>= ?2), ?6 1 when charge_rate_limits.sql runs before in the same batch().
@@ -119,16 +120,16 @@ governed AS MATERIALIZED (
 ),
 in_flight AS MATERIALIZED (
   SELECT k.value AS key, count(*) AS n
-  FROM (SELECT q.limits FROM cron_queue AS q INDEXED BY cron_queue_leased
+  FROM (SELECT l.limits FROM cron_queue AS l INDEXED BY cron_queue_leased
         WHERE EXISTS (SELECT 1 FROM governed WHERE concurrency IS NOT NULL)
-          AND q.status = 'processing' AND q.run_after > 0 AND q.limits IS NOT NULL
+          AND l.status = 'processing' AND l.run_after > 0 AND l.limits IS NOT NULL
         UNION ALL
         SELECT f.limits FROM batches AS b INDEXED BY batches_status
         JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
         WHERE EXISTS (SELECT 1 FROM governed WHERE concurrency IS NOT NULL)
           AND b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
-          AND f.limits IS NOT NULL) AS q,
-       json_each(q.limits) AS k
+          AND f.limits IS NOT NULL) AS w,
+       json_each(w.limits) AS k
   WHERE k.value IN (SELECT key FROM governed WHERE concurrency IS NOT NULL)
   GROUP BY k.value
 ),
@@ -169,4 +170,10 @@ next AS (
   WHERE id NOT IN (SELECT id FROM blocked)
   ORDER BY ord
   LIMIT ?2
+),
+taken AS (
+  SELECT k.value AS key, count(*) AS n
+  FROM next AS x JOIN ordered AS o ON o.id = x.id, json_each(o.limits) AS k
+  WHERE o.limits IS NOT NULL
+  GROUP BY k.value
 )

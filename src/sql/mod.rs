@@ -27,8 +27,9 @@ sql! {
     GET_BATCH => "get_batch.sql",
     GET_BATCH_BY_KEY => "get_batch_by_key.sql",
     LIST_BATCHES => "list_batches.sql",
-    // The charge and the claim share the claim's selection (its WITH clause), so
-    // the two statements of one claim select the very same items.
+    // A claim's statements share its selection (its WITH clause), so the hold,
+    // the charge and the claim of one claim select the very same items.
+    CLAIM_HELD => "claim_selection.sql" "claim_held.sql",
     CHARGE_RATE_LIMITS => "claim_selection.sql" "charge_rate_limits.sql",
     CLAIM_DUE_ITEMS => "claim_selection.sql" "claim_due_items.sql",
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",

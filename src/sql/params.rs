@@ -72,7 +72,12 @@ statement! {
     // The queue's items.
     /// `claimed`: `Claimed::json`, the largest id this claimer claimed per batch;
     /// `per_batch`: candidates read per batch (>= `limit`); `charges`: 1 when
-    /// [`ChargeRateLimits`] runs first in the same batch(), with the same values.
+    /// [`ChargeRateLimits`] runs first in the same batch(), with the same values
+    /// (and [`ClaimHeld`] before it, while limits are defined).
+    ClaimHeld<'a> = CLAIM_HELD {
+        now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
+        charges: i64,
+    }
     ChargeRateLimits<'a> = CHARGE_RATE_LIMITS {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64,

@@ -44,44 +44,65 @@ impl<D: Db> Store<D> {
         claimed: &Claimed,
     ) -> StoreResult<Claim> {
         let shape = ClaimShape::of(claimed.in_force, limit);
-        let marks = if shape.marks {
-            claimed.json()
-        } else {
-            "{}".to_string()
-        };
+        let marks = if shape.marks { claimed.json() } else { "{}".to_string() };
         let charges = i64::from(shape.charges);
+        let (per_batch, claimed) = (shape.per_batch, marks.as_str());
+        let mut statements = Vec::with_capacity(3);
+        if shape.holds {
+            statements.push(
+                sql::ClaimHeld { now, limit, token_prefix, claimed, per_batch, charges }.bind(),
+            );
+        }
+        if shape.charges {
+            statements.push(
+                sql::ChargeRateLimits { now, limit, token_prefix, claimed, per_batch, charges }
+                    .bind(),
+            );
+        }
         let claim = sql::ClaimDueItems {
             now,
             limit,
             token_prefix,
-            claimed: &marks,
-            per_batch: shape.per_batch,
+            claimed,
+            per_batch,
             charges,
             lease_expires_at,
         };
-        let rows: Vec<Value> = if shape.charges {
-            let charge = sql::ChargeRateLimits {
-                now,
-                limit,
-                token_prefix,
-                claimed: &marks,
-                per_batch: shape.per_batch,
-                charges,
-            };
-            self.db
-                .batch_rows(vec![charge.bind(), claim.bind()])
-                .await?
+        let (rows, hold): (Vec<Value>, Option<HoldRow>) = if statements.is_empty() {
+            (self.db.run(claim).await?, None)
         } else {
-            self.db.run(claim).await?
+            statements.push(claim.bind());
+            let mut results = self.db.batch_results(statements).await?;
+            let rows = results.pop().unwrap_or_default();
+            let hold = if shape.holds {
+                decode::<HoldRow>(results.swap_remove(0))?.pop()
+            } else {
+                None
+            };
+            (rows, hold)
         };
         let rows: Vec<ClaimRow> = decode(rows)?;
-        let in_force = rows.first().map(|r| LimitsInForce {
-            any: r.limits_defined != 0,
-            rates: r.rates_defined != 0,
+        let in_force = match &hold {
+            Some(h) => Some(LimitsInForce {
+                any: h.limits_defined != 0,
+                rates: h.rates_defined != 0,
+            }),
+            None => rows.first().map(|r| LimitsInForce {
+                any: r.limits_defined != 0,
+                rates: r.rates_defined != 0,
+            }),
+        };
+        // Held by a rate the claim could not charge: the next claim charges, at once.
+        let uncharged = !shape.charges && in_force.is_some_and(|f| f.rates);
+        let held_until = hold.filter(|h| h.held > 0).map(|h| match h.wake_at {
+            _ if uncharged => now,
+            Some(at) => at.max(now),
+            None => now + limits::HELD_POLL_MS,
         });
         Ok(Claim {
             items: rows.into_iter().map(|r| r.item).collect(),
             in_force,
+            held_until,
         })
     }
 
@@ -239,12 +260,15 @@ pub struct LimitsInForce {
     pub rates: bool,
 }
 
-/// A claim's answer: the items, and what its rows said of the limits (`None`
-/// when it claimed nothing).
+/// A claim's answer: the items, what it said of the limits (`None` when it
+/// could not say: no hold statement and no row), and, when limits held items
+/// back, when to claim again (a rate's next token; a poll for a concurrency's
+/// slot).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Claim {
     pub items: Vec<ClaimedItem>,
     pub in_force: Option<LimitsInForce>,
+    pub held_until: Option<i64>,
 }
 
 /// How a claim is sent, from what its claimer knows of the limits. Not known
@@ -256,6 +280,9 @@ struct ClaimShape {
     /// Read cursor items from above the claimer's marks (no item is held back
     /// while no limit is defined, so none is left below them).
     marks: bool,
+    /// Send the hold statement first (what the limits held back, and whether
+    /// they are defined), while limits may be defined.
+    holds: bool,
     per_batch: i64,
 }
 
@@ -265,9 +292,19 @@ impl ClaimShape {
         ClaimShape {
             charges: in_force.is_none_or(|f| f.rates),
             marks: !any,
+            holds: any,
             per_batch: limits::candidates_per_batch(limit, any),
         }
     }
+}
+
+/// The hold statement's one row (claim_held.sql).
+#[derive(Deserialize)]
+struct HoldRow {
+    held: i64,
+    wake_at: Option<i64>,
+    limits_defined: i64,
+    rates_defined: i64,
 }
 
 /// A claimed row with the claim's answer about limits (the same on every row).
@@ -322,14 +359,14 @@ mod tests {
     use super::*;
     use crate::core::model::ItemStatus;
 
-    /// The claim's ?5 keeps each batch's largest claimed id, whatever the order
+    /// The claim's ?4 keeps each batch's largest claimed id, whatever the order
     /// the items came in, and is the JSON object the claim reads by batch id.
     #[test]
     fn claimed_keeps_the_largest_id_per_batch() {
         let item = |batch: &str, id: i64| ClaimedItem::sample(id, batch);
         let claim = |items: Vec<ClaimedItem>| Claim {
             items,
-            in_force: None,
+            ..Claim::default()
         };
         let mut claimed = Claimed::default();
         assert_eq!(claimed.json(), "{}");

@@ -1025,3 +1025,46 @@ fn claims_wait_for_a_whole_chunk_once_the_queue_covers_a_round_trip() {
     let a = step(&mut r, 710);
     assert_eq!((dispatched(&a), claims(&a)), (vec![15, 16], vec![8]));
 }
+
+#[test]
+fn a_short_claim_with_items_held_claims_again_when_they_may_go() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // 1 of 4 came back: the rest of what is due waits on a key until 250.
+    r.m.claimed_holding(5, Ok(items(1..2)), Some(250));
+    let a = r.actions(5);
+    assert_eq!(dispatched(&a), vec![1]);
+    assert_eq!(a.last(), Some(&Action::Wait(Some(250))), "not drained: it waits for the key");
+    r.m.timer(250);
+    let a = r.actions(250);
+    assert!(
+        matches!(a[0], Action::Claim { .. }),
+        "it claims again at the key's time: {a:?}"
+    );
+}
+
+#[test]
+fn a_commit_may_give_a_held_key_its_slot_back_so_the_drain_claims_after_it() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed_holding(5, Ok(items(1..3)), Some(5 + 1_000));
+    r.actions(5);
+    r.m.finished(10, item(1), Outcome::Done, 0.0);
+    r.m.finished(20, item(2), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(20));
+    r.m.committed(30, rows, Ok(vec![1, 2]));
+    let a = r.actions(30);
+    assert!(
+        matches!(a[0], Action::Claim { .. }),
+        "the commit ended items holding the key: claim now, not at 1,005: {a:?}"
+    );
+}
+
+#[test]
+fn items_held_past_the_deadline_end_the_drain() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // The key's next token comes after this drain's deadline (60 s).
+    r.m.claimed_holding(5, Ok(Vec::new()), Some(90_000));
+    assert_eq!(r.actions(5), vec![Action::Done(StopReason::Drained)]);
+}

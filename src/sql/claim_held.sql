@@ -1,0 +1,26 @@
+-- What a claim leaves held, for its claimer: run first in the claim's batch()
+-- (before charge_rate_limits.sql and claim_due_items.sql, so it reads the state
+-- they start from) over the same selection (claim_selection.sql, which this
+-- statement starts with). One row, whatever was claimed: how many candidates the
+-- limits held back, the earliest instant a rate-limited key among theirs has a
+-- token again after this claim's charge (NULL when none is held by a rate: a
+-- concurrency frees a slot only when an item in flight ends), and whether limits,
+-- and rate limits, are defined now. So a claimer whose claim came back short knows
+-- whether to claim again and when, and learns of limits even from an empty claim.
+-- Sent only while limits are defined or not known not to be (store::Claimed).
+-- Wake instant of a rate key: the smallest t with room ≥ 1 after the charge, i.e.
+-- t × rate ≥ tat' − (burst − 1) × cost, tat' = max(tat, now × rate) + taken × cost
+-- (core::limits::Gcra::next_start, the Rust twin).
+-- ?1 to ?6 as in claim_selection.sql.
+SELECT (SELECT count(*) FROM blocked) AS held,
+       (SELECT min((max(coalesce(s.tat, 0), ?1 * g.rate)
+                    + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
+                      * g.per_seconds * 1000
+                    - (g.burst - 1) * g.per_seconds * 1000
+                    + g.rate - 1) / g.rate)
+        FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
+        WHERE g.rate IS NOT NULL
+          AND g.key IN (SELECT h.key FROM held AS h WHERE h.id IN (SELECT id FROM blocked)))
+         AS wake_at,
+       (SELECT EXISTS (SELECT 1 FROM limits)) AS limits_defined,
+       (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;
