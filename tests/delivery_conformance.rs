@@ -519,22 +519,24 @@ fn a_paused_or_cancelled_batch_still_delivers_the_callback_of_its_last_end() {
 }
 
 #[test]
-fn callbacks_and_items_are_claimed_in_one_due_order() {
+fn a_callback_takes_its_turn_beside_the_running_batches_items() {
     let store = setup();
     let early = batch_of(&store, "early", 1, true);
     complete_all(&store, 1);
     tail(&store, 2); // its callback is due at 2
     let later = batch_of(&store, "later", 3, false);
-    // Items of `later` were created due at 0, before the callback.
-    let first = claim(&store, 10, 2, "o1");
-    assert!(first.iter().all(|i| i.batch_id == later), "{first:?}");
-    // The rows come back in no particular order: compare them as a set.
-    let mut next: Vec<(String, bool)> = claim(&store, 10, 2, "o2")
+    // Items of `later` were created due at 0, before the callback; but claims take
+    // turns between batches (each one's first due item before any one's second),
+    // and the callback is its batch's first: it goes in the first claim.
+    let mut first: Vec<(String, bool)> = claim(&store, 10, 2, "o1")
         .iter()
         .map(|i| (i.batch_id.clone(), i.is_callback()))
         .collect();
-    next.sort();
-    assert_eq!(next, [(early, true), (later, false)]);
+    // The rows come back in no particular order: compare them as a set.
+    first.sort();
+    assert_eq!(first, [(early, true), (later.clone(), false)]);
+    let next = claim(&store, 10, 2, "o2");
+    assert!(next.iter().all(|i| i.batch_id == later), "{next:?}");
 }
 
 #[test]

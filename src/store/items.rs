@@ -271,8 +271,8 @@ pub struct Claim {
     pub held_until: Option<i64>,
 }
 
-/// How a claim is sent, from what its claimer knows of the limits. Not known
-/// (a first claim, or every claim so far empty): as if rate limits were defined.
+/// How a claim is sent, from what its claimer knows of the limits (from its
+/// last claim's hold statement or rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ClaimShape {
     /// Send the rate charge first (else rate-limited keys hold their items).
@@ -288,12 +288,22 @@ struct ClaimShape {
 
 impl ClaimShape {
     fn of(in_force: Option<LimitsInForce>, limit: i64) -> ClaimShape {
-        let any = in_force.is_none_or(|f| f.any);
-        ClaimShape {
-            charges: in_force.is_none_or(|f| f.rates),
-            marks: !any,
-            holds: any,
-            per_batch: limits::candidates_per_batch(limit, any),
+        match in_force {
+            // Not known yet: the hold statement finds out, and the claim charges
+            // nothing (rate-limited keys hold their items: exact, and the hold
+            // says to claim again at once, charging).
+            None => ClaimShape {
+                charges: false,
+                marks: false,
+                holds: true,
+                per_batch: limit,
+            },
+            Some(f) => ClaimShape {
+                charges: f.rates,
+                marks: !f.any,
+                holds: f.any,
+                per_batch: limits::candidates_per_batch(limit, f.any),
+            },
         }
     }
 }
