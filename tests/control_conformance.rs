@@ -1112,7 +1112,7 @@ fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
             "SCAN q USING INDEX cron_queue_leased",
             "SCAN b",
             // The lease window's reach: whether any limit is defined (a constant
-            // subquery over a small table, migration 0019).
+            // subquery over a small table, migration 0020).
             "SCAN CONSTANT ROW",
             "SCAN limits",
         ],

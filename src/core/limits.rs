@@ -19,7 +19,7 @@ pub const PARTITION_SUFFIX: &str = ":*";
 /// Candidates a claim reads per batch while limits are defined: items a limit
 /// holds back stay at the head of their batch, and a batch's other items wait
 /// behind at most this many less one (head-of-line blocking). The lease windows
-/// reach this far too (migration 0019's `lease_windows`: OFFSET 127), so every
+/// reach this far too (migration 0020's `lease_windows`: OFFSET 127), so every
 /// item claimed past a held one is still found in flight. Without limits nothing
 /// is held back, and the claim's own size is enough.
 pub const HELD_WINDOW: i64 = 128;

@@ -22,7 +22,7 @@
 -- largest id the flush settles: without limits a cursor claim takes a batch's
 -- cursor items in id order, so every cursor item below a claimed one was claimed
 -- too, and those the cursor passes need not be read again. While limits are
--- defined a held item may stay pending below a claimed one (migration 0019): the
+-- defined a held item may stay pending below a claimed one (migration 0020): the
 -- cursor then stops just before the first pending cursor item. A batch whose flush holds only retries or
 -- releases gets that write too (it would anyway with a terminal outcome).
 -- It also moves the batch's lease window (migration 0015) up to just before its
