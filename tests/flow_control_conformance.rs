@@ -11,7 +11,7 @@ use common::*;
 use cron_fanout::core::limits::Gcra;
 use cron_fanout::core::model::{ClaimedItem, Outcome};
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{Claimed, Store};
+use cron_fanout::store::{Claimed, LimitsInForce, Store};
 use futures::executor::block_on;
 
 /// Gives every item of `batch` whose subject is in `subjects` (all when empty)
@@ -71,6 +71,9 @@ fn priority(store: &Store<SqliteDb>, batch: &str, p: i64) {
         )
         .unwrap();
 }
+
+/// A claimer that knows rate limits are defined: it charges from its first claim.
+const RATES: LimitsInForce = LimitsInForce { any: true, rates: true };
 
 fn by_batch(items: &[ClaimedItem]) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
@@ -179,7 +182,7 @@ fn a_rate_lets_its_burst_through_then_one_per_interval() {
     hold(&store, &b, &["telegram"], |_| true);
     // 20 a second, burst 5: one every 50 ms after the first 5.
     limit(&store, "telegram", Some(20), 1, Some(5), None);
-    let mut claimed = Claimed::default();
+    let mut claimed = Claimed::knowing(RATES);
     let now = 1_000_000;
     assert_eq!(claim_after(&store, now, 30, "c1", &mut claimed).len(), 5);
     assert_eq!(
@@ -231,9 +234,13 @@ fn a_claim_sent_without_the_charge_holds_rate_limited_keys() {
         0,
         "nothing charged"
     );
-    // A claimer that knows (or does not know) of rates charges, and takes them.
+    // A claimer that does not know yet holds them too, and learns that it must
+    // charge at once; its next claim charges and takes them.
     let mut fresh = Claimed::default();
-    assert_eq!(claim_after(&store, 1_002, 10, "c3", &mut fresh).len(), 5);
+    let first = block_on(store.claim_due_items_after(1_002, 10, "c3", 1_002 + LEASE_MS, &fresh)).unwrap();
+    assert_eq!((first.items.len(), first.held_until), (0, Some(1_002)));
+    fresh.note(&first);
+    assert_eq!(claim_after(&store, 1_002, 10, "c4", &mut fresh).len(), 5);
     assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 1);
 }
 
@@ -325,7 +332,7 @@ fn a_claim_says_when_its_held_items_may_go() {
     limit(&store, "telegram", Some(20), 1, Some(2), None);
     limit(&store, "db", None, 1, None, Some(1));
     let now = 1_000_000;
-    let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::default())).unwrap();
+    let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
     assert_eq!(claim.items.len(), 3, "2 of the rate's burst, 1 of the concurrency");
     let gcra = Gcra { rate: 20, per_seconds: 1, burst: 2 };
     assert_eq!(claim.held_until, Some(gcra.next_start(gcra.charge(None, now, 2))));

@@ -237,6 +237,15 @@ pub struct Claimed {
 }
 
 impl Claimed {
+    /// A claimer that knows already whether limits are defined (its first claim
+    /// then needs no hold statement to find out).
+    pub fn knowing(in_force: LimitsInForce) -> Claimed {
+        Claimed {
+            in_force: Some(in_force),
+            ..Claimed::default()
+        }
+    }
+
     pub fn note(&mut self, claim: &Claim) {
         for item in &claim.items {
             let last = self.marks.entry(item.batch_id.clone()).or_insert(0);
