@@ -3,17 +3,22 @@
 //! in the `Env` it was made with), `Delay`, `Date.now()`. Each fetch gets its own
 //! `AbortController`, aborted when the job's [`Signal`] fires or when the
 //! fetch's future is dropped (a timed-out run, a late channel), so no request
-//! outlives the run that sent it.
+//! outlives the run that sent it. An answer's body is streamed and read only as
+//! far as `Request::body_read` says, then cancelled: a receiver's endless body
+//! never reaches the isolate's memory.
 
 use std::time::Duration;
 
 use futures::future::{select, Either, LocalBoxFuture};
+use worker::js_sys::{Reflect, Uint8Array};
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
 use worker::{
     web_sys, AbortController, Delay, Env, Fetch, Fetcher, Headers, Method, RequestInit,
-    RequestRedirect,
+    RequestRedirect, ResponseBody,
 };
 
-use crate::jobs::outbound::{Outbound, Request, Response, ServiceError, Signal};
+use crate::jobs::outbound::{BodyReader, Outbound, Request, Response, ServiceError, Signal};
 
 /// The runtime's outbound side; `env` holds the service bindings.
 pub struct EdgeOutbound<'a> {
@@ -75,7 +80,7 @@ async fn send(request: Request, signal: &worker::AbortSignal) -> Result<Response
         .send_with_signal(signal)
         .await
         .map_err(|e| e.to_string())?;
-    read(response, request.read_body).await
+    read(response, &request).await
 }
 
 /// One call through a service binding: the bound Worker's own invocation.
@@ -90,24 +95,52 @@ async fn send_service(
         .fetch_request(built)
         .await
         .map_err(|e| e.to_string())?;
-    read(response, request.read_body).await
+    read(response, &request).await
 }
 
-async fn read(mut response: worker::Response, read_body: bool) -> Result<Response, String> {
+/// The answer with as much of its body as `request`'s rule reads
+/// (`Request::body_read`); the rest is cancelled unread.
+async fn read(response: worker::Response, request: &Request) -> Result<Response, String> {
     let status = response.status_code();
     let headers = response.headers().entries().collect();
-    // Failures' text goes into their reason; a success's body is read only when
-    // asked for (reading costs CPU).
-    let body = if read_body || !(200..300).contains(&status) {
-        response.text().await.unwrap_or_default()
-    } else {
-        String::new()
-    };
+    let mut reader = BodyReader::new(request.body_read(status), status);
+    if let ResponseBody::Stream(stream) = response.body() {
+        stream_into(stream, &mut reader)
+            .await
+            .map_err(|e| format!("HTTP {status}: reading the answer: {e:?}"))?;
+    }
     Ok(Response {
         status,
         headers,
-        body,
+        body: reader.finish()?,
     })
+}
+
+/// Hand `reader` the body's chunks while it wants more, copying only what it
+/// takes of each; then cancel the stream, so the runtime stops receiving it
+/// (and frees its connection) instead of buffering the rest.
+async fn stream_into(
+    stream: &web_sys::ReadableStream,
+    reader: &mut BodyReader,
+) -> Result<(), JsValue> {
+    if reader.wants() == 0 {
+        let _ = JsFuture::from(stream.cancel()).await;
+        return Ok(());
+    }
+    let chunks: web_sys::ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
+    while reader.wants() > 0 {
+        let chunk = JsFuture::from(chunks.read()).await?;
+        if Reflect::get(&chunk, &JsValue::from_str("done"))?.is_truthy() {
+            return Ok(());
+        }
+        let value: Uint8Array = Reflect::get(&chunk, &JsValue::from_str("value"))?.dyn_into()?;
+        let take = (value.length() as usize).min(reader.wants());
+        let mut bytes = vec![0; take];
+        value.subarray(0, take as u32).copy_to(&mut bytes);
+        reader.push(&bytes);
+    }
+    let _ = JsFuture::from(chunks.cancel()).await;
+    Ok(())
 }
 
 /// Send a request under its own `AbortController`, aborted when `signal` fires

@@ -1,8 +1,10 @@
 //! [`Outbound`] in memory, for host tests of job kinds (the built-in ones and
 //! users' own): a virtual clock that moves only when every future waits on it,
 //! answers scripted per URL or per service binding (a status after a delay, a
-//! network error, or no answer at all; a 2xx's body only for a request that
-//! reads it, as on the runtime), and a record of every request with how it ended.
+//! network error, or no answer at all), and a record of every request with how it
+//! ended. A scripted body is what the receiver sends: the request gets what the
+//! Worker's seam would read of it (`Request::body_read`), so a kind's host test
+//! sees what it would see deployed.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -16,7 +18,7 @@ use std::task::{Context, Poll, Waker};
 use futures::future::{select, Either, LocalBoxFuture};
 use futures::task::{waker, ArcWake};
 
-use super::outbound::{Outbound, Request, Response, ServiceError, Signal};
+use super::outbound::{BodyReader, Outbound, Request, Response, ServiceError, Signal};
 
 /// What a scripted URL answers, after `after_ms` of virtual time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +68,8 @@ impl Answer {
         self
     }
 
-    /// The same answer (a response) with this body text.
+    /// The same answer (a response) with this body text, as the receiver sends
+    /// it: the request reads what its rule says of it (`Request::body_read`).
     pub fn body(mut self, text: &str) -> Answer {
         if let Reply::Respond(r) = &mut self.reply {
             r.body = text.into();
@@ -233,8 +236,7 @@ impl MemoryOutbound {
         signal: &Signal,
         unscripted: String,
     ) -> Result<Response, String> {
-        let read_body = request.read_body;
-        let (index, answer) = self.record(request, service);
+        let (index, answer) = self.record(request.clone(), service);
         let guard = DropGuard {
             out: self.clone(),
             index,
@@ -252,13 +254,7 @@ impl MemoryOutbound {
             Either::Left(_) => {
                 self.end(index, Ended::Answered);
                 match answer.reply {
-                    // As the runtime's seam: a 2xx's body only when asked for.
-                    Reply::Respond(mut r) => {
-                        if !read_body && (200..300).contains(&r.status) {
-                            r.body.clear();
-                        }
-                        Ok(r)
-                    }
+                    Reply::Respond(r) => as_read(&request, r),
                     Reply::Error(e) => Err(e),
                     Reply::Hang => unreachable!("a hanging answer never ends"),
                 }
@@ -278,6 +274,15 @@ impl MemoryOutbound {
             s.sent[index].ended = ended;
         }
     }
+}
+
+/// A scripted answer as the Worker's seam hands it over: its body read by the
+/// request's rule (`Request::body_read`), an error past a `read_body` bound.
+fn as_read(request: &Request, mut response: Response) -> Result<Response, String> {
+    let mut reader = BodyReader::new(request.body_read(response.status), response.status);
+    reader.push(response.body.as_bytes());
+    response.body = reader.finish()?;
+    Ok(response)
 }
 
 struct Flag(AtomicBool);
@@ -413,6 +418,40 @@ mod tests {
                 (40, Ended::Answered),
                 (40, Ended::Answered)
             ]
+        );
+    }
+
+    #[test]
+    fn a_scripted_body_is_read_as_the_worker_reads_it() {
+        let out = MemoryOutbound::new(0);
+        let url = "https://a.test/";
+        let endless = "x".repeat(3 << 20);
+        out.answer(url, Answer::status(200).body("unread"))
+            .answer(url, Answer::status(200).body("wanted"))
+            .answer(url, Answer::status(404).body(&endless))
+            .answer(url, Answer::status(200).body(&endless));
+        let signal = Signal::new();
+        let plain = || Request::post_json(url, "{}".into());
+        let asking = || plain().read_body_up_to(1_024);
+        let (skipped, wanted, failure, over) = out.block_on(async {
+            (
+                out.fetch(plain(), &signal).await,
+                out.fetch(asking(), &signal).await,
+                out.fetch(plain(), &signal).await,
+                out.fetch(asking(), &signal).await,
+            )
+        });
+        assert_eq!(skipped.unwrap().body, "");
+        assert_eq!(wanted.unwrap().body, "wanted");
+        let failure = failure.unwrap();
+        assert_eq!(failure.status, 404);
+        assert_eq!(
+            failure.body.len(),
+            crate::jobs::outbound::FAILURE_TEXT_BYTES
+        );
+        assert_eq!(
+            over.unwrap_err(),
+            "HTTP 200: answer body over 1024 bytes (Request::max_body_bytes)"
         );
     }
 

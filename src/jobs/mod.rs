@@ -34,7 +34,8 @@ use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
 pub use outbound::{
-    Correlated, Outbound, Request, Response, ServiceError, Signal, INVOCATION_HEADER,
+    BodyRead, Correlated, Outbound, Request, Response, ServiceError, Signal,
+    DEFAULT_MAX_BODY_BYTES, FAILURE_TEXT_BYTES, INVOCATION_HEADER,
 };
 
 /// A job kind. Only `name` and `run` are required; the rest has defaults.

@@ -5,6 +5,11 @@
 //! request recorded), so each kind's run path is tested without the runtime.
 //! [`Correlated`] wraps either so that every request of a run names the
 //! invocation that dispatched its item (`Fanout-Invocation`).
+//!
+//! An answer's body is read with a bound, by one rule both seams follow
+//! ([`BodyRead`], [`BodyReader`]): a receiver answering with an endless body
+//! must not fill the isolate that runs the item (inline, or a kind that runs
+//! in the drain, holds every other item's lease in that isolate).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -24,10 +29,25 @@ pub struct Request {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
-    /// Read the answer's body even when it is a 2xx. Off, only failures' bodies
-    /// are read (their text goes into the reason): reading costs the runtime CPU.
+    /// Read the answer's body, whatever its status, up to `max_body_bytes`: all
+    /// of it, or the fetch fails (a body over the bound is an error, never a
+    /// cut body). Off, a success's body is not read (reading costs the runtime
+    /// CPU) and a failure's only its first [`FAILURE_TEXT_BYTES`] (its text goes
+    /// into the reason). See [`Request::body_read`].
     pub read_body: bool,
+    /// The most bytes of a body read with `read_body` ([`DEFAULT_MAX_BODY_BYTES`]
+    /// unless set; [`Request::read_body_up_to`]).
+    pub max_body_bytes: usize,
 }
+
+/// Bytes of a failure's text read when the request did not ask for the body:
+/// enough for the reason's 200 bytes (`webhook::MAX_ANSWER_TEXT_BYTES`) after
+/// leading blanks. The rest of the body is cancelled unread.
+pub const FAILURE_TEXT_BYTES: usize = 4 * 1024;
+
+/// [`Request::max_body_bytes`] unless a kind asks for more: a JSON answer of an
+/// API, not a download.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
 
 impl Request {
     /// A `POST` of a JSON body.
@@ -38,6 +58,28 @@ impl Request {
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: Some(body),
             read_body: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+
+    /// The same request asking for the answer's body, at most `max_bytes` of it
+    /// (a longer body fails the fetch).
+    pub fn read_body_up_to(mut self, max_bytes: usize) -> Request {
+        self.read_body = true;
+        self.max_body_bytes = max_bytes;
+        self
+    }
+
+    /// How much of an answer with `status` is read: with `read_body`, the whole
+    /// body up to `max_body_bytes` (more is an error); without, nothing of a
+    /// success and the first [`FAILURE_TEXT_BYTES`] of anything else.
+    pub fn body_read(&self, status: u16) -> BodyRead {
+        if self.read_body {
+            BodyRead::Whole(self.max_body_bytes)
+        } else if (200..300).contains(&status) {
+            BodyRead::Skip
+        } else {
+            BodyRead::Cut(FAILURE_TEXT_BYTES)
         }
     }
 
@@ -53,8 +95,9 @@ impl Request {
     }
 }
 
-/// An HTTP answer. `body` is the answer's text when it was read (any status
-/// outside 2xx, or [`Request::read_body`]), otherwise empty.
+/// An HTTP answer. `body` is the text of what was read of the answer's body
+/// ([`Request::body_read`]: all of it with [`Request::read_body`], the start of
+/// a failure's otherwise), empty when nothing was.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Response {
     pub status: u16,
@@ -72,6 +115,79 @@ impl Response {
 
     pub fn header_value(&self, name: &str) -> Option<&str> {
         find_header(&self.headers, name)
+    }
+}
+
+/// How much of an answer's body a seam reads ([`Request::body_read`]); what is
+/// not read is cancelled, never drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    /// Nothing (a success whose body nobody asked for).
+    Skip,
+    /// The first `n` bytes, the rest dropped: a failure's text for its reason.
+    Cut(usize),
+    /// All of it when it has at most `n` bytes; a longer body is an error.
+    Whole(usize),
+}
+
+/// An answer's body as it arrives, read by a [`BodyRead`]: a seam hands it
+/// chunks while it [`wants`](BodyReader::wants) more, then cancels the rest of
+/// the body and [`finish`](BodyReader::finish)es. It never holds more than the
+/// bound (plus one byte, to tell a body over a `Whole` bound).
+#[derive(Debug)]
+pub struct BodyReader {
+    read: BodyRead,
+    status: u16,
+    bytes: Vec<u8>,
+}
+
+impl BodyReader {
+    pub fn new(read: BodyRead, status: u16) -> BodyReader {
+        BodyReader {
+            read,
+            status,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Bytes it still takes; 0 once it has enough (the seam cancels the rest).
+    pub fn wants(&self) -> usize {
+        let limit = match self.read {
+            BodyRead::Skip => 0,
+            BodyRead::Cut(n) => n,
+            BodyRead::Whole(n) => n.saturating_add(1),
+        };
+        limit.saturating_sub(self.bytes.len())
+    }
+
+    /// Take what it wants of `chunk`.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let take = chunk.len().min(self.wants());
+        self.bytes.extend_from_slice(&chunk[..take]);
+    }
+
+    /// The text read (UTF-8, invalid bytes replaced; a character cut by a `Cut`
+    /// bound dropped), or, for a body over a `Whole` bound, the fetch's error.
+    pub fn finish(self) -> Result<String, String> {
+        let mut bytes = self.bytes.as_slice();
+        match self.read {
+            BodyRead::Whole(n) if bytes.len() > n => {
+                return Err(format!(
+                    "HTTP {}: answer body over {n} bytes (Request::max_body_bytes)",
+                    self.status
+                ))
+            }
+            BodyRead::Cut(n) if bytes.len() == n => {
+                // Only an unfinished sequence at the very end, not invalid bytes.
+                if let Err(e) = std::str::from_utf8(bytes) {
+                    if e.error_len().is_none() {
+                        bytes = &bytes[..e.valid_up_to()];
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(String::from_utf8_lossy(bytes).into_owned())
     }
 }
 
@@ -278,6 +394,78 @@ mod tests {
         p2.child().abort();
         assert!(!p2.is_aborted());
         assert!(parent.child().is_aborted());
+    }
+
+    /// What a reader keeps of `body` fed in chunks of `chunk` bytes, and how many
+    /// bytes it was handed before it wanted no more.
+    fn read_in_chunks(
+        read: BodyRead,
+        status: u16,
+        body: &[u8],
+        chunk: usize,
+    ) -> (Result<String, String>, usize) {
+        let mut reader = BodyReader::new(read, status);
+        let mut handed = 0;
+        for c in body.chunks(chunk) {
+            if reader.wants() == 0 {
+                break;
+            }
+            reader.push(c);
+            handed += c.len();
+        }
+        (reader.finish(), handed)
+    }
+
+    #[test]
+    fn a_success_is_read_only_when_the_request_asks_for_its_body() {
+        let plain = Request::post_json("https://example.com/", "{}".into());
+        assert_eq!(plain.body_read(204), BodyRead::Skip);
+        assert_eq!(plain.body_read(404), BodyRead::Cut(FAILURE_TEXT_BYTES));
+        assert_eq!(plain.body_read(503), BodyRead::Cut(FAILURE_TEXT_BYTES));
+        assert_eq!(plain.body_read(302), BodyRead::Cut(FAILURE_TEXT_BYTES));
+        let asking = plain.clone().read_body_up_to(10);
+        assert!(asking.read_body);
+        assert_eq!(asking.body_read(200), BodyRead::Whole(10));
+        assert_eq!(asking.body_read(500), BodyRead::Whole(10));
+        let mut by_field = plain;
+        by_field.read_body = true;
+        assert_eq!(
+            by_field.body_read(200),
+            BodyRead::Whole(DEFAULT_MAX_BODY_BYTES)
+        );
+        let (skipped, handed) = read_in_chunks(BodyRead::Skip, 200, b"ignored", 3);
+        assert_eq!((skipped, handed), (Ok(String::new()), 0));
+    }
+
+    #[test]
+    fn a_failure_s_text_is_cut_at_its_bound_and_the_rest_is_not_taken() {
+        let endless = "é".repeat(1 << 20);
+        let (text, handed) = read_in_chunks(
+            BodyRead::Cut(FAILURE_TEXT_BYTES),
+            404,
+            endless.as_bytes(),
+            1_000,
+        );
+        let text = text.unwrap();
+        // 4096 bytes hold 2048 two-byte characters exactly; 4095 would drop one.
+        assert_eq!(text.len(), FAILURE_TEXT_BYTES);
+        assert!(handed <= FAILURE_TEXT_BYTES + 1_000, "{handed}");
+        let (odd, _) = read_in_chunks(BodyRead::Cut(5), 404, "ééé".as_bytes(), 2);
+        assert_eq!(odd.unwrap(), "éé");
+        let (short, _) = read_in_chunks(BodyRead::Cut(5), 404, b"no", 1);
+        assert_eq!(short.unwrap(), "no");
+    }
+
+    #[test]
+    fn a_body_asked_for_is_whole_or_an_error_past_its_bound() {
+        let (fits, _) = read_in_chunks(BodyRead::Whole(4), 200, b"1234", 3);
+        assert_eq!(fits.unwrap(), "1234");
+        let (over, handed) = read_in_chunks(BodyRead::Whole(4), 200, &[b'x'; 1 << 20], 3);
+        assert_eq!(
+            over.unwrap_err(),
+            "HTTP 200: answer body over 4 bytes (Request::max_body_bytes)"
+        );
+        assert_eq!(handed, 6);
     }
 
     #[test]
