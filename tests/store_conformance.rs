@@ -597,6 +597,34 @@ fn lease_of(store: &Store<SqliteDb>, id: i64) -> (Option<String>, Option<i64>) {
 }
 
 #[test]
+fn the_group_commit_keeps_at_most_1000_characters_of_an_error_it_is_handed() {
+    // The backstop for a writer that did not cut (`retry::decide` does): an
+    // error passed straight to the statement.
+    let store = setup();
+    batch_of(&store, "long", 2, 5);
+    let items = claim(&store, 0, 2, "t");
+    let transitions: Vec<Transition> = items
+        .iter()
+        .zip(["x".repeat(5_000), "é".repeat(5_000)])
+        .map(|(item, error)| Transition {
+            error: Some(error),
+            ..settle(item, Outcome::Fail("page".into()), 1)
+        })
+        .collect();
+    assert_eq!(
+        block_on(store.commit_outcomes(&transitions)).unwrap().len(),
+        2
+    );
+    let stored = texts(&store, "SELECT last_error FROM cron_queue ORDER BY id");
+    // Characters, not bytes: what SQLite's substr counts on text.
+    let kept: Vec<(usize, bool)> = stored
+        .iter()
+        .map(|e| (e.chars().count(), e.chars().all(|c| c == 'x' || c == 'é')))
+        .collect();
+    assert_eq!(kept, vec![(1_000, true), (1_000, true)]);
+}
+
+#[test]
 fn a_committed_row_keeps_its_token_until_a_claim_or_the_reaper_replaces_it() {
     // "not processing and still my token" = "my commit applied it".
     let store = setup();

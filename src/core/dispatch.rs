@@ -11,7 +11,7 @@
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
-use super::model::{ClaimedItem, Outcome};
+use super::model::{cut_on_char_boundary, ClaimedItem, Outcome, MAX_REASON_BYTES};
 use super::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
@@ -94,18 +94,13 @@ pub fn signature_line(body: &[u8]) -> SignatureLine<'_> {
     }
 }
 
-/// Reasons are cut to this many bytes: they end up in `last_error`, not in a report.
-const MAX_REASON_BYTES: usize = 1_000;
-
 /// The header values for an outcome: its kind and, for failures, the reason
 /// percent-encoded (header values must be visible ASCII).
 pub fn encode(outcome: &Outcome) -> (&'static str, Option<String>) {
+    // Cut as every outcome is (`Outcome::bounded`): a kind's reason may be a page.
     let reason = |r: &str| {
-        let mut end = r.len().min(MAX_REASON_BYTES);
-        while !r.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(utf8_percent_encode(&r[..end], NON_ALPHANUMERIC).to_string())
+        let r = cut_on_char_boundary(r, MAX_REASON_BYTES);
+        Some(utf8_percent_encode(r, NON_ALPHANUMERIC).to_string())
     };
     match outcome {
         Outcome::Done => ("done", None),

@@ -98,6 +98,44 @@ pub enum Outcome {
     Fail(String),
 }
 
+/// Bytes a reason keeps, cut where it enters an outcome (`Outcome::bounded`) and
+/// where it is stored (`last_error`, `retry::decide`; the group commit cuts again
+/// in SQL): a kind's reason may be a whole error page, and every outcome waits in
+/// the drain's memory and in one JSON parameter of the group commit.
+pub const MAX_REASON_BYTES: usize = 1_000;
+
+/// The longest start of `text` of at most `max` bytes that ends on a character
+/// boundary.
+pub fn cut_on_char_boundary(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary (its memory
+/// given back when it was longer).
+pub fn cut_reason(mut reason: String) -> String {
+    let end = cut_on_char_boundary(&reason, MAX_REASON_BYTES).len();
+    if end < reason.len() {
+        reason.truncate(end);
+        reason.shrink_to_fit();
+    }
+    reason
+}
+
+impl Outcome {
+    /// The same outcome with its reason cut to [`MAX_REASON_BYTES`].
+    pub fn bounded(self) -> Outcome {
+        match self {
+            Outcome::Done => Outcome::Done,
+            Outcome::Retry(r) => Outcome::Retry(cut_reason(r)),
+            Outcome::Fail(r) => Outcome::Fail(cut_reason(r)),
+        }
+    }
+}
+
 /// What one run of an item produced: its outcome and, for a run that reported
 /// channels, what each channel it sent did (`core::receipts`), committed with the
 /// outcome.
@@ -559,6 +597,26 @@ mod tests {
             callback_error: None,
             filling: 0,
         }
+    }
+
+    #[test]
+    fn a_bounded_outcome_keeps_at_most_max_reason_bytes_on_a_char_boundary() {
+        let long = "é".repeat(MAX_REASON_BYTES) + "x";
+        match Outcome::Retry(format!("x{long}")).bounded() {
+            // One ASCII byte then 499 two-byte characters: 999 bytes, not a cut 1,000th.
+            Outcome::Retry(r) => assert_eq!(r.len(), MAX_REASON_BYTES - 1),
+            other => panic!("{other:?}"),
+        }
+        match Outcome::Fail("y".repeat(3 << 20)).bounded() {
+            Outcome::Fail(r) => assert_eq!(r.len(), MAX_REASON_BYTES),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            Outcome::Fail("short".into()).bounded(),
+            Outcome::Fail("short".into())
+        );
+        assert_eq!(Outcome::Done.bounded(), Outcome::Done);
+        assert_eq!(cut_on_char_boundary("aé", 2), "a");
     }
 
     #[test]

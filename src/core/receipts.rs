@@ -284,11 +284,7 @@ pub fn view(stored: Option<&str>, has_channels: bool) -> Value {
 
 /// `text` cut to at most `max` bytes on a character boundary.
 fn cut_to(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    super::model::cut_on_char_boundary(text, max).to_string()
 }
 
 #[cfg(test)]

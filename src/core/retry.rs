@@ -1,7 +1,7 @@
 //! Retry policy and the pure decision that turns a job's outcome into the row
 //! transition to commit.
 
-use super::model::{ClaimedItem, ItemStatus, Outcome, Transition};
+use super::model::{cut_reason, ClaimedItem, ItemStatus, Outcome, Transition};
 
 /// Exponential backoff from `base_ms`, doubling per attempt, capped at `max_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,16 +44,19 @@ pub fn decide(
         attempt: None,
         receipts: None,
     };
+    // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
+    // would pass the bound `last_error` keeps.
+    let error = |text: String| Some(cut_reason(text));
     match outcome {
         Outcome::Done => base,
         Outcome::Fail(reason) => Transition {
             status: ItemStatus::Failed,
-            error: Some(format!("permanent failure: {reason}")),
+            error: error(format!("permanent failure: {reason}")),
             ..base
         },
         Outcome::Retry(reason) if item.attempt >= item.max_attempts => Transition {
             status: ItemStatus::Failed,
-            error: Some(format!(
+            error: error(format!(
                 "gave up after {} attempts; last error: {reason}",
                 item.attempt
             )),
@@ -63,7 +66,7 @@ pub fn decide(
             status: ItemStatus::Pending,
             run_after: Some(now_ms + policy.backoff_ms(item.attempt, jitter)),
             completed_at: None,
-            error: Some(format!("attempt {} failed: {reason}", item.attempt)),
+            error: error(format!("attempt {} failed: {reason}", item.attempt)),
             ..base
         },
     }
@@ -133,6 +136,21 @@ mod tests {
             kind: "webhook".into(),
             payload: "{}".into(),
             receipts: None,
+        }
+    }
+
+    #[test]
+    fn a_stored_error_keeps_at_most_max_reason_bytes_with_its_words() {
+        use crate::core::model::MAX_REASON_BYTES;
+        let reason = "x".repeat(MAX_REASON_BYTES);
+        for (attempt, outcome) in [
+            (1, Outcome::Retry(reason.clone())),
+            (5, Outcome::Retry(reason.clone())),
+            (1, Outcome::Fail(reason.clone())),
+        ] {
+            let t = decide(&item(attempt, 5), &outcome, POLICY, 0, 0.5);
+            let error = t.error.unwrap();
+            assert_eq!(error.len(), MAX_REASON_BYTES, "{attempt} {outcome:?}");
         }
     }
 

@@ -277,7 +277,9 @@ impl<'a> Context<'a> {
     /// Report one channel's result of this run: committed with the outcome, so a
     /// retry sends only what is still missing.
     pub fn report_channel(&self, channel: &str, outcome: Outcome) {
-        self.channels.borrow_mut().insert(channel.into(), outcome);
+        self.channels
+            .borrow_mut()
+            .insert(channel.into(), outcome.bounded());
     }
 
     /// Ask that a retry of this run wait `ms` (e.g. the answer's `Retry-After`)
@@ -555,7 +557,9 @@ impl Jobs {
                 },
             }
         };
-        match outcome {
+        // Cut here, for every kind and path (a SELF child, inline, the drain):
+        // the outcome waits in the drain's memory until its commit.
+        match outcome.map(Outcome::bounded) {
             Some(outcome) => Ran {
                 // Only what was sent: a run that sent nothing reports no channels.
                 channels: Some(ctx.take_channels()).filter(|c| !c.is_empty()),

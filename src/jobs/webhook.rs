@@ -10,7 +10,7 @@ use url::Url;
 
 use super::outbound::{Outbound, Request, Response, Signal};
 use super::{Context, Job};
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::{cut_on_char_boundary, ClaimedItem, Outcome};
 use crate::core::signature::constant_time_eq;
 use crate::core::target::{self, TargetPolicy};
 
@@ -184,11 +184,7 @@ pub fn answered(outcome: Outcome, response: &Response) -> Answered {
 /// The start of an answer's text as one trimmed line (control characters as
 /// spaces), cut on a character boundary; `None` when blank.
 fn answer_text(body: &str) -> Option<String> {
-    let mut end = body.len().min(MAX_ANSWER_TEXT_BYTES);
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    let line: String = body[..end]
+    let line: String = cut_on_char_boundary(body, MAX_ANSWER_TEXT_BYTES)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();

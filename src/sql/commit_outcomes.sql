@@ -19,6 +19,9 @@
 -- theirs untouched (the CASE reads nothing more for them).
 -- The batches' counters are added by count_committed_outcomes.sql, run just
 -- before in the same batch() (one row per batch per flush, not per item).
+-- last_error keeps at most 1,000 characters: the drain cuts every reason to
+-- 1,000 bytes (core::model::MAX_REASON_BYTES); this is the backstop for any
+-- writer that did not.
 -- A first attempt claimed by its batch's cursor (run_after = 0, migration 0015)
 -- leaves it here: an outcome without a run_after (a release) gives it its claim's
 -- instant, so nothing goes back to pending without a real run_after.
@@ -27,7 +30,7 @@ SET status = o.value ->> 'status',
     run_after = coalesce(o.value ->> 'run_after', nullif(cron_queue.run_after, 0),
                          max(cron_queue.started_at, 1)),
     completed_at = o.value ->> 'completed_at',
-    last_error = o.value ->> 'error',
+    last_error = substr(o.value ->> 'error', 1, 1000),
     attempt = coalesce(o.value ->> 'attempt', cron_queue.attempt),
     lease_expires_at = NULL,
     receipts = CASE
