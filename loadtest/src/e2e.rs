@@ -75,6 +75,11 @@ pub struct E2eArgs {
     /// queue; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
     pub only_drainers: bool,
+    /// Run only the endless-answer checks (a receiver answering 404 with 50 MiB,
+    /// in fanout and inline mode; its own Worker with the suite's settings,
+    /// restarted between the modes).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers"])]
+    pub only_answers: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -119,6 +124,10 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     if args.only_probe {
         let ran = probe_only(target, checks).await;
         return ran_to_completion(checks, "probe part", ran);
+    }
+    if args.only_answers {
+        let ran = answers_only(target, timeout, checks).await;
+        return ran_to_completion(checks, "endless-answers part", ran);
     }
     if args.only_drainers {
         let ran = crate::drainers::e2e(target, timeout, checks).await;
@@ -199,6 +208,16 @@ async fn probe_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
         .await
         .context("starting the probe's Worker")?;
     probe::e2e(&target, checks).await
+}
+
+/// The endless-answer checks alone, on a Worker of their own.
+async fn answers_only(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
+    let mut target = open_worker(args, "e2e-answers", [], Vec::new())
+        .await
+        .context("starting the endless answers' Worker")?;
+    edges::endless_answers(&mut target, timeout, checks).await?;
+    target.stop_checked("endless answers: ", checks).await;
+    Ok(())
 }
 
 /// What the suite's checks share: the Worker and the sink, the seeded plan, and
@@ -438,10 +457,11 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
 
     // Last: these restart the Worker with other settings.
     if f.target.runtime.is_some() {
+        edges::endless_answers(&mut f.target, f.timeout, checks).await?;
         edges::restarted(&mut f.target, f.timeout, checks).await?;
     } else {
         println!(
-            "# private targets and misconfiguration skipped: --url mode cannot restart the Worker"
+            "# endless answers, private targets and misconfiguration skipped: --url mode cannot restart the Worker"
         );
     }
 

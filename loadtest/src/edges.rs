@@ -1,9 +1,10 @@
 //! The e2e suite's checks of the HTTP and webhook edges, the ones only the runtime shows:
 //! bodies cut off while they stream, dispatch signatures (age bounded by the lease,
 //! rotation, rejections logged within a limit), redirects never followed,
-//! per-subject signing secrets, webhook targets refused when written and again at
-//! run time, and misconfiguration detail for the admin only. The last two restart
-//! the Worker with other settings, so they run last.
+//! per-subject signing secrets, a receiver's endless answer read with a bound (in
+//! fanout and inline mode), webhook targets refused when written and again at
+//! run time, and misconfiguration detail for the admin only. The last three
+//! restart the Worker with other settings, so they run last.
 
 use crate::api::{clip, Api, Batch, RawResponse};
 use crate::check;
@@ -678,6 +679,206 @@ async fn own_secret_signs_the_delivery(f: &mut OwnSecret<'_>) -> Result<()> {
         (Some("completed"), [one]) if one == "valid" => Ok(()),
         (status, sigs) => bail!("item {status:?}, delivery signatures {sigs:?}"),
     }
+}
+
+/// The megabytes the endless receiver answers with.
+const ENDLESS_MIB: u32 = 50;
+/// Healthy receivers in the endless receiver's batch.
+const ENDLESS_NEIGHBOURS: usize = 10;
+/// Pause between two `GET /health` calls while that batch runs, and how long one
+/// may take.
+const HEALTH_EVERY: Duration = Duration::from_millis(100);
+const HEALTH_WITHIN: Duration = Duration::from_secs(5);
+/// Most of the 50 MiB the Worker may take before it hangs up: the few KiB it
+/// reads, plus what the sockets and the runtime buffer (as [`EARLY`]).
+const ANSWER_TAKEN_AT_MOST: u64 = 16 * 1024 * 1024;
+
+/// The endless-answer checks' fixture, for one dispatch mode: what the batch
+/// left, the `GET /health` calls made while it ran, the bytes the sink sent.
+struct Endless<'a> {
+    target: &'a Target,
+    timeout: Duration,
+    mode: &'static str,
+    items: HashMap<String, crate::api::Item>,
+    /// Each call's time, or why it failed.
+    health: Vec<Result<Duration, String>>,
+    body_bytes: u64,
+}
+
+/// A receiver answering 404 with a 50 MiB streamed body, in a batch of healthy
+/// ones: its item fails with the status and a short text, the others complete,
+/// `GET /health` answers all along, and the body is not read to its end. Run in
+/// fanout mode, then inline (the run in the drain's own isolate, as `service`
+/// items always are), then fanout again. Restarts the Worker.
+pub async fn endless_answers(
+    target: &mut Target,
+    timeout: Duration,
+    checks: &mut Checks,
+) -> Result<()> {
+    for mode in ["fanout", "inline"] {
+        if mode == "inline" {
+            let restarted = restart_with(target, &[("DISPATCH_MODE", Some("inline"))]).await;
+            if checks
+                .step("Worker restarts with DISPATCH_MODE=inline", restarted)
+                .is_none()
+            {
+                return Ok(());
+            }
+        }
+        let mut f = Endless {
+            target: &*target,
+            timeout,
+            mode,
+            items: HashMap::new(),
+            health: Vec::new(),
+            body_bytes: 0,
+        };
+        let list = vec![
+            check!(
+                needed format!("{mode}: a batch with a webhook answering 404 and {ENDLESS_MIB} MiB (chunked) and {ENDLESS_NEIGHBOURS} healthy ones finishes while GET /health is called every {HEALTH_EVERY:?}"),
+                endless_batch_finishes
+            ),
+            check!(
+                format!("{mode}: the 404 item failed on attempt 1 with HTTP 404 and at most 200 bytes of the answer's text"),
+                endless_item_fails_with_a_short_text
+            ),
+            check!(
+                format!("{mode}: the batch's other items completed"),
+                endless_neighbours_complete
+            ),
+            check!(
+                format!("{mode}: GET /health answered every call within {HEALTH_WITHIN:?} while the batch ran"),
+                health_answered_throughout
+            ),
+            check!(
+                format!("{mode}: the Worker hung up early: the receiver sent at most {} MiB of its {ENDLESS_MIB}", ANSWER_TAKEN_AT_MOST >> 20),
+                endless_body_not_read_to_its_end
+            ),
+        ];
+        checks.run(&mut f, list).await;
+    }
+    checks.step(
+        "Worker restarts with DISPATCH_MODE unset (fanout)",
+        restart_with(target, &[("DISPATCH_MODE", None)]).await,
+    );
+    Ok(())
+}
+
+/// The endless receiver's subject.
+const ENDLESS: &str = "endless";
+
+async fn endless_batch_finishes(f: &mut Endless<'_>) -> Result<()> {
+    let sink = &f.target.sink;
+    let endless = Faults {
+        status: Some(404),
+        body_mib: ENDLESS_MIB,
+        ..Faults::default()
+    };
+    let mut items = vec![json!({"subject_id": ENDLESS, "kind": "webhook",
+        "payload": {"url": sink.hook_url(ENDLESS, &endless), "data": {}}})];
+    items.extend((0..ENDLESS_NEIGHBOURS).map(|n| {
+        let id = format!("neighbour-{n}");
+        json!({"subject_id": id, "kind": "webhook",
+               "payload": {"url": sink.hook_url(&id, &Faults::default()), "data": {}}})
+    }));
+    let before = sink.stats(false).await?.answer_body_bytes;
+    let done = std::cell::Cell::new(false);
+    let key = format!("e2e-endless-{}", f.mode);
+    let drained = async {
+        let items = drain_items(&f.target.api, &key, items, f.timeout).await;
+        done.set(true);
+        items
+    };
+    let polled = async {
+        let mut calls = Vec::new();
+        while !done.get() {
+            let started = std::time::Instant::now();
+            let call = tokio::time::timeout(HEALTH_WITHIN, f.target.api.health()).await;
+            calls.push(match call {
+                Ok(Ok(())) => Ok(started.elapsed()),
+                Ok(Err(e)) => Err(format!("{e:#}")),
+                Err(_) => Err(format!("no answer within {HEALTH_WITHIN:?}")),
+            });
+            tokio::time::sleep(HEALTH_EVERY).await;
+        }
+        calls
+    };
+    let (items, health) = tokio::join!(drained, polled);
+    f.health = health;
+    f.items = items?;
+    f.body_bytes = sink.stats(false).await?.answer_body_bytes - before;
+    Ok(())
+}
+
+async fn endless_item_fails_with_a_short_text(f: &mut Endless<'_>) -> Result<()> {
+    let item = f
+        .items
+        .get(ENDLESS)
+        .context("no item for the endless receiver")?;
+    let reason = item.last_error.as_deref().unwrap_or("");
+    // `permanent failure: HTTP 404: <the answer's text>`
+    let text = reason.split_once("HTTP 404: ").map(|(_, text)| text);
+    ensure!(
+        item.status == "failed" && item.attempt == 1,
+        "{} on attempt {}: {}",
+        item.status,
+        item.attempt,
+        clip(reason)
+    );
+    match text {
+        Some(text) if !text.is_empty() && text.len() <= 200 => Ok(()),
+        Some(text) => bail!("{} bytes of text: {}", text.len(), clip(reason)),
+        None => bail!("no HTTP 404 in {}", clip(reason)),
+    }
+}
+
+async fn endless_neighbours_complete(f: &mut Endless<'_>) -> Result<()> {
+    let not_done: Vec<String> = f
+        .items
+        .values()
+        .filter(|i| i.subject_id != ENDLESS && i.status != "completed")
+        .map(|i| format!("{} {}", i.subject_id, i.status))
+        .collect();
+    let neighbours = f.items.len().saturating_sub(1);
+    ensure!(
+        not_done.is_empty() && neighbours == ENDLESS_NEIGHBOURS,
+        "{neighbours} neighbours; not completed: {}",
+        not_done.join(", ")
+    );
+    Ok(())
+}
+
+async fn health_answered_throughout(f: &mut Endless<'_>) -> Result<()> {
+    let failed: Vec<&String> = f.health.iter().filter_map(|c| c.as_ref().err()).collect();
+    let slowest = f.health.iter().filter_map(|c| c.as_ref().ok()).max();
+    println!(
+        "# {}: {} GET /health calls, slowest {slowest:?}",
+        f.mode,
+        f.health.len()
+    );
+    ensure!(!f.health.is_empty(), "no call was made");
+    ensure!(
+        failed.is_empty(),
+        "{} of {} failed, first: {}",
+        failed.len(),
+        f.health.len(),
+        failed[0]
+    );
+    Ok(())
+}
+
+async fn endless_body_not_read_to_its_end(f: &mut Endless<'_>) -> Result<()> {
+    println!(
+        "# {}: the receiver sent {} KiB of its {ENDLESS_MIB} MiB",
+        f.mode,
+        f.body_bytes >> 10
+    );
+    ensure!(
+        f.body_bytes <= ANSWER_TAKEN_AT_MOST,
+        "it sent {} KiB",
+        f.body_bytes >> 10
+    );
+    Ok(())
 }
 
 /// Webhook targets that must be refused once ALLOW_PRIVATE_TARGETS is off.

@@ -29,6 +29,9 @@ pub struct Faults {
     /// Answer this 3xx with `Location: /redirected/<subject>` (the sink's redirect
     /// target, which counts whatever reaches it). Wins over every other fault.
     pub redirect: Option<u16>,
+    /// Answer with a body of this many MiB, streamed in chunks made as they are
+    /// sent (never held): a receiver that talks back far more than asked.
+    pub body_mib: u32,
 }
 
 /// What the sink does with one delivery.
@@ -38,10 +41,12 @@ pub struct Decision {
     pub status: u16,
     /// Send a `Location` to the sink's redirect target with the answer.
     pub redirect: bool,
+    /// Bytes of the streamed body to answer with (0: the usual small JSON).
+    pub body_bytes: u64,
 }
 
 impl Faults {
-    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&hang_first=..&error_rate=..&redirect=..`
+    /// Parses `latency_ms=..&fail_first=..&status=..&hang_ms=..&hang_first=..&error_rate=..&redirect=..&body_mib=..`
     /// (any subset, any order). Unknown keys and bad values are errors: a typo
     /// would otherwise silently turn a fault scenario into a healthy one.
     pub fn parse(query: &str) -> Result<Faults, String> {
@@ -56,6 +61,7 @@ impl Faults {
                 "fail_first" => faults.fail_first = value.parse().map_err(|e| bad(&e))?,
                 "hang_ms" => faults.hang_ms = value.parse().map_err(|e| bad(&e))?,
                 "hang_first" => faults.hang_first = value.parse().map_err(|e| bad(&e))?,
+                "body_mib" => faults.body_mib = value.parse().map_err(|e| bad(&e))?,
                 "status" => {
                     let code: u16 = value.parse().map_err(|e| bad(&e))?;
                     if !(100..=599).contains(&code) {
@@ -111,6 +117,9 @@ impl Faults {
         if let Some(code) = self.redirect {
             add("redirect", &code);
         }
+        if self.body_mib > 0 {
+            add("body_mib", &self.body_mib);
+        }
         q
     }
 
@@ -138,6 +147,7 @@ impl Faults {
             delay: Duration::from_millis(self.latency_ms.saturating_add(hang_ms)),
             status,
             redirect: self.redirect.is_some(),
+            body_bytes: u64::from(self.body_mib) << 20,
         }
     }
 
@@ -172,6 +182,7 @@ mod tests {
                 delay: Duration::ZERO,
                 status: 200,
                 redirect: false,
+                body_bytes: 0,
             }
         );
     }
@@ -179,7 +190,7 @@ mod tests {
     #[test]
     fn parses_every_fault_and_round_trips() {
         let f = Faults::parse(
-            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302",
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50",
         )
         .unwrap();
         assert_eq!(
@@ -192,8 +203,10 @@ mod tests {
                 hang_first: 1,
                 error_rate: 0.25,
                 redirect: Some(302),
+                body_mib: 50,
             }
         );
+        assert_eq!(f.decide("k", 1).body_bytes, 50 << 20);
         assert_eq!(Faults::parse(&f.to_query()).unwrap(), f);
         assert_eq!(Faults::default().to_query(), "");
     }
@@ -210,6 +223,7 @@ mod tests {
             "hang_first=x",
             "redirect=200",
             "redirect=400",
+            "body_mib=-1",
         ] {
             assert!(Faults::parse(q).is_err(), "{q} should be rejected");
         }
@@ -239,6 +253,7 @@ mod tests {
                 delay: Duration::from_millis(15),
                 status: 400,
                 redirect: false,
+                body_bytes: 0,
             }
         );
     }

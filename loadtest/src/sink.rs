@@ -6,7 +6,8 @@
 //!   of a multi-channel item: its body names the `channel`). Answers 401 on a bad
 //!   signature, 400 on a missing Idempotency-Key, a body that is not the delivery
 //!   JSON or an unknown fault, and otherwise what the faults decide (200 by
-//!   default).
+//!   default; with `body_mib`, that status and a body of that many MiB streamed
+//!   as it is made, counted in `Stats::answer_body_bytes` as it goes out).
 //! - `POST /callback/<name>?<faults>`: a batch's completion callback, checked and
 //!   answered the same way, its body the batch summary; kept apart from the
 //!   deliveries (`Stats::callbacks`), with its own count per Idempotency-Key.
@@ -132,6 +133,10 @@ pub struct Stats {
     /// counted with the cap on or off).
     #[serde(default)]
     pub peak_in_flight: u32,
+    /// Bytes of `body_mib` bodies handed to their connections so far: what the
+    /// Worker took (and its connection buffered) before it hung up.
+    #[serde(default)]
+    pub answer_body_bytes: u64,
 }
 
 /// One completion callback as the sink saw it.
@@ -213,6 +218,7 @@ struct Inner {
     in_flight: HashMap<String, u32>,
     cap_waits: u64,
     peak_in_flight: u32,
+    answer_body_bytes: u64,
 }
 
 struct Shared {
@@ -466,13 +472,45 @@ async fn hook(
         }
     }
     let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, Json(serde_json::json!({ "received": seq }))).into_response();
+    let mut response = if decision.body_bytes > 0 {
+        (status, streamed_body(shared.clone(), decision.body_bytes)).into_response()
+    } else {
+        (status, Json(serde_json::json!({ "received": seq }))).into_response()
+    };
     if decision.redirect {
         if let Ok(value) = location.parse() {
             response.headers_mut().insert("Location", value);
         }
     }
     response
+}
+
+/// Bytes per chunk of a streamed body.
+const STREAM_CHUNK: usize = 64 * 1024;
+/// What a streamed body says first; the rest is [`FILLER`].
+const STREAM_START: &[u8] = b"not found, and here is why at length: ";
+static FILLER: [u8; STREAM_CHUNK] = [b'x'; STREAM_CHUNK];
+
+/// A body of `total` bytes (chunked: no Content-Length), made chunk by chunk as
+/// the connection takes them and never held; each chunk is counted in
+/// `answer_body_bytes` as it is handed over. Dropped, with the count stopping,
+/// when the Worker hangs up.
+fn streamed_body(shared: Arc<Shared>, total: u64) -> axum::body::Body {
+    let chunks = futures::stream::unfold(0u64, move |sent| {
+        let shared = shared.clone();
+        async move {
+            let left = total.checked_sub(sent).filter(|&n| n > 0)?;
+            let chunk = if sent == 0 { STREAM_START } else { &FILLER[..] };
+            let chunk = &chunk[..chunk.len().min(left as usize)];
+            shared.lock().answer_body_bytes += chunk.len() as u64;
+            let next = sent + chunk.len() as u64;
+            Some((
+                Ok::<_, std::convert::Infallible>(Bytes::from_static(chunk)),
+                next,
+            ))
+        }
+    });
+    axum::body::Body::from_stream(chunks)
 }
 
 /// A completion callback: verified, recorded and answered like a delivery (the
@@ -603,6 +641,7 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -
         connection_cap: inner.cap,
         cap_waits: inner.cap_waits,
         peak_in_flight: inner.peak_in_flight,
+        answer_body_bytes: inner.answer_body_bytes,
         ..Stats::default()
     };
     for d in &inner.deliveries {
@@ -627,6 +666,7 @@ async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
     inner.callback_per_key.clear();
     inner.redirect_hits = 0;
     inner.cap_waits = 0;
+    inner.answer_body_bytes = 0;
     // Requests in flight keep their count; the peak starts again from them.
     inner.peak_in_flight = inner.in_flight.values().copied().max().unwrap_or(0);
     StatusCode::NO_CONTENT

@@ -136,6 +136,37 @@ async fn status_latency_and_bad_faults() {
 }
 
 #[tokio::test]
+async fn a_body_mib_answer_streams_that_many_bytes_chunked_and_counts_them() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let url = format!("{}/hook/big?status=404&body_mib=2", sink.url());
+    let resp = deliver(&url, 8, 1, Some(SECRET)).await;
+    assert_eq!(resp.status(), 404);
+    assert!(resp.headers().get("content-length").is_none(), "chunked");
+    let text = resp.bytes().await.unwrap();
+    assert_eq!(text.len(), 2 << 20);
+    assert!(text.starts_with(b"not found"));
+    let stats = SinkClient::new(&sink.url()).stats(false).await.unwrap();
+    assert_eq!(stats.answer_body_bytes, 2 << 20);
+    assert_eq!(stats.by_status.get("404"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_streamed_body_stops_when_the_client_hangs_up() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let url = format!("{}/hook/big?status=404&body_mib=50", sink.url());
+    let mut resp = deliver(&url, 9, 1, Some(SECRET)).await;
+    assert!(!resp.chunk().await.unwrap().unwrap().is_empty());
+    drop(resp);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = SinkClient::new(&sink.url());
+    let sent = client.stats(false).await.unwrap().answer_body_bytes;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only what the sockets buffered went out, and nothing more goes.
+    assert!(sent < 16 << 20, "{sent} bytes");
+    assert_eq!(client.stats(false).await.unwrap().answer_body_bytes, sent);
+}
+
+#[tokio::test]
 async fn a_hang_the_client_abandons_stays_unanswered() {
     let sink = sink::start(0, SECRET).await.unwrap();
     let body = body(8, 1);
