@@ -966,6 +966,22 @@ fn a_service_answer_maps_as_a_webhooks_with_a_permanent_failures_text_in_the_rea
 }
 
 #[test]
+fn a_service_answer_over_the_body_bound_is_a_retry_that_says_so_and_records_nothing() {
+    // Its body is read for channels whatever the status: all of it or an error.
+    for status in [200, 404] {
+        let out = MemoryOutbound::new(NOW);
+        let page = "x".repeat(crate::jobs::DEFAULT_MAX_BODY_BYTES + 1);
+        out.answer_service("HANDLER", Answer::status(status).body(&page));
+        let ran = run(&out, &service(None));
+        let want = format!(
+            "service HANDLER: HTTP {status}: answer body over 65536 bytes (Request::max_body_bytes)"
+        );
+        assert_eq!(ran.outcome, Outcome::Retry(want));
+        assert_eq!(ran.channels, None);
+    }
+}
+
+#[test]
 fn a_retry_after_in_seconds_on_a_service_retry_is_the_next_attempts_delay() {
     let out = MemoryOutbound::new(NOW);
     out.answer_service("HANDLER", Answer::status(429).header("Retry-After", "2"));
