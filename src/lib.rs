@@ -14,6 +14,9 @@ mod fanout;
 pub mod jobs;
 pub mod sql;
 pub mod store;
+/// Host tests of a job kind: items with defaults, a run as the Worker's.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
 #[cfg(target_arch = "wasm32")]
 pub mod edge;

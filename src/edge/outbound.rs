@@ -18,6 +18,7 @@ use worker::{
     RequestRedirect, ResponseBody,
 };
 
+use crate::jobs::bindings::{Bindings, Kv};
 use crate::jobs::outbound::{BodyReader, Outbound, Request, Response, ServiceError, Signal};
 
 /// The runtime's outbound side; `env` holds the service bindings.
@@ -109,11 +110,7 @@ async fn read(response: worker::Response, request: &Request) -> Result<Response,
             .await
             .map_err(|e| format!("HTTP {status}: reading the answer: {e:?}"))?;
     }
-    Ok(Response {
-        status,
-        headers,
-        body: reader.finish()?,
-    })
+    reader.finish(headers)
 }
 
 /// Hand `reader` the body's chunks while it wants more, copying only what it
@@ -200,5 +197,59 @@ impl Outbound for EdgeOutbound<'_> {
 
     fn now_ms(&self) -> i64 {
         super::clock::wall_ms()
+    }
+
+    fn bindings(&self) -> Option<&dyn Bindings> {
+        Some(self)
+    }
+}
+
+/// The kinds' bindings, from the Worker's `Env`.
+impl Bindings for EdgeOutbound<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.env.var(name).ok().map(|v| v.to_string())
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        self.env.secret(name).ok().map(|v| v.to_string())
+    }
+
+    fn kv(&self, name: &str) -> Option<Box<dyn Kv + '_>> {
+        let store = self.env.kv(name).ok()?;
+        Some(Box::new(EdgeKv(store)))
+    }
+}
+
+struct EdgeKv(worker::kv::KvStore);
+
+impl Kv for EdgeKv {
+    fn get<'a>(&'a self, key: &'a str) -> LocalBoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            self.0
+                .get(key)
+                .text()
+                .await
+                .map_err(|e| format!("KV get: {e}"))
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: &'a str) -> LocalBoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .put(key, value)
+                .map_err(|e| format!("KV put: {e}"))?
+                .execute()
+                .await
+                .map_err(|e| format!("KV put: {e}"))
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> LocalBoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .delete(key)
+                .await
+                .map_err(|e| format!("KV delete: {e}"))
+        })
     }
 }

@@ -7,7 +7,7 @@
 //! sees what it would see deployed.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -18,6 +18,7 @@ use std::task::{Context, Poll, Waker};
 use futures::future::{select, Either, LocalBoxFuture};
 use futures::task::{waker, ArcWake};
 
+use super::bindings::{Bindings, Kv};
 use super::outbound::{BodyReader, Outbound, Request, Response, ServiceError, Signal};
 
 /// What a scripted URL answers, after `after_ms` of virtual time.
@@ -70,9 +71,14 @@ impl Answer {
 
     /// The same answer (a response) with this body text, as the receiver sends
     /// it: the request reads what its rule says of it (`Request::body_read`).
-    pub fn body(mut self, text: &str) -> Answer {
+    pub fn body(self, text: &str) -> Answer {
+        self.bytes(text.as_bytes())
+    }
+
+    /// The same answer (a response) with this body, any bytes.
+    pub fn bytes(mut self, body: &[u8]) -> Answer {
         if let Reply::Respond(r) = &mut self.reply {
-            r.body = text.into();
+            r.body = body.to_vec();
         }
         self
     }
@@ -116,6 +122,10 @@ struct State {
     /// Service bindings that exist, with their scripted answers.
     services: HashMap<String, VecDeque<Answer>>,
     sent: Vec<Sent>,
+    vars: HashMap<String, String>,
+    secrets: HashMap<String, String>,
+    /// KV namespaces that exist, with their keys and values.
+    kv: HashMap<String, BTreeMap<String, String>>,
 }
 
 /// The in-memory outbound side. Clone it to keep a handle for assertions.
@@ -163,6 +173,43 @@ impl MemoryOutbound {
             .or_default()
             .push_back(answer);
         self
+    }
+
+    /// Set the Worker's `[vars]` value `name` (`Context::var`).
+    pub fn var(&self, name: &str, value: &str) -> &Self {
+        self.0.borrow_mut().vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// Set the Worker's secret `name` (`Context::secret`).
+    pub fn secret(&self, name: &str, value: &str) -> &Self {
+        self.0
+            .borrow_mut()
+            .secrets
+            .insert(name.into(), value.into());
+        self
+    }
+
+    /// Bind an empty KV namespace as `name` (`Context::kv`), or keep the one bound.
+    pub fn bind_kv(&self, name: &str) -> &Self {
+        self.0.borrow_mut().kv.entry(name.into()).or_default();
+        self
+    }
+
+    /// Set `key` to `value` in the KV namespace `name` (binding it).
+    pub fn kv_put(&self, name: &str, key: &str, value: &str) -> &Self {
+        self.0
+            .borrow_mut()
+            .kv
+            .entry(name.into())
+            .or_default()
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// The value of `key` in the KV namespace `name`, as a run left it.
+    pub fn kv_value(&self, name: &str, key: &str) -> Option<String> {
+        self.0.borrow().kv.get(name)?.get(key).cloned()
     }
 
     /// Every request sent so far, in order.
@@ -278,11 +325,10 @@ impl MemoryOutbound {
 
 /// A scripted answer as the Worker's seam hands it over: its body read by the
 /// request's rule (`Request::body_read`), an error past a `read_body` bound.
-fn as_read(request: &Request, mut response: Response) -> Result<Response, String> {
+fn as_read(request: &Request, response: Response) -> Result<Response, String> {
     let mut reader = BodyReader::new(request.body_read(response.status), response.status);
-    reader.push(response.body.as_bytes());
-    response.body = reader.finish()?;
-    Ok(response)
+    reader.push(&response.body);
+    reader.finish(response.headers)
 }
 
 struct Flag(AtomicBool);
@@ -371,6 +417,62 @@ impl Outbound for MemoryOutbound {
     fn now_ms(&self) -> i64 {
         self.now()
     }
+
+    fn bindings(&self) -> Option<&dyn Bindings> {
+        Some(self)
+    }
+}
+
+impl Bindings for MemoryOutbound {
+    fn var(&self, name: &str) -> Option<String> {
+        self.0.borrow().vars.get(name).cloned()
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        self.0.borrow().secrets.get(name).cloned()
+    }
+
+    fn kv(&self, name: &str) -> Option<Box<dyn Kv + '_>> {
+        self.0.borrow().kv.contains_key(name).then(|| {
+            Box::new(MemoryKv {
+                out: self.clone(),
+                name: name.into(),
+            }) as Box<dyn Kv>
+        })
+    }
+}
+
+/// A KV namespace of a [`MemoryOutbound`]: its calls answer at once.
+struct MemoryKv {
+    out: MemoryOutbound,
+    name: String,
+}
+
+impl MemoryKv {
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, String>) -> T) -> T {
+        let mut s = self.out.0.borrow_mut();
+        f(s.kv.entry(self.name.clone()).or_default())
+    }
+}
+
+impl Kv for MemoryKv {
+    fn get<'a>(&'a self, key: &'a str) -> LocalBoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move { Ok(self.with(|kv| kv.get(key).cloned())) })
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: &'a str) -> LocalBoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.with(|kv| kv.insert(key.into(), value.into()));
+            Ok(())
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> LocalBoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.with(|kv| kv.remove(key));
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -441,8 +543,8 @@ mod tests {
                 out.fetch(asking(), &signal).await,
             )
         });
-        assert_eq!(skipped.unwrap().body, "");
-        assert_eq!(wanted.unwrap().body, "wanted");
+        assert_eq!(skipped.unwrap().body, b"");
+        assert_eq!(wanted.unwrap().text(), Ok("wanted"));
         let failure = failure.unwrap();
         assert_eq!(failure.status, 404);
         assert_eq!(

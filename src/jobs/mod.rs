@@ -12,6 +12,7 @@
 //! Internal kinds run rows the Worker enqueues itself (completion callbacks): no
 //! subject or item may name them.
 
+pub mod bindings;
 pub mod callback;
 pub mod memory;
 pub mod multi;
@@ -33,6 +34,7 @@ pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::TargetPolicy;
+pub use bindings::{Bindings, Kv};
 pub use outbound::{
     BodyRead, Correlated, Outbound, Request, Response, ServiceError, Signal,
     DEFAULT_MAX_BODY_BYTES, FAILURE_TEXT_BYTES, INVOCATION_HEADER,
@@ -152,8 +154,9 @@ impl Policy {
 }
 
 /// The Worker's settings and secrets a run may need (the built-in kinds sign
-/// deliveries and check targets again).
-#[derive(Debug, Clone, Default)]
+/// deliveries and check targets again). Its default is a deployment's with
+/// every setting at its default (`JOB_TIMEOUT_MS` 10 s) and no secrets.
+#[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The id of the invocation that dispatched the item (a tick's or a
     /// drainer's, `GET /invocations`): every request of the run carries it as
@@ -174,6 +177,22 @@ pub struct RunConfig {
     /// `SERVICE_BINDINGS`, checked again at run time: a `service` item naming a
     /// binding no longer listed fails then.
     pub service_bindings: Vec<String>,
+}
+
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        let defaults = crate::core::settings::Settings::from_lookup(|_| None)
+            .expect("the default settings parse");
+        RunConfig {
+            invocation: None,
+            webhook_secret: String::new(),
+            dispatch_secrets: Vec::new(),
+            allow_private_targets: defaults.allow_private_targets,
+            own_hostnames: defaults.own_hostnames,
+            job_timeout_ms: defaults.job_timeout_ms,
+            service_bindings: defaults.service_bindings,
+        }
+    }
 }
 
 impl RunConfig {
@@ -248,6 +267,26 @@ impl<'a> Context<'a> {
         self.outbound.now_ms()
     }
 
+    /// A `[vars]` value of the Worker (`None` when unset): on the Worker from
+    /// its `Env`, on the host what the test set ([`Bindings`]).
+    pub fn var(&self, name: &str) -> Option<String> {
+        self.outbound.bindings()?.var(name)
+    }
+
+    /// A secret of the Worker (`None` when unset), as [`Context::var`].
+    pub fn secret(&self, name: &str) -> Option<String> {
+        self.outbound.bindings()?.secret(name)
+    }
+
+    /// The KV namespace bound as `name`, as [`Context::var`]; an error names
+    /// the missing binding.
+    pub fn kv(&self, name: &str) -> Result<Box<dyn Kv + 'a>, String> {
+        self.outbound
+            .bindings()
+            .and_then(|b| b.kv(name))
+            .ok_or_else(|| format!("no KV namespace is bound as {name:?}"))
+    }
+
     /// The runtime's environment, if it is a `T`: on the Worker, `worker::Env`
     /// (its secrets, KV, bindings). Host tests pass what they like.
     pub fn host<T: Any>(&self) -> Option<&'a T> {
@@ -295,7 +334,7 @@ impl<'a> Context<'a> {
 }
 
 /// A [`Job`] behind a pointer: what the registry holds.
-trait Kind {
+pub(crate) trait Kind {
     fn name(&self) -> &'static str;
     fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String>;
     fn redact(&self, payload: &mut Value);
@@ -529,48 +568,60 @@ impl Jobs {
         let Some(job) = self.find(&item.kind) else {
             return Outcome::Fail(format!("unknown job kind {:?}", item.kind)).into();
         };
-        // One place for every kind: all its requests go through this seam.
-        let correlated = config
-            .invocation
-            .as_deref()
-            .map(|id| Correlated::new(outbound, id));
-        let outbound: &dyn Outbound = match &correlated {
-            Some(c) => c,
-            None => outbound,
-        };
-        let mut ctx = Context::new(item, config, outbound, host);
-        ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);
-        let timeout_ms = ctx.timeout_ms;
-        let outcome = {
-            let mut run = std::pin::pin!(job.run(&ctx));
-            // A job that finishes on its first poll cannot be late: it needs no
-            // timer, and a timer per child is measurable CPU.
-            match futures::FutureExt::now_or_never(run.as_mut()) {
-                Some(outcome) => Some(outcome),
-                None => match select(run, outbound.sleep(timeout_ms)).await {
-                    Either::Left((outcome, _)) => Some(outcome),
-                    Either::Right(_) => {
-                        // Before the run is dropped: its fetches see the abort.
-                        ctx.signal.abort();
-                        None
-                    }
-                },
-            }
-        };
-        // Cut here, for every kind and path (a SELF child, inline, the drain):
-        // the outcome waits in the drain's memory until its commit.
-        match outcome.map(Outcome::bounded) {
-            Some(outcome) => Ran {
-                // Only what was sent: a run that sent nothing reports no channels.
-                channels: Some(ctx.take_channels()).filter(|c| !c.is_empty()),
-                retry_after_ms: ctx
-                    .retry_after_ms
-                    .get()
-                    .filter(|_| matches!(outcome, Outcome::Retry(_))),
-                outcome,
+        run_kind(job, item, config, outbound, host).await
+    }
+}
+
+/// Run `item` as `job` under its timeout: what [`Jobs::run`] does once it found
+/// the kind, and what `testing` runs one kind with.
+pub(crate) async fn run_kind(
+    job: &dyn Kind,
+    item: &ClaimedItem,
+    config: &RunConfig,
+    outbound: &dyn Outbound,
+    host: Option<&dyn Any>,
+) -> Ran {
+    // One place for every kind: all its requests go through this seam.
+    let correlated = config
+        .invocation
+        .as_deref()
+        .map(|id| Correlated::new(outbound, id));
+    let outbound: &dyn Outbound = match &correlated {
+        Some(c) => c,
+        None => outbound,
+    };
+    let mut ctx = Context::new(item, config, outbound, host);
+    ctx.timeout_ms = job.policy().timeout_ms(config.job_timeout_ms);
+    let timeout_ms = ctx.timeout_ms;
+    let outcome = {
+        let mut run = std::pin::pin!(job.run(&ctx));
+        // A job that finishes on its first poll cannot be late: it needs no
+        // timer, and a timer per child is measurable CPU.
+        match futures::FutureExt::now_or_never(run.as_mut()) {
+            Some(outcome) => Some(outcome),
+            None => match select(run, outbound.sleep(timeout_ms)).await {
+                Either::Left((outcome, _)) => Some(outcome),
+                Either::Right(_) => {
+                    // Before the run is dropped: its fetches see the abort.
+                    ctx.signal.abort();
+                    None
+                }
             },
-            None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),
         }
+    };
+    // Cut here, for every kind and path (a SELF child, inline, the drain):
+    // the outcome waits in the drain's memory until its commit.
+    match outcome.map(Outcome::bounded) {
+        Some(outcome) => Ran {
+            // Only what was sent: a run that sent nothing reports no channels.
+            channels: Some(ctx.take_channels()).filter(|c| !c.is_empty()),
+            retry_after_ms: ctx
+                .retry_after_ms
+                .get()
+                .filter(|_| matches!(outcome, Outcome::Retry(_))),
+            outcome,
+        },
+        None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),
     }
 }
 

@@ -19,6 +19,8 @@ use std::task::{Context, Poll, Waker};
 
 use futures::future::LocalBoxFuture;
 
+use super::bindings::Bindings;
+
 /// An HTTP request as a job sends it. Redirects are never followed: a 3xx comes
 /// back as it is (following one would send the request, and its signature,
 /// wherever `Location` points).
@@ -50,16 +52,61 @@ pub const FAILURE_TEXT_BYTES: usize = 4 * 1024;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
 
 impl Request {
-    /// A `POST` of a JSON body.
-    pub fn post_json(url: &str, body: String) -> Request {
+    /// A request with no headers and no body, its answer's body not read (see
+    /// [`Request::read_body`]).
+    pub fn new(method: &str, url: &str) -> Request {
         Request {
-            method: "POST".into(),
+            method: method.into(),
             url: url.into(),
-            headers: vec![("Content-Type".into(), "application/json".into())],
-            body: Some(body),
+            headers: Vec::new(),
+            body: None,
             read_body: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
+    }
+
+    /// A `GET` that reads the answer's body (up to [`DEFAULT_MAX_BODY_BYTES`]):
+    /// what a GET is for.
+    pub fn get(url: &str) -> Request {
+        Request::new("GET", url).read_body()
+    }
+
+    /// A `DELETE`, its answer's body not read.
+    pub fn delete(url: &str) -> Request {
+        Request::new("DELETE", url)
+    }
+
+    /// A `POST` of a JSON body, its answer's body not read.
+    pub fn post_json(url: &str, body: String) -> Request {
+        Request::new("POST", url).json_body(body)
+    }
+
+    /// A `PUT` of a JSON body, its answer's body not read.
+    pub fn put_json(url: &str, body: String) -> Request {
+        Request::new("PUT", url).json_body(body)
+    }
+
+    /// The same request with `body` as its JSON body (`Content-Type:
+    /// application/json`).
+    pub fn json_body(self, body: String) -> Request {
+        self.body_with_type("application/json", body)
+    }
+
+    /// The same request with `body`, sent as `content_type`.
+    pub fn body_with_type(mut self, content_type: &str, body: String) -> Request {
+        self.headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case("Content-Type"));
+        self.headers
+            .push(("Content-Type".into(), content_type.into()));
+        self.body = Some(body);
+        self
+    }
+
+    /// The same request asking for the answer's body, at most
+    /// [`Request::max_body_bytes`] of it (a longer body fails the fetch).
+    pub fn read_body(mut self) -> Request {
+        self.read_body = true;
+        self
     }
 
     /// The same request asking for the answer's body, at most `max_bytes` of it
@@ -95,22 +142,73 @@ impl Request {
     }
 }
 
-/// An HTTP answer. `body` is the text of what was read of the answer's body
-/// ([`Request::body_read`]: all of it with [`Request::read_body`], the start of
-/// a failure's otherwise), empty when nothing was.
+/// An HTTP answer. `body` is what was read of the answer's body
+/// ([`Request::body_read`]): all of it when the request asked for it
+/// ([`Request::read_body`]; then `whole`), else the start of a failure's (for
+/// its reason) or nothing. [`Response::text`] and [`Response::json`] read a
+/// whole body, and fail on one that was not read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
-    pub body: String,
+    pub body: Vec<u8>,
+    /// Whether `body` is the whole body (the request asked for it).
+    pub whole: bool,
 }
 
 impl Response {
+    /// An answer with `status`, no headers and no body read.
     pub fn new(status: u16) -> Response {
         Response {
             status,
             ..Response::default()
         }
+    }
+
+    /// An answer with `status` and this whole body.
+    pub fn with_body(status: u16, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+            whole: true,
+        }
+    }
+
+    /// The whole body as text. An error when the request did not ask for the
+    /// body (`HTTP 200: the answer's body was not read (Request::read_body)`) or
+    /// it is not UTF-8: never an empty or mangled text to hash or parse.
+    pub fn text(&self) -> Result<&str, String> {
+        if !self.whole {
+            return Err(format!(
+                "HTTP {}: the answer's body was not read (Request::read_body)",
+                self.status
+            ));
+        }
+        std::str::from_utf8(&self.body).map_err(|e| {
+            format!(
+                "HTTP {}: the answer's body is not UTF-8 (at byte {})",
+                self.status,
+                e.valid_up_to()
+            )
+        })
+    }
+
+    /// The whole body parsed as JSON: [`Response::text`]'s errors, or the
+    /// parser's.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_str(self.text()?).map_err(|e| {
+            format!(
+                "HTTP {}: the answer's body is not the JSON expected: {e}",
+                self.status
+            )
+        })
+    }
+
+    /// What was read of the body as text, invalid bytes replaced: a failure's
+    /// start for a reason (empty when nothing was read).
+    pub fn text_read(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.body)
     }
 
     pub fn header_value(&self, name: &str) -> Option<&str> {
@@ -166,10 +264,11 @@ impl BodyReader {
         self.bytes.extend_from_slice(&chunk[..take]);
     }
 
-    /// The text read (UTF-8, invalid bytes replaced; a character cut by a `Cut`
-    /// bound dropped), or, for a body over a `Whole` bound, the fetch's error.
-    pub fn finish(self) -> Result<String, String> {
-        let mut bytes = self.bytes.as_slice();
+    /// The answer, with `headers` and the bytes read (a UTF-8 character cut by
+    /// a `Cut` bound dropped; `whole` for a `Whole` read), or, for a body over a
+    /// `Whole` bound, the fetch's error.
+    pub fn finish(self, headers: Vec<(String, String)>) -> Result<Response, String> {
+        let mut bytes = self.bytes;
         match self.read {
             BodyRead::Whole(n) if bytes.len() > n => {
                 return Err(format!(
@@ -179,15 +278,20 @@ impl BodyReader {
             }
             BodyRead::Cut(n) if bytes.len() == n => {
                 // Only an unfinished sequence at the very end, not invalid bytes.
-                if let Err(e) = std::str::from_utf8(bytes) {
+                if let Err(e) = std::str::from_utf8(&bytes) {
                     if e.error_len().is_none() {
-                        bytes = &bytes[..e.valid_up_to()];
+                        bytes.truncate(e.valid_up_to());
                     }
                 }
             }
             _ => {}
         }
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+        Ok(Response {
+            status: self.status,
+            headers,
+            body: bytes,
+            whole: matches!(self.read, BodyRead::Whole(_)),
+        })
     }
 }
 
@@ -227,6 +331,12 @@ pub trait Outbound {
     /// The real time in milliseconds since the epoch (signature timestamps: the
     /// receiver checks them against its own clock).
     fn now_ms(&self) -> i64;
+
+    /// The Worker's variables, secrets and KV namespaces ([`Bindings`]).
+    /// Default: none.
+    fn bindings(&self) -> Option<&dyn Bindings> {
+        None
+    }
 }
 
 /// The header naming the invocation that dispatched an item (its id as `GET
@@ -284,6 +394,10 @@ impl Outbound for Correlated<'_> {
 
     fn now_ms(&self) -> i64 {
         self.inner.now_ms()
+    }
+
+    fn bindings(&self) -> Option<&dyn Bindings> {
+        self.inner.bindings()
     }
 }
 
@@ -413,7 +527,10 @@ mod tests {
             reader.push(c);
             handed += c.len();
         }
-        (reader.finish(), handed)
+        let read = reader
+            .finish(Vec::new())
+            .map(|r| r.text_read().into_owned());
+        (read, handed)
     }
 
     #[test]
@@ -466,6 +583,56 @@ mod tests {
             "HTTP 200: answer body over 4 bytes (Request::max_body_bytes)"
         );
         assert_eq!(handed, 6);
+    }
+
+    #[test]
+    fn a_get_reads_its_body_and_a_post_does_not() {
+        let get = Request::get("https://example.com/feed");
+        assert_eq!(get.method, "GET");
+        assert_eq!((get.body.as_deref(), get.headers.len()), (None, 0));
+        assert_eq!(get.body_read(200), BodyRead::Whole(DEFAULT_MAX_BODY_BYTES));
+        let put = Request::put_json("https://example.com/", "{}".into());
+        assert_eq!(put.method, "PUT");
+        assert_eq!(put.body_read(200), BodyRead::Skip);
+        assert_eq!(put.header_value("content-type"), Some("application/json"));
+        let typed = Request::new("POST", "https://example.com/")
+            .json_body("{}".into())
+            .body_with_type("text/plain", "hi".into());
+        assert_eq!(
+            typed.headers,
+            vec![("Content-Type".into(), "text/plain".into())]
+        );
+        assert_eq!(Request::delete("https://example.com/").method, "DELETE");
+    }
+
+    #[test]
+    fn a_body_not_read_or_not_utf8_is_an_error_not_an_empty_text() {
+        let skipped = BodyReader::new(BodyRead::Skip, 200)
+            .finish(Vec::new())
+            .unwrap();
+        assert_eq!(
+            skipped.text().unwrap_err(),
+            "HTTP 200: the answer's body was not read (Request::read_body)"
+        );
+        let mut cut = BodyReader::new(BodyRead::Cut(4), 404);
+        cut.push(b"nope, not found");
+        let cut = cut.finish(Vec::new()).unwrap();
+        assert_eq!(cut.text_read(), "nope");
+        assert!(cut.text().is_err());
+        let mut bytes = BodyReader::new(BodyRead::Whole(16), 200);
+        bytes.push(&[b'o', b'k', 0xff]);
+        let bytes = bytes.finish(Vec::new()).unwrap();
+        assert_eq!(bytes.body, vec![b'o', b'k', 0xff]);
+        assert_eq!(
+            bytes.text().unwrap_err(),
+            "HTTP 200: the answer's body is not UTF-8 (at byte 2)"
+        );
+        let json = Response::with_body(200, r#"{"n": 3}"#);
+        assert_eq!(json.json::<serde_json::Value>().unwrap()["n"], 3);
+        assert!(Response::with_body(200, "[")
+            .json::<serde_json::Value>()
+            .unwrap_err()
+            .starts_with("HTTP 200: the answer's body is not the JSON expected: "));
     }
 
     #[test]

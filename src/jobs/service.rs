@@ -136,7 +136,7 @@ pub fn classify_service_answer(
     response: &Response,
     stored: &Receipts,
 ) -> (Answered, Option<ChannelResults>) {
-    let reported = match channels_member(&response.body) {
+    let reported = match channels_member(&response.text_read()) {
         None => return (classify_answer(response), None),
         Some(member) => member.and_then(|value| receipts::parse_reported(&value, stored)),
     };

@@ -156,7 +156,7 @@ impl Answered {
 /// retry's `Retry-After` when it is a number of seconds ([`answered`]).
 pub fn classify_answer(response: &Response) -> Answered {
     let outcome = match classify_status(response.status) {
-        Outcome::Fail(reason) => match answer_text(&response.body) {
+        Outcome::Fail(reason) => match answer_text(&response.text_read()) {
             Some(text) => Outcome::Fail(format!("{reason}: {text}")),
             None => Outcome::Fail(reason),
         },

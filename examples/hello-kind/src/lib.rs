@@ -39,8 +39,8 @@ impl Job for Hello {
     }
 
     async fn run(&self, ctx: &Context<'_>, p: HelloPayload) -> Outcome {
-        // The Worker's own settings reach the kind through its Env.
-        let Some(greeting) = greeting(ctx) else {
+        // The Worker's own `[vars]`: its Env on the Worker, the harness's on the host.
+        let Some(greeting) = ctx.var("HELLO_GREETING") else {
             return Outcome::Fail("HELLO_GREETING is not set".into());
         };
         if p.fail {
@@ -59,20 +59,6 @@ impl Job for Hello {
             retry_max_ms: Some(1_000),
             ..Policy::default()
         }
-    }
-}
-
-/// `HELLO_GREETING` from the Worker's `[vars]` (none on the host: no Env there).
-fn greeting(ctx: &Context<'_>) -> Option<String> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let env = ctx.host::<worker::Env>()?;
-        env.var("HELLO_GREETING").ok().map(|v| v.to_string())
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = ctx;
-        None
     }
 }
 

@@ -17,7 +17,7 @@ pub fn retry_after_ms(response: &Response) -> Option<i64> {
         .header_value("Retry-After")
         .and_then(|v| v.trim().parse::<f64>().ok());
     let from_body = || {
-        let body: Value = serde_json::from_str(&response.body).ok()?;
+        let body: Value = serde_json::from_slice(&response.body).ok()?;
         body.get("retry_after")
             .and_then(seconds)
             .or_else(|| body.pointer("/parameters/retry_after").and_then(seconds))
@@ -61,6 +61,7 @@ pub(crate) fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Res
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect(),
         body: body.into(),
+        whole: true,
     }
 }
 

@@ -113,7 +113,10 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
             ..answered
         });
     }
-    let answer: GraphqlAnswer = serde_json::from_str(&response.body)
+    let text = response
+        .text()
+        .map_err(|e| Answered::from(Outcome::Retry(format!("GitHub: {e}"))))?;
+    let answer: GraphqlAnswer = serde_json::from_str(text)
         .map_err(|e| Answered::from(Outcome::Retry(format!("GitHub: unreadable answer: {e}"))))?;
     if answer
         .errors

@@ -140,21 +140,10 @@ impl Job for StreakCheck {
     }
 }
 
-/// The settings: what a host test passes as the host, or on the Worker its Env.
+/// The settings, from the Worker's secrets and vars (its Env on the Worker, the
+/// harness's on the host).
 fn settings(ctx: &Context<'_>) -> Result<Settings, String> {
-    if let Some(s) = ctx.host::<Settings>() {
-        return Ok(s.clone());
-    }
-    #[cfg(target_arch = "wasm32")]
-    if let Some(env) = ctx.host::<worker::Env>() {
-        return Settings::from_lookup(|name| {
-            env.secret(name)
-                .map(|s| s.to_string())
-                .or_else(|_| env.var(name).map(|v| v.to_string()))
-                .ok()
-        });
-    }
-    Err("no settings: run on the Worker, or pass Settings as the host".into())
+    Settings::from_lookup(|name| ctx.secret(name).or_else(|| ctx.var(name)))
 }
 
 async fn run(ctx: &Context<'_>, p: &StreakPayload) -> Outcome {

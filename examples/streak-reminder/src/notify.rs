@@ -76,7 +76,7 @@ pub fn telegram_request(api_url: &str, bot_token: &str, chat: &ChatId, text: &st
 /// words: Telegram's `description`, Discord's `message`, else the text.
 pub fn read_answer(response: &Response) -> Answered {
     let outcome = match classify_status(response.status) {
-        Outcome::Fail(why) => match api_text(&response.body) {
+        Outcome::Fail(why) => match api_text(&response.text_read()) {
             Some(text) => Outcome::Fail(format!("{why}: {text}")),
             None => Outcome::Fail(why),
         },

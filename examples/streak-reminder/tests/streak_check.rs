@@ -3,13 +3,11 @@
 //! what each answer becomes — receipts included, so a retry never reminds a
 //! channel twice.
 
-use std::any::Any;
-
-use cron_fanout::core::model::ClaimedItem;
-use cron_fanout::jobs::memory::{Answer, Ended, MemoryOutbound};
-use cron_fanout::jobs::{Outcome, Ran, RunConfig};
+use cron_fanout::jobs::memory::{Answer, Ended};
+use cron_fanout::jobs::{Outcome, Ran};
+use cron_fanout::testing::{self, Harness, Item};
 use serde_json::{json, Value};
-use streak_reminder::{fanout, Settings};
+use streak_reminder::fanout;
 
 const GITHUB: &str = "https://github.test/graphql";
 const DISCORD: &str = "https://discord.test/api/webhooks/1/discord-token";
@@ -19,43 +17,25 @@ const GITHUB_TOKEN: &str = "ghp_secret_token";
 /// 2026-11-24T17:00:00Z: 18:00 in Berlin.
 const NOW: i64 = 1_795_539_600_000;
 
-fn settings() -> Settings {
-    Settings {
-        github_api_url: "https://github.test".into(),
-        github_token: GITHUB_TOKEN.into(),
-        telegram_api_url: "https://telegram.test".into(),
-        telegram_bot_token: Some("123:bot-secret".into()),
-    }
+/// The Worker at `now_ms` with the app's vars and secrets, pointed at fakes.
+fn harness(now_ms: i64) -> Harness {
+    let h = Harness::at(now_ms);
+    h.var("GITHUB_API_URL", "https://github.test")
+        .var("TELEGRAM_API_URL", "https://telegram.test")
+        .secret("GITHUB_TOKEN", GITHUB_TOKEN)
+        .secret("TELEGRAM_BOT_TOKEN", "123:bot-secret");
+    h
 }
 
-fn config() -> RunConfig {
-    RunConfig {
-        webhook_secret: "webhook-secret-0123456789".into(),
-        dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
-        allow_private_targets: false,
-        own_hostnames: Vec::new(),
-        job_timeout_ms: 10_000,
-        service_bindings: Vec::new(),
-        invocation: None,
-    }
-}
-
-fn user(zone: &str) -> ClaimedItem {
-    ClaimedItem {
-        item_id: 7,
-        lease_token: "lease".into(),
-        batch_id: "streaks:2026-11-24".into(),
-        subject_id: "ada".into(),
-        attempt: 1,
-        max_attempts: 5,
-        kind: "streak_check".into(),
-        payload: json!({
-            "github_login": "ada", "timezone": zone,
-            "discord_webhook_url": DISCORD, "telegram_chat_id": 4242,
-        })
-        .to_string(),
-        receipts: None,
-    }
+fn user(zone: &str) -> Item {
+    testing::item(json!({
+        "github_login": "ada", "timezone": zone,
+        "discord_webhook_url": DISCORD, "telegram_chat_id": 4242,
+    }))
+    .item_id(7)
+    .batch("streaks:2026-11-24")
+    .subject("ada")
+    .kind("streak_check")
 }
 
 /// GitHub's answer with a calendar of `(date, count)`.
@@ -73,20 +53,15 @@ fn at_risk() -> Answer {
     calendar(&[("2026-11-22", 1), ("2026-11-23", 2), ("2026-11-24", 0)])
 }
 
-fn run_with(out: &MemoryOutbound, item: &ClaimedItem, settings: &Settings) -> Ran {
-    let host: &dyn Any = settings;
-    out.block_on(fanout().jobs().run(item, &config(), out, Some(host)))
+fn run(h: &Harness, item: &Item) -> Ran {
+    h.run_in(fanout().jobs(), item.clone())
 }
 
-fn run(out: &MemoryOutbound, item: &ClaimedItem) -> Ran {
-    run_with(out, item, &settings())
-}
-
-fn urls(out: &MemoryOutbound) -> Vec<String> {
+fn urls(out: &Harness) -> Vec<String> {
     out.sent().into_iter().map(|s| s.request.url).collect()
 }
 
-fn body(out: &MemoryOutbound, url: &str) -> Value {
+fn body(out: &Harness, url: &str) -> Value {
     let sent = out
         .sent()
         .into_iter()
@@ -97,7 +72,7 @@ fn body(out: &MemoryOutbound, url: &str) -> Value {
 
 #[test]
 fn at_risk_reminds_discord_and_telegram_once_each() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204))
         .answer(TELEGRAM, Answer::status(200));
@@ -129,7 +104,7 @@ fn a_user_who_contributed_today_or_has_no_streak_is_left_alone() {
         vec![("2026-11-22", 5), ("2026-11-23", 0), ("2026-11-24", 0)], // broken yesterday
         vec![],                                     // an empty calendar
     ] {
-        let out = MemoryOutbound::new(NOW);
+        let out = harness(NOW);
         out.answer(GITHUB, calendar(&days));
         let ran = run(&out, &user("Europe/Berlin"));
         assert_eq!(
@@ -147,7 +122,7 @@ fn today_is_the_users_own_date() {
     // the 24th in New York (a contribution that day: safe).
     let late = NOW + 6 * 3_600_000 + 1_800_000;
     let days = [("2026-11-23", 1), ("2026-11-24", 3)];
-    let out = MemoryOutbound::new(late);
+    let out = harness(late);
     out.answer(GITHUB, calendar(&days))
         .answer(DISCORD, Answer::status(204))
         .answer(TELEGRAM, Answer::status(200));
@@ -161,7 +136,7 @@ fn today_is_the_users_own_date() {
         .as_str()
         .unwrap()
         .contains("(2026-11-25)"));
-    let out = MemoryOutbound::new(late);
+    let out = harness(late);
     out.answer(GITHUB, calendar(&days));
     run(&out, &user("America/New_York"));
     assert_eq!(urls(&out), [GITHUB]);
@@ -169,7 +144,7 @@ fn today_is_the_users_own_date() {
 
 #[test]
 fn a_discord_5xx_is_retried_and_the_retry_resends_only_discord() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(503))
         .answer(TELEGRAM, Answer::status(200));
@@ -186,14 +161,11 @@ fn a_discord_5xx_is_retried_and_the_retry_resends_only_discord() {
     );
 
     // What the commit stored: Telegram delivered, Discord pending.
-    let mut retry = user("Europe/Berlin");
-    retry.attempt = 2;
-    retry.receipts = Some(
-        json!({"telegram": {"status": "delivered", "at": NOW},
-               "discord": {"status": "pending", "error": "HTTP 503"}})
-        .to_string(),
-    );
-    let out = MemoryOutbound::new(NOW + 60_000);
+    let retry = user("Europe/Berlin")
+        .attempt(2)
+        .receipts(json!({"telegram": {"status": "delivered", "at": NOW},
+               "discord": {"status": "pending", "error": "HTTP 503"}}));
+    let out = harness(NOW + 60_000);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204));
     let second = run(&out, &retry);
@@ -207,20 +179,17 @@ fn a_discord_5xx_is_retried_and_the_retry_resends_only_discord() {
 
 #[test]
 fn a_run_whose_channels_were_all_delivered_asks_nobody() {
-    let mut retry = user("Europe/Berlin");
-    retry.receipts = Some(
-        json!({"telegram": {"status": "delivered", "at": NOW},
-               "discord": {"status": "delivered", "at": NOW}})
-        .to_string(),
-    );
-    let out = MemoryOutbound::new(NOW);
+    let retry = user("Europe/Berlin")
+        .receipts(json!({"telegram": {"status": "delivered", "at": NOW},
+               "discord": {"status": "delivered", "at": NOW}}));
+    let out = harness(NOW);
     assert_eq!(run(&out, &retry).outcome, Outcome::Done);
     assert!(out.sent().is_empty());
 }
 
 #[test]
 fn a_github_429_is_retried_after_its_retry_after_and_nobody_is_reminded() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, Answer::status(429).header("Retry-After", "120"));
     let ran = run(&out, &user("Europe/Berlin"));
     assert_eq!(
@@ -234,7 +203,7 @@ fn a_github_429_is_retried_after_its_retry_after_and_nobody_is_reminded() {
 
 #[test]
 fn a_telegram_429_waits_what_telegram_asks_and_a_refused_chat_fails_the_item() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204))
         .answer(TELEGRAM, Answer::status(429).body(r#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 9","parameters":{"retry_after":9}}"#));
@@ -245,7 +214,7 @@ fn a_telegram_429_waits_what_telegram_asks_and_a_refused_chat_fails_the_item() {
     );
     assert_eq!(ran.retry_after_ms, Some(9_000));
 
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204))
         .answer(
@@ -264,7 +233,7 @@ fn a_telegram_429_waits_what_telegram_asks_and_a_refused_chat_fails_the_item() {
 
 #[test]
 fn a_hanging_channel_times_out_alone_and_the_other_is_kept() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk().after(1_000))
         .answer(DISCORD, Answer::hang())
         .answer(TELEGRAM, Answer::status(200).after(100));
@@ -276,13 +245,13 @@ fn a_hanging_channel_times_out_alone_and_the_other_is_kept() {
         Some(&Outcome::Retry("timed out after 9500 ms".into()))
     );
     // The channel deadline counts from the run's start: GitHub's second included.
-    assert_eq!(out.now(), NOW + 9_500);
+    assert_eq!(out.now_ms(), NOW + 9_500);
     assert_eq!(out.sent()[1].ended, Ended::Aborted);
 }
 
 #[test]
 fn secrets_never_reach_a_reason() {
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204))
         .answer(
@@ -295,7 +264,7 @@ fn secrets_never_reach_a_reason() {
     let reason = format!("{:?} {:?}", ran.outcome, ran.channels);
     assert!(!reason.contains("bot-secret"), "{reason}");
     assert!(reason.contains("bot[redacted]/sendMessage"), "{reason}");
-    let out = MemoryOutbound::new(NOW);
+    let out = harness(NOW);
     out.answer(
         GITHUB,
         Answer::error("TLS error for token ghp_secret_token"),
@@ -309,19 +278,17 @@ fn secrets_never_reach_a_reason() {
 
 #[test]
 fn missing_settings_fail_with_the_setting_named() {
-    let out = MemoryOutbound::new(NOW);
-    let none = out.block_on(fanout().jobs().run(&user("UTC"), &config(), &out, None));
-    assert!(
-        matches!(none.outcome, Outcome::Fail(ref why) if why.starts_with("not run: no settings"))
+    let none = run(&Harness::at(NOW), &user("UTC"));
+    assert_eq!(
+        none.outcome,
+        Outcome::Fail("not run: GITHUB_TOKEN is not set".into())
     );
-    let out = MemoryOutbound::new(NOW);
-    out.answer(GITHUB, at_risk())
+    let out = Harness::at(NOW);
+    out.secret("GITHUB_TOKEN", GITHUB_TOKEN)
+        .var("GITHUB_API_URL", "https://github.test")
+        .answer(GITHUB, at_risk())
         .answer(DISCORD, Answer::status(204));
-    let no_bot = Settings {
-        telegram_bot_token: None,
-        ..settings()
-    };
-    let ran = run_with(&out, &user("Europe/Berlin"), &no_bot);
+    let ran = run(&out, &user("Europe/Berlin"));
     assert_eq!(
         ran.outcome,
         Outcome::Fail("channel telegram: not sent: TELEGRAM_BOT_TOKEN is not set".into())
@@ -331,10 +298,10 @@ fn missing_settings_fail_with_the_setting_named() {
 
 #[test]
 fn a_discord_url_refused_since_it_was_written_is_not_sent() {
-    let mut item = user("UTC");
-    item.payload =
-        json!({"github_login": "ada", "discord_webhook_url": "http://10.0.0.1/hook"}).to_string();
-    let out = MemoryOutbound::new(NOW);
+    let item = user("UTC").payload_text(
+        &json!({"github_login": "ada", "discord_webhook_url": "http://10.0.0.1/hook"}).to_string(),
+    );
+    let out = harness(NOW);
     let ran = run(&out, &item);
     assert!(
         matches!(ran.outcome, Outcome::Fail(ref why) if why.starts_with("not run: discord_webhook_url host 10.0.0.1")),
