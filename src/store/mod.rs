@@ -1,6 +1,7 @@
 //! Persistence. [`Store`] holds every query the Worker makes, written once over a
-//! tiny [`Db`] adapter: D1 in the Worker (`d1.rs`), SQLite on the host (`sqlite.rs`)
-//! where the conformance tests run the same SQL files against the same migrations.
+//! tiny [`Db`] adapter: D1 in the Worker (`d1.rs`), SQLite on the host (`sqlite.rs`,
+//! feature `sqlite`) where the conformance tests run the same SQL files against
+//! the same migrations.
 //! [`metered::Metered`] wraps either to charge every call to a subrequest budget.
 //! One file per concern: `batches`, `items` (the queue), `subjects`, `schedules`,
 //! `control` (pause, cancel, replay, upkeep) and `invocations` (summaries, metrics).
@@ -8,7 +9,7 @@
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
 pub mod metered;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "sqlite"))]
 pub mod sqlite;
 
 mod batches;
