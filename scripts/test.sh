@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run every test: host tests (pure core, SQL conformance on SQLite,
-# loadtest units), the TypeScript handler package and examples (tsc --noEmit,
+# loadtest units), the docs' Worker crate of one's own built outside the
+# workspace (scripts/outside.sh), the TypeScript handler package and examples (tsc --noEmit,
 # Vitest inside workerd), then the end-to-end suite against the built Worker on
 # `wrangler dev` with local D1, including the dashboard driven in a headless
 # Chromium (loadtest/src/ui.rs). Exits non-zero on any failure.
@@ -12,6 +13,9 @@ bash scripts/setup.sh
 
 printf '\n==> host tests (cargo test --workspace)\n'
 cargo test --workspace
+
+printf '\n==> a Worker crate of one'"'"'s own, outside the workspace, from docs/api.md (host tests, wasm32 check)\n'
+bash scripts/outside.sh
 
 printf '\n==> TypeScript: tsc --noEmit and the Vitest suites inside workerd (packages/handler, examples/*-ts)\n'
 npm run typecheck --workspaces --if-present

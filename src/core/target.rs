@@ -103,6 +103,18 @@ impl fmt::Display for TargetError {
     }
 }
 
+impl TargetError {
+    /// The message with the payload's field named where it says `url`
+    /// (`feed_url host 10.0.0.1 is …`).
+    pub fn for_field(&self, field: &str) -> String {
+        let text = self.to_string();
+        match text.strip_prefix("url") {
+            Some(rest) => format!("{field}{rest}"),
+            None => format!("{field}: {text}"),
+        }
+    }
+}
+
 /// Parse a webhook URL exactly as the runtime will, refusing what it would
 /// silently rewrite or could never send.
 pub fn parse(raw: &str) -> Result<Url, TargetError> {
@@ -167,6 +179,11 @@ pub fn validate(raw: &str, policy: &TargetPolicy) -> Result<Url, TargetError> {
     let url = parse(raw)?;
     check(&url, policy)?;
     Ok(url)
+}
+
+/// [`validate`] for the URL in payload field `field`: the error names the field.
+pub fn validate_field(field: &str, raw: &str, policy: &TargetPolicy) -> Result<Url, String> {
+    validate(raw, policy).map_err(|e| e.for_field(field))
 }
 
 fn trim_dot(host: &str) -> &str {
@@ -522,5 +539,17 @@ mod tests {
         // What the parser normalises is what is fetched.
         let url = parse("HTTPS://EXAMPLE.com:443/a/../b?x#y").unwrap();
         assert_eq!(url.as_str(), "https://example.com/b?x#y");
+    }
+
+    #[test]
+    fn a_target_error_names_the_payload_field_it_came_from() {
+        let err =
+            validate_field("feed_url", "http://10.0.0.1/", &TargetPolicy::PUBLIC).unwrap_err();
+        assert!(err.starts_with("feed_url host 10.0.0.1 is "), "{err}");
+        assert_eq!(
+            validate_field("notify_url", "ftp://x.test/", &TargetPolicy::PUBLIC).unwrap_err(),
+            "notify_url must start with http:// or https://"
+        );
+        assert!(validate_field("feed_url", "https://example.com/", &TargetPolicy::PUBLIC).is_ok());
     }
 }

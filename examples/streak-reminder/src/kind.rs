@@ -68,9 +68,7 @@ impl StreakPayload {
 
     fn check_discord(&self, targets: &TargetPolicy) -> Result<(), String> {
         match &self.discord_webhook_url {
-            Some(url) => target::validate(url, targets)
-                .map(|_| ())
-                .map_err(|e| format!("discord_webhook_{e}")),
+            Some(url) => target::validate_field("discord_webhook_url", url, targets).map(|_| ()),
             None => Ok(()),
         }
     }
