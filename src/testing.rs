@@ -346,6 +346,34 @@ mod tests {
     }
 
     #[test]
+    fn ctx_fetch_sends_nothing_to_a_target_the_deployment_refuses() {
+        let mut h = Harness::new();
+        let private = || item(json!({"url": "http://10.0.0.1/hook"}));
+        let ran = h.run(&Ping, private());
+        assert!(
+            matches!(&ran.outcome, Outcome::Retry(why) if why.starts_with("not sent: url host 10.0.0.1 is ")),
+            "{:?}",
+            ran.outcome
+        );
+        assert!(h.sent().is_empty());
+        h.config.own_hostnames = vec!["fanout.example.com".into()];
+        let own = h.run(&Ping, item(json!({"url": "https://fanout.example.com/x"})));
+        assert!(
+            matches!(&own.outcome, Outcome::Retry(why) if why.starts_with("not sent: url host fanout.example.com is one of this Worker's own hostnames")),
+            "{:?}",
+            own.outcome
+        );
+        assert!(h.sent().is_empty());
+        // ALLOW_PRIVATE_TARGETS=true: sent (and unscripted here).
+        h.config.allow_private_targets = true;
+        assert_eq!(
+            h.run(&Ping, private()).outcome,
+            Outcome::Retry("no answer scripted for http://10.0.0.1/hook".into())
+        );
+        assert_eq!(h.sent().len(), 1);
+    }
+
+    #[test]
     fn the_host_value_reaches_the_run() {
         let h = Harness::new().with_host("on the host");
         h.answer("https://a.test/", Answer::status(204));

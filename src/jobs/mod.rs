@@ -33,7 +33,7 @@ use serde_json::Value;
 pub use crate::core::model::{ClaimedItem, Outcome, Ran};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
-use crate::core::target::TargetPolicy;
+use crate::core::target::{self, TargetPolicy};
 pub use bindings::{Bindings, Kv};
 pub use outbound::{
     BodyRead, Correlated, Outbound, Request, Response, ServiceError, Signal,
@@ -51,7 +51,9 @@ pub trait Job: 'static {
 
     /// Refuse a payload this kind could never run, before it is stored (400
     /// `invalid_payload`). `targets` says which network targets the deployment
-    /// allows (`core::target`). Default: any payload that parses.
+    /// allows (`core::target`; `target::validate_field` names the field): the
+    /// rules [`Context::fetch`] applies at run time anyway, checked here only to
+    /// refuse a bad URL at once. Default: any payload that parses.
     fn validate(&self, _payload: &Self::Payload, _targets: &TargetPolicy) -> Result<(), String> {
         Ok(())
     }
@@ -252,12 +254,19 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// Send `request`, aborted with the job's signal.
+    /// Send `request`, aborted with the job's signal, if its URL is a target the
+    /// deployment allows (`core::target`: public hosts unless
+    /// `ALLOW_PRIVATE_TARGETS`, never `OWN_HOSTNAMES`); else nothing is sent and
+    /// the error says why (`not sent: url host 10.0.0.1 is …`).
     pub async fn fetch(&self, request: Request) -> Result<Response, String> {
+        if let Err(e) = target::validate(&request.url, &self.config.policy()) {
+            return Err(format!("not sent: {e}"));
+        }
         self.outbound.fetch(request, &self.signal).await
     }
 
-    /// The outbound seam itself (e.g. to fetch under a signal of one's own).
+    /// The outbound seam itself (e.g. to fetch under a signal of one's own): no
+    /// target rule applied, a kind checks its URLs itself.
     pub fn outbound(&self) -> &'a dyn Outbound {
         self.outbound
     }
