@@ -5,7 +5,8 @@
 //! what running an item means, `api` the HTTP routes and handlers (generic over
 //! the store), and `edge` the only code that talks to the Workers runtime. A
 //! Worker crate runs it all through [`Fanout`] from its own `#[event]` functions,
-//! with job kinds of its own beside the built-in ones.
+//! with job kinds of its own beside the built-in ones, host-tested with
+//! `testing`.
 
 pub mod api;
 pub mod core;
@@ -14,7 +15,6 @@ mod fanout;
 pub mod jobs;
 pub mod sql;
 pub mod store;
-/// Host tests of a job kind: items with defaults, a run as the Worker's.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 

@@ -8,10 +8,12 @@
 //!
 //! ```ignore
 //! let h = testing::Harness::new();
-//! h.answer("https://example.com/nudge", Answer::status(503));
-//! let ran = h.run(&Nudge, testing::item(json!({"url": "https://example.com/nudge"})).attempt(2));
-//! assert_eq!(ran.outcome, Outcome::Retry("HTTP 503".into()));
+//! h.bind_kv("FEEDS").answer(FEED, Answer::status(503));
+//! let ran = h.run(&FeedCheck, testing::item(json!({"feed_url": FEED, "notify_url": NOTIFY})).attempt(2));
+//! assert_eq!(ran.outcome, Outcome::Retry("feed: HTTP 503".into()));
 //! ```
+//!
+//! docs/api.md ("Test your kind on the host") has the whole example.
 
 use std::any::Any;
 
@@ -169,13 +171,13 @@ impl Harness {
 
     /// Set the Worker's `[vars]` value `name` (`ctx.var`).
     pub fn var(&self, name: &str, value: &str) -> &Harness {
-        self.out.var(name, value);
+        self.out.set_var(name, value);
         self
     }
 
     /// Set the Worker's secret `name` (`ctx.secret`).
     pub fn secret(&self, name: &str, value: &str) -> &Harness {
-        self.out.secret(name, value);
+        self.out.set_secret(name, value);
         self
     }
 

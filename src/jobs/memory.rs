@@ -176,13 +176,13 @@ impl MemoryOutbound {
     }
 
     /// Set the Worker's `[vars]` value `name` (`Context::var`).
-    pub fn var(&self, name: &str, value: &str) -> &Self {
+    pub fn set_var(&self, name: &str, value: &str) -> &Self {
         self.0.borrow_mut().vars.insert(name.into(), value.into());
         self
     }
 
     /// Set the Worker's secret `name` (`Context::secret`).
-    pub fn secret(&self, name: &str, value: &str) -> &Self {
+    pub fn set_secret(&self, name: &str, value: &str) -> &Self {
         self.0
             .borrow_mut()
             .secrets
