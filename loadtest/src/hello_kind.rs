@@ -2,8 +2,10 @@
 //! library that registers the job kind `hello` beside the built-in ones: one
 //! `wrangler dev` of its wrangler config, a handful of items. Its kind's payload
 //! is validated on `PUT /subjects`; its items run in fresh invocations with the
-//! Worker's Env (the greeting is its `[vars]`' `HELLO_GREETING`), retry then
-//! complete, or fail with the kind's reason; the default routes still answer.
+//! Worker's Env (the greeting is its `[vars]`' `HELLO_GREETING`, read with
+//! `ctx.var`), retry then complete, or fail with the kind's reason; a `once`
+//! item is remembered in the Worker's KV (`ctx.kv`) across batches; the default
+//! routes still answer.
 
 use crate::api::{Batch, Item, SubjectIn, TICK_CRON};
 use crate::check;
@@ -50,6 +52,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!("hello-kind: its kind's retry comes back (its own backoff) and completes on attempt 2", own_kinds_retry_completes_on_attempt_2),
                 check!("hello-kind: a permanent failure keeps the kind's reason, read from the Env's HELLO_GREETING", permanent_failure_keeps_the_kinds_reason),
                 check!("hello-kind: the built-in kinds and the default routes still answer (webhook delivered, /health, the dashboard)", built_in_kinds_and_default_routes_still_answer),
+                check!("hello-kind: its kind reads and writes the Worker's KV (ctx.kv): a later batch's item for a subject greeted once fails, naming the batch that greeted it", kv_remembers_a_once_greeting_across_batches),
             ],
         )
         .await;
@@ -107,6 +110,7 @@ async fn own_kinds_item_completes(f: &mut HelloKind) -> Result<()> {
         subject("h-done", "hello", json!({"name": "ada"})),
         subject("h-retry", "hello", json!({"name": "bob", "retries": 1})),
         subject("h-fail", "hello", json!({"name": "eve", "fail": true})),
+        subject("h-once", "hello", json!({"name": "cy", "once": true})),
         subject(
             "h-webhook",
             "webhook",
@@ -114,9 +118,15 @@ async fn own_kinds_item_completes(f: &mut HelloKind) -> Result<()> {
         ),
     ];
     api.put_subjects(&subjects).await?;
-    let (_, batch) = api
-        .create_batch(&json!({"key": "hello-1", "source": "subjects"}))
-        .await?;
+    let ran = run_batch(f, &json!({"key": "hello-1", "source": "subjects"})).await?;
+    f.ran = Some(ran);
+    f.completed_on("h-done", 1)
+}
+
+/// Create the batch `body` and tick until it finishes: it and its items.
+async fn run_batch(f: &HelloKind, body: &Value) -> Result<(Batch, Vec<Item>)> {
+    let api = &f.target.api;
+    let (_, batch) = api.create_batch(body).await?;
     let deadline = Instant::now() + f.timeout;
     let batch = loop {
         api.fire_cron(TICK_CRON).await?;
@@ -132,8 +142,7 @@ async fn own_kinds_item_completes(f: &mut HelloKind) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let items = api.all_items(&batch.id, None).await?;
-    f.ran = Some((batch, items));
-    f.completed_on("h-done", 1)
+    Ok((batch, items))
 }
 
 async fn own_kinds_retry_completes_on_attempt_2(f: &mut HelloKind) -> Result<()> {
@@ -163,13 +172,33 @@ async fn built_in_kinds_and_default_routes_still_answer(f: &mut HelloKind) -> Re
         hook.status == "completed"
             && health.status == StatusCode::OK
             && page.status == StatusCode::OK
-            && batch.completed == 3
+            && batch.completed == 4
             && batch.failed == 1,
         "webhook {}, /health {}, / {}, batch {}",
         shape(hook),
         health.status,
         page.status,
         batch.progress()
+    );
+    Ok(())
+}
+
+/// `h-once` completed in the first batch (its KV entry written); an item for
+/// it in a second batch reads that entry and fails naming the first batch.
+async fn kv_remembers_a_once_greeting_across_batches(f: &mut HelloKind) -> Result<()> {
+    f.completed_on("h-once", 1)?;
+    let (first, _) = f.ran.as_ref().context("the batch did not finish")?;
+    let first = first.id.clone();
+    let body = json!({"key": "hello-2", "items": [
+        {"subject_id": "h-once", "kind": "hello", "payload": {"name": "cy", "once": true}},
+    ]});
+    let (_, items) = run_batch(f, &body).await?;
+    let again = items.first().context("the second batch has no item")?;
+    let want = format!("permanent failure: {GREETING}, cy: greeted before (batch {first})");
+    ensure!(
+        again.status == "failed" && again.last_error.as_deref() == Some(want.as_str()),
+        "{}",
+        shape(again)
     );
     Ok(())
 }

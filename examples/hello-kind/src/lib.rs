@@ -1,5 +1,6 @@
 //! A Worker of one's own on cron-fanout: the whole orchestrator, with one job
-//! kind of its own (`hello`) registered beside the built-in ones. Its e2e test
+//! kind of its own (`hello`) registered beside the built-in ones, reading the
+//! Worker's `[vars]` and KV with `ctx.var` and `ctx.kv` (no `cfg`). Its e2e test
 //! (`loadtest e2e --only-hello-kind`) runs it on `wrangler dev`.
 
 use cron_fanout::core::target::TargetPolicy;
@@ -7,8 +8,10 @@ use cron_fanout::jobs::{Context, Job, Outcome, Policy};
 use cron_fanout::Fanout;
 use serde::Deserialize;
 
-/// `{"name": "ada", "retries": 1, "fail": false}`: greet `name`, after asking for
-/// `retries` retries first; `fail` fails it for good instead.
+/// `{"name": "ada", "retries": 1, "fail": false, "once": false}`: greet `name`,
+/// after asking for `retries` retries first; `fail` fails it for good instead;
+/// `once` greets the subject once ever (the Worker's KV `HELLO_SEEN` remembers
+/// the batch that did): a later item for it fails.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelloPayload {
@@ -17,6 +20,8 @@ pub struct HelloPayload {
     pub retries: i64,
     #[serde(default)]
     pub fail: bool,
+    #[serde(default)]
+    pub once: bool,
 }
 
 pub struct Hello;
@@ -47,9 +52,16 @@ impl Job for Hello {
             Outcome::Fail(format!("{greeting}, {}: told to fail", p.name))
         } else if ctx.item.attempt <= p.retries {
             Outcome::Retry(format!("{greeting}, {}: not yet", p.name))
+        } else if p.once {
+            greet_once(ctx, &greeting, &p.name).await
         } else {
             Outcome::Done
         }
+    }
+
+    // At most one KV read and one write.
+    fn subrequests_per_run(&self) -> i64 {
+        2
     }
 
     // Its own backoff: retries come back within a second whatever RETRY_BASE_MS says.
@@ -59,6 +71,29 @@ impl Job for Hello {
             retry_max_ms: Some(1_000),
             ..Policy::default()
         }
+    }
+}
+
+/// Greet the item's subject unless the KV namespace `HELLO_SEEN` says a batch
+/// did already; remember this batch if not.
+async fn greet_once(ctx: &Context<'_>, greeting: &str, name: &str) -> Outcome {
+    let seen = match ctx.kv("HELLO_SEEN") {
+        Ok(kv) => kv,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let subject = &ctx.item.subject_id;
+    match seen.get(subject).await {
+        Ok(Some(batch)) => {
+            return Outcome::Fail(format!(
+                "{greeting}, {name}: greeted before (batch {batch})"
+            ))
+        }
+        Ok(None) => {}
+        Err(e) => return Outcome::Retry(e),
+    }
+    match seen.put(subject, &ctx.item.batch_id).await {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Retry(e),
     }
 }
 

@@ -39,6 +39,28 @@ fn told_to_fail_it_fails_for_good() {
 }
 
 #[test]
+fn once_greets_a_subject_once_and_kv_remembers_the_batch() {
+    let h = greeted();
+    h.bind_kv("HELLO_SEEN");
+    let cy = |batch: &str| {
+        testing::item(json!({"name": "cy", "once": true}))
+            .subject("s-cy")
+            .batch(batch)
+    };
+    assert_eq!(h.run(&Hello, cy("b1")).outcome, Outcome::Done);
+    assert_eq!(h.kv_value("HELLO_SEEN", "s-cy").as_deref(), Some("b1"));
+    assert_eq!(
+        h.run(&Hello, cy("b2")).outcome,
+        Outcome::Fail("Hello, cy: greeted before (batch b1)".into())
+    );
+    // Without the binding: a failure that names it.
+    assert_eq!(
+        greeted().run(&Hello, cy("b1")).outcome,
+        Outcome::Fail(r#"no KV namespace is bound as "HELLO_SEEN""#.into())
+    );
+}
+
+#[test]
 fn its_payload_is_checked_when_written() {
     assert!(testing::check(&Hello, json!({"name": "ada"})).is_ok());
     assert_eq!(
