@@ -28,7 +28,7 @@ fn create_batch_from_subjects_is_idempotent_by_key() {
                "pending": 2, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0,
                "percent": 0.0, "filling": false, "rate_per_min": null, "eta": null,
                "created_at": "2026-11-18T11:06:40.123Z", "finished_at": null,
-               "schedule_id": null, "on_finish": null, "callback": null})
+               "schedule_id": null, "priority": 0, "on_finish": null, "callback": null})
     );
     // A subject added since is not added to the existing batch: nothing is written.
     host.put_subjects(json!([subject("late")]));
@@ -438,4 +438,127 @@ fn the_timeline_refuses_bad_queries_and_unknown_batches() {
     host.get_refused("/batches/none/timeline", 404, "not_found");
     let empty = host.ok(GET, "/batches/batch-1/timeline", None, 200);
     assert_eq!(empty["points"], json!([]));
+}
+
+// ---------------------------------------------------------------- limit keys and priority
+
+#[test]
+fn explicit_items_hold_their_limit_keys_and_the_listing_shows_them() {
+    let host = setup_with_github_calls();
+    host.create_batch(json!({"items": [
+        {"subject_id": "a", "kind": "noop", "payload": {}, "limits": ["tenant:acme"]},
+        {"subject_id": "b", "kind": "github_calls", "payload": {"account": "bolt"},
+         "limits": ["tenant:bolt", "github"]},
+        item("c"),
+    ]}));
+    let items = host.ok(GET, "/batches/batch-1/items", None, 200);
+    assert_eq!(column(&items, "items", "subject_id"), ["a", "b", "c"]);
+    let limits: Vec<&Value> = items["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["limits"])
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            &json!(["tenant:acme"]),
+            &json!(["tenant:bolt", "github", "github:bolt"]),
+            &json!([]),
+        ]
+    );
+}
+
+#[test]
+fn bad_limits_on_an_item_are_refused_writing_nothing() {
+    let host = setup_with_github_calls();
+    let with = |limits: Value| {
+        let mut bad = item("b");
+        bad["limits"] = limits;
+        json!({"items": [item("a"), bad]})
+    };
+    for limits in [
+        json!(["a", "b", "c", "d", "e"]),
+        json!(["github", "github"]),
+        json!(["a/b"]),
+        json!(["tenant:*"]),
+        json!([null]),
+        json!(5),
+    ] {
+        let message = host.bad(POST, "/batches", &with(limits.clone()), "invalid_limits");
+        assert!(
+            message.starts_with("items[1].limits"),
+            "{limits}: {message}"
+        );
+    }
+    let kinds_bad_key = json!({"items": [
+        {"subject_id": "a", "kind": "github_calls", "payload": {"account": "ok"}},
+        {"subject_id": "b", "kind": "github_calls", "payload": {"account": "not/ok"}},
+    ]});
+    host.bad(POST, "/batches", &kinds_bad_key, "invalid_limits");
+    assert_eq!(host.count("batches"), 0);
+}
+
+#[test]
+fn a_batch_has_a_priority_that_get_and_list_show() {
+    let host = setup();
+    host.put_subjects(json!([subject("a")]));
+    let urgent = host.create_batch(json!({"key": "urgent", "items": [item("x")], "priority": 10}));
+    assert_eq!(urgent["priority"], json!(10));
+    let low = host.create_batch(json!({"key": "low", "source": "subjects", "priority": -10}));
+    assert_eq!(low["priority"], json!(-10));
+    let plain = host.create_batch(json!({"key": "plain", "items": [item("x")], "priority": null}));
+    assert_eq!(plain["priority"], json!(0), "null: the default");
+    assert_eq!(batch_json(&host, "batch-1")["priority"], json!(10));
+    let listed = host.ok(GET, "/batches", None, 200);
+    let by_key: Vec<(String, Value)> = listed["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["key"].as_str().unwrap().to_string(),
+                b["priority"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_key,
+        [
+            ("plain".to_string(), json!(0)),
+            ("low".to_string(), json!(-10)),
+            ("urgent".to_string(), json!(10)),
+        ]
+    );
+    // The existing batch of a key keeps its own.
+    let again = host.ok(
+        POST,
+        "/batches",
+        Some(json!({"key": "urgent", "items": [item("x")], "priority": 1})),
+        200,
+    );
+    assert_eq!(again["priority"], json!(10));
+}
+
+#[test]
+fn a_bad_priority_is_refused_writing_nothing() {
+    let host = setup();
+    host.put_subjects(json!([subject("a")]));
+    for priority in [
+        json!(11),
+        json!(-11),
+        json!(2.5),
+        json!("5"),
+        json!(true),
+        json!([1]),
+    ] {
+        for body in [
+            json!({"items": [item("x")], "priority": priority}),
+            json!({"source": "subjects", "priority": priority}),
+        ] {
+            let message = host.bad(POST, "/batches", &body, "invalid_priority");
+            assert!(message.contains("-10 to 10"), "{message}");
+        }
+    }
+    assert_eq!(host.count("batches"), 0);
 }

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use common::api::*;
 
-const PROGRESS_KEYS: [&str; 18] = [
+const PROGRESS_KEYS: [&str; 19] = [
     "callback",
     "cancelled",
     "completed",
@@ -35,6 +35,7 @@ const PROGRESS_KEYS: [&str; 18] = [
     "on_finish",
     "pending",
     "percent",
+    "priority",
     "processing",
     "rate_per_min",
     "schedule_id",
@@ -42,19 +43,20 @@ const PROGRESS_KEYS: [&str; 18] = [
     "total",
 ];
 
-const SUBJECT_KEYS: [&str; 8] = [
+const SUBJECT_KEYS: [&str; 9] = [
     "active",
     "created_at",
     "group",
     "id",
     "kind",
+    "limits",
     "payload",
     "timezone",
     "updated_at",
 ];
 
 /// A schedule's keys in answers (one of cron / every_seconds / at besides these).
-const SCHEDULE_KEYS: [&str; 14] = [
+const SCHEDULE_KEYS: [&str; 15] = [
     "created_at",
     "enabled",
     "fire_failures",
@@ -65,6 +67,7 @@ const SCHEDULE_KEYS: [&str; 14] = [
     "last_fired_at",
     "next_fire_at",
     "on_finish",
+    "priority",
     "retry_at",
     "timezone",
     "updated_at",
@@ -162,6 +165,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
                         "id",
                         "kind",
                         "last_error",
+                        "limits",
                         "max_attempts",
                         "receipts",
                         "run_after",

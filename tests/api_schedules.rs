@@ -27,7 +27,7 @@ fn put_schedule_creates_201_then_replaces_200_and_answers_next_fire_at() {
     assert_eq!(
         created,
         json!({"id": "digest", "cron": "0 9 * * *", "timezone": "Europe/Berlin",
-               "group": "digest", "jitter_seconds": 600, "enabled": true,
+               "group": "digest", "jitter_seconds": 600, "enabled": true, "priority": 0,
                "next_fire_at": "2026-11-19T08:00:00.000Z", "last_fired_at": null,
                "last_batch_id": null, "created_at": rfc3339(NOW), "updated_at": rfc3339(NOW),
                "on_finish": null, "fire_failures": 0, "retry_at": null})
@@ -327,6 +327,92 @@ fn a_fired_schedule_shows_its_last_fire_and_deleting_it_keeps_its_batch() {
     host.ok(DELETE, "/schedules/hourly", None, 200);
     assert_eq!(
         host.ok(GET, "/batches/fired-1", None, 200)["total"],
+        json!(2)
+    );
+}
+
+#[test]
+fn a_schedule_has_a_priority_that_its_batches_get() {
+    let host = setup();
+    host.put_subjects(json!([subject("s1")]));
+    let created = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(json!({"cron": "0 * * * *", "priority": 5})),
+        201,
+    );
+    assert_eq!(created["priority"], json!(5));
+    assert_eq!(
+        host.ok(GET, "/schedules/hourly", None, 200)["priority"],
+        json!(5)
+    );
+    let listed = host.ok(GET, "/schedules", None, 200);
+    assert_eq!(
+        (
+            listed["schedules"][0]["id"].clone(),
+            listed["schedules"][0]["priority"].clone()
+        ),
+        (json!("daily"), json!(0)),
+        "the migration's daily schedule: the default"
+    );
+    assert_eq!(listed["schedules"][1]["priority"], json!(5));
+    // Its fire's batch gets it.
+    let now = at("2026-11-18T12:00:05Z");
+    let ids = || "fired-1".to_string();
+    block_on(host.store.fire_due(now, 100, MAX_ATTEMPTS, &ids, None)).unwrap();
+    let batch = host.ok(GET, "/batches/fired-1", None, 200);
+    assert_eq!(
+        fields(&batch, ["schedule_id", "priority"]),
+        [json!("hourly"), json!(5)]
+    );
+    // A replace changes the priority of the batches it fires next, not of those
+    // fired already.
+    let replaced = host.ok(
+        PUT,
+        "/schedules/hourly",
+        Some(json!({"cron": "0 * * * *"})),
+        200,
+    );
+    assert_eq!(replaced["priority"], json!(0));
+    assert_eq!(
+        host.ok(GET, "/batches/fired-1", None, 200)["priority"],
+        json!(5)
+    );
+}
+
+#[test]
+fn a_bad_priority_on_a_schedule_is_refused_writing_nothing() {
+    let host = setup();
+    for priority in [
+        json!(11),
+        json!(-11),
+        json!(0.5),
+        json!("high"),
+        json!(false),
+    ] {
+        let message = host.bad(
+            PUT,
+            "/schedules/s",
+            &json!({"every_seconds": 60, "priority": priority}),
+            "invalid_priority",
+        );
+        assert!(message.contains("-10 to 10"), "{message}");
+    }
+    // A replace too: the schedule keeps its priority.
+    host.ok(
+        PUT,
+        "/schedules/s",
+        Some(json!({"every_seconds": 60, "priority": 2})),
+        201,
+    );
+    host.bad(
+        PUT,
+        "/schedules/s",
+        &json!({"every_seconds": 60, "priority": 12}),
+        "invalid_priority",
+    );
+    assert_eq!(
+        host.ok(GET, "/schedules/s", None, 200)["priority"],
         json!(2)
     );
 }

@@ -192,3 +192,114 @@ fn get_subject_answers_one_or_404() {
     host.get_refused(&format!("/subjects/{}", "i".repeat(201)), 400, "invalid_id");
     host.get_refused("/subjects/a%2Fb?verbose=1", 400, "invalid_query");
 }
+
+// ---------------------------------------------------------------- limit keys
+
+#[test]
+fn subjects_hold_their_limit_keys_and_listings_show_them() {
+    let host = setup();
+    let mut limited = subject("a");
+    limited["limits"] = json!(["tenant:acme", "github"]);
+    host.put_subjects(json!([limited, subject("b")]));
+    let got = host.ok(GET, "/subjects", None, 200);
+    assert_eq!(
+        got["subjects"][0]["limits"],
+        json!(["tenant:acme", "github"])
+    );
+    assert_eq!(
+        got["subjects"][1]["limits"],
+        json!([]),
+        "none: an empty list"
+    );
+    assert_eq!(
+        host.ok(GET, "/subjects/a", None, 200)["limits"],
+        json!(["tenant:acme", "github"])
+    );
+    // A PUT replaces the subject whole: without limits it holds none.
+    host.put_subjects(json!([subject("a")]));
+    assert_eq!(host.ok(GET, "/subjects/a", None, 200)["limits"], json!([]));
+    let stored = host.fingerprint();
+    assert!(
+        stored.iter().all(|r| !r.contains("tenant:acme")),
+        "nothing of the old keys is left"
+    );
+}
+
+#[test]
+fn bad_limits_on_a_subject_are_refused_writing_nothing() {
+    let host = setup();
+    host.put_subjects(json!([subject("kept")]));
+    let with = |limits: Value| {
+        let mut bad = subject("b");
+        bad["limits"] = limits;
+        json!({"subjects": [subject("a"), bad]})
+    };
+    for limits in [
+        json!(["a", "b", "c", "d", "e"]),
+        json!(["github", "github"]),
+        json!(["has space"]),
+        json!(["tenant:*"]),
+        json!([""]),
+        json!(["k".repeat(129)]),
+        json!(["é"]),
+        json!([7]),
+        json!("github"),
+        json!({"github": 1}),
+    ] {
+        let message = host.bad(PUT, "/subjects", &with(limits.clone()), "invalid_limits");
+        assert!(
+            message.starts_with("subjects[1].limits"),
+            "{limits}: {message}"
+        );
+    }
+    assert_eq!(host.count("subjects"), 1, "only the subject written first");
+}
+
+#[test]
+fn a_subject_holds_its_kinds_limit_keys_after_its_own() {
+    let host = setup_with_github_calls();
+    host.put_subjects(json!([
+        {"id": "a", "kind": "github_calls", "payload": {"account": "acme"},
+         "limits": ["tenant:acme", "github"]},
+        {"id": "b", "kind": "github_calls", "payload": {"account": "bolt"}},
+        subject("c"),
+    ]));
+    let got = host.ok(GET, "/subjects", None, 200);
+    let limits: Vec<&Value> = got["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["limits"])
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            &json!(["tenant:acme", "github", "github:acme"]),
+            &json!(["github", "github:bolt"]),
+            &json!([]),
+        ]
+    );
+    // Four of its own and the kind's two: the kind's are not counted.
+    host.put_subjects(
+        json!([{"id": "a", "kind": "github_calls", "payload": {"account": "acme"},
+                              "limits": ["k1", "k2", "k3", "k4"]}]),
+    );
+    assert_eq!(
+        host.ok(GET, "/subjects/a", None, 200)["limits"],
+        json!(["k1", "k2", "k3", "k4", "github", "github:acme"])
+    );
+}
+
+#[test]
+fn a_key_its_kind_adds_that_is_no_key_is_refused_writing_nothing() {
+    let host = setup_with_github_calls();
+    let body = json!({"subjects": [
+        {"id": "a", "kind": "github_calls", "payload": {"account": "acme"}},
+        {"id": "b", "kind": "github_calls", "payload": {"account": "has space"}},
+    ]});
+    let message = host.bad(PUT, "/subjects", &body, "invalid_limits");
+    assert!(
+        message.starts_with("subjects[1].limits") && message.contains("github:has space"),
+        "{message}"
+    );
+}

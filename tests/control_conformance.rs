@@ -1031,6 +1031,8 @@ fn batches_of_one(store: &Store<SqliteDb>, prefix: &str, from: i64, n: i64) {
             subject_id: "s".into(),
             kind: "noop".into(),
             payload: json!({}),
+            limits: None,
+            keys: Vec::new(),
         }];
         block_on(store.create_batch(
             &format!("b-{key}"),

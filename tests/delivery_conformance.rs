@@ -16,7 +16,7 @@ use cron_fanout::core::retry::decide;
 use cron_fanout::core::target::TargetPolicy;
 use cron_fanout::core::upkeep::{Upkeep, DAY_MS};
 use cron_fanout::store::sqlite::SqliteDb;
-use cron_fanout::store::{BatchSource, Created, Store};
+use cron_fanout::store::{BatchOptions, BatchSource, Created, Store};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 
@@ -52,13 +52,16 @@ fn batch_of_kind(
     let items = items_of(n, |i| format!("{key}-{i:05}"), kind, &payload);
     let id = format!("b-{key}");
     let hook = with_callback.then(on_finish);
-    let created = block_on(store.create_batch_calling_back(
+    let created = block_on(store.create_batch_with(
         &id,
         key,
         0,
         MAX_ATTEMPTS,
         BatchSource::Items(&items),
-        hook.as_deref(),
+        BatchOptions {
+            on_finish: hook.as_deref(),
+            priority: 0,
+        },
     ))
     .unwrap();
     match created {

@@ -64,6 +64,8 @@ fn subjects(store: &Store<SqliteDb>) {
         active: true,
         group: "default".into(),
         timezone: "UTC".into(),
+        limits: None,
+        keys: Vec::new(),
     };
     block_on(store.upsert_subjects(&[s("a", "twice"), s("b", "webhook")], 1)).unwrap();
 }
@@ -101,6 +103,8 @@ fn explicit_items_get_their_kinds_attempts() {
         subject_id: id.into(),
         kind: kind.into(),
         payload: json!({"url": "https://example.com/x"}),
+        limits: None,
+        keys: Vec::new(),
     };
     let items = [item("a", "twice"), item("b", "webhook")];
     create_b1(&store, BatchSource::Items(&items));

@@ -142,6 +142,8 @@ fn explicit_items_are_chunked_and_all_or_nothing() {
         subject_id: "zzz".into(),
         kind: "broken".into(),
         payload: json!({}),
+        limits: None,
+        keys: Vec::new(),
     });
     assert!(block_on(store.create_batch("b2", "adhoc-2", 0, 3, BatchSource::Items(&bad))).is_err());
     assert_eq!(

@@ -3,19 +3,20 @@
 
 use serde_json::{json, Value};
 
-use super::{limit_only, to_json, ApiResult, App};
+use super::{keys_view, limit_only, to_json, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
 use crate::core::receipts;
 use crate::core::requests::{
-    parse_json, parse_page_query, validate_create_batch, CreateBatch, CreateBatchBody,
+    parse_json, parse_page_query, parse_priority, validate_create_batch, CreateBatch,
+    CreateBatchBody,
 };
 use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::target::TargetPolicy;
 use crate::core::throughput;
 use crate::core::time::rfc3339;
 use crate::jobs::Jobs;
-use crate::store::{BatchSource, Created, Db};
+use crate::store::{BatchOptions, BatchSource, Created, Db};
 
 /// How many ids a create draws before it gives up: ids are 64 random bits, so a
 /// second clash in a row means something else is wrong.
@@ -27,8 +28,9 @@ const CREATE_TRIES: u32 = 3;
 pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let mut body: CreateBatchBody = parse_json(body)?;
     let on_finish = body.on_finish.take();
+    let priority = parse_priority(body.priority.take().as_ref())?;
     let request = validate_create_batch(body, &|kind, payload| {
-        app.jobs.check_payload(kind, payload, policy)
+        app.jobs.check_item(kind, payload, policy)
     })?;
     let on_finish = on_finish.map(|o| o.validate(policy)).transpose()?;
     let (key, source) = match &request {
@@ -50,13 +52,16 @@ pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<
         let key = key.clone().unwrap_or_else(|| format!("adhoc:{id}"));
         let created = app
             .store
-            .create_batch_calling_back(
+            .create_batch_with(
                 &id,
                 &key,
                 app.now,
                 app.settings.max_attempts,
                 source,
-                on_finish.as_deref(),
+                BatchOptions {
+                    on_finish: on_finish.as_deref(),
+                    priority,
+                },
             )
             .await;
         match created {
@@ -180,5 +185,6 @@ fn item_json(jobs: &Jobs, i: &ItemRow) -> Value {
         "started_at": i.started_at.map(rfc3339),
         "completed_at": i.completed_at.map(rfc3339),
         "receipts": receipts::view(i.receipts.as_deref(), jobs.has_channels(&i.kind)),
+        "limits": keys_view(i.limits.as_deref()),
     })
 }

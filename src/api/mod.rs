@@ -248,3 +248,12 @@ fn next_after<T>(rows: &[T], limit: i64, key: impl Fn(&T) -> &str) -> Option<Str
 fn to_json<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
+
+/// A subject's or item's limit keys as listings show them: always an array
+/// (`[]` for none, as stored NULL).
+fn keys_view(stored: Option<&str>) -> Value {
+    stored
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .filter(Value::is_array)
+        .unwrap_or_else(|| json!([]))
+}

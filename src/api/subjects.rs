@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{next_after, ApiResult, App};
+use super::{keys_view, next_after, ApiResult, App};
 use crate::core::error::ApiError;
 use crate::core::model::SubjectRow;
 use crate::core::requests::{
@@ -15,11 +15,13 @@ use crate::jobs::Jobs;
 use crate::store::Db;
 
 /// Upsert up to 1,000 subjects in one statement, all validated first; webhook
-/// targets under `policy`.
+/// targets under `policy`. Each stores the limit keys it holds: its `limits` and
+/// its kind's for its payload (`Job::limit_keys`), read now since the payload is
+/// fixed until the next PUT; its items copy them when enqueued.
 pub async fn put<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
-    let body: PutSubjects = parse_json(body)?;
-    validate_put_subjects(&body, &|kind, payload| {
-        app.jobs.check_payload(kind, payload, policy)
+    let mut body: PutSubjects = parse_json(body)?;
+    validate_put_subjects(&mut body, &|kind, payload| {
+        app.jobs.check_item(kind, payload, policy)
     })?;
     let n = app.store.upsert_subjects(&body.subjects, app.now).await?;
     Ok((200, json!({ "upserted": n })))
@@ -64,6 +66,7 @@ fn subject_json(jobs: &Jobs, s: &SubjectRow) -> Value {
         "active": s.active == 1,
         "group": s.group_name,
         "timezone": s.timezone,
+        "limits": keys_view(s.limits.as_deref()),
         "created_at": rfc3339(s.created_at),
         "updated_at": rfc3339(s.updated_at),
     })

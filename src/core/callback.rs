@@ -188,6 +188,7 @@ mod tests {
             callback_attempts: attempts,
             callback_error: None,
             filling: 0,
+            priority: 0,
         }
     }
 

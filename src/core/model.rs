@@ -229,6 +229,9 @@ pub struct BatchRow {
     /// `total` counts the items enqueued so far and grows each tick until then.
     #[serde(default)]
     pub filling: i64,
+    /// Its items are claimed before those of lower priorities (-10 to 10).
+    #[serde(default)]
+    pub priority: i64,
 }
 
 impl BatchRow {
@@ -262,6 +265,8 @@ pub struct BatchProgress {
     pub created_at: String,
     pub finished_at: Option<String>,
     pub schedule_id: Option<String>,
+    /// -10 to 10: its due items are claimed before those of lower priorities.
+    pub priority: i64,
     /// Where its completion callback goes (`{"url": …}`, a signing secret
     /// redacted), or null.
     pub on_finish: Option<super::callback::OnFinish>,
@@ -302,6 +307,7 @@ impl BatchProgress {
             created_at: super::time::rfc3339(row.created_at),
             finished_at: row.finished_at.map(super::time::rfc3339),
             schedule_id: row.schedule_id.clone(),
+            priority: row.priority,
             on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
             callback: super::callback::CallbackView::from_row(row),
         }
@@ -333,6 +339,9 @@ pub struct ItemRow {
     /// Per-channel receipts as stored (`core::receipts`), for kinds with channels.
     #[serde(default)]
     pub receipts: Option<String>,
+    /// The limit keys it holds as stored (a JSON array's text), `None` for none.
+    #[serde(default)]
+    pub limits: Option<String>,
 }
 
 /// One bucket of a batch's timeline: items ended in the invocations that started
@@ -366,6 +375,10 @@ pub struct SubjectRow {
     pub timezone: String,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The limit keys it holds (its own and its kind's) as stored (a JSON
+    /// array's text), `None` for none.
+    #[serde(default)]
+    pub limits: Option<String>,
 }
 
 /// A batch that the finish compare-and-set ended (observed once per end):
@@ -596,6 +609,7 @@ mod tests {
             callback_attempts: None,
             callback_error: None,
             filling: 0,
+            priority: 0,
         }
     }
 

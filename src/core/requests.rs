@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::callback::OnFinish;
 use super::error::ApiError;
+use super::limits::{keys_json, merge_keys, parse_keys};
 use super::model::ItemStatus;
 use super::schedule::body::validate_group;
 use super::schedule::key::adhoc_key_prefix;
@@ -27,9 +28,14 @@ pub const MAX_PAYLOAD_BYTES: usize = 100 * 1024;
 pub const DEFAULT_PAGE: i64 = 100;
 /// A subject's group when `PUT /subjects` names none.
 pub const DEFAULT_GROUP: &str = "default";
+/// A batch's or schedule's `priority`: higher is claimed first, equal ones take
+/// turns; 0 unless given.
+pub const MIN_PRIORITY: i64 = -10;
+pub const MAX_PRIORITY: i64 = 10;
 
-/// Checks a job kind and its payload; supplied by the job registry.
-pub type PayloadCheck<'a> = &'a dyn Fn(&str, &Value) -> Result<(), String>;
+/// Checks a job kind and its payload, and answers the limit keys the kind adds
+/// for it (`Job::limit_keys`); supplied by the job registry.
+pub type PayloadCheck<'a> = &'a dyn Fn(&str, &Value) -> Result<Vec<String>, String>;
 
 /// Serialised (into the JSON parameter of `sql/upsert_subjects.sql`) as the statement
 /// reads it: the payload as the compact JSON text stored, `active` as a boolean
@@ -49,6 +55,18 @@ pub struct SubjectInput {
     /// IANA zone name, read by schedules on `"timezone": "subject"`.
     #[serde(default = "default_timezone")]
     pub timezone: String,
+    /// `limits` as sent: read by validation only ([`SubjectInput::keys`]).
+    #[serde(default, skip_serializing)]
+    pub limits: Option<Value>,
+    /// The limit keys it holds, set by validation: its `limits`, then its kind's
+    /// (`Job::limit_keys`), each once. Stored (and copied to its items) as a JSON
+    /// array's text, NULL when none.
+    #[serde(
+        skip_deserializing,
+        rename(serialize = "limits"),
+        serialize_with = "keys_text"
+    )]
+    pub keys: Vec<String>,
 }
 
 fn default_true() -> bool {
@@ -78,11 +96,28 @@ pub struct ItemInput {
     pub kind: String,
     #[serde(serialize_with = "json_text")]
     pub payload: Value,
+    /// `limits` as sent: read by validation only ([`ItemInput::keys`]).
+    #[serde(default, skip_serializing)]
+    pub limits: Option<Value>,
+    /// The limit keys it holds, set by validation: its `limits`, then its kind's,
+    /// each once; stored as a JSON array's text, NULL when none.
+    #[serde(
+        skip_deserializing,
+        rename(serialize = "limits"),
+        serialize_with = "keys_text"
+    )]
+    pub keys: Vec<String>,
 }
 
 /// A payload as the text the queue stores and sends: compact JSON.
 fn json_text<S: Serializer>(payload: &Value, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&payload.to_string())
+}
+
+/// Limit keys as the tables store them: a JSON array's text, or null for none
+/// (`core::limits::keys_json`).
+fn keys_text<S: Serializer>(keys: &[String], s: S) -> Result<S::Ok, S::Error> {
+    keys_json(keys).serialize(s)
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -94,6 +129,9 @@ pub struct CreateBatchBody {
     /// The completion callback (`core::callback`), validated with the target
     /// policy by the handler.
     pub on_finish: Option<OnFinish>,
+    /// Read by [`parse_priority`] (any JSON, so a wrong type is
+    /// `invalid_priority` too).
+    pub priority: Option<Value>,
 }
 
 /// A validated `POST /batches`.
@@ -144,26 +182,58 @@ pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The kind's own check, then the size every kind shares ([`MAX_PAYLOAD_BYTES`]).
+/// The kind's own check, then the size every kind shares ([`MAX_PAYLOAD_BYTES`]);
+/// the limit keys the kind adds for the payload.
 fn check_payload(
     check: PayloadCheck,
     field: &str,
     kind: &str,
     payload: &Value,
-) -> Result<(), ApiError> {
+) -> Result<Vec<String>, ApiError> {
     let bad = |msg: String| ApiError::bad_request("invalid_payload", format!("{field}: {msg}"));
-    check(kind, payload).map_err(bad)?;
+    let from_kind = check(kind, payload).map_err(bad)?;
     let size = payload.to_string().len();
     if size > MAX_PAYLOAD_BYTES {
         return Err(bad(format!(
             "payload is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES} (escaped into the dispatched item it must fit the child's {MAX_BODY_BYTES}-byte limit)"
         )));
     }
-    Ok(())
+    Ok(from_kind)
 }
 
-/// Validate every subject of a `PUT /subjects` before any is written.
-pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(), ApiError> {
+/// The limit keys a subject or item holds: its `limits` as sent (0 to 4 keys),
+/// then those its kind adds (`from_kind`), each once. 400 `invalid_limits`
+/// naming `field` otherwise.
+fn item_keys(
+    field: &str,
+    limits: Option<&Value>,
+    from_kind: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let bad = |msg: String| ApiError::bad_request("invalid_limits", format!("{field}.{msg}"));
+    let own = parse_keys(limits).map_err(|e| bad(e.public_message()))?;
+    merge_keys(&own, from_kind).map_err(|e| bad(format!("limits: {e}")))
+}
+
+/// A `priority` as sent: an integer from [`MIN_PRIORITY`] to [`MAX_PRIORITY`],
+/// 0 when absent or null; anything else is 400 `invalid_priority`.
+pub fn parse_priority(value: Option<&Value>) -> Result<i64, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => v
+            .as_i64()
+            .filter(|p| (MIN_PRIORITY..=MAX_PRIORITY).contains(p))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_priority",
+                    format!("priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {v}"),
+                )
+            }),
+    }
+}
+
+/// Validate every subject of a `PUT /subjects` before any is written, and set
+/// the limit keys each holds ([`SubjectInput::keys`]).
+pub fn validate_put_subjects(req: &mut PutSubjects, check: PayloadCheck) -> Result<(), ApiError> {
     if req.subjects.is_empty() {
         return Err(ApiError::bad_request("empty", "subjects must not be empty"));
     }
@@ -177,9 +247,9 @@ pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(
         ));
     }
     let mut seen = HashSet::new();
-    for (i, s) in req.subjects.iter().enumerate() {
+    for (i, s) in req.subjects.iter_mut().enumerate() {
         validate_id(&format!("subjects[{i}].id"), &s.id)?;
-        if !seen.insert(s.id.as_str()) {
+        if !seen.insert(s.id.clone()) {
             return Err(ApiError::bad_request(
                 "duplicate_id",
                 format!("subjects[{i}].id {:?} appears twice", s.id),
@@ -187,14 +257,17 @@ pub fn validate_put_subjects(req: &PutSubjects, check: PayloadCheck) -> Result<(
         }
         validate_group(&format!("subjects[{i}].group"), &s.group)?;
         validate_timezone(&format!("subjects[{i}].timezone"), &s.timezone)?;
-        check_payload(check, &format!("subjects[{i}]"), &s.kind, &s.payload)?;
+        let field = format!("subjects[{i}]");
+        let from_kind = check_payload(check, &field, &s.kind, &s.payload)?;
+        s.keys = item_keys(&field, s.limits.as_ref(), &from_kind)?;
     }
     Ok(())
 }
 
-/// Validate a `POST /batches` body into one of its two shapes. `daily:` keys are
+/// Validate a `POST /batches` body into one of its two shapes, explicit items
+/// with the limit keys each holds ([`ItemInput::keys`]). `daily:` keys are
 /// refused here; keys under another schedule's prefix need the store
-/// (`api::batches`).
+/// (`api::batches`); `priority` and `on_finish` are the handler's.
 pub fn validate_create_batch(
     body: CreateBatchBody,
     check: PayloadCheck,
@@ -209,20 +282,22 @@ pub fn validate_create_batch(
             "invalid_source",
             format!("source must be \"subjects\", got {other:?}"),
         )),
-        (None, Some(items)) => {
+        (None, Some(mut items)) => {
             if items.is_empty() {
                 return Err(ApiError::bad_request("empty", "items must not be empty"));
             }
             let mut seen = HashSet::new();
-            for (i, item) in items.iter().enumerate() {
+            for (i, item) in items.iter_mut().enumerate() {
                 validate_id(&format!("items[{i}].subject_id"), &item.subject_id)?;
-                if !seen.insert(item.subject_id.as_str()) {
+                if !seen.insert(item.subject_id.clone()) {
                     return Err(ApiError::bad_request(
                         "duplicate_id",
                         format!("items[{i}].subject_id {:?} appears twice", item.subject_id),
                     ));
                 }
-                check_payload(check, &format!("items[{i}]"), &item.kind, &item.payload)?;
+                let field = format!("items[{i}]");
+                let from_kind = check_payload(check, &field, &item.kind, &item.payload)?;
+                item.keys = item_keys(&field, item.limits.as_ref(), &from_kind)?;
             }
             Ok(CreateBatch::FromItems {
                 key: body.key,
@@ -294,9 +369,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn accept_webhook(kind: &str, _: &Value) -> Result<(), String> {
+    fn accept_webhook(kind: &str, _: &Value) -> Result<Vec<String>, String> {
         if kind == "webhook" {
-            Ok(())
+            Ok(Vec::new())
         } else {
             Err(format!("unknown kind {kind:?}"))
         }
@@ -341,7 +416,7 @@ mod tests {
 
     #[test]
     fn group_and_timezone_are_validated_with_the_subject() {
-        let check = |v: Value| validate_put_subjects(&subjects(v).unwrap(), &accept_webhook);
+        let check = |v: Value| validate_put_subjects(&mut subjects(v).unwrap(), &accept_webhook);
         let one = |group: &str, zone: &str| {
             json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {},
                                  "group": group, "timezone": zone}]})
@@ -390,7 +465,7 @@ mod tests {
     #[test]
     fn subject_validation_covers_ids_counts_duplicates_and_kinds() {
         let one = |id: &str, kind: &str| json!({"id": id, "kind": kind, "payload": {}});
-        let check = |v: Value| validate_put_subjects(&subjects(v).unwrap(), &accept_webhook);
+        let check = |v: Value| validate_put_subjects(&mut subjects(v).unwrap(), &accept_webhook);
 
         assert_eq!(check(json!({"subjects": []})).unwrap_err().code(), "empty");
         assert_eq!(
@@ -521,7 +596,7 @@ mod tests {
 
     #[test]
     fn payloads_over_the_cap_are_refused_whatever_the_kind_says() {
-        let accept = |_: &str, _: &Value| Ok(());
+        let accept = |_: &str, _: &Value| Ok(Vec::new());
         let body = |n: usize| {
             parse_json::<PutSubjects>(
                 json!({"subjects": [{"id": "a", "kind": "noop", "payload": {"p": "x".repeat(n)}}]})
@@ -531,12 +606,149 @@ mod tests {
             .unwrap()
         };
         // {"p":"…"} is 8 bytes around the padding.
-        assert!(validate_put_subjects(&body(MAX_PAYLOAD_BYTES - 8), &accept).is_ok());
-        let e = validate_put_subjects(&body(MAX_PAYLOAD_BYTES - 7), &accept).unwrap_err();
+        assert!(validate_put_subjects(&mut body(MAX_PAYLOAD_BYTES - 8), &accept).is_ok());
+        let e = validate_put_subjects(&mut body(MAX_PAYLOAD_BYTES - 7), &accept).unwrap_err();
         assert_eq!(e.code(), "invalid_payload");
         assert!(e
             .public_message()
             .starts_with("subjects[0]: payload is 102401 bytes"));
+    }
+
+    /// A kind that adds `github` to every item, and `bad key` when the payload
+    /// asks for it.
+    fn github_kind(_: &str, payload: &Value) -> Result<Vec<String>, String> {
+        let mut keys = vec!["github".to_string()];
+        if payload.get("bad").is_some() {
+            keys.push("bad key".into());
+        }
+        Ok(keys)
+    }
+
+    #[test]
+    fn a_subject_holds_its_own_limit_keys_then_its_kinds() {
+        let mut req = subjects(json!({"subjects": [
+            {"id": "a", "kind": "k", "payload": {}, "limits": ["tenant:acme", "github"]},
+            {"id": "b", "kind": "k", "payload": {}},
+        ]}))
+        .unwrap();
+        validate_put_subjects(&mut req, &github_kind).unwrap();
+        assert_eq!(
+            req.subjects[0].keys,
+            ["tenant:acme", "github"],
+            "github once"
+        );
+        assert_eq!(req.subjects[1].keys, ["github"]);
+        let stored: Value = serde_json::to_value(&req.subjects[0]).unwrap();
+        assert_eq!(
+            stored["limits"], r#"["tenant:acme","github"]"#,
+            "as the upsert reads it"
+        );
+        let mut none =
+            subjects(json!({"subjects": [{"id": "a", "kind": "webhook", "payload": {}}]})).unwrap();
+        validate_put_subjects(&mut none, &accept_webhook).unwrap();
+        assert_eq!(
+            serde_json::to_value(&none.subjects[0]).unwrap()["limits"],
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn bad_limits_of_a_subject_or_an_item_are_invalid_limits_naming_it() {
+        let subject = |limits: Value| {
+            json!({"subjects": [
+                {"id": "ok", "kind": "k", "payload": {}},
+                {"id": "a", "kind": "k", "payload": {}, "limits": limits},
+            ]})
+        };
+        let item = |limits: Value| {
+            json!({"items": [
+                {"subject_id": "ok", "kind": "k", "payload": {}},
+                {"subject_id": "a", "kind": "k", "payload": {}, "limits": limits},
+            ]})
+        };
+        for bad in [
+            json!("github"),
+            json!(["a", "a"]),
+            json!(["a", "b", "c", "d", "e"]),
+            json!(["a b"]),
+            json!([""]),
+            json!([1]),
+            json!(["k".repeat(129)]),
+            json!({"github": true}),
+        ] {
+            let e =
+                validate_put_subjects(&mut subjects(subject(bad.clone())).unwrap(), &github_kind)
+                    .unwrap_err();
+            assert_eq!(e.code(), "invalid_limits", "{bad}");
+            assert!(
+                e.public_message().starts_with("subjects[1].limits"),
+                "{}",
+                e.public_message()
+            );
+            let body = parse_json(item(bad.clone()).to_string().as_bytes()).unwrap();
+            let e = validate_create_batch(body, &github_kind).unwrap_err();
+            assert_eq!(e.code(), "invalid_limits", "{bad}");
+            assert!(
+                e.public_message().starts_with("items[1].limits"),
+                "{}",
+                e.public_message()
+            );
+        }
+        // Four of its own, and the kind's fifth: the kind's are not counted.
+        let four = json!(["a", "b", "c", "d"]);
+        assert!(validate_put_subjects(&mut subjects(subject(four)).unwrap(), &github_kind).is_ok());
+        // A key the kind adds must be a key too.
+        let mut req =
+            subjects(json!({"subjects": [{"id": "a", "kind": "k", "payload": {"bad": 1}}]}))
+                .unwrap();
+        let e = validate_put_subjects(&mut req, &github_kind).unwrap_err();
+        assert_eq!(e.code(), "invalid_limits");
+        assert!(
+            e.public_message().contains("bad key"),
+            "{}",
+            e.public_message()
+        );
+    }
+
+    #[test]
+    fn an_items_keys_are_its_own_then_its_kinds() {
+        let body = parse_json(
+            json!({"items": [{"subject_id": "a", "kind": "k", "payload": {}, "limits": ["tenant:bolt"]}]})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        let CreateBatch::FromItems { items, .. } =
+            validate_create_batch(body, &github_kind).unwrap()
+        else {
+            panic!("items")
+        };
+        assert_eq!(items[0].keys, ["tenant:bolt", "github"]);
+    }
+
+    #[test]
+    fn a_priority_is_an_integer_from_minus_10_to_10_default_0() {
+        assert_eq!(parse_priority(None).unwrap(), 0);
+        assert_eq!(parse_priority(Some(&Value::Null)).unwrap(), 0);
+        for p in [-10, 0, 5, 10] {
+            assert_eq!(parse_priority(Some(&json!(p))).unwrap(), p);
+        }
+        for bad in [
+            json!(11),
+            json!(-11),
+            json!(1.5),
+            json!("5"),
+            json!(true),
+            json!([1]),
+        ] {
+            let e = parse_priority(Some(&bad)).unwrap_err();
+            assert_eq!(e.code(), "invalid_priority", "{bad}");
+            assert!(
+                e.public_message().contains("-10 to 10"),
+                "{}",
+                e.public_message()
+            );
+        }
     }
 
     #[test]

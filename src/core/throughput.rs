@@ -149,6 +149,7 @@ mod tests {
             callback_attempts: None,
             callback_error: None,
             filling: 0,
+            priority: 0,
         }
     }
 

@@ -92,6 +92,16 @@ pub trait Job: 'static {
     fn runs_in_drain(&self) -> bool {
         false
     }
+
+    /// The limit keys an item of this kind holds besides its subject's or its
+    /// own `limits` (`PUT /limits/{key}` limits them): e.g. `"github"` for a
+    /// kind that calls GitHub, or a key per account read from the payload. Read
+    /// once, when the subject is written or the item enqueued, and stored with
+    /// it; each must be a key (`core::limits::is_key`), else the write is
+    /// refused (400 `invalid_limits`). Default: none.
+    fn limit_keys(&self, _payload: &Self::Payload) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A kind's own settings; `None` keeps the global setting.
@@ -345,7 +355,8 @@ impl<'a> Context<'a> {
 /// A [`Job`] behind a pointer: what the registry holds.
 pub(crate) trait Kind {
     fn name(&self) -> &'static str;
-    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String>;
+    /// The payload's check, then the limit keys the kind adds for it.
+    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<Vec<String>, String>;
     fn redact(&self, payload: &mut Value);
     fn subrequests_per_run(&self) -> i64;
     fn has_channels(&self) -> bool;
@@ -359,10 +370,11 @@ impl<J: Job> Kind for J {
         Job::name(self)
     }
 
-    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<(), String> {
+    fn check(&self, payload: &Value, targets: &TargetPolicy) -> Result<Vec<String>, String> {
         let p = J::Payload::deserialize(payload)
             .map_err(|e| format!("{} payload: {e}", Job::name(self)))?;
-        self.validate(&p, targets)
+        self.validate(&p, targets)?;
+        Ok(self.limit_keys(&p))
     }
 
     fn redact(&self, payload: &mut Value) {
@@ -535,6 +547,18 @@ impl Jobs {
         payload: &Value,
         policy: &TargetPolicy,
     ) -> Result<(), String> {
+        self.check_item(kind, payload, policy).map(|_| ())
+    }
+
+    /// [`Jobs::check_payload`], then the limit keys the kind adds for this
+    /// payload ([`Job::limit_keys`], not checked yet: `core::limits::merge_keys`
+    /// does). The payload is parsed once for both.
+    pub fn check_item(
+        &self,
+        kind: &str,
+        payload: &Value,
+        policy: &TargetPolicy,
+    ) -> Result<Vec<String>, String> {
         match self.public.iter().find(|k| k.name() == kind) {
             Some(job) => job.check(payload, policy),
             None => Err(format!(

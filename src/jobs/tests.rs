@@ -115,7 +115,7 @@ fn only_multi_has_channels_and_the_inline_cost_is_its_worst() {
     );
 }
 
-/// A user's kind: typed payload, its own validation and policy.
+/// A user's kind: typed payload, its own validation, policy and limit keys.
 struct Greet;
 
 #[derive(serde::Deserialize)]
@@ -154,6 +154,48 @@ impl Job for Greet {
             ..Policy::default()
         }
     }
+
+    fn limit_keys(&self, p: &GreetPayload) -> Vec<String> {
+        vec!["greet.test".into(), format!("user:{}", p.name)]
+    }
+}
+
+#[test]
+fn a_kinds_limit_keys_are_read_from_the_payload_and_merged_after_the_items_own() {
+    let jobs = Jobs::builtin().with(Greet);
+    let from_kind = jobs
+        .check_item("greet", &json!({"name": "ada"}), &POLICY)
+        .unwrap();
+    assert_eq!(from_kind, ["greet.test", "user:ada"]);
+    for kind in ["webhook", "noop"] {
+        let payload = json!({"url": "https://example.com/x"});
+        let payload = if kind == "noop" { json!({}) } else { payload };
+        assert_eq!(
+            jobs.check_item(kind, &payload, &POLICY).unwrap(),
+            Vec::<String>::new(),
+            "{kind}: none by default"
+        );
+    }
+    // What `POST /batches` stores for an item: its own keys, then the kind's, each once.
+    use crate::core::requests::{parse_json, validate_create_batch, CreateBatch};
+    let body = json!({"items": [{"subject_id": "a", "kind": "greet", "payload": {"name": "ada"},
+                                 "limits": ["tenant:x", "user:ada"]}]});
+    let request =
+        validate_create_batch(parse_json(body.to_string().as_bytes()).unwrap(), &|k, p| {
+            jobs.check_item(k, p, &POLICY)
+        })
+        .unwrap();
+    let CreateBatch::FromItems { items, .. } = request else {
+        panic!("explicit items")
+    };
+    assert_eq!(items[0].keys, ["tenant:x", "user:ada", "greet.test"]);
+    // A name that makes no key: the write is refused.
+    let body = json!({"items": [{"subject_id": "a", "kind": "greet", "payload": {"name": "a b"}}]});
+    let e = validate_create_batch(parse_json(body.to_string().as_bytes()).unwrap(), &|k, p| {
+        jobs.check_item(k, p, &POLICY)
+    })
+    .unwrap_err();
+    assert_eq!(e.code(), "invalid_limits");
 }
 
 #[test]

@@ -11,13 +11,15 @@
 -- ?5 the attempts its callback gets (MAX_ATTEMPTS), NULL without ?4,
 -- ?6 what it is filled from (`batches.fill`, JSON: core::schedule::fill) for a batch
 -- over subjects, its cursor then starting before the first subject (''); NULL for
--- explicit items (enqueued in the same batch(), nothing to fill later).
+-- explicit items (enqueued in the same batch(), nothing to fill later),
+-- ?7 its priority (-10 to 10: core::requests::parse_priority).
 -- Its claim cursor and lease window (migrations 0014, 0015) start at the table's
 -- largest id (one seek): its items come after, so no claim reads an older row.
 -- That id is its page mark too (migration 0017): explicit items, inserted next in
 -- the same batch(), are the ids above it (set_batch_total.sql).
 INSERT INTO batches (id, key, status, created_at, on_finish, callback_max_attempts,
-                     fill, fill_after, claim_after, lease_after, page_mark)
-SELECT ?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END, m.id, m.id, m.id
+                     fill, fill_after, claim_after, lease_after, page_mark, priority)
+SELECT ?1, ?2, 'running', ?3, ?4, ?5, ?6, CASE WHEN ?6 IS NOT NULL THEN '' END, m.id, m.id, m.id,
+       ?7
 FROM (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m
 WHERE NOT EXISTS (SELECT 1 FROM batches AS k WHERE k.key = ?2 AND k.id <> ?1);

@@ -12,7 +12,8 @@
 -- batch; the fire fails on its own and its schedule's next try plans a fresh id
 -- (create_batch.sql says why not ON CONFLICT (key) DO NOTHING).
 -- The batch carries the schedule's on_finish (its completion callback), whose
--- delivery gets ?6 attempts.
+-- delivery gets ?6 attempts, and its priority (of the revision planned, which the
+-- WHERE checks).
 -- ?1 fresh batch id, ?2 key (<schedule id>:<date or instant>), ?3 now,
 -- ?4 schedule id, ?5 the schedule's revision when planned, ?6 MAX_ATTEMPTS,
 -- ?7 the schedule's created_at when planned, ?8 the schedule's group (NULL: every group),
@@ -20,9 +21,9 @@
 -- cursor starting before the first subject (''). Its claim cursor and lease window
 -- (migrations 0014, 0015) start at the table's largest id (one seek).
 INSERT INTO batches (id, key, status, created_at, schedule_id, on_finish,
-                     callback_max_attempts, fill, fill_after, claim_after, lease_after)
+                     callback_max_attempts, fill, fill_after, claim_after, lease_after, priority)
 SELECT ?1, ?2, 'running', ?3, s.id, s.on_finish,
-       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, '', m.id, m.id
+       CASE WHEN s.on_finish IS NOT NULL THEN ?6 END, ?9, '', m.id, m.id, s.priority
 FROM schedules AS s, (SELECT coalesce(max(id), 0) AS id FROM cron_queue) AS m
 WHERE s.id = ?4 AND s.revision = ?5 AND s.created_at = ?7 AND s.enabled = 1
   AND CASE WHEN ?8 IS NULL

@@ -23,7 +23,9 @@
 -- /batches over subjects) has every item due at once: run_after = 0, claimed by the
 -- batch's cursor and in no index (migration 0014; advance_fill.sql sets
 -- cursor_end). max_attempts = the fill's "attempts" for the subject's kind, else
--- its "max_attempts". The batch's values are constant subqueries, read once.
+-- its "max_attempts". limits = the subject's keys (its own and its kind's, merged
+-- when the subject was written), copied like the payload. The batch's values are
+-- constant subqueries, read once.
 -- ?1 batch id, or NULL for the oldest batch still filling; ?2 page size.
 WITH b AS MATERIALIZED (
   SELECT id, fill_after AS after, fill ->> 'group' AS grp, fill -> 'zone_times' AS zones,
@@ -37,7 +39,7 @@ WITH b AS MATERIALIZED (
                            WHERE fill_after IS NOT NULL ORDER BY created_at, id LIMIT 1))
     AND fill_after IS NOT NULL AND status IN ('running', 'paused')
 )
-INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after)
+INSERT INTO cron_queue (batch_id, subject_id, kind, payload, max_attempts, run_after, limits)
 SELECT (SELECT id FROM b), s.id, s.kind, s.payload,
        coalesce((SELECT attempts FROM b) ->> ('$."' || s.kind || '"'), (SELECT max_attempts FROM b)),
        CASE WHEN (SELECT at_once FROM b) THEN 0
@@ -45,7 +47,8 @@ SELECT (SELECT id FROM b), s.id, s.kind, s.payload,
                           (SELECT fire_at FROM b))
                  + ((s.jitter_seed | (SELECT seed FROM b)) - (s.jitter_seed & (SELECT seed FROM b)))
                    % ((SELECT jitter FROM b) + 1) * 1000
-       END
+       END,
+       s.limits
 FROM subjects AS s
 WHERE s.active = 1 AND s.id > (SELECT CASE WHEN grp IS NULL THEN after END FROM b)
 ORDER BY s.id

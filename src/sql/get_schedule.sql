@@ -1,6 +1,6 @@
 -- One schedule by id. ?1 id.
 SELECT id, cron, every_seconds, at, timezone, group_name, jitter_seconds, enabled,
        next_fire_at, last_fired_at, last_batch_id, revision, created_at, updated_at, on_finish,
-       fire_failures, retry_at
+       fire_failures, retry_at, priority
 FROM schedules
 WHERE id = ?1;

@@ -76,7 +76,7 @@ legacy_walk(subject_id, n) AS (
 )
 SELECT p.id, p.subject_id, p.kind, p.status, p.attempt, p.max_attempts, p.last_error,
        CASE p.run_after WHEN 0 THEN (SELECT due_at FROM b) ELSE p.run_after END AS run_after,
-       p.started_at, p.completed_at, p.receipts,
+       p.started_at, p.completed_at, p.receipts, p.limits,
        ?3 IS NULL OR p.status = ?3 AS listed, p.cut
 FROM (
   -- Each walk's matching rows and its ?5-th row (cut), the first ?4 of them.

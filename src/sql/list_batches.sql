@@ -13,7 +13,7 @@
 -- batch.
 -- ?1 page size.
 SELECT b.id, b.key, b.status, b.total, b.completed, b.failed, b.cancelled, b.created_at,
-       b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling,
+       b.finished_at, b.schedule_id, b.on_finish, b.fill_after IS NOT NULL AS filling, b.priority,
        coalesce(p.processing, 0) +
        CASE WHEN b.finished_at IS NULL
             THEN (SELECT count(*) FROM first_attempts_in_flight AS f WHERE f.batch_id = b.id)

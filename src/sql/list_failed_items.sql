@@ -5,7 +5,7 @@
 -- A failed completion callback (subject_id '') is never listed: '' is not after ?2.
 -- ?1 batch id, ?2 subject_id to page after ('' for the first page), ?3 page size.
 SELECT id, subject_id, kind, status, attempt, max_attempts, last_error,
-       run_after, started_at, completed_at, receipts
+       run_after, started_at, completed_at, receipts, limits
 FROM cron_queue INDEXED BY cron_queue_failed
 WHERE batch_id = ?1 AND subject_id > ?2 AND status = 'failed'
 ORDER BY subject_id

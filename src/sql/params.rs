@@ -52,7 +52,7 @@ statement! {
     /// without it. `fill`: `batches.fill` JSON for a batch over subjects.
     CreateBatch<'a> = CREATE_BATCH {
         id: &'a str, key: &'a str, now: i64, on_finish: Option<&'a str>,
-        callback_attempts: Option<i64>, fill: Option<String>,
+        callback_attempts: Option<i64>, fill: Option<String>, priority: i64,
     }
     /// `batch_id` `None`: the oldest batch still filling.
     MarkFillPage<'a> = MARK_FILL_PAGE { batch_id: Option<&'a str> }
@@ -112,7 +112,7 @@ statement! {
     UpsertSchedule<'a> = UPSERT_SCHEDULE {
         id: &'a str, cron: Option<&'a str>, every_seconds: Option<i64>, at: Option<i64>,
         timezone: &'a str, group_name: Option<&'a str>, jitter_seconds: i64, enabled: i64,
-        next_fire_at: Option<i64>, now: i64, on_finish: Option<&'a str>,
+        next_fire_at: Option<i64>, now: i64, on_finish: Option<&'a str>, priority: i64,
     }
     GetSchedule<'a> = GET_SCHEDULE { id: &'a str }
     ListSchedules<'a> = LIST_SCHEDULES { after: &'a str, limit: i64 }

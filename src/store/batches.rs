@@ -40,8 +40,8 @@ impl<D: Db> Store<D> {
 
     /// Create batch `key` (or return the existing one): the batch row, its items and
     /// its total in one transaction, in O(1) statements for subjects and
-    /// O(N / 500) for explicit items. No completion callback
-    /// ([`Store::create_batch_calling_back`]).
+    /// O(N / 500) for explicit items. No completion callback, priority 0
+    /// ([`Store::create_batch_with`]).
     pub async fn create_batch(
         &self,
         id: &str,
@@ -50,21 +50,26 @@ impl<D: Db> Store<D> {
         max_attempts: i64,
         source: BatchSource<'_>,
     ) -> StoreResult<Created> {
-        self.create_batch_calling_back(id, key, now, max_attempts, source, None)
+        self.create_batch_with(id, key, now, max_attempts, source, BatchOptions::default())
             .await
     }
 
-    /// [`Store::create_batch`] with `on_finish` (as stored, `core::callback`): the
-    /// batch calls it back each time it ends, with `max_attempts` tries.
-    pub async fn create_batch_calling_back(
+    /// [`Store::create_batch`] with its [`BatchOptions`]: a completion callback
+    /// (tried `max_attempts` times each time the batch ends) and a priority.
+    /// Explicit items hold the limit keys validation set (`ItemInput::keys`).
+    pub async fn create_batch_with(
         &self,
         id: &str,
         key: &str,
         now: i64,
         max_attempts: i64,
         source: BatchSource<'_>,
-        on_finish: Option<&str>,
+        options: BatchOptions<'_>,
     ) -> StoreResult<Created> {
+        let BatchOptions {
+            on_finish,
+            priority,
+        } = options;
         let callback_attempts = on_finish.map(|_| max_attempts);
         let fill = match source {
             BatchSource::ActiveSubjects => {
@@ -79,6 +84,7 @@ impl<D: Db> Store<D> {
             on_finish,
             callback_attempts,
             fill,
+            priority,
         }
         .bind()];
         match source {
@@ -169,6 +175,16 @@ impl<D: Db> Store<D> {
     }
 }
 
+/// What a new batch carries besides its items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOptions<'a> {
+    /// Its completion callback as stored (`{"url": …}`, `core::callback`).
+    pub on_finish: Option<&'a str>,
+    /// Its items are claimed before those of lower priorities (-10 to 10,
+    /// `core::requests::parse_priority`).
+    pub priority: i64,
+}
+
 /// A batch as a page of its fill left it (`sql/advance_fill.sql`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct FillState {
@@ -196,6 +212,8 @@ mod tests {
             subject_id: "u-1".into(),
             kind: "webhook".into(),
             payload: serde_json::json!({"url": "https://example.com/hook", "data": {"n": 1}}),
+            limits: None,
+            keys: Vec::new(),
         };
         let json = items_json(std::slice::from_ref(&item));
         assert_carries_keys_read(&json, sql::ENQUEUE_ITEMS);

@@ -19,7 +19,7 @@ mod items;
 mod schedules;
 mod subjects;
 
-pub use batches::{items_json, FillState};
+pub use batches::{items_json, BatchOptions, FillState};
 pub use control::Requeued;
 pub use items::{transitions_json, Claim, Claimed, LimitsInForce};
 pub use schedules::{FireFailure, FireReport};

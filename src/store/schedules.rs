@@ -29,6 +29,7 @@ impl<D: Db> Store<D> {
             next_fire_at,
             now,
             on_finish,
+            priority: spec.priority,
         };
         Ok(self.db.run(statement).await?.pop())
     }

@@ -65,6 +65,8 @@ mod tests {
             active: false,
             group: "g".into(),
             timezone: "Europe/Paris".into(),
+            limits: None,
+            keys: Vec::new(),
         };
         let json = subjects_json(std::slice::from_ref(&subject));
         assert_carries_keys_read(&json, sql::UPSERT_SUBJECTS);

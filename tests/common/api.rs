@@ -42,6 +42,8 @@ pub struct Host {
     pub metrics_token: Option<&'static str>,
     /// The service bindings the edge found callable (listed and bound).
     pub services: Vec<String>,
+    /// The job kinds: the built-in ones unless a test registers its own.
+    pub jobs: Jobs,
 }
 
 pub fn setup() -> Host {
@@ -56,6 +58,7 @@ pub fn setup() -> Host {
         events: RefCell::new(Vec::new()),
         metrics_token: Some(METRICS_TOKEN),
         services: Vec::new(),
+        jobs: Jobs::builtin(),
     }
 }
 
@@ -118,7 +121,7 @@ impl Host {
             now: self.now.get(),
             new_id: &new_id,
             event: &event,
-            jobs: &Jobs::builtin(),
+            jobs: &self.jobs,
             services: &self.services,
         };
         let route = routes::find(req.method, &req.segments)?;
@@ -392,4 +395,33 @@ pub fn run_due(host: &Host, outcome: impl Fn(&str) -> Outcome) {
 
 pub fn batch_json(host: &Host, id: &str) -> Value {
     host.ok(GET, &format!("/batches/{id}"), None, 200)
+}
+
+/// A kind whose items call GitHub for an account: each holds `github` and
+/// `github:<account>` (`Job::limit_keys`). `{"account": "acme"}`.
+pub struct GithubCalls;
+
+impl cron_fanout::jobs::Job for GithubCalls {
+    type Payload = Value;
+
+    fn name(&self) -> &'static str {
+        "github_calls"
+    }
+
+    async fn run(&self, _: &cron_fanout::jobs::Context<'_>, _: Value) -> Outcome {
+        Outcome::Done
+    }
+
+    fn limit_keys(&self, payload: &Value) -> Vec<String> {
+        let account = payload["account"].as_str().unwrap_or_default();
+        vec!["github".into(), format!("github:{account}")]
+    }
+}
+
+/// [`setup`]'s host with the kind [`GithubCalls`] registered.
+pub fn setup_with_github_calls() -> Host {
+    Host {
+        jobs: Jobs::builtin().with(GithubCalls),
+        ..setup()
+    }
 }

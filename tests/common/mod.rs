@@ -43,6 +43,8 @@ pub fn subject(id: &str, active: bool) -> SubjectInput {
         active,
         group: "default".into(),
         timezone: "UTC".into(),
+        limits: None,
+        keys: Vec::new(),
     }
 }
 
@@ -58,6 +60,8 @@ pub fn items_of(
             subject_id: subject(i),
             kind: kind.into(),
             payload: payload.clone(),
+            limits: None,
+            keys: Vec::new(),
         })
         .collect()
 }

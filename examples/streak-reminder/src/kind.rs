@@ -24,6 +24,9 @@ use crate::streak::{local_date, streak};
 
 /// The kind's name, as subjects and items spell it.
 pub const KIND: &str = "streak_check";
+/// The limit key every check holds: one GitHub token's 5,000 requests an hour
+/// are shared by all users, so `PUT /limits/github` paces them all.
+pub const GITHUB_KEY: &str = "github";
 
 /// `{"github_login": "octocat", "timezone": "Europe/Berlin",
 ///   "discord_webhook_url": "https://discord.com/api/webhooks/…",
@@ -135,6 +138,10 @@ impl Job for StreakCheck {
 
     fn has_channels(&self) -> bool {
         true
+    }
+
+    fn limit_keys(&self, _: &StreakPayload) -> Vec<String> {
+        vec![GITHUB_KEY.into()]
     }
 }
 

@@ -323,3 +323,28 @@ fn the_app_registers_its_kind_beside_the_built_in_ones() {
         .unwrap_err();
     assert!(err.contains("at least one channel"), "{err}");
 }
+
+/// Every check asks GitHub with the app's one token: each holds the key
+/// `github`, after its subject's own keys.
+#[test]
+fn every_check_holds_the_github_limit_key() {
+    let app = fanout();
+    let policy = cron_fanout::core::target::TargetPolicy::PUBLIC;
+    let payload = json!({"github_login": "ada", "telegram_chat_id": 1});
+    assert_eq!(
+        app.jobs()
+            .check_item("streak_check", &payload, &policy)
+            .unwrap(),
+        ["github"]
+    );
+    let mut body: cron_fanout::core::requests::PutSubjects = serde_json::from_value(json!({
+        "subjects": [{"id": "ada", "kind": "streak_check", "payload": payload,
+                      "limits": ["tenant:acme"]}]
+    }))
+    .unwrap();
+    cron_fanout::core::requests::validate_put_subjects(&mut body, &|kind, p| {
+        app.jobs().check_item(kind, p, &policy)
+    })
+    .unwrap();
+    assert_eq!(body.subjects[0].keys, ["tenant:acme", "github"]);
+}

@@ -1,17 +1,19 @@
 //! `PUT /schedules/{id}`: the body parsed strictly and validated completely, and the
 //! id and group rules. Every failure is a 400 with a stable code (docs/api.md):
 //! `invalid_json` (shape), `invalid_id` / `reserved_id` (the schedule id),
-//! `invalid_schedule` (what and when), `invalid_cron`, `invalid_timezone`.
+//! `invalid_schedule` (what and when), `invalid_cron`, `invalid_timezone`,
+//! `invalid_priority`.
 
 use chrono::DateTime;
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::cron::CronExpr;
 use super::zone::{parse_zone, DEFAULT_ZONE, SUBJECT_ZONE};
 use super::{ScheduleSpec, Timing, Zone};
 use crate::core::callback::OnFinish;
 use crate::core::error::ApiError;
-use crate::core::requests::validate_id;
+use crate::core::requests::{parse_priority, validate_id};
 
 pub const MIN_EVERY_SECONDS: i64 = 60;
 pub const MAX_EVERY_SECONDS: i64 = 31_536_000;
@@ -34,6 +36,9 @@ pub struct ScheduleBody {
     /// The completion callback of every batch it fires (`core::callback`),
     /// validated with the target policy by the handler.
     pub on_finish: Option<OnFinish>,
+    /// The priority of the batches it fires: any JSON, so that a wrong type is
+    /// `invalid_priority` too (`core::requests::parse_priority`).
+    pub priority: Option<Value>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -134,12 +139,14 @@ pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, A
             "jitter_seconds must be 0 to {MAX_JITTER_SECONDS}, got {jitter_seconds}"
         )));
     }
+    let priority = parse_priority(body.priority.as_ref())?;
     let spec = ScheduleSpec {
         timing,
         zone,
         group: body.group,
         jitter_seconds,
         enabled: body.enabled.unwrap_or(true),
+        priority,
     };
     if let Timing::Cron(cron) = &spec.timing {
         if spec.first_after(now, &[]).is_none() {

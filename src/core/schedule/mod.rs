@@ -80,6 +80,8 @@ pub struct ScheduleSpec {
     pub group: Option<String>,
     pub jitter_seconds: i64,
     pub enabled: bool,
+    /// The priority of the batches it fires (-10 to 10).
+    pub priority: i64,
 }
 
 impl ScheduleSpec {
@@ -133,6 +135,7 @@ impl ScheduleSpec {
             group: row.group_name.clone(),
             jitter_seconds: row.jitter_seconds,
             enabled: row.enabled != 0,
+            priority: row.priority,
         })
     }
 }
@@ -182,6 +185,9 @@ pub struct ScheduleRow {
     /// While backing off after failed fires: when the next try is (ms), else NULL.
     #[serde(default)]
     pub retry_at: Option<i64>,
+    /// The priority its batches get when it fires (-10 to 10).
+    #[serde(default)]
+    pub priority: i64,
 }
 
 /// A schedule as the API answers it (times RFC 3339 UTC).
@@ -198,6 +204,8 @@ pub struct ScheduleView {
     pub group: Option<String>,
     pub jitter_seconds: i64,
     pub enabled: bool,
+    /// The priority of the batches it fires (-10 to 10).
+    pub priority: i64,
     pub next_fire_at: Option<String>,
     pub last_fired_at: Option<String>,
     pub last_batch_id: Option<String>,
@@ -224,6 +232,7 @@ impl ScheduleView {
             group: row.group_name.clone(),
             jitter_seconds: row.jitter_seconds,
             enabled: row.enabled != 0,
+            priority: row.priority,
             next_fire_at: row.next_fire_at.map(rfc3339),
             last_fired_at: row.last_fired_at.map(rfc3339),
             last_batch_id: row.last_batch_id.clone(),

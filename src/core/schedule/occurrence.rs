@@ -240,6 +240,7 @@ mod tests {
             group: None,
             jitter_seconds: 0,
             enabled: true,
+            priority: 0,
         }
     }
 

@@ -209,6 +209,7 @@ mod tests {
             on_finish: None,
             fire_failures: 0,
             retry_at: None,
+            priority: 0,
         }
     }
 
