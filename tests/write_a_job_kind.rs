@@ -86,6 +86,12 @@ impl Job for FeedCheck {
             ..Policy::default()
         }
     }
+
+    // Optional: the limit keys its items hold, here `feeds` on every item, so
+    // `PUT /limits/feeds` paces every feed check (flow control).
+    fn limit_keys(&self, _: &FeedPayload) -> Vec<String> {
+        vec!["feeds".into()]
+    }
 }
 
 /// The orchestrator with this Worker's kinds: the built-in ones and `feed_check`.
@@ -143,6 +149,15 @@ fn the_example_kind_validates_its_payload_at_write_time() {
         .starts_with("notify_url host 10.0.0.1"));
     let extra = json!({"feed_url": FEED, "notify_url": NOTIFY, "x": 1});
     assert!(testing::check(&FeedCheck, extra).is_err());
+}
+
+#[test]
+fn the_example_kinds_items_hold_its_limit_keys() {
+    let ok = json!({"feed_url": FEED, "notify_url": NOTIFY});
+    assert_eq!(
+        fanout().jobs().check_item("feed_check", &ok, &TargetPolicy::PUBLIC).unwrap(),
+        ["feeds"]
+    );
 }
 
 #[test]

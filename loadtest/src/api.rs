@@ -94,6 +94,9 @@ pub struct Schedule {
     pub last_batch_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// The priority of the batches it fires.
+    #[serde(default)]
+    pub priority: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +131,9 @@ pub struct Batch {
     /// Its completion callback's delivery (`None` without `on_finish`).
     #[serde(default)]
     pub callback: Option<Callback>,
+    /// -10 to 10: claimed before batches of lower priority.
+    #[serde(default)]
+    pub priority: i64,
 }
 
 /// A batch's completion callback as `GET /batches/{id}` shows it.

@@ -673,7 +673,7 @@ async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()
         )
     }));
     list.push(check!(
-        "bad input changed nothing: GET /subjects and GET /batches counts unchanged",
+        "bad input changed nothing: GET /subjects and GET /batches counts unchanged (no subject bad-url or bad-limits)",
         bad_input_changed_nothing
     ));
     let mut f = BadRequests {
@@ -791,7 +791,9 @@ async fn bad_input_changed_nothing(f: &mut BadRequests<'_>) -> Result<()> {
     let batches_after = f.api.batches(1000).await?.len();
     ensure!(
         after.len() == f.subjects
-            && after.iter().all(|s| s.id != "bad-url")
+            && after
+                .iter()
+                .all(|s| s.id != "bad-url" && s.id != "bad-limits")
             && batches_after == f.batches_before,
         "{} subjects (want {}), {batches_after} batches (want {})",
         after.len(),
@@ -828,6 +830,8 @@ fn more_bad_input() -> Vec<BadInput> {
         .map(|i| subject(json!(format!("many-{i}")), "webhook"))
         .collect();
     let huge = format!(r#"{{"subjects":[],"pad":"{}"}}"#, "x".repeat(300 * 1024));
+    let limited = |limits: Value| json!({"id": "bad-limits", "kind": "noop", "payload": {}, "limits": limits});
+    let noop_item = |id: &str| json!({"subject_id": id, "kind": "noop", "payload": {}});
     vec![
         case(
             "unknown field",
@@ -884,6 +888,58 @@ fn more_bad_input() -> Vec<BadInput> {
             Some(huge),
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
+        ),
+        case(
+            "a subject with a fifth limit key",
+            Method::PUT,
+            "/subjects",
+            put(vec![limited(json!(["a", "b", "c", "d", "e"]))]),
+            StatusCode::BAD_REQUEST,
+            "invalid_limits",
+        ),
+        case(
+            "a subject's limit key with a space",
+            Method::PUT,
+            "/subjects",
+            put(vec![limited(json!(["tenant acme"]))]),
+            StatusCode::BAD_REQUEST,
+            "invalid_limits",
+        ),
+        case(
+            "an item holding a limit key twice",
+            Method::POST,
+            "/batches",
+            Some(
+                json!({"key": "bad-limits", "items": [noop_item("a"),
+                    {"subject_id": "b", "kind": "noop", "payload": {}, "limits": ["github", "github"]}]})
+                .to_string(),
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalid_limits",
+        ),
+        case(
+            "a batch of priority 11",
+            Method::POST,
+            "/batches",
+            Some(json!({"key": "bad-priority", "items": [noop_item("a")], "priority": 11}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_priority",
+        ),
+        case(
+            "a schedule of priority \"high\"",
+            Method::PUT,
+            "/schedules/bad-priority",
+            Some(json!({"every_seconds": 3600, "priority": "high"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_priority",
+        ),
+        case(
+            "the schedule refused for its priority was not created",
+            Method::GET,
+            "/schedules/bad-priority",
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
         ),
         case(
             "unknown batch source",

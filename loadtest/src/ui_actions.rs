@@ -938,8 +938,11 @@ pub async fn schedules_view(
     subject.group = Some(ONCE.into());
     api.put_subjects(&[subject]).await?;
     let at = cron_fanout::core::time::rfc3339(chrono::Utc::now().timestamp_millis());
-    api.put_schedule(ONCE, &json!({"at": at, "group": ONCE}))
-        .await?;
+    api.put_schedule(
+        ONCE,
+        &json!({"at": at, "group": ONCE, "priority": ONCE_PRIORITY}),
+    )
+    .await?;
     api.fire_cron(TICK_CRON).await?;
     let once = api.schedule(ONCE).await?;
     let result = check_schedules(b, api, &cron, &once, shots, checks).await;
@@ -948,6 +951,10 @@ pub async fn schedules_view(
     api.delete_subject("ui-once-subject").await?;
     result
 }
+
+/// The one-off's priority, which the batch it fires gets: not the default, so
+/// the page shows what the API said.
+const ONCE_PRIORITY: i64 = 3;
 
 /// One row of the schedules view, read by column.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -958,6 +965,7 @@ struct ScheduleRow {
     zone: Option<String>,
     group: String,
     jitter: String,
+    priority: String,
     enabled: String,
     next: String,
     next_title: Option<String>,
@@ -973,6 +981,7 @@ const SCHEDULE_ROWS: &str =
       return {id: col('id').textContent, kind: col('kind').textContent,\
         when: col('when').firstChild.textContent, zone: zone && zone.textContent,\
         group: col('group').textContent, jitter: col('jitter').textContent,\
+        priority: col('priority').textContent,\
         enabled: col('enabled').textContent, next: col('next').textContent,\
         next_title: next && next.title, link: link && link.getAttribute('href')};\
     });";
@@ -1021,6 +1030,7 @@ async fn check_schedules(
         once_batch: once.last_batch_id.clone(),
         next: next.clone(),
         zone,
+        base: api.base().to_string(),
     };
     checks
         .run(
@@ -1042,6 +1052,10 @@ async fn check_schedules(
                     "browser: the schedules view fits a phone (390 px, no horizontal scrolling)",
                     the_schedules_view_fits_a_phone
                 ),
+                check!(
+                    format!("browser: a schedule's priority is listed ({ONCE_PRIORITY}, the default 0), and the view of the batch it fired shows the same"),
+                    a_schedules_priority_shows_in_the_list_and_on_its_batch
+                ),
             ],
         )
         .await;
@@ -1060,6 +1074,8 @@ struct Schedules<'a> {
     /// The cron schedule's next fire time, as the API says.
     next: String,
     zone: String,
+    /// The Worker's URL, to open the one-off's batch.
+    base: String,
 }
 
 /// The cron one: every column.
@@ -1120,6 +1136,36 @@ async fn a_fired_one_off_is_listed_disabled_with_its_last_batch(
                 r.group.as_str()
             ) == ("at", "no", "—", "ui-once"),
         "shown {r:?}, want link {link:?}"
+    );
+    Ok(())
+}
+
+/// The one-off's priority in the list, the cron one's default; then the view
+/// of the batch the one-off fired, whose priority the API copied from it.
+async fn a_schedules_priority_shows_in_the_list_and_on_its_batch(
+    f: &mut Schedules<'_>,
+) -> Result<()> {
+    let want = ONCE_PRIORITY.to_string();
+    ensure!(
+        (f.once.priority.as_str(), f.cron.priority.as_str()) == (want.as_str(), "0"),
+        "listed {:?} and {:?}, want {want:?} and \"0\"",
+        f.once.priority,
+        f.cron.priority
+    );
+    let batch = f.once_batch.clone().context("the one-off fired no batch")?;
+    let b = f.b;
+    b.client
+        .goto(&format!("{}/#/batches/{}", f.base, encode(&batch)))
+        .await?;
+    let shown = b
+        .until("the batch view's priority", WAIT, || async {
+            b.text("#view [data-stat=priority]").await
+        })
+        .await?;
+    b.screenshot(&f.shots.join("batch-priority.png")).await?;
+    ensure!(
+        shown == want,
+        "the batch view shows priority {shown:?}, want {want:?}"
     );
     Ok(())
 }

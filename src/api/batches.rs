@@ -28,10 +28,11 @@ const CREATE_TRIES: u32 = 3;
 pub async fn create<D: Db>(app: &App<'_, D>, body: &[u8], policy: &TargetPolicy<'_>) -> ApiResult {
     let mut body: CreateBatchBody = parse_json(body)?;
     let on_finish = body.on_finish.take();
-    let priority = parse_priority(body.priority.take().as_ref())?;
+    let priority = body.priority.take();
     let request = validate_create_batch(body, &|kind, payload| {
         app.jobs.check_item(kind, payload, policy)
     })?;
+    let priority = parse_priority(priority.as_ref())?;
     let on_finish = on_finish.map(|o| o.validate(policy)).transpose()?;
     let (key, source) = match &request {
         CreateBatch::FromSubjects { key } => (key.clone(), BatchSource::ActiveSubjects),

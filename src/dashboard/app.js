@@ -843,6 +843,8 @@
         ["Processing", num(b.processing)],
         ["Pending", num(b.pending)],
         ["Done", `${b.percent}%`],
+        // Claimed before batches of lower priority (-10 to 10; its schedule's when fired).
+        ["Priority", String(b.priority ?? 0)],
         // A finished batch has no current rate; its average says how it went.
         b.status === "running" ? ["Rate", rate(b)] : ["Average rate", averageRate(b, end)],
         ["ETA", eta(b)],
@@ -1013,6 +1015,8 @@
             { key: "when", title: "When (time zone)", cell: when },
             { key: "group", title: "Group", cls: "hide-narrow", cell: (s) => (s.group === null || s.group === undefined ? h("span", { class: "muted" }, "all subjects") : h("span", { class: "mono" }, s.group)) },
             { key: "jitter", title: "Jitter", cls: "num hide-narrow", cell: (s) => (s.jitter_seconds ? `up to ${duration(s.jitter_seconds * 1000)}` : "none") },
+            // What the batches it fires get: claimed before those of lower priority.
+            { key: "priority", title: "Priority", cls: "num hide-narrow", cell: (s) => String(s.priority ?? 0) },
             { key: "enabled", title: "Enabled", cell: (s) => h("span", { class: `flag ${s.enabled ? "on" : "off"}` }, s.enabled ? "yes" : "no") },
             { key: "next", title: "Next fire", cell: (s) => (s.next_fire_at ? timeCell(s.next_fire_at) : "—") },
             // A schedule backing off after failed fires (0 failures: nothing shown).

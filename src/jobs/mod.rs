@@ -3,7 +3,7 @@
 //! A kind is a [`Job`]: a name, a payload type and its validation (at write time,
 //! pure), an async `run` that returns [`Outcome`] (done, retry, fail), and
 //! defaults for the rest (listing redaction, subrequest cost, channels, its own
-//! [`Policy`]). A run gets a [`Context`]: the item, the abort signal, the
+//! [`Policy`], the limit keys its items hold). A run gets a [`Context`]: the item, the abort signal, the
 //! outbound seam ([`outbound::Outbound`]: fetch, sleep, clock), the settings a
 //! built-in kind needs, the Worker's environment (on the Worker only, as an
 //! opaque handle) and, for kinds with channels, a place to report each
