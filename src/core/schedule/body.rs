@@ -139,14 +139,13 @@ pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, A
             "jitter_seconds must be 0 to {MAX_JITTER_SECONDS}, got {jitter_seconds}"
         )));
     }
-    let priority = parse_priority(body.priority.as_ref())?;
-    let spec = ScheduleSpec {
+    let mut spec = ScheduleSpec {
         timing,
         zone,
         group: body.group,
         jitter_seconds,
         enabled: body.enabled.unwrap_or(true),
-        priority,
+        priority: 0,
     };
     if let Timing::Cron(cron) = &spec.timing {
         if spec.first_after(now, &[]).is_none() {
@@ -156,6 +155,8 @@ pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, A
             ));
         }
     }
+    // After what and when, as `POST /batches` checks it after the items.
+    spec.priority = parse_priority(body.priority.as_ref())?;
     Ok(spec)
 }
 
