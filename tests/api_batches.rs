@@ -74,6 +74,8 @@ fn stored_batch(host: &Host, id: &str, key: &str, subjects: &[&str]) {
             subject_id: s.to_string(),
             kind: "noop".into(),
             payload: json!({}),
+            limits: None,
+            keys: Vec::new(),
         })
         .collect();
     block_on(

@@ -1367,6 +1367,8 @@ fn a_fire_whose_batch_id_another_batch_holds_fails_and_fires_later_with_a_fresh_
             subject_id: format!("o{i}"),
             kind: "noop".into(),
             payload: json!({}),
+            limits: None,
+            keys: Vec::new(),
         })
         .collect();
     block_on(store.create_batch(

@@ -87,6 +87,7 @@ mod tests {
                 started_at: None,
                 completed_at: None,
                 receipts: None,
+                limits: None,
             },
             listed: i64::from(listed),
             cut: i64::from(cut),
