@@ -476,7 +476,14 @@ fn metrics_count_the_dead_letters_of_finished_batches_too() {
     );
     // Every step of the plan is an index search or a scan of a partial index
     // (or of a subquery's rows); the failed items are read through theirs.
-    let (sql, params) = host.store.db().last_query().expect("the scrape's query");
+    // The scrape's statement, as the store binds it (it runs in a batch() with
+    // the limits' reads).
+    let (sql, params) = cron_fanout::sql::Statement::bind(cron_fanout::sql::MetricsSnapshot {
+        now: NOW,
+        due_cap: cron_fanout::core::metrics::DUE_CAP,
+        window_start: NOW - cron_fanout::core::metrics::WINDOW_MS,
+        dead_letter_cap: cron_fanout::core::metrics::DEAD_LETTER_CAP,
+    });
     let conn = host.store.db().conn();
     let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
     let plan: Vec<String> = stmt

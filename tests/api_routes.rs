@@ -265,6 +265,30 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 let got = host.ok(DELETE, "/schedules/digest", None, 200);
                 assert_eq!(got, json!({"deleted": "digest"}));
             }
+            (PUT, "/limits/{key}") => {
+                let body = json!({"rate": 30, "concurrency": 10});
+                let got = host.ok(PUT, "/limits/github", Some(body), 200);
+                assert_eq!(
+                    fields(&got, ["key", "rate", "burst", "concurrency"]),
+                    [json!("github"), json!(30), json!(30), json!(10)]
+                );
+            }
+            (GET, "/limits") => {
+                let got = host.ok(GET, path, None, 200);
+                assert_eq!(keys(&got), ["limits", "next_after"]);
+                assert_eq!(column(&got, "limits", "key"), ["github"]);
+            }
+            (GET, "/limits/{key}") => {
+                let got = host.ok(GET, "/limits/github", None, 200);
+                assert_eq!(
+                    fields(&got, ["in_flight", "tokens", "waiting"]),
+                    [json!(0), json!(30), json!(0)]
+                );
+            }
+            (DELETE, "/limits/{key}") => {
+                let got = host.ok(DELETE, "/limits/github", None, 200);
+                assert_eq!(got, json!({"deleted": "github"}));
+            }
             (POST, "/probe") => {
                 let req = admin(POST, path);
                 let served = host.serve(&req, br#"{"calls": 10}"#.as_slice());
@@ -309,6 +333,8 @@ fn a_known_path_with_another_method_is_405_before_auth() {
         (POST, "/subjects/a", "GET, DELETE"),
         (POST, "/schedules/a", "GET, PUT, DELETE"),
         (DELETE, "/schedules", "GET"),
+        (POST, "/limits/github", "GET, PUT, DELETE"),
+        (PUT, "/limits", "GET"),
         (POST, "/batches/b", "GET"),
         (GET, "/internal/run", "POST"),
         (GET, "/probe", "POST"),

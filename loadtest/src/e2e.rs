@@ -5,7 +5,7 @@
 //! does, so the first tick creates the batch (schedules are all the Worker has: no
 //! daily cron); and checks the end state through the API and the sink, the
 //! timeline and /metrics. Then it fires the same occurrence again (nothing new),
-//! sends bad input, drives the dashboard in a headless Chromium (`ui`), crashes
+//! sends bad input, puts, reads and deletes limits (`limits`), drives the dashboard in a headless Chromium (`ui`), crashes
 //! the runtime mid-batch, and runs the schedules part (`e2e_schedules`: time zones,
 //! intervals, one-offs and the missed daily batch, on a test clock). Waits are on
 //! observable state with bounded timeouts; the only pause is the pacing between
@@ -430,6 +430,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     checks.run(&mut f, outcomes).await;
 
     bad_input(&f.api, f.plan.len(), checks).await?;
+    crate::limits::http(&f.api, checks).await?;
 
     // The edges: bodies, dispatch signatures, redirects, signing secrets.
     if f.target.runtime.is_some() {

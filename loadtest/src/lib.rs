@@ -26,6 +26,8 @@
 //! - `delivery`: completion callbacks and multi-channel items end to end: the e2e checks, the `multi` scenario's flow, their verdicts.
 //! - `edges`: the e2e checks of the HTTP and webhook edges: streamed bodies,
 //!   dispatch signatures, redirects, signing secrets, private targets, misconfiguration.
+//! - `limits`: `/limits` over HTTP: put, read, list, delete, bad limits refused,
+//!   their gauges in `/metrics`.
 //! - `drainers`: `DRAINERS=4` on the local queue end to end: a 10,000-item batch
 //!   drained by queue consumers, and a drainer killed mid-run.
 //! - `scenario`: what each `run` scenario seeds and configures.
@@ -36,7 +38,7 @@
 //!   and the page checks the dashboard parts share (width, console errors).
 //! - `ui`: the dashboard checked in that browser, and /metrics and the timeline over HTTP;
 //!   `ui_actions`: its batch actions and schedules view; `ui_delivery`: completion
-//!   callbacks and per-channel receipts on it.
+//!   callbacks and per-channel receipts on it; `ui_limits`: its limits view.
 //! - `e2e`, `demo`, `run`, `bench`, `probe`: the subcommands built from the above
 //!   (`e2e_schedules`: the schedules part of `e2e`, on a moving test clock), and
 //!   `schedules`: what schedules cost the tick.
@@ -59,6 +61,7 @@ pub mod e2e_streak;
 pub mod edges;
 pub mod faults;
 pub mod hello_kind;
+pub mod limits;
 pub mod metrics;
 pub mod plan;
 pub mod probe;
@@ -80,4 +83,5 @@ pub mod target;
 pub mod ui;
 pub mod ui_actions;
 pub mod ui_delivery;
+pub mod ui_limits;
 pub mod verdict;

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod batches;
 pub mod control;
 pub mod invocations;
+pub mod limits;
 pub mod metrics;
 pub mod page;
 pub mod probe;
@@ -184,6 +185,10 @@ pub async fn serve<D: Db>(
         Handler::ListSchedules => schedules::list(app, query).await?.into(),
         Handler::GetSchedule => schedules::get(app, params[0]).await?.into(),
         Handler::DeleteSchedule => schedules::delete(app, params[0]).await?.into(),
+        Handler::PutLimit => limits::put(app, params[0], &body).await?.into(),
+        Handler::ListLimits => limits::list(app, query).await?.into(),
+        Handler::GetLimit => limits::get(app, params[0]).await?.into(),
+        Handler::DeleteLimit => limits::delete(app, params[0]).await?.into(),
         Handler::Probe => Served::Probe(probe::parse(&body, &policy)?),
     })
 }

@@ -52,6 +52,7 @@ const SLOTS: &[(&str, Fill)] = &[
 const FEATURES: &[(&str, &str)] = &[
     ("schedules", "/schedules"),
     ("batch-control", "/batches/{id}/pause"),
+    ("limits", "/limits"),
 ];
 
 /// The features this Worker's route table enables, space-separated.

@@ -61,6 +61,11 @@ pub enum Handler {
     ListSchedules,
     GetSchedule,
     DeleteSchedule,
+    /// Rate and concurrency limits per key (`api::limits`).
+    PutLimit,
+    ListLimits,
+    GetLimit,
+    DeleteLimit,
     /// Validated here; the SELF calls themselves need the runtime (`edge::probe`).
     Probe,
 }
@@ -185,6 +190,10 @@ pub static ROUTES: &[Route] = &[
     Route::admin(GET,    "/schedules",          ListSchedules,   Parsed,  Unread),
     Route::admin(GET,    "/schedules/{id}",     GetSchedule,     Refused, Unread),
     Route::admin(DELETE, "/schedules/{id}",     DeleteSchedule,  Refused, Unread),
+    Route::admin(PUT,    "/limits/{key}",       PutLimit,        Refused, Json),
+    Route::admin(GET,    "/limits",             ListLimits,      Parsed,  Unread),
+    Route::admin(GET,    "/limits/{key}",       GetLimit,        Refused, Unread),
+    Route::admin(DELETE, "/limits/{key}",       DeleteLimit,     Refused, Unread),
     Route::admin(POST,   "/probe",              Probe,           Refused, Json),
 ];
 
@@ -290,6 +299,8 @@ mod tests {
         assert_eq!(allowed(PUT, "/batches/b/items"), "GET");
         assert_eq!(allowed(GET, "/batches/b/cancel"), "POST");
         assert_eq!(allowed(DELETE, "/items/1/retry"), "POST");
+        assert_eq!(allowed(POST, "/limits/github"), "GET, PUT, DELETE");
+        assert_eq!(allowed(DELETE, "/limits"), "GET");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::limit_view::LimitView;
 use super::model::{ItemStatus, StopReason};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -16,6 +17,15 @@ pub const DUE_CAP: i64 = 1_000;
 pub const DEAD_LETTER_CAP: i64 = 1_000;
 /// The window of the `last_hour` metrics.
 pub const WINDOW_MS: i64 = 3_600_000;
+/// The limits a scrape reports, the first in key order: each is three series.
+pub const LIMITS_CAP: i64 = 100;
+/// The families with one sample per defined limit (label `key`): none while no
+/// limit is defined.
+pub const LIMIT_FAMILIES: [&str; 3] = [
+    "cron_fanout_limit_in_flight",
+    "cron_fanout_limit_tokens",
+    "cron_fanout_limit_waiting",
+];
 
 /// What one scrape reads.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,6 +51,29 @@ pub struct Snapshot {
     pub stop_reasons: BTreeMap<String, i64>,
     /// `SUBREQUEST_BUDGET` now.
     pub subrequest_budget: i64,
+    /// The first `LIMITS_CAP` limits in key order, each with its live state.
+    pub limits: Vec<LimitGauge>,
+}
+
+/// One defined limit's gauges (`core::limit_view`), not one per partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitGauge {
+    pub key: String,
+    pub in_flight: i64,
+    /// `None` without a rate, and for a partitioned limit.
+    pub tokens: Option<i64>,
+    pub waiting: i64,
+}
+
+impl LimitGauge {
+    pub fn from_view(v: &LimitView) -> LimitGauge {
+        LimitGauge {
+            key: v.spec.key.clone(),
+            in_flight: v.in_flight,
+            tokens: v.tokens,
+            waiting: v.waiting,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,6 +173,12 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
         .map(|(reason, n)| (vec![("stop_reason", reason)], n as f64))
         .collect();
     let lag_ms = s.oldest_due.map_or(0, |at| (now - at).max(0));
+    let per_limit = |value: &dyn Fn(&LimitGauge) -> Option<i64>| -> Vec<Sample> {
+        s.limits
+            .iter()
+            .filter_map(|l| Some((vec![("key", l.key.clone())], value(l)? as f64)))
+            .collect()
+    };
     let per_claim = |n: i64| {
         if h.claimed == 0 {
             f64::NAN
@@ -207,6 +246,21 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
             "cron_fanout_last_hour_d1_rows_written_per_item",
             "D1 rows written per item claimed by the invocations of the last hour (NaN when none was claimed).",
             vec![(Vec::new(), per_claim(h.d1_rows_written))],
+        ),
+        gauge(
+            "cron_fanout_limit_in_flight",
+            "Items in flight holding a limit's key, per defined limit (a partitioned one: summed over its partitions).",
+            per_limit(&|l| Some(l.in_flight)),
+        ),
+        gauge(
+            "cron_fanout_limit_tokens",
+            "Starts a rate limit allows now (burst when idle), per defined limit with a rate; none for a partitioned one (each partition has its own).",
+            per_limit(&|l| l.tokens),
+        ),
+        gauge(
+            "cron_fanout_limit_waiting",
+            "Due items holding a limit's key, per defined limit, among the first cron_fanout_items_due_cap due items.",
+            per_limit(&|l| Some(l.waiting)),
         ),
     ]
 }
@@ -303,6 +357,20 @@ mod tests {
             },
             stop_reasons: [("drained".to_string(), 58), ("budget".to_string(), 2)].into(),
             subrequest_budget: 45,
+            limits: vec![
+                LimitGauge {
+                    key: "github".into(),
+                    in_flight: 10,
+                    tokens: Some(3),
+                    waiting: 240,
+                },
+                LimitGauge {
+                    key: "tenant:*".into(),
+                    in_flight: 4,
+                    tokens: None,
+                    waiting: 12,
+                },
+            ],
         }
     }
 
@@ -361,6 +429,17 @@ cron_fanout_last_hour_d1_statements_per_item 0.2
 # HELP cron_fanout_last_hour_d1_rows_written_per_item D1 rows written per item claimed by the invocations of the last hour (NaN when none was claimed).
 # TYPE cron_fanout_last_hour_d1_rows_written_per_item gauge
 cron_fanout_last_hour_d1_rows_written_per_item 7
+# HELP cron_fanout_limit_in_flight Items in flight holding a limit's key, per defined limit (a partitioned one: summed over its partitions).
+# TYPE cron_fanout_limit_in_flight gauge
+cron_fanout_limit_in_flight{key=\"github\"} 10
+cron_fanout_limit_in_flight{key=\"tenant:*\"} 4
+# HELP cron_fanout_limit_tokens Starts a rate limit allows now (burst when idle), per defined limit with a rate; none for a partitioned one (each partition has its own).
+# TYPE cron_fanout_limit_tokens gauge
+cron_fanout_limit_tokens{key=\"github\"} 3
+# HELP cron_fanout_limit_waiting Due items holding a limit's key, per defined limit, among the first cron_fanout_items_due_cap due items.
+# TYPE cron_fanout_limit_waiting gauge
+cron_fanout_limit_waiting{key=\"github\"} 240
+cron_fanout_limit_waiting{key=\"tenant:*\"} 12
 ";
         assert_eq!(text, want);
     }
@@ -419,6 +498,29 @@ cron_fanout_last_hour_d1_rows_written_per_item 7
                 f.name
             );
         }
+    }
+
+    #[test]
+    fn without_limits_the_limit_families_are_written_without_samples() {
+        let text = render(&families(&Snapshot::default(), NOW));
+        for name in LIMIT_FAMILIES {
+            assert!(text.contains(&format!("# TYPE {name} gauge\n")), "{name}");
+            assert!(!text.contains(&format!("\n{name}{{")), "{name}: {text}");
+        }
+    }
+
+    #[test]
+    fn the_limit_families_are_those_labelled_by_key() {
+        let by_key: Vec<&str> = families(&snapshot(), NOW)
+            .iter()
+            .filter(|f| {
+                f.samples
+                    .iter()
+                    .any(|(labels, _)| labels.iter().any(|(k, _)| *k == "key"))
+            })
+            .map(|f| f.name)
+            .collect();
+        assert_eq!(by_key, LIMIT_FAMILIES);
     }
 
     #[test]

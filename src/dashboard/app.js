@@ -10,6 +10,7 @@
   const REFRESH_MS = 3000;
   const PAGE_SIZE = 20;
   const SCHEDULE_PAGE = 100;
+  const LIMIT_PAGE = 100;
   const SVG_NS = "http://www.w3.org/2000/svg";
   // Bar order: what has ended first, then what is still to come.
   const BAR = ["completed", "failed", "cancelled", "processing", "pending"];
@@ -1055,6 +1056,91 @@
     };
   }
 
+  /** A limit as set, in words: `30 per 1 s (burst 30) · 10 at once`. */
+  function limitRule(l) {
+    const parts = [];
+    if (l.rate) parts.push(`${num(l.rate)} per ${duration(l.per_seconds * 1000)} (burst ${num(l.burst)})`);
+    if (l.concurrency) parts.push(`${num(l.concurrency)} at once`);
+    return parts.join(" · ");
+  }
+
+  /** In flight, against the concurrency when there is one. */
+  const inFlight = (l) => (l.concurrency ? `${num(l.in_flight)} / ${num(l.concurrency)}` : num(l.in_flight));
+
+  /** A rate's tokens against its burst; a partitioned limit's are per partition. */
+  function tokensOf(l, burst) {
+    if (l.tokens === null || l.tokens === undefined) return burst && l.partitioned ? "per partition" : "—";
+    return `${num(l.tokens)} / ${num(burst)}`;
+  }
+
+  /** Waiting, counted among the first due items only: "1,000+" when it stopped there. */
+  function waitingOf(l, capped) {
+    if (!capped) return num(l.waiting);
+    return h("span", { title: "counted among the first due items only, as /metrics counts them: more may wait" }, `${num(l.waiting)}+`);
+  }
+
+  /** A partitioned limit's busiest partitions, under its row. */
+  function partitionList(l) {
+    if (!l.partitioned) return null;
+    if (!l.partitions || !l.partitions.length) return h("p", { class: "muted small" }, "partitions: none in use");
+    return h(
+      "ul",
+      { class: "partitions", "aria-label": `busiest partitions of ${l.key}`, "data-partitions": l.key },
+      l.partitions.map((p) =>
+        h(
+          "li",
+          { "data-partition": p.key },
+          h("span", { class: "mono" }, p.key),
+          ` ${inFlight({ ...p, concurrency: l.concurrency })} in flight`,
+          l.rate ? ` · ${tokensOf(p, l.burst)} tokens` : null,
+          ` · ${num(p.waiting)} waiting`,
+        ),
+      ),
+    );
+  }
+
+  /** Limits: each limit with what it is using now. Read-only (PUT /limits/{key} sets them). */
+  function limitsView() {
+    const body = h("div", {});
+    const page = { cursors: [""] };
+    const load = async (fresh = () => true) => {
+      const after = page.cursors[page.cursors.length - 1];
+      const { limits, next_after } = await api(`/limits?limit=${LIMIT_PAGE}&after=${enc(after)}`);
+      if (!fresh()) return;
+      replace(
+        body,
+        table(
+          [
+            { key: "key", title: "Key", cell: (l) => h("span", { class: "mono", "data-limit-key": l.key }, l.key) },
+            { key: "rule", title: "Limit", cell: limitRule },
+            { key: "in-flight", title: "In flight", cls: "num", cell: inFlight },
+            { key: "tokens", title: "Tokens", cls: "num", cell: (l) => tokensOf(l, l.burst) },
+            { key: "waiting", title: "Waiting", cls: "num", cell: (l) => waitingOf(l, l.waiting_capped) },
+          ],
+          limits,
+          "No limits. PUT /limits/{key} sets one.",
+          partitionList,
+        ),
+        limits.length || page.cursors.length > 1 ? pager(page, next_after, () => load().catch(report)) : null,
+      );
+    };
+    return {
+      nav: "limits",
+      root: h(
+        "div",
+        {},
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h1", {}, "Limits"),
+          h("span", { class: "muted" }, "items in flight, rate tokens and due items waiting, per key"),
+        ),
+        h("section", { class: "panel", id: "limits" }, body),
+      ),
+      refresh: load,
+    };
+  }
+
   // ---------------------------------------------------------------- routing and polling
 
   let view = null;
@@ -1066,6 +1152,7 @@
     if (parts[0] === "batches" && parts[1]) return batchView(parts[1]);
     if (parts[0] === "invocations") return invocationsView();
     if (parts[0] === "schedules" && features.has("schedules")) return schedulesView();
+    if (parts[0] === "limits" && features.has("limits")) return limitsView();
     return batchesView();
   }
 

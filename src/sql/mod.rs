@@ -73,4 +73,10 @@ sql! {
     DELETE_EXPIRED_ITEMS => "delete_expired_items.sql",
     DELETE_EXPIRED_BATCHES => "delete_expired_batches.sql",
     DELETE_OLD_INVOCATIONS => "delete_old_invocations.sql",
+    UPSERT_LIMIT => "upsert_limit.sql",
+    GET_LIMIT => "get_limit.sql",
+    LIST_LIMITS => "list_limits.sql",
+    DELETE_LIMIT_STATE => "delete_limit_state.sql",
+    DELETE_LIMIT => "delete_limit.sql",
+    LIMIT_USAGE => "limit_usage.sql",
 }

@@ -180,6 +180,19 @@ statement! {
         now: i64, due_cap: i64, window_start: i64, dead_letter_cap: i64,
     }
     ListInvocations = LIST_INVOCATIONS { limit: i64 }
+
+    // Limits.
+    /// `rate` and `burst` are both `None` without a rate; `concurrency` `None`: none.
+    UpsertLimit<'a> = UPSERT_LIMIT {
+        key: &'a str, rate: Option<i64>, per_seconds: i64, burst: Option<i64>,
+        concurrency: Option<i64>, now: i64,
+    }
+    GetLimit<'a> = GET_LIMIT { key: &'a str }
+    ListLimits<'a> = LIST_LIMITS { after: &'a str, limit: i64 }
+    DeleteLimitState<'a> = DELETE_LIMIT_STATE { key: &'a str }
+    DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
+    /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
+    LimitUsage = LIMIT_USAGE { now: i64, due_cap: i64 }
 }
 
 #[cfg(test)]

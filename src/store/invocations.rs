@@ -1,6 +1,8 @@
 //! Invocation summaries and what is read from them: throughput, timelines, `/metrics`.
 
 use super::*;
+use crate::core::limit_view::{self, LimitRow};
+use crate::core::metrics::LimitGauge;
 
 impl<D: Db> Store<D> {
     /// Store one invocation's summary (one statement, one row).
@@ -65,7 +67,8 @@ impl<D: Db> Store<D> {
             .await
     }
 
-    /// What `GET /metrics` reports except the settings (one statement).
+    /// What `GET /metrics` reports except the settings: one call of three
+    /// statements (the limits, what they use, the rest).
     pub async fn metrics_snapshot(&self, now: i64) -> StoreResult<Snapshot> {
         #[derive(Deserialize)]
         struct Row {
@@ -97,12 +100,29 @@ impl<D: Db> Store<D> {
             window_start: now - metrics::WINDOW_MS,
             dead_letter_cap: metrics::DEAD_LETTER_CAP,
         };
-        let row: Row = self
+        // The limits' gauges in the same call: the first LIMITS_CAP limits and
+        // what they are using (nothing of the queue is read while none is defined).
+        let mut read = self
             .db
-            .run(statement)
-            .await?
+            .batch_results(vec![
+                sql::ListLimits {
+                    after: "",
+                    limit: metrics::LIMITS_CAP,
+                }
+                .bind(),
+                super::limits::limit_usage(now),
+                statement.bind(),
+            ])
+            .await?;
+        let row: Row = decode(read.pop().unwrap_or_default())?
             .pop()
             .ok_or_else(|| StoreError::Missing("the metrics row".into()))?;
+        let usage = super::limits::usage_of(read.pop().unwrap_or_default())?;
+        let limits: Vec<LimitRow> = decode(read.pop().unwrap_or_default())?;
+        let limits = limits
+            .iter()
+            .map(|l| LimitGauge::from_view(&limit_view::view(l, &usage, now, metrics::DUE_CAP)))
+            .collect();
         let stop_reasons =
             serde_json::from_str(&row.stop_reasons).map_err(|e| StoreError::Json(e.to_string()))?;
         Ok(Snapshot {
@@ -129,6 +149,7 @@ impl<D: Db> Store<D> {
             },
             stop_reasons,
             subrequest_budget: 0,
+            limits,
         })
     }
 

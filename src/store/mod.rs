@@ -4,7 +4,8 @@
 //! the same migrations.
 //! [`metered::Metered`] wraps either to charge every call to a subrequest budget.
 //! One file per concern: `batches`, `items` (the queue), `subjects`, `schedules`,
-//! `control` (pause, cancel, replay, upkeep) and `invocations` (summaries, metrics).
+//! `limits`, `control` (pause, cancel, replay, upkeep) and `invocations`
+//! (summaries, metrics).
 
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
@@ -16,6 +17,7 @@ mod batches;
 mod control;
 mod invocations;
 mod items;
+mod limits;
 mod schedules;
 mod subjects;
 

@@ -1,0 +1,7 @@
+-- One limit by key, with its own rate state (a partitioned limit's members have
+-- theirs: limit_usage.sql). ?1 key.
+SELECT l.key, l.rate, l.per_seconds, l.burst, l.concurrency, l.created_at, l.updated_at,
+       s.tat, s.basis
+FROM limits AS l
+LEFT JOIN limit_state AS s ON s.key = l.key
+WHERE l.key = ?1;

@@ -1,0 +1,84 @@
+//! Limits (`PUT /limits/{key}`): saved, read with what they are using, deleted
+//! with their rate state. The claim reads them itself (`sql/claim_selection.sql`).
+
+use super::*;
+use crate::core::limit_view::{KeyUseRow, LimitRow, Usage};
+use crate::core::limits::Limit;
+
+impl<D: Db> Store<D> {
+    /// Create or replace a validated limit; the stored row (without state).
+    pub async fn upsert_limit(&self, key: &str, limit: &Limit, now: i64) -> StoreResult<LimitRow> {
+        let statement = sql::UpsertLimit {
+            key,
+            rate: limit.rate,
+            per_seconds: limit.per_seconds,
+            burst: limit.burst,
+            concurrency: limit.concurrency,
+            now,
+        };
+        self.db
+            .run(statement)
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Missing(format!("limit {key:?}, right after writing it,")))
+    }
+
+    /// One limit and what every limit is using (one call of two statements), or
+    /// `None` without a limit for `key`.
+    pub async fn get_limit(&self, key: &str, now: i64) -> StoreResult<Option<(LimitRow, Usage)>> {
+        let mut read = self
+            .db
+            .batch_results(vec![sql::GetLimit { key }.bind(), limit_usage(now)])
+            .await?;
+        let usage = usage_of(read.pop().unwrap_or_default())?;
+        let row: Option<LimitRow> = decode(read.pop().unwrap_or_default())?.pop();
+        Ok(row.map(|row| (row, usage)))
+    }
+
+    /// A page of limits in key order after `after`, and what every limit is using
+    /// (one call of two statements).
+    pub async fn list_limits(
+        &self,
+        after: &str,
+        limit: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<LimitRow>, Usage)> {
+        let mut read = self
+            .db
+            .batch_results(vec![
+                sql::ListLimits { after, limit }.bind(),
+                limit_usage(now),
+            ])
+            .await?;
+        let usage = usage_of(read.pop().unwrap_or_default())?;
+        let rows = decode(read.pop().unwrap_or_default())?;
+        Ok((rows, usage))
+    }
+
+    /// Delete a limit and its rate state (its members' too for a partitioned
+    /// one) in one transaction. Returns whether it existed; if not, nothing is
+    /// written.
+    pub async fn delete_limit(&self, key: &str) -> StoreResult<bool> {
+        let rows: Vec<Value> = self
+            .db
+            .batch_rows(vec![
+                sql::DeleteLimitState { key }.bind(),
+                sql::DeleteLimit { key }.bind(),
+            ])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+}
+
+/// `sql/limit_usage.sql` at `now`, its due items counted as `/metrics` counts them.
+pub(super) fn limit_usage(now: i64) -> (&'static str, Vec<Param>) {
+    sql::LimitUsage {
+        now,
+        due_cap: metrics::DUE_CAP,
+    }
+    .bind()
+}
+
+pub(super) fn usage_of(rows: Vec<Value>) -> StoreResult<Usage> {
+    Ok(Usage::from_rows(decode::<KeyUseRow>(rows)?))
+}

@@ -1,0 +1,736 @@
+//! `/limits` on the host: put, list, get, delete, every refusal writing nothing,
+//! and each limit's live state (in flight, tokens, waiting, busiest partitions)
+//! read from items the store claimed on real SQLite; the limits' gauges of
+//! `/metrics`.
+
+mod common;
+
+use cron_fanout::core::limits::{governing, Gcra};
+use cron_fanout::core::metrics::DUE_CAP;
+use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::core::retry::decide;
+use cron_fanout::core::time::rfc3339;
+use cron_fanout::sql;
+use futures::executor::block_on;
+use serde_json::{json, Value};
+
+use common::api::*;
+
+// ---------------------------------------------------------------- fixtures
+
+/// Items of `subjects` hold `keys` (as an enqueue copies them).
+fn hold(host: &Host, subjects: &[&str], keys: &[&str]) {
+    let keys = serde_json::to_string(keys).unwrap();
+    let conn = host.store.db().conn();
+    for s in subjects {
+        conn.execute(
+            "UPDATE cron_queue SET limits = ?1 WHERE subject_id = ?2",
+            rusqlite::params![keys, s],
+        )
+        .unwrap();
+    }
+}
+
+/// A batch `key` of no-op items for `subjects`; its id.
+fn batch(host: &Host, key: &str, subjects: &[&str]) -> String {
+    let items: Vec<Value> = subjects.iter().map(|s| item(s)).collect();
+    let got = host.create_batch(json!({"key": key, "items": items}));
+    got["id"].as_str().unwrap().to_string()
+}
+
+/// Claims every due item now, as a tick's drain would (before any limit is
+/// defined, so nothing is held back): they are in flight.
+fn claim_all(host: &Host) -> Vec<ClaimedItem> {
+    let now = host.now.get();
+    block_on(host.store.claim_due_items(now, 1_000, "t", now + 600_000)).unwrap()
+}
+
+/// Commits `outcome` for the claimed item of `subject`.
+fn commit(host: &Host, claimed: &[ClaimedItem], subject: &str, outcome: Outcome) {
+    let c = claimed.iter().find(|c| c.subject_id == subject).unwrap();
+    let t = decide(c, &outcome, host.settings.retry, host.now.get(), 0.0);
+    block_on(host.store.commit_outcomes(&[t])).unwrap();
+}
+
+/// The items of `status` holding `key`, counted from the rows themselves: what
+/// the live state must say.
+fn holding(host: &Host, status: &str, key: &str) -> i64 {
+    host.store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM cron_queue AS q, json_each(q.limits) AS k
+             WHERE q.status = ?1 AND k.value = ?2",
+            rusqlite::params![status, key],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// A rate state as the claim's charge leaves it.
+fn state(host: &Host, key: &str, tat: i64, basis: &str) {
+    host.store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis) VALUES (?1, ?2, ?3)",
+            rusqlite::params![key, tat, basis],
+        )
+        .unwrap();
+}
+
+fn state_keys(host: &Host) -> Vec<String> {
+    common::texts(&host.store, "SELECT key FROM limit_state ORDER BY key")
+}
+
+fn put(host: &Host, key: &str, body: Value) -> Value {
+    host.ok(PUT, &format!("/limits/{key}"), Some(body), 200)
+}
+
+fn live(host: &Host, key: &str) -> Value {
+    host.ok(GET, &format!("/limits/{key}"), None, 200)
+}
+
+/// `in_flight`, `tokens`, `waiting` of a limit's answer.
+fn use_of(v: &Value) -> [Value; 3] {
+    fields(v, ["in_flight", "tokens", "waiting"])
+}
+
+// ---------------------------------------------------------------- put
+
+#[test]
+fn put_answers_the_limit_with_its_defaults() {
+    let host = setup();
+    let got = put(&host, "github", json!({"rate": 30}));
+    assert_eq!(
+        got,
+        json!({"key": "github", "rate": 30, "per_seconds": 1, "burst": 30, "concurrency": null,
+               "partitioned": false, "created_at": rfc3339(NOW), "updated_at": rfc3339(NOW)})
+    );
+    let got = put(&host, "tenant:*", json!({"concurrency": 2}));
+    assert_eq!(
+        fields(
+            &got,
+            ["rate", "per_seconds", "burst", "concurrency", "partitioned"]
+        ),
+        [Value::Null, Value::Null, Value::Null, json!(2), json!(true)],
+        "a concurrency-only limit has no rate, window or burst"
+    );
+}
+
+#[test]
+fn put_replaces_a_limit_and_keeps_its_creation_time() {
+    let host = setup();
+    put(
+        &host,
+        "github",
+        json!({"rate": 5000, "per_seconds": 3600, "burst": 100, "concurrency": 10}),
+    );
+    host.now.set(NOW + 5_000);
+    let got = put(&host, "github", json!({"concurrency": 3}));
+    assert_eq!(
+        fields(
+            &got,
+            ["rate", "burst", "concurrency", "created_at", "updated_at"]
+        ),
+        [
+            Value::Null,
+            Value::Null,
+            json!(3),
+            json!(rfc3339(NOW)),
+            json!(rfc3339(NOW + 5_000))
+        ],
+        "a replace sets every field: what the body leaves out is gone"
+    );
+    assert_eq!(host.count("limits"), 1);
+}
+
+#[test]
+fn put_refuses_every_bad_limit_naming_the_field_and_writes_nothing() {
+    let host = setup();
+    put(&host, "github", json!({"rate": 30}));
+    for (body, field) in [
+        (json!({}), "rate or concurrency"),
+        (json!({"rate": 0}), "rate"),
+        (json!({"rate": 1_000_001}), "rate"),
+        (json!({"rate": 1, "per_seconds": 0}), "per_seconds"),
+        (json!({"rate": 1, "per_seconds": 86_401}), "per_seconds"),
+        (json!({"rate": 1, "burst": 1_000_001}), "burst"),
+        (json!({"concurrency": 0}), "concurrency"),
+        (json!({"concurrency": 10_001}), "concurrency"),
+        (json!({"concurrency": 2.5}), "concurrency"),
+        (json!({"concurrency": "3"}), "concurrency"),
+        (json!({"concurrency": 3, "burst": 2}), "burst"),
+        (json!({"concurrency": 3, "per_seconds": 2}), "per_seconds"),
+        (json!({"rate": 30, "limit": 2}), "limit"),
+        (json!([30]), "object"),
+    ] {
+        for key in ["github", "new-key"] {
+            let message = host.bad(PUT, &format!("/limits/{key}"), &body, "invalid_limit");
+            assert!(message.contains(field), "{body}: {message}");
+        }
+    }
+    assert_eq!(live(&host, "github")["rate"], 30, "the limit is unchanged");
+}
+
+#[test]
+fn put_refuses_a_key_that_cannot_name_a_limit_and_writes_nothing() {
+    let host = setup();
+    let long = "k".repeat(129);
+    for key in [
+        "a%20b",
+        "tenant*",
+        "%3A*",
+        "a*b",
+        "%C3%A9",
+        "a%2Fb",
+        long.as_str(),
+    ] {
+        let message = host.bad(
+            PUT,
+            &format!("/limits/{key}"),
+            &json!({"rate": 1}),
+            "invalid_limit",
+        );
+        assert!(message.starts_with("key "), "{key}: {message}");
+        host.get_refused(&format!("/limits/{key}"), 400, "invalid_limit");
+        host.refused(
+            &admin(DELETE, &format!("/limits/{key}")),
+            b"",
+            400,
+            "invalid_limit",
+        );
+    }
+    // The longest key there may be, and a partition of one.
+    put(&host, &"k".repeat(128), json!({"rate": 1}));
+    put(&host, "host:api.github.com:*", json!({"rate": 1}));
+}
+
+#[test]
+fn put_refuses_malformed_json_and_other_content_types_and_writes_nothing() {
+    let host = setup();
+    host.refused(
+        &admin(PUT, "/limits/github"),
+        b"{\"rate\": ",
+        400,
+        "invalid_json",
+    );
+    let req = request(PUT, "/limits/github", Some(TOKEN), Some("text/plain"));
+    host.refused(&req, b"{\"rate\": 1}", 415, "unsupported_media_type");
+}
+
+#[test]
+fn limits_answer_the_admin_token_only() {
+    let host = setup();
+    put(&host, "github", json!({"rate": 1}));
+    for token in [None, Some("wrong-token-0123456789"), Some(METRICS_TOKEN)] {
+        for (method, path) in [
+            (GET, "/limits"),
+            (GET, "/limits/github"),
+            (DELETE, "/limits/github"),
+            (PUT, "/limits/github"),
+        ] {
+            let req = request(method, path, token, Some("application/json"));
+            host.refused(&req, b"{\"rate\": 2}", 401, "unauthorized");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- get, list, delete
+
+#[test]
+fn get_and_delete_of_a_key_without_a_limit_are_404_and_write_nothing() {
+    let host = setup();
+    put(&host, "tenant:*", json!({"concurrency": 2}));
+    // A key a partitioned limit governs has no limit of its own.
+    for key in ["github", "tenant:acme"] {
+        host.get_refused(&format!("/limits/{key}"), 404, "not_found");
+        host.refused(
+            &admin(DELETE, &format!("/limits/{key}")),
+            b"",
+            404,
+            "not_found",
+        );
+    }
+    // Even when a rate state of that key is left over.
+    state(&host, "github", 1, "1/1");
+    host.refused(&admin(DELETE, "/limits/github"), b"", 404, "not_found");
+}
+
+#[test]
+fn get_limits_is_paged_in_key_order() {
+    let host = setup();
+    for key in ["telegram", "discord", "tenant:*", "github"] {
+        put(&host, key, json!({"concurrency": 1}));
+    }
+    host.assert_pages(
+        "limits",
+        "key",
+        &[
+            (
+                "/limits",
+                &["discord", "github", "telegram", "tenant:*"],
+                Value::Null,
+            ),
+            ("/limits?limit=2", &["discord", "github"], json!("github")),
+            (
+                "/limits?limit=2&after=github",
+                &["telegram", "tenant:*"],
+                json!("tenant:*"),
+            ),
+            ("/limits?limit=2&after=tenant:*", &[], Value::Null),
+        ],
+    );
+    host.get_refused("/limits?limit=0", 400, "invalid_query");
+    host.get_refused("/limits?status=running", 400, "invalid_query");
+    host.get_refused("/limits/github?x=1", 400, "invalid_query");
+}
+
+#[test]
+fn delete_removes_the_limit_and_its_rate_state_only() {
+    let host = setup();
+    put(&host, "github", json!({"rate": 20}));
+    put(&host, "discord", json!({"rate": 5}));
+    state(&host, "github", 100, "20/1");
+    state(&host, "discord", 100, "5/1");
+    assert_eq!(
+        host.ok(DELETE, "/limits/github", None, 200),
+        json!({"deleted": "github"})
+    );
+    host.get_refused("/limits/github", 404, "not_found");
+    assert_eq!(state_keys(&host), ["discord"]);
+    assert_eq!(host.page("/limits", "limits", "key").0, ["discord"]);
+    host.refused(&admin(DELETE, "/limits/github"), b"", 404, "not_found");
+}
+
+/// A partitioned limit's members are the keys it governs: not a key with a limit
+/// of its own, nor one under a longer partitioned limit, nor one merely
+/// starting with the same letters.
+#[test]
+fn deleting_a_partitioned_limit_deletes_the_state_of_the_keys_it_governs() {
+    let host = setup();
+    for key in ["tenant:*", "tenant:big", "tenant:eu:*"] {
+        put(&host, key, json!({"rate": 10}));
+    }
+    for key in [
+        "tenant:acme",
+        "tenant:bolt",
+        "tenant:big",
+        "tenant:eu:acme",
+        "tenantx",
+        "tenant;",
+        "other",
+    ] {
+        state(&host, key, 100, "10/1");
+    }
+    host.ok(DELETE, "/limits/tenant:*", None, 200);
+    assert_eq!(
+        state_keys(&host),
+        [
+            "other",
+            "tenant:big",
+            "tenant:eu:acme",
+            "tenant;",
+            "tenantx"
+        ]
+    );
+    host.ok(DELETE, "/limits/tenant:eu:*", None, 200);
+    assert_eq!(
+        state_keys(&host),
+        ["other", "tenant:big", "tenant;", "tenantx"]
+    );
+}
+
+// ---------------------------------------------------------------- live state
+
+/// In flight: first attempts (their batch's lease window), retries (the leased
+/// index), a paused batch's items still running; not what ended, not what
+/// waits, not another key's.
+#[test]
+fn in_flight_counts_every_item_in_flight_holding_the_key() {
+    let host = setup();
+    batch(&host, "one", &["a0", "a1", "a2", "a3", "a4", "a5"]);
+    hold(&host, &["a0", "a1", "a2", "a3"], &["github"]);
+    hold(&host, &["a4"], &["tenant:x", "github"]);
+    let claimed = claim_all(&host);
+    assert_eq!(claimed.len(), 6);
+    // a0 is retried and claimed again (a real run_after now); a1 completes.
+    commit(&host, &claimed, "a0", Outcome::Retry("HTTP 503".into()));
+    commit(&host, &claimed, "a1", Outcome::Done);
+    host.now.set(NOW + 120_000);
+    let again = claim_all(&host);
+    assert_eq!(
+        again
+            .iter()
+            .map(|c| c.subject_id.as_str())
+            .collect::<Vec<_>>(),
+        ["a0"]
+    );
+    // A paused batch's items in flight finish: they hold their slot meanwhile.
+    let paused = batch(&host, "two", &["b0", "b1", "b2"]);
+    hold(&host, &["b0", "b1", "b2"], &["github"]);
+    claim_all(&host);
+    host.ok(POST, &format!("/batches/{paused}/pause"), None, 200);
+    // Pending, not in flight.
+    batch(&host, "three", &["c0"]);
+    hold(&host, &["c0"], &["github"]);
+
+    put(&host, "github", json!({"concurrency": 10}));
+    let got = live(&host, "github");
+    assert_eq!(holding(&host, "processing", "github"), 7);
+    assert_eq!(use_of(&got), [json!(7), Value::Null, json!(1)]);
+}
+
+/// Waiting: due pending items holding the key, due at once (their batch's
+/// cursor) or at their run_after (the due index); not items due later, not a
+/// paused batch's, not another key's.
+#[test]
+fn waiting_counts_the_due_pending_items_holding_the_key() {
+    let host = setup();
+    // r0 is retried: due again only after its backoff.
+    batch(&host, "retried", &["r0"]);
+    hold(&host, &["r0"], &["github"]);
+    let claimed = claim_all(&host);
+    commit(&host, &claimed, "r0", Outcome::Retry("HTTP 429".into()));
+    batch(&host, "one", &["a0", "a1", "a2", "a3"]);
+    hold(&host, &["a0", "a1", "a2"], &["github"]);
+    hold(&host, &["a3"], &["gitlab"]);
+    let paused = batch(&host, "two", &["p0", "p1"]);
+    hold(&host, &["p0", "p1"], &["github"]);
+    host.ok(POST, &format!("/batches/{paused}/pause"), None, 200);
+    put(&host, "github", json!({"rate": 10}));
+    put(&host, "gitlab", json!({"rate": 10}));
+    assert_eq!(live(&host, "github")["waiting"], 3, "r0 is not due yet");
+    assert_eq!(live(&host, "gitlab")["waiting"], 1);
+    host.now.set(NOW + 3_600_000);
+    let got = live(&host, "github");
+    assert_eq!(holding(&host, "pending", "github"), 6);
+    assert_eq!(
+        fields(&got, ["waiting", "waiting_capped", "in_flight"]),
+        [json!(4), json!(false), json!(0)]
+    );
+}
+
+/// As /metrics counts due items: at most DUE_CAP are read, and the answer says
+/// when the count stopped there.
+#[test]
+fn waiting_is_counted_among_the_first_due_items_up_to_the_cap() {
+    let host = setup();
+    put(&host, "github", json!({"concurrency": 1}));
+    let n = DUE_CAP as usize;
+    let subjects: Vec<String> = (0..n - 1).map(|i| format!("s{i:05}")).collect();
+    host.create_batch(
+        json!({"key": "big", "items": subjects.iter().map(|s| item(s)).collect::<Vec<_>>()}),
+    );
+    host.store
+        .db()
+        .conn()
+        .execute_batch("UPDATE cron_queue SET limits = '[\"github\"]'")
+        .unwrap();
+    assert_eq!(
+        fields(&live(&host, "github"), ["waiting", "waiting_capped"]),
+        [json!(n - 1), json!(false)]
+    );
+    host.create_batch(json!({"key": "more", "items": [item("t0"), item("t1")]}));
+    hold(&host, &["t0", "t1"], &["github"]);
+    assert_eq!(
+        fields(&live(&host, "github"), ["waiting", "waiting_capped"]),
+        [json!(DUE_CAP), json!(true)]
+    );
+}
+
+#[test]
+fn tokens_are_the_burst_without_state_and_the_rate_room_with_it() {
+    let host = setup();
+    put(&host, "github", json!({"rate": 20, "burst": 5}));
+    assert_eq!(
+        live(&host, "github")["tokens"],
+        5,
+        "never used: the whole burst"
+    );
+    let gcra = Gcra {
+        rate: 20,
+        per_seconds: 1,
+        burst: 5,
+    };
+    state(&host, "github", gcra.charge(None, NOW, 5), &gcra.basis());
+    assert_eq!(live(&host, "github")["tokens"], 0);
+    host.now.set(NOW + 100);
+    assert_eq!(
+        live(&host, "github")["tokens"],
+        2,
+        "20 a second: one every 50 ms"
+    );
+    // Another rate: the state was counted under the old one, a full burst.
+    put(&host, "github", json!({"rate": 10, "burst": 4}));
+    assert_eq!(live(&host, "github")["tokens"], 4);
+    put(&host, "github", json!({"concurrency": 4}));
+    assert_eq!(
+        live(&host, "github")["tokens"],
+        Value::Null,
+        "no rate, no tokens"
+    );
+}
+
+#[test]
+fn a_partitioned_limit_sums_the_keys_it_governs_and_shows_the_busiest() {
+    let host = setup();
+    batch(&host, "one", &["a0", "a1", "a2", "b0", "g0", "g1", "x0"]);
+    hold(&host, &["a0", "a1", "a2"], &["tenant:acme"]);
+    hold(&host, &["b0"], &["tenant:bolt"]);
+    hold(&host, &["g0", "g1"], &["tenant:big"]);
+    hold(&host, &["x0"], &["other"]);
+    claim_all(&host);
+    batch(&host, "two", &["b1", "b2"]);
+    hold(&host, &["b1", "b2"], &["tenant:bolt"]);
+    put(&host, "tenant:*", json!({"rate": 10, "concurrency": 2}));
+    put(&host, "tenant:big", json!({"concurrency": 5}));
+    let gcra = Gcra {
+        rate: 10,
+        per_seconds: 1,
+        burst: 10,
+    };
+    state(
+        &host,
+        "tenant:acme",
+        gcra.charge(None, NOW, 4),
+        &gcra.basis(),
+    );
+
+    let got = live(&host, "tenant:*");
+    assert_eq!(
+        use_of(&got),
+        [json!(4), Value::Null, json!(2)],
+        "tenant:big has its own"
+    );
+    assert_eq!(
+        got["partitions"],
+        json!([{"key": "tenant:acme", "in_flight": 3, "tokens": 6, "waiting": 0},
+               {"key": "tenant:bolt", "in_flight": 1, "tokens": 10, "waiting": 2}])
+    );
+    assert_eq!(
+        use_of(&live(&host, "tenant:big")),
+        [json!(2), Value::Null, json!(0)]
+    );
+    assert!(live(&host, "tenant:big").get("partitions").is_none());
+    // The listing answers the same.
+    let list = host.ok(GET, "/limits", None, 200);
+    assert_eq!(list["limits"][0], got);
+}
+
+#[test]
+fn a_partitioned_limit_shows_its_ten_busiest_partitions() {
+    let host = setup();
+    let subjects: Vec<String> = (0..12).map(|i| format!("s{i:02}")).collect();
+    let refs: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    batch(&host, "one", &refs);
+    for (i, s) in refs.iter().enumerate() {
+        hold(&host, &[s], &[&format!("tenant:t{:02}", i % 11)]);
+    }
+    claim_all(&host);
+    put(&host, "tenant:*", json!({"concurrency": 2}));
+    let got = live(&host, "tenant:*");
+    let parts = got["partitions"].as_array().unwrap();
+    assert_eq!(got["in_flight"], 12);
+    assert_eq!(parts.len(), 10);
+    assert_eq!(
+        parts[0],
+        json!({"key": "tenant:t00", "in_flight": 2, "tokens": null, "waiting": 0})
+    );
+    assert_eq!(parts[1]["key"], "tenant:t01");
+}
+
+/// The statement's rule for which limit governs a key is core::limits's.
+#[test]
+fn the_governing_limit_read_is_the_one_core_limits_picks() {
+    let host = setup();
+    let defined = ["tenant:*", "tenant:eu:*", "tenant:big", "github", "a:*"];
+    for key in defined {
+        put(&host, key, json!({"concurrency": 5}));
+    }
+    let keys = [
+        "tenant:acme",
+        "tenant:eu:acme",
+        "tenant:eu:",
+        "tenant:big",
+        "tenant:",
+        "tenantx",
+        "github",
+        "gitlab",
+        "a:b:c",
+        "a:",
+        "ab",
+    ];
+    let subjects: Vec<String> = (0..keys.len()).map(|i| format!("s{i}")).collect();
+    let refs: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    batch(&host, "one", &refs);
+    for (s, k) in refs.iter().zip(keys) {
+        hold(&host, &[s], &[k]);
+    }
+    let (_, usage) = block_on(host.store.list_limits("", 100, host.now.get())).unwrap();
+    for key in keys {
+        let read = usage
+            .keys
+            .iter()
+            .find(|u| u.key == key)
+            .map(|u| u.limit_key.as_str());
+        assert_eq!(read, governing(key, defined), "{key}");
+    }
+}
+
+// ---------------------------------------------------------------- /metrics
+
+fn scrape(host: &Host) -> String {
+    host.text(&request(GET, "/metrics", Some(METRICS_TOKEN), None))
+        .body
+}
+
+#[test]
+fn metrics_have_gauges_per_defined_limit_not_per_partition() {
+    let host = setup();
+    batch(&host, "one", &["a0", "a1", "b0", "g0"]);
+    hold(&host, &["a0", "a1"], &["tenant:acme", "github"]);
+    hold(&host, &["b0"], &["tenant:bolt"]);
+    claim_all(&host);
+    batch(&host, "two", &["g1", "g2"]);
+    hold(&host, &["g1", "g2"], &["github"]);
+    put(
+        &host,
+        "github",
+        json!({"rate": 20, "burst": 5, "concurrency": 10}),
+    );
+    put(&host, "tenant:*", json!({"rate": 1, "concurrency": 2}));
+    put(&host, "idle", json!({"concurrency": 1}));
+    let text = scrape(&host);
+    for line in [
+        "cron_fanout_limit_in_flight{key=\"github\"} 2",
+        "cron_fanout_limit_in_flight{key=\"idle\"} 0",
+        "cron_fanout_limit_in_flight{key=\"tenant:*\"} 3",
+        "cron_fanout_limit_tokens{key=\"github\"} 5",
+        "cron_fanout_limit_waiting{key=\"github\"} 2",
+        "cron_fanout_limit_waiting{key=\"idle\"} 0",
+        "cron_fanout_limit_waiting{key=\"tenant:*\"} 0",
+    ] {
+        assert!(
+            text.contains(&format!("\n{line}\n")),
+            "no {line:?} in\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("tenant:acme") && !text.contains("tenant:bolt"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("cron_fanout_limit_tokens{key=\"idle\"}"),
+        "no rate, no tokens"
+    );
+    assert!(
+        !text.contains("cron_fanout_limit_tokens{key=\"tenant:*\"}"),
+        "per partition"
+    );
+}
+
+#[test]
+fn metrics_without_limits_have_no_limit_samples() {
+    let host = setup();
+    batch(&host, "one", &["a0"]);
+    hold(&host, &["a0"], &["github"]);
+    let text = scrape(&host);
+    assert!(text.contains("# TYPE cron_fanout_limit_in_flight gauge\n"));
+    assert!(!text.contains("{key="), "{text}");
+}
+
+// ---------------------------------------------------------------- cost
+
+/// SQLite's VM steps for one run of `sql/limit_usage.sql`.
+fn usage_steps(host: &Host) -> i32 {
+    use rusqlite::StatementStatus;
+    let conn = host.store.db().conn();
+    let mut stmt = conn.prepare(sql::LIMIT_USAGE).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params![host.now.get(), DUE_CAP], |_| Ok(()))
+        .unwrap()
+        .count();
+    assert!(rows >= 1);
+    stmt.get_status(StatementStatus::VmStep)
+}
+
+/// A Worker that defines no limit pays nothing for them: the statement reads none
+/// of the queue, however many items are due or in flight (first attempts and
+/// retries).
+#[test]
+fn the_usage_read_costs_the_same_without_limits_whatever_the_queue_holds() {
+    let host = setup();
+    let empty = usage_steps(&host);
+    let subjects: Vec<String> = (0..500).map(|i| format!("s{i:04}")).collect();
+    host.create_batch(json!({"items": subjects.iter().map(|s| item(s)).collect::<Vec<_>>()}));
+    host.store
+        .db()
+        .conn()
+        .execute_batch("UPDATE cron_queue SET limits = '[\"github\"]'")
+        .unwrap();
+    let claimed = block_on(host.store.claim_due_items(NOW, 100, "t", NOW + 600_000)).unwrap();
+    for c in &claimed[..50] {
+        commit(
+            &host,
+            &claimed,
+            &c.subject_id,
+            Outcome::Retry("HTTP 503".into()),
+        );
+    }
+    host.now.set(NOW + 120_000);
+    let again = block_on(
+        host.store
+            .claim_due_items(host.now.get(), 25, "u", NOW + 600_000),
+    )
+    .unwrap();
+    assert_eq!(again.len(), 25);
+    assert_eq!(holding(&host, "processing", "github"), 75);
+    assert_eq!(usage_steps(&host), empty);
+    put(&host, "github", json!({"concurrency": 1}));
+    assert!(
+        usage_steps(&host) > empty + 500,
+        "with a limit, the items are read"
+    );
+}
+
+/// Every step reads an index, a key range of the queue, the small limits table
+/// or rows already read: no scan of the queue.
+#[test]
+fn the_usage_read_never_scans_the_queue() {
+    let host = setup();
+    let params = sql::LimitUsage {
+        now: NOW,
+        due_cap: DUE_CAP,
+    };
+    let (text, params) = sql::Statement::bind(params);
+    let plan = common::query_plan(&host.store, text, &params);
+    let scans: Vec<&String> = plan.iter().filter(|d| d.starts_with("SCAN ")).collect();
+    for d in &scans {
+        let allowed = d.contains("USING INDEX cron_queue_leased")
+            || d.contains("USING INDEX batches_running")
+            || d.contains("USING COVERING INDEX batches_running")
+            || d.contains("VIRTUAL TABLE INDEX")
+            || [
+                "SCAN limits",
+                "SCAN defined",
+                "SCAN p",
+                "SCAN h",
+                "SCAN r",
+                "SCAN d",
+                "SCAN due",
+                "SCAN in_flight",
+                "SCAN waiting",
+                "SCAN governed",
+                "SCAN g",
+            ]
+            .iter()
+            .any(|s| d.as_str() == *s)
+            || d.starts_with("SCAN (subquery");
+        assert!(allowed, "{d:?} in {plan:#?}");
+    }
+    assert!(
+        plan.iter().any(|d| d.contains("cron_queue_due")),
+        "{plan:#?}"
+    );
+}
