@@ -138,7 +138,7 @@ async fn the_limits_view_shows_a_limit_and_its_state(f: &mut Limits<'_>) -> Resu
     let v = &f.rate_api;
     let want = LimitRow {
         key: RATE.into(),
-        rule: "20 per 1 s (burst 5) · 3 at once".into(),
+        rule: "20 per second (burst 5) · 3 at once".into(),
         in_flight: of(v, "in_flight", "concurrency"),
         tokens: of(v, "tokens", "burst"),
         waiting: v["waiting"].to_string(),
@@ -153,7 +153,7 @@ async fn a_partitioned_limit_shows_its_partitions(f: &mut Limits<'_>) -> Result<
     let v = &f.partition_api;
     let want = LimitRow {
         key: PARTITION.into(),
-        rule: "10 per 1 s (burst 10) · 2 at once".into(),
+        rule: "10 per second (burst 10) · 2 at once".into(),
         in_flight: of(v, "in_flight", "concurrency"),
         tokens: "per partition".into(),
         waiting: v["waiting"].to_string(),

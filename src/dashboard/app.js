@@ -1056,10 +1056,26 @@
     };
   }
 
-  /** A limit as set, in words: `30 per 1 s (burst 30) · 10 at once`. */
+  /** A rate's window in words: `second`, `hour`, `5 minutes`, `90 seconds`. */
+  function perWindow(seconds) {
+    for (const [size, name] of [
+      [86400, "day"],
+      [3600, "hour"],
+      [60, "minute"],
+      [1, "second"],
+    ]) {
+      if (seconds % size === 0) {
+        const n = seconds / size;
+        return n === 1 ? name : `${numberFormat.format(n)} ${name}s`;
+      }
+    }
+    return `${seconds} seconds`;
+  }
+
+  /** A limit as set, in words: `30 per second (burst 30) · 10 at once`. */
   function limitRule(l) {
     const parts = [];
-    if (l.rate) parts.push(`${num(l.rate)} per ${duration(l.per_seconds * 1000)} (burst ${num(l.burst)})`);
+    if (l.rate) parts.push(`${num(l.rate)} per ${perWindow(l.per_seconds)} (burst ${num(l.burst)})`);
     if (l.concurrency) parts.push(`${num(l.concurrency)} at once`);
     return parts.join(" · ");
   }
