@@ -470,6 +470,17 @@ fn tokens_are_the_burst_without_state_and_the_rate_room_with_it() {
         Value::Null,
         "no rate, no tokens"
     );
+    // The largest rate: its state is past 2^53, read exactly all the same.
+    put(&host, "fast", json!({"rate": 1_000_000, "burst": 10}));
+    let gcra = Gcra {
+        rate: 1_000_000,
+        per_seconds: 1,
+        burst: 10,
+    };
+    let tat = gcra.charge(None, host.now.get(), 4);
+    assert!(tat > 1 << 53);
+    state(&host, "fast", tat, &gcra.basis());
+    assert_eq!(live(&host, "fast")["tokens"], 6);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! tokens (`core::limits::Gcra::room`), due items waiting on it, and for a
 //! partitioned limit its busiest partitions.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::limits::{Gcra, Limit, PARTITION_SUFFIX};
 use super::time::rfc3339;
@@ -23,10 +23,20 @@ pub struct LimitRow {
     pub concurrency: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "int_text")]
     pub tat: Option<i64>,
     #[serde(default)]
     pub basis: Option<String>,
+}
+
+/// A rate state's `tat`, read as text: in units of ms × rate it passes 2^53 (the
+/// integers a JavaScript number holds, which D1 answers with) once the rate
+/// passes about 5,000.
+fn int_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 impl LimitRow {
@@ -52,6 +62,7 @@ pub struct KeyUseRow {
     pub limit_key: Option<String>,
     pub in_flight: i64,
     pub waiting: i64,
+    #[serde(deserialize_with = "int_text")]
     pub tat: Option<i64>,
     pub basis: Option<String>,
 }
@@ -365,6 +376,28 @@ mod tests {
                    "created_at": rfc3339(NOW - 1_000), "updated_at": rfc3339(NOW),
                    "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false})
         );
+    }
+
+    /// Past 2^53 a JavaScript number (what D1 answers with) is no longer exact:
+    /// the statements send `tat` as text, and it is read back to the unit.
+    #[test]
+    fn a_rate_state_past_2_to_the_53_is_read_exactly_from_text() {
+        let tat = NOW * 1_000_000 + 123;
+        let row: LimitRow = serde_json::from_value(json!({
+            "key": "big", "rate": 1_000_000, "per_seconds": 1, "burst": 10, "concurrency": null,
+            "created_at": NOW, "updated_at": NOW, "tat": tat.to_string(), "basis": "1000000/1"
+        }))
+        .unwrap();
+        assert_eq!(row.tat, Some(tat));
+        let used: KeyUseRow = serde_json::from_value(json!({
+            "key": "k", "limit_key": "k", "in_flight": 0, "waiting": 0, "tat": null, "basis": null
+        }))
+        .unwrap();
+        assert_eq!(used.tat, None);
+        let bad = serde_json::from_value::<KeyUseRow>(json!({
+            "key": "k", "limit_key": "k", "in_flight": 0, "waiting": 0, "tat": "1e18", "basis": null
+        }));
+        assert!(bad.is_err());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 -- items, the limit that governs it — its own, else the longest partitioned one
 -- (`prefix:*`) matching it, the claim's rule (claim_selection.sql,
 -- core::limits::governing) —, its items in flight, its due items among those ?2,
--- and its rate state (a partitioned limit's members each have their own). Keys no
+-- and its rate state (a partitioned limit's members each have their own; tat as
+-- text, as in get_limit.sql). Keys no
 -- limit governs are left out. A last row with a NULL key counts the due items read:
 -- ?2 means the count stopped there and more may be due.
 -- In flight as the claim counts it: items in flight with a real run_after (the
@@ -65,7 +66,7 @@ governed AS MATERIALIZED (
   FROM held AS h
 )
 SELECT g.key, g.limit_key, coalesce(f.n, 0) AS in_flight, coalesce(w.n, 0) AS waiting,
-       s.tat, s.basis
+       CAST(s.tat AS TEXT) AS tat, s.basis
 FROM governed AS g
 LEFT JOIN in_flight AS f ON f.key = g.key
 LEFT JOIN waiting AS w ON w.key = g.key
