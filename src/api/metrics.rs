@@ -1,5 +1,5 @@
-//! `GET /metrics`: the Prometheus text of `core::metrics`, read in one statement
-//! (`sql/metrics_snapshot.sql`).
+//! `GET /metrics`: the Prometheus text of `core::metrics`, read in one call
+//! (`sql/metrics_snapshot.sql` and the limits' two statements).
 
 use super::{App, Text};
 use crate::core::error::ApiError;

@@ -1,6 +1,6 @@
 //! `GET /metrics` in the Prometheus text exposition format (version 0.0.4): what a
-//! scrape reads (`Snapshot`, one statement: `sql/metrics_snapshot.sql`) and how it
-//! is written. [`families`] is the one list of metrics: the renderer, the host
+//! scrape reads (`Snapshot`, one call: `sql/metrics_snapshot.sql` and the limits'
+//! `list_limits.sql`, `limit_usage.sql`) and how it is written. [`families`] is the one list of metrics: the renderer, the host
 //! test that docs/api.md names each of them and the e2e check all read it.
 
 use std::collections::BTreeMap;
