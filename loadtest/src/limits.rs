@@ -24,6 +24,12 @@ struct Limits<'a> {
 
 pub async fn http(api: &Api, checks: &mut Checks) -> Result<()> {
     let mut f = Limits { api, listed: None };
+    // What a scrape reads before any limit is defined, for the one after.
+    let before = api.admin_raw(Method::GET, "/metrics", None).await?;
+    println!(
+        "#   GET /metrics without limits read {} rows (local D1)",
+        before.header("Fanout-D1-Rows-Read").unwrap_or("?")
+    );
     checks
         .run(
             &mut f,
@@ -131,6 +137,11 @@ async fn get_answers_the_live_state(f: &mut Limits<'_>) -> Result<()> {
         seen == (&json!(0), &json!(5), &json!(0), &json!(false)),
         "{got}"
     );
+    let r = f.api.admin_raw(Method::GET, &path(RATE), None).await?;
+    println!(
+        "#   GET /limits/{RATE} read {} rows (local D1)",
+        r.header("Fanout-D1-Rows-Read").unwrap_or("?")
+    );
     let got = answer(f.api, Method::GET, &path(PARTITION), None, StatusCode::OK).await?;
     ensure!(
         got["tokens"].is_null() && got["partitions"] == json!([]) && got["in_flight"] == 0,
@@ -165,6 +176,10 @@ async fn scrape(api: &Api) -> Result<std::collections::BTreeMap<String, f64>> {
         "GET /metrics: {} {}",
         r.status,
         clip(&r.body)
+    );
+    println!(
+        "#   GET /metrics read {} rows (local D1)",
+        r.header("Fanout-D1-Rows-Read").unwrap_or("?")
     );
     parse_metrics(&r.body)
 }
