@@ -473,7 +473,7 @@ impl Api {
 
     /// Upserts in chunks of at most `MAX_PAGE` subjects and `MAX_BODY_BYTES`;
     /// returns the sum of `upserted`.
-    pub async fn put_subjects(&self, subjects: &[SubjectIn]) -> Result<u64> {
+    pub async fn put_subjects<S: Serialize>(&self, subjects: &[S]) -> Result<u64> {
         #[derive(Deserialize)]
         struct Resp {
             upserted: u64,

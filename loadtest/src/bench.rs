@@ -401,6 +401,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         latency_ms: 0,
         error_rate: 0.0,
         poison_share: 0.0,
+        key_concurrency: None,
     };
     let slow = Spec {
         scenario: Scenario::Latency,
@@ -824,6 +825,7 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
         latency_ms: 0,
         error_rate: 0.0,
         poison_share: 0.0,
+        key_concurrency: None,
     };
     let mut target = run::open_for(&args.target, "bench-rows-read", &spec).await?;
     let api = target.api.clone();

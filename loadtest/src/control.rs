@@ -971,6 +971,7 @@ mod tests {
             finished_at: finished.then(|| "2026-11-21T12:01:00.000Z".into()),
             schedule_id: None,
             on_finish: None,
+            priority: 0,
             callback: None,
         }
     }

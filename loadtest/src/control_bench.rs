@@ -137,6 +137,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
         latency_ms: 0,
         error_rate: 0.0,
         poison_share: 0.0,
+        key_concurrency: None,
     };
     let mut target = run::open_for(args, "bench-control", &spec).await?;
     let api = target.api.clone();

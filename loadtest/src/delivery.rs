@@ -1123,6 +1123,7 @@ mod tests {
             finished_at: Some(s.finished_at),
             schedule_id: None,
             on_finish: Some(json!({"url": "https://cb.example/x"})),
+            priority: 0,
             callback: Some(crate::api::Callback {
                 status: state.into(),
                 attempts,

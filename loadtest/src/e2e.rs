@@ -80,6 +80,10 @@ pub struct E2eArgs {
     /// restarted between the modes).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers"])]
     pub only_answers: bool,
+    /// Run only the flow-control part (limits as the sink sees them, turns
+    /// between batches, priorities; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers"])]
+    pub only_flow: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -133,6 +137,10 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         let ran = crate::drainers::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "drainers part", ran);
     }
+    if args.only_flow {
+        let ran = crate::flow::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "flow-control part", ran);
+    }
     if args.only_hello_kind {
         let ran = crate::hello_kind::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "hello-kind part", ran);
@@ -168,12 +176,15 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     let ran = crate::drainers::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "drainers part", ran);
     if target.url.is_some() {
+        println!("# flow-control part skipped: --url mode cannot start a Worker with its settings");
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
         println!("# streak-reminder parts skipped: --url mode runs only the Worker at that URL");
         return;
     }
+    let ran = crate::flow::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "flow-control part", ran);
     // The example Workers, each on a runtime of its own (`service`: cron-fanout
     // and the TypeScript handler in one multi-worker `wrangler dev`).
     let ran = crate::hello_kind::e2e(target, timeout, checks).await;

@@ -32,6 +32,11 @@ pub struct Faults {
     /// Answer with a body of this many MiB, streamed in chunks made as they are
     /// sent (never held): a receiver that talks back far more than asked.
     pub body_mib: u32,
+    /// Labels (comma-separated; ASCII letters, digits, `-`, `_`) under each of
+    /// which the sink counts requests in flight at once
+    /// (`Stats::peak_in_flight_by_group`): what a concurrency limit on the items
+    /// sending them allows.
+    pub group: Option<String>,
 }
 
 /// What the sink does with one delivery.
@@ -62,6 +67,14 @@ impl Faults {
                 "hang_ms" => faults.hang_ms = value.parse().map_err(|e| bad(&e))?,
                 "hang_first" => faults.hang_first = value.parse().map_err(|e| bad(&e))?,
                 "body_mib" => faults.body_mib = value.parse().map_err(|e| bad(&e))?,
+                "group" => {
+                    let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+                    let label = |l: &str| !l.is_empty() && l.chars().all(fine);
+                    if !value.split(',').all(label) {
+                        return Err(bad(&"letters, digits, - and _ only"));
+                    }
+                    faults.group = Some(value.to_string());
+                }
                 "status" => {
                     let code: u16 = value.parse().map_err(|e| bad(&e))?;
                     if !(100..=599).contains(&code) {
@@ -119,6 +132,9 @@ impl Faults {
         }
         if self.body_mib > 0 {
             add("body_mib", &self.body_mib);
+        }
+        if let Some(group) = &self.group {
+            add("group", group);
         }
         q
     }
@@ -190,7 +206,7 @@ mod tests {
     #[test]
     fn parses_every_fault_and_round_trips() {
         let f = Faults::parse(
-            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50",
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50&group=g-1,all",
         )
         .unwrap();
         assert_eq!(
@@ -204,6 +220,7 @@ mod tests {
                 error_rate: 0.25,
                 redirect: Some(302),
                 body_mib: 50,
+                group: Some("g-1,all".into()),
             }
         );
         assert_eq!(f.decide("k", 1).body_bytes, 50 << 20);
@@ -224,6 +241,9 @@ mod tests {
             "redirect=200",
             "redirect=400",
             "body_mib=-1",
+            "group=",
+            "group=a%20b",
+            "group=a,,b",
         ] {
             assert!(Faults::parse(q).is_err(), "{q} should be rejected");
         }

@@ -61,6 +61,7 @@ pub mod e2e_streak;
 pub mod edges;
 pub mod faults;
 pub mod hello_kind;
+pub mod flow;
 pub mod limits;
 pub mod metrics;
 pub mod plan;

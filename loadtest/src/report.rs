@@ -240,6 +240,7 @@ mod tests {
             latency_ms: 0,
             error_rate: 0.0,
             poison_share: 0.0,
+            key_concurrency: None,
         };
         let batch = Batch {
             id: Id("b".into()),
@@ -258,6 +259,7 @@ mod tests {
             finished_at: None,
             schedule_id: None,
             on_finish: None,
+            priority: 0,
             callback: None,
         };
         let item = |id: i64, at: &str| Item {

@@ -5,12 +5,13 @@ use crate::api::{Invocation, Item, SubjectIn, TICK_CRON};
 use crate::drive::{self, Pace};
 use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
-use crate::scenario::{Job, Scenario, Spec};
+use crate::scenario::{Job, Scenario, Spec, RUN_KEY};
 use crate::steps::RUN_SCHEDULE;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{control, delivery, metrics, steps, verdict};
 use anyhow::{ensure, Context, Result};
-use serde_json::json;
+use reqwest::Method;
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -57,6 +58,10 @@ pub struct RunArgs {
     /// requests in flight per `Fanout-Invocation` (6 on the platform). Default: off.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub connection_cap: Option<u32>,
+    /// Every item holds one limit key (`run`), limited to this many in flight
+    /// (`PUT /limits/run` before the run): what flow control costs per item.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub key_concurrency: Option<u32>,
 }
 
 impl RunArgs {
@@ -68,6 +73,7 @@ impl RunArgs {
             latency_ms: self.latency_ms,
             error_rate: self.error_rate,
             poison_share: self.poison_share,
+            key_concurrency: self.key_concurrency,
         }
     }
 }
@@ -162,7 +168,24 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
             .collect(),
     };
     eprintln!("seeding {} subjects ...", subjects.len());
-    let upserted = api.put_subjects(&subjects).await?;
+    let upserted = match spec.key_concurrency {
+        None => api.put_subjects(&subjects).await?,
+        Some(concurrency) => {
+            let path = format!("/limits/{RUN_KEY}");
+            let body = json!({ "concurrency": concurrency }).to_string();
+            let put = api.admin_raw(Method::PUT, &path, Some(body)).await?;
+            ensure!(put.status.is_success(), "PUT {path}: {}", put.status);
+            let keyed: Vec<Value> = subjects
+                .iter()
+                .map(|s| {
+                    let mut s = serde_json::to_value(s)?;
+                    s["limits"] = json!([RUN_KEY]);
+                    Ok(s)
+                })
+                .collect::<Result<_>>()?;
+            api.put_subjects(&keyed).await?
+        }
+    };
     ensure!(
         upserted == subjects.len() as u64,
         "upserted {upserted} of {}",

@@ -67,7 +67,13 @@ pub struct Spec {
     pub latency_ms: u64,
     pub error_rate: f64,
     pub poison_share: f64,
+    /// Every item holds the limit key [`RUN_KEY`], limited to this many in
+    /// flight (`None`: items hold no key).
+    pub key_concurrency: Option<u32>,
 }
+
+/// The limit key of a run with `key_concurrency`.
+pub const RUN_KEY: &str = "run";
 
 /// The Worker's own default of a setting: the load test measures what users get.
 fn worker_default(name: &str) -> &'static str {
@@ -211,6 +217,7 @@ mod tests {
             latency_ms: 200,
             error_rate: 0.2,
             poison_share: 0.1,
+            key_concurrency: None,
         }
     }
 

@@ -137,6 +137,10 @@ pub struct Stats {
     /// Worker took (and its connection buffered) before it hung up.
     #[serde(default)]
     pub answer_body_bytes: u64,
+    /// Per `group` fault: the most of its requests handled at once (since the
+    /// last `/reset`, which starts each from what is in flight then).
+    #[serde(default)]
+    pub peak_in_flight_by_group: BTreeMap<String, u32>,
 }
 
 /// One completion callback as the sink saw it.
@@ -219,6 +223,8 @@ struct Inner {
     cap_waits: u64,
     peak_in_flight: u32,
     answer_body_bytes: u64,
+    /// Per `group` fault: requests being handled now, and the most at once.
+    groups: HashMap<String, (u32, u32)>,
 }
 
 struct Shared {
@@ -305,6 +311,40 @@ impl Drop for Connection {
                 if *n == 0 {
                     inner.in_flight.remove(&self.invocation);
                 }
+            }
+        }
+    }
+}
+
+/// One request of `group` faults being handled, counted in each of its groups
+/// while it lives (until its answer is made: before the Worker can see it).
+struct GroupSlot {
+    shared: Arc<Shared>,
+    groups: Vec<String>,
+}
+
+impl GroupSlot {
+    fn enter(shared: &Arc<Shared>, groups: &str) -> GroupSlot {
+        let groups: Vec<String> = groups.split(',').map(str::to_string).collect();
+        let mut inner = shared.lock();
+        for group in &groups {
+            let (now, peak) = inner.groups.entry(group.clone()).or_insert((0, 0));
+            *now += 1;
+            *peak = (*peak).max(*now);
+        }
+        GroupSlot {
+            shared: shared.clone(),
+            groups,
+        }
+    }
+}
+
+impl Drop for GroupSlot {
+    fn drop(&mut self) {
+        let mut inner = self.shared.lock();
+        for group in &self.groups {
+            if let Some((now, _)) = inner.groups.get_mut(group) {
+                *now = now.saturating_sub(1);
             }
         }
     }
@@ -453,11 +493,13 @@ async fn hook(
         // A fixed receiver keeps its latency and answers.
         Ok(faults) if fixed => Faults {
             latency_ms: faults.latency_ms,
+            group: faults.group,
             ..Faults::default()
         },
         Ok(faults) => faults,
         Err((status, why)) => return (status, why).into_response(),
     };
+    let _group = faults.group.as_deref().map(|g| GroupSlot::enter(&shared, g));
     let decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
     if !decision.delay.is_zero() {
         // If the Worker times out and hangs up, hyper drops this future here and
@@ -642,6 +684,11 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Query<StatsQuery>) -
         cap_waits: inner.cap_waits,
         peak_in_flight: inner.peak_in_flight,
         answer_body_bytes: inner.answer_body_bytes,
+        peak_in_flight_by_group: inner
+            .groups
+            .iter()
+            .map(|(g, (_, peak))| (g.clone(), *peak))
+            .collect(),
         ..Stats::default()
     };
     for d in &inner.deliveries {
@@ -669,6 +716,9 @@ async fn reset(State(shared): State<Arc<Shared>>) -> StatusCode {
     inner.answer_body_bytes = 0;
     // Requests in flight keep their count; the peak starts again from them.
     inner.peak_in_flight = inner.in_flight.values().copied().max().unwrap_or(0);
+    for (now, peak) in inner.groups.values_mut() {
+        *peak = *now;
+    }
     StatusCode::NO_CONTENT
 }
 

@@ -570,6 +570,7 @@ mod tests {
             finished_at: (status == "finished").then(String::new),
             schedule_id: None,
             on_finish: None,
+            priority: 0,
             callback: None,
         }
     }

@@ -454,3 +454,35 @@ async fn without_the_cap_an_invocations_requests_all_run_at_once() {
     assert!(started.elapsed() < Duration::from_millis(590));
     assert_eq!(client.stats(false).await.unwrap().cap_waits, 0);
 }
+
+#[tokio::test]
+async fn requests_of_a_group_are_counted_in_flight_in_each_of_its_groups() {
+    let sink = sink::start(0, SECRET).await.unwrap();
+    let base = sink.url();
+    // Three at once in `a` (and `all`), one more in `b` (and `all`), each held 300 ms.
+    let urls = [
+        format!("{base}/hook/s1?latency_ms=300&group=a,all"),
+        format!("{base}/hook/s2?latency_ms=300&group=a,all"),
+        format!("{base}/hook/s3?latency_ms=300&group=a,all"),
+        format!("{base}/hook/s4?latency_ms=300&group=b,all"),
+    ];
+    let sent = urls
+        .iter()
+        .enumerate()
+        .map(|(n, url)| deliver(url, n as i64 + 1, 1, Some(SECRET)));
+    for resp in futures::future::join_all(sent).await {
+        assert_eq!(resp.status(), 200);
+    }
+    // One after the others: in flight alone, the peaks stay.
+    let later = deliver(&format!("{base}/hook/s5?group=a"), 5, 1, Some(SECRET)).await;
+    assert_eq!(later.status(), 200);
+    let client = SinkClient::new(&base);
+    let peaks = client.stats(false).await.unwrap().peak_in_flight_by_group;
+    let want: std::collections::BTreeMap<String, u32> =
+        [("a".into(), 3), ("all".into(), 4), ("b".into(), 1)].into();
+    assert_eq!(peaks, want);
+    // A reset starts each peak again from what is in flight (nothing).
+    client.reset().await.unwrap();
+    let peaks = client.stats(false).await.unwrap().peak_in_flight_by_group;
+    assert!(peaks.values().all(|&p| p == 0), "{peaks:?}");
+}
