@@ -335,8 +335,9 @@ fn a_claim_says_when_its_held_items_may_go() {
     let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
     assert_eq!(claim.items.len(), 3, "2 of the rate's burst, 1 of the concurrency");
     let gcra = Gcra { rate: 20, per_seconds: 1, burst: 2 };
-    assert_eq!(claim.held_until, Some(gcra.next_start(gcra.charge(None, now, 2))));
-    assert_eq!(claim.held_until, Some(now + 50));
+    // 3 held by the rate: it wakes when its burst (2) fits again, 100 ms on.
+    assert_eq!(claim.held_until, Some(gcra.wake_at(gcra.charge(None, now, 2), 3)));
+    assert_eq!(claim.held_until, Some(now + 100));
     // Held by a concurrency only: a poll after the flush interval.
     let conc = setup();
     let c = batch_of(&conc, "c", 3, 3);
@@ -352,4 +353,27 @@ fn a_claim_says_when_its_held_items_may_go() {
     let none = block_on(empty.claim_due_items_after(now, 10, "e", now + LEASE_MS, &Claimed::default())).unwrap();
     assert_eq!((none.items.len(), none.held_until), (0, None));
     assert_eq!(none.in_force.map(|f| (f.any, f.rates)), Some((true, false)), "an empty claim still says what is defined");
+}
+
+#[test]
+fn a_clock_bound_as_d1_binds_it_keeps_the_rate_exact_and_its_wake_instant_whole() {
+    // D1 binds the Worker's integers as REAL: ms × rate must still be an exact
+    // INTEGER (a wake instant of 1795855599800.95 once failed every claim).
+    for (rate, per, burst) in [(20, 1, 2), (1_000_000, 1, 3), (5_000, 3_600, 100)] {
+        let store = setup();
+        store.db().bind_numbers_as_d1();
+        let b = batch_of(&store, "b", 200, 3);
+        hold(&store, &b, &["github"], |_| true);
+        limit(&store, "github", Some(rate), per, Some(burst), None);
+        let gcra = Gcra { rate, per_seconds: per, burst };
+        let now = 1_795_855_599_801;
+        let claim = block_on(store.claim_due_items_after(now, 200, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
+        assert_eq!(claim.items.len() as i64, burst.min(200), "rate {rate}");
+        let tat: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'github'");
+        assert_eq!(tat, gcra.charge(None, now, burst), "rate {rate}: the charge is exact");
+        if burst < 200 {
+            let waiting = 200 - burst;
+            assert_eq!(claim.held_until, Some(gcra.wake_at(tat, waiting)), "rate {rate}");
+        }
+    }
 }

@@ -66,6 +66,8 @@ const KEYS: &[&str] = &["a", "b", "c", "tenant:x", "tenant:y", "tenant:z", "free
 fn world(seed: u64) -> World {
     let mut rng = StdRng::seed_from_u64(seed);
     let store = setup();
+    // As D1 binds them: the Worker's integers arrive as REAL.
+    store.db().bind_numbers_as_d1();
     let mut limits = BTreeMap::new();
     let spec = |rng: &mut StdRng| Spec {
         rate: rng.random_bool(0.6).then(|| {

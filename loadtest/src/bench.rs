@@ -84,6 +84,11 @@ pub struct BenchArgs {
     /// `--capped-drainers` drainers (a few minutes, not the whole bench).
     #[arg(long)]
     pub only_latency: bool,
+    /// Run only the flow-control part: a rate and a concurrency limit as
+    /// achieved, rows and statements per item with a key on every item, rows
+    /// read by a tick while items wait on an exhausted key (a few minutes).
+    #[arg(long)]
+    pub only_limits: bool,
     /// Run only the fan-out rounds between their SELF probes and print each
     /// round's ratio and their median (a few minutes, not the whole bench).
     #[arg(long)]
@@ -263,6 +268,7 @@ pub struct BenchReport {
     pub init: Vec<InitTiming>,
     pub rows_read: RowsRead,
     pub control: ControlBench,
+    pub limits: crate::limits_bench::LimitsBench,
 }
 
 impl BenchReport {
@@ -360,6 +366,7 @@ impl BenchReport {
         t.section("D1 rows read by GET /batches/{id}/items?status=failed");
         t.row(&self.rows_read.row());
         self.control.table(&mut t);
+        self.limits.table(&mut t);
         t
     }
 }
@@ -377,6 +384,17 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         } else {
             let mut t = Table::default();
             c.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if args.only_limits {
+        let l = crate::limits_bench::measure(&args.target, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&l)?);
+        } else {
+            let mut t = Table::default();
+            l.table(&mut t);
             println!("{t}");
         }
         return Ok(true);
@@ -452,6 +470,8 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     eprintln!("== batch control");
     let control = control_bench::measure(&args.target, args.control_items, timeout).await?;
 
+    let limits = crate::limits_bench::measure(&args.target, timeout).await?;
+
     let round_ratios: Vec<f64> = fanout.iter().filter_map(|r| r.fanout_over_probe).collect();
     let fanout_rates: Vec<f64> = fanout
         .iter()
@@ -475,6 +495,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         init,
         rows_read,
         control,
+        limits,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

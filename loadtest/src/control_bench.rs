@@ -275,9 +275,15 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
 
-/// Fires one tick and reads its `invocation` log line back from wrangler's log:
-/// `d1_rows_read` is logged, not stored.
+/// Fires one tick that must claim nothing; its rows read and statements.
 async fn idle_tick(target: &Target) -> Result<(Option<u64>, i64)> {
+    tick_rows_read(target, Some(0)).await
+}
+
+/// Fires one tick and reads its `invocation` log line back from wrangler's log
+/// (`d1_rows_read` is logged, not stored): its rows read and statements. With
+/// `claimed`, the tick must have claimed that many items.
+pub async fn tick_rows_read(target: &Target, claimed: Option<u64>) -> Result<(Option<u64>, i64)> {
     let log = target
         .runtime
         .as_ref()
@@ -295,7 +301,9 @@ async fn idle_tick(target: &Target) -> Result<(Option<u64>, i64)> {
             .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
             .find(|v| v["event"] == "invocation");
         if let Some(v) = line {
-            ensure!(v["claimed"] == 0, "the idle tick claimed items: {v}");
+            if let Some(n) = claimed {
+                ensure!(v["claimed"] == n, "the tick claimed other than {n} items: {v}");
+            }
             return Ok((
                 v["d1_rows_read"].as_u64(),
                 v["d1_statements"].as_i64().unwrap_or(0),

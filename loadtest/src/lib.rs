@@ -63,6 +63,7 @@ pub mod faults;
 pub mod hello_kind;
 pub mod flow;
 pub mod limits;
+pub mod limits_bench;
 pub mod metrics;
 pub mod plan;
 pub mod probe;

@@ -251,9 +251,35 @@ impl Gcra {
     }
 
     /// The first instant (ms) at which a key with state `tat` has room for one
-    /// more start (the claim's hold statement computes the same).
+    /// more start.
     pub fn next_start(&self, tat: i64) -> i64 {
-        (tat - (self.burst - 1) * self.cost() + self.rate - 1) / self.rate
+        self.room_for(tat, 1)
+    }
+
+    /// The first instant (ms) at which a key with state `tat` has room for `n`
+    /// starts (`n` at most `burst`).
+    pub fn room_for(&self, tat: i64, n: i64) -> i64 {
+        (tat - (self.burst - n) * self.cost() + self.rate - 1) / self.rate
+    }
+
+    /// How many starts a claimer held back by this rate waits for before it
+    /// claims again, with `waiting` items held: as many as there are, up to the
+    /// burst (tokens beyond it would be lost) and a second's worth (a longer wait
+    /// would only delay them), at least one. Waiting for several instead of
+    /// claiming at each token keeps a held drain from claiming (and reading its
+    /// selection) once per start: at 20 a second, 4 claims a second, not 20,
+    /// with the same starts.
+    pub fn wake_batch(&self, waiting: i64) -> i64 {
+        waiting
+            .min(self.burst)
+            .min(self.rate / self.per_seconds)
+            .max(1)
+    }
+
+    /// When a claimer held back by this rate, with `waiting` items held, claims
+    /// again (the claim's hold statement computes the same).
+    pub fn wake_at(&self, tat: i64, waiting: i64) -> i64 {
+        self.room_for(tat, self.wake_batch(waiting))
     }
 
     /// The rate and window a state was counted in: a state counted under
@@ -415,6 +441,34 @@ mod tests {
         let tat = r.charge(None, now, 1);
         assert_eq!(r.room(Some(tat), now + 428), 0);
         assert_eq!(r.room(Some(tat), now + 429), 1, "3000 / 7 = 428.57 ms");
+    }
+
+    #[test]
+    fn a_held_claimer_wakes_when_a_batch_of_starts_fits_never_past_the_burst() {
+        let r = Gcra {
+            rate: 20,
+            per_seconds: 1,
+            burst: 5,
+        };
+        let now = 1_000_000;
+        let tat = r.charge(None, now, 5);
+        // 40 waiting: a burst's worth (5) fits 250 ms later, and then room is 5.
+        assert_eq!(r.wake_batch(40), 5);
+        assert_eq!(r.wake_at(tat, 40), now + 250);
+        assert_eq!(r.room(Some(tat), r.wake_at(tat, 40)), 5);
+        // 2 waiting: as soon as 2 fit; 1 waiting: at the next token.
+        assert_eq!(r.wake_at(tat, 2), now + 100);
+        assert_eq!(r.wake_at(tat, 1), r.next_start(tat));
+        // A slow rate waits for one start only (no more than a second's worth).
+        let hourly = Gcra {
+            rate: 5_000,
+            per_seconds: 3_600,
+            burst: 100,
+        };
+        assert_eq!(hourly.wake_batch(1_000), 1);
+        let tat = hourly.charge(None, now, 100);
+        assert_eq!(hourly.wake_at(tat, 1_000), hourly.next_start(tat));
+        assert_eq!(hourly.room(Some(tat), hourly.next_start(tat)), 1);
     }
 
     /// Over random claim instants and sizes, the starts in every interval stay

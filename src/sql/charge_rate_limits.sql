@@ -9,7 +9,7 @@
 -- from a full burst (core::limits::Gcra::charge, the Rust twin).
 -- ?1 to ?6 as in claim_selection.sql (?6 is 1).
 INSERT INTO limit_state (key, tat, basis, claim, tat_before)
-SELECT g.key, max(coalesce(s.tat, 0), ?1 * g.rate) + t.n * g.per_seconds * 1000, g.basis, ?3,
+SELECT g.key, max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate) + t.n * g.per_seconds * 1000, g.basis, ?3,
        s.tat
 FROM taken AS t
 JOIN governed AS g ON g.key = t.key AND g.rate IS NOT NULL

@@ -8,19 +8,23 @@
 -- and rate limits, are defined now. So a claimer whose claim came back short knows
 -- whether to claim again and when, and learns of limits even from an empty claim.
 -- Sent only while limits are defined or not known not to be (store::Claimed).
--- Wake instant of a rate key: the smallest t with room ≥ 1 after the charge, i.e.
--- t × rate ≥ tat' − (burst − 1) × cost, tat' = max(tat, now × rate) + taken × cost
--- (core::limits::Gcra::next_start, the Rust twin).
+-- Wake instant of a rate key: the smallest t with room ≥ k after the charge, i.e.
+-- t × rate ≥ tat' − (burst − k) × cost, tat' = max(tat, now × rate) + taken × cost,
+-- k = max(1, min(waiting, burst, rate / per_seconds)) with `waiting` the held
+-- candidates holding the key: a held claimer claims a batch of starts at once,
+-- not one per token (core::limits::Gcra::wake_at, the Rust twin).
 -- ?1 to ?6 as in claim_selection.sql.
 SELECT (SELECT count(*) FROM blocked) AS held,
-       (SELECT min((max(coalesce(s.tat, 0), ?1 * g.rate)
+       (SELECT min((max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
                     + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
                       * g.per_seconds * 1000
-                    - (g.burst - 1) * g.per_seconds * 1000
+                    - (g.burst - max(1, min(w.n, g.burst, g.rate / g.per_seconds)))
+                      * g.per_seconds * 1000
                     + g.rate - 1) / g.rate)
         FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
-        WHERE g.rate IS NOT NULL
-          AND g.key IN (SELECT h.key FROM held AS h WHERE h.id IN (SELECT id FROM blocked)))
+        JOIN (SELECT h.key, count(*) AS n FROM held AS h
+              WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w ON w.key = g.key
+        WHERE g.rate IS NOT NULL)
          AS wake_at,
        (SELECT EXISTS (SELECT 1 FROM limits)) AS limits_defined,
        (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;

@@ -51,6 +51,8 @@
 -- ?1 now, ?2 limit, ?3 token prefix (unique per claim), ?4 JSON object batch id →
 -- largest id this claimer claimed there (may be empty), ?5 candidates per batch
 -- (>= ?2), ?6 1 when charge_rate_limits.sql runs before in the same batch().
+-- D1 binds ?1 as a REAL (a JavaScript number): ms × rate is computed from
+-- CAST(?1 AS INTEGER) so that it stays an exact INTEGER (beyond 2^53).
 WITH claimable AS (
   SELECT id, coalesce(fill ->> 'fire_at', created_at) AS due_at, claim_after, cursor_end,
          priority
@@ -148,7 +150,7 @@ room AS MATERIALIZED (
                   WHEN ?6 = 0 THEN 0
                   ELSE (g.burst * g.per_seconds * 1000
                         - max(0, coalesce((SELECT s.tat FROM state AS s WHERE s.key = g.key), 0)
-                                 - ?1 * g.rate))
+                                 - CAST(?1 AS INTEGER) * g.rate))
                        / (g.per_seconds * 1000)
              END) AS room
   FROM governed AS g

@@ -21,12 +21,31 @@ impl ToSql for Param {
     }
 }
 
+/// A parameter as bound: an integer as REAL when the database binds as D1 does.
+struct Bound<'a> {
+    param: &'a Param,
+    numbers_as_real: bool,
+}
+
+impl ToSql for Bound<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        match self.param {
+            Param::Int(v) if self.numbers_as_real => Ok(ToSqlOutput::Owned(SqlValue::Real(*v as f64))),
+            param => param.to_sql(),
+        }
+    }
+}
+
 pub struct SqliteDb {
     conn: RefCell<Connection>,
     usage: Cell<Usage>,
     /// The last statement `query` ran and its parameters, so a test can ask SQLite
     /// how it planned exactly what the store sent (EXPLAIN QUERY PLAN).
     last_query: RefCell<Option<(String, Vec<Param>)>>,
+    /// Bind integers as REAL, as D1 binds every JavaScript number (the Worker's
+    /// integers reach it as `f64`): SQL doing arithmetic on a parameter must
+    /// not depend on its being an INTEGER (see [`SqliteDb::bind_numbers_as_d1`]).
+    numbers_as_real: Cell<bool>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -44,6 +63,7 @@ impl SqliteDb {
             conn: RefCell::new(conn),
             usage: Cell::new(Usage::default()),
             last_query: RefCell::new(None),
+            numbers_as_real: Cell::new(false),
         };
         db.apply_migrations(migrations_dir)?;
         Ok(db)
@@ -62,6 +82,13 @@ impl SqliteDb {
             self.conn.borrow().execute_batch(&text).map_err(err)?;
         }
         Ok(())
+    }
+
+    /// From now on bind integer parameters as REAL, as D1 does with the
+    /// JavaScript numbers the Worker sends: `?1 * rate` is then a REAL, and a
+    /// division by it no longer an integer division, unless the SQL casts.
+    pub fn bind_numbers_as_d1(&self) {
+        self.numbers_as_real.set(true);
     }
 
     /// The last statement run by `query`, with its parameters.
@@ -84,11 +111,16 @@ impl SqliteDb {
         conn: &Connection,
         sql: &str,
         params: &[Param],
+        numbers_as_real: bool,
     ) -> StoreResult<Vec<T>> {
         let mut stmt = conn.prepare(sql).map_err(err)?;
         let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+        let bound = params.iter().map(|param| Bound {
+            param,
+            numbers_as_real,
+        });
         let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
+            .query(rusqlite::params_from_iter(bound))
             .map_err(err)?;
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(err)? {
@@ -129,7 +161,7 @@ impl Db for SqliteDb {
         *self.last_query.borrow_mut() = Some((sql.to_string(), params.clone()));
         let conn = self.conn.borrow();
         let before = Self::total_changes(&conn);
-        let out = Self::run(&conn, sql, &params)?;
+        let out = Self::run(&conn, sql, &params, self.numbers_as_real.get())?;
         self.count(1, Self::total_changes(&conn) - before);
         Ok(out)
     }
@@ -144,7 +176,7 @@ impl Db for SqliteDb {
         let tx = conn.transaction().map_err(err)?;
         let mut results = Vec::with_capacity(statements.len());
         for (sql, params) in &statements {
-            results.push(Self::run::<Value>(&tx, sql, params)?);
+            results.push(Self::run::<Value>(&tx, sql, params, self.numbers_as_real.get())?);
         }
         tx.commit().map_err(err)?;
         self.count(n, Self::total_changes(&conn) - before);
