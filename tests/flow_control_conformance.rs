@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use common::*;
 use cron_fanout::core::limits::Gcra;
 use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::sql::{self, Statement};
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{Claimed, LimitsInForce, Store};
 use futures::executor::block_on;
@@ -376,4 +377,50 @@ fn a_clock_bound_as_d1_binds_it_keeps_the_rate_exact_and_its_wake_instant_whole(
             assert_eq!(claim.held_until, Some(gcra.wake_at(tat, waiting)), "rate {rate}");
         }
     }
+}
+
+#[test]
+fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_2000() {
+    // One start a day, spent: every item waits. Each statement of the claim reads
+    // the batch's first HELD_WINDOW candidates and its lease window, never the
+    // queue behind them (a join once read every item of the queue per claim).
+    let measure = |n: usize| {
+        let store = setup();
+        let b = batch_of(&store, "b", n, 3);
+        hold(&store, &b, &["exhausted"], |_| true);
+        limit(&store, "exhausted", Some(1), 86_400, Some(1), None);
+        let now = 1_000_000;
+        assert_eq!(claim_after(&store, now, 31, "c1", &mut Claimed::knowing(RATES)).len(), 1);
+        let (token, claimed, per_batch) = ("c2", "{}", cron_fanout::core::limits::HELD_WINDOW);
+        let held = sql::ClaimHeld { now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1 }.params();
+        let charge = sql::ChargeRateLimits { now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1 }.params();
+        let claim = sql::ClaimDueItems {
+            now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1,
+            lease_expires_at: now + LEASE_MS,
+        }
+        .params();
+        let steps = [
+            vm_steps(&store, sql::CLAIM_HELD, &held),
+            vm_steps(&store, sql::CHARGE_RATE_LIMITS, &charge),
+            vm_steps(&store, sql::CLAIM_DUE_ITEMS, &claim),
+        ];
+        let plans = [
+            query_plan(&store, sql::CLAIM_HELD, &held),
+            query_plan(&store, sql::CHARGE_RATE_LIMITS, &charge),
+            query_plan(&store, sql::CLAIM_DUE_ITEMS, &claim),
+        ];
+        for plan in plans {
+            let scans: Vec<&String> = plan
+                .iter()
+                .filter(|s| ["SCAN q", "SCAN c", "SCAN d", "SCAN cron_queue"].iter().any(|t| *s == *t || s.starts_with(&format!("{t} "))))
+                .filter(|s| !s.ends_with("INDEX cron_queue_leased"))
+                .collect();
+            assert!(scans.is_empty(), "{n} items: the claim scans the queue: {scans:?}");
+        }
+        steps
+    };
+    let small = measure(2_000);
+    let big = measure(20_000);
+    eprintln!("VM steps of the hold, charge and claim: {small:?} with 2,000 waiting, {big:?} with 20,000");
+    assert_eq!(small, big, "a claim's work grows with the items waiting");
 }

@@ -73,7 +73,8 @@ cursor AS (
   FROM (SELECT id, due_at, cursor_end, priority,
                max(claim_after, coalesce(json_extract(?4, '$."' || id || '"'), 0)) AS after
         FROM claimable) AS b
-  JOIN cron_queue AS q NOT INDEXED
+  -- CROSS JOIN keeps the batches outside: each reads its own id range, never the queue.
+  CROSS JOIN cron_queue AS q NOT INDEXED
     ON q.id > b.after
    AND q.id <= coalesce((SELECT c.id FROM cron_queue AS c NOT INDEXED
                          WHERE c.id > b.after AND c.id <= b.cursor_end
@@ -99,9 +100,9 @@ due AS (
 ordered AS MATERIALIZED (
   SELECT id, limits,
          row_number() OVER (ORDER BY priority DESC, turn, run_after, id) AS ord
-  FROM (SELECT c.*, row_number() OVER (PARTITION BY batch_id ORDER BY run_after, id) AS turn
+  FROM (SELECT u.*, row_number() OVER (PARTITION BY batch_id ORDER BY run_after, id) AS turn
         FROM (SELECT * FROM due UNION ALL SELECT * FROM cursor UNION ALL SELECT * FROM callbacks)
-             AS c)
+             AS u)
 ),
 held AS MATERIALIZED (
   SELECT o.id, o.ord, k.value AS key
