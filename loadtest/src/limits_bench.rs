@@ -239,16 +239,23 @@ async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
 async fn held_part(args: &TargetArgs) -> Result<(Option<u64>, Option<u64>)> {
     let mut target = open(args, "bench-limits-held").await?;
     let api = target.api.clone();
-    // One start a day: the first tick takes one item, then the key is exhausted.
+    // One start a day: the firing tick takes one item, then the key is exhausted.
     put_limit(
         &api,
         "bench-held",
         json!({"rate": 1, "per_seconds": 86_400, "burst": 1}),
     )
     .await?;
+    let subjects: Vec<Value> = (0..HELD_ITEMS)
+        .map(|i| json!({"id": format!("held-{i:05}"), "kind": "noop", "payload": {},
+                        "active": true, "limits": ["bench-held"]}))
+        .collect();
+    api.put_subjects(&subjects).await?;
+    // Only this part's one-off fires.
+    api.delete_schedule("daily").await?;
     let idle = tick_rows_read(&target, Some(0)).await?.0;
-    batch(&api, "bench-held", HELD_ITEMS, "bench-held", None).await?;
-    tick_rows_read(&target, None).await?;
+    crate::steps::one_off_now(&api, "bench-held").await?;
+    tick_rows_read(&target, Some(1)).await?;
     let held = tick_rows_read(&target, Some(0)).await?.0;
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
