@@ -124,7 +124,8 @@ impl From<ClaimedItem> for Item {
 /// A kind's write-time check ([`Job::validate`]) of `payload` as `PUT
 /// /subjects` and `POST /batches` run it: parsed as the kind's payload, then
 /// validated under a deployment's default target rules (public targets only).
-pub fn check<J: Job>(job: &J, payload: impl Serialize) -> Result<(), String> {
+/// `Ok` holds the limit keys the kind gives its item ([`Job::limit_keys`]).
+pub fn check<J: Job>(job: &J, payload: impl Serialize) -> Result<Vec<String>, String> {
     let payload = serde_json::to_value(&payload).map_err(|e| e.to_string())?;
     Kind::check(job, &payload, &TargetPolicy::PUBLIC)
 }

@@ -336,9 +336,9 @@ fn a_claim_says_when_its_held_items_may_go() {
     let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
     assert_eq!(claim.items.len(), 3, "2 of the rate's burst, 1 of the concurrency");
     let gcra = Gcra { rate: 20, per_seconds: 1, burst: 2 };
-    // 3 held by the rate: it wakes when its burst (2) fits again, 100 ms on.
+    // 3 held by the rate: it wakes when half its burst (1) fits, 50 ms on.
     assert_eq!(claim.held_until, Some(gcra.wake_at(gcra.charge(None, now, 2), 3)));
-    assert_eq!(claim.held_until, Some(now + 100));
+    assert_eq!(claim.held_until, Some(now + 50));
     // Held by a concurrency only: a poll after the flush interval.
     let conc = setup();
     let c = batch_of(&conc, "c", 3, 3);

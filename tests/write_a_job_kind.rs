@@ -154,10 +154,7 @@ fn the_example_kind_validates_its_payload_at_write_time() {
 #[test]
 fn the_example_kinds_items_hold_its_limit_keys() {
     let ok = json!({"feed_url": FEED, "notify_url": NOTIFY});
-    assert_eq!(
-        fanout().jobs().check_item("feed_check", &ok, &TargetPolicy::PUBLIC).unwrap(),
-        ["feeds"]
-    );
+    assert_eq!(testing::check(&FeedCheck, ok).unwrap(), ["feeds"]);
 }
 
 #[test]

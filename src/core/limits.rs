@@ -263,15 +263,15 @@ impl Gcra {
     }
 
     /// How many starts a claimer held back by this rate waits for before it
-    /// claims again, with `waiting` items held: as many as there are, up to the
-    /// burst (tokens beyond it would be lost) and a second's worth (a longer wait
-    /// would only delay them), at least one. Waiting for several instead of
-    /// claiming at each token keeps a held drain from claiming (and reading its
-    /// selection) once per start: at 20 a second, 4 claims a second, not 20,
-    /// with the same starts.
+    /// claims again, with `waiting` items held: as many as there are, up to half
+    /// the burst (the other half absorbs the claim's own lateness: tokens past
+    /// the burst would be lost) and a second's worth (a longer wait would only
+    /// delay them), at least one. Waiting for several instead of claiming at
+    /// each token keeps a held drain from claiming (and reading its selection)
+    /// once per start: at 20 a second with a burst of 5, 10 claims a second.
     pub fn wake_batch(&self, waiting: i64) -> i64 {
         waiting
-            .min(self.burst)
+            .min(self.burst / 2)
             .min(self.rate / self.per_seconds)
             .max(1)
     }
@@ -452,13 +452,16 @@ mod tests {
         };
         let now = 1_000_000;
         let tat = r.charge(None, now, 5);
-        // 40 waiting: a burst's worth (5) fits 250 ms later, and then room is 5.
-        assert_eq!(r.wake_batch(40), 5);
-        assert_eq!(r.wake_at(tat, 40), now + 250);
-        assert_eq!(r.room(Some(tat), r.wake_at(tat, 40)), 5);
-        // 2 waiting: as soon as 2 fit; 1 waiting: at the next token.
-        assert_eq!(r.wake_at(tat, 2), now + 100);
+        // 40 waiting: half the burst (2) fits 100 ms later; a claim up to 150 ms
+        // late still loses no token (room 5 at 250 ms, the burst).
+        assert_eq!(r.wake_batch(40), 2);
+        assert_eq!(r.wake_at(tat, 40), now + 100);
+        assert_eq!(r.room(Some(tat), r.wake_at(tat, 40)), 2);
+        assert_eq!(r.room(Some(tat), now + 249), 4);
+        // 1 waiting: at the next token; a burst of 1: at each token.
         assert_eq!(r.wake_at(tat, 1), r.next_start(tat));
+        let single = Gcra { burst: 1, ..r };
+        assert_eq!(single.wake_batch(40), 1);
         // A slow rate waits for one start only (no more than a second's worth).
         let hourly = Gcra {
             rate: 5_000,

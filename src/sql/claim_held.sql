@@ -10,15 +10,16 @@
 -- Sent only while limits are defined or not known not to be (store::Claimed).
 -- Wake instant of a rate key: the smallest t with room ≥ k after the charge, i.e.
 -- t × rate ≥ tat' − (burst − k) × cost, tat' = max(tat, now × rate) + taken × cost,
--- k = max(1, min(waiting, burst, rate / per_seconds)) with `waiting` the held
+-- k = max(1, min(waiting, burst / 2, rate / per_seconds)) with `waiting` the held
 -- candidates holding the key: a held claimer claims a batch of starts at once,
--- not one per token (core::limits::Gcra::wake_at, the Rust twin).
+-- not one per token, and half the burst absorbs its own lateness
+-- (core::limits::Gcra::wake_at, the Rust twin).
 -- ?1 to ?6 as in claim_selection.sql.
 SELECT (SELECT count(*) FROM blocked) AS held,
        (SELECT min((max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
                     + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
                       * g.per_seconds * 1000
-                    - (g.burst - max(1, min(w.n, g.burst, g.rate / g.per_seconds)))
+                    - (g.burst - max(1, min(w.n, g.burst / 2, g.rate / g.per_seconds)))
                       * g.per_seconds * 1000
                     + g.rate - 1) / g.rate)
         FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
