@@ -38,7 +38,9 @@ const POOL_ITEMS: usize = 500;
 const POOL_LATENCY_MS: u64 = 100;
 /// The cost part: no-op items, with and without a key of concurrency 25.
 const COST_ITEMS: usize = 3_000;
-/// The held part: items waiting on a key with a rate of one a day.
+/// The held part: items waiting on a key with a rate of one a day, a few and
+/// ten times as many (a claim must read as much for both).
+const HELD_FEW: usize = 1_000;
 const HELD_ITEMS: usize = 10_000;
 
 #[derive(Debug, Serialize)]
@@ -58,9 +60,10 @@ pub struct LimitsBench {
     pub with_key: RunReport,
     pub held_items: usize,
     /// `d1_rows_read` of a tick before the items existed, and of a tick while
-    /// they all wait on the exhausted key.
+    /// they all wait on the exhausted key (and while `HELD_FEW` do).
     pub idle_tick_rows_read: Option<u64>,
     pub held_tick_rows_read: Option<u64>,
+    pub held_few_tick_rows_read: Option<u64>,
 }
 
 impl LimitsBench {
@@ -90,12 +93,12 @@ impl LimitsBench {
                 num(r.d1.statements_per_item, 3),
             )]);
         }
+        let n = |v: Option<u64>| v.map_or("?".into(), |n| n.to_string());
         t.row(&[format!(
-            "rows read by a tick: {} idle, {} with {} items waiting on an exhausted key",
-            self.idle_tick_rows_read
-                .map_or("?".into(), |n| n.to_string()),
-            self.held_tick_rows_read
-                .map_or("?".into(), |n| n.to_string()),
+            "rows read by a tick: {} idle, {} with {HELD_FEW} items waiting on an exhausted key, {} with {}",
+            n(self.idle_tick_rows_read),
+            n(self.held_few_tick_rows_read),
+            n(self.held_tick_rows_read),
             self.held_items
         )]);
     }
@@ -122,8 +125,9 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
         ..spec
     };
     let with_key = run::on_fresh_target(args, "bench-limits-key", &keyed, timeout).await?;
-    eprintln!("== limits: a tick's rows read while {HELD_ITEMS} items wait on an exhausted key");
-    let (idle_tick_rows_read, held_tick_rows_read) = held_part(args).await?;
+    eprintln!("== limits: a tick's rows read while {HELD_FEW}, then {HELD_ITEMS} items wait on an exhausted key");
+    let (_, held_few_tick_rows_read) = held_part(args, HELD_FEW).await?;
+    let (idle_tick_rows_read, held_tick_rows_read) = held_part(args, HELD_ITEMS).await?;
     Ok(LimitsBench {
         rate: RATE,
         burst: BURST,
@@ -137,6 +141,7 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
         held_items: HELD_ITEMS,
         idle_tick_rows_read,
         held_tick_rows_read,
+        held_few_tick_rows_read,
     })
 }
 
@@ -148,7 +153,10 @@ async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
         ("ALLOW_PRIVATE_TARGETS", "true"),
         ("SUBREQUEST_BUDGET", "10000"),
         ("MAX_CHILD_INVOCATIONS", "10000"),
-        ("INVOCATION_DEADLINE_MS", "15000"),
+        // Ticks long enough to drain a run (the gaps between ticks are not the
+        // limit's), and no claim stopped early for a long job timeout.
+        ("INVOCATION_DEADLINE_MS", "60000"),
+        ("JOB_TIMEOUT_MS", "5000"),
     ];
     Target::open(args, name, &settings, Secrets::Random, true).await
 }
@@ -237,7 +245,7 @@ async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
     Ok(peaks.get("pool").copied().unwrap_or(0))
 }
 
-async fn held_part(args: &TargetArgs) -> Result<(Option<u64>, Option<u64>)> {
+async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Option<u64>)> {
     let mut target = open(args, "bench-limits-held").await?;
     let api = target.api.clone();
     // One start a day: the firing tick takes one item, then the key is exhausted.
@@ -247,7 +255,7 @@ async fn held_part(args: &TargetArgs) -> Result<(Option<u64>, Option<u64>)> {
         json!({"rate": 1, "per_seconds": 86_400, "burst": 1}),
     )
     .await?;
-    let subjects: Vec<Value> = (0..HELD_ITEMS)
+    let subjects: Vec<Value> = (0..items)
         .map(|i| json!({"id": format!("held-{i:05}"), "kind": "noop", "payload": {},
                         "active": true, "limits": ["bench-held"]}))
         .collect();
@@ -257,7 +265,11 @@ async fn held_part(args: &TargetArgs) -> Result<(Option<u64>, Option<u64>)> {
     let idle = tick_rows_read(&target, Some(0)).await?.0;
     crate::steps::one_off_now(&api, "bench-held").await?;
     tick_rows_read(&target, Some(1)).await?;
+    // The tick after the firing one may still fill the batch: the one after it
+    // only claims (and finds every item held).
+    let after_fire = tick_rows_read(&target, Some(0)).await?.0;
     let held = tick_rows_read(&target, Some(0)).await?.0;
+    eprintln!("rows read by the ticks after the firing one: {after_fire:?}, then {held:?}");
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
