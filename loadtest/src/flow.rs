@@ -172,7 +172,7 @@ struct Flow<'a> {
 }
 
 /// `PUT /limits/{key}` with `limit`, which must answer 200.
-async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
+pub async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
     let path = format!("/limits/{}", crate::api::encode(key));
     let r = api
         .admin_raw(Method::PUT, &path, Some(limit.to_string()))

@@ -16,13 +16,13 @@ use crate::api::{Api, Id};
 use crate::control_bench::tick_rows_read;
 use crate::drive::{self, Pace};
 use crate::faults::Faults;
+use crate::flow::put_limit;
 use crate::report::RunReport;
 use crate::run;
 use crate::scenario::{Job, Scenario, Spec};
 use crate::table::{num, Table};
 use crate::target::{Secrets, Target, TargetArgs};
 use anyhow::{ensure, Context, Result};
-use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -159,14 +159,6 @@ async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
         ("JOB_TIMEOUT_MS", "5000"),
     ];
     Target::open(args, name, &settings, Secrets::Random, true).await
-}
-
-async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
-    let r = api
-        .admin_raw(Method::PUT, &format!("/limits/{key}"), Some(limit.to_string()))
-        .await?;
-    ensure!(r.status.is_success(), "PUT /limits/{key}: {}", r.status);
-    Ok(())
 }
 
 /// A batch of `n` items of `kind` holding `key`; `url` for webhooks.
