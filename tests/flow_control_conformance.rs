@@ -74,7 +74,10 @@ fn priority(store: &Store<SqliteDb>, batch: &str, p: i64) {
 }
 
 /// A claimer that knows rate limits are defined: it charges from its first claim.
-const RATES: LimitsInForce = LimitsInForce { any: true, rates: true };
+const RATES: LimitsInForce = LimitsInForce {
+    any: true,
+    rates: true,
+};
 
 fn by_batch(items: &[ClaimedItem]) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
@@ -238,7 +241,8 @@ fn a_claim_sent_without_the_charge_holds_rate_limited_keys() {
     // A claimer that does not know yet holds them too, and learns that it must
     // charge at once; its next claim charges and takes them.
     let mut fresh = Claimed::default();
-    let first = block_on(store.claim_due_items_after(1_002, 10, "c3", 1_002 + LEASE_MS, &fresh)).unwrap();
+    let first =
+        block_on(store.claim_due_items_after(1_002, 10, "c3", 1_002 + LEASE_MS, &fresh)).unwrap();
     assert_eq!((first.items.len(), first.held_until), (0, Some(1_002)));
     fresh.note(&first);
     assert_eq!(claim_after(&store, 1_002, 10, "c4", &mut fresh).len(), 5);
@@ -333,11 +337,29 @@ fn a_claim_says_when_its_held_items_may_go() {
     limit(&store, "telegram", Some(20), 1, Some(2), None);
     limit(&store, "db", None, 1, None, Some(1));
     let now = 1_000_000;
-    let claim = block_on(store.claim_due_items_after(now, 10, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
-    assert_eq!(claim.items.len(), 3, "2 of the rate's burst, 1 of the concurrency");
-    let gcra = Gcra { rate: 20, per_seconds: 1, burst: 2 };
+    let claim = block_on(store.claim_due_items_after(
+        now,
+        10,
+        "c1",
+        now + LEASE_MS,
+        &Claimed::knowing(RATES),
+    ))
+    .unwrap();
+    assert_eq!(
+        claim.items.len(),
+        3,
+        "2 of the rate's burst, 1 of the concurrency"
+    );
+    let gcra = Gcra {
+        rate: 20,
+        per_seconds: 1,
+        burst: 2,
+    };
     // 3 held by the rate: it wakes when half its burst (1) fits, 50 ms on.
-    assert_eq!(claim.held_until, Some(gcra.wake_at(gcra.charge(None, now, 2), 3)));
+    assert_eq!(
+        claim.held_until,
+        Some(gcra.wake_at(gcra.charge(None, now, 2), 3))
+    );
     assert_eq!(claim.held_until, Some(now + 50));
     // Held by a concurrency only: a poll after the flush interval.
     let conc = setup();
@@ -345,15 +367,31 @@ fn a_claim_says_when_its_held_items_may_go() {
     hold(&conc, &c, &["db"], |_| true);
     limit(&conc, "db", None, 1, None, Some(1));
     assert_eq!(common::claim(&conc, now, 10, "d1").len(), 1);
-    let rest = block_on(conc.claim_due_items_after(now + 5, 10, "d2", now + LEASE_MS, &Claimed::default())).unwrap();
+    let rest = block_on(conc.claim_due_items_after(
+        now + 5,
+        10,
+        "d2",
+        now + LEASE_MS,
+        &Claimed::default(),
+    ))
+    .unwrap();
     assert!(rest.items.is_empty());
-    assert_eq!(rest.held_until, Some(now + 5 + cron_fanout::core::limits::HELD_POLL_MS));
+    assert_eq!(
+        rest.held_until,
+        Some(now + 5 + cron_fanout::core::limits::HELD_POLL_MS)
+    );
     // Nothing held, nothing to wait for.
     let empty = setup();
     limit(&empty, "db", None, 1, None, Some(1));
-    let none = block_on(empty.claim_due_items_after(now, 10, "e", now + LEASE_MS, &Claimed::default())).unwrap();
+    let none =
+        block_on(empty.claim_due_items_after(now, 10, "e", now + LEASE_MS, &Claimed::default()))
+            .unwrap();
     assert_eq!((none.items.len(), none.held_until), (0, None));
-    assert_eq!(none.in_force.map(|f| (f.any, f.rates)), Some((true, false)), "an empty claim still says what is defined");
+    assert_eq!(
+        none.in_force.map(|f| (f.any, f.rates)),
+        Some((true, false)),
+        "an empty claim still says what is defined"
+    );
 }
 
 #[test]
@@ -366,15 +404,34 @@ fn a_clock_bound_as_d1_binds_it_keeps_the_rate_exact_and_its_wake_instant_whole(
         let b = batch_of(&store, "b", 200, 3);
         hold(&store, &b, &["github"], |_| true);
         limit(&store, "github", Some(rate), per, Some(burst), None);
-        let gcra = Gcra { rate, per_seconds: per, burst };
+        let gcra = Gcra {
+            rate,
+            per_seconds: per,
+            burst,
+        };
         let now = 1_795_855_599_801;
-        let claim = block_on(store.claim_due_items_after(now, 200, "c1", now + LEASE_MS, &Claimed::knowing(RATES))).unwrap();
+        let claim = block_on(store.claim_due_items_after(
+            now,
+            200,
+            "c1",
+            now + LEASE_MS,
+            &Claimed::knowing(RATES),
+        ))
+        .unwrap();
         assert_eq!(claim.items.len() as i64, burst.min(200), "rate {rate}");
         let tat: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'github'");
-        assert_eq!(tat, gcra.charge(None, now, burst), "rate {rate}: the charge is exact");
+        assert_eq!(
+            tat,
+            gcra.charge(None, now, burst),
+            "rate {rate}: the charge is exact"
+        );
         if burst < 200 {
             let waiting = 200 - burst;
-            assert_eq!(claim.held_until, Some(gcra.wake_at(tat, waiting)), "rate {rate}");
+            assert_eq!(
+                claim.held_until,
+                Some(gcra.wake_at(tat, waiting)),
+                "rate {rate}"
+            );
         }
     }
 }
@@ -390,12 +447,36 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
         hold(&store, &b, &["exhausted"], |_| true);
         limit(&store, "exhausted", Some(1), 86_400, Some(1), None);
         let now = 1_000_000;
-        assert_eq!(claim_after(&store, now, 31, "c1", &mut Claimed::knowing(RATES)).len(), 1);
+        assert_eq!(
+            claim_after(&store, now, 31, "c1", &mut Claimed::knowing(RATES)).len(),
+            1
+        );
         let (token, claimed, per_batch) = ("c2", "{}", cron_fanout::core::limits::HELD_WINDOW);
-        let held = sql::ClaimHeld { now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1 }.params();
-        let charge = sql::ChargeRateLimits { now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1 }.params();
+        let held = sql::ClaimHeld {
+            now,
+            limit: 31,
+            token_prefix: token,
+            claimed,
+            per_batch,
+            charges: 1,
+        }
+        .params();
+        let charge = sql::ChargeRateLimits {
+            now,
+            limit: 31,
+            token_prefix: token,
+            claimed,
+            per_batch,
+            charges: 1,
+        }
+        .params();
         let claim = sql::ClaimDueItems {
-            now, limit: 31, token_prefix: token, claimed, per_batch, charges: 1,
+            now,
+            limit: 31,
+            token_prefix: token,
+            claimed,
+            per_batch,
+            charges: 1,
             lease_expires_at: now + LEASE_MS,
         }
         .params();
@@ -412,15 +493,24 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
         for plan in plans {
             let scans: Vec<&String> = plan
                 .iter()
-                .filter(|s| ["SCAN q", "SCAN c", "SCAN d", "SCAN cron_queue"].iter().any(|t| *s == *t || s.starts_with(&format!("{t} "))))
+                .filter(|s| {
+                    ["SCAN q", "SCAN c", "SCAN d", "SCAN cron_queue"]
+                        .iter()
+                        .any(|t| *s == *t || s.starts_with(&format!("{t} ")))
+                })
                 .filter(|s| !s.ends_with("INDEX cron_queue_leased"))
                 .collect();
-            assert!(scans.is_empty(), "{n} items: the claim scans the queue: {scans:?}");
+            assert!(
+                scans.is_empty(),
+                "{n} items: the claim scans the queue: {scans:?}"
+            );
         }
         steps
     };
     let small = measure(2_000);
     let big = measure(20_000);
-    eprintln!("VM steps of the hold, charge and claim: {small:?} with 2,000 waiting, {big:?} with 20,000");
+    eprintln!(
+        "VM steps of the hold, charge and claim: {small:?} with 2,000 waiting, {big:?} with 20,000"
+    );
     assert_eq!(small, big, "a claim's work grows with the items waiting");
 }

@@ -302,7 +302,10 @@ pub async fn tick_rows_read(target: &Target, claimed: Option<u64>) -> Result<(Op
             .find(|v| v["event"] == "invocation");
         if let Some(v) = line {
             if let Some(n) = claimed {
-                ensure!(v["claimed"] == n, "the tick claimed other than {n} items: {v}");
+                ensure!(
+                    v["claimed"] == n,
+                    "the tick claimed other than {n} items: {v}"
+                );
             }
             return Ok((
                 v["d1_rows_read"].as_u64(),

@@ -261,7 +261,9 @@ async fn rate_batch_completes(f: &mut Flow<'_>) -> Result<()> {
         println!("#   flow: {retried} items ran more than once; their last start is checked");
     }
     for item in items {
-        let at = item.started_at.context("a completed item has no started_at")?;
+        let at = item
+            .started_at
+            .context("a completed item has no started_at")?;
         starts.push((item.id, millis(&at)?));
     }
     starts.sort_by_key(|(_, at)| *at);
@@ -274,16 +276,28 @@ async fn rate_is_kept_at_the_claims(f: &mut Flow<'_>) -> Result<()> {
     ensure!(starts.len() == RATE_ITEMS, "{} starts", starts.len());
     let excess = worst_excess(&starts, BURST, RATE, 0);
     println!("#   flow: the claims' worst window is {excess:+.2} items over {BURST} + {RATE} × t");
-    ensure!(excess <= 0.0, "a window started {excess:.2} items more than allowed");
+    ensure!(
+        excess <= 0.0,
+        "a window started {excess:.2} items more than allowed"
+    );
     Ok(())
 }
 
 async fn rate_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
-    let deliveries = f.target.sink.stats(true).await?.deliveries.unwrap_or_default();
+    let deliveries = f
+        .target
+        .sink
+        .stats(true)
+        .await?
+        .deliveries
+        .unwrap_or_default();
     let started: HashMap<i64, i64> = f.rate_items.iter().copied().collect();
     // Each item's last arrival, the one its started_at is the claim of.
     let mut last: HashMap<i64, i64> = HashMap::new();
-    for d in deliveries.iter().filter(|d| d.subject_id.starts_with("rate-")) {
+    for d in deliveries
+        .iter()
+        .filter(|d| d.subject_id.starts_with("rate-"))
+    {
         let at = millis(&d.received_at)?;
         let id = d.item_id.context("a delivery without an item id")?;
         let seen = last.entry(id).or_insert(at);
@@ -308,7 +322,10 @@ async fn rate_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
     println!(
         "#   flow: claim-to-sink lag spread {spread} ms; the sink's worst window is {raw:+.2} items over {BURST} + {RATE} × t, {excess:+.2} with the spread"
     );
-    ensure!(excess <= 0.0, "a window saw {excess:.2} items more than allowed");
+    ensure!(
+        excess <= 0.0,
+        "a window saw {excess:.2} items more than allowed"
+    );
     Ok(())
 }
 
@@ -357,7 +374,10 @@ async fn concurrency_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
     println!("#   flow: the sink had at most {peak} of the pool's requests at once");
     ensure!(peak <= POOL, "{peak} at once");
     // Less would mean the check saw no concurrency at all.
-    ensure!(peak >= 2, "never more than {peak} at once: nothing ran side by side");
+    ensure!(
+        peak >= 2,
+        "never more than {peak} at once: nothing ran side by side"
+    );
     Ok(())
 }
 
@@ -376,7 +396,13 @@ async fn partitions_are_limited_each(f: &mut Flow<'_>) -> Result<()> {
             ..Faults::default()
         };
         let key = format!("e2e-flow-tenant:{tenant}");
-        all.extend(items(f, &format!("t{tenant}"), TENANT_ITEMS, &[&key], &faults));
+        all.extend(items(
+            f,
+            &format!("t{tenant}"),
+            TENANT_ITEMS,
+            &[&key],
+            &faults,
+        ));
     }
     drain_slow(f, "e2e-flow-tenants", all).await?;
     let peaks = f.target.sink.stats(false).await?.peak_in_flight_by_group;
@@ -411,7 +437,13 @@ async fn slots_are_given_back(f: &mut Flow<'_>) -> Result<()> {
 async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> {
     let api = &f.target.api;
     let healthy = Faults::default();
-    let big = create(api, "e2e-flow-big", items(f, "big", BIG_ITEMS, &[], &healthy), json!({})).await?;
+    let big = create(
+        api,
+        "e2e-flow-big",
+        items(f, "big", BIG_ITEMS, &[], &healthy),
+        json!({}),
+    )
+    .await?;
     f.big = Some(big.id.clone());
     api.fire_cron(TICK_CRON).await?;
     let draining = api.batch(&big.id).await?;
@@ -420,7 +452,13 @@ async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> 
         "the big batch is not draining: {}",
         draining.progress()
     );
-    let small = create(api, "e2e-flow-small", items(f, "small", SMALL_ITEMS, &[], &healthy), json!({})).await?;
+    let small = create(
+        api,
+        "e2e-flow-small",
+        items(f, "small", SMALL_ITEMS, &[], &healthy),
+        json!({}),
+    )
+    .await?;
     let mut ticks = 0;
     while !api.batch(&small.id).await?.is_finished() {
         ensure!(
@@ -446,7 +484,13 @@ async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> 
 async fn higher_priority_is_claimed_first(f: &mut Flow<'_>) -> Result<()> {
     let api = &f.target.api;
     let healthy = Faults::default();
-    let low = create(api, "e2e-flow-low", items(f, "low", LOW_ITEMS, &[], &healthy), json!({})).await?;
+    let low = create(
+        api,
+        "e2e-flow-low",
+        items(f, "low", LOW_ITEMS, &[], &healthy),
+        json!({}),
+    )
+    .await?;
     let high = create(
         api,
         "e2e-flow-high",

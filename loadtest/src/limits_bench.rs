@@ -203,7 +203,9 @@ async fn rate_part(args: &TargetArgs, timeout: Duration) -> Result<(f64, f64)> {
     drain(&api, &id, timeout).await?;
     let mut starts = Vec::new();
     for item in api.all_items(&id, None).await? {
-        let at = item.started_at.context("a completed item has no started_at")?;
+        let at = item
+            .started_at
+            .context("a completed item has no started_at")?;
         starts.push(chrono::DateTime::parse_from_rfc3339(&at)?.timestamp_millis());
     }
     if let Some(runtime) = target.runtime.as_mut() {
@@ -248,8 +250,10 @@ async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Opti
     )
     .await?;
     let subjects: Vec<Value> = (0..items)
-        .map(|i| json!({"id": format!("held-{i:05}"), "kind": "noop", "payload": {},
-                        "active": true, "limits": ["bench-held"]}))
+        .map(|i| {
+            json!({"id": format!("held-{i:05}"), "kind": "noop", "payload": {},
+                        "active": true, "limits": ["bench-held"]})
+        })
         .collect();
     api.put_subjects(&subjects).await?;
     // Only this part's one-off fires.

@@ -499,7 +499,10 @@ async fn hook(
         Ok(faults) => faults,
         Err((status, why)) => return (status, why).into_response(),
     };
-    let _group = faults.group.as_deref().map(|g| GroupSlot::enter(&shared, g));
+    let _group = faults
+        .group
+        .as_deref()
+        .map(|g| GroupSlot::enter(&shared, g));
     let decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
     if !decision.delay.is_zero() {
         // If the Worker times out and hangs up, hyper drops this future here and

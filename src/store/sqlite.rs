@@ -30,7 +30,9 @@ struct Bound<'a> {
 impl ToSql for Bound<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         match self.param {
-            Param::Int(v) if self.numbers_as_real => Ok(ToSqlOutput::Owned(SqlValue::Real(*v as f64))),
+            Param::Int(v) if self.numbers_as_real => {
+                Ok(ToSqlOutput::Owned(SqlValue::Real(*v as f64)))
+            }
             param => param.to_sql(),
         }
     }
@@ -119,9 +121,7 @@ impl SqliteDb {
             param,
             numbers_as_real,
         });
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(bound))
-            .map_err(err)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(bound)).map_err(err)?;
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(err)? {
             let mut obj = Map::new();
@@ -176,7 +176,12 @@ impl Db for SqliteDb {
         let tx = conn.transaction().map_err(err)?;
         let mut results = Vec::with_capacity(statements.len());
         for (sql, params) in &statements {
-            results.push(Self::run::<Value>(&tx, sql, params, self.numbers_as_real.get())?);
+            results.push(Self::run::<Value>(
+                &tx,
+                sql,
+                params,
+                self.numbers_as_real.get(),
+            )?);
         }
         tx.commit().map_err(err)?;
         self.count(n, Self::total_changes(&conn) - before);
