@@ -381,37 +381,6 @@ struct Coverage {
     claims_while_operated: u64,
 }
 
-impl Coverage {
-    /// Adds what another run of seeds covered.
-    fn absorb(&mut self, other: Coverage) {
-        for (mine, theirs) in self.stops.iter_mut().zip(other.stops) {
-            *mine += theirs;
-        }
-        self.refused += other.refused;
-        self.given_back_queued += other.given_back_queued;
-        self.claimed += other.claimed;
-        self.lost += other.lost;
-        self.left_to_reaper += other.left_to_reaper;
-        self.commit_retries += other.commit_retries;
-        self.found_applied += other.found_applied;
-        self.claimed_again_before_read_back += other.claimed_again_before_read_back;
-        self.released += other.released;
-        self.claim_failures += other.claim_failures;
-        self.budget_over_1000 += other.budget_over_1000;
-        self.strict_invocations += other.strict_invocations;
-        self.busy_invocations_with_claims += other.busy_invocations_with_claims;
-        self.channels_sent += other.channels_sent;
-        self.channels_resent_after_lost += other.channels_resent_after_lost;
-        self.channels_resent_unanswered += other.channels_resent_unanswered;
-        self.receipts_kept_by_replays += other.receipts_kept_by_replays;
-        self.paused += other.paused;
-        self.resumed += other.resumed;
-        self.cancelled += other.cancelled;
-        self.replayed += other.replayed;
-        self.claims_while_operated += other.claims_while_operated;
-    }
-}
-
 struct Sim<'a> {
     rng: StdRng,
     p: &'a Params,
@@ -1545,24 +1514,17 @@ fn the_drain_keeps_its_invariants_over_random_runs() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(150);
+    let mut coverage = Coverage::default();
+    for seed in 0..seeds {
+        simulate(seed, false, &mut coverage);
+    }
     let tight: u64 = std::env::var("DRAIN_SIM_TIGHT_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(seeds);
-    // The two sets of seeds are independent worlds: run them side by side.
-    let run = |tight: bool, n: u64| {
-        let mut coverage = Coverage::default();
-        for seed in 0..n {
-            simulate(seed, tight, &mut coverage);
-        }
-        coverage
-    };
-    let mut coverage = Coverage::default();
-    std::thread::scope(|s| {
-        let tight_runs = s.spawn(|| run(true, tight));
-        coverage.absorb(run(false, seeds));
-        coverage.absorb(tight_runs.join().expect("the tight seeds' thread"));
-    });
+    for seed in 0..tight {
+        simulate(seed, true, &mut coverage);
+    }
     eprintln!("{seeds} seeds: {coverage:?}");
     let c = &coverage;
     assert!(c.stops.iter().all(|&n| n > 0), "every stop reason: {c:?}");
