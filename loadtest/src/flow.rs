@@ -19,11 +19,11 @@ use crate::check;
 use crate::checks::Checks;
 use crate::drive;
 use crate::faults::Faults;
+use crate::limits::{get_limit, put_limit};
 use crate::scenario::min_lease_seconds;
 use crate::suite::open_worker;
 use crate::target::{Target, TargetArgs};
 use anyhow::{bail, ensure, Context, Result};
-use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -169,29 +169,6 @@ struct Flow<'a> {
     rate_items: Vec<(i64, i64)>,
     /// The big batch of the turns check, cancelled at the end.
     big: Option<Id>,
-}
-
-/// `PUT /limits/{key}` with `limit`, which must answer 200.
-pub async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
-    let path = format!("/limits/{}", crate::api::encode(key));
-    let r = api
-        .admin_raw(Method::PUT, &path, Some(limit.to_string()))
-        .await?;
-    ensure!(
-        r.status.as_u16() == 200,
-        "PUT {path}: {} {}",
-        r.status,
-        crate::api::clip(&r.body)
-    );
-    Ok(())
-}
-
-/// `GET /limits/{key}`'s answer.
-async fn get_limit(api: &Api, key: &str) -> Result<Value> {
-    let path = format!("/limits/{}", crate::api::encode(key));
-    let r = api.admin_raw(Method::GET, &path, None).await?;
-    ensure!(r.status.as_u16() == 200, "GET {path}: {}", r.status);
-    r.json().context("GET /limits/{key}: not JSON")
 }
 
 /// `n` webhook items to the sink, each holding `limits`, in the sink's `group`.

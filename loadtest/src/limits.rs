@@ -68,6 +68,17 @@ pub async fn http(api: &Api, checks: &mut Checks) -> Result<()> {
     Ok(())
 }
 
+/// `PUT /limits/{key}` with `limit`, which must answer 200.
+pub async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
+    answer(api, Method::PUT, &path(key), Some(limit), StatusCode::OK).await?;
+    Ok(())
+}
+
+/// `GET /limits/{key}`, which must answer 200: the limit and its live state.
+pub async fn get_limit(api: &Api, key: &str) -> Result<Value> {
+    answer(api, Method::GET, &path(key), None, StatusCode::OK).await
+}
+
 fn path(key: &str) -> String {
     format!("/limits/{}", encode(key))
 }

@@ -16,7 +16,7 @@ use crate::api::{Api, Id};
 use crate::control_bench::tick_rows_read;
 use crate::drive::{self, Pace};
 use crate::faults::Faults;
-use crate::flow::put_limit;
+use crate::limits::put_limit;
 use crate::report::RunReport;
 use crate::run;
 use crate::scenario::{Job, Scenario, Spec};

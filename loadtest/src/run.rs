@@ -3,6 +3,7 @@
 
 use crate::api::{Invocation, Item, SubjectIn, TICK_CRON};
 use crate::drive::{self, Pace};
+use crate::limits::put_limit;
 use crate::plan::{self, Expect, Planned};
 use crate::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::scenario::{Job, Scenario, Spec, RUN_KEY};
@@ -10,7 +11,6 @@ use crate::steps::RUN_SCHEDULE;
 use crate::target::{Secrets, Target, TargetArgs};
 use crate::{control, delivery, metrics, steps, verdict};
 use anyhow::{ensure, Context, Result};
-use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -171,10 +171,7 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
     let upserted = match spec.key_concurrency {
         None => api.put_subjects(&subjects).await?,
         Some(concurrency) => {
-            let path = format!("/limits/{RUN_KEY}");
-            let body = json!({ "concurrency": concurrency }).to_string();
-            let put = api.admin_raw(Method::PUT, &path, Some(body)).await?;
-            ensure!(put.status.is_success(), "PUT {path}: {}", put.status);
+            put_limit(&api, RUN_KEY, json!({ "concurrency": concurrency })).await?;
             let keyed: Vec<Value> = subjects
                 .iter()
                 .map(|s| {
