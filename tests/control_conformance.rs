@@ -52,26 +52,6 @@ fn control(store: &Store<SqliteDb>, batch: &str, c: Control) -> Move {
     m
 }
 
-/// The steps of a plan that read a table (by name or by the aliases the
-/// statements use) from end to end instead of seeking an index. Walking the
-/// partial index of leased items is allowed: it holds the items in flight only;
-/// so is the failed-items one (failed rows only; the dead-letter count is capped).
-fn scans(plan: &[String]) -> Vec<&String> {
-    const TABLES: [&str; 6] = ["cron_queue", "batches", "invocations", "b", "q", "d"];
-    plan.iter()
-        .filter(|s| {
-            s.strip_prefix("SCAN ")
-                .and_then(|rest| rest.split_whitespace().next())
-                .is_some_and(|object| TABLES.contains(&object))
-                && !s.ends_with("INDEX cron_queue_leased")
-                // Failed rows only, and the metrics' dead-letter count stops at its cap.
-                && !s.ends_with("INDEX cron_queue_failed")
-                // Batches still filling only (tick_work.sql asks whether it is empty).
-                && !s.ends_with("INDEX batches_filling")
-        })
-        .collect()
-}
-
 /// A claim's parameters as a claimer that knows no limit is defined sends them.
 fn claim_params(now: i64, limit: i64) -> Vec<Param> {
     sql::ClaimDueItems {
@@ -1126,7 +1106,9 @@ fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
         .filter(|s| !s.starts_with("CORRELATED") && !s.starts_with("USE TEMP B-TREE FOR ORDER BY"))
         // The lease window's reach is one constant subquery (whether any limit is
         // defined), evaluated once, not per batch.
-        .filter(|s| !s.starts_with("SCALAR SUBQUERY") && *s != "SCAN CONSTANT ROW" && *s != "SCAN limits");
+        .filter(|s| {
+            !s.starts_with("SCALAR SUBQUERY") && *s != "SCAN CONSTANT ROW" && *s != "SCAN limits"
+        });
     for step in per_batch {
         assert!(
             step.contains("USING PRIMARY KEY") || step.contains("USING INTEGER PRIMARY KEY"),

@@ -240,3 +240,23 @@ pub fn vm_steps(store: &Store<SqliteDb>, sql: &str, params: &[Param]) -> i32 {
         .unwrap();
     steps
 }
+
+/// The steps of a plan that read a table (by name or by the aliases the
+/// statements use) from end to end instead of seeking an index. Walking the
+/// partial index of leased items is allowed: it holds the items in flight only;
+/// so is the failed-items one (failed rows only; the dead-letter count is capped).
+pub fn scans(plan: &[String]) -> Vec<&String> {
+    const TABLES: [&str; 7] = ["cron_queue", "batches", "invocations", "b", "c", "q", "d"];
+    plan.iter()
+        .filter(|s| {
+            s.strip_prefix("SCAN ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|object| TABLES.contains(&object))
+                && !s.ends_with("INDEX cron_queue_leased")
+                // Failed rows only, and the metrics' dead-letter count stops at its cap.
+                && !s.ends_with("INDEX cron_queue_failed")
+                // Batches still filling only (tick_work.sql asks whether it is empty).
+                && !s.ends_with("INDEX batches_filling")
+        })
+        .collect()
+}
