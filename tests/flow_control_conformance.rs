@@ -501,3 +501,164 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
     );
     assert_eq!(small, big, "a claim's work grows with the items waiting");
 }
+
+/// A retry whose receiver asked for `delay_ms` (a 429 with Retry-After), as the
+/// drain commits it (`retry::defer` sets the retry and the pause).
+fn refused(item: &ClaimedItem, now: i64, delay_ms: i64) -> cron_fanout::core::model::Transition {
+    let mut t = settle(item, Outcome::Retry("429 Too Many Requests".into()), now);
+    cron_fanout::core::retry::defer(&mut t, Some(delay_ms), common::POLICY, now);
+    t
+}
+
+fn paused(store: &Store<SqliteDb>) -> Vec<String> {
+    texts(
+        store,
+        "SELECT key || '=' || paused_until FROM limit_state WHERE paused_until IS NOT NULL ORDER BY key",
+    )
+}
+
+#[test]
+fn a_receivers_delay_pauses_every_key_its_item_holds_and_no_item_holding_one_is_claimed_before_then(
+) {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["tenant:x", "host:a.example"], |i| i < 5);
+    hold(&store, &b, &["host:b.example"], |i| i >= 5);
+    let now = 1_000_000;
+    let first = claim(&store, now, 1, "c1");
+    assert_eq!(first[0].subject_id, "b-00000");
+    block_on(store.commit_outcomes(&[refused(&first[0], now + 10, 2_000)])).unwrap();
+    assert_eq!(
+        paused(&store),
+        [
+            format!("host:a.example={}", now + 2_010),
+            format!("tenant:x={}", now + 2_010)
+        ],
+        "every key the refused item holds, once"
+    );
+    let claim = block_on(store.claim_due_items_after(
+        now + 20,
+        10,
+        "c2",
+        now + LEASE_MS,
+        &Claimed::default(),
+    ))
+    .unwrap();
+    let subjects: Vec<&str> = claim.items.iter().map(|i| i.subject_id.as_str()).collect();
+    assert_eq!(
+        subjects,
+        ["b-00005", "b-00006", "b-00007", "b-00008", "b-00009"],
+        "only the items of the other key"
+    );
+    assert_eq!(
+        claim.held_until,
+        Some(now + 2_010),
+        "held by the pause: the claimer looks again when it ends"
+    );
+    assert_eq!(
+        count(&store, "SELECT sum(attempt) FROM cron_queue WHERE status = 'pending' AND id > 1"),
+        0,
+        "a paused key's siblings spend no attempt"
+    );
+    assert!(claim_after(&store, now + 2_009, 10, "c3", &mut Claimed::default()).is_empty());
+    let after = common::claim(&store, now + 2_010, 10, "c4");
+    assert_eq!(after.len(), 5, "the retried item and its 4 siblings, at the pause's end");
+}
+
+#[test]
+fn a_pause_never_shortens_and_a_commit_without_a_receivers_delay_writes_none() {
+    let store = setup();
+    let b = batch_of(&store, "b", 4, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    let items = claim(&store, now, 4, "c1");
+    // Plain retries (backoff), a success: no pause row at all.
+    let plain = vec![
+        settle(&items[0], Outcome::Retry("500".into()), now),
+        settle(&items[1], Outcome::Done, now),
+    ];
+    block_on(store.commit_outcomes(&plain)).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 0);
+    // Two refusals in one commit: one row, the later end.
+    let two = vec![
+        refused(&items[2], now, 3_000),
+        refused(&items[3], now, 1_000),
+    ];
+    block_on(store.commit_outcomes(&two)).unwrap();
+    assert_eq!(paused(&store), [format!("host:a.example={}", now + 3_000)]);
+    let again = claim(&store, now + 6_000, 1, "c2");
+    block_on(store.commit_outcomes(&[refused(&again[0], now + 6_000, 0)])).unwrap();
+    assert_eq!(
+        paused(&store),
+        [format!("host:a.example={}", now + 6_000)],
+        "a later pause moves it on, never back"
+    );
+}
+
+#[test]
+fn a_pause_keeps_the_cursor_below_the_items_it_held_until_an_hour_after_it_ended() {
+    let store = setup();
+    let b = batch_of(&store, "b", 6, 3);
+    hold(&store, &b, &["host:a.example"], |i| i < 3);
+    let now = 1_000_000;
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES ('host:a.example', 0, '', ?1)",
+            [now + 1_000],
+        )
+        .unwrap();
+    let free = claim(&store, now, 10, "c1");
+    assert_eq!(free.len(), 3, "the three items of no paused key");
+    block_on(store.commit_outcomes(&settle_all(&free, Outcome::Done, now + 1))).unwrap();
+    let first_held = count(&store, "SELECT min(id) FROM cron_queue");
+    assert!(
+        count(&store, "SELECT claim_after FROM batches") < first_held,
+        "the cursor stops before the first item the pause held"
+    );
+    // The pause is still kept after it ended: the reaper forgets it an hour later.
+    block_on(store.reap_expired_leases(now + 1_000 + 3_600_000, 100)).unwrap();
+    assert_eq!(paused(&store).len(), 1);
+    let held = claim(&store, now + 1_000, 10, "c2");
+    assert_eq!(held.len(), 3, "claimed once the pause ended");
+    block_on(store.reap_expired_leases(now + 1_001 + 3_600_000, 100)).unwrap();
+    assert!(paused(&store).is_empty(), "forgotten an hour after its end");
+}
+
+#[test]
+fn a_completion_callback_holds_the_host_key_of_its_url() {
+    use cron_fanout::core::limits::host_key;
+    for (url, key) in [
+        ("https://Hooks.Example.com:8443/done?x=1", Some("host:hooks.example.com")),
+        ("http://127.0.0.1:9000/cb", Some("host:127.0.0.1")),
+        ("https://example.com", Some("host:example.com")),
+        ("https://[::1]/cb", None),
+    ] {
+        let store = setup();
+        let b = batch_of(&store, "b", 1, 3);
+        let on_finish = serde_json::json!({ "url": url }).to_string();
+        store
+            .db()
+            .conn()
+            .execute(
+                "UPDATE batches SET on_finish = ?1, callback_max_attempts = 3 WHERE id = ?2",
+                rusqlite::params![on_finish, b],
+            )
+            .unwrap();
+        store
+            .db()
+            .conn()
+            .execute("UPDATE batches SET finished_at = 5 WHERE id = ?1", [&b])
+            .unwrap();
+        let stored = texts(
+            &store,
+            "SELECT coalesce(limits, 'NULL') FROM cron_queue WHERE kind = 'callback'",
+        );
+        let expected = key.map_or("NULL".to_string(), |k| format!("[\"{k}\"]"));
+        assert_eq!(stored, [expected], "{url}");
+        if key.is_some() {
+            assert_eq!(host_key(url).as_deref(), key, "the trigger and core::limits agree: {url}");
+        }
+    }
+}

@@ -39,6 +39,12 @@ pub fn candidates_per_batch(limit: i64, limits_defined: bool) -> i64 {
 /// interval, so a drain looks again about as often as slots come back.
 pub const HELD_POLL_MS: i64 = 1_000;
 
+/// How long a pause is kept after it ended (`sql/clear_ended_pauses.sql`, run
+/// with the tick's reaper): while one is kept, claims may hold items back below
+/// claimed ones, so the cursor stops at them; an hour outlives every lease that
+/// started under the pause.
+pub const PAUSE_KEPT_MS: i64 = 3_600_000;
+
 /// Whether `key` may be held by an item: 1 to 128 ASCII letters, digits and
 /// `.` `_` `:` `-` `@`.
 pub fn is_key(key: &str) -> bool {
@@ -105,6 +111,30 @@ pub fn merge_keys(explicit: &[String], from_kind: &[String]) -> Result<Vec<Strin
         }
     }
     Ok(keys)
+}
+
+/// The prefix of a receiver's implicit key: a `webhook`, each channel of a
+/// `multi`, a completion callback hold `host:<hostname>` of their URL.
+pub const HOST_PREFIX: &str = "host:";
+/// The prefix of a `service` item's implicit key: `service:<binding>`.
+pub const SERVICE_PREFIX: &str = "service:";
+
+/// The implicit key of a receiver reached at `url`: `host:` and its hostname
+/// (lower case, no port, an IPv6 address without its brackets), so every item
+/// sent to one host can be limited and paused together (`PUT
+/// /limits/host:api.example.com`). `None` when the URL has no host or the
+/// hostname is not a key (it is then limited by no implicit key).
+pub fn host_key(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']');
+    let key = format!("{HOST_PREFIX}{}", host.to_ascii_lowercase());
+    is_key(&key).then_some(key)
+}
+
+/// The implicit key of a `service` item calling `binding`.
+pub fn service_key(binding: &str) -> Option<String> {
+    let key = format!("{SERVICE_PREFIX}{binding}");
+    is_key(&key).then_some(key)
 }
 
 /// The keys as the queue stores them: a JSON array, or `None` for none (no
@@ -312,6 +342,16 @@ mod tests {
         assert!(is_limit_key("github"));
         assert!(!is_limit_key("tenant*"), "a partition ends with :*");
         assert!(!is_limit_key(":*"), "a partition needs a prefix");
+    }
+
+    #[test]
+    fn a_receivers_implicit_key_is_its_hostname_without_port_or_case() {
+        assert_eq!(host_key("http://127.0.0.1:9000/hook?x=1").as_deref(), Some("host:127.0.0.1"));
+        assert_eq!(host_key("https://API.Example.com/a").as_deref(), Some("host:api.example.com"));
+        assert_eq!(host_key("https://[::1]:8443/").as_deref(), Some("host:::1"));
+        assert_eq!(host_key("https://bücher.example/").as_deref(), Some("host:xn--bcher-kva.example"));
+        assert_eq!(host_key("not a url"), None);
+        assert_eq!(service_key("billing").as_deref(), Some("service:billing"));
     }
 
     #[test]

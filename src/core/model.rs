@@ -190,6 +190,10 @@ pub struct Transition {
     /// `None` leaves them as they are.
     #[serde(default)]
     pub receipts: Option<String>,
+    /// A retry the receiver delayed (`Ran::retry_after_ms`): every key the item
+    /// holds is paused until then (`sql/pause_limit_keys.sql`). Not a column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<i64>,
 }
 
 impl Transition {

@@ -43,6 +43,7 @@ pub fn decide(
         error: None,
         attempt: None,
         receipts: None,
+        paused_until: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
     // would pass the bound `last_error` keeps.
@@ -74,7 +75,8 @@ pub fn decide(
 
 /// A retry whose answer asked for its own delay (`Ran::retry_after_ms`) waits
 /// that long instead of the backoff, at most the retry cap (`policy.max_ms`): an
-/// answer cannot park an item for longer than the deployment would.
+/// answer cannot park an item for longer than the deployment would. Its keys are
+/// paused as long (`Transition::paused_until`).
 pub fn defer(
     transition: &mut Transition,
     retry_after_ms: Option<i64>,
@@ -83,6 +85,8 @@ pub fn defer(
 ) {
     if let (ItemStatus::Pending, Some(ms)) = (transition.status, retry_after_ms) {
         transition.run_after = Some(now_ms + ms.clamp(0, policy.max_ms));
+        // The receiver's word holds for every item sent to it, not only this one.
+        transition.paused_until = transition.run_after;
     }
 }
 
@@ -113,6 +117,7 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         error: Some(format!("attempt {} released unrun: {why}", item.attempt)),
         attempt: Some(item.attempt - 1),
         receipts: None,
+        paused_until: None,
     }
 }
 

@@ -142,6 +142,21 @@ impl Job for Multi {
     fn has_channels(&self) -> bool {
         true
     }
+
+    /// `host:<hostname>` of each channel's URL, each once.
+    fn limit_keys(&self, payload: &Value) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        let channels = payload.get("channels").and_then(Value::as_array);
+        for c in channels.into_iter().flatten() {
+            let url = c.get("url").and_then(Value::as_str).unwrap_or("");
+            if let Some(k) = crate::core::limits::host_key(url) {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys
+    }
 }
 
 async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {

@@ -210,6 +210,13 @@ impl Job for Webhook {
     fn redact(&self, payload: &mut Value) {
         redact_signing_secret(payload);
     }
+
+    /// `host:<hostname>` of its URL: every item to one receiver holds one key,
+    /// which its refusals pause and a limit may govern.
+    fn limit_keys(&self, payload: &Value) -> Vec<String> {
+        let url = payload.get("url").and_then(Value::as_str).unwrap_or("");
+        crate::core::limits::host_key(url).into_iter().collect()
+    }
 }
 
 async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {

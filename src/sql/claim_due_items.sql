@@ -26,5 +26,7 @@ SET status = 'processing',
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
           receipts,
-          (SELECT EXISTS (SELECT 1 FROM limits)) AS limits_defined,
+          (SELECT EXISTS (SELECT 1 FROM limits)
+                  OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
+            AS limits_defined,
           (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;

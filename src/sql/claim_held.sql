@@ -13,19 +13,23 @@
 -- k = max(1, min(waiting, burst / 2, rate / per_seconds)) with `waiting` the held
 -- candidates holding the key: a held claimer claims a batch of starts at once,
 -- not one per token, and half the burst absorbs its own lateness
--- (core::limits::Gcra::wake_at, the Rust twin).
+-- (core::limits::Gcra::wake_at, the Rust twin). A paused key wakes it when the
+-- pause ends (at the rate's instant if later). `limits_defined` is also set while
+-- a pause is kept: its claims work as under a limit (store::Claimed).
 -- ?1 to ?6 as in claim_selection.sql.
 SELECT (SELECT count(*) FROM blocked) AS held,
-       (SELECT min((max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
-                    + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
-                      * g.per_seconds * 1000
-                    - (g.burst - max(1, min(w.n, g.burst / 2, g.rate / g.per_seconds)))
-                      * g.per_seconds * 1000
-                    + g.rate - 1) / g.rate)
+       (SELECT min(max(CASE WHEN g.rate IS NULL THEN 0 ELSE
+                     (max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
+                      + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
+                        * g.per_seconds * 1000
+                      - (g.burst - max(1, min(w.n, g.burst / 2, g.rate / g.per_seconds)))
+                        * g.per_seconds * 1000
+                      + g.rate - 1) / g.rate END,
+                   coalesce(g.paused_until, 0)))
         FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
         JOIN (SELECT h.key, count(*) AS n FROM held AS h
               WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w ON w.key = g.key
-        WHERE g.rate IS NOT NULL)
+        WHERE g.rate IS NOT NULL OR g.paused_until IS NOT NULL)
          AS wake_at,
-       (SELECT EXISTS (SELECT 1 FROM limits)) AS limits_defined,
+       (SELECT kept FROM force) AS limits_defined,
        (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;

@@ -45,6 +45,10 @@
 -- cost = per_seconds × 1000; a state counted under another rate or window
 -- (`basis`) is a full burst. With ?6 = 0 (no charge statement before this one),
 -- every rate-limited key has no room.
+-- A paused key (limit_state.paused_until after ?1: its receiver asked to slow
+-- down, pause_limit_keys.sql) has no room, with a limit or without. Keys are read
+-- at all only while a limit or a pause is kept (`force`): an item's implicit
+-- key (host:, service:) costs a claim nothing else.
 -- A held candidate stays pending: no write, no attempt. Head of line: a batch's
 -- items wait behind at most ?5 − 1 held items of their own batch.
 -- `taken`: what the claim takes of each key (the charge's and the hold's count).
@@ -104,22 +108,31 @@ ordered AS MATERIALIZED (
         FROM (SELECT * FROM due UNION ALL SELECT * FROM cursor UNION ALL SELECT * FROM callbacks)
              AS u)
 ),
+force AS MATERIALIZED (
+  SELECT EXISTS (SELECT 1 FROM limits)
+         OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL) AS kept
+),
 held AS MATERIALIZED (
   SELECT o.id, o.ord, k.value AS key
   FROM ordered AS o, json_each(o.limits) AS k
-  WHERE o.limits IS NOT NULL
+  WHERE o.limits IS NOT NULL AND (SELECT kept FROM force)
 ),
 governed AS MATERIALIZED (
   SELECT k.key, l.rate, l.per_seconds, l.burst, l.concurrency,
-         l.rate || '/' || l.per_seconds AS basis
+         l.rate || '/' || l.per_seconds AS basis,
+         (SELECT s.paused_until FROM limit_state AS s
+          WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER)) AS paused_until
   FROM (SELECT DISTINCT key FROM held) AS k
-  JOIN limits AS l ON l.key = coalesce(
+  LEFT JOIN limits AS l ON l.key = coalesce(
     (SELECT o.key FROM limits AS o WHERE o.key = k.key),
     (SELECT p.key FROM limits AS p
      WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(k.key)
        AND substr(k.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
      ORDER BY length(p.key) DESC
      LIMIT 1))
+  WHERE l.key IS NOT NULL
+     OR EXISTS (SELECT 1 FROM limit_state AS s
+                WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER))
 ),
 in_flight AS MATERIALIZED (
   SELECT k.value AS key, count(*) AS n
@@ -144,6 +157,7 @@ state AS MATERIALIZED (
 ),
 room AS MATERIALIZED (
   SELECT g.key,
+         CASE WHEN g.paused_until IS NOT NULL THEN 0 ELSE
          min(CASE WHEN g.concurrency IS NULL THEN 1000000000
                   ELSE g.concurrency - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
              END,
@@ -153,7 +167,7 @@ room AS MATERIALIZED (
                         - max(0, coalesce((SELECT s.tat FROM state AS s WHERE s.key = g.key), 0)
                                  - CAST(?1 AS INTEGER) * g.rate))
                        / (g.per_seconds * 1000)
-             END) AS room
+             END) END AS room
   FROM governed AS g
 ),
 spent AS (

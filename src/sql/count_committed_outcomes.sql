@@ -23,7 +23,8 @@
 -- cursor items in id order, so every cursor item below a claimed one was claimed
 -- too, and those the cursor passes need not be read again. While limits are
 -- defined a held item may stay pending below a claimed one (migration 0020): the
--- cursor then stops just before the first pending cursor item. A batch whose flush holds only retries or
+-- cursor then stops just before the first pending cursor item; so it does while
+-- a pause is kept (migration 0022). A batch whose flush holds only retries or
 -- releases gets that write too (it would anyway with a terminal outcome).
 -- It also moves the batch's lease window (migration 0015) up to just before its
 -- first cursor item still on its first attempt (pending or in flight, run_after
@@ -56,7 +57,9 @@ UPDATE batches
 SET completed = batches.completed + (x.d ->> 'done'),
     failed = batches.failed + (x.d ->> 'failures'),
     claim_after = max(batches.claim_after,
-                      CASE WHEN NOT EXISTS (SELECT 1 FROM limits) THEN coalesce(x.d ->> 'last_id', 0)
+                      CASE WHEN NOT EXISTS (SELECT 1 FROM limits)
+                            AND NOT EXISTS (SELECT 1 FROM limit_state
+                                            WHERE paused_until IS NOT NULL) THEN coalesce(x.d ->> 'last_id', 0)
                       ELSE min(coalesce(x.d ->> 'last_id', 0),
                                coalesce((SELECT q.id - 1 FROM cron_queue AS q NOT INDEXED
                                          WHERE q.id > batches.claim_after

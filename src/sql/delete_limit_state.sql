@@ -5,9 +5,12 @@
 -- later starts from a full burst. Nothing when the key has no limit (a 404 writes
 -- nothing). Members are a range of the primary key: every key after `prefix:` and
 -- before `prefix;` (';' follows ':').
+-- A paused key's row stays (its pause outlives the limit; clear_ended_pauses.sql
+-- forgets it).
 -- ?1 key.
 DELETE FROM limit_state
 WHERE EXISTS (SELECT 1 FROM limits WHERE key = ?1)
+  AND paused_until IS NULL
   AND (key = ?1
        OR (substr(?1, -2) = ':*'
            AND key > substr(?1, 1, length(?1) - 1)

@@ -90,6 +90,9 @@ statement! {
     /// `transitions_json`, the same for the commit and its read-back.
     CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes_by_batch: String }
     CommitOutcomes = COMMIT_OUTCOMES { outcomes: String }
+    /// `pauses`: JSON array of {"id", "token", "until"} (`store::pauses_json`).
+    PauseLimitKeys = PAUSE_LIMIT_KEYS { pauses: String }
+    ClearEndedPauses = CLEAR_ENDED_PAUSES { now: i64, kept: i64 }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }
     ReapExpiredLeases = REAP_EXPIRED_LEASES { now: i64, page: i64 }

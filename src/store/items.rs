@@ -139,16 +139,20 @@ impl<D: Db> Store<D> {
         let Some(json) = transitions_json(transitions.iter().copied()) else {
             return Ok(Vec::new());
         };
-        let mut statements = vec![
-            sql::CountCommittedOutcomes {
-                outcomes_by_batch: outcomes_by_batch_json(&transitions),
-            }
-            .bind(),
+        let mut statements = vec![sql::CountCommittedOutcomes {
+            outcomes_by_batch: outcomes_by_batch_json(&transitions),
+        }
+        .bind()];
+        // Only a commit that carries a receiver's "slow down" writes a pause.
+        if let Some(pauses) = pauses_json(&transitions) {
+            statements.push(sql::PauseLimitKeys { pauses }.bind());
+        }
+        statements.push(
             sql::CommitOutcomes {
                 outcomes: json.clone(),
             }
             .bind(),
-        ];
+        );
         if read_back {
             // What the failed attempt applied is no longer processing: the count
             // would call it lost. Read back what either attempt applied instead.
@@ -173,9 +177,16 @@ impl<D: Db> Store<D> {
 
     /// Requeue or fail a page of expired leases; the failures are counted into
     /// their batches in the same call (one row per batch).
+    /// Pauses that ended `limits::PAUSE_KEPT_MS` ago are forgotten in the same
+    /// call (`sql/clear_ended_pauses.sql`).
     pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
         self.db
             .batch_rows(vec![
+                sql::ClearEndedPauses {
+                    now,
+                    kept: limits::PAUSE_KEPT_MS,
+                }
+                .bind(),
                 sql::CountReapedFailures { now, page: limit }.bind(),
                 sql::ReapExpiredLeases { now, page: limit }.bind(),
             ])
@@ -363,6 +374,19 @@ impl LostInCommit {
     }
 }
 
+/// The JSON parameter of `pause_limit_keys.sql`: the outcomes whose receiver
+/// paused their keys, or `None` when none did (no statement is sent).
+pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
+    let pauses: Vec<Value> = transitions
+        .iter()
+        .filter_map(|t| {
+            let until = t.paused_until?;
+            Some(serde_json::json!({"id": t.id, "token": t.token, "until": until}))
+        })
+        .collect();
+    (!pauses.is_empty()).then(|| Value::Array(pauses).to_string())
+}
+
 /// The JSON parameter of `commit_outcomes.sql` (and of the read-back run with it
 /// on a retry), or `None` for no transitions: the [`Transition`]s as serde writes
 /// them, so the statements read the model's own field names.
@@ -409,6 +433,7 @@ mod tests {
             error: Some("e".into()),
             attempt: Some(1),
             receipts: Some("{}".into()),
+            paused_until: Some(3),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
         let row = json[0].as_object().unwrap();
@@ -432,5 +457,15 @@ mod tests {
         assert_eq!(grouped["b"].as_array().unwrap().len(), 2);
         assert_eq!(grouped["a"][0]["id"], 8);
         assert_carries_keys_read(&grouped["b"].to_string(), sql::COUNT_COMMITTED_OUTCOMES);
+        // The pause reads its own rows, of the paused outcomes only.
+        let unpaused = Transition {
+            id: 9,
+            paused_until: None,
+            ..t.clone()
+        };
+        let pauses = pauses_json(&[&t, &unpaused]).unwrap();
+        assert_carries_keys_read(&pauses, sql::PAUSE_LIMIT_KEYS);
+        assert_eq!(pauses, r#"[{"id":7,"token":"t.7","until":3}]"#);
+        assert_eq!(pauses_json(&[&unpaused]), None);
     }
 }
