@@ -5,7 +5,10 @@
 //! commit the world is checked against the bounds, read from the rows with
 //! plain SQL (not the claim's): no key ever has more items in flight than its
 //! concurrency, no interval sees more starts of a key than `burst + rate × t /
-//! per_seconds`, a held item spends no attempt, and every item ends.
+//! per_seconds`, a held item spends no attempt, and every item ends. Some runs
+//! end in a receiver's "slow down" (a retry with its delay): from the commit
+//! that records it, no drainer claims an item holding one of its keys before
+//! the delay ends.
 
 mod common;
 
@@ -14,7 +17,7 @@ use std::collections::BTreeMap;
 use common::*;
 use cron_fanout::core::limits::{governing, Gcra};
 use cron_fanout::core::model::{ClaimedItem, Outcome};
-use cron_fanout::core::retry::release;
+use cron_fanout::core::retry::{defer, release};
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{Claimed, Store};
 use futures::executor::block_on;
@@ -46,6 +49,8 @@ struct World {
     /// Claims and releases per item: its attempt must be claims − releases.
     claims: BTreeMap<i64, i64>,
     releases: BTreeMap<i64, i64>,
+    /// Each key's pause, from the refusals whose commit applied.
+    pauses: BTreeMap<String, i64>,
     seed: u64,
 }
 
@@ -54,8 +59,9 @@ struct Drainer {
     /// Claimed items with the time their run ends (None: dispatched, never ends
     /// because this drainer died).
     running: Vec<(ClaimedItem, i64)>,
-    /// Finished runs waiting for the next flush.
-    done: Vec<(ClaimedItem, Outcome)>,
+    /// Finished runs waiting for the next flush, with the receiver's delay of a
+    /// refusal.
+    done: Vec<(ClaimedItem, Outcome, Option<i64>)>,
     next_claim: i64,
     next_flush: i64,
     dead: bool,
@@ -150,6 +156,7 @@ fn world(seed: u64) -> World {
         starts: BTreeMap::new(),
         claims: BTreeMap::new(),
         releases: BTreeMap::new(),
+        pauses: BTreeMap::new(),
         seed,
     }
 }
@@ -234,6 +241,13 @@ impl World {
         for item in claim.items {
             *self.claims.entry(item.item_id).or_insert(0) += 1;
             for k in &self.keys[&item.item_id] {
+                let until = self.pauses.get(k).copied().unwrap_or(0);
+                assert!(
+                    until <= now,
+                    "seed {}: item {} holding {k} claimed at {now}, paused until {until}",
+                    self.seed,
+                    item.item_id
+                );
                 self.starts.entry(k.clone()).or_default().push(now);
             }
             let ends = now + self.rng.random_range(5..3_000);
@@ -244,8 +258,10 @@ impl World {
 
     fn flush(&mut self, d: &mut Drainer, now: i64) {
         let mut transitions = Vec::new();
-        for (item, outcome) in d.done.drain(..) {
-            transitions.push(settle(&item, outcome, now));
+        for (item, outcome, delay) in d.done.drain(..) {
+            let mut t = settle(&item, outcome, now);
+            defer(&mut t, delay, POLICY, now);
+            transitions.push(t);
         }
         // Now and then a claimed item is given back unrun (its lease cannot cover
         // the call any more).
@@ -255,7 +271,15 @@ impl World {
             transitions.push(release(&item));
         }
         if !transitions.is_empty() {
-            block_on(self.store.commit_outcomes(&transitions)).unwrap();
+            let applied = block_on(self.store.commit_outcomes(&transitions)).unwrap();
+            for t in transitions.iter().filter(|t| applied.contains(&t.id)) {
+                if let Some(until) = t.paused_until {
+                    for k in &self.keys[&t.id] {
+                        let p = self.pauses.entry(k.clone()).or_insert(0);
+                        *p = (*p).max(until);
+                    }
+                }
+            }
         }
         self.check_in_flight(now);
     }
@@ -308,12 +332,16 @@ fn run_seed(seed: u64) {
                 d.running.drain(..).partition(|(_, at)| *at <= now);
             d.running = running;
             for (item, _) in finished {
-                let outcome = match w.rng.random_range(0..100) {
-                    0..80 => Outcome::Done,
-                    80..95 => Outcome::Retry("busy".into()),
-                    _ => Outcome::Fail("bad".into()),
+                let (outcome, delay) = match w.rng.random_range(0..100) {
+                    0..80 => (Outcome::Done, None),
+                    80..90 => (Outcome::Retry("busy".into()), None),
+                    90..95 => (
+                        Outcome::Retry("429".into()),
+                        Some(w.rng.random_range(0..3_000)),
+                    ),
+                    _ => (Outcome::Fail("bad".into()), None),
                 };
-                d.done.push((item, outcome));
+                d.done.push((item, outcome, delay));
             }
             if now >= d.next_flush {
                 w.flush(d, now);
@@ -362,7 +390,7 @@ fn run_seed(seed: u64) {
 }
 
 #[test]
-fn concurrency_and_rate_bounds_hold_with_several_drainers_and_every_item_ends() {
+fn concurrency_rate_and_pause_bounds_hold_with_several_drainers_and_every_item_ends() {
     let seeds = std::env::var("FLOW_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
