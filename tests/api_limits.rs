@@ -578,7 +578,7 @@ fn the_governing_limit_read_is_the_one_core_limits_picks() {
     for (s, k) in refs.iter().zip(keys) {
         hold(&host, &[s], &[k]);
     }
-    let (_, usage) = block_on(host.store.list_limits("", 100, host.now.get())).unwrap();
+    let (_, usage, _) = block_on(host.store.list_limits("", 100, host.now.get())).unwrap();
     for key in keys {
         let read = usage
             .keys
@@ -742,4 +742,33 @@ fn the_usage_read_never_scans_the_queue() {
         plan.iter().any(|d| d.contains("cron_queue_due")),
         "{plan:#?}"
     );
+}
+
+#[test]
+fn get_limits_shows_each_paused_key_and_a_limits_own_pause_until_it_ends() {
+    let host = setup();
+    put(&host, "github", json!({"rate": 20}));
+    let now = host.now.get();
+    let conn = host.store.db().conn();
+    for (key, until) in [("github", now + 2_000), ("host:a.example", now + 5_000), ("host:old", now - 1)] {
+        conn.execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES (?1, 0, '', ?2)",
+            rusqlite::params![key, until],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let listed = host.ok(GET, "/limits", None, 200);
+    assert_eq!(
+        listed["paused"],
+        json!([
+            {"key": "host:a.example", "paused_until": rfc3339(now + 5_000)},
+            {"key": "github", "paused_until": rfc3339(now + 2_000)},
+        ]),
+        "paused now, with a limit or without; an ended pause is not listed"
+    );
+    assert_eq!(listed["limits"][0]["paused_until"], json!(rfc3339(now + 2_000)));
+    assert_eq!(live(&host, "github")["paused_until"], json!(rfc3339(now + 2_000)));
+    host.now.set(now + 2_000);
+    assert_eq!(live(&host, "github")["paused_until"], Value::Null);
 }

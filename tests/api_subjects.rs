@@ -202,22 +202,26 @@ fn subjects_hold_their_limit_keys_and_listings_show_them() {
     limited["limits"] = json!(["tenant:acme", "github"]);
     host.put_subjects(json!([limited, subject("b")]));
     let got = host.ok(GET, "/subjects", None, 200);
+    // A webhook also holds its receiver's implicit key, shown after its own.
     assert_eq!(
         got["subjects"][0]["limits"],
-        json!(["tenant:acme", "github"])
+        json!(["tenant:acme", "github", "host:example.com"])
     );
     assert_eq!(
         got["subjects"][1]["limits"],
-        json!([]),
-        "none: an empty list"
+        json!(["host:example.com"]),
+        "none of its own: the implicit key only"
     );
     assert_eq!(
         host.ok(GET, "/subjects/a", None, 200)["limits"],
-        json!(["tenant:acme", "github"])
+        json!(["tenant:acme", "github", "host:example.com"])
     );
-    // A PUT replaces the subject whole: without limits it holds none.
+    // A PUT replaces the subject whole: without limits it holds the implicit key only.
     host.put_subjects(json!([subject("a")]));
-    assert_eq!(host.ok(GET, "/subjects/a", None, 200)["limits"], json!([]));
+    assert_eq!(
+        host.ok(GET, "/subjects/a", None, 200)["limits"],
+        json!(["host:example.com"])
+    );
     let stored = host.fingerprint();
     assert!(
         stored.iter().all(|r| !r.contains("tenant:acme")),
@@ -276,7 +280,7 @@ fn a_subject_holds_its_kinds_limit_keys_after_its_own() {
         [
             &json!(["tenant:acme", "github", "github:acme"]),
             &json!(["github", "github:bolt"]),
-            &json!([]),
+            &json!(["host:example.com"]),
         ]
     );
     // Four of its own and the kind's two: the kind's are not counted.

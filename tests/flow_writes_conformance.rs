@@ -220,7 +220,7 @@ fn explicit_items_store_their_keys_and_null_for_none() {
 }
 
 #[test]
-fn a_completion_callback_holds_no_keys() {
+fn a_completion_callback_holds_only_the_host_key_of_its_url() {
     let store = store();
     let items = vec![ItemInput {
         keys: keys(&["github"]),
@@ -252,7 +252,7 @@ fn a_completion_callback_holds_no_keys() {
             &store,
             "SELECT kind || ' ' || coalesce(limits, 'NULL') FROM cron_queue ORDER BY id"
         ),
-        [r#"noop ["github"]"#, "callback NULL"]
+        [r#"noop ["github"]"#, r#"callback ["host:example.com"]"#]
     );
 }
 

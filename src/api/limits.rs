@@ -39,16 +39,18 @@ pub async fn put<D: Db>(app: &App<'_, D>, key: &str, body: &[u8]) -> ApiResult {
 }
 
 /// One page in key order, each limit with its live state; `next_after` is set
-/// when the page is full.
+/// when the page is full. `paused`: the keys paused now (by their receiver's
+/// answers), with a limit or without, whatever the page.
 pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
-    let (rows, usage) = app.store.list_limits(&q.after, q.limit, app.now).await?;
+    let (rows, usage, paused) = app.store.list_limits(&q.after, q.limit, app.now).await?;
     let next = next_after(&rows, q.limit, |r| &r.key);
     let limits: Vec<LimitView> = rows
         .iter()
         .map(|r| view(r, &usage, app.now, DUE_CAP))
         .collect();
-    Ok((200, json!({ "limits": limits, "next_after": next })))
+    let paused: Vec<Value> = paused.iter().map(|p| p.shown()).collect();
+    Ok((200, json!({ "limits": limits, "next_after": next, "paused": paused })))
 }
 
 pub async fn get<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {

@@ -27,6 +27,9 @@ pub struct LimitRow {
     pub tat: Option<i64>,
     #[serde(default)]
     pub basis: Option<String>,
+    /// The key's pause (a receiver's "slow down"), if one was set.
+    #[serde(default)]
+    pub paused_until: Option<i64>,
 }
 
 /// A rate state's `tat`, read as text: in units of ms × rate it passes 2^53 (the
@@ -165,6 +168,29 @@ pub struct LimitView {
     /// waiting), at most [`BUSIEST`]; absent for a limit of one key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<PartitionView>>,
+    /// Until when the key's receiver asked it to pause (RFC 3339); null when
+    /// not paused now.
+    pub paused_until: Option<String>,
+}
+
+/// A key paused now (`GET /limits` `paused`), with or without a limit: its
+/// receiver answered a retry with a delay (429, 503 with Retry-After).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PausedKey {
+    pub key: String,
+    pub paused_until: i64,
+}
+
+impl PausedKey {
+    /// As `GET /limits` shows it.
+    pub fn shown(&self) -> serde_json::Value {
+        serde_json::json!({"key": self.key, "paused_until": rfc3339(self.paused_until)})
+    }
+}
+
+/// A pause as shown: `None` once it has ended.
+pub fn paused_until(until: Option<i64>, now_ms: i64) -> Option<String> {
+    until.filter(|u| *u > now_ms).map(rfc3339)
 }
 
 /// One partition of a partitioned limit: a key it governs.
@@ -214,6 +240,7 @@ pub fn view(row: &LimitRow, usage: &Usage, now_ms: i64, due_cap: i64) -> LimitVi
         waiting,
         waiting_capped: usage.due_read >= due_cap,
         partitions,
+        paused_until: paused_until(row.paused_until, now_ms),
     }
 }
 
@@ -235,6 +262,7 @@ mod tests {
             updated_at: NOW,
             tat: None,
             basis: None,
+            paused_until: None,
         }
     }
 
@@ -374,7 +402,8 @@ mod tests {
             json!({"key": "github", "rate": null, "per_seconds": null, "burst": null,
                    "concurrency": 4, "partitioned": false,
                    "created_at": rfc3339(NOW - 1_000), "updated_at": rfc3339(NOW),
-                   "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false})
+                   "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false,
+                   "paused_until": null})
         );
     }
 

@@ -81,4 +81,5 @@ sql! {
     DELETE_LIMIT_STATE => "delete_limit_state.sql",
     DELETE_LIMIT => "delete_limit.sql",
     LIMIT_USAGE => "limit_usage.sql",
+    LIST_PAUSED_KEYS => "list_paused_keys.sql",
 }

@@ -193,6 +193,7 @@ statement! {
     GetLimit<'a> = GET_LIMIT { key: &'a str }
     ListLimits<'a> = LIST_LIMITS { after: &'a str, limit: i64 }
     DeleteLimitState<'a> = DELETE_LIMIT_STATE { key: &'a str }
+    ListPausedKeys = LIST_PAUSED_KEYS { now: i64, limit: i64 }
     DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
     LimitUsage = LIMIT_USAGE { now: i64, due_cap: i64 }

@@ -2,8 +2,11 @@
 //! with their rate state. The claim reads them itself (`sql/claim_selection.sql`).
 
 use super::*;
-use crate::core::limit_view::{KeyUseRow, LimitRow, Usage};
+use crate::core::limit_view::{KeyUseRow, LimitRow, PausedKey, Usage};
 use crate::core::limits::Limit;
+
+/// `GET /limits` lists at most this many paused keys (the longest pauses).
+pub const PAUSED_LISTED: i64 = 100;
 
 impl<D: Db> Store<D> {
     /// Create or replace a validated limit; the stored row (without state).
@@ -35,24 +38,31 @@ impl<D: Db> Store<D> {
         Ok(row.map(|row| (row, usage)))
     }
 
-    /// A page of limits in key order after `after`, and what every limit is using
-    /// (one call of two statements).
+    /// A page of limits in key order after `after`, what every limit is using,
+    /// and the keys paused now, at most [`PAUSED_LISTED`] (one call of three
+    /// statements).
     pub async fn list_limits(
         &self,
         after: &str,
         limit: i64,
         now: i64,
-    ) -> StoreResult<(Vec<LimitRow>, Usage)> {
+    ) -> StoreResult<(Vec<LimitRow>, Usage, Vec<PausedKey>)> {
         let mut read = self
             .db
             .batch_results(vec![
                 sql::ListLimits { after, limit }.bind(),
                 limit_usage(now),
+                sql::ListPausedKeys {
+                    now,
+                    limit: PAUSED_LISTED,
+                }
+                .bind(),
             ])
             .await?;
+        let paused = decode(read.pop().unwrap_or_default())?;
         let usage = usage_of(read.pop().unwrap_or_default())?;
         let rows = decode(read.pop().unwrap_or_default())?;
-        Ok((rows, usage))
+        Ok((rows, usage, paused))
     }
 
     /// Delete a limit and its rate state (its members' too for a partitioned
