@@ -502,7 +502,8 @@ fn metrics_count_the_dead_letters_of_finished_batches_too() {
             .any(|i| d.ends_with(&format!("USING INDEX {i}")));
         // SCAN CONSTANT ROW, SCAN limits: the lease window's reach, one constant
         // subquery (whether any limit is defined: a row of a small table, migration 0020).
-        let subquery = ["SCAN r", "SCAN h", "SCAN CONSTANT ROW", "SCAN limits"].contains(&d.as_str())
+        let subquery = ["SCAN r", "SCAN h", "SCAN CONSTANT ROW", "SCAN limits"]
+            .contains(&d.as_str())
             || d.starts_with("SCAN (subquery");
         assert!(partial || subquery, "{d:?} in {plan:#?}");
     }

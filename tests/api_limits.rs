@@ -750,7 +750,11 @@ fn get_limits_shows_each_paused_key_and_a_limits_own_pause_until_it_ends() {
     put(&host, "github", json!({"rate": 20}));
     let now = host.now.get();
     let conn = host.store.db().conn();
-    for (key, until) in [("github", now + 2_000), ("host:a.example", now + 5_000), ("host:old", now - 1)] {
+    for (key, until) in [
+        ("github", now + 2_000),
+        ("host:a.example", now + 5_000),
+        ("host:old", now - 1),
+    ] {
         conn.execute(
             "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES (?1, 0, '', ?2)",
             rusqlite::params![key, until],
@@ -767,8 +771,14 @@ fn get_limits_shows_each_paused_key_and_a_limits_own_pause_until_it_ends() {
         ]),
         "paused now, with a limit or without; an ended pause is not listed"
     );
-    assert_eq!(listed["limits"][0]["paused_until"], json!(rfc3339(now + 2_000)));
-    assert_eq!(live(&host, "github")["paused_until"], json!(rfc3339(now + 2_000)));
+    assert_eq!(
+        listed["limits"][0]["paused_until"],
+        json!(rfc3339(now + 2_000))
+    );
+    assert_eq!(
+        live(&host, "github")["paused_until"],
+        json!(rfc3339(now + 2_000))
+    );
     host.now.set(now + 2_000);
     assert_eq!(live(&host, "github")["paused_until"], Value::Null);
 }

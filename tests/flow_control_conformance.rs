@@ -556,13 +556,20 @@ fn a_receivers_delay_pauses_every_key_its_item_holds_and_no_item_holding_one_is_
         "held by the pause: the claimer looks again when it ends"
     );
     assert_eq!(
-        count(&store, "SELECT sum(attempt) FROM cron_queue WHERE status = 'pending' AND id > 1"),
+        count(
+            &store,
+            "SELECT sum(attempt) FROM cron_queue WHERE status = 'pending' AND id > 1"
+        ),
         0,
         "a paused key's siblings spend no attempt"
     );
     assert!(claim_after(&store, now + 2_009, 10, "c3", &mut Claimed::default()).is_empty());
     let after = common::claim(&store, now + 2_010, 10, "c4");
-    assert_eq!(after.len(), 5, "the retried item and its 4 siblings, at the pause's end");
+    assert_eq!(
+        after.len(),
+        5,
+        "the retried item and its 4 siblings, at the pause's end"
+    );
 }
 
 #[test]
@@ -630,7 +637,10 @@ fn a_pause_keeps_the_cursor_below_the_items_it_held_until_an_hour_after_it_ended
 fn a_completion_callback_holds_the_host_key_of_its_url() {
     use cron_fanout::core::limits::host_key;
     for (url, key) in [
-        ("https://Hooks.Example.com:8443/done?x=1", Some("host:hooks.example.com")),
+        (
+            "https://Hooks.Example.com:8443/done?x=1",
+            Some("host:hooks.example.com"),
+        ),
         ("http://127.0.0.1:9000/cb", Some("host:127.0.0.1")),
         ("https://example.com", Some("host:example.com")),
         ("https://[::1]/cb", None),
@@ -658,7 +668,11 @@ fn a_completion_callback_holds_the_host_key_of_its_url() {
         let expected = key.map_or("NULL".to_string(), |k| format!("[\"{k}\"]"));
         assert_eq!(stored, [expected], "{url}");
         if key.is_some() {
-            assert_eq!(host_key(url).as_deref(), key, "the trigger and core::limits agree: {url}");
+            assert_eq!(
+                host_key(url).as_deref(),
+                key,
+                "the trigger and core::limits agree: {url}"
+            );
         }
     }
 }

@@ -84,6 +84,10 @@ pub struct E2eArgs {
     /// between batches, priorities; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers"])]
     pub only_flow: bool,
+    /// Run only the backpressure part (a receiver's Retry-After pauses its
+    /// implicit host: key; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow"])]
+    pub only_backpressure: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -141,6 +145,10 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         let ran = crate::flow::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "flow-control part", ran);
     }
+    if args.only_backpressure {
+        let ran = crate::backpressure::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "backpressure part", ran);
+    }
     if args.only_hello_kind {
         let ran = crate::hello_kind::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "hello-kind part", ran);
@@ -176,7 +184,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     let ran = crate::drainers::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "drainers part", ran);
     if target.url.is_some() {
-        println!("# flow-control part skipped: --url mode cannot start a Worker with its settings");
+        println!("# flow-control and backpressure parts skipped: --url mode cannot start a Worker with its settings");
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
@@ -185,6 +193,8 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     }
     let ran = crate::flow::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "flow-control part", ran);
+    let ran = crate::backpressure::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "backpressure part", ran);
     // The example Workers, each on a runtime of its own (`service`: cron-fanout
     // and the TypeScript handler in one multi-worker `wrangler dev`).
     let ran = crate::hello_kind::e2e(target, timeout, checks).await;

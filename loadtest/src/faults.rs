@@ -37,6 +37,9 @@ pub struct Faults {
     /// (`Stats::peak_in_flight_by_group`): what a concurrency limit on the items
     /// sending them allows.
     pub group: Option<String>,
+    /// Send `Retry-After: <seconds>` with every answer that is not a 2xx: a
+    /// receiver that says when to come back (a pause of its key).
+    pub retry_after: Option<u32>,
 }
 
 /// What the sink does with one delivery.
@@ -67,6 +70,7 @@ impl Faults {
                 "hang_ms" => faults.hang_ms = value.parse().map_err(|e| bad(&e))?,
                 "hang_first" => faults.hang_first = value.parse().map_err(|e| bad(&e))?,
                 "body_mib" => faults.body_mib = value.parse().map_err(|e| bad(&e))?,
+                "retry_after" => faults.retry_after = Some(value.parse().map_err(|e| bad(&e))?),
                 "group" => {
                     let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
                     let label = |l: &str| !l.is_empty() && l.chars().all(fine);
@@ -135,6 +139,9 @@ impl Faults {
         }
         if let Some(group) = &self.group {
             add("group", group);
+        }
+        if let Some(secs) = self.retry_after {
+            add("retry_after", &secs);
         }
         q
     }
@@ -206,7 +213,7 @@ mod tests {
     #[test]
     fn parses_every_fault_and_round_trips() {
         let f = Faults::parse(
-            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50&group=g-1,all",
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50&group=g-1,all&retry_after=3",
         )
         .unwrap();
         assert_eq!(
@@ -221,6 +228,7 @@ mod tests {
                 redirect: Some(302),
                 body_mib: 50,
                 group: Some("g-1,all".into()),
+                retry_after: Some(3),
             }
         );
         assert_eq!(f.decide("k", 1).body_bytes, 50 << 20);

@@ -44,6 +44,7 @@
 //!   `schedules`: what schedules cost the tick.
 
 pub mod api;
+pub mod backpressure;
 pub mod bench;
 pub mod browser;
 pub mod checks;
@@ -60,8 +61,8 @@ pub mod e2e_schedules;
 pub mod e2e_streak;
 pub mod edges;
 pub mod faults;
-pub mod hello_kind;
 pub mod flow;
+pub mod hello_kind;
 pub mod limits;
 pub mod limits_bench;
 pub mod metrics;

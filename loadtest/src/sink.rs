@@ -527,6 +527,11 @@ async fn hook(
             response.headers_mut().insert("Location", value);
         }
     }
+    if let Some(secs) = faults.retry_after.filter(|_| !status.is_success()) {
+        response
+            .headers_mut()
+            .insert("Retry-After", axum::http::HeaderValue::from(secs));
+    }
     response
 }
 

@@ -50,7 +50,10 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
         .map(|r| view(r, &usage, app.now, DUE_CAP))
         .collect();
     let paused: Vec<Value> = paused.iter().map(|p| p.shown()).collect();
-    Ok((200, json!({ "limits": limits, "next_after": next, "paused": paused })))
+    Ok((
+        200,
+        json!({ "limits": limits, "next_after": next, "paused": paused }),
+    ))
 }
 
 pub async fn get<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {

@@ -126,7 +126,10 @@ pub const SERVICE_PREFIX: &str = "service:";
 /// hostname is not a key (it is then limited by no implicit key).
 pub fn host_key(url: &str) -> Option<String> {
     let url = url::Url::parse(url).ok()?;
-    let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']');
+    let host = url
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     let key = format!("{HOST_PREFIX}{}", host.to_ascii_lowercase());
     is_key(&key).then_some(key)
 }
@@ -346,10 +349,19 @@ mod tests {
 
     #[test]
     fn a_receivers_implicit_key_is_its_hostname_without_port_or_case() {
-        assert_eq!(host_key("http://127.0.0.1:9000/hook?x=1").as_deref(), Some("host:127.0.0.1"));
-        assert_eq!(host_key("https://API.Example.com/a").as_deref(), Some("host:api.example.com"));
+        assert_eq!(
+            host_key("http://127.0.0.1:9000/hook?x=1").as_deref(),
+            Some("host:127.0.0.1")
+        );
+        assert_eq!(
+            host_key("https://API.Example.com/a").as_deref(),
+            Some("host:api.example.com")
+        );
         assert_eq!(host_key("https://[::1]:8443/").as_deref(), Some("host:::1"));
-        assert_eq!(host_key("https://bücher.example/").as_deref(), Some("host:xn--bcher-kva.example"));
+        assert_eq!(
+            host_key("https://bücher.example/").as_deref(),
+            Some("host:xn--bcher-kva.example")
+        );
         assert_eq!(host_key("not a url"), None);
         assert_eq!(service_key("billing").as_deref(), Some("service:billing"));
     }

@@ -252,7 +252,9 @@ impl Job for Service {
     /// `service:<binding>`: every item to one bound Worker holds one key.
     fn limit_keys(&self, payload: &Value) -> Vec<String> {
         let binding = payload.get("service").and_then(Value::as_str).unwrap_or("");
-        crate::core::limits::service_key(binding).into_iter().collect()
+        crate::core::limits::service_key(binding)
+            .into_iter()
+            .collect()
     }
 }
 

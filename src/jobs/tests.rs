@@ -1303,7 +1303,10 @@ fn outbound_kinds_hold_their_receivers_key_beside_four_explicit_ones() {
         ["host:a.example.com", "host:b.example.com"]
     );
     assert_eq!(
-        Job::limit_keys(&crate::jobs::service::Service, &json!({"service": "HANDLER"})),
+        Job::limit_keys(
+            &crate::jobs::service::Service,
+            &json!({"service": "HANDLER"})
+        ),
         ["service:HANDLER"]
     );
     // Four explicit keys and the implicit one: the implicit key is not counted.
@@ -1318,5 +1321,8 @@ fn outbound_kinds_hold_their_receivers_key_beside_four_explicit_ones() {
     let CreateBatch::FromItems { items, .. } = request else {
         panic!("explicit items")
     };
-    assert_eq!(items[0].keys, ["k1", "k2", "k3", "k4", "host:hooks.example.com"]);
+    assert_eq!(
+        items[0].keys,
+        ["k1", "k2", "k3", "k4", "host:hooks.example.com"]
+    );
 }

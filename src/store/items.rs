@@ -44,19 +44,38 @@ impl<D: Db> Store<D> {
         claimed: &Claimed,
     ) -> StoreResult<Claim> {
         let shape = ClaimShape::of(claimed.in_force, limit);
-        let marks = if shape.marks { claimed.json() } else { "{}".to_string() };
+        let marks = if shape.marks {
+            claimed.json()
+        } else {
+            "{}".to_string()
+        };
         let charges = i64::from(shape.charges);
         let (per_batch, claimed) = (shape.per_batch, marks.as_str());
         let mut statements = Vec::with_capacity(3);
         if shape.holds {
             statements.push(
-                sql::ClaimHeld { now, limit, token_prefix, claimed, per_batch, charges }.bind(),
+                sql::ClaimHeld {
+                    now,
+                    limit,
+                    token_prefix,
+                    claimed,
+                    per_batch,
+                    charges,
+                }
+                .bind(),
             );
         }
         if shape.charges {
             statements.push(
-                sql::ChargeRateLimits { now, limit, token_prefix, claimed, per_batch, charges }
-                    .bind(),
+                sql::ChargeRateLimits {
+                    now,
+                    limit,
+                    token_prefix,
+                    claimed,
+                    per_batch,
+                    charges,
+                }
+                .bind(),
             );
         }
         let claim = sql::ClaimDueItems {

@@ -1034,7 +1034,11 @@ fn a_short_claim_with_items_held_claims_again_when_they_may_go() {
     r.m.claimed_holding(5, Ok(items(1..2)), Some(250));
     let a = r.actions(5);
     assert_eq!(dispatched(&a), vec![1]);
-    assert_eq!(a.last(), Some(&Action::Wait(Some(250))), "not drained: it waits for the key");
+    assert_eq!(
+        a.last(),
+        Some(&Action::Wait(Some(250))),
+        "not drained: it waits for the key"
+    );
     r.m.timer(250);
     let a = r.actions(250);
     assert!(
