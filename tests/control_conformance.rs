@@ -1106,7 +1106,7 @@ fn the_batch_list_reads_a_page_and_the_items_in_flight_once() {
         .filter(|s| !s.starts_with("CORRELATED") && !s.starts_with("USE TEMP B-TREE FOR ORDER BY"))
         // The lease window's reach is one constant subquery (whether any limit is
         // defined), evaluated once, not per batch.
-        // So is whether a pause is kept (migration 0022: its partial index).
+        // So is whether a pause is kept (migration 0021: its partial index).
         .filter(|s| {
             !s.starts_with("SCALAR SUBQUERY")
                 && *s != "SCAN CONSTANT ROW"

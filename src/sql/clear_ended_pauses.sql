@@ -1,7 +1,7 @@
 -- Forget pauses that ended more than an hour ago (core::limits::PAUSE_KEPT_MS),
 -- run with the tick's reaper. While any pause is kept a claim may have held an
 -- item back below one it claimed, so the claim cursor and the lease windows work
--- as while limits are defined (migration 0022); after an hour no lease that
+-- as while limits are defined (migration 0021); after an hour no lease that
 -- started under the pause is still running, so no commit can move a cursor past
 -- an item the pause held. Reads the pauses' partial index only; writes only the
 -- rows it clears.
