@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod drain;
 pub mod drainers;
 pub mod error;
+pub mod learn;
 pub mod limit_view;
 pub mod limits;
 pub mod listing;
