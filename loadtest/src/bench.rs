@@ -89,6 +89,11 @@ pub struct BenchArgs {
     /// read by a tick while items wait on an exhausted key (a few minutes).
     #[arg(long)]
     pub only_limits: bool,
+    /// Run only the backpressure part: webhooks against receivers that take 5,
+    /// 50 and 500 a second and answer 429 + Retry-After above: calls per item
+    /// and makespan ÷ the ideal (a few minutes).
+    #[arg(long)]
+    pub only_backpressure: bool,
     /// Run only the fan-out rounds between their SELF probes and print each
     /// round's ratio and their median (a few minutes, not the whole bench).
     #[arg(long)]
@@ -395,6 +400,17 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         } else {
             let mut t = Table::default();
             l.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if args.only_backpressure {
+        let b = crate::backpressure_bench::measure(&args.target, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&b)?);
+        } else {
+            let mut t = Table::default();
+            b.table(&mut t);
             println!("{t}");
         }
         return Ok(true);

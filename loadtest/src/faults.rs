@@ -40,6 +40,11 @@ pub struct Faults {
     /// Send `Retry-After: <seconds>` with every answer that is not a 2xx: a
     /// receiver that says when to come back (a pause of its key).
     pub retry_after: Option<u32>,
+    /// A receiver that takes at most this many requests a second (a sliding
+    /// second over every request carrying the same number) and answers `429`
+    /// above it: its rate limit, unknown to the Worker. State of the sink, not
+    /// of the query: not decided by [`Faults::decide`].
+    pub accept_per_s: u32,
 }
 
 /// What the sink does with one delivery.
@@ -71,6 +76,7 @@ impl Faults {
                 "hang_first" => faults.hang_first = value.parse().map_err(|e| bad(&e))?,
                 "body_mib" => faults.body_mib = value.parse().map_err(|e| bad(&e))?,
                 "retry_after" => faults.retry_after = Some(value.parse().map_err(|e| bad(&e))?),
+                "accept_per_s" => faults.accept_per_s = value.parse().map_err(|e| bad(&e))?,
                 "group" => {
                     let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
                     let label = |l: &str| !l.is_empty() && l.chars().all(fine);
@@ -143,6 +149,9 @@ impl Faults {
         if let Some(secs) = self.retry_after {
             add("retry_after", &secs);
         }
+        if self.accept_per_s > 0 {
+            add("accept_per_s", &self.accept_per_s);
+        }
         q
     }
 
@@ -213,7 +222,7 @@ mod tests {
     #[test]
     fn parses_every_fault_and_round_trips() {
         let f = Faults::parse(
-            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50&group=g-1,all&retry_after=3",
+            "latency_ms=20&fail_first=2&status=418&hang_ms=3000&hang_first=1&error_rate=0.25&redirect=302&body_mib=50&group=g-1,all&retry_after=3&accept_per_s=10",
         )
         .unwrap();
         assert_eq!(
@@ -229,6 +238,7 @@ mod tests {
                 body_mib: 50,
                 group: Some("g-1,all".into()),
                 retry_after: Some(3),
+                accept_per_s: 10,
             }
         );
         assert_eq!(f.decide("k", 1).body_bytes, 50 << 20);

@@ -45,6 +45,7 @@
 
 pub mod api;
 pub mod backpressure;
+pub mod backpressure_bench;
 pub mod bench;
 pub mod browser;
 pub mod checks;

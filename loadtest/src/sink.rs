@@ -202,6 +202,25 @@ pub fn data_digest(data: &serde_json::Value) -> String {
     hex::encode(Sha256::digest(data.to_string().as_bytes()))
 }
 
+/// Whether a receiver taking `per_s` requests a second takes one more now (and
+/// counts it): the `accept_per_s` fault.
+fn takes_one_more(shared: &Shared, per_s: u32) -> bool {
+    let now = std::time::Instant::now();
+    let mut inner = shared.lock();
+    let taken = inner.accepted.entry(per_s).or_default();
+    while taken
+        .front()
+        .is_some_and(|t| now.duration_since(*t) >= std::time::Duration::from_secs(1))
+    {
+        taken.pop_front();
+    }
+    if taken.len() < per_s as usize {
+        taken.push_back(now);
+        return true;
+    }
+    false
+}
+
 #[derive(Default)]
 struct Inner {
     next_seq: u64,
@@ -225,6 +244,9 @@ struct Inner {
     answer_body_bytes: u64,
     /// Per `group` fault: requests being handled now, and the most at once.
     groups: HashMap<String, (u32, u32)>,
+    /// Per `accept_per_s` fault: the instants of the requests it took in the
+    /// last second.
+    accepted: HashMap<u32, std::collections::VecDeque<std::time::Instant>>,
 }
 
 struct Shared {
@@ -503,7 +525,10 @@ async fn hook(
         .group
         .as_deref()
         .map(|g| GroupSlot::enter(&shared, g));
-    let decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
+    let mut decision = faults.decide(key.as_deref().unwrap_or_default(), delivery_no);
+    if faults.accept_per_s > 0 && !takes_one_more(&shared, faults.accept_per_s) {
+        decision.status = 429;
+    }
     if !decision.delay.is_zero() {
         // If the Worker times out and hangs up, hyper drops this future here and
         // the record keeps `status: None`, which is how a hang shows in /stats.
