@@ -417,6 +417,8 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
             d1_statements: 4,
             d1_rows_written: 12,
             stop_reason: StopReason::Deadline,
+            drainer: None,
+            chain: None,
         };
         block_on(host.store.record_invocation(&summary)).unwrap();
     }

@@ -740,6 +740,8 @@ impl Sim<'_> {
             d1_statements: usage.statements + own,
             d1_rows_written: usage.rows_written + own,
             stop_reason: stop,
+            drainer: None,
+            chain: None,
         };
         block_on(store.record_invocation(&summary)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(budget.used(), summary.subrequests, "{ctx}");

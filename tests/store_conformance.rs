@@ -958,6 +958,8 @@ fn invocation_summaries_round_trip() {
         d1_statements: 5,
         d1_rows_written: 20,
         stop_reason,
+        drainer: None,
+        chain: None,
     };
     // The table keeps milliseconds, the JSON RFC 3339 text: every millisecond
     // survives the trip, including the ones binary floating point cannot hold.
@@ -1010,6 +1012,8 @@ fn the_invocations_json_is_the_documented_one() {
         d1_statements: 3,
         d1_rows_written: 4,
         stop_reason: StopReason::Drained,
+        drainer: None,
+        chain: None,
     };
     block_on(store.record_invocation(&summary)).unwrap();
     let rows = block_on(store.list_invocations(1)).unwrap();
@@ -1698,6 +1702,8 @@ fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
         d1_statements: 3,
         d1_rows_written: 4,
         stop_reason: StopReason::Drained,
+        drainer: None,
+        chain: None,
     };
     // As the statement before the column existed wrote it.
     db.conn()

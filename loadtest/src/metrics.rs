@@ -205,6 +205,8 @@ mod tests {
                 d1_statements: statements,
                 d1_rows_written: rows,
                 stop_reason: StopReason::Drained,
+                drainer: None,
+                chain: None,
             },
         }
     }

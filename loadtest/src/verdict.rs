@@ -601,6 +601,8 @@ mod tests {
                 d1_statements: 0,
                 d1_rows_written: 0,
                 stop_reason: StopReason::Drained,
+                drainer: None,
+                chain: None,
             },
         }
     }

@@ -145,6 +145,21 @@ impl Budget {
         })
     }
 
+    /// Keep `n` out of the drain's reach (a drainer's last step and its
+    /// continuation's send); [`Budget::give_back`] returns them.
+    pub fn keep_back(&self, n: i64) {
+        let mut l = self.ledger();
+        l.limit -= n;
+        self.0.set(l);
+    }
+
+    /// Return what [`Budget::keep_back`] kept.
+    pub fn give_back(&self, n: i64) {
+        let mut l = self.ledger();
+        l.limit += n;
+        self.0.set(l);
+    }
+
     /// Give back held dispatches that will not be made (a claim that came back
     /// with fewer rows than it held for, or failed).
     pub fn release(&self, n: i64) {

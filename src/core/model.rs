@@ -581,6 +581,13 @@ pub struct InvocationSummary {
     pub d1_statements: i64,
     pub d1_rows_written: i64,
     pub stop_reason: StopReason,
+    /// A drainer's number among its tick's, and its place in the chain
+    /// (`DRAINERS = "auto"`: 0 sent by the tick, k its k-th continuation); left
+    /// out for ticks and drainers of a fixed `DRAINERS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drainer: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<i64>,
 }
 
 /// A stored summary, as `GET /invocations` lists it.

@@ -35,10 +35,12 @@ pub struct Settings {
     /// Most SELF dispatches one invocation makes: the platform refuses a request's
     /// service-binding calls past 32 invocations, the tick itself included.
     pub max_child_invocations: i64,
-    /// Drains per tick: 1, the tick drains itself; more, the tick sends that many
-    /// messages to the `DRAIN_QUEUE` queue and each consumer invocation drains
-    /// (`edge::queue`).
-    pub drainers: i64,
+    /// Who drains: the tick itself, a fixed number of `DRAIN_QUEUE` consumers
+    /// per tick, or as many as the due work needs (`auto`).
+    pub drainers: Drainers,
+    /// `MAX_DRAINERS`: with `DRAINERS = "auto"`, most drainers live at once
+    /// (the tick's and their continuations, counted by leased slots in D1).
+    pub max_drainers: i64,
     pub dispatch_mode: DispatchMode,
     /// Webhooks may target private addresses and local names (local development
     /// only: `core::target`).
@@ -60,7 +62,34 @@ pub struct Settings {
 
 /// Most drainers a tick starts: the platform runs at most 250 concurrent
 /// invocations of one queue's consumer (Queues limits).
-pub const MAX_DRAINERS: i64 = 250;
+pub const MOST_DRAINERS: i64 = 250;
+
+/// `DRAINERS`: who drains the due items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drainers {
+    /// `1` is the tick itself; more, the tick sends that many messages to
+    /// `DRAIN_QUEUE` and each consumer invocation drains (`edge::queue`).
+    Fixed(i64),
+    /// `auto`: the tick counts the due work and sends as many messages as it
+    /// needs (none when nothing is due), and a drainer that stops while work is
+    /// due sends one continuation; at most `MAX_DRAINERS` live at once.
+    Auto,
+}
+
+impl Drainers {
+    /// Whether drains run as `DRAIN_QUEUE` consumers (the binding is needed).
+    pub fn use_queue(self) -> bool {
+        !matches!(self, Drainers::Fixed(1))
+    }
+
+    /// The setting's value, as the error that names it shows it.
+    pub fn value(self) -> String {
+        match self {
+            Drainers::Fixed(n) => n.to_string(),
+            Drainers::Auto => "auto".into(),
+        }
+    }
+}
 
 /// The farthest a test clock may be moved either way: ten years.
 pub const MAX_TEST_CLOCK_OFFSET_MS: i64 = 10 * 366 * 86_400_000;
@@ -79,6 +108,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("INVOCATION_DEADLINE_MS", "50000"),
     ("MAX_CHILD_INVOCATIONS", "31"),
     ("DRAINERS", "1"),
+    ("MAX_DRAINERS", "50"),
     ("DISPATCH_MODE", "fanout"),
     ("ALLOW_PRIVATE_TARGETS", "false"),
     ("OWN_HOSTNAMES", ""),
@@ -238,7 +268,13 @@ impl Settings {
             subrequest_budget: int("SUBREQUEST_BUDGET", MIN_SUBREQUEST_BUDGET, 1_000_000)?,
             invocation_deadline_ms: int("INVOCATION_DEADLINE_MS", 1_000, 900_000)?,
             max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
-            drainers: int("DRAINERS", 1, MAX_DRAINERS)?,
+            drainers: match get("DRAINERS").trim() {
+                "auto" => Drainers::Auto,
+                _ => Drainers::Fixed(int("DRAINERS", 1, MOST_DRAINERS).map_err(|e| {
+                    format!("{e} (or \"auto\")")
+                })?),
+            },
+            max_drainers: int("MAX_DRAINERS", 1, MOST_DRAINERS)?,
             dispatch_mode,
             allow_private_targets,
             own_hostnames,
@@ -325,11 +361,25 @@ mod tests {
         assert_eq!(s.subrequest_budget, 45);
         assert_eq!(s.invocation_deadline_ms, 50_000);
         assert_eq!(s.max_child_invocations, 31);
-        assert_eq!(s.drainers, 1, "the tick drains itself by default");
-        assert_eq!(parse(&[("DRAINERS", "4")]).unwrap().drainers, 4);
-        for bad in ["0", "251", "many"] {
+        assert_eq!(
+            s.drainers,
+            Drainers::Fixed(1),
+            "the tick drains itself by default"
+        );
+        assert!(!s.drainers.use_queue());
+        assert_eq!(parse(&[("DRAINERS", "4")]).unwrap().drainers, Drainers::Fixed(4));
+        let auto = parse(&[("DRAINERS", " auto ")]).unwrap();
+        assert_eq!((auto.drainers, auto.max_drainers), (Drainers::Auto, 50));
+        assert!(auto.drainers.use_queue() && Drainers::Fixed(2).use_queue());
+        for bad in ["0", "251", "many", "Auto"] {
             let err = parse(&[("DRAINERS", bad)]).unwrap_err();
             assert!(err.starts_with("DRAINERS"), "{err}");
+            assert!(err.ends_with("(or \"auto\")"), "{err}");
+        }
+        assert_eq!(parse(&[("MAX_DRAINERS", "250")]).unwrap().max_drainers, 250);
+        for bad in ["0", "251", "auto"] {
+            let err = parse(&[("MAX_DRAINERS", bad)]).unwrap_err();
+            assert!(err.starts_with("MAX_DRAINERS"), "{err}");
         }
         assert!(parse(&[("MAX_CHILD_INVOCATIONS", "0")]).is_err());
         assert_eq!(s.dispatch_mode, DispatchMode::Fanout);
@@ -444,10 +494,10 @@ mod tests {
             .lines()
             .find_map(|l| l.strip_prefix("DRAINERS = "))
             .expect("DRAINERS is set");
-        let n = parse(&[("DRAINERS", value.trim_matches('"'))])
+        let drainers = parse(&[("DRAINERS", value.trim_matches('"'))])
             .unwrap()
             .drainers;
-        assert!(n > 1, "{n}");
+        assert_eq!(drainers, Drainers::Auto, "drainers sized to the work");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::core::drainers;
 use crate::core::secrets::{self, Secrets};
 use crate::core::settings::Settings;
 
-/// The queue binding drainers are started through (`DRAINERS` > 1).
+/// The queue binding drainers are started through (`DRAINERS` > 1 or `auto`).
 pub const DRAIN_QUEUE: &str = "DRAIN_QUEUE";
 
 pub struct Config {
@@ -71,10 +71,10 @@ impl Config {
         let settings = Settings::from_lookup(lookup).map_err(fail)?;
         // Drainers need the queue: without it the ticks would send nothing and
         // drain nothing, so the deployment refuses to run instead.
-        if settings.drainers > 1 {
+        if settings.drainers.use_queue() {
             if let Err(e) = env.queue(DRAIN_QUEUE) {
                 return Err(fail(drainers::missing_queue(
-                    settings.drainers,
+                    &settings.drainers.value(),
                     &e.to_string(),
                 )));
             }

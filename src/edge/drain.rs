@@ -56,10 +56,7 @@ pub async fn run(
     logger: &InvocationLog,
 ) -> (Tally, Result<StopReason, DrainError>) {
     let s = &cfg.settings;
-    let per_item_cost = match s.dispatch_mode {
-        DispatchMode::Fanout => 1,
-        DispatchMode::Inline => runner.jobs.max_subrequests_per_run(),
-    };
+    let per_item_cost = per_item_cost(cfg, runner.jobs);
     let budget = store.db().budget().clone();
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
     machine.set_kind_retry(runner.jobs.retry_policies(s.retry));
@@ -83,6 +80,15 @@ pub async fn run(
         .claim_error
         .map_or(Ok(stop), |e| Err(DrainError::Claim(e)));
     (machine.into_tally(), result)
+}
+
+/// Subrequests one item costs a drain: its SELF call, or inline the most its
+/// kind's run makes.
+pub fn per_item_cost(cfg: &Config, jobs: &crate::jobs::Jobs) -> i64 {
+    match cfg.settings.dispatch_mode {
+        DispatchMode::Fanout => 1,
+        DispatchMode::Inline => jobs.max_subrequests_per_run(),
+    }
 }
 
 /// The loop's ports on the runtime: SELF (or inline) dispatches, the metered

@@ -10,13 +10,15 @@ use serde_json::json;
 use worker::{Env, MessageBatch, MessageExt};
 
 use super::clock;
-use super::config::Config;
+use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
 use super::run::Runner;
 use super::schedule::{log_finished, open_store, record_summary, self_service};
+use crate::store::SlotPassed;
 use crate::core::drain::DrainError;
-use crate::core::drainers::DrainMessage;
+use crate::core::drainers::{Continuation, DrainMessage};
+use crate::core::settings::Drainers;
 use crate::core::model::{StopReason, Tally, Trigger};
 use crate::jobs::Jobs;
 
@@ -41,7 +43,9 @@ pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env, jobs: &Jobs) 
     }
 }
 
-/// One drainer: verify the message, drain, finish, record the summary.
+/// One drainer: verify the message, (with `auto`) take or receive its slot,
+/// drain, finish, hand the slot on with a continuation while work is due, and
+/// record the summary.
 async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
     let env = runner.env;
     // Each drainer is an invocation of its own, with its own id and summary.
@@ -66,6 +70,22 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
             return logger.error("invalid_configuration", json!({ "message": message }))
         }
     };
+    let place = (message.drainer, message.chain);
+    let slot = if cfg.settings.drainers == Drainers::Auto {
+        match take_slot(message, &cfg, &store, &logger).await {
+            Taken::Slot(slot) => Some(slot),
+            Taken::None => None,
+            // MAX_DRAINERS are live: they drain what is due; this one does not.
+            Taken::Busy => return,
+        }
+    } else {
+        None
+    };
+    // A slot's last step and the continuation's send are kept out of the drain.
+    let budget = store.db().budget().clone();
+    if slot.is_some() {
+        budget.keep_back(CONTINUE_SUBREQUESTS);
+    }
     let (tally, result) = drain_once(runner, &cfg, &store, started, &logger).await;
     let stop_reason = result.unwrap_or_else(|e| {
         logger.error(
@@ -74,7 +94,136 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
         );
         StopReason::Error
     });
-    record_summary(&store, Trigger::Queue, tally, started, stop_reason, &logger).await;
+    if let Some(slot) = slot {
+        budget.give_back(CONTINUE_SUBREQUESTS);
+        continue_chain(message, slot, stop_reason, runner.env, &cfg, &store, &logger).await;
+    }
+    let place = (cfg.settings.drainers == Drainers::Auto).then_some(place);
+    record_summary(&store, Trigger::Queue, tally, started, stop_reason, place, &logger).await;
+}
+
+/// A drainer's last step and its continuation's send.
+const CONTINUE_SUBREQUESTS: i64 = 2;
+
+/// How a drainer of `auto` came by its slot.
+enum Taken {
+    /// Its slot (number, and the holder name it holds it under).
+    Slot((i64, String)),
+    /// Taking one failed (logged): it drains without one and sends no
+    /// continuation.
+    None,
+    /// Every slot is held.
+    Busy,
+}
+
+/// A continuation holds the slot its message names; a tick's drainer takes the
+/// lowest free one, under its own invocation id.
+async fn take_slot(
+    message: &DrainMessage,
+    cfg: &Config,
+    store: &DrainStore,
+    logger: &InvocationLog,
+) -> Taken {
+    if message.slot > 0 {
+        return Taken::Slot((message.slot, message.holder.clone()));
+    }
+    let now = clock::now_ms();
+    let holder = logger.id().to_string();
+    let lease = now + slot_lease_ms(cfg);
+    match store
+        .acquire_drainer_slot(now, &holder, lease, cfg.settings.max_drainers)
+        .await
+    {
+        Ok(Some(slot)) => Taken::Slot((slot, holder)),
+        Ok(None) => {
+            logger.event(
+                "drainers_busy",
+                json!({
+                    "drainer": message.drainer, "max_drainers": cfg.settings.max_drainers,
+                    "note": "every drainer slot is held: the live drainers drain what is due",
+                }),
+            );
+            Taken::Busy
+        }
+        Err(e) => {
+            logger.error(
+                "drainer_slot_failed",
+                json!({ "message": e.to_string(), "drainer": message.drainer, "note": "this drainer drains without a slot and sends no continuation" }),
+            );
+            Taken::None
+        }
+    }
+}
+
+/// How long a slot is leased: the drain's deadline, a job's timeout and a
+/// minute for the continuation to be delivered. A drainer that dies leaves its
+/// slot to expire.
+fn slot_lease_ms(cfg: &Config) -> i64 {
+    let s = &cfg.settings;
+    s.invocation_deadline_ms + s.job_timeout_ms + 60_000
+}
+
+/// After a drain that stopped on its child cap, budget or deadline: if work is
+/// still due, hand the slot to a continuation and send it (one message, signed
+/// like the tick's); otherwise free the slot and end the chain.
+async fn continue_chain(
+    message: &DrainMessage,
+    (slot, holder): (i64, String),
+    stop: StopReason,
+    env: &Env,
+    cfg: &Config,
+    store: &DrainStore,
+    logger: &InvocationLog,
+) {
+    let goes_on = matches!(
+        stop,
+        StopReason::ChildCap | StopReason::Budget | StopReason::Deadline
+    );
+    let now = clock::now_ms();
+    let next = Continuation {
+        chain: message.chain + 1,
+        slot,
+        // Whoever drains the continuation hands the slot on under this name.
+        holder: clock::random_id(),
+    };
+    // A drain that stopped for any other reason frees its slot: a batch of
+    // nothing due hands on nothing.
+    let expires_at = if goes_on { now + slot_lease_ms(cfg) } else { 0 };
+    let passed = store
+        .pass_drainer_slot(now, slot, &holder, &next.holder, expires_at, cfg.settings.claim_chunk)
+        .await;
+    let ids = json!({ "drainer": message.drainer, "chain": message.chain, "slot": slot });
+    match passed {
+        Ok(SlotPassed::Continue) if goes_on => {}
+        Ok(SlotPassed::Lost) => {
+            return logger.event("drainer_slot_lost", ids);
+        }
+        Ok(_) => return,
+        Err(e) => {
+            // The slot's lease runs out; the next tick starts drainers again.
+            return logger.error(
+                "drainer_continuation_failed",
+                json!({ "message": e.to_string(), "drainer": message.drainer, "chain": message.chain }),
+            );
+        }
+    }
+    let next_message = message.continuation(&cfg.secrets.dispatch, clock::wall_ms() / 1_000, next);
+    let chain = next_message.chain;
+    let sent = match (env.queue(DRAIN_QUEUE), store.db().budget().charge_call()) {
+        (Err(e), _) => Err(e.to_string()),
+        (_, Err(e)) => Err(format!("no subrequest left for the send: {e:?}")),
+        (Ok(queue), Ok(())) => queue.send(next_message).await.map_err(|e| e.to_string()),
+    };
+    match sent {
+        Ok(()) => logger.event(
+            "drainer_continued",
+            json!({ "drainer": message.drainer, "chain": chain, "slot": slot, "stop_reason": stop }),
+        ),
+        Err(e) => logger.error(
+            "drainer_continuation_failed",
+            json!({ "message": e, "drainer": message.drainer, "chain": message.chain, "note": "the slot's lease runs out; the next tick starts drainers again" }),
+        ),
+    }
 }
 
 /// The drain, then the finish check (one statement; the tick's finish runs

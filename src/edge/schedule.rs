@@ -4,7 +4,7 @@
 //! finished batches and record one summary. Every D1 call goes through the
 //! invocation's metered store, so the budget counts what was really made.
 
-use serde_json::json;
+use serde_json::{json, Value};
 use worker::{Env, Fetcher, ScheduledEvent};
 
 use super::clock;
@@ -20,7 +20,7 @@ use crate::core::model::{
     FinishedBatch, InvocationSummary, ItemStatus, StopReason, Tally, Trigger,
 };
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
-use crate::core::settings::DispatchMode;
+use crate::core::settings::{DispatchMode, Drainers};
 use crate::core::time::rfc3339;
 use crate::core::upkeep::{Retention, TickWork, Upkeep};
 use crate::jobs::Jobs;
@@ -53,7 +53,7 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
         logger.error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, Trigger::Tick, tally, started, stop_reason, &logger).await;
+    record_summary(&store, Trigger::Tick, tally, started, stop_reason, None, &logger).await;
 }
 
 async fn run_invocation(
@@ -90,12 +90,17 @@ async fn run_invocation(
     }
     // With drainers, the queue's consumers drain; the tick drains itself only
     // when it has none or could not start them.
-    let sent =
-        cfg.settings.drainers > 1 && start_drainers(runner.env, cfg, store, started, logger).await;
-    let stop = if sent {
+    let handed = match cfg.settings.drainers {
+        Drainers::Fixed(1) => None,
+        Drainers::Fixed(n) => start_drainers(runner.env, cfg, store, started, n, json!({}), logger)
+            .await
+            .then_some(StopReason::Drainers),
+        Drainers::Auto => start_auto_drainers(runner, cfg, store, started, logger).await,
+    };
+    let stop = if let Some(stop) = handed {
         *tally = reaper;
         tally.batch_ids.extend(fired);
-        StopReason::Drainers
+        stop
     } else {
         let self_service = self_service(runner.env, cfg)?;
         let (drained, result) = drain::run(
@@ -161,23 +166,69 @@ pub(super) fn self_service(env: &Env, cfg: &Config) -> Result<Option<Fetcher>, D
     }
 }
 
+/// `DRAINERS = "auto"`: count the due work (one bounded statement) and send as
+/// many drain messages as it needs within `MAX_DRAINERS` live drainers. Answers
+/// how the tick stopped: `Drained` when nothing is due (no message),
+/// `Drainers` when drainers (new or live) drain it; `None` when the tick drains
+/// itself (the count or the send failed, both logged).
+async fn start_auto_drainers(
+    runner: Runner<'_>,
+    cfg: &Config,
+    store: &DrainStore,
+    started: i64,
+    logger: &InvocationLog,
+) -> Option<StopReason> {
+    let s = &cfg.settings;
+    let capacity = drainers::capacity(s, drain::per_item_cost(cfg, runner.jobs));
+    let cap = drainers::count_cap(capacity, s.max_drainers);
+    let work = match store.count_drain_work(clock::now_ms(), cap).await {
+        Ok(work) => work,
+        Err(e) => {
+            logger.error(
+                "drain_work_unknown",
+                json!({ "message": e.to_string(), "note": "this tick drains itself" }),
+            );
+            return None;
+        }
+    };
+    let n = drainers::to_start(work.due, work.live, capacity, s.max_drainers);
+    if n == 0 {
+        if work.due > 0 {
+            logger.event(
+                "drainers_busy",
+                json!({ "due": work.due, "live": work.live, "max_drainers": s.max_drainers }),
+            );
+            return Some(StopReason::Drainers);
+        }
+        return Some(StopReason::Drained);
+    }
+    let counted = json!({ "due": work.due, "live": work.live, "capacity": capacity });
+    start_drainers(runner.env, cfg, store, started, n, counted, logger)
+        .await
+        .then_some(StopReason::Drainers)
+}
+
 /// Send one `DRAIN_QUEUE` message per drainer (one call for all of them);
 /// whether they were sent. A failed send is logged as `misconfigured` and the
-/// tick drains itself instead.
+/// tick drains itself instead. `counted`: what `auto` counted, for the log line.
 async fn start_drainers(
     env: &Env,
     cfg: &Config,
     store: &DrainStore,
     started: i64,
+    n: i64,
+    counted: Value,
     logger: &InvocationLog,
 ) -> bool {
-    let n = cfg.settings.drainers;
     let now_secs = clock::wall_ms() / 1_000;
     let messages: Vec<DrainMessage> = (1..=n)
         .map(|i| DrainMessage::new(&cfg.secrets.dispatch, now_secs, started, i))
         .collect();
     let sent = match env.queue(DRAIN_QUEUE) {
-        Err(e) => Err(drainers::missing_queue(n, &e.to_string())),
+        Err(e) => Err(drainers::missing_queue(
+            &cfg.settings.drainers.value(),
+            &e.to_string(),
+        )),
         // The send is a subrequest like any other.
         Ok(queue) => match store.db().budget().charge_call() {
             Err(e) => Err(format!("no subrequest left for the send: {e:?}")),
@@ -188,7 +239,9 @@ async fn start_drainers(
     };
     match sent {
         Ok(()) => {
-            logger.event("drainers_sent", json!({ "drainers": n }));
+            let mut line = counted;
+            line["drainers"] = json!(n);
+            logger.event("drainers_sent", line);
             true
         }
         Err(message) => {
@@ -311,6 +364,7 @@ pub(super) async fn record_summary(
     tally: Tally,
     started: i64,
     stop_reason: StopReason,
+    place: Option<(i64, i64)>,
     logger: &InvocationLog,
 ) {
     let (usage, budget) = (store.usage(), store.db().budget());
@@ -328,6 +382,8 @@ pub(super) async fn record_summary(
         d1_statements: usage.statements + own,
         d1_rows_written: usage.rows_written + own * SUMMARY_ROWS_WRITTEN,
         stop_reason,
+        drainer: place.map(|(drainer, _)| drainer),
+        chain: place.map(|(_, chain)| chain),
     };
     let mut line = json!(summary);
     // Rows read are billed too; logged, not stored (`loadtest bench` reads it here).

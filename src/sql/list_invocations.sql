@@ -1,7 +1,8 @@
 -- The newest ?1 invocation summaries, newest first, each as one JSON object in the
 -- form of core::model::Invocation (what record_invocation.sql stored, plus its id):
 -- batch_ids and per_batch back as JSON, started_at back as RFC 3339 text with
--- milliseconds; invocation NULL for rows stored before it was.
+-- milliseconds; invocation NULL for rows stored before it was; drainer and chain
+-- NULL but for drainers of DRAINERS = "auto".
 SELECT json_object(
          'id', id, 'invocation', invocation, 'trigger', trigger_kind,
          'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
@@ -10,7 +11,8 @@ SELECT json_object(
          'lost_leases', lost_leases, 'released', released, 'reaped', reaped,
          'subrequests', subrequests, 'subrequest_budget', subrequest_budget,
          'd1_statements', d1_statements, 'd1_rows_written', d1_rows_written,
-         'stop_reason', stop_reason, 'per_batch', json(per_batch)
+         'stop_reason', stop_reason, 'per_batch', json(per_batch),
+         'drainer', drainer, 'chain', chain
        ) AS invocation
 FROM invocations
 ORDER BY id DESC

@@ -80,6 +80,10 @@ sql! {
     LIST_LIMITS => "list_limits.sql",
     DELETE_LIMIT_STATE => "delete_limit_state.sql",
     DELETE_LIMIT => "delete_limit.sql",
+    // Elastic drain: the count and the slot hand-over read the claim's selection.
+    COUNT_DRAIN_WORK => "claim_selection.sql" "count_drain_work.sql",
+    ACQUIRE_DRAINER_SLOT => "acquire_drainer_slot.sql",
+    PASS_DRAINER_SLOT => "claim_selection.sql" "pass_drainer_slot.sql",
     LIMIT_USAGE => "limit_usage.sql",
     LIST_PAUSED_KEYS => "list_paused_keys.sql",
 }

@@ -197,6 +197,19 @@ statement! {
     DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
     LimitUsage = LIMIT_USAGE { now: i64, due_cap: i64 }
+
+    // Elastic drain (`DRAINERS = "auto"`). `no_claim`: a token no claim has;
+    // `no_marks`: "{}"; `charges`: 1 (the claim selection's parameters).
+    CountDrainWork<'a> = COUNT_DRAIN_WORK {
+        now: i64, cap: i64, no_claim: &'a str, no_marks: &'a str, per_batch: i64, charges: i64,
+    }
+    AcquireDrainerSlot<'a> = ACQUIRE_DRAINER_SLOT {
+        now: i64, holder: &'a str, expires_at: i64, max_drainers: i64,
+    }
+    PassDrainerSlot<'a> = PASS_DRAINER_SLOT {
+        now: i64, one: i64, no_claim: &'a str, no_marks: &'a str, per_batch: i64, charges: i64,
+        slot: i64, next_holder: &'a str, expires_at: i64, holder: &'a str,
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod sqlite;
 
 mod batches;
 mod control;
+mod drainers;
 mod invocations;
 mod items;
 mod limits;
@@ -23,6 +24,7 @@ mod subjects;
 
 pub use batches::{items_json, BatchOptions, FillState};
 pub use control::Requeued;
+pub use drainers::{DrainWork, SlotPassed};
 pub use items::{transitions_json, Claim, Claimed, LimitsInForce};
 pub use schedules::{FireFailure, FireReport};
 

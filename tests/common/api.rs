@@ -188,6 +188,8 @@ impl Host {
             d1_statements: 4,
             d1_rows_written: 30,
             stop_reason: StopReason::Drained,
+            drainer: None,
+            chain: None,
         };
         block_on(self.store.record_invocation(&summary)).unwrap();
     }

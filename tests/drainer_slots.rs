@@ -1,0 +1,109 @@
+//! Elastic drain's statements on real SQLite with the migrations: what the tick
+//! counts before starting drainers (`count_drain_work.sql`), a drainer taking a
+//! slot (`acquire_drainer_slot.sql`) and handing it on or freeing it
+//! (`pass_drainer_slot.sql`). The rules they serve are `core::drainers`.
+
+mod common;
+
+use common::*;
+use cron_fanout::store::sqlite::SqliteDb;
+use cron_fanout::store::{DrainWork, SlotPassed, Store};
+use futures::executor::block_on;
+
+fn work(store: &Store<SqliteDb>, now: i64, cap: i64) -> DrainWork {
+    block_on(store.count_drain_work(now, cap)).unwrap()
+}
+
+fn acquire(store: &Store<SqliteDb>, now: i64, holder: &str, max: i64) -> Option<i64> {
+    block_on(store.acquire_drainer_slot(now, holder, now + 60_000, max)).unwrap()
+}
+
+fn pass(store: &Store<SqliteDb>, now: i64, slot: i64, holder: &str, next: &str) -> SlotPassed {
+    block_on(store.pass_drainer_slot(now, slot, holder, next, now + 60_000, 100)).unwrap()
+}
+
+#[test]
+fn the_tick_counts_due_items_up_to_its_cap_and_the_live_slots() {
+    let store = setup();
+    assert_eq!(work(&store, 1_000, 1_550), DrainWork { due: 0, live: 0 });
+    batch_of(&store, "a", 40, 3);
+    batch_of(&store, "b", 25, 3);
+    assert_eq!(work(&store, 1_000, 1_550).due, 65);
+    assert_eq!(work(&store, 1_000, 50).due, 50, "counted up to the cap");
+    // Items in flight are not due.
+    let claimed = claim(&store, 1_000, 10, "c1");
+    assert_eq!(claimed.len(), 10);
+    assert_eq!(work(&store, 1_000, 1_550).due, 55);
+    // Live slots: held ones, not expired or freed ones.
+    acquire(&store, 1_000, "h1", 50).unwrap();
+    acquire(&store, 1_000, "h2", 50).unwrap();
+    assert_eq!(work(&store, 1_000, 1_550).live, 2);
+    assert_eq!(work(&store, 61_000, 1_550).live, 0, "their leases ran out");
+    // Counting writes nothing and charges no rate.
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 0);
+}
+
+#[test]
+fn items_held_back_by_limits_are_not_counted_as_due() {
+    let store = setup();
+    let batch = batch_of(&store, "keyed", 30, 3);
+    store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET limits = '[\"github\"]' WHERE batch_id = ?1",
+            [&batch],
+        )
+        .unwrap();
+    batch_of(&store, "free", 5, 3);
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
+             VALUES ('github', NULL, 1, NULL, 4, 0, 0)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        work(&store, 1_000, 1_550).due,
+        5 + 4,
+        "the free batch and what the key's concurrency lets through"
+    );
+}
+
+#[test]
+fn a_drainer_takes_the_lowest_free_slot_and_none_past_the_max() {
+    let store = setup();
+    assert_eq!(acquire(&store, 1_000, "h1", 3), Some(1));
+    assert_eq!(acquire(&store, 1_000, "h2", 3), Some(2));
+    assert_eq!(acquire(&store, 1_000, "h3", 3), Some(3));
+    assert_eq!(acquire(&store, 1_000, "h4", 3), None, "three are live");
+    // A raised MAX_DRAINERS has room at once.
+    assert_eq!(acquire(&store, 1_000, "h4", 4), Some(4));
+    // A freed slot (nothing due) is free again.
+    assert_eq!(pass(&store, 2_000, 2, "h2", "h2b"), SlotPassed::Freed);
+    assert_eq!(acquire(&store, 2_000, "h5", 4), Some(2));
+    // A slot whose drainer died frees itself when its lease runs out.
+    assert_eq!(acquire(&store, 61_001, "h6", 4), Some(1));
+}
+
+#[test]
+fn a_slot_goes_on_while_work_is_due_once_per_holder_and_ends_with_it() {
+    let store = setup();
+    batch_of(&store, "a", 3, 3);
+    let slot = acquire(&store, 1_000, "h1", 50).unwrap();
+    assert_eq!(pass(&store, 2_000, slot, "h1", "h2"), SlotPassed::Continue);
+    // The queue delivered the message twice: only the first hands it on.
+    assert_eq!(pass(&store, 2_000, slot, "h1", "h2x"), SlotPassed::Lost);
+    assert_eq!(work(&store, 2_000, 1_550).live, 1, "the continuation holds it");
+    let items = claim(&store, 2_000, 10, "c1");
+    assert_eq!(items.len(), 3);
+    // Nothing due: the chain ends and the slot is free.
+    assert_eq!(pass(&store, 3_000, slot, "h2", "h3"), SlotPassed::Freed);
+    assert_eq!(work(&store, 3_000, 1_550), DrainWork { due: 0, live: 0 });
+    // A slot another chain took after its lease ran out is not this one's.
+    let again = acquire(&store, 4_000, "other", 50).unwrap();
+    assert_eq!(again, slot);
+    assert_eq!(pass(&store, 4_000, slot, "h3", "h4"), SlotPassed::Lost);
+}
