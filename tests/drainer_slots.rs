@@ -18,8 +18,9 @@ fn acquire(store: &Store<SqliteDb>, now: i64, holder: &str, max: i64) -> Option<
     block_on(store.acquire_drainer_slot(now, holder, now + 60_000, max)).unwrap()
 }
 
+/// A drainer of capacity 10 hands its slot on.
 fn pass(store: &Store<SqliteDb>, now: i64, slot: i64, holder: &str, next: &str) -> SlotPassed {
-    block_on(store.pass_drainer_slot(now, slot, holder, next, now + 60_000, 100)).unwrap()
+    block_on(store.pass_drainer_slot(now, (slot, holder), next, now + 60_000, 10)).unwrap()
 }
 
 #[test]
@@ -96,7 +97,11 @@ fn a_slot_goes_on_while_work_is_due_once_per_holder_and_ends_with_it() {
     assert_eq!(pass(&store, 2_000, slot, "h1", "h2"), SlotPassed::Continue);
     // The queue delivered the message twice: only the first hands it on.
     assert_eq!(pass(&store, 2_000, slot, "h1", "h2x"), SlotPassed::Lost);
-    assert_eq!(work(&store, 2_000, 1_550).live, 1, "the continuation holds it");
+    assert_eq!(
+        work(&store, 2_000, 1_550).live,
+        1,
+        "the continuation holds it"
+    );
     let items = claim(&store, 2_000, 10, "c1");
     assert_eq!(items.len(), 3);
     // Nothing due: the chain ends and the slot is free.
@@ -106,4 +111,38 @@ fn a_slot_goes_on_while_work_is_due_once_per_holder_and_ends_with_it() {
     let again = acquire(&store, 4_000, "other", 50).unwrap();
     assert_eq!(again, slot);
     assert_eq!(pass(&store, 4_000, slot, "h3", "h4"), SlotPassed::Lost);
+}
+
+#[test]
+fn a_tail_of_a_few_items_goes_on_in_the_lowest_live_chains_only() {
+    let store = setup();
+    for h in ["h1", "h2", "h3"] {
+        acquire(&store, 1_000, h, 50).unwrap();
+    }
+    // 25 due at 10 a drainer: the chains on slots 1 to 3 take them; a fourth
+    // would find nothing left.
+    batch_of(&store, "tail", 25, 3);
+    assert_eq!(acquire(&store, 1_000, "h4", 50), Some(4));
+    assert_eq!(pass(&store, 2_000, 4, "h4", "n4"), SlotPassed::Freed);
+    assert_eq!(
+        pass(&store, 2_000, 3, "h3", "n3"),
+        SlotPassed::Continue,
+        "25 > 2 × 10"
+    );
+    assert_eq!(pass(&store, 2_000, 2, "h2", "n2"), SlotPassed::Continue);
+    assert_eq!(pass(&store, 2_000, 1, "h1", "n1"), SlotPassed::Continue);
+    // 5 left: only the lowest live chain goes on; the others end.
+    claim(&store, 2_000, 20, "c1");
+    assert_eq!(pass(&store, 3_000, 3, "n3", "m3"), SlotPassed::Freed);
+    assert_eq!(pass(&store, 3_000, 2, "n2", "m2"), SlotPassed::Freed);
+    assert_eq!(pass(&store, 3_000, 1, "n1", "m1"), SlotPassed::Continue);
+    // A higher slot is the lowest live one once the lower chains ended.
+    let slot = acquire(&store, 3_000, "h5", 50).unwrap();
+    assert_eq!(slot, 2);
+    assert_eq!(pass(&store, 3_000, 1, "m1", "o1"), SlotPassed::Continue);
+    assert_eq!(
+        pass(&store, 3_000, 2, "h5", "o2"),
+        SlotPassed::Freed,
+        "slot 1 takes the 5"
+    );
 }

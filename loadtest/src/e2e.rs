@@ -75,6 +75,10 @@ pub struct E2eArgs {
     /// queue; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe"])]
     pub only_drainers: bool,
+    /// Run only the elastic-drain part (`DRAINERS=auto` on wrangler.drainers.toml's
+    /// local queue: idle ticks, continuations, a drainer's cost; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers"])]
+    pub only_elastic: bool,
     /// Run only the endless-answer checks (a receiver answering 404 with 50 MiB,
     /// in fanout and inline mode; its own Worker with the suite's settings,
     /// restarted between the modes).
@@ -141,6 +145,10 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         let ran = crate::drainers::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "drainers part", ran);
     }
+    if args.only_elastic {
+        let ran = crate::elastic::e2e(target, timeout, checks).await;
+        return ran_to_completion(checks, "elastic-drain part", ran);
+    }
     if args.only_flow {
         let ran = crate::flow::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "flow-control part", ran);
@@ -184,13 +192,15 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     let ran = crate::drainers::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "drainers part", ran);
     if target.url.is_some() {
-        println!("# flow-control and backpressure parts skipped: --url mode cannot start a Worker with its settings");
+        println!("# elastic-drain, flow-control and backpressure parts skipped: --url mode cannot start a Worker with its settings");
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
         println!("# streak-reminder parts skipped: --url mode runs only the Worker at that URL");
         return;
     }
+    let ran = crate::elastic::e2e(target, timeout, checks).await;
+    ran_to_completion(checks, "elastic-drain part", ran);
     let ran = crate::flow::e2e(target, timeout, checks).await;
     ran_to_completion(checks, "flow-control part", ran);
     let ran = crate::backpressure::e2e(target, timeout, checks).await;

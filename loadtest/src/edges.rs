@@ -986,6 +986,14 @@ pub async fn restarted(target: &mut Target, timeout: Duration, checks: &mut Chec
             drainers_without_a_queue_named_to_the_admin
         ),
         check!(
+            "Worker restarts with DRAINERS=auto and no DRAIN_QUEUE binding",
+            restarts_with_auto_drainers_and_no_queue
+        ),
+        check!(
+            "DRAINERS=auto without a DRAIN_QUEUE binding: the admin gets 500 misconfigured naming DRAINERS and DRAIN_QUEUE",
+            auto_drainers_without_a_queue_named_to_the_admin
+        ),
+        check!(
             "Worker restarts with a 5-character ADMIN_TOKEN",
             restarts_with_a_short_admin_token
         ),
@@ -1096,12 +1104,32 @@ async fn restarts_with_drainers_and_no_queue(f: &mut Restarted<'_>) -> Result<()
 }
 
 async fn drainers_without_a_queue_named_to_the_admin(f: &mut Restarted<'_>) -> Result<()> {
+    no_queue_named_to_the_admin(f, "DRAINERS (2)").await
+}
+
+/// `auto` needs the queue as a number above 1 does.
+async fn restarts_with_auto_drainers_and_no_queue(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with(
+        f.target,
+        &[
+            ("DISPATCH_SECRET", Some(&f.dispatch)),
+            ("DRAINERS", Some("auto")),
+        ],
+    )
+    .await
+}
+
+async fn auto_drainers_without_a_queue_named_to_the_admin(f: &mut Restarted<'_>) -> Result<()> {
+    no_queue_named_to_the_admin(f, "DRAINERS (auto)").await
+}
+
+async fn no_queue_named_to_the_admin(f: &mut Restarted<'_>, setting: &str) -> Result<()> {
     let admin = f.api.admin_raw(Method::GET, "/subjects", None).await?;
     expect_status(&admin, StatusCode::INTERNAL_SERVER_ERROR)?;
     match admin.error_shape() {
         Some((code, message))
             if code == "misconfigured"
-                && message.contains("DRAINERS (2)")
+                && message.contains(setting)
                 && message.contains("DRAIN_QUEUE") =>
         {
             Ok(())

@@ -61,6 +61,7 @@ pub mod e2e;
 pub mod e2e_schedules;
 pub mod e2e_streak;
 pub mod edges;
+pub mod elastic;
 pub mod faults;
 pub mod flow;
 pub mod hello_kind;

@@ -197,7 +197,6 @@ pub fn batch_counts(b: &Batch, total: u64, completed: u64, failed: u64) -> Resul
     }
 }
 
-/// No invocation used more subrequests than its budget.
 /// A D1 cost per item (`what`: "rows written", "statements") within `max`.
 pub fn cost_per_item(what: &str, got: Option<f64>, max: f64) -> Result<(), String> {
     match got {
@@ -207,6 +206,7 @@ pub fn cost_per_item(what: &str, got: Option<f64>, max: f64) -> Result<(), Strin
     }
 }
 
+/// No invocation used more subrequests than its budget.
 pub fn within_budget(invocations: &[Invocation]) -> Result<(), String> {
     if invocations.is_empty() {
         return Err("GET /invocations lists no invocation".into());

@@ -233,7 +233,10 @@ mod tests {
     fn a_drainer_s_capacity_is_its_child_cap_or_what_its_budget_pays_for() {
         // The defaults: 31 children fit a budget of 45 with the drainer's own calls.
         assert_eq!(capacity(&settings(&[]), 1), 31);
-        assert_eq!(capacity(&settings(&[("MAX_CHILD_INVOCATIONS", "20")]), 1), 20);
+        assert_eq!(
+            capacity(&settings(&[("MAX_CHILD_INVOCATIONS", "20")]), 1),
+            20
+        );
         // Free's budget bounds a high child cap.
         let free = settings(&[("MAX_CHILD_INVOCATIONS", "1000")]);
         assert_eq!(capacity(&free, 1), 45 - DRAINER_OVERHEAD_SUBREQUESTS);

@@ -270,9 +270,9 @@ impl Settings {
             max_child_invocations: int("MAX_CHILD_INVOCATIONS", 1, 1_000_000)?,
             drainers: match get("DRAINERS").trim() {
                 "auto" => Drainers::Auto,
-                _ => Drainers::Fixed(int("DRAINERS", 1, MOST_DRAINERS).map_err(|e| {
-                    format!("{e} (or \"auto\")")
-                })?),
+                _ => Drainers::Fixed(
+                    int("DRAINERS", 1, MOST_DRAINERS).map_err(|e| format!("{e} (or \"auto\")"))?,
+                ),
             },
             max_drainers: int("MAX_DRAINERS", 1, MOST_DRAINERS)?,
             dispatch_mode,
@@ -367,7 +367,10 @@ mod tests {
             "the tick drains itself by default"
         );
         assert!(!s.drainers.use_queue());
-        assert_eq!(parse(&[("DRAINERS", "4")]).unwrap().drainers, Drainers::Fixed(4));
+        assert_eq!(
+            parse(&[("DRAINERS", "4")]).unwrap().drainers,
+            Drainers::Fixed(4)
+        );
         let auto = parse(&[("DRAINERS", " auto ")]).unwrap();
         assert_eq!((auto.drainers, auto.max_drainers), (Drainers::Auto, 50));
         assert!(auto.drainers.use_queue() && Drainers::Fixed(2).use_queue());

@@ -15,12 +15,12 @@ use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
 use super::run::Runner;
 use super::schedule::{log_finished, open_store, record_summary, self_service};
-use crate::store::SlotPassed;
 use crate::core::drain::DrainError;
-use crate::core::drainers::{Continuation, DrainMessage};
-use crate::core::settings::Drainers;
+use crate::core::drainers::{self, Continuation, DrainMessage};
 use crate::core::model::{StopReason, Tally, Trigger};
+use crate::core::settings::Drainers;
 use crate::jobs::Jobs;
+use crate::store::SlotPassed;
 
 pub async fn on_queue(batch: MessageBatch<DrainMessage>, env: Env, jobs: &Jobs) {
     // Every message is acknowledged, drained or not: a drain message is a
@@ -96,10 +96,24 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
     });
     if let Some(slot) = slot {
         budget.give_back(CONTINUE_SUBREQUESTS);
-        continue_chain(message, slot, stop_reason, runner.env, &cfg, &store, &logger).await;
+        let per_item_cost = drain::per_item_cost(&cfg, runner.jobs);
+        let end = ChainEnd {
+            stop: stop_reason,
+            per_item_cost,
+        };
+        continue_chain(message, slot, end, runner.env, &cfg, &store, &logger).await;
     }
     let place = (cfg.settings.drainers == Drainers::Auto).then_some(place);
-    record_summary(&store, Trigger::Queue, tally, started, stop_reason, place, &logger).await;
+    record_summary(
+        &store,
+        Trigger::Queue,
+        tally,
+        started,
+        stop_reason,
+        place,
+        &logger,
+    )
+    .await;
 }
 
 /// A drainer's last step and its continuation's send.
@@ -163,13 +177,22 @@ fn slot_lease_ms(cfg: &Config) -> i64 {
     s.invocation_deadline_ms + s.job_timeout_ms + 60_000
 }
 
+/// How a drainer's drain ended, for its last step.
+struct ChainEnd {
+    stop: StopReason,
+    per_item_cost: i64,
+}
+
 /// After a drain that stopped on its child cap, budget or deadline: if work is
 /// still due, hand the slot to a continuation and send it (one message, signed
 /// like the tick's); otherwise free the slot and end the chain.
 async fn continue_chain(
     message: &DrainMessage,
     (slot, holder): (i64, String),
-    stop: StopReason,
+    ChainEnd {
+        stop,
+        per_item_cost,
+    }: ChainEnd,
     env: &Env,
     cfg: &Config,
     store: &DrainStore,
@@ -189,8 +212,9 @@ async fn continue_chain(
     // A drain that stopped for any other reason frees its slot: a batch of
     // nothing due hands on nothing.
     let expires_at = if goes_on { now + slot_lease_ms(cfg) } else { 0 };
+    let capacity = drainers::capacity(&cfg.settings, per_item_cost);
     let passed = store
-        .pass_drainer_slot(now, slot, &holder, &next.holder, expires_at, cfg.settings.claim_chunk)
+        .pass_drainer_slot(now, (slot, &holder), &next.holder, expires_at, capacity)
         .await;
     let ids = json!({ "drainer": message.drainer, "chain": message.chain, "slot": slot });
     match passed {

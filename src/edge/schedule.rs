@@ -53,7 +53,16 @@ pub async fn on_schedule(_event: ScheduledEvent, env: Env, jobs: &Jobs) {
         logger.error("invocation_failed", json!({ "message": e.to_string() }));
         StopReason::Error
     });
-    record_summary(&store, Trigger::Tick, tally, started, stop_reason, None, &logger).await;
+    record_summary(
+        &store,
+        Trigger::Tick,
+        tally,
+        started,
+        stop_reason,
+        None,
+        &logger,
+    )
+    .await;
 }
 
 async fn run_invocation(

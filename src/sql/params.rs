@@ -207,8 +207,8 @@ statement! {
         now: i64, holder: &'a str, expires_at: i64, max_drainers: i64,
     }
     PassDrainerSlot<'a> = PASS_DRAINER_SLOT {
-        now: i64, one: i64, no_claim: &'a str, no_marks: &'a str, per_batch: i64, charges: i64,
-        slot: i64, next_holder: &'a str, expires_at: i64, holder: &'a str,
+        now: i64, cap: i64, no_claim: &'a str, no_marks: &'a str, per_batch: i64, charges: i64,
+        slot: i64, next_holder: &'a str, expires_at: i64, holder: &'a str, capacity: i64,
     }
 }
 

@@ -53,18 +53,18 @@ impl<D: Db> Store<D> {
         Ok(rows.first().map(|r| r.slot))
     }
 
-    /// The last step of a drainer holding `slot` as `holder`: if anything is
-    /// due, hand the slot to `next_holder` until `expires_at` and answer
+    /// The last step of a drainer holding `slot` as `holder`: if more is due
+    /// than the live chains on lower slots take (`capacity` each), hand the
+    /// slot to `next_holder` until `expires_at` and answer
     /// [`SlotPassed::Continue`]; if not, free it. [`SlotPassed::Lost`] when the
     /// slot is no longer `holder`'s. One statement, one row.
     pub async fn pass_drainer_slot(
         &self,
         now: i64,
-        slot: i64,
-        holder: &str,
+        (slot, holder): (i64, &str),
         next_holder: &str,
         expires_at: i64,
-        per_batch: i64,
+        capacity: i64,
     ) -> StoreResult<SlotPassed> {
         #[derive(Deserialize)]
         struct Row {
@@ -74,15 +74,16 @@ impl<D: Db> Store<D> {
             .db
             .run(sql::PassDrainerSlot {
                 now,
-                one: 1,
+                cap: slot.saturating_mul(capacity),
                 no_claim: NO_CLAIM,
                 no_marks: "{}",
-                per_batch,
+                per_batch: slot.saturating_mul(capacity),
                 charges: 1,
                 slot,
                 next_holder,
                 expires_at,
                 holder,
+                capacity,
             })
             .await?;
         Ok(match rows.first() {
