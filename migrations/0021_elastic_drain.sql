@@ -1,5 +1,5 @@
--- Elastic drain (DRAINERS = "auto"): leased drainer slots, and each drainer
--- summary's place in its chain.
+-- Elastic drain (DRAINERS = "auto"): leased drainer slots, each drainer
+-- summary's place in its chain, and an item's dispatch throws running.
 --
 -- drainer_slots: one row per slot a chain of drainers holds (slot 1 to
 -- MAX_DRAINERS). A tick's drainer takes a free one (acquire_drainer_slot.sql:
@@ -20,3 +20,10 @@ CREATE TABLE drainer_slots (
 -- fixed DRAINERS. O(1) ADD COLUMNs: no row is rewritten.
 ALTER TABLE invocations ADD COLUMN drainer INTEGER;
 ALTER TABLE invocations ADD COLUMN chain INTEGER;
+
+-- How many times running an item's dispatch threw (the SELF call failed before
+-- any answer; it went back unrun with its attempt): core::drain takes the
+-- THROWS_BEFORE_CRASH-th for its child crashing, which spends an attempt, where
+-- the ones before are taken for the platform refusing, which spends none. Set by
+-- the group commit in the row it writes anyway (0 after any run): no row more.
+ALTER TABLE cron_queue ADD COLUMN given_back INTEGER NOT NULL DEFAULT 0;

@@ -81,7 +81,10 @@ pub async fn run<P: Ports>(machine: &mut Drain, ports: &mut P) -> StopReason {
                 let jitter = ports.jitter();
                 machine.finished(now, item, ran, jitter)
             }
-            Event::Finished(item, Err(refused)) => machine.refused(now, item, refused),
+            Event::Finished(item, Err(refused)) => {
+                let jitter = ports.jitter();
+                machine.refused(now, item, refused, jitter)
+            }
             Event::Timer => {
                 floor = until.map_or(now, |at| now.max(at));
                 machine.timer(floor);

@@ -46,6 +46,7 @@ pub fn item(payload: impl Serialize) -> Item {
             kind: String::new(),
             payload,
             receipts: None,
+            given_back: 0,
         },
     }
 }

@@ -274,6 +274,8 @@ enum Scheduled {
     Child(ClaimedItem, Ran),
     /// The platform refused this item's dispatch.
     Refused(ClaimedItem),
+    /// This item's child crashed: its call threw.
+    Crashed(ClaimedItem),
     Claimed(StoreResult<Claim>),
     /// A commit's rows, its result, and the rows it really wrote.
     Committed(Vec<Settled>, StoreResult<Vec<i64>>, Vec<i64>),
@@ -325,6 +327,8 @@ struct Seen {
     /// Dispatches the platform refused, and whether the machine was told yet.
     refused: BTreeSet<Key>,
     refusal_fed: bool,
+    /// Dispatches whose child crashed (the call threw as a refused one does).
+    crashed: BTreeSet<Key>,
     /// The items the machine reported given back after a refusal.
     given_back: Option<BTreeSet<i64>>,
     max_in_flight: i64,
@@ -350,6 +354,12 @@ struct Coverage {
     /// Dispatches the platform refused, and queued items given back with them.
     refused: u64,
     given_back_queued: u64,
+    /// Throws of crashing children the machine took for a crash (an attempt
+    /// spent), and for a refusal (before it knew better); crashing items that
+    /// ended failed.
+    crashes_spent: u64,
+    crashes_given_back: u64,
+    crashed_items_failed: u64,
     claimed: u64,
     lost: u64,
     left_to_reaper: u64,
@@ -409,6 +419,11 @@ struct Sim<'a> {
     unanswered: BTreeSet<Key>,
     /// The platform refusing dispatches, if the seed has it.
     platform: Option<Platform>,
+    /// Items whose child crashes at every dispatch, if the seed has them.
+    crashing: BTreeSet<i64>,
+    /// The highest place at which a drain had a dispatch answered, handed from
+    /// drain to drain as the Worker's isolate does (`edge::drain`).
+    answered_up_to: i64,
 }
 
 fn setup(items: usize, max_attempts: i64, channels: Option<&Channels>) -> Faulty {
@@ -677,8 +692,9 @@ impl Sim<'_> {
 
         let mut m = Drain::new(self.p.policy, budget.clone(), started);
         m.prepared(prepare_ms);
+        m.knows_answered(self.answered_up_to);
         // The platform refuses this request's dispatches past the n-th.
-        let refuse_after = self.platform.as_mut().map(Platform::refuse_after);
+        let refuse_after = self.platform.as_ref().map(|p| p.cap);
         let now = started + prepare_ms;
         let mut ports = SimPorts {
             sim: self,
@@ -695,6 +711,7 @@ impl Sim<'_> {
         };
         let stop = block_on(drain_loop::run(&mut m, &mut ports));
         let (seen, now) = (ports.seen, ports.now);
+        self.answered_up_to = m.answered_up_to();
         self.check_done(
             &m,
             &seen,
@@ -753,7 +770,7 @@ impl Sim<'_> {
     /// Items given back unrun (released late, or after a refusal) spent no
     /// attempt and are due at once: as the commit that wrote them left them.
     fn check_given_back(
-        &self,
+        &mut self,
         db: &SqliteDb,
         rows: &[Settled],
         wrote: &[i64],
@@ -765,7 +782,13 @@ impl Sim<'_> {
             let k = key(&r.item);
             let refused = seen.refused.contains(&k);
             if !r.transition.is_release() {
+                // A refusal spends nothing; a crash is a run.
                 assert!(!refused, "{ctx}: refused {k:?} committed as {r:?}");
+                if seen.crashed.contains(&k) {
+                    let error = r.transition.error.as_deref().unwrap_or("");
+                    assert!(error.contains("child crashed: "), "{ctx}: {k:?} {r:?}");
+                    self.coverage.crashes_spent += 1;
+                }
                 continue;
             }
             let (attempt, run_after): (i64, i64) = db
@@ -894,7 +917,10 @@ impl Sim<'_> {
             }
             Report::CommitRetry { .. } => self.coverage.commit_retries += 1,
             Report::DispatchRefused { message, item_ids } => {
-                assert_eq!(message, REFUSAL, "{ctx}: the first refusal's message");
+                assert!(
+                    message == REFUSAL || message == CRASH,
+                    "{ctx}: the first refusal's message: {message}"
+                );
                 assert!(seen.given_back.is_none(), "{ctx}: a refusal reported twice");
                 let ids: BTreeSet<i64> = item_ids.iter().copied().collect();
                 assert_eq!(ids.len(), item_ids.len(), "{ctx}: given back twice");
@@ -904,8 +930,11 @@ impl Sim<'_> {
                     ids.iter().all(|id| seen.claimed.iter().any(|k| k.0 == *id)),
                     "{ctx}: gave back {ids:?}"
                 );
+                let crashes = seen.crashed.iter().filter(|k| ids.contains(&k.0)).count();
                 self.coverage.refused += seen.refused.len() as u64;
-                self.coverage.given_back_queued += (ids.len() - seen.refused.len()) as u64;
+                self.coverage.crashes_given_back += crashes as u64;
+                self.coverage.given_back_queued +=
+                    (ids.len() - seen.refused.len() - crashes) as u64;
                 seen.given_back = Some(ids);
             }
             Report::Settled(_) => {}
@@ -935,8 +964,15 @@ impl Sim<'_> {
         );
         // A refusal is reported once, and the drain says it stopped for it
         // (unless a failed claim stopped it first).
-        assert_eq!(seen.given_back.is_some(), !seen.refused.is_empty(), "{ctx}");
         if !seen.refused.is_empty() {
+            assert!(seen.given_back.is_some(), "{ctx}: a refusal not reported");
+        }
+        if seen.given_back.is_some() {
+            // ...and only a throw (a refusal, or a crash not yet known for one).
+            assert!(
+                !(seen.refused.is_empty() && seen.crashed.is_empty()),
+                "{ctx}"
+            );
             assert!(
                 matches!(stop, StopReason::Refused | StopReason::Error),
                 "{ctx}: {stop:?}"
@@ -1062,6 +1098,7 @@ impl Ports for SimPorts<'_, '_> {
         assert!(now - self.cohort < COHORT_MS, "{ctx}: a stale cohort");
         assert!(!self.seen.refusal_fed, "{ctx}: a dispatch after a refusal");
         self.sim.dispatched(&item, ctx);
+        let crashes = self.sim.crashing.contains(&item.item_id);
         self.in_flight += 1;
         let seen = &mut self.seen;
         seen.dispatches += 1;
@@ -1070,6 +1107,14 @@ impl Ports for SimPorts<'_, '_> {
             // Thrown at once, before any child ran.
             let at = now + self.sim.platform.as_mut().map_or(0, Platform::delay);
             self.events.push(at, Scheduled::Refused(item));
+        } else if crashes {
+            // The child starts and dies: its call throws a while later.
+            let at = now
+                + self
+                    .sim
+                    .rng
+                    .random_range(1..=self.sim.p.policy.limits.job_timeout_ms / 2);
+            self.events.push(at, Scheduled::Crashed(item));
         } else {
             let (at, ran) = self.sim.child(now, self.cohort, &item, ctx);
             self.events.push(at, Scheduled::Child(item, ran));
@@ -1142,6 +1187,11 @@ impl Ports for SimPorts<'_, '_> {
                 seen.refused.insert(key(&item));
                 seen.refusal_fed = true;
                 Event::Finished(item, Err(Refused(REFUSAL.into())))
+            }
+            Scheduled::Crashed(item) => {
+                self.in_flight -= 1;
+                seen.crashed.insert(key(&item));
+                Event::Finished(item, Err(Refused(CRASH.into())))
             }
             Scheduled::Child(item, ran) => {
                 self.in_flight -= 1;
@@ -1236,6 +1286,8 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
         delivered: BTreeMap::new(),
         unanswered: BTreeSet::new(),
         platform,
+        crashing: crashing_items(seed, p.items),
+        answered_up_to: 0,
     };
     for tick in 0..MAX_TICKS {
         if tick == MAX_TICKS / 2 {
@@ -1300,6 +1352,30 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
             "{ctx}"
         );
     }
+    // An item whose child crashes at every dispatch never completes; once it
+    // ended it failed within its attempts, saying so (or, when its last
+    // attempt's commit never landed, as the reaper says it).
+    for id in &sim.crashing {
+        let (status, error): (String, Option<String>) = db
+            .db
+            .conn()
+            .query_row(
+                "SELECT status, last_error FROM cron_queue WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_ne!(status, "completed", "{ctx}: crashing item {id}");
+        if status == "failed" {
+            let error = error.unwrap_or_default();
+            let crashed = error.contains("child crashed: ");
+            assert!(
+                crashed || error.contains("lease expired"),
+                "{ctx}: item {id}: {error}"
+            );
+            sim.coverage.crashed_items_failed += u64::from(crashed);
+        }
+    }
     // An item whose child answered Done ends completed, unless that attempt's
     // lease really expired (then it ran again and its later attempts decided).
     for (id, k) in &sim.done {
@@ -1354,17 +1430,34 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
     }
 }
 
+/// The items whose child crashes at every dispatch: in about one seed of four,
+/// each item with a chance of 1 in 30 (at least one). From a stream of its own.
+fn crashing_items(seed: u64, items: usize) -> BTreeSet<i64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc4a5_4ed0);
+    if !rng.random_bool(0.25) {
+        return BTreeSet::new();
+    }
+    let mut ids: BTreeSet<i64> = (1..=items as i64)
+        .filter(|_| rng.random_bool(1.0 / 30.0))
+        .collect();
+    ids.insert(rng.random_range(1..=items as i64));
+    ids
+}
+
 /// What the simulated runtime answers a refused dispatch with.
 const REFUSAL: &str = "Error: A single request has a maximum of 32 Worker invocations";
+/// What a crashed child's call throws.
+const CRASH: &str = "Error: internal error";
 
 /// The platform's cap on one request's service-binding calls, unknown to the
-/// Worker: in about two seeds of five, each invocation's dispatches past a
-/// random n-th (0 to 60) throw at once. Half the seeds also draw the Worker's own
-/// `MAX_CHILD_INVOCATIONS`, which, when under n, keeps the refusal from
-/// happening. Drawn from a stream of its own; not in seeds whose other reaper
-/// runs ahead.
+/// Worker: in about two seeds of five, each invocation's dispatches past the
+/// n-th (1 to 60, drawn once: a platform limit is a constant) throw at once.
+/// Half the seeds also draw the Worker's own `MAX_CHILD_INVOCATIONS`, which,
+/// when under n, keeps the refusal from happening. Drawn from a stream of its
+/// own; not in seeds whose other reaper runs ahead.
 struct Platform {
     rng: StdRng,
+    cap: i64,
 }
 
 impl Platform {
@@ -1378,11 +1471,11 @@ impl Platform {
         if rng.random_bool(0.5) {
             p.policy.limits.max_children = rng.random_range(1..=60);
         }
-        rng.random_bool(0.4).then_some(Platform { rng })
-    }
-
-    fn refuse_after(&mut self) -> i64 {
-        self.rng.random_range(0..=60)
+        if !rng.random_bool(0.4) {
+            return None;
+        }
+        let cap = rng.random_range(1..=60);
+        Some(Platform { rng, cap })
     }
 
     /// How long a refused call takes to throw.
@@ -1538,6 +1631,9 @@ fn the_drain_keeps_its_invariants_over_random_runs() {
         c.released,
         c.refused,
         c.given_back_queued,
+        c.crashes_spent,
+        c.crashes_given_back,
+        c.crashed_items_failed,
         c.claim_failures,
         c.budget_over_1000,
         c.strict_invocations,

@@ -1,11 +1,15 @@
 //! Elastic drain's statements on real SQLite with the migrations: what the tick
 //! counts before starting drainers (`count_drain_work.sql`), a drainer taking a
 //! slot (`acquire_drainer_slot.sql`) and handing it on or freeing it
-//! (`pass_drainer_slot.sql`). The rules they serve are `core::drainers`.
+//! (`pass_drainer_slot.sql`), and an item's throws running (`given_back`, kept
+//! by the group commit, read by the claim). The rules they serve are
+//! `core::drainers` and `core::drain`.
 
 mod common;
 
 use common::*;
+use cron_fanout::core::model::Outcome;
+use cron_fanout::core::retry::release_refused;
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{DrainWork, SlotPassed, Store};
 use futures::executor::block_on;
@@ -144,5 +148,47 @@ fn a_tail_of_a_few_items_goes_on_in_the_lowest_live_chains_only() {
         pass(&store, 3_000, 2, "h5", "o2"),
         SlotPassed::Freed,
         "slot 1 takes the 5"
+    );
+}
+
+#[test]
+fn an_item_s_throws_running_are_kept_by_its_releases_and_cleared_by_a_run() {
+    let store = setup();
+    batch_of(&store, "t", 2, 3);
+    let first = claim(&store, 1_000, 2, "c1");
+    assert!(first.iter().all(|i| i.given_back == 0));
+    // Item 1's dispatch threw; item 2 was queued behind it.
+    let back = [
+        release_refused(&first[0], true),
+        release_refused(&first[1], false),
+    ];
+    block_on(store.commit_outcomes(back.iter())).unwrap();
+    let again = claim(&store, 2_000, 2, "c2");
+    let thrown: Vec<(i64, i64, i64)> = again
+        .iter()
+        .map(|i| (i.item_id, i.given_back, i.attempt))
+        .collect();
+    assert_eq!(
+        thrown,
+        vec![(first[0].item_id, 1, 1), (first[1].item_id, 0, 1)],
+        "counted, and no attempt spent"
+    );
+    let twice = release_refused(&again[0], true);
+    block_on(store.commit_outcomes([&twice])).unwrap();
+    let third = claim(&store, 3_000, 1, "c3");
+    assert_eq!(
+        (third[0].item_id, third[0].given_back),
+        (first[0].item_id, 2)
+    );
+    // Any run clears it (here a retry, which spends its attempt).
+    let ran = settle(&third[0], Outcome::Retry("HTTP 500".into()), 3_500);
+    block_on(store.commit_outcomes([&ran])).unwrap();
+    let id = third[0].item_id;
+    assert_eq!(
+        count(
+            &store,
+            &format!("SELECT given_back FROM cron_queue WHERE id = {id}")
+        ),
+        0
     );
 }

@@ -1303,6 +1303,7 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
                             kind: r.get(5)?,
                             payload: r.get(6)?,
                             receipts: None,
+                            given_back: 0,
                         })
                     },
                 )

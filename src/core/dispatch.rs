@@ -153,6 +153,7 @@ mod tests {
                 r#"{{"url":"https://example.com/hook","signing_secret":"{SIGNING}","data":{{"user":1}}}}"#
             ),
             receipts: None,
+            given_back: 0,
         };
         serde_json::to_string(&item).unwrap()
     }

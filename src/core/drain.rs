@@ -13,7 +13,7 @@ use super::budget::{
     cover_items, flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
-use super::model::{ClaimedItem, ItemStatus, Ran, StopReason, Tally, Transition};
+use super::model::{ClaimedItem, ItemStatus, Outcome, Ran, StopReason, Tally, Transition};
 use super::receipts;
 use super::retry::{decide, defer, release, release_refused, RetryPolicy};
 use super::settings::{DispatchMode, Settings};
@@ -26,6 +26,12 @@ pub use super::timing::FLUSH_INTERVAL_MS;
 /// Attempts of one commit statement: commits are fenced, so repeating one never
 /// applies anything twice, and the second reads back what the first applied.
 pub const COMMIT_TRIES: u8 = 2;
+
+/// Throws running for one item after which its child is taken to crash while
+/// no answered call shows where the platform's cap is (a deployment whose every
+/// call so far threw): a refused item is claimed again at once, so the same
+/// item refused three times running is the platform refusing every call.
+pub const THROWS_BEFORE_CRASH: i64 = 3;
 
 /// What a drain is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +227,12 @@ pub struct Drain {
     held_until: Option<i64>,
     /// Items dispatched, counted against `max_children`.
     dispatched: i64,
+    /// Each running dispatch's place among this drain's (1 for the first).
+    positions: HashMap<String, i64>,
+    /// The highest place at which a dispatch was answered, in this drain or one
+    /// before it ([`Drain::knows_answered`]): the platform's cap on a request's
+    /// calls is at least that, so a call below it that throws crashed.
+    answered_up_to: i64,
     /// When the first item was dispatched: the finishing rate counts from it.
     first_dispatch: Option<i64>,
     /// The platform refused a dispatch: nothing more is dispatched.
@@ -254,6 +266,8 @@ impl Drain {
             drained: false,
             held_until: None,
             dispatched: 0,
+            positions: HashMap::new(),
+            answered_up_to: 0,
             first_dispatch: None,
             refusal: None,
             stop: None,
@@ -359,6 +373,18 @@ impl Drain {
     }
 
     /// The backoff of kinds that have their own (`jobs::Jobs::retry_policies`).
+    /// The highest place at which an earlier drain (in this isolate) had a
+    /// dispatch answered: the platform's cap is at least that.
+    pub fn knows_answered(&mut self, place: i64) {
+        self.answered_up_to = self.answered_up_to.max(place);
+    }
+
+    /// The highest place at which a dispatch was answered, this drain's or one
+    /// it was told of: for the drains after it.
+    pub fn answered_up_to(&self) -> i64 {
+        self.answered_up_to
+    }
+
     pub fn set_kind_retry(&mut self, kinds: Vec<(String, RetryPolicy)>) {
         self.kind_retry = kinds;
     }
@@ -368,6 +394,9 @@ impl Drain {
     /// together (`receipts::settle`). `jitter` in [0, 1) spreads its retry
     /// (`RetryPolicy::backoff_ms`).
     pub fn finished(&mut self, now: i64, item: ClaimedItem, ran: impl Into<Ran>, jitter: f64) {
+        if let Some(place) = self.positions.remove(&item.lease_token) {
+            self.answered_up_to = self.answered_up_to.max(place);
+        }
         let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
             debug_assert!(false, "finished() for an item not running: {item:?}");
             return;
@@ -392,11 +421,25 @@ impl Drain {
         );
     }
 
-    /// A dispatched item's call was refused by the platform before any answer:
-    /// the item goes back to `pending` unrun with its attempt given back, due at
-    /// once, and so do the claimed items still queued; the drain dispatches and
-    /// claims nothing more, and commits what runs.
-    pub fn refused(&mut self, now: i64, item: ClaimedItem, refused: Refused) {
+    /// A dispatched item's call threw before any answer: the platform refusing
+    /// it, or its child crashing. The platform refuses a request's calls past
+    /// its cap, every one of them: a throw at a place no higher than one already
+    /// answered ([`Drain::knows_answered`]) is a crash, and so is the
+    /// [`THROWS_BEFORE_CRASH`]-th throw running for one item while no answer is
+    /// known at all. A crash is a run that spends its attempt (`child crashed:
+    /// …`, retried with backoff, failed when its attempts are spent), and the
+    /// drain goes on. A refusal spends nothing: the item goes back to `pending`
+    /// unrun with its attempt given back, due at once, and so do the claimed
+    /// items still queued; the drain dispatches and claims nothing more, and
+    /// commits what runs.
+    pub fn refused(&mut self, now: i64, item: ClaimedItem, refused: Refused, jitter: f64) {
+        let place = self.positions.remove(&item.lease_token).unwrap_or(i64::MAX);
+        let crashed = place <= self.answered_up_to
+            || (self.answered_up_to == 0 && item.given_back + 1 >= THROWS_BEFORE_CRASH);
+        if crashed {
+            let reason = format!("child crashed: {}", refused.0);
+            return self.finished(now, item, Outcome::Retry(reason).bounded(), jitter);
+        }
         let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
             debug_assert!(false, "refused() for an item not running: {item:?}");
             return;
@@ -411,7 +454,7 @@ impl Drain {
         if self.stop != Some(StopReason::Error) {
             self.stop = Some(StopReason::Refused);
         }
-        let transition = release_refused(&item);
+        let transition = release_refused(&item, true);
         self.settle(
             now,
             Settled {
@@ -643,7 +686,7 @@ impl Drain {
             if let Some(refusal) = self.refusal.as_mut() {
                 refusal.item_ids.push(item.item_id);
             }
-            let transition = release_refused(&item);
+            let transition = release_refused(&item, false);
             self.settle(
                 now,
                 Settled {
@@ -663,6 +706,8 @@ impl Drain {
         self.running
             .insert(item.lease_token.clone(), lease_expires_at);
         self.dispatched += 1;
+        self.positions
+            .insert(item.lease_token.clone(), self.dispatched);
         self.first_dispatch.get_or_insert(now);
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);

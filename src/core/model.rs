@@ -62,6 +62,16 @@ pub struct ClaimedItem {
     /// when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipts: Option<String>,
+    /// How many times running its dispatch threw (given back unrun each time):
+    /// a child that throws for this item again and again crashed, and is no
+    /// longer taken for the platform refusing (`core::drain::THROWS_BEFORE_CRASH`).
+    /// Left out of the dispatched JSON while 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub given_back: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl ClaimedItem {
@@ -85,6 +95,7 @@ impl ClaimedItem {
             kind: "noop".into(),
             payload: "{}".into(),
             receipts: None,
+            given_back: 0,
         }
     }
 }
@@ -194,6 +205,11 @@ pub struct Transition {
     /// holds is paused until then (`sql/pause_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<i64>,
+    /// The item's count of throws running (`ClaimedItem::given_back`) to store:
+    /// set by a release after a throw (one more) and for the claimed items given
+    /// back behind it (unchanged); `None` (any outcome of a run) stores 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given_back: Option<i64>,
 }
 
 impl Transition {

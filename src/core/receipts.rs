@@ -302,6 +302,7 @@ mod tests {
             kind: "multi".into(),
             payload: "{}".into(),
             receipts: receipts.map(str::to_string),
+            given_back: 0,
         }
     }
 

@@ -576,6 +576,7 @@ mod tests {
                 kind: "multi".into(),
                 payload: payload.clone(),
                 receipts: None,
+                given_back: 0,
             };
             let item = ClaimedItem {
                 receipts: receipts::settle(&item, Some(&channels), ItemStatus::Failed, i64::MAX),

@@ -44,6 +44,7 @@ pub fn decide(
         attempt: None,
         receipts: None,
         paused_until: None,
+        given_back: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
     // would pass the bound `last_error` keeps.
@@ -102,8 +103,13 @@ pub fn release(item: &ClaimedItem) -> Transition {
 
 /// The same for an item given back because the platform refused a dispatch of
 /// this invocation (its own, or an earlier one: nothing more is dispatched).
-pub fn release_refused(item: &ClaimedItem) -> Transition {
-    give_back(item, "the platform refused this invocation's dispatches")
+/// `thrown`: its own dispatch threw (counted in `given_back`); otherwise it was
+/// claimed and waiting behind one that did (its count stays).
+pub fn release_refused(item: &ClaimedItem, thrown: bool) -> Transition {
+    Transition {
+        given_back: Some(item.given_back + i64::from(thrown)),
+        ..give_back(item, "the platform refused this invocation's dispatches")
+    }
 }
 
 fn give_back(item: &ClaimedItem, why: &str) -> Transition {
@@ -118,6 +124,7 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         attempt: Some(item.attempt - 1),
         receipts: None,
         paused_until: None,
+        given_back: None,
     }
 }
 
@@ -141,6 +148,7 @@ mod tests {
             kind: "webhook".into(),
             payload: "{}".into(),
             receipts: None,
+            given_back: 0,
         }
     }
 

@@ -61,6 +61,7 @@ pub async fn run(
     let mut machine = Drain::new(Policy::new(s, per_item_cost), budget, started);
     machine.set_kind_retry(runner.jobs.retry_policies(s.retry));
     machine.prepared(prepare_ms);
+    machine.knows_answered(ANSWERED_UP_TO.get());
     let mut ports = WorkerPorts {
         cfg,
         runner,
@@ -76,10 +77,18 @@ pub async fn run(
         claim_error: None,
     };
     let stop = drain_loop::run(&mut machine, &mut ports).await;
+    ANSWERED_UP_TO.set(machine.answered_up_to());
     let result = ports
         .claim_error
         .map_or(Ok(stop), |e| Err(DrainError::Claim(e)));
     (machine.into_tally(), result)
+}
+
+thread_local! {
+    // The highest place at which a drain of this isolate had a dispatch
+    // answered: the platform's cap on a request's calls is a constant, so a later
+    // drain's call that throws below it crashed (`Drain::refused`).
+    static ANSWERED_UP_TO: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
 /// Subrequests one item costs a drain: its SELF call, or inline the most its

@@ -321,6 +321,7 @@ mod tests {
             kind: "multi".into(),
             payload: "{}".into(),
             receipts: None,
+            given_back: 0,
         };
         let body: Value =
             serde_json::from_str(&delivery_body(&item, "push", &json!({"k": "v"}))).unwrap();

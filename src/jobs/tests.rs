@@ -36,6 +36,7 @@ fn item(kind: &str, payload: Value) -> ClaimedItem {
         kind: kind.into(),
         payload: payload.to_string(),
         receipts: None,
+        given_back: 0,
     }
 }
 

@@ -472,6 +472,7 @@ mod tests {
             kind: "webhook".into(),
             payload: "{}".into(),
             receipts: None,
+            given_back: 0,
         };
         let body: Value = serde_json::from_str(&delivery_body(&item, &json!({"k": "v"}))).unwrap();
         assert_eq!(

@@ -13,7 +13,8 @@
 -- not even cron_queue_leased; the reaper finds it in its batch's lease window, and
 -- its commit, a release or a reap gives it a real run_after.
 -- Returns each item's receipts (multi-channel items, core::receipts: the run sends
--- only the channels not yet delivered) and whether limits, and rate limits, are
+-- only the channels not yet delivered), its dispatch's throws running
+-- (given_back, migration 0021: core::drain tells a crashing child from a refusal) and whether limits, and rate limits, are
 -- defined now (constant subqueries, read once): the claimer's next claim is
 -- shaped by them (store::Claimed).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
@@ -25,7 +26,7 @@ SET status = 'processing',
     started_at = ?1
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
-          receipts,
+          receipts, given_back,
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,

@@ -1,7 +1,9 @@
 -- Group commit: apply many outcomes in one statement. ?1 is a JSON array of
 -- {"id", "token", "status", "run_after", "completed_at", "error", "attempt",
--- "receipts"} ("attempt" is set only for an item released unrun: its unused attempt
--- is given back; otherwise the claim's count stands. "receipts", only for items
+-- "receipts", "given_back"} ("attempt" is set only for an item released unrun: its
+-- unused attempt is given back; otherwise the claim's count stands. "given_back",
+-- the throws of its dispatch running, only for an item given back after a
+-- refusal; any other outcome stores 0. "receipts", only for items
 -- with channels, is the JSON text of the receipts this outcome settles,
 -- core::receipts::settle).
 -- Each row is fenced by (id, lease_token, status = 'processing') (invariant 2): a
@@ -32,6 +34,7 @@ SET status = o.value ->> 'status',
     completed_at = o.value ->> 'completed_at',
     last_error = substr(o.value ->> 'error', 1, 1000),
     attempt = coalesce(o.value ->> 'attempt', cron_queue.attempt),
+    given_back = coalesce(o.value ->> 'given_back', 0),
     lease_expires_at = NULL,
     receipts = CASE
       WHEN o.value ->> 'receipts' IS NULL THEN cron_queue.receipts

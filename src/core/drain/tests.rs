@@ -744,7 +744,7 @@ fn a_refused_dispatch_gives_its_item_back_unrun_with_its_attempt() {
     r.actions(0);
     r.m.claimed(0, Ok(items(1..2)));
     assert_eq!(dispatched(&r.actions(0)), vec![1]);
-    r.m.refused(5, item(1), refused());
+    r.m.refused(5, item(1), refused(), 0.0);
     let rows = take_commit(r.actions(5));
     assert_eq!(ids(&rows), vec![1]);
     let t = &rows[0].transition;
@@ -765,7 +765,7 @@ fn after_a_refusal_the_queue_is_given_back_and_nothing_more_is_dispatched() {
     r.m.claimed(0, Ok(items(1..5)));
     assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
     r.m.claimed(1, Ok(items(5..7)));
-    r.m.refused(2, item(1), refused());
+    r.m.refused(2, item(1), refused(), 0.0);
     // Item 1's slot is free, but 3 to 6 wait behind it: none of them starts.
     let a = r.actions(2);
     assert!(dispatched(&a).is_empty(), "{a:?}");
@@ -791,7 +791,7 @@ fn a_call_that_answered_after_a_refusal_is_committed_as_usual() {
     r.actions(0);
     r.m.claimed(0, Ok(items(1..3)));
     r.actions(0);
-    r.m.refused(2, item(1), refused());
+    r.m.refused(2, item(1), refused(), 0.0);
     r.m.finished(3, item(2), Outcome::Retry("HTTP 503".into()), 0.0);
     r.m.timer(2 + FLUSH_INTERVAL_MS);
     let rows = take_commit(r.actions(2 + FLUSH_INTERVAL_MS));
@@ -808,8 +808,8 @@ fn items_of_a_claim_out_when_a_refusal_came_are_given_back() {
     r.m.claimed(0, Ok(items(1..5)));
     let a = r.actions(0);
     assert!(a.iter().any(|a| matches!(a, Action::Claim { .. })), "{a:?}");
-    r.m.refused(1, item(1), refused());
-    r.m.refused(1, item(2), refused());
+    r.m.refused(1, item(1), refused(), 0.0);
+    r.m.refused(1, item(2), refused(), 0.0);
     r.actions(1);
     r.m.claimed(2, Ok(items(5..7)));
     let a = r.actions(2);
@@ -827,8 +827,8 @@ fn a_refusal_is_reported_once_with_its_message_and_all_it_gave_back() {
     // A short claim: nothing else is due, no claim follows.
     r.m.claimed(0, Ok(items(1..4)));
     assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
-    r.m.refused(1, item(1), refused());
-    r.m.refused(1, item(2), Refused("a second message".into()));
+    r.m.refused(1, item(1), refused(), 0.0);
+    r.m.refused(1, item(2), Refused("a second message".into()), 0.0);
     // Nothing is reported until the drain is done: one line says it all.
     let rows = take_commit(r.actions(1));
     assert!(r.reports().is_empty());
@@ -1071,4 +1071,114 @@ fn items_held_past_the_deadline_end_the_drain() {
     // The key's next token comes after this drain's deadline (60 s).
     r.m.claimed_holding(5, Ok(Vec::new()), Some(90_000));
     assert_eq!(r.actions(5), vec![Action::Done(StopReason::Drained)]);
+}
+
+/// An item whose dispatch threw `n` times running before.
+fn thrown_before(id: i64, n: i64) -> ClaimedItem {
+    ClaimedItem {
+        given_back: n,
+        ..item(id)
+    }
+}
+
+#[test]
+fn a_throw_below_a_place_already_answered_is_a_crash_that_spends_its_attempt() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(items(1..4)));
+    assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
+    // The second call answered: the platform takes at least two.
+    r.m.finished(1, item(2), Outcome::Done, 0.0);
+    r.m.refused(2, item(1), Refused("internal error".into()), 0.0);
+    // Not a refusal: the drain goes on with item 3.
+    let a = r.actions(2);
+    assert_eq!(dispatched(&a), vec![3]);
+    r.m.finished(3, item(3), Outcome::Done, 0.0);
+    r.m.timer(3 + FLUSH_INTERVAL_MS);
+    let rows = take_commit(r.actions(3 + FLUSH_INTERVAL_MS));
+    let crashed = rows.iter().find(|s| s.item.item_id == 1).unwrap();
+    let t = &crashed.transition;
+    assert!(!t.is_release(), "{t:?}");
+    assert_eq!(t.status, ItemStatus::Pending);
+    assert!(t.run_after.is_some(), "backs off as any retry: {t:?}");
+    assert_eq!(
+        t.error.as_deref(),
+        Some("attempt 1 failed: child crashed: internal error")
+    );
+    assert_eq!(t.given_back, None, "a run stores no throws running");
+    let applied = ids(&rows);
+    r.m.committed(4 + FLUSH_INTERVAL_MS, rows, Ok(applied));
+    let tally = r.m.tally();
+    assert_eq!((tally.retried, tally.released, tally.completed), (1, 0, 2));
+    assert_eq!(r.m.answered_up_to(), 3);
+}
+
+#[test]
+fn a_throw_below_what_an_earlier_drain_had_answered_is_a_crash() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.m.knows_answered(5);
+    r.actions(0);
+    r.m.claimed(
+        0,
+        Ok(vec![ClaimedItem {
+            attempt: 3,
+            ..item(1)
+        }]),
+    );
+    assert_eq!(dispatched(&r.actions(0)), vec![1]);
+    r.m.refused(
+        1,
+        ClaimedItem {
+            attempt: 3,
+            ..item(1)
+        },
+        refused(),
+        0.0,
+    );
+    let rows = take_commit(r.actions(1));
+    // Its last attempt: it ends failed, within its attempts.
+    let t = &rows[0].transition;
+    assert_eq!(t.status, ItemStatus::Failed);
+    assert!(
+        t.error.as_deref().unwrap().contains("child crashed: "),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn a_throw_past_every_place_answered_is_a_refusal_counted_on_its_item() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.m.knows_answered(1);
+    r.actions(0);
+    r.m.claimed(
+        0,
+        Ok(vec![item(1), thrown_before(2, 1), thrown_before(3, 1)]),
+    );
+    assert_eq!(dispatched(&r.actions(0)), vec![1, 2]);
+    r.m.finished(1, item(1), Outcome::Done, 0.0);
+    r.m.refused(2, thrown_before(2, 1), refused(), 0.0);
+    let rows = take_commit(r.actions(2));
+    assert_eq!(ids(&rows), vec![1, 2, 3]);
+    // The thrown one counts one more throw running; the one queued behind it
+    // keeps its count; both spend nothing.
+    assert!(rows[1].transition.is_release() && rows[2].transition.is_release());
+    assert_eq!(rows[1].transition.given_back, Some(2));
+    assert_eq!(rows[2].transition.given_back, Some(1));
+}
+
+#[test]
+fn with_nothing_answered_the_third_throw_running_is_a_crash() {
+    for (before, crash) in [(0, false), (1, false), (2, true)] {
+        let mut r = Run::new(POLICY, 1_000);
+        r.actions(0);
+        r.m.claimed(0, Ok(vec![thrown_before(1, before)]));
+        r.actions(0);
+        r.m.refused(1, thrown_before(1, before), refused(), 0.0);
+        let rows = take_commit(r.actions(1));
+        let t = &rows[0].transition;
+        assert_eq!(!t.is_release(), crash, "{before} before: {t:?}");
+        if !crash {
+            assert_eq!(t.given_back, Some(before + 1));
+        }
+    }
 }
