@@ -453,7 +453,7 @@ mod tests {
             attempt: Some(1),
             receipts: Some("{}".into()),
             paused_until: Some(3),
-            given_back: None,
+            given_back: Some(1),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
         let row = json[0].as_object().unwrap();
