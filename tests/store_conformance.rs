@@ -1475,7 +1475,8 @@ fn migrations_0013_to_0017_carry_a_live_database_over() {
         ["[\"A\",10,10]", "[\"B\",5,5]", "[\"C\",2,2]", "[\"D\",4,4]"]
     );
     // The migrations after it (the callback's own secret, flow control,
-    // backpressure, …) keep every row too; the new code below needs them.
+    // backpressure, elastic drain, and any later one) keep every row too; the new
+    // code below needs them.
     apply_alone_keeping_rows(&store, "0019", "9999", &items_before, &batches_before);
     // Legacy batches list from their own index, in subject order, page by page.
     let page = block_on(store.list_batch_items("A", "a03", None, 3))
@@ -1724,6 +1725,8 @@ fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
     db.conn()
         .execute_batch(&std::fs::read_to_string(dir.join("0012_invocation_ids.sql")).unwrap())
         .unwrap();
+    // And the ones after it, which the new code's statements need.
+    apply_migrations(&db.conn(), "0013".to_string()..);
     let store = Store::new(db);
     let new = InvocationSummary {
         invocation: Some("0f3a9c2e".into()),
