@@ -1,5 +1,5 @@
 -- A tick's drainer takes the lowest free drainer slot (DRAINERS = "auto";
--- migration 0021): one never taken, or one whose lease (expires_at, ms) has
+-- migration 0022): one never taken, or one whose lease (expires_at, ms) has
 -- passed or that its last drainer freed. No row when all ?4 are held: the
 -- drainer drains nothing (MAX_DRAINERS are live). One row written.
 -- ?1 now, ?2 holder, ?3 lease until, ?4 MAX_DRAINERS.

@@ -14,9 +14,10 @@
 -- its commit, a release or a reap gives it a real run_after.
 -- Returns each item's receipts (multi-channel items, core::receipts: the run sends
 -- only the channels not yet delivered), its dispatch's throws running
--- (given_back, migration 0021: core::drain tells a crashing child from a refusal) and whether limits, and rate limits, are
--- defined now (constant subqueries, read once): the claimer's next claim is
--- shaped by them (store::Claimed).
+-- (given_back, migration 0022: core::drain tells a crashing child from a
+-- refusal) and whether limits, and rate limits, are defined now (constant
+-- subqueries, read once): the claimer's next claim is shaped by them
+-- (store::Claimed).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
 UPDATE cron_queue
 SET status = 'processing',

@@ -1,5 +1,5 @@
 //! Drainer slots and the due work they drain (`DRAINERS = "auto"`; migration
-//! 0021): the tick's count, a tick's drainer taking a slot, a drainer's last
+//! 0022): the tick's count, a tick's drainer taking a slot, a drainer's last
 //! step handing its slot on (or freeing it).
 
 use super::*;
