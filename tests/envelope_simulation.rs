@@ -51,6 +51,9 @@ const FREE_SUBREQUESTS: i64 = 50;
 const PAID_SUBREQUESTS: i64 = 10_000;
 /// Concurrent queue consumer invocations.
 const MOST_CONSUMERS: i64 = 250;
+/// Messages one `sendBatch` carries (Queues' batch limit as a third-party
+/// summary gives it; not on the pages docs/operations.md quotes).
+const MESSAGES_PER_SEND: usize = 100;
 /// Queues on Free: operations a day, and about 3 per message (write, read, delete).
 const FREE_QUEUE_OPERATIONS_A_DAY: i64 = 10_000;
 const OPERATIONS_PER_MESSAGE: i64 = 3;
@@ -223,6 +226,7 @@ impl<'w> Inv<'w> {
     /// Send drain messages (one call, a subrequest like any other); each is
     /// delivered after the queue's delay.
     async fn send(&self, store: &SimStore<'w>, messages: Vec<Message>) {
+        assert!(messages.len() <= MESSAGES_PER_SEND, "{}: one send", self.id);
         store
             .db()
             .budget()
