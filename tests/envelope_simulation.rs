@@ -534,7 +534,6 @@ async fn tick(inv: Inv<'_>) {
         .await
         .expect("finish");
     w.note_finished(now, &finished);
-    tally.batch_ids.clear();
     inv.summary(&store, (Trigger::Tick, tally, started, stop), None)
         .await;
     inv.check(&store, dispatches, sends);
@@ -621,7 +620,7 @@ struct Task<'w> {
     consumer: bool,
 }
 
-/// Run ticks every minute from t = 0 until `until` says stop, with every
+/// Run a tick every minute from t = 0 while `ticks_until` says so, and every
 /// invocation they start, until nothing is left to run.
 fn simulate<'w>(w: &'w World<'w>, ticks_until: impl Fn(&World, i64) -> bool) {
     let mut tasks: HashMap<u64, Task<'w>> = HashMap::new();
