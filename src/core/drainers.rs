@@ -11,6 +11,11 @@ use super::budget::TAIL_SUBREQUESTS;
 use super::settings::{DispatchMode, Settings};
 use super::signature::{self, SignatureError, SignatureHeader};
 
+/// Most messages one `send_batch` call takes: the Queues limits page (through
+/// a third-party summary, not re-checked) allows 100 a call, and `DRAINERS` and
+/// `MAX_DRAINERS` go to 250, so a tick sends in calls of at most this many.
+pub const SEND_BATCH_MAX: usize = 100;
+
 /// A drainer's own D1 calls beyond its items': its slot (taken or handed on),
 /// the last step that hands it on, the continuation's send, about two claims and
 /// two group commits, and the tail (finish check, summary).

@@ -5,7 +5,7 @@
 //! invocation's metered store, so the budget counts what was really made.
 
 use serde_json::{json, Value};
-use worker::{Env, Fetcher, ScheduledEvent};
+use worker::{Env, Fetcher, Queue, ScheduledEvent};
 
 use super::clock;
 use super::config::{Config, DRAIN_QUEUE};
@@ -238,13 +238,7 @@ async fn start_drainers(
             &cfg.settings.drainers.value(),
             &e.to_string(),
         )),
-        // The send is a subrequest like any other.
-        Ok(queue) => match store.db().budget().charge_call() {
-            Err(e) => Err(format!("no subrequest left for the send: {e:?}")),
-            Ok(()) => queue.send_batch(messages).await.map_err(|e| {
-                format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
-            }),
-        },
+        Ok(queue) => send_in_batches(&queue, store, messages).await,
     };
     match sent {
         Ok(()) => {
@@ -261,6 +255,27 @@ async fn start_drainers(
             false
         }
     }
+}
+
+/// Send drain messages, at most [`drainers::SEND_BATCH_MAX`] a call (each call a
+/// subrequest like any other).
+async fn send_in_batches(
+    queue: &Queue,
+    store: &DrainStore,
+    messages: Vec<DrainMessage>,
+) -> Result<(), String> {
+    let n = messages.len();
+    for chunk in messages.chunks(drainers::SEND_BATCH_MAX) {
+        store
+            .db()
+            .budget()
+            .charge_call()
+            .map_err(|e| format!("no subrequest left for the send: {e:?}"))?;
+        queue.send_batch(chunk.to_vec()).await.map_err(|e| {
+            format!("sending {n} messages to DRAIN_QUEUE failed: {e}; is it a queue whose consumer is this Worker?")
+        })?;
+    }
+    Ok(())
 }
 
 /// Fire every due schedule (a page of them), each apart from the others, and log
