@@ -237,7 +237,12 @@ async fn all_completed_counts_exact(f: &mut Drainers) -> Result<()> {
 }
 
 async fn nothing_lost_or_doubled(f: &mut Drainers) -> Result<()> {
-    let items = f.api.all_items(&f.batch.id, None).await?;
+    each_subject_completed_once(&f.api, &f.batch.id, ITEMS).await
+}
+
+/// The batch's `n` items: one per subject, each completed on attempt 1.
+pub(crate) async fn each_subject_completed_once(api: &Api, id: &Id, n: usize) -> Result<()> {
+    let items = api.all_items(id, None).await?;
     let ids: HashSet<&str> = items.iter().map(|i| i.subject_id.as_str()).collect();
     let odd: Vec<String> = items
         .iter()
@@ -246,7 +251,7 @@ async fn nothing_lost_or_doubled(f: &mut Drainers) -> Result<()> {
         .map(|i| format!("{} {} attempt {}", i.subject_id, i.status, i.attempt))
         .collect();
     ensure!(
-        items.len() == ITEMS && ids.len() == ITEMS && odd.is_empty(),
+        items.len() == n && ids.len() == n && odd.is_empty(),
         "{} items, {} subjects, e.g. {odd:?}",
         items.len(),
         ids.len()
@@ -263,7 +268,7 @@ async fn since(f: &mut Drainers) -> Result<&[Invocation]> {
 }
 
 /// The summaries of `trigger`.
-fn of(since: &[Invocation], trigger: Trigger) -> Vec<&Invocation> {
+pub(crate) fn of(since: &[Invocation], trigger: Trigger) -> Vec<&Invocation> {
     since
         .iter()
         .filter(|i| i.summary.trigger == trigger)
@@ -320,15 +325,21 @@ async fn drainers_within_their_budget(f: &mut Drainers) -> Result<()> {
 }
 
 async fn claims_add_up_to_the_batch(f: &mut Drainers) -> Result<()> {
-    let drainers = of(since(f).await?, Trigger::Queue);
+    drainers_add_up(since(f).await?, ITEMS)
+}
+
+/// The drainers' claims (less the items they gave back) and completions are
+/// the batch's `n` exactly.
+pub(crate) fn drainers_add_up(since: &[Invocation], n: usize) -> Result<()> {
+    let drainers = of(since, Trigger::Queue);
     let claimed: i64 = drainers
         .iter()
         .map(|i| i.summary.tally.claimed - i.summary.tally.released)
         .sum();
     let completed: i64 = drainers.iter().map(|i| i.summary.tally.completed).sum();
     ensure!(
-        claimed == ITEMS as i64 && completed == ITEMS as i64,
-        "drainers claimed {claimed} (less releases) and completed {completed}, want {ITEMS} each"
+        claimed == n as i64 && completed == n as i64,
+        "drainers claimed {claimed} (less releases) and completed {completed}, want {n} each"
     );
     Ok(())
 }

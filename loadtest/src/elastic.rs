@@ -13,6 +13,7 @@
 use crate::api::{Api, Batch, Id, Invocation, SubjectIn, TICK_CRON};
 use crate::check;
 use crate::checks::Checks;
+use crate::drainers::{self, of};
 use crate::faults::Faults;
 use crate::plan;
 use crate::target::{Secrets, Target, TargetArgs};
@@ -231,21 +232,7 @@ fn batch(f: &Elastic) -> Result<&Batch> {
 async fn nothing_lost_or_doubled(f: &mut Elastic) -> Result<()> {
     let b = batch(f)?.clone();
     verdict::batch_counts(&b, ITEMS as u64, ITEMS as u64, 0).map_err(anyhow::Error::msg)?;
-    let items = f.api.all_items(&b.id, None).await?;
-    let ids: HashSet<&str> = items.iter().map(|i| i.subject_id.as_str()).collect();
-    let odd: Vec<String> = items
-        .iter()
-        .filter(|i| i.status != "completed" || i.attempt != 1)
-        .take(5)
-        .map(|i| format!("{} {} attempt {}", i.subject_id, i.status, i.attempt))
-        .collect();
-    ensure!(
-        items.len() == ITEMS && ids.len() == ITEMS && odd.is_empty(),
-        "{} items, {} subjects, e.g. {odd:?}",
-        items.len(),
-        ids.len()
-    );
-    Ok(())
+    drainers::each_subject_completed_once(&f.api, &b.id, ITEMS).await
 }
 
 /// The summaries since the batch was created, read once for the checks.
@@ -254,13 +241,6 @@ async fn since(f: &mut Elastic) -> Result<&[Invocation]> {
         f.since = Some(f.api.invocations_since(&f.known).await?);
     }
     Ok(f.since.as_deref().unwrap_or_default())
-}
-
-fn of(since: &[Invocation], trigger: Trigger) -> Vec<&Invocation> {
-    since
-        .iter()
-        .filter(|i| i.summary.trigger == trigger)
-        .collect()
 }
 
 async fn drainers_within_caps_and_chained(f: &mut Elastic) -> Result<()> {
@@ -292,17 +272,7 @@ async fn drainers_within_caps_and_chained(f: &mut Elastic) -> Result<()> {
 }
 
 async fn claims_add_up(f: &mut Elastic) -> Result<()> {
-    let drainers = of(since(f).await?, Trigger::Queue);
-    let claimed: i64 = drainers
-        .iter()
-        .map(|i| i.summary.tally.claimed - i.summary.tally.released)
-        .sum();
-    let completed: i64 = drainers.iter().map(|i| i.summary.tally.completed).sum();
-    ensure!(
-        claimed == ITEMS as i64 && completed == ITEMS as i64,
-        "drainers claimed {claimed} (less releases) and completed {completed}, want {ITEMS} each"
-    );
-    Ok(())
+    drainers::drainers_add_up(since(f).await?, ITEMS)
 }
 
 /// Waits until no invocation summary appeared for [`SETTLE`]: the drainers
