@@ -79,8 +79,12 @@ fn state(host: &Host, key: &str, tat: i64, basis: &str) {
         .unwrap();
 }
 
+/// The keys with a rate state (a deleted limit's key keeps only an ended pause).
 fn state_keys(host: &Host) -> Vec<String> {
-    common::texts(&host.store, "SELECT key FROM limit_state ORDER BY key")
+    common::texts(
+        &host.store,
+        "SELECT key FROM limit_state WHERE basis <> '' ORDER BY key",
+    )
 }
 
 fn put(host: &Host, key: &str, body: Value) -> Value {
@@ -299,6 +303,16 @@ fn delete_removes_the_limit_and_its_rate_state_only() {
     );
     host.get_refused("/limits/github", 404, "not_found");
     assert_eq!(state_keys(&host), ["discord"]);
+    // Its key keeps an ended pause (cursors stay careful for an hour), listed
+    // nowhere as paused.
+    assert_eq!(
+        common::texts(
+            &host.store,
+            "SELECT key FROM limit_state WHERE paused_until IS NOT NULL"
+        ),
+        ["github"]
+    );
+    assert_eq!(host.ok(GET, "/limits", None, 200)["paused"], json!([]));
     assert_eq!(host.page("/limits", "limits", "key").0, ["discord"]);
     host.refused(&admin(DELETE, "/limits/github"), b"", 404, "not_found");
 }

@@ -676,3 +676,27 @@ fn a_completion_callback_holds_the_host_key_of_its_url() {
         }
     }
 }
+
+#[test]
+fn deleting_the_last_limit_leaves_no_item_it_held_behind_its_batch_s_cursor() {
+    let store = setup();
+    let batch = batch_of(&store, "held", 3, 3);
+    // The first two hold a key of concurrency 1: the second is held below the third.
+    hold(&store, &batch, &["k"], |i| i < 2);
+    limit(&store, "k", None, 1, None, Some(1));
+    let first = claim(&store, 1_000, 10, "c1");
+    let ids: Vec<String> = first.iter().map(|i| i.subject_id.clone()).collect();
+    assert_eq!(ids, ["held-00000", "held-00002"], "the second is held");
+    assert!(block_on(store.delete_limit("k", 1_000)).unwrap());
+    // The commit of the third, with no limit defined any more, must not move
+    // the cursor past the second.
+    let done = settle_all(&first, Outcome::Done, 2_000);
+    block_on(store.commit_outcomes(&done)).unwrap();
+    let next = claim(&store, 2_000, 10, "c2");
+    let ids: Vec<String> = next.iter().map(|i| i.subject_id.clone()).collect();
+    assert_eq!(ids, ["held-00001"], "the item the limit held is claimed");
+    // Deleting no limit writes nothing.
+    let before = count(&store, "SELECT count(*) FROM limit_state");
+    assert!(!block_on(store.delete_limit("none", 3_000)).unwrap());
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), before);
+}

@@ -68,7 +68,7 @@ pub async fn get<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {
 /// governs holds nothing back.
 pub async fn delete<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {
     check_key(key)?;
-    if app.store.delete_limit(key).await? {
+    if app.store.delete_limit(key, app.now).await? {
         Ok((200, json!({ "deleted": key })))
     } else {
         Err(ApiError::NotFound(format!("limit {key:?}")))

@@ -80,6 +80,7 @@ sql! {
     LIST_LIMITS => "list_limits.sql",
     DELETE_LIMIT_STATE => "delete_limit_state.sql",
     DELETE_LIMIT => "delete_limit.sql",
+    HOLD_CURSORS_AFTER_LIMIT_DELETE => "hold_cursors_after_limit_delete.sql",
     // Elastic drain: the count and the slot hand-over read the claim's selection.
     COUNT_DRAIN_WORK => "claim_selection.sql" "count_drain_work.sql",
     ACQUIRE_DRAINER_SLOT => "acquire_drainer_slot.sql",

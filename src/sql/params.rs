@@ -195,6 +195,7 @@ statement! {
     DeleteLimitState<'a> = DELETE_LIMIT_STATE { key: &'a str }
     ListPausedKeys = LIST_PAUSED_KEYS { now: i64, limit: i64 }
     DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
+    HoldCursorsAfterLimitDelete<'a> = HOLD_CURSORS_AFTER_LIMIT_DELETE { key: &'a str, now: i64 }
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
     LimitUsage = LIMIT_USAGE { now: i64, due_cap: i64 }
 

@@ -66,13 +66,16 @@ impl<D: Db> Store<D> {
     }
 
     /// Delete a limit and its rate state (its members' too for a partitioned
-    /// one) in one transaction. Returns whether it existed; if not, nothing is
-    /// written.
-    pub async fn delete_limit(&self, key: &str) -> StoreResult<bool> {
+    /// one) in one transaction, leaving an ended pause on its key so that the
+    /// items it held, which may sit below claimed ones, are not passed by a
+    /// batch's cursor. Returns whether it existed; if not, nothing is written.
+    pub async fn delete_limit(&self, key: &str, now: i64) -> StoreResult<bool> {
         let rows: Vec<Value> = self
             .db
             .batch_rows(vec![
                 sql::DeleteLimitState { key }.bind(),
+                // Items it held may sit below claimed ones: cursors stay careful.
+                sql::HoldCursorsAfterLimitDelete { key, now }.bind(),
                 sql::DeleteLimit { key }.bind(),
             ])
             .await?;
