@@ -178,6 +178,14 @@ struct Queued {
     lease_expires_at: i64,
 }
 
+/// A dispatched item not finished.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    lease_expires_at: i64,
+    /// Its dispatch's place among this drain's (1 for the first).
+    place: i64,
+}
+
 /// The running claim.
 #[derive(Debug, Clone, Copy)]
 struct Claiming {
@@ -202,8 +210,8 @@ pub struct Drain {
     started: i64,
     /// Claimed items waiting for a slot, in claim order, so in lease order.
     queue: VecDeque<Queued>,
-    /// Items dispatched and not finished: lease token → lease expiry.
-    running: HashMap<String, i64>,
+    /// Items dispatched and not finished, by lease token.
+    running: HashMap<String, Running>,
     claiming: Option<Claiming>,
     committing: Option<Committing>,
     /// A failed commit's rows, to send again on the next poll.
@@ -227,8 +235,6 @@ pub struct Drain {
     held_until: Option<i64>,
     /// Items dispatched, counted against `max_children`.
     dispatched: i64,
-    /// Each running dispatch's place among this drain's (1 for the first).
-    positions: HashMap<String, i64>,
     /// The highest place at which a dispatch was answered, in this drain or one
     /// before it ([`Drain::knows_answered`]): the platform's cap on a request's
     /// calls is at least that, so a call below it that throws crashed.
@@ -266,7 +272,6 @@ impl Drain {
             drained: false,
             held_until: None,
             dispatched: 0,
-            positions: HashMap::new(),
             answered_up_to: 0,
             first_dispatch: None,
             refusal: None,
@@ -394,14 +399,23 @@ impl Drain {
     /// together (`receipts::settle`). `jitter` in [0, 1) spreads its retry
     /// (`RetryPolicy::backoff_ms`).
     pub fn finished(&mut self, now: i64, item: ClaimedItem, ran: impl Into<Ran>, jitter: f64) {
-        if let Some(place) = self.positions.remove(&item.lease_token) {
-            self.answered_up_to = self.answered_up_to.max(place);
-        }
-        let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
+        let Some(running) = self.running.remove(&item.lease_token) else {
             debug_assert!(false, "finished() for an item not running: {item:?}");
             return;
         };
-        let ran = ran.into();
+        self.answered_up_to = self.answered_up_to.max(running.place);
+        self.settle_run(now, item, running.lease_expires_at, ran.into(), jitter);
+    }
+
+    /// The transition a run's outcome decides, settled.
+    fn settle_run(
+        &mut self,
+        now: i64,
+        item: ClaimedItem,
+        lease_expires_at: i64,
+        ran: Ran,
+        jitter: f64,
+    ) {
         let retry = self
             .kind_retry
             .iter()
@@ -433,17 +447,22 @@ impl Drain {
     /// items still queued; the drain dispatches and claims nothing more, and
     /// commits what runs.
     pub fn refused(&mut self, now: i64, item: ClaimedItem, refused: Refused, jitter: f64) {
-        let place = self.positions.remove(&item.lease_token).unwrap_or(i64::MAX);
-        let crashed = place <= self.answered_up_to
-            || (self.answered_up_to == 0 && item.given_back + 1 >= THROWS_BEFORE_CRASH);
-        if crashed {
-            let reason = format!("child crashed: {}", refused.0);
-            return self.finished(now, item, Outcome::Retry(reason).bounded(), jitter);
-        }
-        let Some(lease_expires_at) = self.running.remove(&item.lease_token) else {
+        let Some(Running {
+            lease_expires_at,
+            place,
+        }) = self.running.remove(&item.lease_token)
+        else {
             debug_assert!(false, "refused() for an item not running: {item:?}");
             return;
         };
+        let crashed = place <= self.answered_up_to
+            || (self.answered_up_to == 0 && item.given_back + 1 >= THROWS_BEFORE_CRASH);
+        if crashed {
+            // A run that ended, not an answer: the floor stays where it was.
+            let reason = format!("child crashed: {}", refused.0);
+            let ran = Outcome::Retry(reason).bounded().into();
+            return self.settle_run(now, item, lease_expires_at, ran, jitter);
+        }
         // Its subrequest stays charged: whether a refused call counts towards the
         // platform's limits is not documented.
         let refusal = self.refusal.get_or_insert(Refusal {
@@ -703,11 +722,15 @@ impl Drain {
             item,
             lease_expires_at,
         } = queued;
-        self.running
-            .insert(item.lease_token.clone(), lease_expires_at);
         self.dispatched += 1;
-        self.positions
-            .insert(item.lease_token.clone(), self.dispatched);
+        let place = self.dispatched;
+        self.running.insert(
+            item.lease_token.clone(),
+            Running {
+                lease_expires_at,
+                place,
+            },
+        );
         self.first_dispatch.get_or_insert(now);
         // Paid from what its claim held.
         let paid = self.budget.charge(self.policy.limits.per_item_cost);

@@ -70,8 +70,8 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
             return logger.error("invalid_configuration", json!({ "message": message }))
         }
     };
-    let place = (message.drainer, message.chain);
-    let slot = if cfg.settings.drainers == Drainers::Auto {
+    let auto = cfg.settings.drainers == Drainers::Auto;
+    let slot = if auto {
         match take_slot(message, &cfg, &store, &logger).await {
             Taken::Slot(slot) => Some(slot),
             Taken::None => None,
@@ -96,14 +96,14 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
     });
     if let Some(slot) = slot {
         budget.give_back(CONTINUE_SUBREQUESTS);
-        let per_item_cost = drain::per_item_cost(&cfg, runner.jobs);
+        let capacity = drainers::capacity(&cfg.settings, drain::per_item_cost(&cfg, runner.jobs));
         let end = ChainEnd {
             stop: stop_reason,
-            per_item_cost,
+            capacity,
         };
         continue_chain(message, slot, end, runner.env, &cfg, &store, &logger).await;
     }
-    let place = (cfg.settings.drainers == Drainers::Auto).then_some(place);
+    let place = auto.then_some((message.drainer, message.chain));
     record_summary(
         &store,
         Trigger::Queue,
@@ -177,10 +177,11 @@ fn slot_lease_ms(cfg: &Config) -> i64 {
     s.invocation_deadline_ms + s.job_timeout_ms + 60_000
 }
 
-/// How a drainer's drain ended, for its last step.
+/// How a drainer's drain ended, and how many items one drainer takes
+/// (`drainers::capacity`), for its last step.
 struct ChainEnd {
     stop: StopReason,
-    per_item_cost: i64,
+    capacity: i64,
 }
 
 /// After a drain that stopped on its child cap, budget or deadline: if work is
@@ -189,10 +190,7 @@ struct ChainEnd {
 async fn continue_chain(
     message: &DrainMessage,
     (slot, holder): (i64, String),
-    ChainEnd {
-        stop,
-        per_item_cost,
-    }: ChainEnd,
+    ChainEnd { stop, capacity }: ChainEnd,
     env: &Env,
     cfg: &Config,
     store: &DrainStore,
@@ -212,7 +210,6 @@ async fn continue_chain(
     // A drain that stopped for any other reason frees its slot: a batch of
     // nothing due hands on nothing.
     let expires_at = if goes_on { now + slot_lease_ms(cfg) } else { 0 };
-    let capacity = drainers::capacity(&cfg.settings, per_item_cost);
     let passed = store
         .pass_drainer_slot(now, (slot, &holder), &next.holder, expires_at, capacity)
         .await;
