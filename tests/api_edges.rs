@@ -513,15 +513,17 @@ fn metrics_count_the_dead_letters_of_finished_batches_too() {
 
 #[test]
 fn docs_name_every_metric_and_only_those() {
-    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
-        .expect("docs/api.md");
+    let docs = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/metrics.md"),
+    )
+    .expect("docs/reference/metrics.md");
     let families = cron_fanout::core::metrics::families(&Default::default(), NOW);
     let named = cron_fanout::core::metrics::names_in(&docs);
     let mut have: Vec<String> = families.iter().map(|f| f.name.to_string()).collect();
     have.sort();
     assert_eq!(
         named, have,
-        "docs/api.md and core::metrics::families disagree"
+        "docs/reference/metrics.md and core::metrics::families disagree"
     );
 }
 

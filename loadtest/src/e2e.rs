@@ -450,7 +450,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
             timeline_adds_up
         ),
         check!(
-            "GET /metrics has every metric docs/api.md names, with plausible values",
+            "GET /metrics has every metric docs/reference/metrics.md names, with plausible values",
             metrics_plausible
         ),
         check!(

@@ -4,7 +4,7 @@
 //! sequentially and concurrently (where is the first refusal, and its message),
 //! starts children that fetch a slow URL at once (do they share 6 connections?)
 //! and children that burn CPU (is a child's CPU its own?), then prints the
-//! analysis (`probe_analysis`) as a markdown table for docs/operations.md.
+//! analysis (`probe_analysis`) as a markdown table for docs/benchmarks.md.
 
 use crate::api::{Api, ChildrenProbe, Probe};
 use crate::check;

@@ -2,7 +2,7 @@
 //! headless Chromium (sign-in, a running batch's progress moving, one batch's
 //! failed items and throughput chart, the views at phone width, no console
 //! errors or CSP violations, polling that stops while the tab is hidden), and the
-//! numbers behind it over HTTP (`/metrics` against docs/api.md, the timeline
+//! numbers behind it over HTTP (`/metrics` against docs/reference/metrics.md, the timeline
 //! against the batch counters). The batch actions and the schedules view, when
 //! the Worker has their routes, are `ui_actions`, called from here, and so are
 //! the completion callbacks and per-channel receipts (`ui_delivery`) and the
@@ -708,8 +708,8 @@ pub fn parse_metrics(text: &str) -> Result<BTreeMap<String, f64>> {
 /// after `daily` ran: its completions and failures are in the last hour's, no
 /// invocation exceeded the budget, the per-item costs are in range.
 pub async fn metrics_plausible(api: &Api, repo: &Path, daily: &Batch) -> Result<(), String> {
-    let docs = std::fs::read_to_string(repo.join("docs/api.md"))
-        .map_err(|e| format!("docs/api.md: {e}"))?;
+    let docs = std::fs::read_to_string(repo.join("docs/reference/metrics.md"))
+        .map_err(|e| format!("docs/reference/metrics.md: {e}"))?;
     let r = api
         .admin_raw(Method::GET, "/metrics", None)
         .await
@@ -724,7 +724,7 @@ pub async fn metrics_plausible(api: &Api, repo: &Path, daily: &Batch) -> Result<
     let samples = parse_metrics(&r.body).map_err(|e| format!("{e:#}"))?;
     let names = cron_fanout::core::metrics::names_in(&docs);
     if names.len() < 5 {
-        return Err(format!("docs/api.md names only {names:?}"));
+        return Err(format!("docs/reference/metrics.md names only {names:?}"));
     }
     // A limit's gauges have one sample per defined limit, none while there is
     // none (`limits` checks them with limits defined).

@@ -1,7 +1,7 @@
 //! `GET /metrics` in the Prometheus text exposition format (version 0.0.4): what a
 //! scrape reads (`Snapshot`, one call: `sql/metrics_snapshot.sql` and the limits'
 //! `list_limits.sql`, `limit_usage.sql`) and how it is written. [`families`] is the one list of metrics: the renderer, the host
-//! test that docs/api.md names each of them and the e2e check all read it.
+//! test that docs/reference/metrics.md names each of them and the e2e check all read it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -13,7 +13,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The due count stops here: beyond it a scrape would read the whole backlog.
 pub const DUE_CAP: i64 = 1_000;
 /// The dead-letter count stops here, for the same reason; its HELP text and
-/// docs/api.md say the number (a test checks the HELP).
+/// docs/reference/metrics.md say the number (a test checks the HELP).
 pub const DEAD_LETTER_CAP: i64 = 1_000;
 /// The window of the `last_hour` metrics.
 pub const WINDOW_MS: i64 = 3_600_000;
@@ -266,7 +266,7 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
 }
 
 /// The metric names (`cron_fanout_…`) a text mentions, sorted, once each: how
-/// the host tests and the e2e suite read the names docs/api.md documents.
+/// the host tests and the e2e suite read the names docs/reference/metrics.md documents.
 pub fn names_in(text: &str) -> Vec<String> {
     let mut names: Vec<String> = text
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -449,14 +449,14 @@ cron_fanout_limit_waiting{key=\"tenant:*\"} 12
         assert!(DEAD_LETTERS_HELP.contains(&format!(" {DEAD_LETTER_CAP}:")));
     }
 
-    /// docs/api.md's example scrape is this module's test snapshot rendered, to
-    /// the byte: the block after "Example scrape", between its fences.
+    /// docs/reference/metrics.md's example scrape is this module's test snapshot
+    /// rendered, to the byte: the block after "Example scrape (", between its fences.
     #[test]
     fn the_docs_example_scrape_is_the_rendered_test_snapshot() {
-        let docs = include_str!("../../docs/api.md");
+        let docs = include_str!("../../docs/reference/metrics.md");
         let (_, after) = docs
-            .split_once("Example scrape")
-            .expect("docs/api.md has an example scrape");
+            .split_once("Example scrape (")
+            .expect("docs/reference/metrics.md has an example scrape");
         let (_, block) = after.split_once("```\n").expect("a fenced block");
         let (block, _) = block.split_once("```").expect("the fence closes");
         assert_eq!(block, render(&families(&snapshot(), NOW)));

@@ -53,7 +53,7 @@ pub struct Settings {
     pub service_bindings: Vec<String>,
     /// Added to the queue's clock (`edge::clock::now_ms`), so tests can run
     /// ticks "at" chosen times. 0 unless `ALLOW_TEST_CLOCK` is true: a test-only
-    /// setting that no deployment may set (docs/operations.md).
+    /// setting that no deployment may set (docs/reference/settings.md).
     pub test_clock_offset_ms: i64,
     /// Days an ended batch (its items) and an invocation summary are kept; 0 keeps
     /// them forever (`core::upkeep`).
@@ -94,7 +94,7 @@ impl Drainers {
 /// The farthest a test clock may be moved either way: ten years.
 pub const MAX_TEST_CLOCK_OFFSET_MS: i64 = 10 * 366 * 86_400_000;
 
-/// Defaults, documented in docs/operations.md. SUBREQUEST_BUDGET 45 stays under the
+/// Defaults, documented in docs/reference/settings.md. SUBREQUEST_BUDGET 45 stays under the
 /// Free plan's 50 subrequests per invocation.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("MAX_ATTEMPTS", "5"),
@@ -625,12 +625,12 @@ mod tests {
 
     #[test]
     fn every_setting_is_documented_with_its_default() {
-        let doc = include_str!("../../docs/operations.md");
+        let doc = include_str!("../../docs/reference/settings.md");
         for (name, default) in DEFAULTS {
             let row = doc
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{name}` |")))
-                .unwrap_or_else(|| panic!("docs/operations.md has no row for {name}"));
+                .unwrap_or_else(|| panic!("docs/reference/settings.md has no row for {name}"));
             let cells: Vec<&str> = row.split('|').map(str::trim).collect();
             assert_eq!(
                 cells[2].trim_matches('`'),
