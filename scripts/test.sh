@@ -4,7 +4,7 @@
 # workspace (scripts/outside.sh), the TypeScript handler package and examples (tsc --noEmit,
 # Vitest inside workerd), then the end-to-end suite against the built Worker on
 # `wrangler dev` with local D1, including the dashboard driven in a headless
-# Chromium (loadtest/src/ui.rs). Exits non-zero on any failure.
+# Chromium (loadtest/src/e2e/ui/). Exits non-zero on any failure.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$REPO_ROOT"

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use loadtest::{bench, demo, e2e, probe, run, schedules, sink};
+use loadtest::{bench, bench::schedules, e2e, probe, run, run::demo, sink};
 use std::process::ExitCode;
 
 #[derive(Parser)]

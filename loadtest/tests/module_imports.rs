@@ -1,23 +1,51 @@
-//! `loadtest/src`'s modules import each other without a circle: a helper two
-//! parts share lives in a shared module (`drive`, `steps`, `suite`, `browser`),
-//! not in one of the parts.
+//! `loadtest/src`'s modules, in their folders, import each other without a
+//! circle: a helper two parts share lives in a shared module (`driver::drive`,
+//! `driver::steps`, `e2e::suite`, `e2e::ui::browser`), not in one of the parts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Each module of `loadtest/src` and the sibling modules it names (`crate::x`,
-/// or `x` inside `use crate::{x, ...}`).
+/// Every `.rs` file under `dir` by its module path (`e2e::control`; a folder's
+/// `mod.rs` is the folder's module, `e2e`), with its text.
+fn sources(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("loadtest/src is readable") {
+            let path = entry.expect("a directory entry").path();
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let name = |leaf: &str| [prefix, leaf].join(if prefix.is_empty() { "" } else { "::" });
+            if path.is_dir() {
+                walk(&path, &name(&stem), out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                let module = if stem == "mod" {
+                    prefix.to_string()
+                } else {
+                    name(&stem)
+                };
+                out.insert(
+                    module,
+                    std::fs::read_to_string(&path).expect("a source file"),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, "", &mut out);
+    out
+}
+
+/// Each module of `loadtest/src` and the other modules it names (`crate::a::b`,
+/// or `a::b` inside `use crate::{a::b, ...}`), each path taken as the longest
+/// module it starts with.
 fn imports(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let sources: BTreeMap<String, String> = std::fs::read_dir(dir)
-        .expect("loadtest/src is readable")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-        .map(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read_to_string(&p).expect("a source file"))
-        })
-        .collect();
-    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let sources = sources(dir);
+    let is_path = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let module_of = |path: &str| {
+        let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        (1..=segments.len())
+            .rev()
+            .map(|n| segments[..n].join("::"))
+            .find(|m| sources.contains_key(m))
+    };
     sources
         .iter()
         .map(|(name, text)| {
@@ -27,17 +55,31 @@ fn imports(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 if let Some(group) = rest.strip_prefix('{') {
                     let group = &group[..group.find('}').unwrap_or(group.len())];
                     for part in group.split(',') {
-                        named.insert(part.trim().split("::").next().unwrap().to_string());
+                        named.insert(part.trim().chars().take_while(|&c| is_path(c)).collect());
                     }
                 } else {
-                    named.insert(rest.chars().take_while(|&c| is_ident(c)).collect());
+                    named.insert(rest.chars().take_while(|&c| is_path(c)).collect::<String>());
                 }
             }
-            let siblings = named
-                .into_iter()
-                .filter(|m| m != name && sources.contains_key(m))
+            // A folder's module names its own children without `crate::` (`control::e2e`).
+            for child in sources
+                .keys()
+                .filter_map(|m| m.strip_prefix(&format!("{name}::")))
+            {
+                let bare = format!("{child}::");
+                let named_bare = text
+                    .match_indices(&bare)
+                    .any(|(at, _)| !text[..at].ends_with(|c: char| is_path(c)));
+                if !child.contains("::") && named_bare {
+                    named.insert(format!("{name}::{child}"));
+                }
+            }
+            let modules = named
+                .iter()
+                .filter_map(|p: &String| module_of(p))
+                .filter(|m| m != name)
                 .collect();
-            (name.clone(), siblings)
+            (name.clone(), modules)
         })
         .collect()
 }
@@ -77,9 +119,10 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 #[test]
 fn the_harness_modules_import_each_other_without_a_circle() {
     let graph = imports(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
-    assert!(graph.len() > 30, "read {} modules", graph.len());
-    // The reader sees the edges: the driver imports its parts.
-    assert!(graph["e2e"].contains("control") && graph["e2e"].contains("ui"));
+    assert!(graph.len() > 40, "read {} modules", graph.len());
+    // The reader sees the edges, folders included: the driver imports its parts.
+    assert!(graph["e2e"].contains("e2e::control") && graph["e2e"].contains("e2e::ui"));
+    assert!(graph["e2e::ui"].contains("e2e::ui::browser"));
     assert_eq!(circle(&graph), None);
 }
 

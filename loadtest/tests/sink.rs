@@ -1,6 +1,6 @@
 //! The sink over real HTTP on 127.0.0.1: signatures, faults, counting, reset.
 
-use loadtest::signature;
+use loadtest::sink::signature;
 use loadtest::sink::{self, SinkClient};
 use std::time::{Duration, Instant};
 
@@ -269,7 +269,7 @@ async fn callbacks_are_recorded_apart_with_their_summary_and_faults() {
     let client = SinkClient::new(&sink.url());
     let url = client.callback_url(
         "done",
-        &loadtest::faults::Faults {
+        &loadtest::sink::faults::Faults {
             fail_first: 2,
             ..Default::default()
         },
@@ -314,7 +314,7 @@ async fn a_callback_its_sender_abandons_is_never_answered() {
     let client = SinkClient::new(&sink.url());
     let url = client.callback_url(
         "slow",
-        &loadtest::faults::Faults {
+        &loadtest::sink::faults::Faults {
             latency_ms: 600,
             ..Default::default()
         },

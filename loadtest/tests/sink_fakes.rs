@@ -2,7 +2,7 @@
 //! refuse, what they answer once scripted and after, what they record.
 
 use loadtest::sink;
-use loadtest::sink_fakes::{FakeCalendar, FakesClient, Setup};
+use loadtest::sink::fakes::{FakeCalendar, FakesClient, Setup};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

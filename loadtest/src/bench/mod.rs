@@ -1,0 +1,1008 @@
+//! The bench folder: `loadtest bench` (this module) and its parts, and
+//! `loadtest schedules` (`schedules`): timings on fresh runtimes, with verdicts.
+//! It uses the shared folders (`sink`, `runtime`, `driver`, `run`).
+//!
+//! `loadtest bench`: throughput of fan-out vs inline dispatch against the raw
+//! SELF round-trip ceiling, a latency-bound run against its ideal makespan (with
+//! no connection cap, then with the sink emulating the platform's 6 connections
+//! per invocation, with 1 and with N drainers), and the cost of batch
+//! initialisation and progress reads at 100k (and, opt-in, 1M) items. Every part
+//! runs on a fresh state dir and stops its runtime.
+
+pub mod backpressure;
+pub mod control;
+pub mod limits;
+pub mod schedules;
+pub mod service_paths;
+
+use crate::bench::control::ControlBench;
+use crate::driver::drive::{self, Pace};
+use crate::driver::plan;
+use crate::driver::target::TargetArgs;
+use crate::run;
+use crate::run::metrics::{self, ratio};
+use crate::run::report::RunReport;
+use crate::run::scenario::{Job, Scenario, Spec};
+use crate::run::table::{num, Table};
+use crate::runtime::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
+use crate::sink::faults::Faults;
+use crate::sink::PLATFORM_CONNECTIONS;
+use anyhow::{bail, ensure, Context, Result};
+use reqwest::Method;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// The Worker's header with the D1 rows an admin request read.
+const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
+
+/// SELF calls made before the fan-out run, so JIT warm-up does not count against it.
+const WARM_UP_CALLS: u64 = 2_000;
+/// No-op items of the warm-up fan-out batch drained before (a) is measured.
+const WARM_UP_ITEMS: usize = 2_000;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// No-op items for the fan-out vs inline comparison (also the probe's calls).
+    #[arg(short = 'n', long = "items", default_value_t = 5000)]
+    pub items: usize,
+    /// Rounds of (a) between probes of (c), each on a fresh runtime; the ratio
+    /// reported is their median (one round is at the mercy of a noisy host).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub rounds: u64,
+    /// Items of the latency-bound run.
+    #[arg(long, default_value_t = 1000)]
+    pub latency_items: usize,
+    /// Sink latency of the latency-bound run.
+    #[arg(long, default_value_t = 500)]
+    pub latency_ms: u64,
+    /// Subjects seeded for the init timing.
+    #[arg(long, default_value_t = 100_000)]
+    pub init_subjects: usize,
+    /// Also seed 1,000,000 subjects and time a batch over them (takes minutes).
+    #[arg(long)]
+    pub million: bool,
+    /// `GET /batches/{id}` calls whose median is reported.
+    #[arg(long, default_value_t = 20)]
+    pub get_samples: usize,
+    /// Bound on each run's batch, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Items of the batch whose failed items are listed (rows read per call).
+    #[arg(long, default_value_t = 20_000)]
+    pub rows_read_items: usize,
+    /// How many of them fail (a webhook answering 400, failed on attempt 1).
+    #[arg(long, default_value_t = 20)]
+    pub rows_read_failed: usize,
+    /// Run only the rows-read part (a minute, not the whole bench).
+    #[arg(long)]
+    pub only_rows_read: bool,
+    /// Items of the batches paused, cancelled and replayed (batch control).
+    #[arg(long, default_value_t = 100_000)]
+    pub control_items: usize,
+    /// Run only the batch-control part (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_control: bool,
+    /// Run only the latency-bound runs: uncapped, then capped with 1 and with
+    /// `--capped-drainers` drainers (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_latency: bool,
+    /// Run only the flow-control part: a rate and a concurrency limit as
+    /// achieved, rows and statements per item with a key on every item, rows
+    /// read by a tick while items wait on an exhausted key (a few minutes).
+    #[arg(long)]
+    pub only_limits: bool,
+    /// Run only the backpressure part: webhooks against receivers that take 5,
+    /// 50 and 500 a second and answer 429 + Retry-After above: calls per item
+    /// and makespan ÷ the ideal (a few minutes).
+    #[arg(long)]
+    pub only_backpressure: bool,
+    /// Run only the fan-out rounds between their SELF probes and print each
+    /// round's ratio and their median (a few minutes, not the whole bench).
+    #[arg(long)]
+    pub only_fanout: bool,
+    /// Run only the two paths of a `service` item, timed against each other on
+    /// cron-fanout beside the example handler (`POST /probe` mode `service`):
+    /// straight from the drain, and through a SELF child; `--rounds` rounds of
+    /// `--service-calls` calls each way.
+    #[arg(long)]
+    pub only_service_paths: bool,
+    /// Calls each way per round of `--only-service-paths`.
+    #[arg(long, default_value_t = 1000)]
+    pub service_calls: u64,
+    /// Requests in flight per `Fanout-Invocation` the sink allows in the capped
+    /// latency-bound runs (the platform's simultaneous open connections).
+    #[arg(long, default_value_t = PLATFORM_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connection_cap: u32,
+    /// Drainers of the second capped run (`DRAINERS`, on wrangler.drainers.toml).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=250))]
+    pub capped_drainers: u64,
+}
+
+/// One fan-out run between two probes, on its own fresh, warmed-up runtime.
+#[derive(Debug, Serialize)]
+pub struct FanoutRound {
+    pub report: RunReport,
+    /// Raw SELF round trips at the fan-out's concurrency just before and just after.
+    pub probe_before: Probe,
+    pub probe_after: Probe,
+    /// Fan-out items/s over the mean of the two probes.
+    pub fanout_over_probe: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    /// Median over the rounds of fan-out items/s over raw SELF calls/s at the same
+    /// concurrency.
+    pub fanout_over_probe: Option<f64>,
+    pub fanout_over_probe_min: Option<f64>,
+    pub fanout_over_probe_max: Option<f64>,
+    /// Median fan-out items/s over inline items/s.
+    pub fanout_over_inline: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LatencyBound {
+    pub report: RunReport,
+    pub concurrency: u64,
+    /// items × latency / concurrency: a perfect sliding window.
+    pub ideal_ms: f64,
+    pub makespan_over_ideal: Option<f64>,
+    /// `DRAINERS` of the run (1: the tick drains).
+    #[serde(default)]
+    pub drainers: u64,
+    /// The sink's connection cap per `Fanout-Invocation`, if it was on.
+    #[serde(default)]
+    pub connection_cap: Option<u32>,
+    /// The most requests of one invocation the sink handled at once, and how
+    /// many waited for a slot.
+    #[serde(default)]
+    pub peak_in_flight: u32,
+    #[serde(default)]
+    pub cap_waits: u64,
+}
+
+impl LatencyBound {
+    fn row(&self) -> [String; 6] {
+        let label = match self.connection_cap {
+            None => format!("{} drainer(s), no cap", self.drainers),
+            Some(cap) => format!("{} drainer(s), cap {cap}/invocation", self.drainers),
+        };
+        [
+            label,
+            format!(
+                "makespan {} ms",
+                self.report
+                    .makespan_ms
+                    .map_or("-".into(), |m| m.to_string())
+            ),
+            format!("{} items/s", num(self.report.items_per_second, 1)),
+            format!(
+                "ideal {} ms (x{})",
+                num(Some(self.ideal_ms), 0),
+                num(self.makespan_over_ideal, 2)
+            ),
+            format!(
+                "peak {} in flight, {} waited",
+                self.peak_in_flight, self.cap_waits
+            ),
+            if self.report.passed() {
+                "ok".into()
+            } else {
+                "FAIL".into()
+            },
+        ]
+    }
+}
+
+/// The latency-bound runs side by side: no cap (what docs/benchmarks.md
+/// measured), then the platform's connection cap with 1 and with N drainers.
+fn latency_table(t: &mut Table, runs: &[&LatencyBound]) {
+    if let Some(first) = runs.first() {
+        t.section(&format!(
+            "latency-bound: {} items x {} ms sink latency, fanout, DISPATCH_CONCURRENCY {}; ideal = items x latency / (min(concurrency, cap) x drainers)",
+            first.report.items, first.report.spec.latency_ms, first.concurrency
+        ));
+    }
+    for r in runs {
+        t.row(&r.row());
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct InitTiming {
+    pub subjects: u64,
+    /// Time in `PUT /subjects` calls for the subjects added at this step.
+    pub seed_ms: f64,
+    pub seeded: u64,
+    pub seed_per_second: Option<f64>,
+    /// `POST /batches {"source":"subjects"}` round trip: initialisation only.
+    pub create_batch_ms: f64,
+    pub get_batch_median_ms: Option<f64>,
+}
+
+/// What listing a batch's failed items costs in D1 rows read.
+#[derive(Debug, Serialize)]
+pub struct RowsRead {
+    /// Items in the batch, and how many of them failed.
+    pub items: u64,
+    pub failed: u64,
+    /// Items `GET /batches/{id}/items?status=failed&limit=1000` answered.
+    pub listed: u64,
+    /// Its `Fanout-D1-Rows-Read`: every statement of the request (the batch
+    /// lookup for the 404 check, then the listing).
+    pub rows_read: u64,
+    /// `GET /batches/{id}` alone, the request's fixed part.
+    pub get_batch_rows_read: u64,
+    /// `GET /metrics` after the batch (one statement).
+    pub metrics_rows_read: u64,
+    /// `GET /batches/{id}/timeline` of the finished batch, whole.
+    pub timeline_rows_read: u64,
+    /// `GET /batches/{id}/items?status=pending&limit=20` of the finished batch (no
+    /// item pending): the page stops walking after `ITEMS_WALKED_PER_PAGE` rows.
+    pub pending_page_rows_read: u64,
+    /// Whether that page answered a `next_after` (it stopped before the end).
+    pub pending_page_continues: bool,
+}
+
+impl RowsRead {
+    pub fn row(&self) -> [String; 4] {
+        [
+            format!("{} items, {} failed", self.items, self.failed),
+            format!("?status=failed listed {}", self.listed),
+            format!("{} rows read", self.rows_read),
+            format!(
+                "(GET /batches/{{id}} alone: {}; GET /metrics: {}; timeline: {}; a page of ?status=pending: {}{})",
+                self.get_batch_rows_read,
+                self.metrics_rows_read,
+                self.timeline_rows_read,
+                self.pending_page_rows_read,
+                if self.pending_page_continues { ", next_after set" } else { "" }
+            ),
+        ]
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub fanout: Vec<FanoutRound>,
+    pub inline: RunReport,
+    /// Raw SELF round trips at concurrency 100, after the last round.
+    pub wide_probe: Probe,
+    pub ratios: Ratios,
+    pub latency: LatencyBound,
+    /// The latency-bound run again with the connection cap: 1, then N drainers.
+    pub latency_capped: Vec<LatencyBound>,
+    pub init: Vec<InitTiming>,
+    pub rows_read: RowsRead,
+    pub control: ControlBench,
+    pub limits: crate::bench::limits::LimitsBench,
+}
+
+impl BenchReport {
+    pub fn passed(&self) -> bool {
+        self.fanout.iter().all(|r| r.report.passed())
+            && self.inline.passed()
+            && self.latency.report.passed()
+            && self.latency_capped.iter().all(|l| l.report.passed())
+    }
+
+    pub fn table(&self) -> Table {
+        let mut t = Table::default();
+        let run_row = |t: &mut Table, label: &str, r: &RunReport| {
+            t.row(&[
+                label.to_string(),
+                format!("{} items/s", num(r.items_per_second, 1)),
+                format!(
+                    "makespan {} ms",
+                    r.makespan_ms.map_or("-".into(), |m| m.to_string())
+                ),
+                format!(
+                    "D1 {} stmts, {} rows /item",
+                    num(r.d1.statements_per_item, 3),
+                    num(r.d1.rows_written_per_item, 3)
+                ),
+                if r.passed() {
+                    "ok".into()
+                } else {
+                    "FAIL".into()
+                },
+            ]);
+        };
+        t.section(&format!(
+            "throughput, {} no-op items, one invocation",
+            self.inline.items
+        ));
+        let probe_cell = |p: &Probe| {
+            format!(
+                "{} calls/s c={}",
+                num(Some(p.calls_per_second), 1),
+                p.concurrency
+            )
+        };
+        for (i, r) in self.fanout.iter().enumerate() {
+            run_row(&mut t, &format!("(a) fanout, round {}", i + 1), &r.report);
+            t.row(&[
+                format!("    (c) probe before / after round {}", i + 1),
+                probe_cell(&r.probe_before),
+                probe_cell(&r.probe_after),
+                format!("(a)/(c) {}", num(r.fanout_over_probe, 3)),
+            ]);
+        }
+        run_row(&mut t, "(b) inline", &self.inline);
+        t.row(&[
+            "(c) probe after the last round".to_string(),
+            probe_cell(&self.wide_probe),
+        ]);
+        t.row(&[
+            format!("(a)/(c), median of {}", self.fanout.len()),
+            num(self.ratios.fanout_over_probe, 3),
+            format!(
+                "min {} max {}",
+                num(self.ratios.fanout_over_probe_min, 3),
+                num(self.ratios.fanout_over_probe_max, 3)
+            ),
+        ]);
+        t.row(&[
+            "(a)/(b)".to_string(),
+            num(self.ratios.fanout_over_inline, 3),
+        ]);
+        let mut runs = vec![&self.latency];
+        runs.extend(&self.latency_capped);
+        latency_table(&mut t, &runs);
+        run_row(&mut t, "(no cap) run", &self.latency.report);
+        t.section("batch init and progress reads");
+        t.row(&[
+            "subjects",
+            "seed PUTs",
+            "POST /batches",
+            "GET /batches/{id} median",
+        ]);
+        for i in &self.init {
+            t.row(&[
+                i.subjects.to_string(),
+                format!(
+                    "{} ms for {} ({}/s)",
+                    num(Some(i.seed_ms), 0),
+                    i.seeded,
+                    num(i.seed_per_second, 0)
+                ),
+                format!("{} ms", num(Some(i.create_batch_ms), 1)),
+                format!("{} ms", num(i.get_batch_median_ms, 1)),
+            ]);
+        }
+        t.section("D1 rows read by GET /batches/{id}/items?status=failed");
+        t.row(&self.rows_read.row());
+        self.control.table(&mut t);
+        self.limits.table(&mut t);
+        t
+    }
+}
+
+pub async fn run(args: BenchArgs) -> Result<bool> {
+    if args.target.url.is_some() {
+        bail!("bench starts its own runtimes on fresh state; --url is not supported");
+    }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if args.only_control {
+        eprintln!("== batch control");
+        let c = control::measure(&args.target, args.control_items, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+        } else {
+            let mut t = Table::default();
+            c.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if args.only_limits {
+        let l = crate::bench::limits::measure(&args.target, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&l)?);
+        } else {
+            let mut t = Table::default();
+            l.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if args.only_backpressure {
+        let b = crate::bench::backpressure::measure(&args.target, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&b)?);
+        } else {
+            let mut t = Table::default();
+            b.table(&mut t);
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    if args.only_rows_read {
+        eprintln!("== rows read by ?status=failed");
+        let r = rows_read(&args, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            let mut t = Table::default();
+            t.section("D1 rows read by GET /batches/{id}/items?status=failed");
+            t.row(&r.row());
+            println!("{t}");
+        }
+        return Ok(true);
+    }
+    let noop = Spec {
+        scenario: Scenario::Happy,
+        items: args.items,
+        job: Job::Noop,
+        latency_ms: 0,
+        error_rate: 0.0,
+        poison_share: 0.0,
+        key_concurrency: None,
+    };
+    let slow = Spec {
+        scenario: Scenario::Latency,
+        items: args.latency_items,
+        job: Job::Webhook,
+        latency_ms: args.latency_ms,
+        ..noop.clone()
+    };
+    if args.only_latency {
+        let runs = latency_runs(&args, &slow, timeout).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&runs)?);
+        } else {
+            let mut t = Table::default();
+            latency_table(&mut t, &runs.iter().collect::<Vec<_>>());
+            print!("{t}");
+        }
+        return Ok(runs.iter().all(|l| l.report.passed()));
+    }
+    if args.only_fanout {
+        return only_fanout(&args, &noop, timeout).await;
+    }
+    if args.only_service_paths {
+        return only_service_paths(&args).await;
+    }
+
+    let (fanout, wide_probe) = fanout_rounds(&args, &noop, timeout, true).await?;
+    let wide_probe = wide_probe.context("the last round probes at concurrency 100")?;
+
+    eprintln!("== (b) inline");
+    let inline = run::on_fresh_target(
+        &with_mode(&args.target, "inline"),
+        "bench-inline",
+        &noop,
+        timeout,
+    )
+    .await?;
+
+    let mut latency_capped = latency_runs(&args, &slow, timeout).await?;
+    let latency = latency_capped.remove(0);
+
+    eprintln!("== init and progress reads");
+    let init = init_timings(&args, &noop).await?;
+
+    eprintln!("== rows read by ?status=failed");
+    let rows_read = rows_read(&args, timeout).await?;
+
+    eprintln!("== batch control");
+    let control = control::measure(&args.target, args.control_items, timeout).await?;
+
+    let limits = crate::bench::limits::measure(&args.target, timeout).await?;
+
+    let round_ratios: Vec<f64> = fanout.iter().filter_map(|r| r.fanout_over_probe).collect();
+    let fanout_rates: Vec<f64> = fanout
+        .iter()
+        .filter_map(|r| r.report.items_per_second)
+        .collect();
+    let ratios = Ratios {
+        fanout_over_probe: metrics::median(&round_ratios),
+        fanout_over_probe_min: round_ratios.iter().copied().reduce(f64::min),
+        fanout_over_probe_max: round_ratios.iter().copied().reduce(f64::max),
+        fanout_over_inline: metrics::median(&fanout_rates)
+            .zip(inline.items_per_second)
+            .and_then(|(a, b)| ratio(a, b)),
+    };
+    let report = BenchReport {
+        fanout,
+        inline,
+        wide_probe,
+        ratios,
+        latency,
+        latency_capped,
+        init,
+        rows_read,
+        control,
+        limits,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(report.passed())
+}
+
+/// `--only-service-paths`: one runtime of cron-fanout and the example handler,
+/// a warm-up of both paths, then the rounds, a line each, and their medians.
+async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
+    let mut target = crate::e2e::service::open(&args.target, "bench-service-paths").await?;
+    let (binding, calls, concurrency) = (crate::e2e::service::BINDING, args.service_calls, 25);
+    eprintln!("warming up: {WARM_UP_CALLS} service calls each way ...");
+    service_paths::measure(&target.api, binding, WARM_UP_CALLS, concurrency, 1).await?;
+    eprintln!(
+        "{} rounds of {calls} calls each way, {concurrency} in flight ...",
+        args.rounds
+    );
+    let paths =
+        service_paths::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
+    for (round, (d, s)) in paths.drain.iter().zip(&paths.via_self).enumerate() {
+        println!(
+            "round {}: straight from the drain {:.1} calls/s, through a SELF child {:.1} calls/s",
+            round + 1,
+            d.calls_per_second,
+            s.calls_per_second
+        );
+    }
+    println!("{}", paths.summary());
+    let done = paths.all_done();
+    if let Err(why) = &done {
+        println!("FAIL: {why}");
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(done.is_ok())
+}
+
+/// `--only-fanout`: the rounds of (a) between probes of (c), a line each, then
+/// the median of their ratios.
+async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result<bool> {
+    let (rounds, _) = fanout_rounds(args, noop, timeout, false).await?;
+    let mut ratios = Vec::new();
+    let mut passed = true;
+    for (r, round) in rounds.iter().zip(1..) {
+        let d1 = &r.report.d1;
+        println!(
+            "round {round}: fan-out {} items/s, probes {} / {} calls/s, fan-out/raw {}, {} statements and {} rows written per item",
+            num(r.report.items_per_second, 1),
+            num(Some(r.probe_before.calls_per_second), 1),
+            num(Some(r.probe_after.calls_per_second), 1),
+            num(r.fanout_over_probe, 3),
+            num(d1.statements_per_item, 3),
+            num(d1.rows_written_per_item, 3),
+        );
+        ratios.extend(r.fanout_over_probe);
+        passed &= r.report.passed();
+    }
+    let lo = ratios.iter().copied().reduce(f64::min);
+    let hi = ratios.iter().copied().reduce(f64::max);
+    println!(
+        "median fan-out/raw {} ({} to {}) over {} rounds",
+        num(metrics::median(&ratios), 3),
+        num(lo, 3),
+        num(hi, 3),
+        ratios.len()
+    );
+    Ok(passed)
+}
+
+/// `--rounds` rounds of (a) between probes of (c); with `wide`, the last one also
+/// probes at concurrency 100.
+async fn fanout_rounds(
+    args: &BenchArgs,
+    noop: &Spec,
+    timeout: Duration,
+    wide: bool,
+) -> Result<(Vec<FanoutRound>, Option<Probe>)> {
+    let fanout_args = with_mode(&args.target, "fanout");
+    let mut rounds = Vec::new();
+    let mut wide_probe = None;
+    for round in 1..=args.rounds {
+        eprintln!(
+            "== (a) fanout + (c) probe, round {round} of {}",
+            args.rounds
+        );
+        let last = wide && round == args.rounds;
+        let (r, probe) = fanout_round(&fanout_args, noop, round, last, timeout).await?;
+        rounds.push(r);
+        wide_probe = probe.or(wide_probe);
+    }
+    Ok((rounds, wide_probe))
+}
+
+/// One round of (a) between two probes of (c) on a fresh runtime, both paths warmed
+/// first (JIT tiers, statement caches): warming only the probe's path measured (a) on
+/// a half-cold runtime and (c) on a warm one. The last round also probes at
+/// concurrency 100.
+async fn fanout_round(
+    args: &TargetArgs,
+    noop: &Spec,
+    round: u64,
+    last: bool,
+    timeout: Duration,
+) -> Result<(FanoutRound, Option<Probe>)> {
+    let mut target = run::open_for(args, &format!("bench-fanout-{round}"), noop).await?;
+    let concurrency = target.setting("DISPATCH_CONCURRENCY")?;
+    eprintln!("warming up: {WARM_UP_CALLS} SELF calls, a {WARM_UP_ITEMS}-item fan-out batch ...");
+    target.api.probe(WARM_UP_CALLS, concurrency).await?;
+    warm_up_fanout(&target.api, timeout).await?;
+    let calls = noop.items as u64;
+    eprintln!("probing {calls} SELF calls at concurrency {concurrency} ...");
+    let probe_before = target.api.probe(calls, concurrency).await?;
+    let report = run::execute(noop, &mut target, timeout).await?;
+    eprintln!("probing {calls} SELF calls at concurrency {concurrency} ...");
+    let probe_after = target.api.probe(calls, concurrency).await?;
+    let wide = if last {
+        eprintln!("probing {calls} SELF calls at concurrency 100 ...");
+        Some(target.api.probe(calls, 100).await?)
+    } else {
+        None
+    };
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    let fanout_over_probe = report.items_per_second.and_then(|a| {
+        ratio(
+            a,
+            (probe_before.calls_per_second + probe_after.calls_per_second) / 2.0,
+        )
+    });
+    Ok((
+        FanoutRound {
+            report,
+            probe_before,
+            probe_after,
+            fanout_over_probe,
+        },
+        wide,
+    ))
+}
+
+/// The latency-bound run three times, each on a fresh runtime: no connection
+/// cap (one drainer, the tick), then the sink's cap with 1 and with
+/// `--capped-drainers` drainers.
+async fn latency_runs(
+    args: &BenchArgs,
+    slow: &Spec,
+    timeout: Duration,
+) -> Result<Vec<LatencyBound>> {
+    let mut runs = Vec::new();
+    for (drainers, cap) in [
+        (1, None),
+        (1, Some(args.connection_cap)),
+        (args.capped_drainers, Some(args.connection_cap)),
+    ] {
+        let cap_text = cap.map_or("no cap".to_string(), |c| format!("cap {c}"));
+        eprintln!("== latency-bound, {drainers} drainer(s), {cap_text}");
+        runs.push(latency_run(&args.target, slow, drainers, cap, timeout).await?);
+    }
+    Ok(runs)
+}
+
+/// One latency-bound run on a fresh runtime: `drainers` > 1 on
+/// wrangler.drainers.toml (its local queue), the sink capped at `cap` requests in
+/// flight per `Fanout-Invocation`.
+async fn latency_run(
+    args: &TargetArgs,
+    slow: &Spec,
+    drainers: u64,
+    cap: Option<u32>,
+    timeout: Duration,
+) -> Result<LatencyBound> {
+    let mut a = with_mode(args, "fanout");
+    a.vars.retain(|(k, _)| k != "DRAINERS");
+    a.vars.push(("DRAINERS".into(), drainers.to_string()));
+    if drainers > 1 {
+        a.wrangler_config = Some("wrangler.drainers.toml".into());
+    }
+    let name = format!(
+        "bench-latency-{drainers}d-{}",
+        cap.map_or("uncapped".to_string(), |c| format!("cap{c}"))
+    );
+    let mut target = run::open_for(&a, &name, slow).await?;
+    target.sink.set_connection_cap(cap).await?;
+    let report = run::execute(slow, &mut target, timeout).await;
+    let stats = target.sink.stats(false).await;
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    let (report, stats) = (report?, stats?);
+    let concurrency: u64 = report
+        .settings
+        .get("DISPATCH_CONCURRENCY")
+        .context("DISPATCH_CONCURRENCY missing from the run's settings")?
+        .parse()?;
+    let ideal_ms = capped_ideal_ms(
+        slow.items as u64,
+        slow.latency_ms,
+        concurrency,
+        cap,
+        drainers,
+    );
+    Ok(LatencyBound {
+        makespan_over_ideal: report.makespan_ms.and_then(|m| ratio(m as f64, ideal_ms)),
+        concurrency,
+        ideal_ms,
+        drainers,
+        connection_cap: cap,
+        peak_in_flight: stats.peak_in_flight,
+        cap_waits: stats.cap_waits,
+        report,
+    })
+}
+
+/// The ideal makespan on the platform: each drainer keeps `concurrency` calls in
+/// flight, of which at most `cap` reach the receiver at once (its connections),
+/// and the drainers run side by side. (Locally the queue's consumer runs one
+/// drainer at a time, so N drainers cannot reach it.)
+pub fn capped_ideal_ms(
+    items: u64,
+    latency_ms: u64,
+    concurrency: u64,
+    cap: Option<u32>,
+    drainers: u64,
+) -> f64 {
+    let per_drainer = cap.map_or(concurrency, |c| concurrency.min(u64::from(c)));
+    ideal_makespan_ms(items, latency_ms, per_drainer * drainers.max(1))
+}
+
+/// `args` with DISPATCH_MODE forced to `mode` (it is what the part measures).
+fn with_mode(args: &TargetArgs, mode: &str) -> TargetArgs {
+    let mut a = args.clone();
+    a.vars.retain(|(k, _)| k != "DISPATCH_MODE");
+    a.vars.push(("DISPATCH_MODE".into(), mode.into()));
+    a
+}
+
+/// Drain an ad-hoc batch of no-op items with tick crons until it is finished.
+async fn warm_up_fanout(api: &Api, timeout: Duration) -> Result<()> {
+    let items: Vec<Value> = (0..WARM_UP_ITEMS)
+        .map(|i| json!({"subject_id": format!("warm-up-{i:05}"), "kind": "noop", "payload": {}}))
+        .collect();
+    let (_, batch) = api
+        .create_batch(&json!({"key": "bench-warm-up", "items": items}))
+        .await?;
+    let started = Instant::now();
+    loop {
+        api.fire_cron(TICK_CRON).await?;
+        let b = api.batch(&batch.id).await?;
+        if b.completed + b.failed == b.total {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < timeout,
+            "warm-up batch unfinished after {timeout:?}: {} of {} done",
+            b.completed + b.failed,
+            b.total
+        );
+    }
+}
+
+/// A perfect sliding window of `concurrency` calls of `latency_ms` each.
+pub fn ideal_makespan_ms(items: u64, latency_ms: u64, concurrency: u64) -> f64 {
+    items as f64 * latency_ms as f64 / concurrency.max(1) as f64
+}
+
+/// Seeds `--init-subjects` no-op subjects (then up to 1,000,000 with
+/// `--million`) on one fresh runtime, timing the PUTs, one `POST /batches` over
+/// all of them and `GET /batches/{id}` at each size. No tick fires, so nothing
+/// drains while it is measured.
+async fn init_timings(args: &BenchArgs, spec: &Spec) -> Result<Vec<InitTiming>> {
+    let mut target = run::open_for(&args.target, "bench-init", spec).await?;
+    let api = target.api.clone();
+    let mut sizes = vec![args.init_subjects];
+    if args.million && args.init_subjects < 1_000_000 {
+        sizes.push(1_000_000);
+    }
+    let mut seeded = 0;
+    let mut timings = Vec::new();
+    for size in sizes {
+        let added = size - seeded;
+        let seed_ms = seed_noop(&api, seeded, size).await?;
+        seeded = size;
+        let started = Instant::now();
+        let (_, batch) = api
+            .create_batch(&json!({"key": format!("init-{size}"), "source": "subjects"}))
+            .await?;
+        let create_batch_ms = ms(started);
+        ensure!(
+            batch.total == size as u64,
+            "batch over {size} subjects has {} items",
+            batch.total
+        );
+        let mut samples = Vec::with_capacity(args.get_samples);
+        for _ in 0..args.get_samples {
+            let started = Instant::now();
+            api.batch(&batch.id).await?;
+            samples.push(ms(started));
+        }
+        timings.push(InitTiming {
+            subjects: size as u64,
+            seed_ms,
+            seeded: added as u64,
+            seed_per_second: metrics::per_second(added as u64, seed_ms as u64),
+            create_batch_ms,
+            get_batch_median_ms: metrics::median(&samples),
+        });
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(timings)
+}
+
+/// Upserts no-op subjects `init-<from>`..`init-<to - 1>`, one `MAX_PAGE` chunk
+/// at a time (a million subjects are never all in memory); returns the time
+/// spent in the PUTs in ms.
+async fn seed_noop(api: &Api, from: usize, to: usize) -> Result<f64> {
+    let mut spent = Duration::ZERO;
+    let mut last_report = Instant::now();
+    for start in (from..to).step_by(MAX_PAGE) {
+        let chunk: Vec<_> = (start..to.min(start + MAX_PAGE))
+            .map(|i| plan::noop_subject(format!("init-{i:07}")))
+            .collect();
+        let started = Instant::now();
+        api.put_subjects(&chunk).await?;
+        spent += started.elapsed();
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!("  seeded {} of {to}", start + chunk.len());
+            last_report = Instant::now();
+        }
+    }
+    Ok(spent.as_secs_f64() * 1000.0)
+}
+
+/// A batch of `--rows-read-items` items of which `--rows-read-failed` fail
+/// permanently (a webhook answering 400), drained; then what listing its failed
+/// items costs in D1 rows read, from the Worker's `Fanout-D1-Rows-Read` header.
+async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
+    let spec = Spec {
+        scenario: Scenario::Happy,
+        items: args.rows_read_items,
+        job: Job::Noop,
+        latency_ms: 0,
+        error_rate: 0.0,
+        poison_share: 0.0,
+        key_concurrency: None,
+    };
+    let mut target = run::open_for(&args.target, "bench-rows-read", &spec).await?;
+    let api = target.api.clone();
+    let failing = Faults {
+        status: Some(400),
+        ..Faults::default()
+    };
+    let every = (args.rows_read_items / args.rows_read_failed.max(1)).max(1);
+    let subjects: Vec<SubjectIn> = (0..args.rows_read_items)
+        .map(|i| {
+            let id = format!("rows-{i:07}");
+            if i % every == every / 2 {
+                SubjectIn {
+                    payload: json!({"url": target.sink.hook_url(&id, &failing)}),
+                    kind: "webhook".into(),
+                    id,
+                    active: true,
+                    group: None,
+                    timezone: None,
+                }
+            } else {
+                plan::noop_subject(id)
+            }
+        })
+        .collect();
+    api.put_subjects(&subjects).await?;
+    let (_, batch) = api
+        .create_batch(&json!({"key": "rows-read", "source": "subjects"}))
+        .await?;
+    let pace = Pace {
+        every: Duration::from_millis(200),
+        max_in_flight: 1,
+        timeout,
+    };
+    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let path = format!("/batches/{}/items?status=failed&limit=1000", batch.id);
+    let listing = api.admin_raw(Method::GET, &path, None).await?;
+    ensure!(
+        listing.status.is_success(),
+        "GET {path}: {}",
+        listing.status
+    );
+    let listed = listing
+        .json()
+        .and_then(|v| v["items"].as_array().map(Vec::len))
+        .context("no items in the listing")? as u64;
+    let header = |r: &crate::runtime::api::RawResponse| -> Result<u64> {
+        r.header(ROWS_READ_HEADER)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {ROWS_READ_HEADER} header"))
+    };
+    let get = api
+        .admin_raw(Method::GET, &format!("/batches/{}", batch.id), None)
+        .await?;
+    let metrics = api.admin_raw(Method::GET, "/metrics", None).await?;
+    let timeline = api
+        .admin_raw(
+            Method::GET,
+            &format!("/batches/{}/timeline", batch.id),
+            None,
+        )
+        .await?;
+    let path = format!("/batches/{}/items?status=pending&limit=20", batch.id);
+    let pending = api.admin_raw(Method::GET, &path, None).await?;
+    ensure!(
+        pending.status.is_success(),
+        "GET {path}: {}",
+        pending.status
+    );
+    let report = RowsRead {
+        items: driven.batch.total,
+        failed: driven.batch.failed,
+        listed,
+        rows_read: header(&listing)?,
+        get_batch_rows_read: header(&get)?,
+        metrics_rows_read: header(&metrics)?,
+        timeline_rows_read: header(&timeline)?,
+        pending_page_rows_read: header(&pending)?,
+        pending_page_continues: pending.json().is_some_and(|v| v["next_after"].is_string()),
+    };
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(report)
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ideal_is_a_perfect_window() {
+        assert_eq!(ideal_makespan_ms(1000, 500, 25), 20_000.0);
+        assert_eq!(ideal_makespan_ms(10, 100, 0), 1000.0);
+    }
+
+    #[test]
+    fn the_capped_ideal_counts_each_drainers_connections() {
+        // 1,000 x 500 ms: 25 in flight, 6 of them at the receiver, 4 drainers.
+        assert_eq!(capped_ideal_ms(1000, 500, 25, None, 1), 20_000.0);
+        assert_eq!(capped_ideal_ms(1000, 500, 25, Some(6), 1), 500_000.0 / 6.0);
+        assert_eq!(capped_ideal_ms(1000, 500, 25, Some(6), 4), 500_000.0 / 24.0);
+        // A cap above the concurrency changes nothing.
+        assert_eq!(capped_ideal_ms(1000, 500, 4, Some(6), 1), 125_000.0);
+    }
+
+    #[test]
+    fn mode_is_forced() {
+        let args = TargetArgs {
+            repo: ".".into(),
+            url: None,
+            admin_token: None,
+            sink_url: None,
+            webhook_secret: None,
+            vars: vec![
+                ("DISPATCH_MODE".into(), "inline".into()),
+                ("X".into(), "1".into()),
+            ],
+            wrangler_config: None,
+        };
+        let forced = with_mode(&args, "fanout");
+        assert_eq!(
+            forced.vars,
+            [
+                ("X".to_string(), "1".to_string()),
+                ("DISPATCH_MODE".into(), "fanout".into())
+            ]
+        );
+    }
+}

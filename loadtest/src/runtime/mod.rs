@@ -1,0 +1,9 @@
+//! The Worker under test and how the harness controls it: `wrangler dev` on a
+//! state dir of our own (`wrangler`), its test clock (`clock`), its local secrets
+//! (`devvars`) and its HTTP API, cron firing included (`api`). It imports nothing
+//! else of the harness.
+
+pub mod api;
+pub mod clock;
+pub mod devvars;
+pub mod wrangler;
