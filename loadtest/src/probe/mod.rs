@@ -7,13 +7,9 @@
 //! sequentially and concurrently (where is the first refusal, and its message),
 //! starts children that fetch a slow URL at once (do they share 6 connections?)
 //! and children that burn CPU (is a child's CPU its own?), then prints the
-<<<<<<< HEAD:loadtest/src/probe.rs
-//! analysis (`probe_analysis`) as a markdown table for docs/benchmarks.md.
-=======
-//! analysis (`analysis`) as a markdown table for docs/operations.md.
+//! analysis (`analysis`) as a markdown table for docs/benchmarks.md.
 
 pub mod analysis;
->>>>>>> c43c822 (loadtest: src in folders by what they own (sink, runtime, driver, run, e2e, bench, probe), pure moves and path fixes; module_imports walks the folders):loadtest/src/probe/mod.rs
 
 use crate::check;
 use crate::driver::checks::Checks;
