@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A Worker crate of one's own, outside this workspace, made from docs/api.md's
+# A Worker crate of one's own, outside this workspace, made from docs/guides/own-kind.md's
 # "Write your own job kind" text as a user copies it (each block marked
 # `<!-- outside: <file> -->`; only the cron-fanout dependency is pointed at this
 # checkout): its host tests run and it is checked for wasm32. Then the same
@@ -28,9 +28,9 @@ awk -v dir="$dir" '
   file != "" && !inside && /^```/ { inside = 1; next }
   inside && /^```$/ { inside = 0; print "" >> file; file = ""; next }
   inside { print >> file }
-' docs/api.md
+' docs/guides/own-kind.md
 for f in Cargo.toml src/lib.rs tests/feed_check.rs; do
-  [ -s "$dir/$f" ] || { echo "docs/api.md has no block marked outside: $f" >&2; exit 1; }
+  [ -s "$dir/$f" ] || { echo "docs/guides/own-kind.md has no block marked outside: $f" >&2; exit 1; }
 done
 grep -q '^cron-fanout = ' "$dir/Cargo.toml" || { echo "the page's Cargo.toml names no cron-fanout" >&2; exit 1; }
 sed -i "s|^cron-fanout = .*|cron-fanout = { path = \"$REPO_ROOT\" }|" "$dir/Cargo.toml"

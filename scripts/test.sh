@@ -14,7 +14,7 @@ bash scripts/setup.sh
 printf '\n==> host tests (cargo test --workspace)\n'
 cargo test --workspace
 
-printf '\n==> a Worker crate of one'"'"'s own, outside the workspace, from docs/api.md (host tests, wasm32 check)\n'
+printf '\n==> a Worker crate of one'"'"'s own, outside the workspace, from docs/guides/own-kind.md (host tests, wasm32 check)\n'
 bash scripts/outside.sh
 
 printf '\n==> TypeScript: tsc --noEmit and the Vitest suites inside workerd (packages/handler, examples/*-ts)\n'
@@ -51,7 +51,7 @@ cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
 # statements: hold, charge, claim) takes at most the 25 free slots, and a flush
 # commits what they free (0.168 measured). Ticks of 15 s: on wrangler dev the
 # Worker and its local D1 share a thread, and one long drain of keyed claims
-# leaves it no time to answer the harness (docs/operations.md, Flow control).
+# leaves it no time to answer the harness (docs/guides/flow-control.md).
 printf '\n==> regression: 12,000 items, each holding a key of concurrency 25 (flow control cost)\n'
 cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
   --key-concurrency 25 --var JOB_TIMEOUT_MS=5000 --var INVOCATION_DEADLINE_MS=15000 \

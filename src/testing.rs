@@ -13,7 +13,7 @@
 //! assert_eq!(ran.outcome, Outcome::Retry("feed: HTTP 503".into()));
 //! ```
 //!
-//! docs/api.md ("Test your kind on the host") has the whole example.
+//! docs/guides/own-kind.md ("Test your kind on the host") has the whole example.
 
 use std::any::Any;
 

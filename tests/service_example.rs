@@ -1,14 +1,14 @@
-//! docs/api.md shows the `service` handler (on the `cron-fanout-handler`
+//! docs/guides/own-worker.md shows the `service` handler (on the `cron-fanout-handler`
 //! package) the end-to-end suite runs,
 //! `examples/service-handler/src/index.ts`, as it is.
 
 #[test]
 fn the_page_shows_the_example_handler_word_for_word() {
     let handler = include_str!("../examples/service-handler/src/index.ts");
-    let page = include_str!("../docs/api.md");
+    let page = include_str!("../docs/guides/own-worker.md");
     assert!(
         page.contains(&format!("```ts\n{handler}```")),
-        "docs/api.md must show examples/service-handler/src/index.ts as it is"
+        "docs/guides/own-worker.md must show examples/service-handler/src/index.ts as it is"
     );
 }
 

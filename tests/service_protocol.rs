@@ -1,4 +1,4 @@
-//! The `service` protocol's JSON Schemas (docs/schemas/, shown in docs/api.md)
+//! The `service` protocol's JSON Schemas (docs/schemas/, shown in docs/guides/own-worker.md)
 //! say what the Worker sends and reads: a field added to the request, or a bound
 //! changed on the answer, without its schema fails here.
 
@@ -33,14 +33,14 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[test]
 fn the_page_shows_both_schemas_word_for_word() {
-    let page = include_str!("../docs/api.md");
+    let page = include_str!("../docs/guides/own-worker.md");
     for (file, text) in [
         ("service-request.schema.json", REQUEST),
         ("service-answer.schema.json", ANSWER),
     ] {
         assert!(
             page.contains(&format!("```json\n{text}```")),
-            "docs/api.md must show docs/schemas/{file} as it is"
+            "docs/guides/own-worker.md must show docs/schemas/{file} as it is"
         );
     }
 }

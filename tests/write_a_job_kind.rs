@@ -1,4 +1,4 @@
-//! The example of docs/api.md ("Write your own job kind"), compiled and run: the
+//! The example of docs/guides/own-kind.md ("Write your own job kind"), compiled and run: the
 //! text between the markers is the one the page shows, word for word.
 
 // example:start
@@ -115,9 +115,9 @@ fn marked<'a>(source: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} markers"))
 }
 
-/// docs/api.md has `code` as a Rust block of its own; else `failure`.
+/// docs/guides/own-kind.md has `code` as a Rust block of its own; else `failure`.
 fn assert_the_page_shows(code: &str, failure: &str) {
-    let page = include_str!("../docs/api.md");
+    let page = include_str!("../docs/guides/own-kind.md");
     assert!(page.contains(&format!("```rust\n{code}```")), "{failure}");
 }
 
@@ -125,7 +125,7 @@ fn assert_the_page_shows(code: &str, failure: &str) {
 fn the_page_shows_this_example_word_for_word() {
     assert_the_page_shows(
         marked(include_str!("write_a_job_kind.rs"), "example"),
-        "docs/api.md must show the example of tests/write_a_job_kind.rs as it is",
+        "docs/guides/own-kind.md must show the example of tests/write_a_job_kind.rs as it is",
     );
 }
 
@@ -135,7 +135,7 @@ fn the_page_shows_this_example_word_for_word() {
 fn the_page_shows_the_event_functions_of_the_example_worker_word_for_word() {
     assert_the_page_shows(
         marked(include_str!("../examples/hello-kind/src/lib.rs"), "events"),
-        "docs/api.md must show the event functions of examples/hello-kind as they are",
+        "docs/guides/own-kind.md must show the event functions of examples/hello-kind as they are",
     );
 }
 

@@ -1,4 +1,4 @@
-//! The Worker's secrets, read and checked in one place (docs/operations.md,
+//! The Worker's secrets, read and checked in one place (docs/guides/security.md,
 //! "Security model"). The rules are about what each secret lets its holder do:
 //! `DISPATCH_SECRET` authorises `POST /internal/run`, `WEBHOOK_SECRET` is known to
 //! every receiver, so the two must differ, or any receiver could forge dispatches.

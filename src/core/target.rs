@@ -7,7 +7,7 @@
 //! `OWN_HOSTNAMES`) is refused whatever the setting.
 //!
 //! A Worker cannot resolve DNS, so a public name that resolves to a private address
-//! passes here; what the platform does then is documented in docs/operations.md
+//! passes here; what the platform does then is documented in docs/guides/security.md
 //! ("Security model"). IP literals are caught in every notation the parser accepts
 //! (`127.1`, `2130706433`, `0x7f.0.0.1`, `[::ffff:127.0.0.1]`...), because it
 //! normalises them to one address before this module looks.

@@ -1,7 +1,7 @@
 // cron-fanout-handler: write the Worker that cron-fanout's `service` items run
 // in. `handler(fn)` turns `async (item, ctx) => outcome` into a Worker's `fetch`:
 // it checks the request is a delivery, hands `fn` its fields, and answers what
-// cron-fanout reads (docs/api.md, "Run items in your own Worker"). No runtime
+// cron-fanout reads (docs/guides/own-worker.md). No runtime
 // dependency: the protocol is small enough to spell out here.
 
 /** Most channels one item has, over all its attempts. */

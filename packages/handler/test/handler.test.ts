@@ -1,5 +1,5 @@
 // The handler inside workerd: what reaches `fn`, what is refused, and what each
-// outcome answers (docs/api.md, "The protocol"; docs/schemas/).
+// outcome answers (docs/guides/own-worker.md, "The protocol"; docs/schemas/).
 import { describe, expect, it, vi } from "vitest";
 import answerSchema from "../../../docs/schemas/service-answer.schema.json";
 import requestSchema from "../../../docs/schemas/service-request.schema.json";

@@ -13,7 +13,7 @@
 //! so `1-5` means Sunday to Thursday: write `MON-FRI`. croner extensions that
 //! Cloudflare does not list are refused here (`?`, the `+` AND-prefix, `@daily`
 //! nicknames, a seconds or year field, a step without a start such as `/5`), and
-//! names are accepted only in their own field. docs/operations.md lists what
+//! names are accepted only in their own field. docs/guides/schedules.md lists what
 //! remains different.
 
 use croner::parser::{CronParser, Seconds, Year};

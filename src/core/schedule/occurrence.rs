@@ -344,7 +344,7 @@ mod tests {
     #[test]
     fn crons_with_several_times_a_day_lose_or_double_a_run_on_transition_days() {
         // Not the daily rule: croner's own search, pinned here so that
-        // docs/operations.md stays true. Europe/Berlin 2026-03-29: 02:00 does not
+        // docs/guides/schedules.md stays true. Europe/Berlin 2026-03-29: 02:00 does not
         // exist and `0 2,14` has no 02:00 run that day (no run after the gap).
         let spring = cron("0 2,14 * * *", "Europe/Berlin");
         assert_eq!(

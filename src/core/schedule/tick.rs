@@ -17,7 +17,7 @@ use serde::Deserialize;
 /// When nothing fails the page is one `batch()` of 5 statements per fire (one
 /// transaction, a single subrequest), so the page bounds that transaction: 100
 /// fires over a few thousand subjects each is a few hundred thousand inserted rows,
-/// about as long as `POST /batches` over as many subjects (docs/operations.md).
+/// about as long as `POST /batches` over as many subjects (docs/guides/schedules.md).
 /// 100 due at once fire in one tick, 1,000 in ten.
 pub const FIRE_PAGE: i64 = 100;
 
