@@ -12,7 +12,7 @@
 -- commit, as D1's docs advise for such rebuilds, costs nothing if it is not needed.
 --
 -- Cost: every row of both tables is written once more, with its index entries
--- (docs/operations.md gives the figures per million items). Retention of
+-- (docs/upgrading.md gives the figures per million items). Retention of
 -- invocation summaries reads them by migration 0004's invocations_started.
 PRAGMA defer_foreign_keys = true;
 

@@ -10,7 +10,7 @@
 -- `total`, progress, the item listings and the cancel sweep leave it out.
 --
 -- Cost: every statement here is O(1) in rows written except the index rebuild,
--- which writes one entry per pending item (docs/operations.md). Nothing is added
+-- which writes one entry per pending item (docs/upgrading.md). Nothing is added
 -- per item: the new columns have constant defaults (no row is rewritten) and the
 -- rebuilt index holds the same entries for items as before.
 

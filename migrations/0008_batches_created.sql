@@ -6,5 +6,5 @@
 --
 -- Cost: one index entry per batch, written when the batch is created (its
 -- created_at never changes, so counter updates touch no entry); nothing per item.
--- Building it reads the batches table once (docs/operations.md gives the figure).
+-- Building it reads the batches table once (docs/upgrading.md, Migration 0008).
 CREATE INDEX batches_created ON batches (created_at, id);

@@ -17,7 +17,7 @@
 -- Carrying a live database over: every existing item keeps its run_after (> 0)
 -- and so its entry in the rebuilt index; existing batches get an empty cursor
 -- range (0, 0], so their items are claimed from the index as before. Nothing
--- is rewritten but the index itself (timed in docs/operations.md).
+-- is rewritten but the index itself (timed in docs/upgrading.md).
 ALTER TABLE batches ADD COLUMN claim_after INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE batches ADD COLUMN cursor_end INTEGER NOT NULL DEFAULT 0;
 

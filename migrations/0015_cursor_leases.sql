@@ -24,7 +24,7 @@
 -- before its first item when it has cursor items, else to the table's largest id
 -- (any it gets later come after); its window starts at its claim cursor. An
 -- ended batch has nothing in flight: its window starts at its cursor's end
--- (timed in docs/operations.md).
+-- (timed in docs/upgrading.md).
 ALTER TABLE batches ADD COLUMN lease_after INTEGER NOT NULL DEFAULT 0;
 
 UPDATE batches

@@ -32,7 +32,7 @@
 -- NULL) are never in it. The AUTOINCREMENT high-water mark moves with the rows
 -- (sqlite_sequence), so no id deleted before is handed out again.
 -- Cost: every item row is written once more, with its index entries (timed in
--- docs/operations.md, "Migration 0017").
+-- docs/upgrading.md, "Migration 0017").
 
 DROP VIEW batches_live;
 DROP VIEW first_attempts_in_flight;
