@@ -10,14 +10,16 @@
 //! - `runtime`: `wrangler dev`, the test clock, local secrets, the Worker's HTTP API.
 //! - `driver`: the Worker and sink a command talks to, firing ticks, shared steps,
 //!   plans and pure verdicts, the e2e report of named checks.
-//! - `run`: one load scenario measured and reported (`loadtest run`), and the demo.
+//! - `run`: one load scenario measured and reported (`loadtest run`), the
+//!   scenarios' flows and verdicts the e2e checks share, cron-fanout beside the
+//!   example service handler, and the demo.
 //!
-//! Parts, each a command, using the shared folders:
+//! Parts, each a command, using the shared folders and never each other:
 //! - `e2e`: the end-to-end suite and its parts (the dashboard in a browser among them).
 //! - `bench`: `loadtest bench` and `loadtest schedules`.
 //! - `probe`: `loadtest probe`.
 //!
-//! `tests/module_imports.rs` checks the imports form no circle.
+//! `tests/module_imports.rs` checks both rules, and that the imports form no circle.
 
 pub mod bench;
 pub mod driver;

@@ -126,6 +126,70 @@ fn the_harness_modules_import_each_other_without_a_circle() {
     assert_eq!(circle(&graph), None);
 }
 
+/// The shared folders, each using only the ones before it; and the parts (the
+/// commands), which use the shared folders and never each other.
+const SHARED: [&str; 4] = ["sink", "runtime", "driver", "run"];
+const PARTS: [&str; 3] = ["e2e", "bench", "probe"];
+
+/// The imports that cross folders against the rule above, as `from -> to`; a
+/// folder named in neither list is one too.
+fn crossings(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let folder = |m: &str| m.split("::").next().unwrap().to_string();
+    let rank = |f: &str| SHARED.iter().position(|s| *s == f);
+    let mut wrong = Vec::new();
+    for (from, tos) in graph {
+        let f = folder(from);
+        if ["lib", "main"].contains(&from.as_str()) {
+            continue;
+        }
+        if rank(&f).is_none() && !PARTS.contains(&f.as_str()) {
+            wrong.push(format!("{from}: folder {f} is neither shared nor a part"));
+        }
+        for to in tos {
+            let t = folder(to);
+            let allowed = t == f
+                || match (rank(&f), rank(&t)) {
+                    (Some(a), Some(b)) => b < a,
+                    (None, Some(_)) => true,
+                    _ => false,
+                };
+            if !allowed {
+                wrong.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn a_folder_uses_only_the_shared_folders_before_it_and_parts_never_each_other() {
+    let graph = imports(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert_eq!(crossings(&graph), Vec::<String>::new());
+}
+
+#[test]
+fn a_part_importing_another_part_or_a_later_shared_folder_is_found() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        (
+            "e2e::control",
+            vec!["run::control", "bench::limits", "e2e::suite"],
+        ),
+        ("driver::steps", vec!["runtime::api", "run::scenario"]),
+        ("extra::x", vec![]),
+    ]
+    .into_iter()
+    .map(|(m, to)| (m.into(), to.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(
+        crossings(&graph),
+        vec![
+            "driver::steps -> run::scenario",
+            "e2e::control -> bench::limits",
+            "extra::x: folder extra is neither shared nor a part",
+        ]
+    );
+}
+
 #[test]
 fn a_circle_is_found_when_there_is_one() {
     let graph: BTreeMap<String, BTreeSet<String>> = [

@@ -14,8 +14,8 @@
 
 use crate::bench::control::tick_rows_read;
 use crate::driver::drive::{self, Pace};
+use crate::driver::steps::put_limit;
 use crate::driver::target::{Secrets, Target, TargetArgs};
-use crate::e2e::limits::put_limit;
 use crate::run;
 use crate::run::report::RunReport;
 use crate::run::scenario::{Job, Scenario, Spec};

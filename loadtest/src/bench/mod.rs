@@ -13,7 +13,6 @@ pub mod backpressure;
 pub mod control;
 pub mod limits;
 pub mod schedules;
-pub mod service_paths;
 
 use crate::bench::control::ControlBench;
 use crate::driver::drive::{self, Pace};
@@ -23,6 +22,7 @@ use crate::run;
 use crate::run::metrics::{self, ratio};
 use crate::run::report::RunReport;
 use crate::run::scenario::{Job, Scenario, Spec};
+use crate::run::service;
 use crate::run::table::{num, Table};
 use crate::runtime::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::sink::faults::Faults;
@@ -533,16 +533,15 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
 /// `--only-service-paths`: one runtime of cron-fanout and the example handler,
 /// a warm-up of both paths, then the rounds, a line each, and their medians.
 async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
-    let mut target = crate::e2e::service::open(&args.target, "bench-service-paths").await?;
-    let (binding, calls, concurrency) = (crate::e2e::service::BINDING, args.service_calls, 25);
+    let mut target = service::open(&args.target, "bench-service-paths").await?;
+    let (binding, calls, concurrency) = (service::BINDING, args.service_calls, 25);
     eprintln!("warming up: {WARM_UP_CALLS} service calls each way ...");
-    service_paths::measure(&target.api, binding, WARM_UP_CALLS, concurrency, 1).await?;
+    service::measure(&target.api, binding, WARM_UP_CALLS, concurrency, 1).await?;
     eprintln!(
         "{} rounds of {calls} calls each way, {concurrency} in flight ...",
         args.rounds
     );
-    let paths =
-        service_paths::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
+    let paths = service::measure(&target.api, binding, calls, concurrency, args.rounds).await?;
     for (round, (d, s)) in paths.drain.iter().zip(&paths.via_self).enumerate() {
         println!(
             "round {}: straight from the drain {:.1} calls/s, through a SELF child {:.1} calls/s",

@@ -1,12 +1,12 @@
 //! Scenario steps that the e2e suite, `loadtest run` and the demo share: a
 //! one-off schedule that the next tick fires, waiting for the batch it creates,
 //! crashing the runtime mid-batch, firing crons again after a batch finished, a
-//! batch of webhook items to the sink, a batch's items by subject, and a
-//! `PUT /subjects` refused whole.
+//! batch of webhook items to the sink, a batch's items by subject, a
+//! `PUT /subjects` refused whole, and a limit put and read.
 
 use crate::driver::drive;
 use crate::driver::target::Target;
-use crate::runtime::api::{Api, Batch, Id, Item, DAILY_CRON, TICK_CRON};
+use crate::runtime::api::{clip, encode, Api, Batch, Id, Item, DAILY_CRON, TICK_CRON};
 use crate::sink::faults::Faults;
 use crate::sink::SinkClient;
 use anyhow::{bail, ensure, Context, Result};
@@ -201,4 +201,47 @@ pub async fn subjects_refused_whole(api: &Api, body: &Value, reason: &str) -> Re
         }
         other => bail!("{} {other:?}, {written} subjects written", resp.status),
     }
+}
+
+/// `PUT /limits/{key}` with `limit`, which must answer 200.
+pub async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
+    answer(
+        api,
+        Method::PUT,
+        &limit_path(key),
+        Some(limit),
+        StatusCode::OK,
+    )
+    .await?;
+    Ok(())
+}
+
+/// `GET /limits/{key}`, which must answer 200: the limit and its live state.
+pub async fn get_limit(api: &Api, key: &str) -> Result<Value> {
+    answer(api, Method::GET, &limit_path(key), None, StatusCode::OK).await
+}
+
+pub fn limit_path(key: &str) -> String {
+    format!("/limits/{}", encode(key))
+}
+
+/// `method` on `path` (as the admin) answers `status`; its JSON body.
+pub async fn answer(
+    api: &Api,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    status: StatusCode,
+) -> Result<Value> {
+    let r = api
+        .admin_raw(method.clone(), path, body.map(|b| b.to_string()))
+        .await?;
+    ensure!(
+        r.status == status,
+        "{method} {path}: {} {}, want {status}",
+        r.status,
+        clip(&r.body)
+    );
+    r.json()
+        .with_context(|| format!("{method} {path}: not JSON: {}", clip(&r.body)))
 }

@@ -17,11 +17,11 @@
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::drive;
+use crate::driver::steps::{get_limit, put_limit};
 use crate::driver::target::{Target, TargetArgs};
-use crate::e2e::limits::{get_limit, put_limit};
 use crate::e2e::suite::open_worker;
-use crate::run::scenario::min_lease_seconds;
 use crate::runtime::api::{Api, Batch, Id, TICK_CRON};
+use crate::runtime::wrangler::min_lease_seconds;
 use crate::sink::faults::Faults;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};

@@ -5,8 +5,9 @@
 
 use crate::check;
 use crate::driver::checks::Checks;
+use crate::driver::steps::{answer, limit_path};
 use crate::e2e::ui::parse_metrics;
-use crate::runtime::api::{clip, encode, Api};
+use crate::runtime::api::{clip, Api};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -63,52 +64,19 @@ pub async fn http(api: &Api, checks: &mut Checks) -> Result<()> {
         .await;
     // Whatever failed above, leave no limit behind for the parts after this one.
     for key in [RATE, PARTITION] {
-        let _ = f.api.admin_raw(Method::DELETE, &path(key), None).await;
+        let _ = f
+            .api
+            .admin_raw(Method::DELETE, &limit_path(key), None)
+            .await;
     }
     Ok(())
-}
-
-/// `PUT /limits/{key}` with `limit`, which must answer 200.
-pub async fn put_limit(api: &Api, key: &str, limit: Value) -> Result<()> {
-    answer(api, Method::PUT, &path(key), Some(limit), StatusCode::OK).await?;
-    Ok(())
-}
-
-/// `GET /limits/{key}`, which must answer 200: the limit and its live state.
-pub async fn get_limit(api: &Api, key: &str) -> Result<Value> {
-    answer(api, Method::GET, &path(key), None, StatusCode::OK).await
-}
-
-fn path(key: &str) -> String {
-    format!("/limits/{}", encode(key))
-}
-
-/// `method` on `path` answers `status`; its JSON body.
-async fn answer(
-    api: &Api,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-    status: StatusCode,
-) -> Result<Value> {
-    let r = api
-        .admin_raw(method.clone(), path, body.map(|b| b.to_string()))
-        .await?;
-    ensure!(
-        r.status == status,
-        "{method} {path}: {} {}, want {status}",
-        r.status,
-        clip(&r.body)
-    );
-    r.json()
-        .with_context(|| format!("{method} {path}: not JSON: {}", clip(&r.body)))
 }
 
 async fn put_answers_the_limit(f: &mut Limits<'_>) -> Result<()> {
     let got = answer(
         f.api,
         Method::PUT,
-        &path(RATE),
+        &limit_path(RATE),
         Some(json!({"rate": 20, "burst": 5, "concurrency": 3})),
         StatusCode::OK,
     )
@@ -124,7 +92,7 @@ async fn put_answers_the_limit(f: &mut Limits<'_>) -> Result<()> {
     let got = answer(
         f.api,
         Method::PUT,
-        &path(PARTITION),
+        &limit_path(PARTITION),
         Some(json!({"concurrency": 2})),
         StatusCode::OK,
     )
@@ -137,7 +105,7 @@ async fn put_answers_the_limit(f: &mut Limits<'_>) -> Result<()> {
 }
 
 async fn get_answers_the_live_state(f: &mut Limits<'_>) -> Result<()> {
-    let got = answer(f.api, Method::GET, &path(RATE), None, StatusCode::OK).await?;
+    let got = answer(f.api, Method::GET, &limit_path(RATE), None, StatusCode::OK).await?;
     let seen = (
         &got["in_flight"],
         &got["tokens"],
@@ -148,12 +116,22 @@ async fn get_answers_the_live_state(f: &mut Limits<'_>) -> Result<()> {
         seen == (&json!(0), &json!(5), &json!(0), &json!(false)),
         "{got}"
     );
-    let r = f.api.admin_raw(Method::GET, &path(RATE), None).await?;
+    let r = f
+        .api
+        .admin_raw(Method::GET, &limit_path(RATE), None)
+        .await?;
     println!(
         "#   GET /limits/{RATE} read {} rows (local D1)",
         r.header("Fanout-D1-Rows-Read").unwrap_or("?")
     );
-    let got = answer(f.api, Method::GET, &path(PARTITION), None, StatusCode::OK).await?;
+    let got = answer(
+        f.api,
+        Method::GET,
+        &limit_path(PARTITION),
+        None,
+        StatusCode::OK,
+    )
+    .await?;
     ensure!(
         got["tokens"].is_null() && got["partitions"] == json!([]) && got["in_flight"] == 0,
         "{got}"
@@ -216,20 +194,28 @@ async fn metrics_have_each_limits_gauges(f: &mut Limits<'_>) -> Result<()> {
 async fn bad_limits_are_refused_and_write_nothing(f: &mut Limits<'_>) -> Result<()> {
     let long = "k".repeat(129);
     let cases: Vec<(String, Value, &str)> = vec![
-        (path(RATE), json!({"rate": 0}), "rate"),
+        (limit_path(RATE), json!({"rate": 0}), "rate"),
         (
-            path(RATE),
+            limit_path(RATE),
             json!({"rate": 1, "per_seconds": 86_401}),
             "per_seconds",
         ),
-        (path(RATE), json!({"concurrency": 10_001}), "concurrency"),
-        (path(RATE), json!({"concurrency": 3, "burst": 2}), "burst"),
-        (path(RATE), json!({"rate": 5, "speed": 1}), "speed"),
-        (path(RATE), json!({}), "rate or concurrency"),
-        (path("e2e-new"), json!({"rate": "5"}), "rate"),
-        (path("e2e bad"), json!({"rate": 5}), "key"),
-        (path("e2e-tenant*"), json!({"rate": 5}), "key"),
-        (path(&long), json!({"rate": 5}), "key"),
+        (
+            limit_path(RATE),
+            json!({"concurrency": 10_001}),
+            "concurrency",
+        ),
+        (
+            limit_path(RATE),
+            json!({"concurrency": 3, "burst": 2}),
+            "burst",
+        ),
+        (limit_path(RATE), json!({"rate": 5, "speed": 1}), "speed"),
+        (limit_path(RATE), json!({}), "rate or concurrency"),
+        (limit_path("e2e-new"), json!({"rate": "5"}), "rate"),
+        (limit_path("e2e bad"), json!({"rate": 5}), "key"),
+        (limit_path("e2e-tenant*"), json!({"rate": 5}), "key"),
+        (limit_path(&long), json!({"rate": 5}), "key"),
     ];
     let mut wrong = Vec::new();
     for (p, body, field) in &cases {
@@ -256,7 +242,7 @@ async fn bad_limits_are_refused_and_write_nothing(f: &mut Limits<'_>) -> Result<
     answer(
         f.api,
         Method::GET,
-        &path("e2e-new"),
+        &limit_path("e2e-new"),
         None,
         StatusCode::NOT_FOUND,
     )
@@ -265,13 +251,27 @@ async fn bad_limits_are_refused_and_write_nothing(f: &mut Limits<'_>) -> Result<
 }
 
 async fn delete_removes_the_limit(f: &mut Limits<'_>) -> Result<()> {
-    let got = answer(f.api, Method::DELETE, &path(RATE), None, StatusCode::OK).await?;
+    let got = answer(
+        f.api,
+        Method::DELETE,
+        &limit_path(RATE),
+        None,
+        StatusCode::OK,
+    )
+    .await?;
     ensure!(got == json!({"deleted": RATE}), "{got}");
-    answer(f.api, Method::GET, &path(RATE), None, StatusCode::NOT_FOUND).await?;
+    answer(
+        f.api,
+        Method::GET,
+        &limit_path(RATE),
+        None,
+        StatusCode::NOT_FOUND,
+    )
+    .await?;
     answer(
         f.api,
         Method::DELETE,
-        &path(RATE),
+        &limit_path(RATE),
         None,
         StatusCode::NOT_FOUND,
     )

@@ -1,7 +1,7 @@
 //! The e2e folder: the suite's driver (this module) and its parts, one module
 //! each (the dashboard's in `ui`, with its browser), on the settings and Worker
 //! start they share (`suite`). It uses the shared folders (`sink`, `runtime`,
-//! `driver`, `run`).
+//! `driver`, `run`); no other folder imports it.
 //!
 //! `loadtest e2e`: the end-to-end suite CI runs against a real Worker.
 //!
@@ -25,6 +25,7 @@ pub mod elastic;
 pub mod flow;
 pub mod hello_kind;
 pub mod limits;
+pub mod probe;
 pub mod schedules;
 pub mod service;
 pub mod streak;
@@ -40,7 +41,7 @@ use crate::driver::target::{Target, TargetArgs};
 use crate::e2e::suite::open_worker;
 use crate::runtime::api::{Api, Batch, Invocation, Item, RawResponse, SubjectIn, TICK_CRON};
 use crate::sink::Delivery;
-use crate::{driver::steps, driver::verdict, probe, sink};
+use crate::{driver::steps, driver::verdict, sink};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::time::rfc3339;
 use reqwest::{Method, StatusCode};

@@ -10,79 +10,17 @@
 //! retried, never taken as done. A probe's calls before any item take no
 //! item's key.
 
-use crate::bench::service_paths;
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::drive::until_ended;
-use crate::driver::target::{Secrets, Target, TargetArgs};
-use crate::run::scenario::min_lease_seconds;
+use crate::driver::target::{Target, TargetArgs};
+use crate::run::service::{self, open, BINDING};
 use crate::runtime::api::{Api, Batch, Item, TICK_CRON};
 use crate::sink::fakes::{FakeRequest, FakesClient, Setup};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The binding cron-fanout has; `GONE` is listed in SERVICE_BINDINGS but not bound.
-pub const BINDING: &str = "HANDLER";
-
-/// Short timeouts; a backoff (5 s and more on attempt 1) far from the 2 s the
-/// handler's `Retry-After` asks for, so the two cannot be mistaken.
-const SETTINGS: &[(&str, &str)] = &[
-    ("MAX_ATTEMPTS", "3"),
-    ("JOB_TIMEOUT_MS", "2000"),
-    ("RETRY_BASE_MS", "10000"),
-    ("RETRY_MAX_MS", "20000"),
-    ("CLAIM_CHUNK", "10"),
-    ("DISPATCH_CONCURRENCY", "10"),
-    ("SUBREQUEST_BUDGET", "200"),
-    ("INVOCATION_DEADLINE_MS", "15000"),
-    ("SERVICE_BINDINGS", "HANDLER,GONE"),
-];
-
-/// The repo's `wrangler.toml` with the `HANDLER` binding to the example added,
-/// written under `.loadtest/` (its paths made absolute): a deployment's config
-/// must not name a Worker that may not exist.
-fn worker_config(repo: &Path) -> Result<PathBuf> {
-    let own =
-        std::fs::read_to_string(repo.join("wrangler.toml")).context("reading wrangler.toml")?;
-    let mut config = own.clone();
-    for (key, path) in [("main", "build/index.js"), ("migrations_dir", "migrations")] {
-        let relative = format!("{key} = \"{path}\"");
-        ensure!(
-            config.contains(&relative),
-            "wrangler.toml has no line {relative}"
-        );
-        let absolute = format!("{key} = \"{}\"", repo.join(path).display());
-        config = config.replace(&relative, &absolute);
-    }
-    config.push_str(&format!(
-        "\n# Added by the service e2e part: the example handler, run beside it.\n[[services]]\nbinding = \"{BINDING}\"\nservice = \"service-handler\"\n"
-    ));
-    let dir = repo.join(".loadtest");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("e2e-service-wrangler.toml");
-    std::fs::write(&path, config)?;
-    Ok(path)
-}
-
-/// cron-fanout (bound to the handler as [`BINDING`], with the part's settings)
-/// and the example handler in one multi-worker `wrangler dev` named `name`.
-pub async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
-    let repo = args.repo.canonicalize()?;
-    let lease = min_lease_seconds(2_000, 10, 10) + 1;
-    let lease = lease.to_string();
-    let mut settings: Vec<(&str, &str)> = SETTINGS.to_vec();
-    settings.push(("LEASE_SECONDS", &lease));
-    let configs = vec![
-        worker_config(&repo)?,
-        repo.join("examples/service-handler/wrangler.toml"),
-    ];
-    Target::open_with_configs(args, name, &settings, Secrets::Random, true, configs)
-        .await
-        .context("starting cron-fanout and the service handler")
-}
 
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
     let target = open(args, "e2e-service").await?;
@@ -165,7 +103,7 @@ async fn probe_refuses_an_unlisted_binding(f: &mut Service) -> Result<()> {
 /// A few calls each way: both paths reach the handler and answer done (their
 /// speeds are compared by `bench --only-service-paths`, not here).
 async fn probe_times_both_paths(f: &mut Service) -> Result<()> {
-    let paths = service_paths::measure(&f.target.api, BINDING, 20, 5, 1).await?;
+    let paths = service::measure(&f.target.api, BINDING, 20, 5, 1).await?;
     println!("#   {}", paths.summary());
     paths.all_done().map_err(anyhow::Error::msg)
 }
@@ -176,7 +114,7 @@ async fn probe_times_both_paths(f: &mut Service) -> Result<()> {
 /// for a permanent failure: only a handler that ran it answers one.
 async fn the_first_item_runs_after_a_probe(f: &mut Service) -> Result<()> {
     let api = &f.target.api;
-    service_paths::measure(api, BINDING, 20, 5, 1)
+    service::measure(api, BINDING, 20, 5, 1)
         .await?
         .all_done()
         .map_err(anyhow::Error::msg)?;

@@ -2,7 +2,7 @@
 //! start of a Worker of a part's own on them, with an example Worker beside it.
 
 use crate::driver::target::{Secrets, Target, TargetArgs};
-use crate::run::scenario::min_lease_seconds;
+use crate::runtime::wrangler::min_lease_seconds;
 use anyhow::{ensure, Result};
 use std::path::PathBuf;
 

@@ -1,27 +1,32 @@
 //! The run folder: one load scenario on a fresh runtime (this module, `loadtest
 //! run`, also how `bench` runs its scenarios), what each scenario seeds
-//! (`scenario`), its measurements (`metrics`) and report (`report`, `table`), and
-//! the README's demo (`demo`). It uses the shared folders `sink`, `runtime` and
-//! `driver`.
+//! (`scenario`), the flows and pure verdicts of the `cancel`, `replay` and
+//! `multi` scenarios that the e2e checks share (`control`, `delivery`), its
+//! measurements (`metrics`) and report (`report`, `table`), cron-fanout beside
+//! the example service handler (`service`), and the README's demo (`demo`). It
+//! uses the shared folders `sink`, `runtime` and `driver`.
 //!
 //! `loadtest run`: one scenario end to end — seed, create the batch, fire ticks
 //! until it finishes, then measure and judge it (`report`).
 
+pub mod control;
+pub mod delivery;
 pub mod demo;
 pub mod metrics;
 pub mod report;
 pub mod scenario;
+pub mod service;
 pub mod table;
 
 use crate::driver::drive::{self, Pace};
 use crate::driver::plan::{self, Expect, Planned};
+use crate::driver::steps::put_limit;
 use crate::driver::steps::RUN_SCHEDULE;
 use crate::driver::target::{Secrets, Target, TargetArgs};
-use crate::e2e::limits::put_limit;
 use crate::run::report::{Deliveries, Observed, RunReport, Verdict};
 use crate::run::scenario::{Job, Scenario, Spec, RUN_KEY};
 use crate::runtime::api::{Invocation, Item, SubjectIn, TICK_CRON};
-use crate::{driver::steps, driver::verdict, e2e::control, e2e::delivery};
+use crate::{driver::steps, driver::verdict};
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};

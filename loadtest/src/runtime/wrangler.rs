@@ -402,3 +402,31 @@ pub fn tail(path: &Path, n: usize) -> String {
         Err(e) => format!("(cannot read {}: {e})", path.display()),
     }
 }
+
+/// The smallest LEASE_SECONDS the Worker accepts for these settings (the
+/// Worker's own rule, `core::timing::min_lease_ms`), plus one second of slack for
+/// a loaded machine.
+pub fn min_lease_seconds(job_timeout_ms: u64, claim_chunk: u64, concurrency: u64) -> u64 {
+    let ms = cron_fanout::core::timing::min_lease_ms(
+        job_timeout_ms as i64,
+        claim_chunk as i64,
+        concurrency as i64,
+    );
+    (ms as u64).div_ceil(1000) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_is_the_workers_minimum_plus_slack() {
+        // e2e's settings: 1 s timeout -> the Worker's 11 s minimum, 12 with slack.
+        // 3 calls of (timeout + 2 s) + 2 s, rounded up, + 1 s of slack.
+        assert_eq!(min_lease_seconds(1_000, 50, 25), 12);
+        assert_eq!(min_lease_seconds(10_000, 50, 25), 39);
+        assert_eq!(min_lease_seconds(10_100, 50, 25), 40);
+        // A chunk no larger than the window queues one call's worth: 2 calls.
+        assert_eq!(min_lease_seconds(1_000, 25, 25), 9);
+    }
+}

@@ -1,7 +1,7 @@
 //! The sink folder: the webhook receiver the Worker delivers to (this module: its
 //! HTTP server and client), the faults a hook URL asks for (`faults`), the
-//! signatures it verifies (`signature`) and the fakes of the APIs the examples call
-//! (`fakes`). It imports nothing else of the harness.
+//! signatures it verifies (`signature`), the fakes of the APIs the examples call
+//! (`fakes`) and a slow URL (`slow`). It imports nothing else of the harness.
 //!
 //! The webhook target: an in-memory HTTP server on 127.0.0.1 that verifies the
 //! Worker's signatures, injects faults (see `faults`) and records every delivery.
@@ -47,6 +47,7 @@
 pub mod fakes;
 pub mod faults;
 pub mod signature;
+pub mod slow;
 
 use crate::sink::faults::Faults;
 use anyhow::{Context, Result};

@@ -1,11 +1,76 @@
-//! The two ways a `service` item could reach the user's Worker, timed against
-//! each other on one runtime with `POST /probe` mode `service`: straight from the
-//! drain (the path cron-fanout takes: one invocation per item) and through a SELF
-//! child (two). Rounds alternate the paths so both share the machine's drift.
+//! cron-fanout beside the example TypeScript handler (`examples/service-handler`)
+//! in one multi-worker `wrangler dev` ([`open`]), which the e2e `service` part and
+//! the bench share, and the two ways a `service` item could reach the user's
+//! Worker ([`measure`]), timed against each other on one runtime with `POST /probe`
+//! mode `service`: straight from the drain (the path cron-fanout takes: one
+//! invocation per item) and through a SELF child (two). Rounds alternate the paths so both share the machine's drift.
 
+use crate::driver::target::{Secrets, Target, TargetArgs};
 use crate::run::metrics::median;
 use crate::runtime::api::{Api, ServiceProbe};
-use anyhow::Result;
+use crate::runtime::wrangler::min_lease_seconds;
+use anyhow::{ensure, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The binding cron-fanout has; `GONE` is listed in SERVICE_BINDINGS but not bound.
+pub const BINDING: &str = "HANDLER";
+
+/// Short timeouts; a backoff (5 s and more on attempt 1) far from the 2 s the
+/// handler's `Retry-After` asks for, so the two cannot be mistaken.
+const SETTINGS: &[(&str, &str)] = &[
+    ("MAX_ATTEMPTS", "3"),
+    ("JOB_TIMEOUT_MS", "2000"),
+    ("RETRY_BASE_MS", "10000"),
+    ("RETRY_MAX_MS", "20000"),
+    ("CLAIM_CHUNK", "10"),
+    ("DISPATCH_CONCURRENCY", "10"),
+    ("SUBREQUEST_BUDGET", "200"),
+    ("INVOCATION_DEADLINE_MS", "15000"),
+    ("SERVICE_BINDINGS", "HANDLER,GONE"),
+];
+
+/// The repo's `wrangler.toml` with the `HANDLER` binding to the example added,
+/// written under `.loadtest/` (its paths made absolute): a deployment's config
+/// must not name a Worker that may not exist.
+fn worker_config(repo: &Path) -> Result<PathBuf> {
+    let own =
+        std::fs::read_to_string(repo.join("wrangler.toml")).context("reading wrangler.toml")?;
+    let mut config = own.clone();
+    for (key, path) in [("main", "build/index.js"), ("migrations_dir", "migrations")] {
+        let relative = format!("{key} = \"{path}\"");
+        ensure!(
+            config.contains(&relative),
+            "wrangler.toml has no line {relative}"
+        );
+        let absolute = format!("{key} = \"{}\"", repo.join(path).display());
+        config = config.replace(&relative, &absolute);
+    }
+    config.push_str(&format!(
+        "\n# Added by the service e2e part: the example handler, run beside it.\n[[services]]\nbinding = \"{BINDING}\"\nservice = \"service-handler\"\n"
+    ));
+    let dir = repo.join(".loadtest");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("e2e-service-wrangler.toml");
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// cron-fanout (bound to the handler as [`BINDING`], with the part's settings)
+/// and the example handler in one multi-worker `wrangler dev` named `name`.
+pub async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
+    let repo = args.repo.canonicalize()?;
+    let lease = min_lease_seconds(2_000, 10, 10) + 1;
+    let lease = lease.to_string();
+    let mut settings: Vec<(&str, &str)> = SETTINGS.to_vec();
+    settings.push(("LEASE_SECONDS", &lease));
+    let configs = vec![
+        worker_config(&repo)?,
+        repo.join("examples/service-handler/wrangler.toml"),
+    ];
+    Target::open_with_configs(args, name, &settings, Secrets::Random, true, configs)
+        .await
+        .context("starting cron-fanout and the service handler")
+}
 
 /// Every round of both paths, in the order they ran.
 #[derive(Debug, Clone, Default)]
