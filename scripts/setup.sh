@@ -16,8 +16,11 @@ fi
 # npm ci installs exactly package-lock.json: wrangler, a Node 22 binary for it
 # (wrangler needs Node >= 22; the system Node may be older), binaryen's wasm-opt,
 # and for the TypeScript workspaces (packages/handler, the examples on it)
-# TypeScript, Vitest and the Workers Vitest plugin, linking the workspaces.
+# TypeScript, Vitest and the Workers Vitest plugin, linking the workspaces; the
+# OpenAPI validator and ajv (scripts/test.sh and the e2e suite check
+# src/api/openapi.json and the answers against it).
 if [ ! -x node_modules/.bin/wrangler ] || [ ! -x node_modules/.bin/vitest ] \
+  || [ ! -x node_modules/.bin/validate-api ] \
   || [ ! -e node_modules/cron-fanout-handler ] \
   || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   step "npm ci"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run every test: host tests (pure core, SQL conformance on SQLite,
 # loadtest units), the docs' Worker crate of one's own built outside the
-# workspace (scripts/outside.sh), the TypeScript handler package and examples (tsc --noEmit,
+# workspace (scripts/outside.sh), the OpenAPI document's validity, the TypeScript
+# handler package and examples (tsc --noEmit,
 # Vitest inside workerd), then the end-to-end suite against the built Worker on
 # `wrangler dev` with local D1, including the dashboard driven in a headless
 # Chromium (loadtest/src/e2e/ui/). Exits non-zero on any failure.
@@ -13,6 +14,9 @@ bash scripts/setup.sh
 
 printf '\n==> host tests (cargo test --workspace)\n'
 cargo test --workspace
+
+printf '\n==> OpenAPI: src/api/openapi.json is a valid OpenAPI 3.1 document\n'
+validate-api src/api/openapi.json
 
 printf '\n==> a Worker crate of one'"'"'s own, outside the workspace, from docs/guides/own-kind.md (host tests, wasm32 check)\n'
 bash scripts/outside.sh

@@ -185,6 +185,12 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 assert_eq!(t.status, 200);
                 assert!(!t.body.is_empty());
             }
+            (GET, "/openapi.json") => {
+                let t = host.text(&request(GET, path, None, None));
+                assert_eq!(t.content_type, "application/json");
+                let doc: serde_json::Value = serde_json::from_str(&t.body).unwrap();
+                assert_eq!(doc["openapi"], json!("3.1.0"));
+            }
             (GET, "/batches/{id}/timeline") => {
                 let got = host.ok(GET, "/batches/batch-1/timeline", None, 200);
                 assert_eq!(

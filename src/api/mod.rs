@@ -13,6 +13,7 @@ pub mod control;
 pub mod invocations;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod page;
 pub mod probe;
 pub mod request;
@@ -124,7 +125,7 @@ pub async fn serve<D: Db>(
     body: impl BodySource,
 ) -> Result<Served, ApiError> {
     let Target::Admin(admin) = route.target else {
-        // Health, Run and Page are answered by the edge, which needs no App for them.
+        // Health, Run, Page and OpenApi are answered by the edge, which needs no App for them.
         return Err(ApiError::Internal(format!(
             "{} {} is not an admin route",
             route.method.as_str(),

@@ -23,6 +23,9 @@ pub enum Target {
     /// store. The page holds no data; it asks the admin routes with the token the
     /// operator types in.
     Page(Asset),
+    /// `GET /openapi.json` (`api::openapi`): no auth, no settings, no store; the
+    /// document holds no data.
+    OpenApi,
     /// An admin route: admin token, then [`Admin::query`] and [`Admin::body`] are
     /// enforced and the handler runs (`api::serve`, on the Worker and the host).
     Admin(Admin),
@@ -169,6 +172,7 @@ pub static ROUTES: &[Route] = &[
     Route::new(  GET,    "/dashboard/app.js",   Target::Page(Asset::Script)),
     Route::new(  GET,    "/dashboard/app.css",  Target::Page(Asset::Style)),
     Route::new(  GET,    "/dashboard/icon.svg", Target::Page(Asset::Icon)),
+    Route::new(  GET,    "/openapi.json",       Target::OpenApi),
     //           method  path                   handler          query    body
     Route::admin(PUT,    "/subjects",           PutSubjects,     Refused, Json),
     Route::admin(GET,    "/subjects",           ListSubjects,    Parsed,  Unread),

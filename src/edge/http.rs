@@ -84,6 +84,7 @@ async fn respond(
             Ok(Reply::Json(status, body))
         }
         Target::Page(asset) => Ok(Reply::Text(api::page::serve(asset))),
+        Target::OpenApi => Ok(Reply::Text(api::openapi::serve())),
         Target::Run => {
             let cfg = config(env, route, &request)?;
             // The signature's shape and age first, from the body's first line: no

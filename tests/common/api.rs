@@ -130,6 +130,7 @@ impl Host {
             Target::Run => panic!("POST /internal/run needs the runtime (e2e suite)"),
             Target::ProbeTask => panic!("POST /internal/probe needs the runtime (e2e suite)"),
             Target::Page(asset) => Ok(Served::Text(api::page::serve(asset))),
+            Target::OpenApi => Ok(Served::Text(api::openapi::serve())),
             Target::Admin(_) => block_on(api::serve(&app, route, req, body)),
         }
     }
