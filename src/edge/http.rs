@@ -56,15 +56,14 @@ pub async fn handle(req: Request, env: Env, jobs: &Jobs) -> worker::Result<Respo
             (e.status(), e.body())
         }
     };
-    let response = Response::from_json(&body)?.with_status(status);
-    Ok(match rows_read {
-        Some(n) => {
-            let headers = Headers::new();
-            headers.set(ROWS_READ_HEADER, &n.to_string())?;
-            response.with_headers(headers)
-        }
-        None => response,
-    })
+    let mut response = Response::from_json(&body)?.with_status(status);
+    // Added to from_json's headers: `with_headers` would replace its Content-Type.
+    if let Some(n) = rows_read {
+        response
+            .headers_mut()
+            .set(ROWS_READ_HEADER, &n.to_string())?;
+    }
+    Ok(response)
 }
 
 async fn respond(

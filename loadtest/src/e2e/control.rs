@@ -8,7 +8,7 @@
 //! this machine.
 
 use crate::check;
-use crate::driver::checks::Checks;
+use crate::driver::checks::{text, Checks};
 use crate::driver::drive::until_ended;
 use crate::driver::steps::webhook_batch;
 use crate::driver::target::{Target, TargetArgs};
@@ -17,6 +17,7 @@ use crate::run::control::{
     outcome, replayed_once_more, summarize, Interrupted,
 };
 use crate::runtime::api::{Batch, Id, Item, TICK_CRON};
+use crate::runtime::openapi;
 use crate::sink::faults::Faults;
 use crate::sink::Delivery;
 use crate::{driver::verdict, e2e::suite};
@@ -50,6 +51,17 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         replayed: None,
         max_id: None,
     };
+    let served = f
+        .target
+        .api
+        .raw(Method::GET, "/openapi.json", None, None)
+        .await;
+    checks.record(
+        "GET /openapi.json without a token serves src/api/openapi.json",
+        served.map_err(text).and_then(|r| {
+            openapi::served_is_the_document(r.status.as_u16(), r.header("Content-Type"), &r.body)
+        }),
+    );
     // A list per batch: one whose flow stops leaves the others to run.
     let pause = vec![
         check!(needed "pause mid-batch answers 200 with status paused", pause_mid_batch_answers_paused),

@@ -142,6 +142,11 @@ pub struct E2eArgs {
 pub async fn run(args: E2eArgs) -> bool {
     let mut checks = Checks::default();
     parts(&args, &mut checks).await;
+    let (verdicts, note) = crate::runtime::openapi::check_recorded(&args.target.repo);
+    for (name, verdict) in verdicts {
+        checks.record(&name, verdict);
+    }
+    println!("# openapi: {note}");
     println!("{}", checks.summary());
     checks.all_passed()
 }

@@ -413,6 +413,9 @@ impl Api {
             .text()
             .await
             .with_context(|| format!("reading {method} {url}"))?;
+        // Checked against /openapi.json at the end of the e2e run.
+        let content_type = headers.get("Content-Type").and_then(|v| v.to_str().ok());
+        super::openapi::record(method.as_str(), path, status.as_u16(), content_type, &body);
         Ok(RawResponse {
             status,
             headers,

@@ -1,9 +1,11 @@
 //! The Worker under test and how the harness controls it: `wrangler dev` on a
 //! state dir of our own (`wrangler`), its test clock (`clock`), its local secrets
-//! (`devvars`) and its HTTP API, cron firing included (`api`). It imports nothing
-//! else of the harness.
+//! (`devvars`) and its HTTP API, cron firing included (`api`), whose JSON answers
+//! are recorded and checked against the Worker's OpenAPI description (`openapi`).
+//! It imports nothing else of the harness.
 
 pub mod api;
 pub mod clock;
 pub mod devvars;
+pub mod openapi;
 pub mod wrangler;
