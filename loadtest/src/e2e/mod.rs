@@ -17,7 +17,9 @@
 //! tick rounds, so an idle tick does not spin.
 
 pub mod backpressure;
+pub mod bad_input;
 pub mod control;
+pub mod crash;
 pub mod delivery;
 pub mod drainers;
 pub mod edges;
@@ -25,28 +27,28 @@ pub mod elastic;
 pub mod flow;
 pub mod hello_kind;
 pub mod limits;
+pub mod misconfig;
 pub mod probe;
 pub mod schedules;
 pub mod service;
+pub mod signing;
 pub mod streak;
 pub mod suite;
 pub mod ui;
 
 use crate::check;
-use crate::driver::checks::{text, Check, Checks};
+use crate::driver::checks::{text, Checks};
 use crate::driver::drive;
 use crate::driver::plan::{self, Expect, Mix, Planned};
 use crate::driver::steps::items_by_subject;
 use crate::driver::target::{Target, TargetArgs};
 use crate::e2e::suite::open_worker;
-use crate::runtime::api::{Api, Batch, Invocation, Item, RawResponse, SubjectIn, TICK_CRON};
+use crate::runtime::api::{Api, Batch, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::sink::Delivery;
 use crate::{driver::steps, driver::verdict, sink};
 use anyhow::{bail, ensure, Context, Result};
-use cron_fanout::core::time::rfc3339;
-use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use serde_json::Value;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// The Worker's default `MAX_CHILD_INVOCATIONS`, which the suite does not set.
@@ -486,20 +488,20 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     ];
     checks.run(&mut f, outcomes).await;
 
-    bad_input(&f.api, f.plan.len(), checks).await?;
+    bad_input::bad_input(&f.api, f.plan.len(), checks).await?;
     crate::e2e::limits::http(&f.api, checks).await?;
 
     // The edges: bodies, dispatch signatures, redirects, signing secrets.
     if f.target.runtime.is_some() {
         edges::streamed_bodies(&f.target, checks).await?;
-        edges::dispatch_signatures(&f.target, checks).await?;
+        signing::dispatch_signatures(&f.target, checks).await?;
     } else {
         println!(
             "# streamed bodies and dispatch signatures skipped: --url mode has no secrets or log"
         );
     }
     edges::redirects(&f.target, f.timeout, checks).await?;
-    edges::signing_secrets(&f.target, f.timeout, checks).await?;
+    signing::signing_secrets(&f.target, f.timeout, checks).await?;
     probe::e2e(&f.target, checks).await?;
 
     // The dashboard in a real browser.
@@ -510,13 +512,21 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     } else if f.target.runtime.is_none() {
         println!("# crash scenario skipped: --url mode cannot kill the runtime");
     } else {
-        crash(&mut f.target, &f.plan, args, checks).await?;
+        let timeout = Duration::from_secs(args.timeout_secs);
+        crash::crash(
+            &mut f.target,
+            &f.plan,
+            args.crash_latency_ms,
+            timeout,
+            checks,
+        )
+        .await?;
     }
 
     // Last: these restart the Worker with other settings.
     if f.target.runtime.is_some() {
         edges::endless_answers(&mut f.target, f.timeout, checks).await?;
-        edges::restarted(&mut f.target, f.timeout, checks).await?;
+        misconfig::restarted(&mut f.target, f.timeout, checks).await?;
     } else {
         println!(
             "# endless answers, private targets and misconfiguration skipped: --url mode cannot restart the Worker"
@@ -685,572 +695,6 @@ async fn metrics_plausible(f: &mut Suite<'_>) -> Result<()> {
 async fn refiring_creates_nothing(f: &mut Suite<'_>) -> Result<()> {
     f.api.put_schedule(E2E_SCHEDULE, &f.one_off).await?;
     steps::refire(&f.target, f.daily()?, f.delivered).await
-}
-
-/// The bad-input checks' fixture: the Worker's API and the counts bad input must
-/// leave as they are.
-struct BadRequests<'a> {
-    api: &'a Api,
-    subjects: usize,
-    batches_before: usize,
-}
-
-/// Bad requests get a 4xx with the JSON error shape and change nothing.
-async fn bad_input(api: &Api, subjects: usize, checks: &mut Checks) -> Result<()> {
-    let mut list = vec![
-        check!(
-            "wrong admin token: 401 with a JSON error",
-            wrong_token_refused
-        ),
-        check!(
-            "no admin token: 401 with a JSON error",
-            missing_token_refused
-        ),
-        check!(
-            "malformed JSON to PUT /subjects: 400 {\"error\":{code,message}}",
-            malformed_json_refused
-        ),
-        check!(
-            "non-http webhook url: 400 with a JSON error",
-            non_http_url_refused
-        ),
-        check!(
-            "unsigned POST /internal/run: 401",
-            unsigned_dispatch_refused
-        ),
-        check!(
-            "POST /internal/run with a forged signature line: 401",
-            forged_dispatch_refused
-        ),
-    ];
-    list.extend(more_bad_input().into_iter().map(|case| {
-        check!(
-            format!("{}: {} {}", case.name, case.status, case.code),
-            refused_with_its_code,
-            case
-        )
-    }));
-    list.push(check!(
-        "bad input changed nothing: GET /subjects and GET /batches counts unchanged (no subject bad-url or bad-limits)",
-        bad_input_changed_nothing
-    ));
-    let mut f = BadRequests {
-        api,
-        subjects,
-        batches_before: api.batches(1000).await?.len(),
-    };
-    checks.run(&mut f, list).await;
-    Ok(())
-}
-
-/// `r` has status `status` and, with `shape`, the JSON error shape.
-fn answered(r: &RawResponse, status: StatusCode, shape: bool) -> Result<()> {
-    ensure!(
-        r.status == status,
-        "got {} {}, want {status}",
-        r.status,
-        crate::runtime::api::clip(&r.body)
-    );
-    ensure!(
-        !shape || r.error_shape().is_some(),
-        "body is not {{\"error\":{{\"code\",\"message\"}}}}: {}",
-        crate::runtime::api::clip(&r.body)
-    );
-    Ok(())
-}
-
-async fn wrong_token_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let r = f
-        .api
-        .raw(Method::GET, "/subjects", Some("wrong-token"), None)
-        .await?;
-    answered(&r, StatusCode::UNAUTHORIZED, true)
-}
-
-async fn missing_token_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let r = f
-        .api
-        .raw(
-            Method::PUT,
-            "/subjects",
-            None,
-            Some(r#"{"subjects":[]}"#.into()),
-        )
-        .await?;
-    answered(&r, StatusCode::UNAUTHORIZED, true)
-}
-
-async fn malformed_json_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let r = f
-        .api
-        .admin_raw(
-            Method::PUT,
-            "/subjects",
-            Some(r#"{"subjects": [{"id": "x""#.into()),
-        )
-        .await?;
-    answered(&r, StatusCode::BAD_REQUEST, true)
-}
-
-async fn non_http_url_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let bad_url = json!({"subjects": [{"id": "bad-url", "kind": "webhook", "payload": {"url": "ftp://127.0.0.1/x"}, "active": true}]});
-    let r = f
-        .api
-        .admin_raw(Method::PUT, "/subjects", Some(bad_url.to_string()))
-        .await?;
-    answered(&r, StatusCode::BAD_REQUEST, true)
-}
-
-/// An item as a dispatch carries it, for the refused dispatches.
-fn run_body() -> String {
-    json!({"item_id": 1, "lease_token": "x", "batch_id": "x", "subject_id": "x", "attempt": 1, "kind": "webhook", "payload": {}})
-        .to_string()
-}
-
-async fn unsigned_dispatch_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let r = f
-        .api
-        .raw(Method::POST, "/internal/run", None, Some(run_body()))
-        .await?;
-    answered(&r, StatusCode::UNAUTHORIZED, false)
-}
-
-/// The same item after a signature line made with another secret: refused like
-/// the unsigned one.
-async fn forged_dispatch_refused(f: &mut BadRequests<'_>) -> Result<()> {
-    let run = run_body();
-    let forged_sig = crate::sink::signature::sign(
-        b"not-the-dispatch-secret",
-        chrono::Utc::now().timestamp(),
-        run.as_bytes(),
-    );
-    let r = f
-        .api
-        .raw(
-            Method::POST,
-            "/internal/run",
-            None,
-            Some(format!("{forged_sig}\n{run}")),
-        )
-        .await?;
-    answered(&r, StatusCode::UNAUTHORIZED, false)
-}
-
-/// One of the table's requests gets its status and its stable error code.
-async fn refused_with_its_code(f: &mut BadRequests<'_>, case: BadInput) -> Result<()> {
-    let r = f.api.admin_raw(case.method, case.path, case.body).await?;
-    answered(&r, case.status, true)?;
-    r.refused(case.status, case.code)
-        .map_err(anyhow::Error::msg)
-}
-
-async fn bad_input_changed_nothing(f: &mut BadRequests<'_>) -> Result<()> {
-    let after = f.api.all_subjects().await?;
-    let batches_after = f.api.batches(1000).await?.len();
-    ensure!(
-        after.len() == f.subjects
-            && after
-                .iter()
-                .all(|s| s.id != "bad-url" && s.id != "bad-limits")
-            && batches_after == f.batches_before,
-        "{} subjects (want {}), {batches_after} batches (want {})",
-        after.len(),
-        f.subjects,
-        f.batches_before
-    );
-    Ok(())
-}
-
-/// One bad request and the answer docs/api.md promises for it.
-struct BadInput {
-    name: &'static str,
-    method: Method,
-    path: &'static str,
-    body: Option<String>,
-    status: StatusCode,
-    /// The stable `error.code`.
-    code: &'static str,
-}
-
-/// The rest of the issue's bad-input list, sent with a valid admin token.
-fn more_bad_input() -> Vec<BadInput> {
-    let case = |name, method, path, body: Option<String>, status, code| BadInput {
-        name,
-        method,
-        path,
-        body,
-        status,
-        code,
-    };
-    let subject = |id: Value, kind: &str| json!({"id": id, "kind": kind, "payload": {"url": "http://127.0.0.1/x"}});
-    let put = |subjects: Vec<Value>| Some(json!({ "subjects": subjects }).to_string());
-    let many: Vec<Value> = (0..1001)
-        .map(|i| subject(json!(format!("many-{i}")), "webhook"))
-        .collect();
-    let huge = format!(r#"{{"subjects":[],"pad":"{}"}}"#, "x".repeat(300 * 1024));
-    let limited = |limits: Value| json!({"id": "bad-limits", "kind": "noop", "payload": {}, "limits": limits});
-    let noop_item = |id: &str| json!({"subject_id": id, "kind": "noop", "payload": {}});
-    vec![
-        case(
-            "unknown field",
-            Method::PUT,
-            "/subjects",
-            Some(r#"{"subjects":[],"extra":1}"#.into()),
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-        ),
-        case(
-            "wrong type",
-            Method::PUT,
-            "/subjects",
-            put(vec![subject(json!(5), "webhook")]),
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-        ),
-        case(
-            "empty id",
-            Method::PUT,
-            "/subjects",
-            put(vec![subject(json!(""), "webhook")]),
-            StatusCode::BAD_REQUEST,
-            "invalid_id",
-        ),
-        case(
-            "201-char id",
-            Method::PUT,
-            "/subjects",
-            put(vec![subject(json!("i".repeat(201)), "webhook")]),
-            StatusCode::BAD_REQUEST,
-            "invalid_id",
-        ),
-        case(
-            "1001 subjects in one call",
-            Method::PUT,
-            "/subjects",
-            put(many),
-            StatusCode::BAD_REQUEST,
-            "too_many",
-        ),
-        case(
-            "unknown kind",
-            Method::PUT,
-            "/subjects",
-            put(vec![subject(json!("k"), "email")]),
-            StatusCode::BAD_REQUEST,
-            "invalid_payload",
-        ),
-        case(
-            "body over 256 KiB",
-            Method::PUT,
-            "/subjects",
-            Some(huge),
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-        ),
-        case(
-            "a subject with a fifth limit key",
-            Method::PUT,
-            "/subjects",
-            put(vec![limited(json!(["a", "b", "c", "d", "e"]))]),
-            StatusCode::BAD_REQUEST,
-            "invalid_limits",
-        ),
-        case(
-            "a subject's limit key with a space",
-            Method::PUT,
-            "/subjects",
-            put(vec![limited(json!(["tenant acme"]))]),
-            StatusCode::BAD_REQUEST,
-            "invalid_limits",
-        ),
-        case(
-            "an item holding a limit key twice",
-            Method::POST,
-            "/batches",
-            Some(
-                json!({"key": "bad-limits", "items": [noop_item("a"),
-                    {"subject_id": "b", "kind": "noop", "payload": {}, "limits": ["github", "github"]}]})
-                .to_string(),
-            ),
-            StatusCode::BAD_REQUEST,
-            "invalid_limits",
-        ),
-        case(
-            "a batch of priority 11",
-            Method::POST,
-            "/batches",
-            Some(json!({"key": "bad-priority", "items": [noop_item("a")], "priority": 11}).to_string()),
-            StatusCode::BAD_REQUEST,
-            "invalid_priority",
-        ),
-        case(
-            "a schedule of priority \"high\"",
-            Method::PUT,
-            "/schedules/bad-priority",
-            Some(json!({"every_seconds": 3600, "priority": "high"}).to_string()),
-            StatusCode::BAD_REQUEST,
-            "invalid_priority",
-        ),
-        case(
-            "the schedule refused for its priority was not created",
-            Method::GET,
-            "/schedules/bad-priority",
-            None,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        ),
-        case(
-            "unknown batch source",
-            Method::POST,
-            "/batches",
-            Some(r#"{"source":"users"}"#.into()),
-            StatusCode::BAD_REQUEST,
-            "invalid_source",
-        ),
-        case(
-            "reserved daily key",
-            Method::POST,
-            "/batches",
-            Some(r#"{"key":"daily:2099-01-01","source":"subjects"}"#.into()),
-            StatusCode::BAD_REQUEST,
-            "reserved_key",
-        ),
-        case(
-            "unknown status filter",
-            Method::GET,
-            "/batches/none/items?status=done",
-            None,
-            StatusCode::BAD_REQUEST,
-            "invalid_query",
-        ),
-        case(
-            "unknown batch",
-            Method::GET,
-            "/batches/none",
-            None,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        ),
-        case(
-            "unknown route",
-            Method::GET,
-            "/nowhere",
-            None,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        ),
-        case(
-            "wrong method",
-            Method::DELETE,
-            "/batches",
-            None,
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-        ),
-        case(
-            "probe with 0 calls",
-            Method::POST,
-            "/probe",
-            Some(r#"{"calls":0}"#.into()),
-            StatusCode::BAD_REQUEST,
-            "invalid_probe",
-        ),
-        case(
-            "probe with an unknown field",
-            Method::POST,
-            "/probe",
-            Some(r#"{"calls":1,"rate":5}"#.into()),
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-        ),
-    ]
-}
-
-/// The crash checks' fixture: the runtime they kill, the suite's subjects slowed
-/// down, the ad-hoc batch over them and what the checks before found.
-struct Crash<'a> {
-    target: &'a mut Target,
-    api: Api,
-    timeout: Duration,
-    slow: Vec<Planned>,
-    /// The ad-hoc batch's body, and the batch.
-    body: Value,
-    batch: Option<Batch>,
-    /// Invocation ids seen before the kill.
-    known: HashSet<i64>,
-    processing_at_kill: Option<u64>,
-    invocations: Vec<Invocation>,
-}
-
-/// Kills the runtime (SIGKILL, whole process group) while a tick has items in
-/// flight, restarts it on the same state dir and checks recovery.
-async fn crash(
-    target: &mut Target,
-    plan: &[Planned],
-    args: &E2eArgs,
-    checks: &mut Checks,
-) -> Result<()> {
-    let api = target.api.clone();
-    let slow = plan::all_slow(plan, args.crash_latency_ms);
-    let subjects: Vec<SubjectIn> = slow
-        .iter()
-        .enumerate()
-        .map(|(n, p)| p.subject(&target.sink, n))
-        .collect();
-    api.put_subjects(&subjects)
-        .await
-        .context("re-seeding slow subjects")?;
-    let key = format!("crash-{}", chrono::Utc::now().timestamp_millis());
-    let mut f = Crash {
-        target,
-        api,
-        timeout: Duration::from_secs(args.timeout_secs),
-        slow,
-        body: json!({"key": key, "source": "subjects"}),
-        batch: None,
-        known: HashSet::new(),
-        processing_at_kill: None,
-        invocations: Vec::new(),
-    };
-    checks
-        .run(
-            &mut f,
-            vec![
-                check!(
-                    needed "POST /batches creates an ad-hoc batch (201) over all subjects",
-                    ad_hoc_batch_created
-                ),
-                check!(
-                    "POST /batches with an existing key returns that batch (200)",
-                    existing_key_returns_the_batch
-                ),
-                check!(
-                    needed "runtime restarts on the same state dir after SIGKILL",
-                    restarts_after_a_kill_mid_batch
-                ),
-                check!(
-                    "crash hit items in flight (processing > 0 after restart)",
-                    kill_hit_items_in_flight
-                ),
-                check!(
-                    "crash batch finishes after restart while ticks fire",
-                    crash_batch_finishes
-                ),
-            ],
-        )
-        .await;
-
-    let batch = f.batch.as_ref().context("no crash batch")?;
-    let processing_at_kill = f
-        .processing_at_kill
-        .context("the items in flight at the kill are unknown")?;
-    let items = items_by_subject(&f.api, &batch.id).await?;
-    let stats = f.target.sink.stats(true).await?;
-    let deliveries = stats.deliveries.unwrap_or_default();
-    let by_item = verdict::deliveries_by_item(&deliveries, &batch.id.0);
-    // Judged together (`loadtest run` reports them too), one line each.
-    let recovery = verdict::crash_recovery(&f.slow, &items, &by_item, processing_at_kill);
-    let mut list: Vec<Check<Crash>> = recovery
-        .into_iter()
-        .map(|(name, verdict)| check!(name, recovered, verdict))
-        .collect();
-    f.invocations = f.api.invocations(1000).await?;
-    list.extend([
-        check!(
-            "crash: the reaper requeued exactly the leases left by the crash",
-            reaper_requeued_the_crash_leases
-        ),
-        check!(
-            "crash: no invocation used more subrequests than its budget",
-            crash_invocations_within_budget
-        ),
-    ]);
-    checks.run(&mut f, list).await;
-    Ok(())
-}
-
-fn crash_batch<'f>(f: &'f Crash<'_>) -> Result<&'f Batch> {
-    f.batch.as_ref().context("no crash batch")
-}
-
-async fn ad_hoc_batch_created(f: &mut Crash<'_>) -> Result<()> {
-    let (created, batch) = f.api.create_batch(&f.body).await?;
-    let total = batch.total;
-    f.batch = Some(batch);
-    ensure!(
-        created && total == f.slow.len() as u64,
-        "created {created}, total {total}"
-    );
-    Ok(())
-}
-
-async fn existing_key_returns_the_batch(f: &mut Crash<'_>) -> Result<()> {
-    let batch = crash_batch(f)?;
-    let (created_again, again) = f.api.create_batch(&f.body).await?;
-    ensure!(
-        !created_again && again.id == batch.id,
-        "created {created_again}, id {} vs {}",
-        again.id,
-        batch.id
-    );
-    Ok(())
-}
-
-async fn restarts_after_a_kill_mid_batch(f: &mut Crash<'_>) -> Result<()> {
-    let id = crash_batch(f)?.id.clone();
-    f.known = f.api.invocation_ids().await?;
-    let at_kill = steps::kill_mid_batch(f.target, &id, f.timeout).await?;
-    eprintln!("  [crash] killed with {}", at_kill.progress());
-    let runtime = f.target.runtime.as_mut().context("no local runtime")?;
-    runtime.restart().await
-}
-
-async fn kill_hit_items_in_flight(f: &mut Crash<'_>) -> Result<()> {
-    // Nothing has run since the restart, so the counts are those at the kill.
-    let frozen = f.api.batch(&crash_batch(f)?.id).await?;
-    eprintln!("  [crash] after restart: {}", frozen.progress());
-    f.processing_at_kill = Some(frozen.processing);
-    ensure!(frozen.processing > 0, "{}", frozen.progress());
-    Ok(())
-}
-
-async fn crash_batch_finishes(f: &mut Crash<'_>) -> Result<()> {
-    drive::in_pairs(&f.api, &crash_batch(f)?.id, f.timeout, "crash").await?;
-    Ok(())
-}
-
-/// One of `verdict::crash_recovery`'s verdicts, judged with the others.
-async fn recovered(_: &mut Crash<'_>, verdict: Result<(), String>) -> Result<()> {
-    verdict.map_err(anyhow::Error::msg)
-}
-
-async fn reaper_requeued_the_crash_leases(f: &mut Crash<'_>) -> Result<()> {
-    let processing_at_kill = f.processing_at_kill.unwrap_or_default();
-    let since_crash: Vec<&Invocation> = f
-        .invocations
-        .iter()
-        .filter(|i| !f.known.contains(&i.id))
-        .collect();
-    // What each scheduled run did since the crash, oldest first: the evidence
-    // for this check and the next when they fail.
-    for Invocation { id, summary: i } in since_crash.iter().rev() {
-        let t = &i.tally;
-        eprintln!(
-            "  [crash] invocation {id} {} at {} {} ms: claimed {} completed {} retried {} failed {} lost_leases {} released {} reaped {} subrequests {}/{}",
-            i.trigger.as_str(), rfc3339(i.started_at), i.elapsed_ms, t.claimed, t.completed, t.retried,
-            t.failed, t.lost_leases, t.released, t.reaped, i.subrequests, i.subrequest_budget
-        );
-    }
-    let reaped: i64 = since_crash.iter().map(|i| i.summary.tally.reaped).sum();
-    ensure!(
-        u64::try_from(reaped) == Ok(processing_at_kill),
-        "invocations report {reaped} reaped, {processing_at_kill} were processing"
-    );
-    Ok(())
-}
-
-async fn crash_invocations_within_budget(f: &mut Crash<'_>) -> Result<()> {
-    verdict::within_budget(&f.invocations).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]
