@@ -6,7 +6,7 @@
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::steps::{answer, limit_path};
-use crate::e2e::ui::parse_metrics;
+use crate::e2e::metrics::parse_metrics;
 use crate::runtime::api::{clip, Api};
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};

@@ -27,6 +27,7 @@ pub mod elastic;
 pub mod flow;
 pub mod hello_kind;
 pub mod limits;
+pub mod metrics;
 pub mod misconfig;
 pub mod probe;
 pub mod schedules;
@@ -680,13 +681,13 @@ async fn ticks_within_the_child_cap(f: &mut Suite<'_>) -> Result<()> {
 }
 
 async fn timeline_adds_up(f: &mut Suite<'_>) -> Result<()> {
-    ui::timeline_matches(&f.api, f.finished()?)
+    metrics::timeline_matches(&f.api, f.finished()?)
         .await
         .map_err(anyhow::Error::msg)
 }
 
 async fn metrics_plausible(f: &mut Suite<'_>) -> Result<()> {
-    ui::metrics_plausible(&f.api, &f.args.target.repo, f.finished()?)
+    metrics::metrics_plausible(&f.api, &f.args.target.repo, f.finished()?)
         .await
         .map_err(anyhow::Error::msg)
 }
