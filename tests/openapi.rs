@@ -371,7 +371,7 @@ fn validate(answers: &[Value]) -> Value {
     let _ = std::fs::remove_file(&file);
     assert!(
         out.status.success(),
-        "{}",
+        "the validator failed (bash scripts/setup.sh installs ajv): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("the validator's report")
