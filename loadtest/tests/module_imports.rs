@@ -1,6 +1,7 @@
 //! `loadtest/src`'s modules, in their folders, import each other without a
 //! circle: a helper two parts share lives in a shared module (`driver::drive`,
-//! `driver::steps`, `e2e::suite`, `e2e::ui::browser`), not in one of the parts.
+//! `driver::steps`, `e2e::suite`, `e2e::ui::browser`), not in one of the parts;
+//! a folder uses only the shared folders before it, and no file is over 800 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -188,6 +189,22 @@ fn a_part_importing_another_part_or_a_later_shared_folder_is_found() {
             "extra::x: folder extra is neither shared nor a part",
         ]
     );
+}
+
+/// The longest file `loadtest/src` may hold: a longer one holds more than one
+/// thing, to be split by what its pieces own.
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_file_under_src_is_over_800_lines() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long: Vec<String> = sources(&dir)
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > MAX_LINES)
+        .map(|(module, text)| format!("{module}: {} lines", text.lines().count()))
+        .collect();
+    assert!(sources(&dir).len() > 40);
+    assert_eq!(long, Vec::<String>::new());
 }
 
 #[test]

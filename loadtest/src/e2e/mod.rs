@@ -30,10 +30,12 @@ pub mod limits;
 pub mod metrics;
 pub mod misconfig;
 pub mod probe;
+pub mod schedule_bodies;
 pub mod schedules;
 pub mod service;
 pub mod signing;
 pub mod streak;
+pub mod streak_users;
 pub mod suite;
 pub mod ui;
 

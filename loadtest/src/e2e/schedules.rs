@@ -16,8 +16,9 @@
 //! the in-process sink, which records each delivery.
 
 use crate::check;
-use crate::driver::checks::{Check, Checks};
+use crate::driver::checks::Checks;
 use crate::driver::target::{Target, TargetArgs};
+use crate::e2e::schedule_bodies::bad_bodies;
 use crate::e2e::suite;
 use crate::run::metrics::timestamp_ms;
 use crate::runtime::api::{Api, Batch, Schedule, SubjectIn, TICK_CRON};
@@ -26,7 +27,7 @@ use crate::sink::faults::Faults;
 use crate::sink::Delivery;
 use anyhow::{bail, ensure, Context, Result};
 use chrono::{DateTime, Duration, Utc};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -324,7 +325,7 @@ async fn phases(f: &mut Schedules, checks: &mut Checks) -> Result<()> {
         ),
     ];
     checks.run(f, setup).await;
-    bad_bodies(&f.target.api, checks).await?;
+    bad_bodies(&f.target.api, BACKFILL_AT, DIGEST_KEY, checks).await?;
     let nothing_due = vec![check!(
         "ticks before any schedule is due create no batch",
         nothing_due_yet
@@ -729,156 +730,4 @@ async fn disabled_daily_fired_nothing_more(f: &mut Schedules) -> Result<()> {
         f.seen.keys("daily")
     );
     crate::driver::verdict::within_budget(&invocations).map_err(anyhow::Error::msg)
-}
-
-/// One bad schedule body: what it is, the id it is saved under, the body, and
-/// the error code it gets.
-type BadBody = (&'static str, &'static str, Value, &'static str);
-
-/// The bad-body checks' fixture: what they must leave as it is.
-struct BadBodies<'a> {
-    api: &'a Api,
-    before: Vec<Schedule>,
-    batches_before: usize,
-}
-
-/// Bad schedule bodies get their 400 code and change nothing.
-async fn bad_bodies(api: &Api, checks: &mut Checks) -> Result<()> {
-    let cases: [BadBody; 10] = [
-        (
-            "a cron Cloudflare refuses",
-            "bad",
-            json!({"cron": "61 * * * *"}),
-            "invalid_cron",
-        ),
-        (
-            "a cron that never fires",
-            "bad",
-            json!({"cron": "0 0 30 2 *"}),
-            "invalid_cron",
-        ),
-        (
-            "every_seconds under 60",
-            "bad",
-            json!({"every_seconds": 59}),
-            "invalid_schedule",
-        ),
-        (
-            "cron and at together",
-            "bad",
-            json!({"cron": "0 9 * * *", "at": BACKFILL_AT}),
-            "invalid_schedule",
-        ),
-        (
-            "each subject's time with a cron that fires hourly",
-            "bad",
-            json!({"cron": "0 * * * *", "timezone": "subject"}),
-            "invalid_schedule",
-        ),
-        (
-            "jitter over an hour",
-            "bad",
-            json!({"cron": "0 9 * * *", "jitter_seconds": 3601}),
-            "invalid_schedule",
-        ),
-        (
-            "an unknown time zone",
-            "bad",
-            json!({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}),
-            "invalid_timezone",
-        ),
-        (
-            "an unknown field",
-            "bad",
-            json!({"cron": "0 9 * * *", "retries": 3}),
-            "invalid_json",
-        ),
-        (
-            "an id with ':'",
-            "a:b",
-            json!({"every_seconds": 60}),
-            "invalid_id",
-        ),
-        (
-            "the reserved id adhoc",
-            "adhoc",
-            json!({"every_seconds": 60}),
-            "reserved_id",
-        ),
-    ];
-    let mut list: Vec<Check<BadBodies>> = cases
-        .into_iter()
-        .map(|case| {
-            let (name, _, _, code) = &case;
-            check!(
-                format!("bad schedule body ({name}): 400 {code}"),
-                bad_body_refused,
-                case
-            )
-        })
-        .collect();
-    list.extend([
-        check!(
-            "POST /batches with a key under a schedule's prefix (digest:…): 400 reserved_key",
-            schedule_prefix_reserved
-        ),
-        check!(
-            "bad schedule bodies changed nothing: GET /schedules identical, no batch",
-            bad_bodies_changed_nothing
-        ),
-    ]);
-    let mut f = BadBodies {
-        api,
-        before: api.all_schedules().await?,
-        batches_before: api.batches(100).await?.len(),
-    };
-    checks.run(&mut f, list).await;
-    Ok(())
-}
-
-/// A bad body gets 400 and its code.
-async fn bad_body_refused(f: &mut BadBodies<'_>, case: BadBody) -> Result<()> {
-    let (_, id, body, code) = case;
-    let r = f
-        .api
-        .admin_raw(
-            Method::PUT,
-            &format!("/schedules/{}", crate::runtime::api::encode(id)),
-            Some(body.to_string()),
-        )
-        .await?;
-    r.refused(StatusCode::BAD_REQUEST, code)
-        .map_err(anyhow::Error::msg)
-}
-
-async fn schedule_prefix_reserved(f: &mut BadBodies<'_>) -> Result<()> {
-    let reserved = f
-        .api
-        .admin_raw(
-            Method::POST,
-            "/batches",
-            Some(json!({"key": DIGEST_KEY, "source": "subjects"}).to_string()),
-        )
-        .await?;
-    match reserved.error_shape() {
-        Some((code, _)) if code == "reserved_key" => Ok(()),
-        _ => bail!(
-            "{} {}",
-            reserved.status,
-            crate::runtime::api::clip(&reserved.body)
-        ),
-    }
-}
-
-async fn bad_bodies_changed_nothing(f: &mut BadBodies<'_>) -> Result<()> {
-    let after = f.api.all_schedules().await?;
-    let batches = f.api.batches(100).await?;
-    ensure!(
-        after == f.before && batches.len() == f.batches_before,
-        "{} schedules (was {}), {} batches",
-        after.len(),
-        f.before.len(),
-        batches.len()
-    );
-    Ok(())
 }

@@ -19,6 +19,10 @@
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::target::{Target, TargetArgs};
+use crate::e2e::streak_users::{
+    chat_id, t, User, BERLIN, BERLIN_1800, GITHUB_TOKEN, GROUP, NEW_YORK_1800, SCHEDULE, SETUP_AT,
+    TELEGRAM_BOT_TOKEN, USERS,
+};
 use crate::run::metrics::timestamp_ms;
 use crate::runtime::api::{Batch, Item, SubjectIn, TICK_CRON};
 use crate::runtime::clock::TestClock;
@@ -26,7 +30,7 @@ use crate::runtime::wrangler::min_lease_seconds;
 use crate::sink::fakes::{FakeCalendar, FakeRequest, FakesClient, Setup};
 use crate::{driver::steps, e2e::suite};
 use anyhow::{bail, ensure, Context, Result};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{Duration, Utc};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,97 +61,6 @@ impl App {
         }
     }
 }
-/// Tokens the fakes accept (secrets of the Worker, passed like the others).
-const GITHUB_TOKEN: &str = "ghp_e2e_streak_token_0123456789";
-const TELEGRAM_BOT_TOKEN: &str = "424242:e2e-streak-bot-token";
-
-const GROUP: &str = "streaks";
-const SCHEDULE: &str = "streaks";
-const BERLIN: &str = "Europe/Berlin";
-const NEW_YORK: &str = "America/New_York";
-/// Berlin's 17:50 on a January day (UTC+1, no DST in play: the host tests
-/// cover it; ten minutes before 18:00, so a start slowed by a loaded machine
-/// cannot pass it before the schedule is written), then its 18:00, and New
-/// York's 18:00 (UTC-5).
-const SETUP_AT: &str = "2027-01-15T16:50:00Z";
-const BERLIN_1800: &str = "2027-01-15T17:00:00.000Z";
-const NEW_YORK_1800: &str = "2027-01-15T23:00:00.000Z";
-
-/// One user: subject id (also the GitHub login and the Discord webhook id),
-/// zone, calendar (oldest first, the last day today), what the fakes answer
-/// first, and whether a reminder is due.
-struct User {
-    id: &'static str,
-    zone: &'static str,
-    counts: &'static [u32],
-    /// `github`, `discord` or `telegram`, and the statuses it answers first.
-    script: &'static [(&'static str, &'static [u16])],
-    at_risk: bool,
-}
-
-const USERS: &[User] = &[
-    User {
-        id: "risk",
-        zone: BERLIN,
-        counts: &[1, 2, 0],
-        script: &[],
-        at_risk: true,
-    },
-    User {
-        id: "discord-503",
-        zone: BERLIN,
-        counts: &[3, 0],
-        script: &[("discord", &[503])],
-        at_risk: true,
-    },
-    User {
-        id: "telegram-429",
-        zone: BERLIN,
-        counts: &[1, 0],
-        script: &[("telegram", &[429])],
-        at_risk: true,
-    },
-    User {
-        id: "github-429",
-        zone: BERLIN,
-        counts: &[2, 0],
-        script: &[("github", &[429])],
-        at_risk: true,
-    },
-    User {
-        id: "safe",
-        zone: BERLIN,
-        counts: &[1, 1],
-        script: &[],
-        at_risk: false,
-    },
-    User {
-        id: "broken",
-        zone: BERLIN,
-        counts: &[5, 0, 0],
-        script: &[],
-        at_risk: false,
-    },
-    User {
-        id: "later",
-        zone: NEW_YORK,
-        counts: &[1, 0],
-        script: &[],
-        at_risk: true,
-    },
-];
-
-/// A user's Telegram chat id.
-fn chat_id(index: usize) -> i64 {
-    1_000 + index as i64
-}
-
-fn t(rfc: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(rfc)
-        .expect("a valid instant")
-        .to_utc()
-}
-
 pub async fn e2e(
     args: &TargetArgs,
     timeout: std::time::Duration,

@@ -4,6 +4,7 @@
 //! are recorded and checked against the Worker's OpenAPI description (`openapi`).
 //! It imports nothing else of the harness.
 
+pub mod answers;
 pub mod api;
 pub mod clock;
 pub mod devvars;
