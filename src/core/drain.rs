@@ -13,6 +13,7 @@ use super::budget::{
     cover_items, flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
+use super::learn;
 use super::model::{ClaimedItem, ItemStatus, Outcome, Ran, StopReason, Tally, Transition};
 use super::receipts;
 use super::retry::{decide, defer, release, release_refused, RetryPolicy};
@@ -423,6 +424,7 @@ impl Drain {
             .map_or(self.policy.retry, |(_, own)| *own);
         let mut transition = decide(&item, &ran.outcome, retry, now, jitter);
         defer(&mut transition, ran.retry_after_ms, retry, now);
+        transition.refused_at = learn::is_refusal(&ran.outcome, ran.retry_after_ms).then_some(now);
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(

@@ -205,6 +205,10 @@ pub struct Transition {
     /// holds is paused until then (`sql/pause_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<i64>,
+    /// When the receiver refused the run (`core::learn::is_refusal`): the keys
+    /// the item holds learn a rate (`sql/learn_limit_keys.sql`). Not a column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_at: Option<i64>,
     /// The item's count of throws running (`ClaimedItem::given_back`) to store:
     /// set by a release after a throw (one more) and for the claimed items given
     /// back behind it (unchanged); `None` (any outcome of a run) stores 0.

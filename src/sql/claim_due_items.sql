@@ -15,7 +15,8 @@
 -- Returns each item's receipts (multi-channel items, core::receipts: the run sends
 -- only the channels not yet delivered), its dispatch's throws running
 -- (given_back, migration 0022: core::drain tells a crashing child from a
--- refusal) and whether limits, and rate limits, are defined now (constant
+-- refusal) and whether limits, and rate limits (a learned rate in force is one),
+-- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
@@ -31,4 +32,6 @@ RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempt
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,
-          (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;
+          (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)
+                  OR EXISTS (SELECT 1 FROM limit_state INDEXED BY limit_state_learned
+                             WHERE refused_at > CAST(?1 AS INTEGER) - 3600000)) AS rates_defined;

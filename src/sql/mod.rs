@@ -35,6 +35,7 @@ sql! {
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",
     COMMIT_OUTCOMES => "commit_outcomes.sql",
     PAUSE_LIMIT_KEYS => "pause_limit_keys.sql",
+    LEARN_LIMIT_KEYS => "learn_limit_keys.sql",
     CLEAR_ENDED_PAUSES => "clear_ended_pauses.sql",
     COMMITTED_OUTCOMES => "committed_outcomes.sql",
     COUNT_REAPED_FAILURES => "count_reaped_failures.sql",
