@@ -79,6 +79,7 @@ sql! {
     UPSERT_LIMIT => "upsert_limit.sql",
     GET_LIMIT => "get_limit.sql",
     LIST_LIMITS => "list_limits.sql",
+    LIST_LEARNED_KEYS => "list_learned_keys.sql",
     DELETE_LIMIT_STATE => "delete_limit_state.sql",
     DELETE_LIMIT => "delete_limit.sql",
     HOLD_CURSORS_AFTER_LIMIT_DELETE => "hold_cursors_after_limit_delete.sql",

@@ -197,6 +197,8 @@ statement! {
     ListLimits<'a> = LIST_LIMITS { after: &'a str, limit: i64 }
     DeleteLimitState<'a> = DELETE_LIMIT_STATE { key: &'a str }
     ListPausedKeys = LIST_PAUSED_KEYS { now: i64, limit: i64 }
+    /// `key`: only that key, or `None` for all.
+    ListLearnedKeys<'a> = LIST_LEARNED_KEYS { now: i64, limit: i64, key: Option<&'a str> }
     DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
     HoldCursorsAfterLimitDelete<'a> = HOLD_CURSORS_AFTER_LIMIT_DELETE { key: &'a str, now: i64 }
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
