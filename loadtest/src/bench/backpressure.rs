@@ -71,7 +71,18 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<Backpressur
 }
 
 async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) -> Result<Receiver> {
-    let settings = [
+    let mut target = open(args, &format!("bench-bp-{per_s}"), &[]).await?;
+    let r = send(&target, per_s, n, "bp", timeout).await?;
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    Ok(r)
+}
+
+/// A Worker of its own for webhooks against an `accept_per_s` receiver, with
+/// `more` settings over the bench's.
+pub async fn open(args: &TargetArgs, name: &str, more: &[(&str, &str)]) -> Result<Target> {
+    let mut settings = vec![
         // The sink listens on 127.0.0.1.
         ("ALLOW_PRIVATE_TARGETS", "true"),
         ("SUBREQUEST_BUDGET", "10000"),
@@ -81,8 +92,21 @@ async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) ->
         // Attempts enough that refusals show as calls, not as failures.
         ("MAX_ATTEMPTS", "20"),
     ];
-    let name = format!("bench-bp-{per_s}");
-    let mut target = Target::open(args, &name, &settings, Secrets::Random, true).await?;
+    settings.extend_from_slice(more);
+    Target::open(args, name, &settings, Secrets::Random, true).await
+}
+
+/// `n` webhooks (subjects `<prefix>-00000`…) to a receiver of `per_s` a second
+/// (429 + Retry-After: 1 above) in one batch, drained by ticks every 200 ms (two
+/// at most at once) until it ends: what the receiver saw since the sink's
+/// last reset, and the makespan.
+pub async fn send(
+    target: &Target,
+    per_s: u32,
+    n: usize,
+    prefix: &str,
+    timeout: Duration,
+) -> Result<Receiver> {
     let api: Api = target.api.clone();
     let faults = Faults {
         accept_per_s: per_s,
@@ -91,15 +115,16 @@ async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) ->
     };
     let items: Vec<Value> = (0..n)
         .map(|i| {
-            let id = format!("bp-{i:05}");
+            let id = format!("{prefix}-{i:05}");
             json!({"subject_id": id, "kind": "webhook",
                    "payload": {"url": target.sink.hook_url(&id, &faults), "data": {}}})
         })
         .collect();
+    let key = format!("{prefix}-{per_s}-{n}");
     let (created, b) = api
-        .create_batch(&json!({"key": name, "items": items}))
+        .create_batch(&json!({"key": key, "items": items}))
         .await?;
-    ensure!(created, "batch {name} existed");
+    ensure!(created, "batch {key} existed");
     let started = Instant::now();
     let pace = Pace {
         every: Duration::from_millis(200),
@@ -110,9 +135,6 @@ async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) ->
     let makespan_s = started.elapsed().as_secs_f64();
     let stats = target.sink.stats(false).await?;
     let refused = stats.by_status.get("429").copied().unwrap_or(0);
-    if let Some(runtime) = target.runtime.as_mut() {
-        runtime.stop().await?;
-    }
     let ideal_s = n as f64 / f64::from(per_s);
     Ok(Receiver {
         accept_per_s: per_s,

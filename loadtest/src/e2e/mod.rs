@@ -26,6 +26,7 @@ pub mod edges;
 pub mod elastic;
 pub mod flow;
 pub mod hello_kind;
+pub mod learn;
 pub mod limits;
 pub mod metrics;
 pub mod misconfig;
@@ -115,7 +116,8 @@ pub struct E2eArgs {
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers"])]
     pub only_flow: bool,
     /// Run only the backpressure part (a receiver's Retry-After pauses its
-    /// implicit host: key; its own Worker).
+    /// implicit host: key; its refusals teach the key a rate: `learn`; its own
+    /// Workers).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow"])]
     pub only_backpressure: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
