@@ -747,7 +747,7 @@ fn claim_rated(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> V
 }
 
 #[test]
-fn a_refusal_learns_half_of_what_the_key_started_and_the_claim_keeps_to_it() {
+fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
     use cron_fanout::core::learn;
     let store = setup();
     let b = batch_of(&store, "b", 100, 5);
@@ -755,36 +755,36 @@ fn a_refusal_learns_half_of_what_the_key_started_and_the_claim_keeps_to_it() {
     let now = 1_000_000;
     let items = claim(&store, now, 20, "c1");
     assert_eq!(items.len(), 20, "no limit, no learned rate yet");
+    // The receiver took 5 of them and refused one (the others still run).
     let mut outcomes = vec![refused_429(&items[0], now + 10)];
     outcomes.extend(
-        items[1..]
+        items[1..6]
             .iter()
             .map(|i| settle(i, Outcome::Done, now + 10)),
     );
     block_on(store.commit_outcomes(&outcomes)).unwrap();
-    // 20 started in the last window of 5 s: 240 a minute, halved.
-    let rule = learn::refused(None, 20, learn::WINDOW_MS, None, now + 10);
-    assert_eq!(rule.per_minute, 120);
+    // 5 taken within a second: 5 a second, 300 a minute.
+    let rule = learn::refused(None, 5, 10, None, now + 10);
+    assert_eq!(rule.per_minute, 300);
     assert_eq!(
         learned(&store),
-        [("host:a.example".to_string(), 120, now + 10, now + 10, 1)]
+        [("host:a.example".to_string(), 300, now + 10, now + 10, 1)]
     );
     assert_eq!(
         paused(&store),
         [format!("host:a.example={}", now + 10)],
         "an ended pause: the claim stays careful while the rate may hold items"
     );
-    // Two a second, a burst of one: one claim every 500 ms.
+    // Five a second, a burst of one: one claim every 200 ms.
     assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 1);
     assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
-    assert_eq!(claim_rated(&store, now + 520, 10, "c4").len(), 1);
-    // Two windows later, two steps up (a quarter of 120 a minute each): three a second.
-    let later = learn::at(rule, None, now + 10 + 2 * learn::WINDOW_MS).unwrap();
-    assert_eq!(later.per_minute, 180);
+    assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
+    // Two windows later, two steps up (one a second each): seven a second.
     let t = now + 10 + 2 * learn::WINDOW_MS;
+    assert_eq!(learn::at(rule, None, t).unwrap().per_minute, 420);
     assert_eq!(claim_rated(&store, t, 10, "c5").len(), 1);
-    assert_eq!(claim_rated(&store, t + 300, 10, "c6").len(), 0);
-    assert_eq!(claim_rated(&store, t + 340, 10, "c7").len(), 1);
+    assert_eq!(claim_rated(&store, t + 100, 10, "c6").len(), 0);
+    assert_eq!(claim_rated(&store, t + 143, 10, "c7").len(), 1);
 }
 
 #[test]
@@ -881,10 +881,14 @@ fn the_stored_learned_state_follows_core_learn_across_refusals_a_ceiling_and_the
             vec![early.pop().unwrap()]
         };
         assert_eq!(items.len() as i64, started.max(1), "step {n}");
-        block_on(store.commit_outcomes(&[refused_429(&items[0], at)])).unwrap();
+        // The receiver takes all but the first, which it refuses.
+        let mut outcomes = vec![refused_429(&items[0], at)];
+        outcomes.extend(items[1..].iter().map(|i| settle(i, Outcome::Done, at)));
+        block_on(store.commit_outcomes(&outcomes)).unwrap();
         let alive = rule.filter(|l| at - l.refused_at < learn::IDLE_MS);
         refusals = if alive.is_some() { refusals + 1 } else { 1 };
-        let expected = learn::refused(rule, started, learn::WINDOW_MS, ceiling, at);
+        let taken = (started - 1).max(0);
+        let expected = learn::refused(rule, taken, 1_000, ceiling, at);
         rule = Some(expected);
         assert_eq!(
             learned(&store),

@@ -2,8 +2,8 @@
 //! refusals, as a pure function of `now`. A refusal (a `429`, with or without
 //! `Retry-After`, or any retry whose answer asked for a delay: a `503` with
 //! `Retry-After`, a kind's own `ctx.retry_after`; [`is_refusal`]) halves the
-//! key's learned rate, or, the first time, what the key started over the last
-//! window (never below one a minute); each window without a refusal raises it
+//! key's learned rate, or, the first time, learns the rate its receiver took
+//! over the last window (never below one a minute); each window without a refusal raises it
 //! one step (additive increase); a rate set with `PUT /limits` is its ceiling
 //! (learning only lowers what a key may start), and a rate nothing refused for
 //! an hour is forgotten. Rates are counted in starts per minute, so the floor is
@@ -48,16 +48,19 @@ pub fn ceiling_per_minute(rate: i64, per_seconds: i64) -> i64 {
 }
 
 /// The learned rate after a refusal at `now`: half of the rate learned already
-/// (as [`at`] has raised it by `now`), or, when none is, about half of what the
-/// key started over the last `window_ms` (`started`: its receiver took about
-/// that, and refused), never below the floor nor above `ceiling` (a set rate,
-/// per minute). `learned` is the state as stored: only refusals write it, so its
-/// `changed_at` is its last halving, and a refusal within a window of that keeps
-/// the rate (one burst, one signal).
+/// (as [`at`] has raised it by `now`), or, when none is, the rate its receiver
+/// took: `taken` items holding the key it answered with success over the last
+/// `span_ms` (since the first of the window's starts, at least a second); never
+/// below the floor nor above `ceiling` (a set rate, per minute). A first
+/// refusal is not halved: what was taken is what the receiver takes, while
+/// what was started (a drain's burst) can be any multiple of it. `learned` is
+/// the state as stored: only refusals write it, so its `changed_at` is its last
+/// halving, and a refusal within a window of that keeps the rate (one burst,
+/// one signal).
 pub fn refused(
     learned: Option<Learned>,
-    started: i64,
-    window_ms: i64,
+    taken: i64,
+    span_ms: i64,
     ceiling: Option<i64>,
     now: i64,
 ) -> Learned {
@@ -68,13 +71,13 @@ pub fn refused(
             ..l
         };
     }
-    let observed = started.max(0) * 60_000 / window_ms.max(1_000);
-    let base = learned
-        .and_then(|l| at(l, ceiling, now))
-        .map_or(observed, |l| l.per_minute);
-    let halved = (base / 2).max(FLOOR_PER_MINUTE);
+    let per_minute = match learned.and_then(|l| at(l, ceiling, now)) {
+        Some(l) => l.per_minute / 2,
+        None => taken.max(0) * 60_000 / span_ms.max(1_000),
+    }
+    .max(FLOOR_PER_MINUTE);
     Learned {
-        per_minute: ceiling.map_or(halved, |c| halved.min(c)),
+        per_minute: ceiling.map_or(per_minute, |c| per_minute.min(c)),
         changed_at: now,
         refused_at: now,
     }
@@ -136,10 +139,12 @@ mod tests {
     const NOW: i64 = 1_795_000_000_000;
 
     #[test]
-    fn a_refusal_halves_what_the_key_started_over_the_window() {
-        // 120 starts in 10 s (12 a second, 720 a minute) met a refusal: 360 a minute.
-        let l = refused(None, 120, 10_000, None, NOW);
+    fn a_first_refusal_learns_what_the_receiver_took_and_a_later_one_halves_it() {
+        // 60 taken in 10 s (6 a second): 360 a minute; a span under a second
+        // counts as one.
+        let l = refused(None, 60, 10_000, None, NOW);
         assert_eq!(l.per_minute, 360);
+        assert_eq!(refused(None, 10, 200, None, NOW).per_minute, 600);
         assert_eq!((l.changed_at, l.refused_at), (NOW, NOW));
         // A learned rate halves itself, as raised by the window since, whatever
         // was started.
@@ -149,7 +154,7 @@ mod tests {
 
     #[test]
     fn refusals_within_one_window_halve_once() {
-        let l = refused(None, 120, 10_000, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         let burst = refused(Some(l), 120, WINDOW_MS, None, NOW + 500);
         assert_eq!(burst.per_minute, 360);
         assert_eq!(burst.refused_at, NOW + 500, "the idle hour starts over");
@@ -157,7 +162,7 @@ mod tests {
 
     #[test]
     fn each_window_without_a_refusal_adds_a_step() {
-        let l = refused(None, 120, 10_000, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         assert_eq!(at(l, None, NOW + WINDOW_MS - 1), Some(l));
         let one = at(l, None, NOW + WINDOW_MS).unwrap();
         assert_eq!(one.per_minute, 360 + STEP_PER_MINUTE);
@@ -182,7 +187,7 @@ mod tests {
         let none_started = refused(None, 0, WINDOW_MS, None, NOW);
         assert_eq!(none_started.per_minute, FLOOR_PER_MINUTE);
         // A refusal every window, each after a window's step, ends at the floor.
-        let mut l = refused(None, 100, 10_000, None, NOW);
+        let mut l = refused(None, 50, 10_000, None, NOW);
         for n in 1..40 {
             l = refused(Some(l), 1, WINDOW_MS, None, NOW + n * WINDOW_MS);
         }
@@ -195,7 +200,7 @@ mod tests {
         let ceiling = Some(ceiling_per_minute(5, 1));
         assert_eq!(ceiling, Some(300));
         let l = refused(None, 1_000, WINDOW_MS, ceiling, NOW);
-        assert_eq!(l.per_minute, 300, "half of 6,000 a minute, kept under 300");
+        assert_eq!(l.per_minute, 300, "12,000 a minute taken, kept under 300");
         let later = at(l, ceiling, NOW + 50 * WINDOW_MS).unwrap();
         assert_eq!(later.per_minute, 300, "the steps stop at the set rate");
         assert_eq!(ceiling_per_minute(1, 3_600), FLOOR_PER_MINUTE);
@@ -203,11 +208,11 @@ mod tests {
 
     #[test]
     fn a_rate_nothing_refused_for_an_hour_is_dropped() {
-        let l = refused(None, 120, 10_000, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         assert!(at(l, None, NOW + IDLE_MS - 1).is_some());
         assert_eq!(at(l, None, NOW + IDLE_MS), None);
-        // A refusal after the idle hour learns afresh from what was started.
-        let fresh = refused(Some(l), 20, 10_000, None, NOW + IDLE_MS);
+        // A refusal after the idle hour learns afresh from what was taken.
+        let fresh = refused(Some(l), 10, 10_000, None, NOW + IDLE_MS);
         assert_eq!(fresh.per_minute, 60);
     }
 }

@@ -151,6 +151,7 @@ mod tests {
             payload: "{}".into(),
             receipts: None,
             given_back: 0,
+            limits: None,
         }
     }
 

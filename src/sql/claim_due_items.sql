@@ -12,7 +12,8 @@
 -- A cursor item claimed keeps run_after = 0 (migration 0015): it enters no index,
 -- not even cron_queue_leased; the reaper finds it in its batch's lease window, and
 -- its commit, a release or a reap gives it a real run_after.
--- Returns each item's receipts (multi-channel items, core::receipts: the run sends
+-- Returns each item's keys (limits: a drain meeting a refusal gives back its
+-- queued items holding one, core::drain), its receipts (multi-channel items, core::receipts: the run sends
 -- only the channels not yet delivered), its dispatch's throws running
 -- (given_back, migration 0022: core::drain tells a crashing child from a
 -- refusal) and whether limits, and rate limits (a learned rate in force is one),
@@ -28,7 +29,7 @@ SET status = 'processing',
     started_at = ?1
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
-          receipts, given_back,
+          receipts, given_back, limits,
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,

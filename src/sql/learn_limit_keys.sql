@@ -4,17 +4,20 @@
 -- constants (WINDOW_MS 5,000, IDLE_MS 3,600,000, the floor 1, step, the ceiling
 -- of a set rate): half the learned rate as raised by the windows since its last
 -- halving, kept when that was less than a window ago (a burst of refusals is one
--- signal); the first time (or after the idle hour) half of what the key started
--- over the last window, counted from the items themselves: those within 1,000
--- ids of the refused one that hold the key and started since (at most 2,000 rows
--- read by primary key, once per key per halving, only on a refusal). Also leaves
+-- signal); the first time (or after the idle hour) the rate its receiver took,
+-- counted from the items themselves: of those within 1,000 ids of the refused
+-- one that hold the key and started in the last window, the ones completed (or
+-- completing in this commit, ?3), over the time since the first of them started
+-- (at least a second; at most 2,000 rows read by primary key, once per key per
+-- halving, only on a refusal). Also leaves
 -- an ended pause (paused_until at least now): the claim's cursor and lease
 -- windows stay careful while the learned rate may hold items back (migration
 -- 0023). One row per key per commit (GROUP BY); sent only with a commit that
 -- carries a refusal, and only while LEARN_LIMITS is on, so items that never meet
 -- a refusal write nothing here. Runs in the commit's batch() before
 -- commit_outcomes.sql; each item is fenced by its lease token.
--- ?1 JSON array of {"id", "token"} (store::refusals_json), ?2 now (ms).
+-- ?1 JSON array of {"id", "token"} (store::refusals_json), ?2 now (ms), ?3 JSON
+-- array of the ids this commit completes.
 WITH now AS (SELECT CAST(?2 AS INTEGER) AS t),
 refused AS (
   SELECT k.value AS key, count(*) AS n, min(q.id) AS near
@@ -49,13 +52,17 @@ SELECT c.key, 0, '', (SELECT t FROM now),
                    CASE WHEN c.alive
                         THEN min(coalesce(c.ceiling, 1000000000),
                                  c.learned + ((SELECT t FROM now) - c.learned_at) / 5000
-                                             * max(1, min(60, c.learned / 4)))
-                        ELSE (SELECT count(*)
+                                             * max(1, min(60, c.learned / 4))) / 2
+                        ELSE coalesce((SELECT count(CASE WHEN (q.status = 'completed'
+                                                      AND q.completed_at >= (SELECT t FROM now) - 5000)
+                                                     OR q.id IN (SELECT value FROM json_each(?3))
+                                                THEN 1 END) * 60000
+                                     / max(1000, (SELECT t FROM now) - min(q.started_at))
                               FROM cron_queue AS q, json_each(q.limits) AS k
                               WHERE q.id > c.near - 1000 AND q.id < c.near + 1000
                                 AND q.started_at >= (SELECT t FROM now) - 5000
-                                AND q.limits IS NOT NULL AND k.value = c.key) * 60000 / 5000
-                   END / 2))
+                                AND q.limits IS NOT NULL AND k.value = c.key), 0)
+                   END))
        END,
        CASE WHEN c.within THEN c.learned_at ELSE (SELECT t FROM now) END,
        (SELECT t FROM now),

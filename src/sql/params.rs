@@ -93,8 +93,9 @@ statement! {
     /// `pauses`: JSON array of {"id", "token", "until"} (`store::pauses_json`).
     PauseLimitKeys = PAUSE_LIMIT_KEYS { pauses: String }
     /// `refusals`: JSON array of {"id", "token"}, `now` the last refusal's
-    /// instant (`store::refusals_json`).
-    LearnLimitKeys = LEARN_LIMIT_KEYS { refusals: String, now: i64 }
+    /// instant, `completed` JSON array of the ids the commit completes
+    /// (`store::refusals_json`).
+    LearnLimitKeys = LEARN_LIMIT_KEYS { refusals: String, now: i64, completed: String }
     ClearEndedPauses = CLEAR_ENDED_PAUSES { now: i64, kept: i64 }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }

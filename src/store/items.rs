@@ -167,8 +167,17 @@ impl<D: Db> Store<D> {
             statements.push(sql::PauseLimitKeys { pauses }.bind());
         }
         // And only one that carries a refusal learns a rate (LEARN_LIMITS).
-        if let Some((refusals, now)) = refusals_json(&transitions).filter(|_| self.learning) {
-            statements.push(sql::LearnLimitKeys { refusals, now }.bind());
+        if let Some((refusals, now, completed)) =
+            refusals_json(&transitions).filter(|_| self.learning)
+        {
+            statements.push(
+                sql::LearnLimitKeys {
+                    refusals,
+                    now,
+                    completed,
+                }
+                .bind(),
+            );
         }
         statements.push(
             sql::CommitOutcomes {
@@ -411,16 +420,26 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
 }
 
 /// The parameters of `learn_limit_keys.sql`: the outcomes their receiver
-/// refused (a JSON array) and the last refusal's instant, or `None` when none
-/// was (no statement is sent).
-pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64)> {
+/// refused (a JSON array), the last refusal's instant and the ids the commit
+/// completes (a JSON array: what the receivers took), or `None` when none was
+/// refused (no statement is sent).
+pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64, String)> {
     let last = transitions.iter().filter_map(|t| t.refused_at).max()?;
     let refused: Vec<Value> = transitions
         .iter()
         .filter(|t| t.refused_at.is_some())
         .map(|t| serde_json::json!({"id": t.id, "token": t.token}))
         .collect();
-    Some((Value::Array(refused).to_string(), last))
+    let completed: Vec<i64> = transitions
+        .iter()
+        .filter(|t| t.status == ItemStatus::Completed)
+        .map(|t| t.id)
+        .collect();
+    Some((
+        Value::Array(refused).to_string(),
+        last,
+        serde_json::to_string(&completed).expect("ids serialise"),
+    ))
 }
 
 /// The JSON parameter of `commit_outcomes.sql` (and of the read-back run with it
@@ -507,8 +526,11 @@ mod tests {
         assert_eq!(pauses, r#"[{"id":7,"token":"t.7","until":3}]"#);
         assert_eq!(pauses_json(&[&unpaused]), None);
         // The learning reads its own rows, of the refused outcomes only.
-        let (refusals, at) = refusals_json(&[&t, &unpaused]).unwrap();
+        let (refusals, at, completed) = refusals_json(&[&t, &unpaused]).unwrap();
         assert_carries_keys_read(&refusals, sql::LEARN_LIMIT_KEYS);
-        assert_eq!((refusals.as_str(), at), (r#"[{"id":7,"token":"t.7"}]"#, 4));
+        assert_eq!(
+            (refusals.as_str(), at, completed.as_str()),
+            (r#"[{"id":7,"token":"t.7"}]"#, 4, "[7,9]")
+        );
     }
 }
