@@ -775,14 +775,18 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
         [format!("host:a.example={}", now + 10)],
         "an ended pause: the claim stays careful while the rate may hold items"
     );
-    // Five a second, a burst of one: one claim every 200 ms.
-    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 1);
+    // Five a second, a burst of five, then one every 200 ms.
+    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 5);
     assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
     assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
     // Two windows later, two steps up (one a second each): seven a second.
     let t = now + 10 + 2 * learn::WINDOW_MS;
     assert_eq!(learn::at(rule, None, t).unwrap().per_minute, 420);
-    assert_eq!(claim_rated(&store, t, 10, "c5").len(), 1);
+    assert_eq!(
+        claim_rated(&store, t, 10, "c5").len(),
+        7,
+        "a new rate, its full burst"
+    );
     assert_eq!(claim_rated(&store, t + 100, 10, "c6").len(), 0);
     assert_eq!(claim_rated(&store, t + 143, 10, "c7").len(), 1);
 }
@@ -831,7 +835,7 @@ fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after()
     )
     .unwrap();
     assert_eq!(
-        claim_rated(&store, now + learn::IDLE_MS - 1, 10, "c2").len() as i64,
+        claim_rated(&store, now + learn::IDLE_MS - 1, 30, "c2").len() as i64,
         learn::burst(raised.per_minute)
     );
     assert_eq!(

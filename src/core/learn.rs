@@ -108,10 +108,11 @@ pub fn step(per_minute: i64) -> i64 {
     (per_minute / 4).clamp(1, STEP_PER_MINUTE)
 }
 
-/// The burst a learned rate allows after an idle spell: a quarter second of it,
-/// at least one (a learned rate keeps close to what its receiver takes).
+/// The burst a learned rate allows after an idle spell: a second of it, at
+/// least one (as a set rate's usual burst; a held claimer then claims half a
+/// second of starts at once, not one claim per start).
 pub fn burst(per_minute: i64) -> i64 {
-    (per_minute / 240).max(1)
+    (per_minute / 60).max(1)
 }
 
 /// Whether a run's answer is its receiver refusing: a retry the answer delayed

@@ -51,7 +51,7 @@
 -- hour after its key's last refusal, raised one step per 5 s window since it was
 -- learned (core::learn::at, its Rust twin): the key's rate is min(its set rate,
 -- the learned one), a key without a set rate has the learned one, a burst of a
--- quarter second of it (core::learn::burst). It is counted in its own basis
+-- second of it (core::learn::burst). It is counted in its own basis
 -- (`<per minute>/60 learned`): a change of rate in force starts from its burst. Keys are read
 -- at all only while a limit or a pause is kept (`force`): an item's implicit
 -- key (host:, service:) costs a claim nothing else.
@@ -127,7 +127,7 @@ governed AS MATERIALIZED (
   SELECT key, concurrency, paused_until,
          CASE WHEN by_learned THEN learned ELSE rate END AS rate,
          CASE WHEN by_learned THEN 60 ELSE per_seconds END AS per_seconds,
-         CASE WHEN by_learned THEN max(1, learned / 240) ELSE burst END AS burst,
+         CASE WHEN by_learned THEN max(1, learned / 60) ELSE burst END AS burst,
          CASE WHEN by_learned THEN learned || '/60 learned' ELSE rate || '/' || per_seconds END
            AS basis
   FROM (SELECT *, learned IS NOT NULL AND (rate IS NULL OR learned * per_seconds < rate * 60)
