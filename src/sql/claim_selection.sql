@@ -52,8 +52,10 @@
 -- learned (core::learn::at, its Rust twin): the key's rate is min(its set rate,
 -- the learned one), a key without a set rate has the learned one, a burst of a
 -- second of it (core::learn::burst). It is counted in its own basis
--- (`<per minute>/60 learned`): a change of rate in force starts from its burst. Keys are read
--- at all only while a limit or a pause is kept (`force`): an item's implicit
+-- (`<per minute>/60 learned`): a change to or from a set rate starts from a full
+-- burst, as a changed limit does; from one learned rate to the next (a step, a
+-- halving) the state carries over (its instant, in the new rate's units).
+-- Keys are read at all only while a limit or a pause is kept (`force`): an item's implicit
 -- key (host:, service:) costs a claim nothing else.
 -- A held candidate stays pending: no write, no attempt. Head of line: a batch's
 -- items wait behind at most ?5 − 1 held items of their own batch.
@@ -168,7 +170,12 @@ in_flight AS MATERIALIZED (
 ),
 state AS MATERIALIZED (
   SELECT g.key, CASE WHEN s.claim = ?3 THEN s.tat_before
-                     WHEN s.basis = g.basis THEN s.tat END AS tat
+                     WHEN s.basis = g.basis THEN s.tat
+                     -- One learned rate to the next (a step, a halving): the
+                     -- same instant in the new rate's units, not a fresh burst.
+                     WHEN s.basis LIKE '% learned' AND g.basis LIKE '% learned'
+                     THEN s.tat / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER)
+                          * g.rate END AS tat
   FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
   WHERE g.rate IS NOT NULL
 ),
