@@ -775,8 +775,8 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
         [format!("host:a.example={}", now + 10)],
         "an ended pause: the claim stays careful while the rate may hold items"
     );
-    // Five a second, a burst of five, then one every 200 ms.
-    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 5);
+    // Five a second, one every 200 ms: the refusal emptied the bucket (no burst).
+    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 0);
     assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
     assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
     // Two windows later, two steps up (one a second each): seven a second.

@@ -12,7 +12,9 @@
 -- halving, only on a refusal). Also leaves
 -- an ended pause (paused_until at least now): the claim's cursor and lease
 -- windows stay careful while the learned rate may hold items back (migration
--- 0023). One row per key per commit (GROUP BY); sent only with a commit that
+-- 0023). And while the learned rate is the one in force, empties its bucket:
+-- no burst when the pause ends (the tokens the pause let gather would go out
+-- at once into the same wall). One row per key per commit (GROUP BY); sent only with a commit that
 -- carries a refusal, and only while LEARN_LIMITS is on, so items that never meet
 -- a refusal write nothing here. Runs in the commit's batch() before
 -- commit_outcomes.sql; each item is fenced by its lease token.
@@ -28,7 +30,7 @@ refused AS (
   GROUP BY k.value
 ),
 known AS (
-  SELECT r.key, r.n, r.near, s.learned, s.learned_at, s.refusals,
+  SELECT r.key, r.n, r.near, s.learned, s.learned_at, s.refusals, s.paused_until,
          coalesce(s.learned IS NOT NULL AND s.refused_at > (SELECT t FROM now) - 3600000, 0)
            AS alive,
          (SELECT max(1, l.rate * 60 / l.per_seconds) FROM limits AS l
@@ -44,9 +46,9 @@ known AS (
 ),
 kept AS (
   SELECT k.*, k.alive AND (SELECT t FROM now) - k.learned_at < 5000 AS within FROM known AS k
-)
-INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at, refusals)
-SELECT c.key, 0, '', (SELECT t FROM now),
+),
+next AS (
+  SELECT c.*,
        CASE WHEN c.within THEN c.learned
             ELSE min(coalesce(c.ceiling, 1000000000), max(1,
                    CASE WHEN c.alive
@@ -63,13 +65,29 @@ SELECT c.key, 0, '', (SELECT t FROM now),
                                 AND q.started_at >= (SELECT t FROM now) - 5000
                                 AND q.limits IS NOT NULL AND k.value = c.key), 0)
                    END))
-       END,
+       END AS rate
+  FROM kept AS c
+)
+INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at, refusals)
+SELECT c.key,
+       -- An empty bucket at the end of the pause (or now): the learned rate
+       -- starts with no burst after a refusal (core::learn::burst, ms × rate).
+       -- Only while the learned rate is the one in force (below a set rate; ''
+       -- otherwise: a set rate's own state is left as it is).
+       CASE WHEN c.ceiling IS NULL OR c.rate < c.ceiling
+            THEN max(coalesce(c.paused_until, 0), (SELECT t FROM now)) * c.rate
+                 + max(1, c.rate / 60) * 60000
+            ELSE 0 END,
+       CASE WHEN c.ceiling IS NULL OR c.rate < c.ceiling THEN c.rate || '/60 learned' ELSE '' END,
+       (SELECT t FROM now), c.rate,
        CASE WHEN c.within THEN c.learned_at ELSE (SELECT t FROM now) END,
        (SELECT t FROM now),
        CASE WHEN c.alive THEN coalesce(c.refusals, 0) + c.n ELSE c.n END
-FROM kept AS c
+FROM next AS c
 WHERE true
 ON CONFLICT (key) DO UPDATE
 SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_until),
     learned = excluded.learned, learned_at = excluded.learned_at,
-    refused_at = excluded.refused_at, refusals = excluded.refusals;
+    refused_at = excluded.refused_at, refusals = excluded.refusals,
+    tat = CASE WHEN excluded.basis = '' THEN limit_state.tat ELSE excluded.tat END,
+    basis = CASE WHEN excluded.basis = '' THEN limit_state.basis ELSE excluded.basis END;
