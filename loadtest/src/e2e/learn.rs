@@ -5,14 +5,14 @@
 //! (`host:127.0.0.1`) a rate, so the batch completes with few refusals and in
 //! at most twice the ideal time; `GET /limits` lists the learned key; and with
 //! a limit of 6 a second set on the key the receiver refuses nothing. On a Worker
-//! of its own with the bench's settings (`backpressure_bench::open`) but the
+//! of its own with the bench's settings (`driver::receiver::open`) but the
 //! default MAX_ATTEMPTS (5).
 
-use crate::bench::backpressure::{self as backpressure_bench, Receiver};
 use crate::check;
 use crate::driver::checks::Checks;
+use crate::driver::receiver::{self, Receiver};
+use crate::driver::steps::put_limit;
 use crate::driver::target::{Target, TargetArgs};
-use crate::e2e::limits::put_limit;
 use anyhow::{ensure, Context, Result};
 use reqwest::Method;
 use serde_json::json;
@@ -31,7 +31,7 @@ const SET_ITEMS: usize = 60;
 const SINK_KEY: &str = "host:127.0.0.1";
 
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let mut target = backpressure_bench::open(args, "e2e-learn", &[("MAX_ATTEMPTS", "5")])
+    let mut target = receiver::open(args, "e2e-learn", &[("MAX_ATTEMPTS", "5")])
         .await
         .context("starting the learned-rates Worker")?;
     let mut l = Learn {
@@ -72,7 +72,7 @@ fn shown(r: &Receiver) -> String {
 
 async fn refusals_teach_the_key_its_receivers_rate(l: &mut Learn<'_>) -> Result<()> {
     l.target.sink.reset().await?;
-    let r = backpressure_bench::send(l.target, PER_S, ITEMS, "learn", l.timeout).await?;
+    let r = receiver::send(l.target, PER_S, ITEMS, "learn", l.timeout).await?;
     println!("#   learn: {}", shown(&r));
     ensure!(
         r.completed == ITEMS as u64 && r.failed == 0,
@@ -125,7 +125,7 @@ async fn a_set_rate_under_the_receivers_meets_no_refusal(l: &mut Learn<'_>) -> R
     // The receiver's last second of the batch before is over.
     tokio::time::sleep(Duration::from_secs(1)).await;
     l.target.sink.reset().await?;
-    let r = backpressure_bench::send(l.target, PER_S, SET_ITEMS, "set", l.timeout).await?;
+    let r = receiver::send(l.target, PER_S, SET_ITEMS, "set", l.timeout).await?;
     println!("#   learn: {}", shown(&r));
     ensure!(
         r.completed == SET_ITEMS as u64 && r.refused == 0,
