@@ -5,7 +5,7 @@
 //! no item holding the key reaches the receiver before the pause ends, whichever
 //! batch it belongs to, however many ticks run meanwhile. This Worker runs with
 //! `LEARN_LIMITS=false`: the pause alone, and no learned rate after the refusal.
-//! The learned rates have their own Worker next (`learn`).
+//! The learned rates have their own part (`learn`, `--only-learn`).
 
 use crate::check;
 use crate::driver::checks::Checks;
@@ -77,7 +77,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     ];
     checks.run(&mut b, pause).await;
     target.stop_checked("backpressure: ", checks).await;
-    crate::e2e::learn::e2e(args, timeout, checks).await
+    Ok(())
 }
 
 async fn learning_off_learns_nothing(b: &mut Backpressure<'_>) -> Result<()> {
