@@ -101,6 +101,9 @@ pub enum Action {
 }
 
 /// What happened that the shell should log.
+// Reports hold items by value: each is made once and logged at once, so a
+// box per report would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub enum Report {
     /// A committed outcome that is not a plain completion: a retry or a failure
