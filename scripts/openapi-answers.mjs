@@ -1,6 +1,6 @@
 // Validates the Worker's recorded answers against src/api/openapi.json with ajv
 // (JSON Schema 2020-12, OpenAPI 3.1's dialect). Used by the e2e suite
-// (loadtest/src/openapi.rs): node scripts/openapi-answers.mjs <document> <answers>
+// (loadtest/src/runtime/openapi.rs): node scripts/openapi-answers.mjs <document> <answers>
 // where answers is [{"method", "path" (a route template), "status", "body"}].
 // Prints {"answers", "routes", "failures": [{"method", "path", "status", "count",
 // "error"}]}: one failure per route and status, its first error and how many

@@ -1,5 +1,5 @@
 //! The sink folder: the webhook receiver the Worker delivers to (this module: its
-//! HTTP server and client), the faults a hook URL asks for (`faults`), the
+//! HTTP server; what it records and its client in `client`), the faults a hook URL asks for (`faults`), the
 //! signatures it verifies (`signature`), the fakes of the APIs the examples call
 //! (`fakes`) and a slow URL (`slow`). It imports nothing else of the harness.
 //!
