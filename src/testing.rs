@@ -47,7 +47,6 @@ pub fn item(payload: impl Serialize) -> Item {
             payload,
             receipts: None,
             given_back: 0,
-            limits: None,
         },
     }
 }

@@ -154,7 +154,6 @@ mod tests {
             ),
             receipts: None,
             given_back: 0,
-            limits: None,
         };
         serde_json::to_string(&item).unwrap()
     }

@@ -37,7 +37,6 @@ fn item(kind: &str, payload: Value) -> ClaimedItem {
         payload: payload.to_string(),
         receipts: None,
         given_back: 0,
-        limits: None,
     }
 }
 

@@ -26,7 +26,6 @@ pub mod edges;
 pub mod elastic;
 pub mod flow;
 pub mod hello_kind;
-pub mod learn;
 pub mod limits;
 pub mod metrics;
 pub mod misconfig;
@@ -116,14 +115,9 @@ pub struct E2eArgs {
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers"])]
     pub only_flow: bool,
     /// Run only the backpressure part (a receiver's Retry-After pauses its
-    /// implicit host: key; its own Worker, with LEARN_LIMITS=false).
+    /// implicit host: key; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow"])]
     pub only_backpressure: bool,
-    /// Run only the learned-rates part (300 webhooks to a receiver of 10/s with
-    /// no limit set, then a set rate under it; its own Worker). Not in the full
-    /// suite yet: its makespan bound is not met on the shared machine.
-    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure"])]
-    pub only_learn: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -193,10 +187,6 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     if args.only_backpressure {
         let ran = crate::e2e::backpressure::e2e(target, timeout, checks).await;
         return ran_to_completion(checks, "backpressure part", ran);
-    }
-    if args.only_learn {
-        let ran = crate::e2e::learn::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "learned-rates part", ran);
     }
     if args.only_hello_kind {
         let ran = crate::e2e::hello_kind::e2e(target, timeout, checks).await;
