@@ -3,7 +3,7 @@
 //! repository's Markdown names a file (and heading) that exists, so moving a
 //! section cannot strand the links to it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -56,29 +56,43 @@ fn prose(text: &str) -> String {
     out
 }
 
-/// GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped,
-/// spaces as `-`.
-fn anchors(text: &str) -> BTreeSet<String> {
-    prose(text)
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .map(|l| {
-            l.trim_start_matches('#')
-                .trim()
-                .to_lowercase()
-                .chars()
-                .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
-                .map(|c| if c == ' ' { '-' } else { c })
-                .collect()
+/// A heading's anchor as GitHub makes it: lower case, letters, digits, `_` and `-`
+/// kept, spaces made `-`, everything else dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
+            _ => None,
         })
         .collect()
 }
 
-/// The targets of the page's `](target)` links.
+/// The anchors of a page's headings (outside code blocks), a repeated one with
+/// `-1`, `-2`… as GitHub numbers them.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let (mut out, mut seen) = (BTreeSet::new(), BTreeMap::new());
+    for line in prose(text).lines().filter(|l| l.starts_with('#')) {
+        let s = slug(line.trim_start_matches('#'));
+        let n = seen.entry(s.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            s.clone()
+        } else {
+            format!("{s}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of the page's `](target)` links, code blocks included (a link
+/// there is still followed by readers of the rendered page's source).
 fn links(text: &str) -> Vec<String> {
-    let text = prose(text);
     let mut out = Vec::new();
-    let mut rest = text.as_str();
+    let mut rest = text;
     while let Some(at) = rest.find("](") {
         rest = &rest[at + 2..];
         let end = rest.find([')', ' ', '\n']).unwrap_or(rest.len());
@@ -121,11 +135,13 @@ fn every_guide_says_at_the_top_who_it_is_for() {
 
 #[test]
 fn every_relative_link_names_a_file_and_heading_that_exist() {
+    let pages = pages();
+    assert!(pages.len() >= 8, "found only {pages:?}");
     let mut broken = Vec::new();
-    for page in pages() {
+    for page in pages {
         let text = read(&page);
         for link in links(&text) {
-            if link.contains("://") || link.starts_with("mailto:") {
+            if link.is_empty() || link.contains("://") || link.starts_with("mailto:") {
                 continue;
             }
             let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
@@ -145,4 +161,14 @@ fn every_relative_link_names_a_file_and_heading_that_exist() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_are_made_as_github_makes_them() {
+    let page = "# A\n## `GET /limits/{key}`\n```\n# not a heading\n```\n## Round 7: a, b (2026-11-24/25)\n## A\n";
+    let want = ["a", "get-limitskey", "round-7-a-b-2026-11-2425", "a-1"];
+    assert_eq!(
+        anchors(page),
+        want.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>()
+    );
 }

@@ -9,9 +9,6 @@
 //! - every route of `api::routes::ROUTES` has a docs/api.md heading naming it
 //!   (### `GET /subjects?after=…`; a bare `/resume` after `POST /batches/{id}/pause` is
 //!   its sibling), and no heading names a route the table lacks;
-//! - every relative link of README.md and docs/ reaches its file and heading (the
-//!   pages move between reference, guides and internals: a moved section must not
-//!   leave links to where it was);
 //! - every log event the code writes has a row in docs/reference/log-events.md, and
 //!   only those. The code's names are read from the source: the first argument of
 //!   every `log::event(` / `log::error(` call (`edge::log`), `logger.event(` /
@@ -391,108 +388,5 @@ fn first_argument_stops_at_the_top_level_comma() {
     assert_eq!(
         first_argument("&format!(\"x_{}\", f(a, b)), json!({ \"k\": 1 }))"),
         "&format!(\"x_{}\", f(a, b))"
-    );
-}
-
-// ---------------------------------------------------------------- links
-
-/// A heading's anchor as GitHub makes it: lower case, letters, digits, `_` and `-`
-/// kept, spaces made `-`, everything else dropped.
-fn slug(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The anchors of a page's headings (outside code blocks), a repeated one with
-/// `-1`, `-2`… as GitHub numbers them.
-fn anchors(page: &str) -> BTreeSet<String> {
-    let (mut out, mut seen) = (BTreeSet::new(), std::collections::BTreeMap::new());
-    let mut fenced = false;
-    for line in page.lines() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-        } else if !fenced && line.starts_with('#') {
-            let s = slug(line.trim_start_matches('#'));
-            let n = seen.entry(s.clone()).or_insert(0);
-            out.insert(if *n == 0 {
-                s.clone()
-            } else {
-                format!("{s}-{n}")
-            });
-            *n += 1;
-        }
-    }
-    out
-}
-
-/// The relative links (`](target)`, `](target#anchor)`, `](#anchor)`) of a page.
-fn relative_links(page: &str) -> Vec<String> {
-    page.match_indices("](")
-        .filter_map(|(at, _)| {
-            let rest = &page[at + 2..];
-            let link = &rest[..rest.find(')')?];
-            let external = link.contains("://") || link.starts_with("mailto:");
-            (!external && !link.is_empty() && !link.contains(char::is_whitespace))
-                .then(|| link.to_string())
-        })
-        .collect()
-}
-
-#[test]
-fn every_relative_link_in_the_docs_reaches_its_page_and_heading() {
-    let mut pages = vec![root().join("README.md")];
-    let mut stack = vec![root().join("docs")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    assert!(pages.len() >= 8, "found only {pages:?}");
-    let mut broken = Vec::new();
-    for page in &pages {
-        let text = std::fs::read_to_string(page).unwrap();
-        for link in relative_links(&text) {
-            let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
-            let target = if file.is_empty() {
-                page.clone()
-            } else {
-                page.parent().unwrap().join(file)
-            };
-            let rel = page.strip_prefix(root()).unwrap().display().to_string();
-            let Ok(target_text) = std::fs::read_to_string(&target) else {
-                if !target.exists() {
-                    broken.push(format!("{rel}: {link} (no such file)"));
-                }
-                continue;
-            };
-            let is_page = target.extension().is_some_and(|e| e == "md");
-            if !anchor.is_empty() && is_page && !anchors(&target_text).contains(anchor) {
-                broken.push(format!("{rel}: {link} (no such heading)"));
-            }
-        }
-    }
-    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-}
-
-#[test]
-fn anchors_are_made_as_github_makes_them() {
-    let page = "# A\n## `GET /limits/{key}`\n```\n# not a heading\n```\n## Round 7: a, b (2026-11-24/25)\n## A\n";
-    let want = ["a", "get-limitskey", "round-7-a-b-2026-11-2425", "a-1"];
-    assert_eq!(
-        anchors(page),
-        want.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>()
     );
 }
