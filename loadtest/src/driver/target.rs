@@ -207,7 +207,11 @@ impl Target {
             }
         };
         eprintln!("applying D1 migrations to {} ...", cfg.state_dir.display());
-        cfg.apply_migrations().await?;
+        if fresh {
+            cfg.migrate_fresh().await?;
+        } else {
+            cfg.apply_migrations().await?;
+        }
         eprintln!(
             "starting wrangler dev (log: {}) ...",
             cfg.wrangler_log().display()

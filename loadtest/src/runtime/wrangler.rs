@@ -10,11 +10,13 @@
 //! `GET /health` answering 200, and exit is the process group being empty.
 
 use anyhow::{bail, ensure, Context, Result};
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long `wrangler dev` gets to answer `/health` after a (re)start.
@@ -23,6 +25,15 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long migrations may take (wrangler boots a local D1 for them).
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where local D1 keeps its databases under a state dir.
+const D1_DIR: &str = "v3/d1";
+
+/// The migrated D1 this process made per Worker config (repo, its first `-c`):
+/// a fresh state dir of the same config copies it instead of running
+/// `wrangler d1 migrations apply` again, which boots a local D1 for each part
+/// (about 15 s of the e2e suite's every Worker).
+static MIGRATED: Mutex<BTreeMap<(PathBuf, Option<PathBuf>), PathBuf>> = Mutex::new(BTreeMap::new());
 
 /// Where a runtime lives on disk and what it is started with.
 #[derive(Debug, Clone)]
@@ -66,12 +77,7 @@ impl RuntimeConfig {
 
     /// Deletes the state dir, for a run that must start from an empty database.
     pub fn wipe_state(&self) -> Result<()> {
-        match fs::remove_dir_all(&self.state_dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(e).with_context(|| format!("removing {}", self.state_dir.display()))
-            }
-            _ => Ok(()),
-        }
+        remove_tree(&self.state_dir)
     }
 
     /// A `wrangler ...` command with the environment every child gets.
@@ -126,6 +132,28 @@ impl RuntimeConfig {
     /// `wrangler d1 migrations apply DB --local --persist-to <state dir>`.
     pub async fn apply_migrations(&self) -> Result<()> {
         self.d1(&["migrations", "apply"], &[], "migrations").await
+    }
+
+    /// Migrations for an empty state dir: a copy of the D1 this process
+    /// migrated already for the same config, or else `apply_migrations`, whose
+    /// result is then kept (`.loadtest/<name>-migrated/`) for the next one.
+    pub async fn migrate_fresh(&self) -> Result<()> {
+        let key = (self.repo.clone(), self.configs.first().cloned());
+        let d1 = self.state_dir.join(D1_DIR);
+        let made = MIGRATED.lock().expect("MIGRATED").get(&key).cloned();
+        if let Some(made) = made {
+            let mut log = self.open_log(&self.migrations_log(), "d1 migrations copied")?;
+            writeln!(log, "from {}", made.display())?;
+            return copy_tree(&made, &d1);
+        }
+        self.apply_migrations().await?;
+        let kept = self
+            .state_dir
+            .with_file_name(format!("{}-migrated", self.name));
+        remove_tree(&kept)?;
+        copy_tree(&d1, &kept)?;
+        MIGRATED.lock().expect("MIGRATED").insert(key, kept);
+        Ok(())
     }
 
     /// `wrangler d1 execute DB --local --persist-to <state dir> --command <sql>`: SQL
@@ -415,6 +443,34 @@ pub fn min_lease_seconds(job_timeout_ms: u64, claim_chunk: u64, concurrency: u64
     (ms as u64).div_ceil(1000) + 1
 }
 
+/// Removes `dir` and all below it; one that is not there is fine.
+fn remove_tree(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Copies the files below `from` to `to` (made as needed), with no process
+/// holding them open: a D1 SQLite file with its `-wal` and `-shm` is a
+/// consistent database.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,5 +484,24 @@ mod tests {
         assert_eq!(min_lease_seconds(10_100, 50, 25), 40);
         // A chunk no larger than the window queues one call's worth: 2 calls.
         assert_eq!(min_lease_seconds(1_000, 25, 25), 9);
+    }
+
+    #[test]
+    fn a_copied_tree_has_every_file_below_with_its_bytes() {
+        let root = std::env::temp_dir().join(format!("loadtest-copy-{}", std::process::id()));
+        let (from, to) = (root.join("from"), root.join("to"));
+        fs::create_dir_all(from.join("v3/d1/db")).unwrap();
+        fs::write(from.join("v3/d1/db/x.sqlite"), b"pages").unwrap();
+        fs::write(from.join("v3/d1/db/x.sqlite-wal"), b"frames").unwrap();
+        copy_tree(&from, &to).unwrap();
+        assert_eq!(fs::read(to.join("v3/d1/db/x.sqlite")).unwrap(), b"pages");
+        assert_eq!(
+            fs::read(to.join("v3/d1/db/x.sqlite-wal")).unwrap(),
+            b"frames"
+        );
+        remove_tree(&root).unwrap();
+        assert!(!root.exists());
+        // Removing what is not there is no error.
+        remove_tree(&root).unwrap();
     }
 }
