@@ -10,11 +10,12 @@
 //! batch made on 0014, with a cursor over all its items).
 
 use crate::driver::drive::{self, Pace};
+use crate::driver::steps::subjects_batch;
 use crate::driver::target::{Target, TargetArgs};
 use crate::run;
 use crate::run::scenario::{Job, Scenario, Spec};
 use crate::run::table::{num, Table};
-use crate::runtime::api::{Api, Batch, SubjectIn, MAX_PAGE, TICK_CRON};
+use crate::runtime::api::{SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::sink::faults::Faults;
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
@@ -144,7 +145,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     let started = Instant::now();
     eprintln!("seeding {items} webhook subjects whose receivers answer 400 ...");
     seed_failing(&target, items).await?;
-    let replayed = create(&api, "bench-replay", items).await?;
+    let replayed = subjects_batch(&api, "bench-replay", items).await?;
     let pace = Pace {
         every: Duration::from_millis(200),
         max_in_flight: 1,
@@ -160,7 +161,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     let drain_ms = ms(started);
 
     let mut timed = Vec::new();
-    let paused = create(&api, "bench-pause", items).await?;
+    let paused = subjects_batch(&api, "bench-pause", items).await?;
     for action in ["pause", "resume", "pause"] {
         let (ms, b) = time(|| api.control(&paused.id, action)).await?;
         timed.push(Timed {
@@ -169,7 +170,7 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
             answer: format!("{} {}", b.status, b.progress()),
         });
     }
-    let cancelled = create(&api, "bench-cancel", items).await?;
+    let cancelled = subjects_batch(&api, "bench-cancel", items).await?;
     let (ms, b) = time(|| api.control(&cancelled.id, "cancel")).await?;
     ensure!(
         b.cancelled == items as u64 && b.pending == 0,
@@ -253,14 +254,6 @@ async fn seed_failing(target: &Target, n: usize) -> Result<()> {
         target.api.put_subjects(&chunk).await?;
     }
     Ok(())
-}
-
-async fn create(api: &Api, key: &str, items: usize) -> Result<Batch> {
-    let (_, b) = api
-        .create_batch(&json!({"key": key, "source": "subjects"}))
-        .await?;
-    ensure!(b.total == items as u64, "{key} has {} items", b.total);
-    Ok(b)
 }
 
 async fn time<T, F: std::future::Future<Output = Result<T>>>(
@@ -461,42 +454,38 @@ mod tests {
     #[test]
     fn the_timed_migration_applies_to_a_filled_queue() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-        let rebuild = migration_cost(&dir, "0006", 100, 1).unwrap();
-        assert_eq!(
-            (rebuild.migration.as_str(), rebuild.rows_changed),
-            ("0006", 101),
-            "every item and the batch copied once"
-        );
-        let delivery = migration_cost(&dir, "0007", 100, 1).unwrap();
-        assert_eq!(
-            (delivery.migration.as_str(), delivery.rows_changed),
-            ("0007", 0),
-            "new columns and indexes rewrite no row"
-        );
-        let listing = migration_cost(&dir, "0008", 100, 50).unwrap();
-        assert_eq!(
-            (listing.migration.as_str(), listing.rows_changed),
-            ("0008", 0),
-            "an index rewrites no row"
-        );
-        let cursor = migration_cost(&dir, "0014", 100, 1).unwrap();
-        assert_eq!(
-            (cursor.migration.as_str(), cursor.rows_changed),
-            ("0014", 0),
-            "new columns and a rebuilt index rewrite no row"
-        );
-        let windows = migration_cost(&dir, "0015", 100, 3).unwrap();
-        assert_eq!(
-            (windows.migration.as_str(), windows.rows_changed),
-            ("0015", 1 + 3),
-            "the running batch's claim cursor, then every batch's window start"
-        );
-        let rebuilt = migration_cost(&dir, "0017", 100, 1).unwrap();
-        assert_eq!(
-            (rebuilt.migration.as_str(), rebuilt.rows_changed),
-            ("0017", 100 + 1),
-            "every item copied once, and the id high-water mark moved with them"
-        );
+        // (migration, batches of the 100 items, rows it changes, why)
+        let cases = [
+            ("0006", 1, 101, "every item and the batch copied once"),
+            ("0007", 1, 0, "new columns and indexes rewrite no row"),
+            ("0008", 50, 0, "an index rewrites no row"),
+            (
+                "0014",
+                1,
+                0,
+                "new columns and a rebuilt index rewrite no row",
+            ),
+            (
+                "0015",
+                3,
+                1 + 3,
+                "the running batch's claim cursor, then every batch's window start",
+            ),
+            (
+                "0017",
+                1,
+                100 + 1,
+                "every item copied once, and the id high-water mark moved with them",
+            ),
+        ];
+        for (migration, batches, rows_changed, why) in cases {
+            let cost = migration_cost(&dir, migration, 100, batches).unwrap();
+            assert_eq!(
+                (cost.migration.as_str(), cost.rows_changed),
+                (migration, rows_changed),
+                "{why}"
+            );
+        }
         assert!(migration_cost(&dir, "0099", 10, 1).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Scenario steps that the e2e suite, `loadtest run` and the demo share: a
-//! one-off schedule that the next tick fires, waiting for the batch it creates,
+//! one-off schedule that the next tick fires, an ad-hoc batch over the subjects, waiting for the batch it creates,
 //! crashing the runtime mid-batch, firing crons again after a batch finished, a
 //! batch of webhook items to the sink, a batch's items by subject, a
 //! `PUT /subjects` refused whole, and a limit put and read.
@@ -39,6 +39,20 @@ pub async fn one_off_now_with(api: &Api, id: &str, more: Value) -> Result<(Value
         schedule.next_fire_at
     );
     Ok((body, format!("{id}:{at}")))
+}
+
+/// An ad-hoc batch `key` over every active subject, which must hold the `n`
+/// seeded.
+pub async fn subjects_batch(api: &Api, key: &str, n: usize) -> Result<Batch> {
+    let (_, batch) = api
+        .create_batch(&json!({"key": key, "source": "subjects"}))
+        .await?;
+    ensure!(
+        batch.total == n as u64,
+        "batch {key} has {} items, not {n}",
+        batch.total
+    );
+    Ok(batch)
 }
 
 /// The one batch with key `key`, if any (an error if several: keys are unique).

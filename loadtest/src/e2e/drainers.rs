@@ -12,6 +12,7 @@
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::plan;
+use crate::driver::steps;
 use crate::driver::target::{Secrets, Target, TargetArgs};
 use crate::runtime::api::{Api, Batch, Id, Invocation, SubjectIn, TICK_CRON};
 use crate::runtime::wrangler::min_lease_seconds;
@@ -19,7 +20,6 @@ use crate::sink::faults::Faults;
 use crate::{driver::drive, driver::verdict};
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::model::{StopReason, Trigger};
-use serde_json::json;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -94,10 +94,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     }
 
     let known: HashSet<i64> = api.invocation_ids().await?;
-    let (_, batch) = api
-        .create_batch(&json!({"key": "drainers", "source": "subjects"}))
-        .await?;
-    ensure!(batch.total == ITEMS as u64, "batch total {}", batch.total);
+    let batch = steps::subjects_batch(&api, "drainers", ITEMS).await?;
     let mut f = Drainers {
         target,
         api: api.clone(),
@@ -169,15 +166,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     f.known = api.invocation_ids().await?;
     f.since = None;
     f.finished = None;
-    let (_, batch) = api
-        .create_batch(&json!({"key": "drainers-kill", "source": "subjects"}))
-        .await?;
-    ensure!(
-        batch.total == KILL_ITEMS as u64,
-        "kill batch total {}",
-        batch.total
-    );
-    f.batch = batch;
+    f.batch = steps::subjects_batch(&api, "drainers-kill", KILL_ITEMS).await?;
     checks
         .run(
             &mut f,

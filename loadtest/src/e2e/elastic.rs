@@ -13,6 +13,7 @@
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::plan;
+use crate::driver::steps;
 use crate::driver::target::{Secrets, Target, TargetArgs};
 use crate::driver::verdict;
 use crate::e2e::drainers::{self, of};
@@ -20,7 +21,6 @@ use crate::runtime::api::{Api, Batch, Id, Invocation, SubjectIn, TICK_CRON};
 use crate::sink::faults::Faults;
 use anyhow::{bail, ensure, Context, Result};
 use cron_fanout::core::model::{StopReason, Trigger};
-use serde_json::json;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -177,16 +177,7 @@ async fn batch_of(f: &mut Elastic, key: &str, subjects: &[SubjectIn]) -> Result<
     }
     f.known = f.api.invocation_ids().await?;
     f.since = None;
-    let (_, batch) = f
-        .api
-        .create_batch(&json!({"key": key, "source": "subjects"}))
-        .await?;
-    ensure!(
-        batch.total == subjects.len() as u64,
-        "batch total {}",
-        batch.total
-    );
-    Ok(batch)
+    steps::subjects_batch(&f.api, key, subjects.len()).await
 }
 
 async fn one_tick_finishes_the_batch(f: &mut Elastic) -> Result<()> {

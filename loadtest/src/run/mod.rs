@@ -355,14 +355,7 @@ async fn crash(
 ) -> Result<(drive::Driven, Option<u64>)> {
     let api = target.api.clone();
     let key = format!("crash-{}", chrono::Utc::now().timestamp_millis());
-    let (_, batch) = api
-        .create_batch(&json!({"key": key, "source": "subjects"}))
-        .await?;
-    ensure!(
-        batch.total == plan.len() as u64,
-        "crash batch has {} items",
-        batch.total
-    );
+    let batch = steps::subjects_batch(&api, &key, plan.len()).await?;
     let at_kill = steps::kill_mid_batch(target, &batch.id, pace.timeout).await?;
     eprintln!("killed the runtime with {}", at_kill.progress());
     let runtime = target
