@@ -421,11 +421,35 @@ pub fn test_delivery(key: &str, attempt: u32) -> Delivery {
     }
 }
 
+/// For tests: invocation 1, a tick that drained with nothing counted, within a
+/// budget of 200 subrequests.
+#[cfg(test)]
+pub fn test_invocation() -> Invocation {
+    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
+    Invocation {
+        id: 1,
+        summary: InvocationSummary {
+            invocation: None,
+            trigger: Trigger::Tick,
+            started_at: 0,
+            elapsed_ms: 1,
+            tally: Tally::default(),
+            subrequests: 0,
+            subrequest_budget: 200,
+            d1_statements: 0,
+            d1_rows_written: 0,
+            stop_reason: StopReason::Drained,
+            drainer: None,
+            chain: None,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::api::Id;
-    use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
+    use cron_fanout::core::model::StopReason;
 
     fn item(status: &str, attempt: u32, last_error: Option<&str>) -> Item {
         Item {
@@ -588,23 +612,9 @@ mod tests {
     }
 
     fn invocation(subrequests: i64) -> Invocation {
-        Invocation {
-            id: 1,
-            summary: InvocationSummary {
-                invocation: None,
-                trigger: Trigger::Tick,
-                started_at: 0,
-                elapsed_ms: 1,
-                tally: Tally::default(),
-                subrequests,
-                subrequest_budget: 200,
-                d1_statements: 0,
-                d1_rows_written: 0,
-                stop_reason: StopReason::Drained,
-                drainer: None,
-                chain: None,
-            },
-        }
+        let mut i = test_invocation();
+        i.summary.subrequests = subrequests;
+        i
     }
 
     #[test]

@@ -491,27 +491,10 @@ mod tests {
     use super::*;
 
     fn invocation(id: Option<&str>, batch: &str) -> Invocation {
-        use cron_fanout::core::model::{InvocationSummary, StopReason, Tally, Trigger};
-        Invocation {
-            id: 1,
-            summary: InvocationSummary {
-                invocation: id.map(str::to_string),
-                trigger: Trigger::Tick,
-                started_at: 0,
-                elapsed_ms: 0,
-                tally: Tally {
-                    batch_ids: [batch.to_string()].into(),
-                    ..Tally::default()
-                },
-                subrequests: 0,
-                subrequest_budget: 45,
-                d1_statements: 0,
-                d1_rows_written: 0,
-                stop_reason: StopReason::Drained,
-                drainer: None,
-                chain: None,
-            },
-        }
+        let mut i = verdict::test_invocation();
+        i.summary.invocation = id.map(str::to_string);
+        i.summary.tally.batch_ids = [batch.to_string()].into();
+        i
     }
 
     #[test]
