@@ -6,8 +6,9 @@
 //! `wrangler dev` starts about 150 webhooks a second at best, so the 500 a second
 //! receiver is never the bound here.
 
+use crate::bench::limits;
 use crate::driver::drive::{self, Pace};
-use crate::driver::target::{Secrets, Target, TargetArgs};
+use crate::driver::target::TargetArgs;
 use crate::run::table::Table;
 use crate::runtime::api::Api;
 use crate::sink::faults::Faults;
@@ -71,18 +72,9 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<Backpressur
 }
 
 async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) -> Result<Receiver> {
-    let settings = [
-        // The sink listens on 127.0.0.1.
-        ("ALLOW_PRIVATE_TARGETS", "true"),
-        ("SUBREQUEST_BUDGET", "10000"),
-        ("MAX_CHILD_INVOCATIONS", "10000"),
-        ("INVOCATION_DEADLINE_MS", "60000"),
-        ("JOB_TIMEOUT_MS", "5000"),
-        // Attempts enough that refusals show as calls, not as failures.
-        ("MAX_ATTEMPTS", "20"),
-    ];
     let name = format!("bench-bp-{per_s}");
-    let mut target = Target::open(args, &name, &settings, Secrets::Random, true).await?;
+    // Attempts enough that refusals show as calls, not as failures.
+    let mut target = limits::open(args, &name, &[("MAX_ATTEMPTS", "20")]).await?;
     let api: Api = target.api.clone();
     let faults = Faults {
         accept_per_s: per_s,

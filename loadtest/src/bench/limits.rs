@@ -145,9 +145,10 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
     })
 }
 
-/// A Worker whose ticks can start far more than the limits allow (no child cap
-/// or budget binds before them), so that what is measured is the limit.
-async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
+/// A Worker whose ticks can start far more than the limits (or a receiver)
+/// allow: no child cap or budget binds before them, so that what is measured is
+/// the limit; `more` settings after these.
+pub async fn open(args: &TargetArgs, name: &str, more: &[(&str, &str)]) -> Result<Target> {
     let settings = [
         // The sink listens on 127.0.0.1.
         ("ALLOW_PRIVATE_TARGETS", "true"),
@@ -158,6 +159,7 @@ async fn open(args: &TargetArgs, name: &str) -> Result<Target> {
         ("INVOCATION_DEADLINE_MS", "60000"),
         ("JOB_TIMEOUT_MS", "5000"),
     ];
+    let settings = [&settings[..], more].concat();
     Target::open(args, name, &settings, Secrets::Random, true).await
 }
 
@@ -196,7 +198,7 @@ async fn drain(api: &Api, id: &Id, timeout: Duration) -> Result<()> {
 }
 
 async fn rate_part(args: &TargetArgs, timeout: Duration) -> Result<(f64, f64)> {
-    let mut target = open(args, "bench-limits-rate").await?;
+    let mut target = open(args, "bench-limits-rate", &[]).await?;
     let api = target.api.clone();
     put_limit(&api, "bench-rate", json!({"rate": RATE, "burst": BURST})).await?;
     let id = batch(&api, "bench-rate", RATE_ITEMS, "bench-rate", None).await?;
@@ -221,7 +223,7 @@ async fn rate_part(args: &TargetArgs, timeout: Duration) -> Result<(f64, f64)> {
 }
 
 async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
-    let mut target = open(args, "bench-limits-pool").await?;
+    let mut target = open(args, "bench-limits-pool", &[]).await?;
     let api = target.api.clone();
     put_limit(&api, "bench-pool", json!({"concurrency": POOL})).await?;
     let faults = Faults {
@@ -240,7 +242,7 @@ async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
 }
 
 async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Option<u64>)> {
-    let mut target = open(args, "bench-limits-held").await?;
+    let mut target = open(args, "bench-limits-held", &[]).await?;
     let api = target.api.clone();
     // One start a day: the firing tick takes one item, then the key is exhausted.
     put_limit(

@@ -26,11 +26,12 @@ use crate::run::metrics::{self, ratio};
 use crate::run::scenario::{Job, Scenario, Spec};
 use crate::run::service;
 use crate::run::table::{num, Table};
-use crate::runtime::api::{Api, Probe, SubjectIn, MAX_PAGE, TICK_CRON};
+use crate::runtime::api::{Api, Probe, RawResponse, SubjectIn, MAX_PAGE, TICK_CRON};
 use crate::sink::faults::Faults;
 use crate::sink::PLATFORM_CONNECTIONS;
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::Method;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -134,48 +135,26 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     if args.only_control {
         eprintln!("== batch control");
         let c = control::measure(&args.target, args.control_items, timeout).await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&c)?);
-        } else {
-            let mut t = Table::default();
-            c.table(&mut t);
-            println!("{t}");
-        }
+        print_part(args.json, &c, |c, t| c.table(t))?;
         return Ok(true);
     }
     if args.only_limits {
         let l = crate::bench::limits::measure(&args.target, timeout).await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&l)?);
-        } else {
-            let mut t = Table::default();
-            l.table(&mut t);
-            println!("{t}");
-        }
+        print_part(args.json, &l, |l, t| l.table(t))?;
         return Ok(true);
     }
     if args.only_backpressure {
         let b = crate::bench::backpressure::measure(&args.target, timeout).await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&b)?);
-        } else {
-            let mut t = Table::default();
-            b.table(&mut t);
-            println!("{t}");
-        }
+        print_part(args.json, &b, |b, t| b.table(t))?;
         return Ok(true);
     }
     if args.only_rows_read {
         eprintln!("== rows read by ?status=failed");
         let r = rows_read(&args, timeout).await?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
-        } else {
-            let mut t = Table::default();
+        print_part(args.json, &r, |r, t| {
             t.section("D1 rows read by GET /batches/{id}/items?status=failed");
             t.row(&r.row());
-            println!("{t}");
-        }
+        })?;
         return Ok(true);
     }
     let noop = Spec {
@@ -647,40 +626,28 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
         timeout,
     };
     let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
-    let path = format!("/batches/{}/items?status=failed&limit=1000", batch.id);
-    let listing = api.admin_raw(Method::GET, &path, None).await?;
-    ensure!(
-        listing.status.is_success(),
-        "GET {path}: {}",
-        listing.status
-    );
+    let listing = get_ok(
+        &api,
+        &format!("/batches/{}/items?status=failed&limit=1000", batch.id),
+    )
+    .await?;
     let listed = listing
         .json()
         .and_then(|v| v["items"].as_array().map(Vec::len))
         .context("no items in the listing")? as u64;
-    let header = |r: &crate::runtime::api::RawResponse| -> Result<u64> {
+    let header = |r: &RawResponse| -> Result<u64> {
         r.header(ROWS_READ_HEADER)
             .and_then(|v| v.parse().ok())
             .with_context(|| format!("no {ROWS_READ_HEADER} header"))
     };
-    let get = api
-        .admin_raw(Method::GET, &format!("/batches/{}", batch.id), None)
-        .await?;
-    let metrics = api.admin_raw(Method::GET, "/metrics", None).await?;
-    let timeline = api
-        .admin_raw(
-            Method::GET,
-            &format!("/batches/{}/timeline", batch.id),
-            None,
-        )
-        .await?;
-    let path = format!("/batches/{}/items?status=pending&limit=20", batch.id);
-    let pending = api.admin_raw(Method::GET, &path, None).await?;
-    ensure!(
-        pending.status.is_success(),
-        "GET {path}: {}",
-        pending.status
-    );
+    let get = get_ok(&api, &format!("/batches/{}", batch.id)).await?;
+    let metrics = get_ok(&api, "/metrics").await?;
+    let timeline = get_ok(&api, &format!("/batches/{}/timeline", batch.id)).await?;
+    let pending = get_ok(
+        &api,
+        &format!("/batches/{}/items?status=pending&limit=20", batch.id),
+    )
+    .await?;
     let report = RowsRead {
         items: driven.batch.total,
         failed: driven.batch.failed,
@@ -696,6 +663,30 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
         runtime.stop().await?;
     }
     Ok(report)
+}
+
+/// An admin `GET path` that must answer 2xx (its rows-read header is measured).
+async fn get_ok(api: &Api, path: &str) -> Result<RawResponse> {
+    let r = api.admin_raw(Method::GET, path, None).await?;
+    ensure!(r.status.is_success(), "GET {path}: {}", r.status);
+    Ok(r)
+}
+
+/// A part's report on its own (`--only-…`): JSON with `--json`, else the table
+/// `fill` writes.
+fn print_part<R: Serialize>(
+    json: bool,
+    report: &R,
+    fill: impl FnOnce(&R, &mut Table),
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        let mut t = Table::default();
+        fill(report, &mut t);
+        println!("{t}");
+    }
+    Ok(())
 }
 
 fn ms(since: Instant) -> f64 {
