@@ -160,49 +160,8 @@ pub async fn run(args: E2eArgs) -> bool {
 async fn parts(args: &E2eArgs, checks: &mut Checks) {
     let target = &args.target;
     let timeout = Duration::from_secs(args.timeout_secs);
-    if args.only_dashboard {
-        let ran = dashboard_only(target, checks).await;
-        return ran_to_completion(checks, "dashboard part", ran);
-    }
-    if args.only_probe {
-        let ran = probe_only(target, checks).await;
-        return ran_to_completion(checks, "probe part", ran);
-    }
-    if args.only_answers {
-        let ran = answers_only(target, timeout, checks).await;
-        return ran_to_completion(checks, "endless-answers part", ran);
-    }
-    if args.only_drainers {
-        let ran = crate::e2e::drainers::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "drainers part", ran);
-    }
-    if args.only_elastic {
-        let ran = crate::e2e::elastic::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "elastic-drain part", ran);
-    }
-    if args.only_flow {
-        let ran = crate::e2e::flow::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "flow-control part", ran);
-    }
-    if args.only_backpressure {
-        let ran = crate::e2e::backpressure::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "backpressure part", ran);
-    }
-    if args.only_hello_kind {
-        let ran = crate::e2e::hello_kind::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "hello-kind part", ran);
-    }
-    if args.only_streak {
-        let ran = crate::e2e::streak::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "streak-reminder part", ran);
-    }
-    if args.only_streak_ts {
-        let ran = crate::e2e::streak::e2e_ts(target, timeout, checks).await;
-        return ran_to_completion(checks, "streak-reminder-ts part", ran);
-    }
-    if args.only_service {
-        let ran = crate::e2e::service::e2e(target, timeout, checks).await;
-        return ran_to_completion(checks, "service part", ran);
+    if let Some(part) = Part::only(args) {
+        return part.run(target, timeout, checks).await;
     }
     let only_one_part = args.only_control || args.only_delivery;
     if !only_one_part {
@@ -220,8 +179,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     if only_one_part {
         return;
     }
-    let ran = crate::e2e::drainers::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "drainers part", ran);
+    Part::Drainers.run(target, timeout, checks).await;
     if target.url.is_some() {
         println!("# elastic-drain, flow-control and backpressure parts skipped: --url mode cannot start a Worker with its settings");
         println!(
@@ -230,22 +188,94 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         println!("# streak-reminder parts skipped: --url mode runs only the Worker at that URL");
         return;
     }
-    let ran = crate::e2e::elastic::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "elastic-drain part", ran);
-    let ran = crate::e2e::flow::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "flow-control part", ran);
-    let ran = crate::e2e::backpressure::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "backpressure part", ran);
-    // The example Workers, each on a runtime of its own (`service`: cron-fanout
-    // and the TypeScript handler in one multi-worker `wrangler dev`).
-    let ran = crate::e2e::hello_kind::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "hello-kind part", ran);
-    let ran = crate::e2e::service::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "service part", ran);
-    let ran = crate::e2e::streak::e2e(target, timeout, checks).await;
-    ran_to_completion(checks, "streak-reminder part", ran);
-    let ran = crate::e2e::streak::e2e_ts(target, timeout, checks).await;
-    ran_to_completion(checks, "streak-reminder-ts part", ran);
+    // The example Workers after the flow parts, each on a runtime of its own
+    // (`service`: cron-fanout and the TypeScript handler in one multi-worker
+    // `wrangler dev`).
+    for part in [
+        Part::Elastic,
+        Part::Flow,
+        Part::Backpressure,
+        Part::HelloKind,
+        Part::Service,
+        Part::Streak,
+        Part::StreakTs,
+    ] {
+        part.run(target, timeout, checks).await;
+    }
+}
+
+/// The parts on a Worker of their own, each run alone by its `--only-…` flag;
+/// the suite runs those from `Drainers` on after its own checks.
+#[derive(Clone, Copy)]
+enum Part {
+    Dashboard,
+    Probe,
+    Answers,
+    Drainers,
+    Elastic,
+    Flow,
+    Backpressure,
+    HelloKind,
+    Streak,
+    StreakTs,
+    Service,
+}
+
+impl Part {
+    /// The part the flags ask for alone, if any (the first, as clap lets some
+    /// flags go together).
+    fn only(args: &E2eArgs) -> Option<Part> {
+        [
+            (args.only_dashboard, Part::Dashboard),
+            (args.only_probe, Part::Probe),
+            (args.only_answers, Part::Answers),
+            (args.only_drainers, Part::Drainers),
+            (args.only_elastic, Part::Elastic),
+            (args.only_flow, Part::Flow),
+            (args.only_backpressure, Part::Backpressure),
+            (args.only_hello_kind, Part::HelloKind),
+            (args.only_streak, Part::Streak),
+            (args.only_streak_ts, Part::StreakTs),
+            (args.only_service, Part::Service),
+        ]
+        .into_iter()
+        .find_map(|(asked, part)| asked.then_some(part))
+    }
+
+    /// Its name in the line of a part that could not go on.
+    fn name(self) -> &'static str {
+        match self {
+            Part::Dashboard => "dashboard part",
+            Part::Probe => "probe part",
+            Part::Answers => "endless-answers part",
+            Part::Drainers => "drainers part",
+            Part::Elastic => "elastic-drain part",
+            Part::Flow => "flow-control part",
+            Part::Backpressure => "backpressure part",
+            Part::HelloKind => "hello-kind part",
+            Part::Streak => "streak-reminder part",
+            Part::StreakTs => "streak-reminder-ts part",
+            Part::Service => "service part",
+        }
+    }
+
+    /// Runs the part; one failed check if it could not go on.
+    async fn run(self, args: &TargetArgs, timeout: Duration, checks: &mut Checks) {
+        let ran = match self {
+            Part::Dashboard => dashboard_only(args, checks).await,
+            Part::Probe => probe_only(args, checks).await,
+            Part::Answers => answers_only(args, timeout, checks).await,
+            Part::Drainers => drainers::e2e(args, timeout, checks).await,
+            Part::Elastic => elastic::e2e(args, timeout, checks).await,
+            Part::Flow => flow::e2e(args, timeout, checks).await,
+            Part::Backpressure => backpressure::e2e(args, timeout, checks).await,
+            Part::HelloKind => hello_kind::e2e(args, timeout, checks).await,
+            Part::Streak => streak::e2e(args, timeout, checks).await,
+            Part::StreakTs => streak::e2e_ts(args, timeout, checks).await,
+            Part::Service => service::e2e(args, timeout, checks).await,
+        };
+        ran_to_completion(checks, self.name(), ran);
+    }
 }
 
 /// A part that could not go on (its Worker did not start, a step it cannot do
