@@ -317,6 +317,62 @@ fn router(webhook_secret: &str) -> Router {
         .merge(crate::sink::fakes::router())
 }
 
+/// What the sink reads of a signed request (a delivery or a callback) before
+/// recording it: the signature's verdict, the Idempotency-Key, the body as `T`,
+/// and whether it is admitted, with the faults of its query.
+struct Signed<T> {
+    sig: signature::Verdict,
+    key: Option<String>,
+    body: Option<T>,
+    admitted: Result<Faults, (StatusCode, String)>,
+}
+
+impl<T: serde::de::DeserializeOwned> Signed<T> {
+    fn read(
+        secret: &[u8],
+        headers: &HeaderMap,
+        body: &[u8],
+        query: Option<&str>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Signed<T> {
+        let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
+        let sig = signature::verify(secret, sig_header, body, now.timestamp());
+        let key = headers
+            .get("Idempotency-Key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let parsed: Result<T, _> = serde_json::from_slice(body);
+        let admitted = admit(sig, key.is_some(), &parsed, query.unwrap_or(""));
+        Signed {
+            sig,
+            key,
+            body: parsed.ok(),
+            admitted,
+        }
+    }
+
+    /// The status and reason recorded for a refused request.
+    fn refusal(&self) -> (Option<u16>, Option<String>) {
+        match &self.admitted {
+            Ok(_) => (None, None),
+            Err((status, why)) => (Some(status.as_u16()), Some(why.clone())),
+        }
+    }
+}
+
+/// The number of this request among those with its Idempotency-Key (1 for the
+/// first, or without a key), counted in `per_key`.
+fn count_of_key(per_key: &mut HashMap<String, u32>, key: Option<&String>) -> u32 {
+    match key {
+        Some(k) => {
+            let n = per_key.entry(k.clone()).or_insert(0);
+            *n += 1;
+            *n
+        }
+        None => 1,
+    }
+}
+
 /// Whether a delivery is acceptable, and if so the faults to apply to it.
 fn admit<T>(
     sig: signature::Verdict,
@@ -354,34 +410,24 @@ async fn hook(
     let connection = shared.connection(&headers).await;
     let now = chrono::Utc::now();
     let location = format!("/redirected/{subject_id}");
-    let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
     let secret = shared
         .lock()
         .subject_secrets
         .get(&subject_id)
         .cloned()
         .unwrap_or_else(|| shared.secret.clone());
-    let sig = signature::verify(&secret, sig_header, &body, now.timestamp());
-    let key = headers
-        .get("Idempotency-Key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let parsed: Result<Body, _> = serde_json::from_slice(&body);
-    let admitted = admit(sig, key.is_some(), &parsed, query.as_deref().unwrap_or(""));
-    let error = admitted.as_ref().err();
-
-    let body = parsed.ok();
+    let signed = Signed::<Body>::read(&secret, &headers, &body, query.as_deref(), now);
+    let (status, error) = signed.refusal();
+    let Signed {
+        sig,
+        key,
+        body,
+        admitted,
+    } = signed;
     let (seq, index, delivery_no, fixed) = {
         let mut inner = shared.lock();
         let fixed = inner.fixed.contains(&subject_id);
-        let delivery_no = match &key {
-            Some(k) => {
-                let n = inner.per_key.entry(k.clone()).or_insert(0);
-                *n += 1;
-                *n
-            }
-            None => 1,
-        };
+        let delivery_no = count_of_key(&mut inner.per_key, key.as_ref());
         let seq = inner.next_seq;
         inner.next_seq += 1;
         inner.deliveries.push(Delivery {
@@ -396,9 +442,9 @@ async fn hook(
             channel: body.as_ref().and_then(|b| b.channel.clone()),
             data_sha256: body.as_ref().map(|b| data_digest(&b.data)),
             signature: sig.as_str().to_string(),
-            status: error.map(|(s, _)| s.as_u16()),
+            status,
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            error: error.map(|(_, why)| why.clone()),
+            error,
             invocation: connection.invocation(),
         });
         (seq, inner.deliveries.len() - 1, delivery_no, fixed)
@@ -491,25 +537,17 @@ async fn callback(
 ) -> Response {
     let connection = shared.connection(&headers).await;
     let now = chrono::Utc::now();
-    let sig_header = headers.get(signature::HEADER).and_then(|v| v.to_str().ok());
-    let sig = signature::verify(&shared.secret, sig_header, &body, now.timestamp());
-    let key = headers
-        .get("Idempotency-Key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let parsed: Result<Summary, _> = serde_json::from_slice(&body);
-    let admitted = admit(sig, key.is_some(), &parsed, query.as_deref().unwrap_or(""));
-    let error = admitted.as_ref().err();
+    let signed = Signed::<Summary>::read(&shared.secret, &headers, &body, query.as_deref(), now);
+    let (status, error) = signed.refusal();
+    let Signed {
+        sig,
+        key,
+        body: summary,
+        admitted,
+    } = signed;
     let (index, delivery_no) = {
         let mut inner = shared.lock();
-        let delivery_no = match &key {
-            Some(k) => {
-                let n = inner.callback_per_key.entry(k.clone()).or_insert(0);
-                *n += 1;
-                *n
-            }
-            None => 1,
-        };
+        let delivery_no = count_of_key(&mut inner.callback_per_key, key.as_ref());
         let seq = inner.callbacks.len() as u64;
         inner.callbacks.push(CallbackRecord {
             seq,
@@ -517,10 +555,10 @@ async fn callback(
             idempotency_key: key.clone(),
             delivery_no,
             signature: sig.as_str().to_string(),
-            summary: parsed.ok(),
-            status: error.map(|(s, _)| s.as_u16()),
+            summary,
+            status,
             received_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            error: error.map(|(_, why)| why.clone()),
+            error,
             invocation: connection.invocation(),
         });
         (inner.callbacks.len() - 1, delivery_no)
