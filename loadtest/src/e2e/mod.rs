@@ -270,8 +270,8 @@ impl Part {
             Part::Flow => flow::e2e(args, timeout, checks).await,
             Part::Backpressure => backpressure::e2e(args, timeout, checks).await,
             Part::HelloKind => hello_kind::e2e(args, timeout, checks).await,
-            Part::Streak => streak::e2e(args, timeout, checks).await,
-            Part::StreakTs => streak::e2e_ts(args, timeout, checks).await,
+            Part::Streak => streak::e2e(streak::App::Rust, args, timeout, checks).await,
+            Part::StreakTs => streak::e2e(streak::App::Ts, args, timeout, checks).await,
             Part::Service => service::e2e(args, timeout, checks).await,
         };
         ran_to_completion(checks, self.name(), ran);

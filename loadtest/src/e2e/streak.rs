@@ -45,10 +45,12 @@ const BINDING_TS: &str = "STREAK";
 
 /// Which version of the app a run of the part drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum App {
+pub enum App {
     /// The kind `streak_check` on a Worker crate of its own.
     Rust,
-    /// The TypeScript Worker, `service` items of the default Worker.
+    /// The TypeScript Worker, `service` items of the default Worker (bound to it
+    /// as [`BINDING_TS`], with the example's `cron-fanout.toml`), both in one
+    /// `wrangler dev`.
     Ts,
 }
 
@@ -61,13 +63,35 @@ impl App {
         }
     }
 }
+
+/// The part of `app` (`--only-streak`, `--only-streak-ts`): starts its runtime
+/// on a test clock, runs its checks, then stops it and says how long it took.
 pub async fn e2e(
+    app: App,
     args: &TargetArgs,
     timeout: std::time::Duration,
     checks: &mut Checks,
 ) -> Result<()> {
     let started = Instant::now();
     let clock = TestClock::at(t(SETUP_AT), Utc::now());
+    let mut target = match app {
+        App::Rust => open_rust(args, &clock).await?,
+        App::Ts => open_ts(args, &clock).await?,
+    };
+    let result = run(app, &mut target, timeout, checks).await;
+    target
+        .stop_checked(&format!("{}: ", app.name()), checks)
+        .await;
+    println!(
+        "# {} part: {:.1} s",
+        app.name(),
+        started.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// The example's Worker, with the fakes' tokens.
+async fn open_rust(args: &TargetArgs, clock: &TestClock) -> Result<Target> {
     let tokens = [
         ("GITHUB_TOKEN", GITHUB_TOKEN.to_string()),
         ("TELEGRAM_BOT_TOKEN", TELEGRAM_BOT_TOKEN.to_string()),
@@ -75,33 +99,18 @@ pub async fn e2e(
     // The fakes' URLs need the sink's address, known once it started: they are
     // set with the clock's move, before anything runs.
     let config = suite::example_config(args, EXAMPLE)?;
-    let mut target = suite::open_worker(
+    suite::open_worker(
         args,
         "e2e-streak",
         clock.vars().into_iter().chain(tokens),
         vec![config],
     )
     .await
-    .context("starting the streak-reminder Worker")?;
-    let result = run(App::Rust, &mut target, timeout, checks).await;
-    target.stop_checked("streak-reminder: ", checks).await;
-    println!(
-        "# streak-reminder part: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    result
+    .context("starting the streak-reminder Worker")
 }
 
-/// The TypeScript version: the default Worker (bound to it as [`BINDING_TS`],
-/// with the example's `cron-fanout.toml`) and the TypeScript Worker in one
-/// `wrangler dev`.
-pub async fn e2e_ts(
-    args: &TargetArgs,
-    timeout: std::time::Duration,
-    checks: &mut Checks,
-) -> Result<()> {
-    let started = Instant::now();
-    let clock = TestClock::at(t(SETUP_AT), Utc::now());
+/// The default Worker with the example's binding, and the TypeScript Worker.
+async fn open_ts(args: &TargetArgs, clock: &TestClock) -> Result<Target> {
     let repo = args.repo.canonicalize()?;
     // The default Worker's config with the binding, as the example ships it.
     let cron_fanout = repo.join(EXAMPLE_TS).join("cron-fanout.toml");
@@ -122,21 +131,14 @@ pub async fn e2e_ts(
         ("JOB_TIMEOUT_MS", TS_JOB_TIMEOUT_MS.to_string()),
         ("LEASE_SECONDS", lease.to_string()),
     ];
-    let mut target = suite::open_worker(
+    suite::open_worker(
         args,
         "e2e-streak-ts",
         clock.vars().into_iter().chain(settings),
         configs,
     )
     .await
-    .context("starting cron-fanout and the streak-reminder-ts Worker")?;
-    let result = run(App::Ts, &mut target, timeout, checks).await;
-    target.stop_checked("streak-reminder-ts: ", checks).await;
-    println!(
-        "# streak-reminder-ts part: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    result
+    .context("starting cron-fanout and the streak-reminder-ts Worker")
 }
 
 /// `JOB_TIMEOUT_MS` of the TypeScript part's cron-fanout.
@@ -535,22 +537,15 @@ fn retried_on_attempt_2(ran: &Ran, id: &str, other: &str) -> Result<()> {
 }
 
 async fn github_429_retried_before_any_reminder(f: &mut Streak<'_>) -> Result<()> {
-    let Ran {
-        items, requests, ..
-    } = f.ran()?;
-    let limited = item(items, "github-429")?;
+    let ran = f.ran()?;
+    let limited = item(&ran.items, "github-429")?;
     // Its requests in order: the 429, then the calendar, then the reminders.
-    let (index, user) = user("github-429");
-    let order: Vec<(String, u16)> = requests
-        .iter()
-        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, user).as_str()))
-        .map(|r| (r.api.clone(), r.status))
-        .collect();
+    let order = requests_of(&ran.requests, "github-429");
     let reminded_after_calendar = order.len() == 4
-        && order[..2] == [("github".to_string(), 429), ("github".to_string(), 200)]
+        && order[..2] == [("github", 429), ("github", 200)]
         && order[2..]
             .iter()
-            .all(|(api, status)| api != "github" && (200..300).contains(status));
+            .all(|(api, status)| *api != "github" && (200..300).contains(status));
     ensure!(
         limited.status == "completed" && limited.attempt == 2 && reminded_after_calendar,
         "{}, requests {order:?}",
@@ -682,14 +677,22 @@ async fn settle(target: &Target, timeout: std::time::Duration) -> Result<Batch> 
     }
 }
 
-/// What the fakes were sent for user `id` at `api`: the statuses answered.
-fn answered(requests: &[FakeRequest], api: &str, id: &str) -> Vec<u16> {
+/// What the fakes were sent for user `id`, in order: each API and its answer.
+fn requests_of<'a>(requests: &'a [FakeRequest], id: &str) -> Vec<(&'a str, u16)> {
     let (index, user) = user(id);
-    let key = key(api, index, user);
     requests
         .iter()
-        .filter(|r| r.api == api && r.key.as_deref() == Some(key.as_str()))
-        .map(|r| r.status)
+        .filter(|r| r.key.as_deref() == Some(key(&r.api, index, user).as_str()))
+        .map(|r| (r.api.as_str(), r.status))
+        .collect()
+}
+
+/// What the fakes were sent for user `id` at `api`: the statuses answered.
+fn answered(requests: &[FakeRequest], api: &str, id: &str) -> Vec<u16> {
+    requests_of(requests, id)
+        .into_iter()
+        .filter(|(a, _)| *a == api)
+        .map(|(_, status)| status)
         .collect()
 }
 
