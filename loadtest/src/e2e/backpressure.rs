@@ -158,13 +158,7 @@ async fn siblings_wait_for_the_pause(b: &mut Backpressure<'_>) -> Result<()> {
         "finished with {}",
         done.progress()
     );
-    let deliveries = b
-        .target
-        .sink
-        .stats(true)
-        .await?
-        .deliveries
-        .unwrap_or_default();
+    let deliveries = b.target.sink.deliveries().await?;
     let mut first = i64::MAX;
     for d in deliveries
         .iter()

@@ -13,8 +13,8 @@ use crate::driver::drive::until_ended;
 use crate::driver::steps::webhook_batch;
 use crate::driver::target::{Target, TargetArgs};
 use crate::run::control::{
-    cancelled_never_delivered, deliveries, ended_cancelled, interrupt, only_in_flight_after,
-    outcome, replayed_once_more, summarize, Interrupted,
+    cancelled_never_delivered, ended_cancelled, interrupt, only_in_flight_after, outcome,
+    replayed_once_more, summarize, Interrupted,
 };
 use crate::runtime::api::{Batch, Id, Item, TICK_CRON};
 use crate::runtime::openapi;
@@ -206,11 +206,11 @@ async fn paused_ticks_deliver_and_claim_nothing(f: &mut Control) -> Result<()> {
     let paused = f.paused.as_mut().context("no paused batch")?;
     let id = &paused.pause.batch.id;
     let frozen = api.batch(id).await?;
-    let before = deliveries(sink).await?.len();
+    let before = sink.deliveries().await?.len();
     api.fire_cron(TICK_CRON).await?;
     api.fire_cron(TICK_CRON).await?;
     let still = paused.still.insert(api.batch(id).await?);
-    let all = paused.seen.insert(deliveries(sink).await?);
+    let all = paused.seen.insert(sink.deliveries().await?);
     ensure!(
         all.len() == before && still.pending == frozen.pending && still.status == "paused",
         "{} new deliveries; {} -> {}",
@@ -290,7 +290,7 @@ async fn cancelled_batch_ends_with_counts_adding_up(f: &mut Control) -> Result<(
 
 async fn cancelled_only_in_flight_delivered_after(f: &mut Control) -> Result<()> {
     let cancelled = f.cancelled.as_mut().context("no cancelled batch")?;
-    let all = cancelled.seen.insert(deliveries(&f.target.sink).await?);
+    let all = cancelled.seen.insert(f.target.sink.deliveries().await?);
     let cancel = &cancelled.cancel;
     let by_item = verdict::deliveries_by_item(all, &cancel.batch.id.0);
     let ours: Vec<&Delivery> = by_item.values().flatten().copied().collect();
@@ -322,7 +322,7 @@ async fn ended_batch_ignores_ticks_and_repeated_cancel(f: &mut Control) -> Resul
     api.fire_cron(TICK_CRON).await?;
     let again = api.control(&cancel.batch.id, "cancel").await?;
     ensure!(
-        deliveries(sink).await?.len() == before && again.finished_at == ended.finished_at,
+        sink.deliveries().await?.len() == before && again.finished_at == ended.finished_at,
         "{} then {}",
         ended.progress(),
         again.progress()

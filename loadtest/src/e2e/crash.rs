@@ -97,8 +97,7 @@ pub async fn crash(
         .processing_at_kill
         .context("the items in flight at the kill are unknown")?;
     let items = items_by_subject(&f.api, &batch.id).await?;
-    let stats = f.target.sink.stats(true).await?;
-    let deliveries = stats.deliveries.unwrap_or_default();
+    let deliveries = f.target.sink.deliveries().await?;
     let by_item = verdict::deliveries_by_item(&deliveries, &batch.id.0);
     // Judged together (`loadtest run` reports them too), one line each.
     let recovery = verdict::crash_recovery(&f.slow, &items, &by_item, processing_at_kill);

@@ -328,7 +328,7 @@ async fn multi_item_with_a_channel_hanging_twice_completes(f: &mut Delivering) -
     let batch = create(api, "multi", items, None).await?;
     until_ended(api, &batch.id, f.timeout).await?;
     let items = api.all_items(&batch.id, None).await?;
-    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let all = sink.deliveries().await?;
     f.multi = Some(Multi {
         batch,
         plans,
@@ -398,7 +398,7 @@ async fn webhooks_name_their_tick(f: &mut Delivering) -> Result<()> {
     let batch = ended_with_one_faulty(f, "corr", 3, "corr-flaky", &once, "corr").await?;
     until_called_back(api, &batch.id, f.timeout).await?;
     let ours = api.invocations_since(&known).await?;
-    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let all = sink.deliveries().await?;
     let webhooks: Vec<Delivery> = all
         .into_iter()
         .filter(|d| d.batch_id.as_deref() == Some(batch.id.0.as_str()))

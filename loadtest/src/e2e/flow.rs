@@ -72,7 +72,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     // are the subject here, and a run timed out on a loaded machine would be a
     // retry, one more start of its key.
     let lease = min_lease_seconds(JOB_TIMEOUT_MS, 50, 25);
-    let mut target = open_worker(
+    let target = open_worker(
         args,
         "e2e-flow",
         [
@@ -88,7 +88,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     .await
     .context("starting the flow-control Worker")?;
     let mut f = Flow {
-        target: &target,
+        target,
         timeout,
         rate_items: Vec::new(),
         big: None,
@@ -124,7 +124,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         ),
     ];
     checks.run(&mut f, limits).await;
-    let restarted = match target.runtime.as_mut() {
+    let restarted = match f.target.runtime.as_mut() {
         Some(runtime) => {
             runtime.set_var("MAX_CHILD_INVOCATIONS", Some(&CHILD_CAP.to_string()));
             runtime.restart().await
@@ -140,12 +140,6 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     {
         return Ok(());
     }
-    let mut f = Flow {
-        target: &target,
-        timeout,
-        rate_items: Vec::new(),
-        big: None,
-    };
     let turns = vec![
         check!(
             format!("flow: a {SMALL_ITEMS}-item batch created while a {BIG_ITEMS}-item batch drains ends within {SMALL_WITHIN_TICKS} ticks (MAX_CHILD_INVOCATIONS {CHILD_CAP}), the big one going on beside it"),
@@ -157,13 +151,13 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         ),
     ];
     checks.run(&mut f, turns).await;
-    target.stop_checked("flow: ", checks).await;
+    f.target.stop_checked("flow: ", checks).await;
     Ok(())
 }
 
 /// What the checks share: the Worker and what a check left for the next.
-struct Flow<'a> {
-    target: &'a Target,
+struct Flow {
+    target: Target,
     timeout: Duration,
     /// The rate batch's items: (item id, started_at in ms of its last attempt).
     rate_items: Vec<(i64, i64)>,
@@ -172,7 +166,7 @@ struct Flow<'a> {
 }
 
 /// `n` webhook items to the sink, each holding `limits`, in the sink's `group`.
-fn items(f: &Flow<'_>, prefix: &str, n: usize, limits: &[&str], faults: &Faults) -> Vec<Value> {
+fn items(f: &Flow, prefix: &str, n: usize, limits: &[&str], faults: &Faults) -> Vec<Value> {
     (0..n)
         .map(|i| {
             let id = format!("{prefix}-{i:04}");
@@ -180,6 +174,13 @@ fn items(f: &Flow<'_>, prefix: &str, n: usize, limits: &[&str], faults: &Faults)
                    "payload": {"url": f.target.sink.hook_url(&id, faults), "data": {}}})
         })
         .collect()
+}
+
+/// A batch `e2e-flow-<name>` of `n` healthy items holding no key (with `more`
+/// fields).
+async fn plain(f: &Flow, name: &str, n: usize, more: Value) -> Result<Batch> {
+    let items = items(f, name, n, &[], &Faults::default());
+    create(&f.target.api, &format!("e2e-flow-{name}"), items, more).await
 }
 
 /// Creates a batch of `items` (with `more` fields) and returns it.
@@ -215,7 +216,7 @@ fn worst_excess(starts: &[i64], burst: u64, rate: u64, slack_ms: i64) -> f64 {
     worst
 }
 
-async fn rate_batch_completes(f: &mut Flow<'_>) -> Result<()> {
+async fn rate_batch_completes(f: &mut Flow) -> Result<()> {
     let api = &f.target.api;
     put_limit(api, RATE_KEY, json!({"rate": RATE, "burst": BURST})).await?;
     let faults = Faults {
@@ -248,7 +249,7 @@ async fn rate_batch_completes(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn rate_is_kept_at_the_claims(f: &mut Flow<'_>) -> Result<()> {
+async fn rate_is_kept_at_the_claims(f: &mut Flow) -> Result<()> {
     let starts: Vec<i64> = f.rate_items.iter().map(|(_, at)| *at).collect();
     ensure!(starts.len() == RATE_ITEMS, "{} starts", starts.len());
     let excess = worst_excess(&starts, BURST, RATE, 0);
@@ -260,14 +261,8 @@ async fn rate_is_kept_at_the_claims(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn rate_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
-    let deliveries = f
-        .target
-        .sink
-        .stats(true)
-        .await?
-        .deliveries
-        .unwrap_or_default();
+async fn rate_is_kept_at_the_sink(f: &mut Flow) -> Result<()> {
+    let deliveries = f.target.sink.deliveries().await?;
     let started: HashMap<i64, i64> = f.rate_items.iter().copied().collect();
     // Each item's last arrival, the one its started_at is the claim of.
     let mut last: HashMap<i64, i64> = HashMap::new();
@@ -306,7 +301,7 @@ async fn rate_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn rate_is_nearly_reached(f: &mut Flow<'_>) -> Result<()> {
+async fn rate_is_nearly_reached(f: &mut Flow) -> Result<()> {
     let (first, last) = match (f.rate_items.first(), f.rate_items.last()) {
         (Some((_, first)), Some((_, last))) => (*first, *last),
         _ => bail!("no starts"),
@@ -328,7 +323,7 @@ async fn rate_is_nearly_reached(f: &mut Flow<'_>) -> Result<()> {
 }
 
 /// Drains a batch of `items` by ticks in pairs; all must complete.
-async fn drain_slow(f: &Flow<'_>, key: &str, items: Vec<Value>) -> Result<()> {
+async fn drain_slow(f: &Flow, key: &str, items: Vec<Value>) -> Result<()> {
     let api = &f.target.api;
     let n = items.len() as u64;
     let batch = create(api, key, items, json!({})).await?;
@@ -337,7 +332,7 @@ async fn drain_slow(f: &Flow<'_>, key: &str, items: Vec<Value>) -> Result<()> {
     Ok(())
 }
 
-async fn concurrency_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
+async fn concurrency_is_kept_at_the_sink(f: &mut Flow) -> Result<()> {
     put_limit(&f.target.api, POOL_KEY, json!({"concurrency": POOL})).await?;
     let faults = Faults {
         latency_ms: SLOW_MS,
@@ -358,7 +353,7 @@ async fn concurrency_is_kept_at_the_sink(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn partitions_are_limited_each(f: &mut Flow<'_>) -> Result<()> {
+async fn partitions_are_limited_each(f: &mut Flow) -> Result<()> {
     put_limit(
         &f.target.api,
         TENANTS_KEY,
@@ -400,7 +395,7 @@ async fn partitions_are_limited_each(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn slots_are_given_back(f: &mut Flow<'_>) -> Result<()> {
+async fn slots_are_given_back(f: &mut Flow) -> Result<()> {
     for key in [RATE_KEY, POOL_KEY, TENANTS_KEY] {
         let limit = get_limit(&f.target.api, key).await?;
         ensure!(
@@ -411,16 +406,9 @@ async fn slots_are_given_back(f: &mut Flow<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> {
+async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow) -> Result<()> {
     let api = &f.target.api;
-    let healthy = Faults::default();
-    let big = create(
-        api,
-        "e2e-flow-big",
-        items(f, "big", BIG_ITEMS, &[], &healthy),
-        json!({}),
-    )
-    .await?;
+    let big = plain(f, "big", BIG_ITEMS, json!({})).await?;
     f.big = Some(big.id.clone());
     api.fire_cron(TICK_CRON).await?;
     let draining = api.batch(&big.id).await?;
@@ -429,13 +417,7 @@ async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> 
         "the big batch is not draining: {}",
         draining.progress()
     );
-    let small = create(
-        api,
-        "e2e-flow-small",
-        items(f, "small", SMALL_ITEMS, &[], &healthy),
-        json!({}),
-    )
-    .await?;
+    let small = plain(f, "small", SMALL_ITEMS, json!({})).await?;
     let mut ticks = 0;
     while !api.batch(&small.id).await?.is_finished() {
         ensure!(
@@ -458,20 +440,13 @@ async fn small_batch_takes_turns_with_a_big_one(f: &mut Flow<'_>) -> Result<()> 
     Ok(())
 }
 
-async fn higher_priority_is_claimed_first(f: &mut Flow<'_>) -> Result<()> {
+async fn higher_priority_is_claimed_first(f: &mut Flow) -> Result<()> {
     let api = &f.target.api;
-    let healthy = Faults::default();
-    let low = create(
-        api,
-        "e2e-flow-low",
-        items(f, "low", LOW_ITEMS, &[], &healthy),
-        json!({}),
-    )
-    .await?;
-    let high = create(
-        api,
-        "e2e-flow-high",
-        items(f, "high", CHILD_CAP as usize, &[], &healthy),
+    let low = plain(f, "low", LOW_ITEMS, json!({})).await?;
+    let high = plain(
+        f,
+        "high",
+        CHILD_CAP as usize,
         json!({"priority": HIGH_PRIORITY}),
     )
     .await?;

@@ -154,12 +154,7 @@ impl Seen {
 async fn seen(target: &Target) -> Result<Seen> {
     Ok(Seen {
         batches: target.api.batches(100).await?,
-        deliveries: target
-            .sink
-            .stats(true)
-            .await?
-            .deliveries
-            .unwrap_or_default(),
+        deliveries: target.sink.deliveries().await?,
     })
 }
 

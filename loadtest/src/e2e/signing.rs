@@ -292,10 +292,11 @@ async fn own_secret_signs_the_delivery(f: &mut OwnSecret<'_>) -> Result<()> {
         f.timeout,
     )
     .await?;
-    let stats = f.target.sink.stats(true).await?;
-    let signatures: Vec<String> = stats
-        .deliveries
-        .unwrap_or_default()
+    let signatures: Vec<String> = f
+        .target
+        .sink
+        .deliveries()
+        .await?
         .into_iter()
         .filter(|d| d.subject_id == OWN_SECRET)
         .map(|d| d.signature)

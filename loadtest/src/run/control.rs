@@ -185,12 +185,12 @@ pub fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
 
 /// Every delivery the sink recorded.
 pub async fn deliveries(sink: &SinkClient) -> Result<Vec<Delivery>> {
-    Ok(sink.stats(true).await?.deliveries.unwrap_or_default())
+    Ok(sink.deliveries().await?)
 }
 
 /// What a batch left behind: every delivery the sink recorded, and its items.
 pub async fn outcome(api: &Api, sink: &SinkClient, id: &Id) -> Result<(Vec<Delivery>, Vec<Item>)> {
-    Ok((deliveries(sink).await?, api.all_items(id, None).await?))
+    Ok((sink.deliveries().await?, api.all_items(id, None).await?))
 }
 
 /// What a pause or cancel mid-batch observed.

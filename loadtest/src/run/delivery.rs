@@ -415,7 +415,7 @@ pub async fn scenario(
     let called = until_called_back(&api, &batch.id, pace.timeout).await?;
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let items = api.all_items(&batch.id, None).await?;
-    let all = sink.stats(true).await?.deliveries.unwrap_or_default();
+    let all = sink.deliveries().await?;
     // By Idempotency-Key: `<item id>:<channel>`, one group per channel.
     let by_key = verdict::deliveries_by_item(&all, &batch.id.0);
     let channels = scenario_channels(spec.error_rate);

@@ -183,6 +183,11 @@ impl SinkClient {
         resp.json().await.with_context(|| format!("reading {url}"))
     }
 
+    /// Every delivery the sink recorded.
+    pub async fn deliveries(&self) -> Result<Vec<Delivery>> {
+        Ok(self.stats(true).await?.deliveries.unwrap_or_default())
+    }
+
     /// Registers subjects whose deliveries are signed with their own secret.
     pub async fn set_subject_secrets(&self, secrets: &HashMap<String, String>) -> Result<()> {
         self.post("/secrets", secrets).await
