@@ -8,10 +8,9 @@
 //! this machine.
 
 use crate::driver::drive::{self, until_called_back, Pace};
-use crate::driver::plan::Planned;
 use crate::driver::target::Target;
 use crate::run::report::{Deliveries, Observed, RunReport, Verdict};
-use crate::run::scenario::{Scenario, Spec};
+use crate::run::scenario::{Scenario, Seeded};
 use crate::runtime::api::{Api, Batch, Id, Invocation, Item};
 use crate::sink::faults::Faults;
 use crate::sink::{Delivery, SinkClient};
@@ -233,39 +232,36 @@ pub async fn interrupt(
 /// Share of the items completed when the `cancel` scenario cancels its batch.
 pub const CANCEL_AT_SHARE: f64 = 0.3;
 
-/// The `cancel` and `replay` scenarios on seeded subjects (`plan`): an ad-hoc
-/// batch over them, driven by ticks at `pace`; the report and its verdicts.
-/// `known`: invocations that ran before this one.
-pub async fn scenario(
-    spec: &Spec,
-    target: &mut Target,
-    plan: &[Planned],
-    known: &HashSet<i64>,
-    pace: Pace,
-) -> Result<RunReport> {
+/// The `cancel` and `replay` scenarios on the seeded subjects: an ad-hoc batch
+/// over them, driven by ticks at the run's pace; the report and its verdicts.
+pub async fn scenario(target: &mut Target, seeded: Seeded<'_>) -> Result<RunReport> {
     let api = target.api.clone();
-    let key = format!("{}-{}", spec.scenario.name(), Utc::now().timestamp_millis());
+    let key = format!(
+        "{}-{}",
+        seeded.spec.scenario.name(),
+        Utc::now().timestamp_millis()
+    );
     // It calls back when it ends (each end, for the replay): checked below.
     let on_finish = target
         .sink
-        .callback_url(spec.scenario.name(), &Faults::default());
+        .callback_url(seeded.spec.scenario.name(), &Faults::default());
     let (_, batch) = api
         .create_batch(&json!({"key": key, "source": "subjects", "on_finish": {"url": on_finish}}))
         .await?;
     ensure!(
-        batch.total == plan.len() as u64,
+        batch.total == seeded.plan.len() as u64,
         "batch has {} items",
         batch.total
     );
-    let (driven, mut verdicts, ticks) = match spec.scenario {
-        Scenario::Cancel => cancel_run(target, &batch, pace).await?,
-        Scenario::Replay => replay_run(target, &batch, pace).await?,
+    let (driven, mut verdicts, ticks) = match seeded.spec.scenario {
+        Scenario::Cancel => cancel_run(target, &batch, seeded.pace).await?,
+        Scenario::Replay => replay_run(target, &batch, seeded.pace).await?,
         other => bail!("{} is not a batch-control scenario", other.name()),
     };
     let (all, items) = outcome(&api, &target.sink, &batch.id).await?;
     let by_item = verdict::deliveries_by_item(&all, &batch.id.0);
     let total = by_item.values().map(|d| d.len() as u64).sum::<u64>();
-    let invocations = api.invocations_since(known).await?;
+    let invocations = api.invocations_since(seeded.known).await?;
     verdicts.push(Verdict::new(
         "no invocation used more subrequests than its budget",
         verdict::within_budget(&invocations),
@@ -273,7 +269,7 @@ pub async fn scenario(
     let ours: Vec<&Invocation> = invocations.iter().collect();
     RunReport::build(
         Observed {
-            spec,
+            spec: seeded.spec,
             settings: &target.settings,
             batch: &driven,
             items: &items,

@@ -6,20 +6,20 @@
 //! one per end of a batch, the same for the retries of one end); a channel's
 //! deliveries by theirs (`<item id>:<channel>`).
 
+use crate::driver::drive;
 use crate::driver::drive::until_called_back;
-use crate::driver::drive::{self, Pace};
 use crate::driver::plan::Planned;
 use crate::driver::steps::RUN_SCHEDULE;
 use crate::driver::target::Target;
 use crate::run::report::{Deliveries, Observed, RunReport, Verdict};
-use crate::run::scenario::Spec;
+use crate::run::scenario::Seeded;
 use crate::runtime::api::{Batch, Id, Invocation, Item, SubjectIn, TICK_CRON};
 use crate::sink::faults::Faults;
 use crate::sink::{CallbackRecord, Delivery, SinkClient, Summary};
 use crate::{driver::steps, driver::verdict, run::metrics, sink::signature};
 use anyhow::{ensure, Result};
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use tokio::task::JoinSet;
 
 // ---------------------------------------------------------------- pure verdicts
@@ -388,15 +388,8 @@ pub fn subjects(sink: &SinkClient, plan: &[Planned], error_rate: f64) -> Vec<Sub
 
 /// `loadtest run --scenario multi`: a one-off schedule with `on_finish` fires a
 /// batch over the seeded multi-channel subjects (as `happy` does), driven to its
-/// end and its callback; the report and its verdicts. `known`: invocations that
-/// ran before.
-pub async fn scenario(
-    spec: &Spec,
-    target: &mut Target,
-    plan: &[Planned],
-    known: &HashSet<i64>,
-    pace: Pace,
-) -> Result<RunReport> {
+/// end and its callback; the report and its verdicts.
+pub async fn scenario(target: &mut Target, seeded: Seeded<'_>) -> Result<RunReport> {
     let api = target.api.clone();
     let sink = target.sink.clone();
     let on_finish = json!({"on_finish": {"url": sink.callback_url("multi", &scenario_callback())}});
@@ -404,21 +397,21 @@ pub async fn scenario(
     let mut running: JoinSet<Result<()>> = JoinSet::new();
     let first = api.clone();
     running.spawn(async move { first.fire_cron(TICK_CRON).await });
-    let batch = steps::await_batch(&api, &key, &mut running, pace.timeout).await?;
+    let batch = steps::await_batch(&api, &key, &mut running, seeded.pace.timeout).await?;
     ensure!(
-        batch.total == plan.len() as u64 && batch.on_finish.is_some(),
+        batch.total == seeded.plan.len() as u64 && batch.on_finish.is_some(),
         "the schedule's batch: {} items, on_finish {:?}",
         batch.total,
         batch.on_finish
     );
-    let driven = drive::until_finished(&api, &batch, pace, running).await?;
-    let called = until_called_back(&api, &batch.id, pace.timeout).await?;
+    let driven = drive::until_finished(&api, &batch, seeded.pace, running).await?;
+    let called = until_called_back(&api, &batch.id, seeded.pace.timeout).await?;
     let max_attempts = u32::try_from(target.setting("MAX_ATTEMPTS")?)?;
     let items = api.all_items(&batch.id, None).await?;
     let all = sink.deliveries().await?;
     // By Idempotency-Key: `<item id>:<channel>`, one group per channel.
     let by_key = verdict::deliveries_by_item(&all, &batch.id.0);
-    let channels = scenario_channels(spec.error_rate);
+    let channels = scenario_channels(seeded.spec.error_rate);
     let wrong: Vec<String> = items
         .iter()
         .filter_map(|i| multi_item_ok(i, &channels, max_attempts, &by_key).err())
@@ -437,7 +430,7 @@ pub async fn scenario(
     let mut verdicts = vec![
         Verdict::new(
             "nothing lost: one item per subject, each completed or failed",
-            verdict::nothing_lost(plan, &by_subject),
+            verdict::nothing_lost(seeded.plan, &by_subject),
         ),
         Verdict::new(
             "each item ended as its channels' faults dictate: every channel sent once per attempt until delivered, never after; receipts match",
@@ -460,7 +453,7 @@ pub async fn scenario(
             delivered_once(&called, &records, Some(2)).map(|_| ()),
         ),
     ];
-    let invocations = api.invocations_since(known).await?;
+    let invocations = api.invocations_since(seeded.known).await?;
     verdicts.push(Verdict::new(
         "no invocation used more subrequests than its budget",
         verdict::within_budget(&invocations),
@@ -469,7 +462,7 @@ pub async fn scenario(
     let total = by_key.values().map(Vec::len).sum::<usize>() as u64;
     RunReport::build(
         Observed {
-            spec,
+            spec: seeded.spec,
             settings: &target.settings,
             batch: &driven.batch,
             items: &items,

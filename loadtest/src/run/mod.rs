@@ -24,7 +24,7 @@ use crate::driver::steps::put_limit;
 use crate::driver::steps::RUN_SCHEDULE;
 use crate::driver::target::{Secrets, Target, TargetArgs};
 use crate::run::report::{Deliveries, Observed, RunReport, Verdict};
-use crate::run::scenario::{Job, Scenario, Spec, RUN_KEY};
+use crate::run::scenario::{Job, Scenario, Seeded, Spec, RUN_KEY};
 use crate::runtime::api::{Invocation, Item, SubjectIn, TICK_CRON};
 use crate::{driver::steps, driver::verdict};
 use anyhow::{ensure, Context, Result};
@@ -211,12 +211,18 @@ pub async fn execute(spec: &Spec, target: &mut Target, timeout: Duration) -> Res
         max_in_flight: 1,
         timeout,
     };
+    let seeded = Seeded {
+        spec,
+        plan: &plan,
+        known: &known,
+        pace,
+    };
     if matches!(spec.scenario, Scenario::Cancel | Scenario::Replay) {
-        return control::scenario(spec, target, &plan, &known, pace).await;
+        return control::scenario(target, seeded).await;
     }
     if spec.scenario == Scenario::Multi {
         api.delete_schedule("daily").await?;
-        return delivery::scenario(spec, target, &plan, &known, pace).await;
+        return delivery::scenario(target, seeded).await;
     }
 
     // The `daily` schedule would fire over the same subjects once the real clock

@@ -1,10 +1,11 @@
 //! What each `loadtest run` scenario seeds, and the Worker settings it runs with.
 
+use crate::driver::drive::Pace;
 use crate::driver::plan::{self, Planned};
 use crate::runtime::wrangler::min_lease_seconds;
 use crate::sink::faults::Faults;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -57,6 +58,17 @@ pub enum Job {
     Webhook,
     /// The `noop` kind: succeeds at once without any I/O.
     Noop,
+}
+
+/// What a scenario of its own (`cancel`, `replay`, `multi`) starts from: the
+/// spec, the subjects seeded (`plan`), the invocations that ran before
+/// (`known`), and how ticks are fired.
+#[derive(Clone, Copy)]
+pub struct Seeded<'a> {
+    pub spec: &'a Spec,
+    pub plan: &'a [Planned],
+    pub known: &'a HashSet<i64>,
+    pub pace: Pace,
 }
 
 /// One run's workload.
