@@ -272,6 +272,12 @@ impl Api {
 
     /// Every row of a listing paged by `after`: `path` (with its other query
     /// parameters) is fetched with `&after=<next_after>` until a page has none.
+    /// The list `list` of `GET path`'s answer (one page).
+    async fn list<T: DeserializeOwned>(&self, path: &str, list: &str) -> Result<Vec<T>> {
+        let mut answer: Value = self.get(path).await?;
+        take_field(&mut answer, path, list)
+    }
+
     async fn all_pages<T: DeserializeOwned>(&self, path: &str, list: &str) -> Result<Vec<T>> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
@@ -281,10 +287,8 @@ impl Api {
                 page_path.push_str(&format!("&after={}", encode(after)));
             }
             let mut page: Value = self.get(&page_path).await?;
-            let rows: Vec<T> = serde_json::from_value(page[list].take())
-                .with_context(|| format!("GET {page_path}: \"{list}\""))?;
-            let next: Option<String> = serde_json::from_value(page["next_after"].take())
-                .with_context(|| format!("GET {page_path}: \"next_after\""))?;
+            let rows: Vec<T> = take_field(&mut page, &page_path, list)?;
+            let next: Option<String> = take_field(&mut page, &page_path, "next_after")?;
             all.extend(rows);
             match next {
                 Some(next) if Some(&next) != after.as_ref() => after = Some(next),
@@ -344,14 +348,8 @@ impl Api {
     }
 
     pub async fn batches(&self, limit: usize) -> Result<Vec<Batch>> {
-        #[derive(Deserialize)]
-        struct Resp {
-            batches: Vec<Batch>,
-        }
-        Ok(self
-            .get::<Resp>(&format!("/batches?limit={limit}"))
-            .await?
-            .batches)
+        self.list(&format!("/batches?limit={limit}"), "batches")
+            .await
     }
 
     pub async fn batch(&self, id: &Id) -> Result<Batch> {
@@ -389,14 +387,8 @@ impl Api {
     }
 
     pub async fn invocations(&self, limit: usize) -> Result<Vec<Invocation>> {
-        #[derive(Deserialize)]
-        struct Resp {
-            invocations: Vec<Invocation>,
-        }
-        Ok(self
-            .get::<Resp>(&format!("/invocations?limit={limit}"))
-            .await?
-            .invocations)
+        self.list(&format!("/invocations?limit={limit}"), "invocations")
+            .await
     }
 
     /// `POST /probe`: `calls` SELF round trips from one invocation.
@@ -516,6 +508,11 @@ pub fn chunk_ranges(
 }
 
 /// Percent-encodes a path or query component (ids may contain anything).
+/// Field `name` of `GET path`'s answer, taken out of it.
+fn take_field<T: DeserializeOwned>(answer: &mut Value, path: &str, name: &str) -> Result<T> {
+    serde_json::from_value(answer[name].take()).with_context(|| format!("GET {path}: \"{name}\""))
+}
+
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
