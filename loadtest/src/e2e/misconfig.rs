@@ -218,14 +218,7 @@ async fn misconfiguration_hidden_from_others(f: &mut Restarted<'_>) -> Result<()
 /// Drainers without the queue they are started through (wrangler.toml binds
 /// none): refused, naming both.
 async fn restarts_with_drainers_and_no_queue(f: &mut Restarted<'_>) -> Result<()> {
-    restart_with(
-        f.target,
-        &[
-            ("DISPATCH_SECRET", Some(&f.dispatch)),
-            ("DRAINERS", Some("2")),
-        ],
-    )
-    .await
+    restart_with_no_queue(f, "2").await
 }
 
 async fn drainers_without_a_queue_named_to_the_admin(f: &mut Restarted<'_>) -> Result<()> {
@@ -234,11 +227,16 @@ async fn drainers_without_a_queue_named_to_the_admin(f: &mut Restarted<'_>) -> R
 
 /// `auto` needs the queue as a number above 1 does.
 async fn restarts_with_auto_drainers_and_no_queue(f: &mut Restarted<'_>) -> Result<()> {
+    restart_with_no_queue(f, "auto").await
+}
+
+/// Restarts with `DRAINERS` set to `drainers` and no queue bound.
+async fn restart_with_no_queue(f: &mut Restarted<'_>, drainers: &str) -> Result<()> {
     restart_with(
         f.target,
         &[
             ("DISPATCH_SECRET", Some(&f.dispatch)),
-            ("DRAINERS", Some("auto")),
+            ("DRAINERS", Some(drainers)),
         ],
     )
     .await
