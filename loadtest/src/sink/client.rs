@@ -5,6 +5,7 @@
 
 use crate::sink::faults::Faults;
 use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -166,21 +167,8 @@ impl SinkClient {
     }
 
     pub async fn stats(&self, with_deliveries: bool) -> Result<Stats> {
-        let url = format!(
-            "{}/stats{}",
-            self.base,
-            if with_deliveries { "?deliveries=1" } else { "" }
-        );
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        let resp = resp
-            .error_for_status()
-            .with_context(|| format!("GET {url}"))?;
-        resp.json().await.with_context(|| format!("reading {url}"))
+        let query = if with_deliveries { "?deliveries=1" } else { "" };
+        self.get(&format!("/stats{query}")).await
     }
 
     /// Every delivery the sink recorded.
@@ -204,29 +192,36 @@ impl SinkClient {
         self.post("/fixed", &subjects).await
     }
 
-    async fn post(&self, path: &str, body: &impl Serialize) -> Result<()> {
-        let url = format!("{}{path}", self.base);
-        self.http
-            .post(&url)
-            .json(body)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?
-            .error_for_status()
-            .with_context(|| format!("POST {url}"))?;
+    pub async fn reset(&self) -> Result<()> {
+        let url = format!("{}/reset", self.base);
+        answered(self.http.post(&url), &format!("POST {url}")).await?;
         Ok(())
     }
 
-    pub async fn reset(&self) -> Result<()> {
-        let url = format!("{}/reset", self.base);
-        let resp = self
-            .http
-            .post(&url)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?;
-        resp.error_for_status()
-            .with_context(|| format!("POST {url}"))?;
+    /// `POST path` with `body` as JSON, answered 2xx.
+    pub(crate) async fn post(&self, path: &str, body: &impl Serialize) -> Result<()> {
+        let url = format!("{}{path}", self.base);
+        answered(self.http.post(&url).json(body), &format!("POST {url}")).await?;
         Ok(())
     }
+
+    /// `GET path`'s JSON answer, answered 2xx.
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = format!("{}{path}", self.base);
+        answered(self.http.get(&url), &format!("GET {url}"))
+            .await?
+            .json()
+            .await
+            .with_context(|| format!("reading {url}"))
+    }
+}
+
+/// Sends `request` (`what`, in errors); its answer must be 2xx.
+async fn answered(request: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response> {
+    request
+        .send()
+        .await
+        .with_context(|| what.to_string())?
+        .error_for_status()
+        .with_context(|| what.to_string())
 }

@@ -21,7 +21,8 @@
 //! `Retry-After` and `retry_after`, Telegram `parameters.retry_after`), of
 //! [`RETRY_AFTER_SECONDS`].
 
-use anyhow::{Context, Result};
+use crate::sink::SinkClient;
+use anyhow::Result;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -374,65 +375,44 @@ async fn requests(State(fakes): State<Arc<Fakes>>) -> Json<Vec<FakeRequest>> {
 
 /// The fakes over HTTP, for the e2e driver.
 pub struct FakesClient {
-    base: String,
-    http: reqwest::Client,
+    /// The sink the fakes' routes are merged into.
+    sink: SinkClient,
 }
 
 impl FakesClient {
     /// `base`: the sink's base URL.
     pub fn new(base: &str) -> FakesClient {
         FakesClient {
-            base: base.trim_end_matches('/').to_string(),
-            http: reqwest::Client::new(),
+            sink: SinkClient::new(base),
         }
     }
 
     /// `GITHUB_API_URL` pointing at the fake.
     pub fn github_api_url(&self) -> String {
-        format!("{}/github", self.base)
+        format!("{}/github", self.sink.base())
     }
 
     /// `TELEGRAM_API_URL` pointing at the fake.
     pub fn telegram_api_url(&self) -> String {
-        format!("{}/telegram", self.base)
+        format!("{}/telegram", self.sink.base())
     }
 
     /// `DISCORD_API_URL` pointing at the fake: its webhooks are under `/api/webhooks/`.
     pub fn discord_api_url(&self) -> String {
-        format!("{}/discord", self.base)
+        format!("{}/discord", self.sink.base())
     }
 
     /// A Discord webhook URL of the fake, `id` naming it.
     pub fn discord_webhook_url(&self, id: &str, token: &str) -> String {
-        format!("{}/discord/api/webhooks/{id}/{token}", self.base)
+        format!("{}/discord/api/webhooks/{id}/{token}", self.sink.base())
     }
 
     pub async fn setup(&self, setup: &Setup) -> Result<()> {
-        let url = format!("{}/fakes/setup", self.base);
-        self.http
-            .post(&url)
-            .json(setup)
-            .send()
-            .await
-            .with_context(|| format!("POST {url}"))?
-            .error_for_status()
-            .with_context(|| format!("POST {url}"))?;
-        Ok(())
+        self.sink.post("/fakes/setup", setup).await
     }
 
     pub async fn requests(&self) -> Result<Vec<FakeRequest>> {
-        let url = format!("{}/fakes/requests", self.base);
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
-        resp.error_for_status()
-            .with_context(|| format!("GET {url}"))?
-            .json()
-            .await
-            .with_context(|| format!("reading {url}"))
+        self.sink.get("/fakes/requests").await
     }
 }
 
