@@ -68,27 +68,8 @@ const LOW_ITEMS: usize = 40;
 const HIGH_PRIORITY: i64 = 5;
 
 pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> Result<()> {
-    // A job timeout of 5 s (the suite's is 1 s): the rates and in-flight counts
-    // are the subject here, and a run timed out on a loaded machine would be a
-    // retry, one more start of its key.
-    let lease = min_lease_seconds(JOB_TIMEOUT_MS, 50, 25);
-    let target = open_worker(
-        args,
-        "e2e-flow",
-        [
-            ("MAX_CHILD_INVOCATIONS", LIMITS_CAP.to_string()),
-            ("JOB_TIMEOUT_MS", JOB_TIMEOUT_MS.to_string()),
-            ("LEASE_SECONDS", lease.to_string()),
-            // One pair of ticks drains a limit's whole run (about 10 s): the
-            // rate measured is the limit's, not the gaps between ticks.
-            ("INVOCATION_DEADLINE_MS", "60000".to_string()),
-        ],
-        Vec::new(),
-    )
-    .await
-    .context("starting the flow-control Worker")?;
     let mut f = Flow {
-        target,
+        target: open(args).await?,
         timeout,
         rate_items: Vec::new(),
         big: None,
@@ -153,6 +134,30 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     checks.run(&mut f, turns).await;
     f.target.stop_checked("flow: ", checks).await;
     Ok(())
+}
+
+/// The part's Worker, for the limits' checks: the child cap far above them
+/// (the turns restart it with [`CHILD_CAP`]).
+async fn open(args: &TargetArgs) -> Result<Target> {
+    // A job timeout of 5 s (the suite's is 1 s): the rates and in-flight counts
+    // are the subject here, and a run timed out on a loaded machine would be a
+    // retry, one more start of its key.
+    let lease = min_lease_seconds(JOB_TIMEOUT_MS, 50, 25);
+    open_worker(
+        args,
+        "e2e-flow",
+        [
+            ("MAX_CHILD_INVOCATIONS", LIMITS_CAP.to_string()),
+            ("JOB_TIMEOUT_MS", JOB_TIMEOUT_MS.to_string()),
+            ("LEASE_SECONDS", lease.to_string()),
+            // One pair of ticks drains a limit's whole run (about 10 s): the
+            // rate measured is the limit's, not the gaps between ticks.
+            ("INVOCATION_DEADLINE_MS", "60000".to_string()),
+        ],
+        Vec::new(),
+    )
+    .await
+    .context("starting the flow-control Worker")
 }
 
 /// What the checks share: the Worker and what a check left for the next.
