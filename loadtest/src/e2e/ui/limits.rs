@@ -134,16 +134,24 @@ fn of(v: &Value, part: &str, whole: &str) -> String {
     format!("{} / {}", v[part], v[whole])
 }
 
+/// The row the view should show for limit `key` (`rule` in words) as the API
+/// answered `v`: in flight against its concurrency and waiting as `v` says,
+/// `tokens` and `partitions` as the limit's kind shows them.
+fn row_of(key: &str, rule: &str, v: &Value, tokens: String, partitions: Option<&str>) -> LimitRow {
+    LimitRow {
+        key: key.into(),
+        rule: rule.into(),
+        in_flight: of(v, "in_flight", "concurrency"),
+        tokens,
+        waiting: v["waiting"].to_string(),
+        partitions: partitions.map(Into::into),
+    }
+}
+
 async fn the_limits_view_shows_a_limit_and_its_state(f: &mut Limits<'_>) -> Result<()> {
     let v = &f.rate_api;
-    let want = LimitRow {
-        key: RATE.into(),
-        rule: "20 per second (burst 5) · 3 at once".into(),
-        in_flight: of(v, "in_flight", "concurrency"),
-        tokens: of(v, "tokens", "burst"),
-        waiting: v["waiting"].to_string(),
-        partitions: None,
-    };
+    let rule = "20 per second (burst 5) · 3 at once";
+    let want = row_of(RATE, rule, v, of(v, "tokens", "burst"), None);
     ensure!(v["tokens"] == 5, "the API says {v}");
     ensure!(f.rate == want, "shown {:?}, want {want:?}", f.rate);
     Ok(())
@@ -151,14 +159,9 @@ async fn the_limits_view_shows_a_limit_and_its_state(f: &mut Limits<'_>) -> Resu
 
 async fn a_partitioned_limit_shows_its_partitions(f: &mut Limits<'_>) -> Result<()> {
     let v = &f.partition_api;
-    let want = LimitRow {
-        key: PARTITION.into(),
-        rule: "10 per second (burst 10) · 2 at once".into(),
-        in_flight: of(v, "in_flight", "concurrency"),
-        tokens: "per partition".into(),
-        waiting: v["waiting"].to_string(),
-        partitions: Some("partitions: none in use".into()),
-    };
+    let rule = "10 per second (burst 10) · 2 at once";
+    let partitions = Some("partitions: none in use");
+    let want = row_of(PARTITION, rule, v, "per partition".into(), partitions);
     ensure!(v["partitions"] == json!([]), "the API says {v}");
     ensure!(
         f.partition == want,
