@@ -182,11 +182,6 @@ pub fn summarize(wrong: Vec<String>, of: usize) -> Result<(), String> {
 
 // ---------------------------------------------------------------- flows
 
-/// Every delivery the sink recorded.
-pub async fn deliveries(sink: &SinkClient) -> Result<Vec<Delivery>> {
-    Ok(sink.deliveries().await?)
-}
-
 /// What a batch left behind: every delivery the sink recorded, and its items.
 pub async fn outcome(api: &Api, sink: &SinkClient, id: &Id) -> Result<(Vec<Delivery>, Vec<Item>)> {
     Ok((sink.deliveries().await?, api.all_items(id, None).await?))
