@@ -21,7 +21,7 @@
 //! `Retry-After` and `retry_after`, Telegram `parameters.retry_after`), of
 //! [`RETRY_AFTER_SECONDS`].
 
-use crate::sink::SinkClient;
+use crate::sink::client::SinkClient;
 use anyhow::Result;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
