@@ -12,6 +12,8 @@ use crate::core::model::{ClaimedItem, Ran, StopReason};
 use crate::store::StoreResult;
 
 /// What woke the loop.
+// Events hold items by value, each handled once as it arrives.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// The claim started by [`Ports::claim`] answered; with the time to claim
     /// again when its limits held items back (`Drain::claimed_holding`).

@@ -47,6 +47,7 @@ pub fn item(payload: impl Serialize) -> Item {
             payload,
             receipts: None,
             given_back: 0,
+            limits: None,
         },
     }
 }

@@ -592,7 +592,7 @@ fn the_governing_limit_read_is_the_one_core_limits_picks() {
     for (s, k) in refs.iter().zip(keys) {
         hold(&host, &[s], &[k]);
     }
-    let (_, usage, _) = block_on(host.store.list_limits("", 100, host.now.get())).unwrap();
+    let (_, usage, _, _) = block_on(host.store.list_limits("", 100, host.now.get())).unwrap();
     for key in keys {
         let read = usage
             .keys
@@ -795,4 +795,72 @@ fn get_limits_shows_each_paused_key_and_a_limits_own_pause_until_it_ends() {
     );
     host.now.set(now + 2_000);
     assert_eq!(live(&host, "github")["paused_until"], Value::Null);
+}
+
+#[test]
+fn get_limits_lists_each_learned_key_with_its_rate_refusals_and_pause_until_it_lapses() {
+    use cron_fanout::core::learn;
+    let host = setup();
+    put(&host, "github", json!({"rate": 20}));
+    let now = host.now.get();
+    let conn = host.store.db().conn();
+    // (key, learned per minute, refused at, refusals, paused until)
+    for (key, per_minute, at, refusals, until) in [
+        ("github", 300, now - 1_000, 2, now - 1_000),
+        ("host:a.example", 120, now - 100, 5, now + 900),
+        (
+            "host:old",
+            60,
+            now - learn::IDLE_MS,
+            1,
+            now - learn::IDLE_MS,
+        ),
+    ] {
+        conn.execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at, refusals)
+             VALUES (?1, 0, '', ?5, ?2, ?3, ?3, ?4)",
+            rusqlite::params![key, per_minute, at, refusals, until],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let listed = host.ok(GET, "/limits", None, 200);
+    let a = json!({"key": "host:a.example", "learned": true, "learned_rate": 120,
+                   "learned_per_seconds": 60, "refusals": 5,
+                   "last_refused_at": rfc3339(now - 100),
+                   "paused_until": rfc3339(now + 900)});
+    assert_eq!(
+        listed["learned"],
+        json!([a.clone(),
+               {"key": "github", "learned": true, "learned_rate": 300,
+                "learned_per_seconds": 60, "refusals": 2,
+                "last_refused_at": rfc3339(now - 1_000), "paused_until": null}]),
+        "in force, with a limit or without, the latest refusal first; a lapsed one is not listed"
+    );
+    let github = &listed["limits"][0];
+    assert_eq!(
+        fields(
+            github,
+            ["learned", "learned_rate", "learned_per_seconds", "refusals"]
+        ),
+        [json!(true), json!(300), json!(60), json!(2)]
+    );
+    assert_eq!(
+        live(&host, "host:a.example"),
+        a,
+        "a learned key without a limit"
+    );
+    assert_eq!(
+        host.ok(GET, "/limits/host:old", None, 404)["error"]["code"],
+        json!("not_found")
+    );
+    // A window later, one step up (a quarter of 120 a minute), as the claim reads it.
+    host.now.set(now - 100 + learn::WINDOW_MS);
+    assert_eq!(live(&host, "host:a.example")["learned_rate"], json!(150));
+    host.now.set(now - 100 + learn::IDLE_MS);
+    assert_eq!(
+        host.ok(GET, "/limits", None, 200)["learned"],
+        json!([]),
+        "lapsed after an idle hour"
+    );
 }

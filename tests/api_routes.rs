@@ -281,7 +281,7 @@ fn every_route_in_the_table_answers_its_success_shape() {
             }
             (GET, "/limits") => {
                 let got = host.ok(GET, path, None, 200);
-                assert_eq!(keys(&got), ["limits", "next_after", "paused"]);
+                assert_eq!(keys(&got), ["learned", "limits", "next_after", "paused"]);
                 assert_eq!(column(&got, "limits", "key"), ["github"]);
             }
             (GET, "/limits/{key}") => {

@@ -700,3 +700,228 @@ fn deleting_the_last_limit_leaves_no_item_it_held_behind_its_batch_s_cursor() {
     assert!(!block_on(store.delete_limit("none", 3_000)).unwrap());
     assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), before);
 }
+
+/// A run its receiver refused with a `429` and no `Retry-After`, as the drain
+/// commits it: a retry after the backoff, no pause, `refused_at` set.
+fn refused_429(item: &ClaimedItem, now: i64) -> cron_fanout::core::model::Transition {
+    let mut t = settle(item, Outcome::Retry("HTTP 429".into()), now);
+    t.refused_at = Some(now);
+    t
+}
+
+/// The learned state of each key: (key, per minute, changed at, refused at, refusals).
+fn learned(store: &Store<SqliteDb>) -> Vec<(String, i64, i64, i64, i64)> {
+    let conn = store.db().conn();
+    let mut stmt = conn
+        .prepare(
+            "SELECT key, learned, learned_at, refused_at, refusals FROM limit_state
+             WHERE learned IS NOT NULL ORDER BY key",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Sets a key's learned state as `learn_limit_keys.sql` would have stored it.
+fn learn(store: &Store<SqliteDb>, key: &str, per_minute: i64, at: i64) {
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at, refusals)
+             VALUES (?1, 0, '', ?3, ?2, ?3, ?3, 1)
+             ON CONFLICT (key) DO UPDATE SET learned = excluded.learned,
+               learned_at = excluded.learned_at, refused_at = excluded.refused_at",
+            rusqlite::params![key, per_minute, at],
+        )
+        .unwrap();
+}
+
+/// A claim by a claimer that knows rates are in force (it charges at once).
+fn claim_rated(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
+    claim_after(store, now, limit, prefix, &mut Claimed::knowing(RATES))
+}
+
+#[test]
+fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
+    use cron_fanout::core::learn;
+    let store = setup();
+    let b = batch_of(&store, "b", 100, 5);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    let items = claim(&store, now, 20, "c1");
+    assert_eq!(items.len(), 20, "no limit, no learned rate yet");
+    // The receiver took 5 of them and refused one (the others still run).
+    let mut outcomes = vec![refused_429(&items[0], now + 10)];
+    outcomes.extend(
+        items[1..6]
+            .iter()
+            .map(|i| settle(i, Outcome::Done, now + 10)),
+    );
+    block_on(store.commit_outcomes(&outcomes)).unwrap();
+    // 5 taken within a second: 5 a second, 300 a minute.
+    let rule = learn::refused(None, 5, 10, None, now + 10);
+    assert_eq!(rule.per_minute, 300);
+    assert_eq!(
+        learned(&store),
+        [("host:a.example".to_string(), 300, now + 10, now + 10, 1)]
+    );
+    assert_eq!(
+        paused(&store),
+        [format!("host:a.example={}", now + 10)],
+        "an ended pause: the claim stays careful while the rate may hold items"
+    );
+    // Five a second, one every 200 ms: the refusal emptied the bucket (no burst).
+    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 0);
+    assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
+    assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
+    // Two windows later, two steps up (one a second each): seven a second.
+    let t = now + 10 + 2 * learn::WINDOW_MS;
+    assert_eq!(learn::at(rule, None, t).unwrap().per_minute, 420);
+    assert_eq!(
+        claim_rated(&store, t, 10, "c5").len(),
+        7,
+        "a new rate, its full burst"
+    );
+    assert_eq!(claim_rated(&store, t + 100, 10, "c6").len(), 0);
+    assert_eq!(claim_rated(&store, t + 143, 10, "c7").len(), 1);
+}
+
+#[test]
+fn the_claim_honours_the_lower_of_a_set_rate_and_a_learned_one() {
+    let store = setup();
+    let b = batch_of(&store, "b", 40, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    // Set 1 a second (burst 1), learned 10 a second: the set rate.
+    limit(&store, "host:a.example", Some(1), 1, Some(1), None);
+    learn(&store, "host:a.example", 600, now);
+    assert_eq!(claim_rated(&store, now, 10, "c1").len(), 1);
+    assert_eq!(claim_rated(&store, now + 900, 10, "c2").len(), 0);
+    assert_eq!(claim_rated(&store, now + 1_000, 10, "c3").len(), 1);
+    // Set 100 a second (burst 100), learned 1 a second: the learned rate.
+    limit(&store, "host:a.example", Some(100), 1, Some(100), None);
+    learn(&store, "host:a.example", 60, now + 2_000);
+    assert_eq!(claim_rated(&store, now + 2_000, 10, "c4").len(), 1);
+    assert_eq!(claim_rated(&store, now + 2_900, 10, "c5").len(), 0);
+    assert_eq!(claim_rated(&store, now + 3_000, 10, "c6").len(), 1);
+    // An hour after the last refusal the learned rate lapses: the set one again.
+    let idle = now + 2_000 + cron_fanout::core::learn::IDLE_MS;
+    assert_eq!(claim_rated(&store, idle, 10, "c7").len(), 10);
+}
+
+#[test]
+fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after() {
+    use cron_fanout::core::learn;
+    let store = setup();
+    let b = batch_of(&store, "b", 30, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    learn(&store, "host:a.example", 1, now);
+    assert_eq!(claim_rated(&store, now, 10, "c1").len(), 1);
+    // Raised a step a window all hour long, its burst grew with it.
+    let raised = learn::at(
+        learn::Learned {
+            per_minute: 1,
+            changed_at: now,
+            refused_at: now,
+        },
+        None,
+        now + learn::IDLE_MS - 1,
+    )
+    .unwrap();
+    assert_eq!(
+        claim_rated(&store, now + learn::IDLE_MS - 1, 30, "c2").len() as i64,
+        learn::burst(raised.per_minute)
+    );
+    assert_eq!(
+        claim_rated(&store, now + learn::IDLE_MS, 10, "c3").len(),
+        10,
+        "no rate after the idle hour"
+    );
+    block_on(store.reap_expired_leases(now + learn::IDLE_MS + 1, 100)).unwrap();
+    assert_eq!(paused(&store), Vec::<String>::new());
+}
+
+#[test]
+fn the_stored_learned_state_follows_core_learn_across_refusals_a_ceiling_and_the_idle_hour() {
+    use cron_fanout::core::learn;
+    let store = setup();
+    let b = batch_of(&store, "b", 400, 100);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let key = "host:a.example";
+    let mut rule: Option<learn::Learned> = None;
+    let mut ceiling;
+    let mut refusals = 0;
+    // (instant, items started just before, a set rate per second from then on)
+    let steps: [(i64, i64, Option<i64>); 9] = [
+        (1_000_000, 30, None),
+        (1_000_400, 0, None),    // within the window: kept
+        (1_007_000, 0, None),    // one window later: raised once, halved
+        (1_031_000, 0, None),    // several windows later
+        (1_032_000, 0, Some(1)), // a set rate of 1/s: its ceiling
+        (1_090_000, 0, Some(1)),
+        (1_090_000 + learn::IDLE_MS, 12, None), // after the idle hour: afresh
+        (1_090_000 + learn::IDLE_MS + 4_999, 0, None),
+        (1_090_000 + learn::IDLE_MS + 5_000, 0, None),
+    ];
+    // Items to refuse, started long before any window of the steps.
+    let mut early = claim(&store, 980_000, 100, "early");
+    for (n, (at, started, set)) in steps.into_iter().enumerate() {
+        match set {
+            Some(r) => limit(&store, key, Some(r), 1, Some(1), None),
+            None => {
+                store.db().conn().execute("DELETE FROM limits", []).unwrap();
+            }
+        }
+        ceiling = set.map(|r| learn::ceiling_per_minute(r, 1));
+        let items = if started > 0 {
+            claim(&store, at, started, &format!("s{n}"))
+        } else {
+            vec![early.pop().unwrap()]
+        };
+        assert_eq!(items.len() as i64, started.max(1), "step {n}");
+        // The receiver takes all but the first, which it refuses.
+        let mut outcomes = vec![refused_429(&items[0], at)];
+        outcomes.extend(items[1..].iter().map(|i| settle(i, Outcome::Done, at)));
+        block_on(store.commit_outcomes(&outcomes)).unwrap();
+        let alive = rule.filter(|l| at - l.refused_at < learn::IDLE_MS);
+        refusals = if alive.is_some() { refusals + 1 } else { 1 };
+        let taken = (started - 1).max(0);
+        let expected = learn::refused(rule, taken, 1_000, ceiling, at);
+        rule = Some(expected);
+        assert_eq!(
+            learned(&store),
+            [(
+                key.to_string(),
+                expected.per_minute,
+                expected.changed_at,
+                expected.refused_at,
+                refusals
+            )],
+            "step {n}"
+        );
+    }
+}
+
+#[test]
+fn with_learning_off_a_refusal_stores_no_learned_rate_and_a_success_writes_no_state() {
+    let store = setup().with_learning(false);
+    let b = batch_of(&store, "b", 6, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    let items = claim(&store, now, 2, "c1");
+    block_on(store.commit_outcomes(&[settle(&items[0], Outcome::Done, now)])).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 0);
+    block_on(store.commit_outcomes(&[refused_429(&items[1], now)])).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM limit_state"), 0);
+    assert_eq!(
+        claim(&store, now + 10, 9, "c2").len(),
+        4,
+        "nothing held back"
+    );
+}

@@ -8,13 +8,17 @@
 //! per_seconds`, a held item spends no attempt, and every item ends. Some runs
 //! end in a receiver's "slow down" (a retry with its delay): from the commit
 //! that records it, no drainer claims an item holding one of its keys before
-//! the delay ends.
+//! the delay ends. Refusals (those, and 429s without a delay) teach their keys
+//! a rate (`core::learn`): from the commit that stores it, no key starts more
+//! than its learned rate in force allows (when lower than its set rate), as the
+//! rule computes it for each instant.
 
 mod common;
 
 use std::collections::BTreeMap;
 
 use common::*;
+use cron_fanout::core::learn::{self, Learned};
 use cron_fanout::core::limits::{governing, Gcra};
 use cron_fanout::core::model::{ClaimedItem, Outcome};
 use cron_fanout::core::retry::{defer, release};
@@ -51,6 +55,9 @@ struct World {
     releases: BTreeMap<i64, i64>,
     /// Each key's pause, from the refusals whose commit applied.
     pauses: BTreeMap<String, i64>,
+    /// Each key's learned states as stored, with the instant of the commit that
+    /// stored each.
+    learned: BTreeMap<String, Vec<(i64, Learned)>>,
     seed: u64,
 }
 
@@ -157,6 +164,7 @@ fn world(seed: u64) -> World {
         claims: BTreeMap::new(),
         releases: BTreeMap::new(),
         pauses: BTreeMap::new(),
+        learned: BTreeMap::new(),
         seed,
     }
 }
@@ -259,8 +267,9 @@ impl World {
     fn flush(&mut self, d: &mut Drainer, now: i64) {
         let mut transitions = Vec::new();
         for (item, outcome, delay) in d.done.drain(..) {
-            let mut t = settle(&item, outcome, now);
+            let mut t = settle(&item, outcome.clone(), now);
             defer(&mut t, delay, POLICY, now);
+            t.refused_at = learn::is_refusal(&outcome, delay).then_some(now);
             transitions.push(t);
         }
         // Now and then a claimed item is given back unrun (its lease cannot cover
@@ -280,8 +289,80 @@ impl World {
                     }
                 }
             }
+            if transitions.iter().any(|t| t.refused_at.is_some()) {
+                self.note_learned(now);
+            }
         }
         self.check_in_flight(now);
+    }
+
+    /// Records each key's learned state as stored now, when it changed.
+    fn note_learned(&mut self, now: i64) {
+        let conn = self.store.db().conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT key, learned, learned_at, refused_at FROM limit_state
+                 WHERE learned IS NOT NULL",
+            )
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    Learned {
+                        per_minute: r.get(1)?,
+                        changed_at: r.get(2)?,
+                        refused_at: r.get(3)?,
+                    },
+                ))
+            })
+            .unwrap();
+        for row in rows {
+            let (key, l) = row.unwrap();
+            let states = self.learned.entry(key).or_default();
+            if states.last().map(|(_, last)| *last) != Some(l) {
+                states.push((now, l));
+            }
+        }
+    }
+
+    /// Starts of each key within the bound of its learned rate wherever that is
+    /// in force and lower than its set rate: between two starts under the same
+    /// stored state and rate (the claim counts each rate in a basis of its
+    /// own), at most `burst + rate × t` (core::learn::burst, per minute).
+    fn check_learned_rates(&self) {
+        for (key, states) in &self.learned {
+            let set = self.governing(key).and_then(|s| s.rate);
+            let mut groups: BTreeMap<(usize, i64), Vec<i64>> = BTreeMap::new();
+            for &t in self.starts.get(key).into_iter().flatten() {
+                let Some(n) = states.iter().rposition(|(from, _)| *from <= t) else {
+                    continue;
+                };
+                let Some(l) = learn::at(states[n].1, None, t) else {
+                    continue;
+                };
+                if set.is_some_and(|(rate, per, _)| l.per_minute * per >= rate * 60) {
+                    continue;
+                }
+                groups.entry((n, l.per_minute)).or_default().push(t);
+            }
+            for ((_, per_minute), starts) in groups {
+                let burst = learn::burst(per_minute) as f64;
+                for i in 0..starts.len() {
+                    for j in i..starts.len() {
+                        let allowed =
+                            burst + per_minute as f64 * (starts[j] - starts[i]) as f64 / 60_000.0;
+                        assert!(
+                            (j - i + 1) as f64 <= allowed + 1e-9,
+                            "seed {}: {} starts of {key} in {} ms under a learned {per_minute} a minute",
+                            self.seed,
+                            j - i + 1,
+                            starts[j] - starts[i]
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -339,6 +420,7 @@ fn run_seed(seed: u64) {
                         Outcome::Retry("429".into()),
                         Some(w.rng.random_range(0..3_000)),
                     ),
+                    95..97 => (Outcome::Retry("HTTP 429".into()), None),
                     _ => (Outcome::Fail("bad".into()), None),
                 };
                 d.done.push((item, outcome, delay));
@@ -371,6 +453,11 @@ fn run_seed(seed: u64) {
         "seed {seed}: {left} of {total} items did not end in {HORIZON_MS} ms"
     );
     w.check_rates();
+    w.check_learned_rates();
+    assert!(
+        !w.learned.is_empty() || w.starts.is_empty(),
+        "seed {seed}: no refusal taught a rate"
+    );
     // Attempts: each claim spent one, each release gave one back; a held item
     // (claimed fewer times) spent nothing while it waited.
     let conn = w.store.db().conn();
@@ -390,7 +477,7 @@ fn run_seed(seed: u64) {
 }
 
 #[test]
-fn concurrency_rate_and_pause_bounds_hold_with_several_drainers_and_every_item_ends() {
+fn concurrency_rate_pause_and_learned_rate_bounds_hold_with_several_drainers_and_every_item_ends() {
     let seeds = std::env::var("FLOW_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -1304,6 +1304,7 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
                             payload: r.get(6)?,
                             receipts: None,
                             given_back: 0,
+                            limits: None,
                         })
                     },
                 )

@@ -40,10 +40,13 @@ pub async fn put<D: Db>(app: &App<'_, D>, key: &str, body: &[u8]) -> ApiResult {
 
 /// One page in key order, each limit with its live state; `next_after` is set
 /// when the page is full. `paused`: the keys paused now (by their receiver's
-/// answers), with a limit or without, whatever the page.
+/// answers), with a limit or without, whatever the page. `learned`: the keys
+/// with a learned rate in force (their receiver refused within the hour), with
+/// a limit or without, whatever the page.
 pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, false)?;
-    let (rows, usage, paused) = app.store.list_limits(&q.after, q.limit, app.now).await?;
+    let (rows, usage, paused, learned) = app.store.list_limits(&q.after, q.limit, app.now).await?;
+    let learned: Vec<Value> = learned.iter().filter_map(|l| l.shown(app.now)).collect();
     let next = next_after(&rows, q.limit, |r| &r.key);
     let limits: Vec<LimitView> = rows
         .iter()
@@ -52,14 +55,21 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
     let paused: Vec<Value> = paused.iter().map(|p| p.shown()).collect();
     Ok((
         200,
-        json!({ "limits": limits, "next_after": next, "paused": paused }),
+        json!({ "limits": limits, "next_after": next, "paused": paused, "learned": learned }),
     ))
 }
 
+/// A limit with its live state; for a key without a limit of its own, its
+/// learned rate in force (as `GET /limits` lists it under `learned`); 404 when
+/// it has neither.
 pub async fn get<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {
     check_key(key)?;
-    match app.store.get_limit(key, app.now).await? {
-        Some((row, usage)) => Ok((200, to_json(&view(&row, &usage, app.now, DUE_CAP)))),
+    if let Some((row, usage)) = app.store.get_limit(key, app.now).await? {
+        return Ok((200, to_json(&view(&row, &usage, app.now, DUE_CAP))));
+    }
+    let learned = app.store.get_learned_key(key, app.now).await?;
+    match learned.and_then(|l| l.shown(app.now)) {
+        Some(shown) => Ok((200, shown)),
         None => Err(ApiError::NotFound(format!("limit {key:?}"))),
     }
 }

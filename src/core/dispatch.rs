@@ -154,6 +154,7 @@ mod tests {
             ),
             receipts: None,
             given_back: 0,
+            limits: None,
         };
         serde_json::to_string(&item).unwrap()
     }

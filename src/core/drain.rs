@@ -13,6 +13,7 @@ use super::budget::{
     cover_items, flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
+use super::learn;
 use super::model::{ClaimedItem, ItemStatus, Outcome, Ran, StopReason, Tally, Transition};
 use super::receipts;
 use super::retry::{decide, defer, release, release_refused, RetryPolicy};
@@ -100,6 +101,9 @@ pub enum Action {
 }
 
 /// What happened that the shell should log.
+// Reports hold items by value: each is made once and logged at once, so a
+// box per report would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub enum Report {
     /// A committed outcome that is not a plain completion: a retry or a failure
@@ -423,6 +427,10 @@ impl Drain {
             .map_or(self.policy.retry, |(_, own)| *own);
         let mut transition = decide(&item, &ran.outcome, retry, now, jitter);
         defer(&mut transition, ran.retry_after_ms, retry, now);
+        transition.refused_at = learn::is_refusal(&ran.outcome, ran.retry_after_ms).then_some(now);
+        if transition.refused_at.is_some() {
+            self.give_back_siblings(now, &item);
+        }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(
@@ -675,6 +683,40 @@ impl Drain {
             else {
                 return;
             };
+            // Its dispatch was held by its claim; it will not be made.
+            self.budget.release(self.policy.limits.per_item_cost);
+            self.reports.push_back(Report::Released(item.clone()));
+            let transition = release(&item);
+            self.settle(
+                now,
+                Settled {
+                    item,
+                    transition,
+                    lease_expires_at,
+                },
+            );
+        }
+    }
+
+    /// After a receiver's refusal: the queued items holding one of the refused
+    /// item's keys go back unrun (no attempt spent), so they are not sent into
+    /// the same wall; the claim holds them while the key is paused or under its
+    /// learned rate.
+    fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem) {
+        let keys = refused.keys();
+        if keys.is_empty() {
+            return;
+        }
+        let (siblings, rest): (VecDeque<Queued>, VecDeque<Queued>) =
+            std::mem::take(&mut self.queue)
+                .into_iter()
+                .partition(|q| q.item.keys().iter().any(|k| keys.contains(k)));
+        self.queue = rest;
+        for Queued {
+            item,
+            lease_expires_at,
+        } in siblings
+        {
             // Its dispatch was held by its claim; it will not be made.
             self.budget.release(self.policy.limits.per_item_cost);
             self.reports.push_back(Report::Released(item.clone()));

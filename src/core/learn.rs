@@ -1,22 +1,30 @@
-//! Learned rates (backpressure), the rule alone: how a key's rate follows its
-//! receiver's refusals, as a pure function of `now`. A refusal (a `429`, a `503`
-//! with `Retry-After`) halves what the key started over the last window (never
-//! below one a minute), each window without a refusal raises it one step
-//! (additive increase), a rate set with `PUT /limits` is its ceiling (learning
-//! only lowers what a key may start), and a rate nothing refused for an hour is
-//! forgotten. Rates are counted in starts per minute, so the floor is an integer.
+//! Learned rates (backpressure): how a key's rate follows its receiver's
+//! refusals, as a pure function of `now`. A refusal (a `429`, with or without
+//! `Retry-After`, or any retry whose answer asked for a delay: a `503` with
+//! `Retry-After`, a kind's own `ctx.retry_after`; [`is_refusal`]) halves the
+//! key's learned rate, or, the first time, learns the rate its receiver took
+//! over the last window (never below one a minute); each window without a refusal raises it
+//! one step (additive increase); a rate set with `PUT /limits` is its ceiling
+//! (learning only lowers what a key may start), and a rate nothing refused for
+//! an hour is forgotten. Rates are counted in starts per minute, so the floor is
+//! an integer.
 //!
-//! Not applied yet: the claim does not read learned rates, nothing stores them
-//! and there is no `LEARN_LIMITS` setting (what is in force is the receiver's
-//! pause, `sql/pause_limit_keys.sql`). This is the rule the claim's state is to
-//! follow, with its tests.
+//! Applied by the claim (`sql/claim_selection.sql`: a key's rate in force is
+//! min(its set rate, the learned one), a key without a set rate has the learned
+//! one alone), stored by the commit that carries a refusal
+//! (`sql/learn_limit_keys.sql`, once per commit per key). Both are this rule's
+//! SQL twins: the state is written only on a refusal, and the steps and the idle
+//! hour are computed from it at each read ([`at`]), so no window writes
+//! anything. `LEARN_LIMITS=false` turns learning off (nothing is stored).
 
-/// A learning window: refusals within one halve once (a burst of refusals is one
-/// signal), and a rate rises one step per window without any.
-pub const WINDOW_MS: i64 = 10_000;
+/// A learning window: refusals within one of a halving halve once (a burst of
+/// refusals is one signal), and a rate rises one step per window without any.
+pub const WINDOW_MS: i64 = 5_000;
 /// The least a learned rate lets start: one a minute.
 pub const FLOOR_PER_MINUTE: i64 = 1;
-/// What a window without a refusal adds: one start a second more.
+/// The most a window without a refusal adds: one start a second more. A slower
+/// rate rises by a quarter of itself a window ([`step`]), so that a receiver
+/// taking a few a minute is not sent one more a second each window.
 pub const STEP_PER_MINUTE: i64 = 60;
 /// A learned rate nothing refused for this long is dropped (the key goes back to
 /// its set rate, or to none).
@@ -39,15 +47,20 @@ pub fn ceiling_per_minute(rate: i64, per_seconds: i64) -> i64 {
     (rate * 60 / per_seconds.max(1)).max(FLOOR_PER_MINUTE)
 }
 
-/// The learned rate after a refusal at `now`, when the key started `started`
-/// items over the last `window_ms` (its receiver took that, and refused): about
-/// half of that, or of the rate learned already if lower, never below the floor
-/// nor above `ceiling` (a set rate, per minute). A second refusal within the
-/// window of the last halving keeps the rate (one burst, one signal).
+/// The learned rate after a refusal at `now`: half of the rate learned already
+/// (as [`at`] has raised it by `now`), or, when none is, the rate its receiver
+/// took: `taken` items holding the key it answered with success over the last
+/// `span_ms` (since the first of the window's starts, at least a second); never
+/// below the floor nor above `ceiling` (a set rate, per minute). A first
+/// refusal is not halved: what was taken is what the receiver takes, while
+/// what was started (a drain's burst) can be any multiple of it. `learned` is
+/// the state as stored: only refusals write it, so its `changed_at` is its last
+/// halving, and a refusal within a window of that keeps the rate (one burst,
+/// one signal).
 pub fn refused(
     learned: Option<Learned>,
-    started: i64,
-    window_ms: i64,
+    taken: i64,
+    span_ms: i64,
     ceiling: Option<i64>,
     now: i64,
 ) -> Learned {
@@ -58,18 +71,20 @@ pub fn refused(
             ..l
         };
     }
-    let observed = started.max(0) * 60_000 / window_ms.max(1_000);
-    let base = learned.map_or(observed, |l| l.per_minute.min(observed.max(1)));
-    let halved = (base / 2).max(FLOOR_PER_MINUTE);
+    let per_minute = match learned.and_then(|l| at(l, ceiling, now)) {
+        Some(l) => l.per_minute / 2,
+        None => taken.max(0) * 60_000 / span_ms.max(1_000),
+    }
+    .max(FLOOR_PER_MINUTE);
     Learned {
-        per_minute: ceiling.map_or(halved, |c| halved.min(c)),
+        per_minute: ceiling.map_or(per_minute, |c| per_minute.min(c)),
         changed_at: now,
         refused_at: now,
     }
 }
 
 /// The learned rate at `now` when nothing was refused since it last changed: one
-/// step up per whole window since then (at most `ceiling`), or `None` once it
+/// [`step`] up per whole window since then (at most `ceiling`), or `None` once it
 /// has been idle for [`IDLE_MS`] (dropped).
 pub fn at(learned: Learned, ceiling: Option<i64>, now: i64) -> Option<Learned> {
     if expired(&learned, now) {
@@ -79,12 +94,39 @@ pub fn at(learned: Learned, ceiling: Option<i64>, now: i64) -> Option<Learned> {
     if windows == 0 {
         return Some(learned);
     }
-    let raised = learned.per_minute + windows * STEP_PER_MINUTE;
+    let raised = learned.per_minute + windows * step(learned.per_minute);
     Some(Learned {
         per_minute: ceiling.map_or(raised, |c| raised.min(c)),
         changed_at: learned.changed_at + windows * WINDOW_MS,
         ..learned
     })
+}
+
+/// What each window without a refusal adds to `per_minute` (as last learned): a
+/// quarter of it, at least one, at most [`STEP_PER_MINUTE`].
+pub fn step(per_minute: i64) -> i64 {
+    (per_minute / 4).clamp(1, STEP_PER_MINUTE)
+}
+
+/// The burst a learned rate allows after an idle spell: a second of it, at
+/// least one (as a set rate's usual burst; a held claimer then claims half a
+/// second of starts at once, not one claim per start).
+pub fn burst(per_minute: i64) -> i64 {
+    (per_minute / 60).max(1)
+}
+
+/// Whether a run's answer is its receiver refusing: a retry the answer delayed
+/// (`Retry-After` on a `429`, a `503`, any retried status; a kind's own
+/// `ctx.retry_after`), or a `429` without one (`HTTP 429` is how
+/// `jobs::webhook::classify_status` words it, for every kind that maps answers
+/// that way).
+pub fn is_refusal(outcome: &crate::core::model::Outcome, retry_after_ms: Option<i64>) -> bool {
+    match outcome {
+        crate::core::model::Outcome::Retry(reason) => {
+            retry_after_ms.is_some() || reason.starts_with("HTTP 429")
+        }
+        _ => false,
+    }
 }
 
 fn expired(learned: &Learned, now: i64) -> bool {
@@ -98,19 +140,22 @@ mod tests {
     const NOW: i64 = 1_795_000_000_000;
 
     #[test]
-    fn a_refusal_halves_what_the_key_started_over_the_window() {
-        // 120 starts in 10 s (12 a second, 720 a minute) met a refusal: 360 a minute.
-        let l = refused(None, 120, WINDOW_MS, None, NOW);
+    fn a_first_refusal_learns_what_the_receiver_took_and_a_later_one_halves_it() {
+        // 60 taken in 10 s (6 a second): 360 a minute; a span under a second
+        // counts as one.
+        let l = refused(None, 60, 10_000, None, NOW);
         assert_eq!(l.per_minute, 360);
+        assert_eq!(refused(None, 10, 200, None, NOW).per_minute, 600);
         assert_eq!((l.changed_at, l.refused_at), (NOW, NOW));
-        // A learned rate lower than what was started halves itself.
+        // A learned rate halves itself, as raised by the window since, whatever
+        // was started.
         let again = refused(Some(l), 100, WINDOW_MS, None, NOW + WINDOW_MS);
-        assert_eq!(again.per_minute, 180);
+        assert_eq!(again.per_minute, (360 + STEP_PER_MINUTE) / 2);
     }
 
     #[test]
     fn refusals_within_one_window_halve_once() {
-        let l = refused(None, 120, WINDOW_MS, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         let burst = refused(Some(l), 120, WINDOW_MS, None, NOW + 500);
         assert_eq!(burst.per_minute, 360);
         assert_eq!(burst.refused_at, NOW + 500, "the idle hour starts over");
@@ -118,7 +163,7 @@ mod tests {
 
     #[test]
     fn each_window_without_a_refusal_adds_a_step() {
-        let l = refused(None, 120, WINDOW_MS, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         assert_eq!(at(l, None, NOW + WINDOW_MS - 1), Some(l));
         let one = at(l, None, NOW + WINDOW_MS).unwrap();
         assert_eq!(one.per_minute, 360 + STEP_PER_MINUTE);
@@ -127,15 +172,24 @@ mod tests {
             (three.per_minute, three.changed_at),
             (360 + 3 * STEP_PER_MINUTE, NOW + 3 * WINDOW_MS)
         );
-        assert_eq!(at(one, None, NOW + 3 * WINDOW_MS + 5), Some(three));
+        // A slow rate rises by a quarter of itself a window, at least one.
+        let slow = refused(None, 1, 60_000, None, NOW);
+        assert_eq!(slow.per_minute, FLOOR_PER_MINUTE);
+        assert_eq!(at(slow, None, NOW + 2 * WINDOW_MS).unwrap().per_minute, 3);
+        let twelve = Learned {
+            per_minute: 12,
+            ..slow
+        };
+        assert_eq!(at(twelve, None, NOW + WINDOW_MS).unwrap().per_minute, 15);
     }
 
     #[test]
     fn a_learned_rate_never_goes_below_one_a_minute() {
         let none_started = refused(None, 0, WINDOW_MS, None, NOW);
         assert_eq!(none_started.per_minute, FLOOR_PER_MINUTE);
-        let mut l = refused(None, 4, WINDOW_MS, None, NOW);
-        for n in 1..20 {
+        // A refusal every window, each after a window's step, ends at the floor.
+        let mut l = refused(None, 50, 10_000, None, NOW);
+        for n in 1..40 {
             l = refused(Some(l), 1, WINDOW_MS, None, NOW + n * WINDOW_MS);
         }
         assert_eq!(l.per_minute, FLOOR_PER_MINUTE);
@@ -147,7 +201,7 @@ mod tests {
         let ceiling = Some(ceiling_per_minute(5, 1));
         assert_eq!(ceiling, Some(300));
         let l = refused(None, 1_000, WINDOW_MS, ceiling, NOW);
-        assert_eq!(l.per_minute, 300, "half of 6,000 a minute, kept under 300");
+        assert_eq!(l.per_minute, 300, "12,000 a minute taken, kept under 300");
         let later = at(l, ceiling, NOW + 50 * WINDOW_MS).unwrap();
         assert_eq!(later.per_minute, 300, "the steps stop at the set rate");
         assert_eq!(ceiling_per_minute(1, 3_600), FLOOR_PER_MINUTE);
@@ -155,11 +209,11 @@ mod tests {
 
     #[test]
     fn a_rate_nothing_refused_for_an_hour_is_dropped() {
-        let l = refused(None, 120, WINDOW_MS, None, NOW);
+        let l = refused(None, 60, 10_000, None, NOW);
         assert!(at(l, None, NOW + IDLE_MS - 1).is_some());
         assert_eq!(at(l, None, NOW + IDLE_MS), None);
-        // A refusal after the idle hour learns afresh from what was started.
-        let fresh = refused(Some(l), 20, WINDOW_MS, None, NOW + IDLE_MS);
+        // A refusal after the idle hour learns afresh from what was taken.
+        let fresh = refused(Some(l), 10, 10_000, None, NOW + IDLE_MS);
         assert_eq!(fresh.per_minute, 60);
     }
 }

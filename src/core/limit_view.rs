@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::learn;
 use super::limits::{Gcra, Limit, PARTITION_SUFFIX};
 use super::time::rfc3339;
 
@@ -30,6 +31,67 @@ pub struct LimitRow {
     /// The key's pause (a receiver's "slow down"), if one was set.
     #[serde(default)]
     pub paused_until: Option<i64>,
+    /// The key's learned state, if its receiver refused (`core::learn`).
+    #[serde(flatten)]
+    pub learned: LearnedState,
+}
+
+/// A key's learned state as stored (`limit_state`, migration 0023): all `None`
+/// when its receiver never refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct LearnedState {
+    #[serde(default)]
+    pub learned: Option<i64>,
+    #[serde(default)]
+    pub learned_at: Option<i64>,
+    #[serde(default)]
+    pub refused_at: Option<i64>,
+    #[serde(default)]
+    pub refusals: Option<i64>,
+}
+
+impl LearnedState {
+    /// The learned rate in force at `now_ms` (raised a step a window since it
+    /// was learned, as the claim reads it), `None` when none is (never learned,
+    /// or idle an hour).
+    pub fn at(&self, now_ms: i64) -> Option<learn::Learned> {
+        let l = learn::Learned {
+            per_minute: self.learned?,
+            changed_at: self.learned_at?,
+            refused_at: self.refused_at?,
+        };
+        learn::at(l, None, now_ms)
+    }
+}
+
+/// A key with a learned rate in force (`GET /limits` `learned`, and `GET
+/// /limits/{key}` for a key without a limit of its own): its receiver refused
+/// within the hour (`sql/list_learned_keys.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct LearnedKey {
+    pub key: String,
+    #[serde(flatten)]
+    pub state: LearnedState,
+    #[serde(default)]
+    pub paused_until: Option<i64>,
+}
+
+impl LearnedKey {
+    /// As `GET /limits` shows it at `now_ms`, `None` once its rate has lapsed.
+    /// `learned_rate` starts per `learned_per_seconds` (60: a learned rate is
+    /// counted per minute), as `rate` and `per_seconds` are for a set one.
+    pub fn shown(&self, now_ms: i64) -> Option<serde_json::Value> {
+        let l = self.state.at(now_ms)?;
+        Some(serde_json::json!({
+            "key": self.key,
+            "learned": true,
+            "learned_rate": l.per_minute,
+            "learned_per_seconds": 60,
+            "refusals": self.state.refusals.unwrap_or(0),
+            "last_refused_at": rfc3339(l.refused_at),
+            "paused_until": paused_until(self.paused_until, now_ms),
+        }))
+    }
 }
 
 /// A rate state's `tat`, read as text: in units of ms × rate it passes 2^53 (the
@@ -171,6 +233,14 @@ pub struct LimitView {
     /// Until when the key's receiver asked it to pause (RFC 3339); null when
     /// not paused now.
     pub paused_until: Option<String>,
+    /// Whether the key has a learned rate in force (its receiver refused within
+    /// the hour): the claim takes the lower of it and `rate`.
+    pub learned: bool,
+    /// The learned rate: starts per `learned_per_seconds` (60); null when none.
+    pub learned_rate: Option<i64>,
+    pub learned_per_seconds: Option<i64>,
+    /// Refusals counted since the learned rate was learned (null when none).
+    pub refusals: Option<i64>,
 }
 
 /// A key paused now (`GET /limits` `paused`), with or without a limit: its
@@ -206,6 +276,7 @@ pub struct PartitionView {
 /// cap of `due_cap`.
 pub fn view(row: &LimitRow, usage: &Usage, now_ms: i64, due_cap: i64) -> LimitView {
     let limit = row.limit();
+    let learned = row.learned.at(now_ms);
     let governed: Vec<&KeyUse> = usage
         .keys
         .iter()
@@ -241,6 +312,10 @@ pub fn view(row: &LimitRow, usage: &Usage, now_ms: i64, due_cap: i64) -> LimitVi
         waiting_capped: usage.due_read >= due_cap,
         partitions,
         paused_until: paused_until(row.paused_until, now_ms),
+        learned: learned.is_some(),
+        learned_rate: learned.map(|l| l.per_minute),
+        learned_per_seconds: learned.map(|_| 60),
+        refusals: learned.and(row.learned.refusals),
     }
 }
 
@@ -263,6 +338,7 @@ mod tests {
             tat: None,
             basis: None,
             paused_until: None,
+            learned: LearnedState::default(),
         }
     }
 
@@ -403,7 +479,8 @@ mod tests {
                    "concurrency": 4, "partitioned": false,
                    "created_at": rfc3339(NOW - 1_000), "updated_at": rfc3339(NOW),
                    "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false,
-                   "paused_until": null})
+                   "paused_until": null, "learned": false, "learned_rate": null,
+                   "learned_per_seconds": null, "refusals": null})
         );
     }
 

@@ -68,6 +68,11 @@ pub struct ClaimedItem {
     /// Left out of the dispatched JSON while 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub given_back: i64,
+    /// The limit keys the item holds (a JSON array, as stored): a drain that
+    /// meets a refusal gives back its queued items holding one of them
+    /// (`core::drain`). Never sent to a dispatch.
+    #[serde(default, skip_serializing)]
+    pub limits: Option<String>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -96,7 +101,16 @@ impl ClaimedItem {
             payload: "{}".into(),
             receipts: None,
             given_back: 0,
+            limits: None,
         }
+    }
+
+    /// The limit keys the item holds (none when unreadable).
+    pub fn keys(&self) -> Vec<String> {
+        self.limits
+            .as_deref()
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -205,6 +219,10 @@ pub struct Transition {
     /// holds is paused until then (`sql/pause_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<i64>,
+    /// When the receiver refused the run (`core::learn::is_refusal`): the keys
+    /// the item holds learn a rate (`sql/learn_limit_keys.sql`). Not a column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_at: Option<i64>,
     /// The item's count of throws running (`ClaimedItem::given_back`) to store:
     /// set by a release after a throw (one more) and for the claimed items given
     /// back behind it (unchanged); `None` (any outcome of a run) stores 0.

@@ -303,6 +303,7 @@ mod tests {
             payload: "{}".into(),
             receipts: receipts.map(str::to_string),
             given_back: 0,
+            limits: None,
         }
     }
 

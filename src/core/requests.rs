@@ -577,6 +577,7 @@ mod tests {
                 payload: payload.clone(),
                 receipts: None,
                 given_back: 0,
+                limits: None,
             };
             let item = ClaimedItem {
                 receipts: receipts::settle(&item, Some(&channels), ItemStatus::Failed, i64::MAX),

@@ -44,6 +44,7 @@ pub fn decide(
         attempt: None,
         receipts: None,
         paused_until: None,
+        refused_at: None,
         given_back: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
@@ -124,6 +125,7 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         attempt: Some(item.attempt - 1),
         receipts: None,
         paused_until: None,
+        refused_at: None,
         given_back: None,
     }
 }
@@ -149,6 +151,7 @@ mod tests {
             payload: "{}".into(),
             receipts: None,
             given_back: 0,
+            limits: None,
         }
     }
 

@@ -58,6 +58,9 @@ pub struct Settings {
     /// Days an ended batch (its items) and an invocation summary are kept; 0 keeps
     /// them forever (`core::upkeep`).
     pub retention_days: i64,
+    /// `LEARN_LIMITS`: a commit that carries a receiver's refusal stores a learned
+    /// rate for the keys of the refused item (`core::learn`); `false` stores none.
+    pub learn_limits: bool,
 }
 
 /// Most drainers a tick starts: the platform runs at most 250 concurrent
@@ -116,6 +119,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("TEST_CLOCK_OFFSET_MS", "0"),
     ("ALLOW_TEST_CLOCK", "false"),
     ("RETENTION_DAYS", "30"),
+    ("LEARN_LIMITS", "true"),
 ];
 
 /// Most names `OWN_HOSTNAMES` may list (every target check walks them).
@@ -232,6 +236,15 @@ impl Settings {
                 ))
             }
         };
+        let learn_limits = match get("LEARN_LIMITS").trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(format!(
+                    "LEARN_LIMITS must be \"true\" or \"false\", got {other:?}"
+                ))
+            }
+        };
         let own_hostnames = parse_hostnames(&get("OWN_HOSTNAMES"))?;
         let service_bindings = parse_service_bindings(&get("SERVICE_BINDINGS"))?;
         let allow_test_clock = match get("ALLOW_TEST_CLOCK").trim() {
@@ -281,6 +294,7 @@ impl Settings {
             service_bindings,
             test_clock_offset_ms,
             retention_days: int("RETENTION_DAYS", 0, 36_500)?,
+            learn_limits,
         };
         settings.validate()?;
         Ok(settings)
@@ -544,6 +558,16 @@ mod tests {
             .map(|i| format!("h{i}.example.com"))
             .collect();
         assert!(parse(&[("OWN_HOSTNAMES", &many.join(","))]).is_err());
+    }
+
+    #[test]
+    fn learn_limits_is_on_by_default_true_or_false_and_nothing_else() {
+        assert!(parse(&[]).unwrap().learn_limits);
+        assert!(!parse(&[("LEARN_LIMITS", "false")]).unwrap().learn_limits);
+        for bad in ["", "yes", "1", "TRUE"] {
+            let err = parse(&[("LEARN_LIMITS", bad)]).unwrap_err();
+            assert!(err.starts_with("LEARN_LIMITS must be"), "{err}");
+        }
     }
 
     #[test]

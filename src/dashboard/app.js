@@ -1077,6 +1077,7 @@
     const parts = [];
     if (l.rate) parts.push(`${num(l.rate)} per ${perWindow(l.per_seconds)} (burst ${num(l.burst)})`);
     if (l.concurrency) parts.push(`${num(l.concurrency)} at once`);
+    if (l.learned) parts.push(`learned ${learnedRate(l)}`);
     return parts.join(" · ");
   }
 
@@ -1115,14 +1116,35 @@
     );
   }
 
-  /** Limits: each limit with what it is using now. Read-only (PUT /limits/{key} sets them). */
+  /** A learned rate in words: `150 per minute`. */
+  const learnedRate = (l) => `${num(l.learned_rate)} per ${perWindow(l.learned_per_seconds)}`;
+
+  /** The keys whose receivers refused within the hour, with the rate each learned. */
+  function learnedTable(learned) {
+    return table(
+      [
+        { key: "key", title: "Key", cell: (l) => h("span", { class: "mono", "data-learned-key": l.key }, l.key) },
+        { key: "learned-rate", title: "Learned rate", cell: learnedRate },
+        { key: "refusals", title: "Refusals", cls: "num", cell: (l) => num(l.refusals) },
+        { key: "last-refused", title: "Last refusal", cell: (l) => timeCell(l.last_refused_at) },
+        { key: "paused-until", title: "Paused until", cell: (l) => (l.paused_until ? timeCell(l.paused_until) : "—") },
+      ],
+      learned,
+      "No learned rates: no receiver refused in the last hour.",
+    );
+  }
+
+  /** Limits: each limit with what it is using now, and the rates learned from
+   * receivers' refusals. Read-only (PUT /limits/{key} sets limits). */
   function limitsView() {
     const body = h("div", {});
+    const learnedBody = h("div", {});
     const page = { cursors: [""] };
     const load = async (fresh = () => true) => {
       const after = page.cursors[page.cursors.length - 1];
-      const { limits, next_after } = await api(`/limits?limit=${LIMIT_PAGE}&after=${enc(after)}`);
+      const { limits, next_after, learned } = await api(`/limits?limit=${LIMIT_PAGE}&after=${enc(after)}`);
       if (!fresh()) return;
+      replace(learnedBody, learnedTable(learned || []));
       replace(
         body,
         table(
@@ -1152,6 +1174,13 @@
           h("span", { class: "muted" }, "items in flight, rate tokens and due items waiting, per key"),
         ),
         h("section", { class: "panel", id: "limits" }, body),
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h2", {}, "Learned rates"),
+          h("span", { class: "muted" }, "what receivers that refused took; the claim keeps each key under it (LEARN_LIMITS)"),
+        ),
+        h("section", { class: "panel", id: "learned" }, learnedBody),
       ),
       refresh: load,
     };

@@ -140,7 +140,9 @@ async fn admin(
     let db = env
         .d1("DB")
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let store = Store::new(D1Db::new(db)).with_kind_attempts(jobs.max_attempts_by_kind());
+    let store = Store::new(D1Db::new(db))
+        .with_kind_attempts(jobs.max_attempts_by_kind())
+        .with_learning(cfg.settings.learn_limits);
     // A `service` item may name a binding SERVICE_BINDINGS lists and the Worker has.
     let services: Vec<String> = cfg
         .settings

@@ -147,7 +147,8 @@ pub(super) fn open_store(env: &Env, cfg: &Config, jobs: &Jobs) -> Result<DrainSt
     let db = env.d1("DB").map_err(|e| format!("binding DB: {e}"))?;
     let budget = Budget::new(cfg.settings.subrequest_budget);
     Ok(Store::new(Metered::new(D1Db::new(db), budget))
-        .with_kind_attempts(jobs.max_attempts_by_kind()))
+        .with_kind_attempts(jobs.max_attempts_by_kind())
+        .with_learning(cfg.settings.learn_limits))
 }
 
 /// One `batch_finished` line per batch the finish check ended.

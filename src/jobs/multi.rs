@@ -322,6 +322,7 @@ mod tests {
             payload: "{}".into(),
             receipts: None,
             given_back: 0,
+            limits: None,
         };
         let body: Value =
             serde_json::from_str(&delivery_body(&item, "push", &json!({"k": "v"}))).unwrap();

@@ -189,6 +189,7 @@ pub fn probe_call(binding: &str, n: i64) -> ClaimedItem {
         payload: json!({"service": binding, "path": "/probe", "data": null}).to_string(),
         receipts: None,
         given_back: 0,
+        limits: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn item(kind: &str, payload: Value) -> ClaimedItem {
         payload: payload.to_string(),
         receipts: None,
         given_back: 0,
+        limits: None,
     }
 }
 

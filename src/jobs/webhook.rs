@@ -473,6 +473,7 @@ mod tests {
             payload: "{}".into(),
             receipts: None,
             given_back: 0,
+            limits: None,
         };
         let body: Value = serde_json::from_str(&delivery_body(&item, &json!({"k": "v"}))).unwrap();
         assert_eq!(

@@ -12,10 +12,12 @@
 -- A cursor item claimed keeps run_after = 0 (migration 0015): it enters no index,
 -- not even cron_queue_leased; the reaper finds it in its batch's lease window, and
 -- its commit, a release or a reap gives it a real run_after.
--- Returns each item's receipts (multi-channel items, core::receipts: the run sends
+-- Returns each item's keys (limits: a drain meeting a refusal gives back its
+-- queued items holding one, core::drain), its receipts (multi-channel items, core::receipts: the run sends
 -- only the channels not yet delivered), its dispatch's throws running
 -- (given_back, migration 0022: core::drain tells a crashing child from a
--- refusal) and whether limits, and rate limits, are defined now (constant
+-- refusal) and whether limits, and rate limits (a learned rate in force is one),
+-- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
@@ -27,8 +29,10 @@ SET status = 'processing',
     started_at = ?1
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
-          receipts, given_back,
+          receipts, given_back, limits,
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,
-          (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;
+          (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)
+                  OR EXISTS (SELECT 1 FROM limit_state INDEXED BY limit_state_learned
+                             WHERE refused_at > CAST(?1 AS INTEGER) - 3600000)) AS rates_defined;

@@ -5,7 +5,8 @@
 -- limits held back, the earliest instant a rate-limited key among theirs has a
 -- token again after this claim's charge (NULL when none is held by a rate: a
 -- concurrency frees a slot only when an item in flight ends), and whether limits,
--- and rate limits, are defined now. So a claimer whose claim came back short knows
+-- and rate limits (a learned rate in force is one), are defined now. So a claimer
+-- whose claim came back short knows
 -- whether to claim again and when, and learns of limits even from an empty claim.
 -- Sent only while limits are defined or not known not to be (store::Claimed).
 -- Wake instant of a rate key: the smallest t with room ≥ k after the charge, i.e.
@@ -32,4 +33,6 @@ SELECT (SELECT count(*) FROM blocked) AS held,
         WHERE g.rate IS NOT NULL OR g.paused_until IS NOT NULL)
          AS wake_at,
        (SELECT kept FROM force) AS limits_defined,
-       (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)) AS rates_defined;
+       (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)
+                  OR EXISTS (SELECT 1 FROM limit_state INDEXED BY limit_state_learned
+                             WHERE refused_at > CAST(?1 AS INTEGER) - 3600000)) AS rates_defined;

@@ -46,8 +46,16 @@
 -- (`basis`) is a full burst. With ?6 = 0 (no charge statement before this one),
 -- every rate-limited key has no room.
 -- A paused key (limit_state.paused_until after ?1: its receiver asked to slow
--- down, pause_limit_keys.sql) has no room, with a limit or without. Keys are read
--- at all only while a limit or a pause is kept (`force`): an item's implicit
+-- down, pause_limit_keys.sql) has no room, with a limit or without.
+-- A learned rate (limit_state.learned, learn_limit_keys.sql) is in force for an
+-- hour after its key's last refusal, raised one step per 5 s window since it was
+-- learned (core::learn::at, its Rust twin): the key's rate is min(its set rate,
+-- the learned one), a key without a set rate has the learned one, a burst of a
+-- second of it (core::learn::burst). It is counted in its own basis
+-- (`<per minute>/60 learned`): a change to or from a set rate starts from a full
+-- burst, as a changed limit does; from one learned rate to the next (a step, a
+-- halving) the state carries over (its instant, in the new rate's units).
+-- Keys are read at all only while a limit or a pause is kept (`force`): an item's implicit
 -- key (host:, service:) costs a claim nothing else.
 -- A held candidate stays pending: no write, no attempt. Head of line: a batch's
 -- items wait behind at most ?5 − 1 held items of their own batch.
@@ -118,21 +126,32 @@ held AS MATERIALIZED (
   WHERE o.limits IS NOT NULL AND (SELECT kept FROM force)
 ),
 governed AS MATERIALIZED (
-  SELECT k.key, l.rate, l.per_seconds, l.burst, l.concurrency,
-         l.rate || '/' || l.per_seconds AS basis,
-         (SELECT s.paused_until FROM limit_state AS s
-          WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER)) AS paused_until
-  FROM (SELECT DISTINCT key FROM held) AS k
-  LEFT JOIN limits AS l ON l.key = coalesce(
-    (SELECT o.key FROM limits AS o WHERE o.key = k.key),
-    (SELECT p.key FROM limits AS p
-     WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(k.key)
-       AND substr(k.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
-     ORDER BY length(p.key) DESC
-     LIMIT 1))
-  WHERE l.key IS NOT NULL
-     OR EXISTS (SELECT 1 FROM limit_state AS s
-                WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER))
+  SELECT key, concurrency, paused_until,
+         CASE WHEN by_learned THEN learned ELSE rate END AS rate,
+         CASE WHEN by_learned THEN 60 ELSE per_seconds END AS per_seconds,
+         CASE WHEN by_learned THEN max(1, learned / 60) ELSE burst END AS burst,
+         CASE WHEN by_learned THEN learned || '/60 learned' ELSE rate || '/' || per_seconds END
+           AS basis
+  FROM (SELECT *, learned IS NOT NULL AND (rate IS NULL OR learned * per_seconds < rate * 60)
+                    AS by_learned
+        FROM (SELECT k.key, l.key AS limit_key, l.rate, l.per_seconds, l.burst, l.concurrency,
+                     (SELECT s.paused_until FROM limit_state AS s
+                      WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER))
+                       AS paused_until,
+                     (SELECT s.learned + (CAST(?1 AS INTEGER) - s.learned_at) / 5000
+                                         * max(1, min(60, s.learned / 4))
+                      FROM limit_state AS s
+                      WHERE s.key = k.key AND s.learned IS NOT NULL
+                        AND s.refused_at > CAST(?1 AS INTEGER) - 3600000) AS learned
+              FROM (SELECT DISTINCT key FROM held) AS k
+              LEFT JOIN limits AS l ON l.key = coalesce(
+                (SELECT o.key FROM limits AS o WHERE o.key = k.key),
+                (SELECT p.key FROM limits AS p
+                 WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(k.key)
+                   AND substr(k.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
+                 ORDER BY length(p.key) DESC
+                 LIMIT 1))))
+  WHERE limit_key IS NOT NULL OR paused_until IS NOT NULL OR learned IS NOT NULL
 ),
 in_flight AS MATERIALIZED (
   SELECT k.value AS key, count(*) AS n
@@ -151,7 +170,12 @@ in_flight AS MATERIALIZED (
 ),
 state AS MATERIALIZED (
   SELECT g.key, CASE WHEN s.claim = ?3 THEN s.tat_before
-                     WHEN s.basis = g.basis THEN s.tat END AS tat
+                     WHEN s.basis = g.basis THEN s.tat
+                     -- One learned rate to the next (a step, a halving): the
+                     -- same instant in the new rate's units, not a fresh burst.
+                     WHEN s.basis LIKE '% learned' AND g.basis LIKE '% learned'
+                     THEN s.tat / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER)
+                          * g.rate END AS tat
   FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
   WHERE g.rate IS NOT NULL
 ),

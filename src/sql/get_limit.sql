@@ -3,7 +3,8 @@
 -- does ~5,000, past what D1's JavaScript numbers hold exactly. `paused_until`:
 -- the key's pause (pause_limit_keys.sql), if any. ?1 key.
 SELECT l.key, l.rate, l.per_seconds, l.burst, l.concurrency, l.created_at, l.updated_at,
-       CAST(s.tat AS TEXT) AS tat, s.basis, s.paused_until
+       CAST(s.tat AS TEXT) AS tat, s.basis, s.paused_until,
+       s.learned, s.learned_at, s.refused_at, s.refusals
 FROM limits AS l
 LEFT JOIN limit_state AS s ON s.key = l.key
 WHERE l.key = ?1;

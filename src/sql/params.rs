@@ -92,6 +92,10 @@ statement! {
     CommitOutcomes = COMMIT_OUTCOMES { outcomes: String }
     /// `pauses`: JSON array of {"id", "token", "until"} (`store::pauses_json`).
     PauseLimitKeys = PAUSE_LIMIT_KEYS { pauses: String }
+    /// `refusals`: JSON array of {"id", "token"}, `now` the last refusal's
+    /// instant, `completed` JSON array of the ids the commit completes
+    /// (`store::refusals_json`).
+    LearnLimitKeys = LEARN_LIMIT_KEYS { refusals: String, now: i64, completed: String }
     ClearEndedPauses = CLEAR_ENDED_PAUSES { now: i64, kept: i64 }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }
@@ -194,6 +198,8 @@ statement! {
     ListLimits<'a> = LIST_LIMITS { after: &'a str, limit: i64 }
     DeleteLimitState<'a> = DELETE_LIMIT_STATE { key: &'a str }
     ListPausedKeys = LIST_PAUSED_KEYS { now: i64, limit: i64 }
+    /// `key`: only that key, or `None` for all.
+    ListLearnedKeys<'a> = LIST_LEARNED_KEYS { now: i64, limit: i64, key: Option<&'a str> }
     DeleteLimit<'a> = DELETE_LIMIT { key: &'a str }
     HoldCursorsAfterLimitDelete<'a> = HOLD_CURSORS_AFTER_LIMIT_DELETE { key: &'a str, now: i64 }
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.

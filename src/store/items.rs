@@ -166,6 +166,19 @@ impl<D: Db> Store<D> {
         if let Some(pauses) = pauses_json(&transitions) {
             statements.push(sql::PauseLimitKeys { pauses }.bind());
         }
+        // And only one that carries a refusal learns a rate (LEARN_LIMITS).
+        if let Some((refusals, now, completed)) =
+            refusals_json(&transitions).filter(|_| self.learning)
+        {
+            statements.push(
+                sql::LearnLimitKeys {
+                    refusals,
+                    now,
+                    completed,
+                }
+                .bind(),
+            );
+        }
         statements.push(
             sql::CommitOutcomes {
                 outcomes: json.clone(),
@@ -406,6 +419,29 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
     (!pauses.is_empty()).then(|| Value::Array(pauses).to_string())
 }
 
+/// The parameters of `learn_limit_keys.sql`: the outcomes their receiver
+/// refused (a JSON array), the last refusal's instant and the ids the commit
+/// completes (a JSON array: what the receivers took), or `None` when none was
+/// refused (no statement is sent).
+pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64, String)> {
+    let last = transitions.iter().filter_map(|t| t.refused_at).max()?;
+    let refused: Vec<Value> = transitions
+        .iter()
+        .filter(|t| t.refused_at.is_some())
+        .map(|t| serde_json::json!({"id": t.id, "token": t.token}))
+        .collect();
+    let completed: Vec<i64> = transitions
+        .iter()
+        .filter(|t| t.status == ItemStatus::Completed)
+        .map(|t| t.id)
+        .collect();
+    Some((
+        Value::Array(refused).to_string(),
+        last,
+        serde_json::to_string(&completed).expect("ids serialise"),
+    ))
+}
+
 /// The JSON parameter of `commit_outcomes.sql` (and of the read-back run with it
 /// on a retry), or `None` for no transitions: the [`Transition`]s as serde writes
 /// them, so the statements read the model's own field names.
@@ -453,6 +489,7 @@ mod tests {
             attempt: Some(1),
             receipts: Some("{}".into()),
             paused_until: Some(3),
+            refused_at: Some(4),
             given_back: Some(1),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
@@ -481,11 +518,19 @@ mod tests {
         let unpaused = Transition {
             id: 9,
             paused_until: None,
+            refused_at: None,
             ..t.clone()
         };
         let pauses = pauses_json(&[&t, &unpaused]).unwrap();
         assert_carries_keys_read(&pauses, sql::PAUSE_LIMIT_KEYS);
         assert_eq!(pauses, r#"[{"id":7,"token":"t.7","until":3}]"#);
         assert_eq!(pauses_json(&[&unpaused]), None);
+        // The learning reads its own rows, of the refused outcomes only.
+        let (refusals, at, completed) = refusals_json(&[&t, &unpaused]).unwrap();
+        assert_carries_keys_read(&refusals, sql::LEARN_LIMIT_KEYS);
+        assert_eq!(
+            (refusals.as_str(), at, completed.as_str()),
+            (r#"[{"id":7,"token":"t.7"}]"#, 4, "[7,9]")
+        );
     }
 }

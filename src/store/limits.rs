@@ -2,7 +2,7 @@
 //! with their rate state. The claim reads them itself (`sql/claim_selection.sql`).
 
 use super::*;
-use crate::core::limit_view::{KeyUseRow, LimitRow, PausedKey, Usage};
+use crate::core::limit_view::{KeyUseRow, LearnedKey, LimitRow, PausedKey, Usage};
 use crate::core::limits::Limit;
 
 /// `GET /limits` lists at most this many paused keys (the longest pauses).
@@ -39,14 +39,14 @@ impl<D: Db> Store<D> {
     }
 
     /// A page of limits in key order after `after`, what every limit is using,
-    /// and the keys paused now, at most [`PAUSED_LISTED`] (one call of three
-    /// statements).
+    /// the keys paused now, at most [`PAUSED_LISTED`], and the keys with a
+    /// learned rate in force, as many (one call of four statements).
     pub async fn list_limits(
         &self,
         after: &str,
         limit: i64,
         now: i64,
-    ) -> StoreResult<(Vec<LimitRow>, Usage, Vec<PausedKey>)> {
+    ) -> StoreResult<(Vec<LimitRow>, Usage, Vec<PausedKey>, Vec<LearnedKey>)> {
         let mut read = self
             .db
             .batch_results(vec![
@@ -57,12 +57,33 @@ impl<D: Db> Store<D> {
                     limit: PAUSED_LISTED,
                 }
                 .bind(),
+                sql::ListLearnedKeys {
+                    now,
+                    limit: PAUSED_LISTED,
+                    key: None,
+                }
+                .bind(),
             ])
             .await?;
+        let learned = decode(read.pop().unwrap_or_default())?;
         let paused = decode(read.pop().unwrap_or_default())?;
         let usage = usage_of(read.pop().unwrap_or_default())?;
         let rows = decode(read.pop().unwrap_or_default())?;
-        Ok((rows, usage, paused))
+        Ok((rows, usage, paused, learned))
+    }
+
+    /// A key's learned rate state, if it has one in force (a key without a
+    /// limit of its own: `GET /limits/{key}`).
+    pub async fn get_learned_key(&self, key: &str, now: i64) -> StoreResult<Option<LearnedKey>> {
+        let rows = self
+            .db
+            .run(sql::ListLearnedKeys {
+                now,
+                limit: 1,
+                key: Some(key),
+            })
+            .await?;
+        Ok(rows.into_iter().next())
     }
 
     /// Delete a limit and its rate state (its members' too for a partitioned

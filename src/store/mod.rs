@@ -245,6 +245,8 @@ pub const ITEMS_PER_STATEMENT: usize = 500;
 pub struct Store<D: Db> {
     db: D,
     fill: FillPages,
+    /// `LEARN_LIMITS`: a commit that carries a refusal stores learned rates.
+    learning: bool,
 }
 
 /// How batches over subjects are filled (`core::schedule::fill`): subjects per
@@ -280,7 +282,14 @@ impl<D: Db> Store<D> {
         Store {
             db,
             fill: FillPages::default(),
+            learning: true,
         }
+    }
+
+    /// The same store learning rates from refusals, or not (`LEARN_LIMITS`).
+    pub fn with_learning(mut self, learning: bool) -> Store<D> {
+        self.learning = learning;
+        self
     }
 
     /// The same store filling batches in pages of another size (tests), or with

@@ -6,36 +6,16 @@
 //! `wrangler dev` starts about 150 webhooks a second at best, so the 500 a second
 //! receiver is never the bound here.
 
-use crate::bench::limits;
-use crate::driver::drive::{self, Pace};
+use crate::driver::receiver::{open, send, Receiver};
 use crate::driver::target::TargetArgs;
 use crate::run::table::Table;
-use crate::runtime::api::Api;
-use crate::sink::faults::Faults;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use serde::Serialize;
-use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use std::time::Duration;
 
 /// (receiver's requests a second, items): about 10 s of the receiver's time
 /// each, the fastest capped by what the local runtime can start.
 const RECEIVERS: [(u32, usize); 3] = [(5, 50), (50, 500), (500, 1_000)];
-
-#[derive(Debug, Serialize)]
-pub struct Receiver {
-    pub accept_per_s: u32,
-    pub items: usize,
-    pub completed: u64,
-    pub failed: u64,
-    /// Requests the receiver got, refused ones included.
-    pub calls: u64,
-    pub refused: u64,
-    pub calls_per_item: f64,
-    pub makespan_s: f64,
-    pub ideal_s: f64,
-    pub makespan_over_ideal: f64,
-}
 
 #[derive(Debug, Serialize)]
 pub struct BackpressureBench {
@@ -72,50 +52,10 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<Backpressur
 }
 
 async fn receiver(args: &TargetArgs, per_s: u32, n: usize, timeout: Duration) -> Result<Receiver> {
-    let name = format!("bench-bp-{per_s}");
-    // Attempts enough that refusals show as calls, not as failures.
-    let mut target = limits::open(args, &name, &[("MAX_ATTEMPTS", "20")]).await?;
-    let api: Api = target.api.clone();
-    let faults = Faults {
-        accept_per_s: per_s,
-        retry_after: Some(1),
-        ..Faults::default()
-    };
-    let items: Vec<Value> = (0..n)
-        .map(|i| {
-            let id = format!("bp-{i:05}");
-            json!({"subject_id": id, "kind": "webhook",
-                   "payload": {"url": target.sink.hook_url(&id, &faults), "data": {}}})
-        })
-        .collect();
-    let (created, b) = api
-        .create_batch(&json!({"key": name, "items": items}))
-        .await?;
-    ensure!(created, "batch {name} existed");
-    let started = Instant::now();
-    let pace = Pace {
-        every: Duration::from_millis(200),
-        max_in_flight: 2,
-        timeout,
-    };
-    let driven = drive::until_finished(&api, &b, pace, JoinSet::new()).await?;
-    let makespan_s = started.elapsed().as_secs_f64();
-    let stats = target.sink.stats(false).await?;
-    let refused = stats.by_status.get("429").copied().unwrap_or(0);
+    let mut target = open(args, &format!("bench-bp-{per_s}"), &[]).await?;
+    let r = send(&target, per_s, n, "bp", timeout).await?;
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
-    let ideal_s = n as f64 / f64::from(per_s);
-    Ok(Receiver {
-        accept_per_s: per_s,
-        items: n,
-        completed: driven.batch.completed,
-        failed: driven.batch.failed,
-        calls: stats.total,
-        refused,
-        calls_per_item: stats.total as f64 / n as f64,
-        makespan_s,
-        ideal_s,
-        makespan_over_ideal: makespan_s / ideal_s,
-    })
+    Ok(r)
 }

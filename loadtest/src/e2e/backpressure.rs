@@ -3,7 +3,9 @@
 //! holds its receiver's implicit key (`host:127.0.0.1` here, the sink's host); a
 //! `503` with `Retry-After` pauses that key, `GET /limits` lists the pause, and
 //! no item holding the key reaches the receiver before the pause ends, whichever
-//! batch it belongs to, however many ticks run meanwhile.
+//! batch it belongs to, however many ticks run meanwhile. This Worker runs with
+//! `LEARN_LIMITS=false`: the pause alone, and no learned rate after the refusal.
+//! The learned rates have their own part (`learn`, `--only-learn`).
 
 use crate::check;
 use crate::driver::checks::Checks;
@@ -37,6 +39,8 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
             ("LEASE_SECONDS", lease.to_string()),
             // The suite's retry cap (400 ms) would cut the receiver's delay.
             ("RETRY_MAX_MS", "60000".to_string()),
+            // The pause alone: a learned rate would space the siblings out.
+            ("LEARN_LIMITS", "false".to_string()),
         ],
         Vec::new(),
     )
@@ -55,6 +59,10 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
             a_delayed_retry_pauses_the_receivers_key
         ),
         check!(
+            "backpressure: with LEARN_LIMITS=false the refusal teaches no rate (GET /limits lists no learned key)",
+            learning_off_learns_nothing
+        ),
+        check!(
             format!("backpressure: {SIBLINGS} items of another batch to the same receiver, ticked meanwhile, are not sent before the pause ends, then all complete"),
             siblings_wait_for_the_pause
         ),
@@ -69,6 +77,13 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     ];
     checks.run(&mut b, pause).await;
     target.stop_checked("backpressure: ", checks).await;
+    Ok(())
+}
+
+async fn learning_off_learns_nothing(b: &mut Backpressure<'_>) -> Result<()> {
+    let r = b.target.api.admin_raw(Method::GET, "/limits", None).await?;
+    let body = r.json().context("GET /limits is not JSON")?;
+    ensure!(body["learned"] == json!([]), "learned: {}", body["learned"]);
     Ok(())
 }
 

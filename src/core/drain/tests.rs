@@ -1182,3 +1182,71 @@ fn with_nothing_answered_the_third_throw_running_is_a_crash() {
         }
     }
 }
+
+#[test]
+fn a_refusal_gives_back_the_queued_items_holding_its_keys_and_marks_its_commit() {
+    // Concurrency 2, a claim of 4: items 1 and 2 run, 3 and 4 wait in the queue.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let keyed = |id: i64, keys: &str| ClaimedItem {
+        limits: Some(keys.into()),
+        ..item(id)
+    };
+    let claimed = vec![
+        keyed(1, r#"["host:a"]"#),
+        keyed(2, r#"["host:b"]"#),
+        keyed(3, r#"["host:a","tenant:x"]"#),
+        keyed(4, r#"["host:b"]"#),
+    ];
+    r.m.claimed(0, Ok(claimed.clone()));
+    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+    // The claim ahead finds nothing more.
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    // host:a's receiver refuses item 1: item 3 (queued, holding host:a) goes
+    // back unrun; item 4 (another key) is sent.
+    r.m.finished(
+        10,
+        claimed[0].clone(),
+        Outcome::Retry("HTTP 429".into()),
+        0.0,
+    );
+    let mut after = r.actions(10);
+    assert_eq!(dispatched(&after), [4]);
+    assert_eq!(released(&r.reports()), [3]);
+    r.m.finished(20, claimed[1].clone(), Outcome::Done, 0.0);
+    r.m.finished(20, claimed[3].clone(), Outcome::Done, 0.0);
+    after.extend(r.actions(20));
+    after.extend(r.actions(20 + FLUSH_INTERVAL_MS));
+    let rows: Vec<Settled> = after
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Commit(rows) => Some(rows),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let refused = rows.iter().find(|s| s.item.item_id == 1).unwrap();
+    assert_eq!(
+        refused.transition.refused_at,
+        Some(10),
+        "the refusal teaches a rate"
+    );
+    let back = rows.iter().find(|s| s.item.item_id == 3).unwrap();
+    assert!(back.transition.is_release(), "given back, its attempt too");
+    assert_eq!(back.transition.refused_at, None);
+    // A retry that is no refusal (a 500 without Retry-After) gives nothing back.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(claimed.clone()));
+    r.actions(0);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    r.m.finished(
+        10,
+        claimed[0].clone(),
+        Outcome::Retry("HTTP 500".into()),
+        0.0,
+    );
+    assert_eq!(dispatched(&r.actions(10)), [3]);
+}
