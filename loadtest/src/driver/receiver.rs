@@ -77,7 +77,7 @@ pub async fn send(
     let started = Instant::now();
     let pace = Pace {
         every: Duration::from_millis(200),
-        max_in_flight: 2,
+        max_in_flight: 1,
         timeout,
     };
     let driven = drive::until_finished(&api, &b, pace, JoinSet::new()).await?;
