@@ -48,6 +48,7 @@ pub fn item(payload: impl Serialize) -> Item {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         },
     }
 }

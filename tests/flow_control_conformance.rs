@@ -180,40 +180,96 @@ fn a_key_without_a_limit_holds_nothing_back() {
 }
 
 #[test]
-fn a_rate_lets_its_burst_through_then_one_per_interval() {
+fn a_rate_lets_its_burst_through_then_one_per_interval_each_claimed_a_second_ahead() {
     let store = setup();
-    let b = batch_of(&store, "b", 30, 3);
+    let b = batch_of(&store, "b", 60, 3);
     hold(&store, &b, &["telegram"], |_| true);
     // 20 a second, burst 5: one every 50 ms after the first 5.
     limit(&store, "telegram", Some(20), 1, Some(5), None);
-    let mut claimed = Claimed::knowing(RATES);
-    let now = 1_000_000;
-    assert_eq!(claim_after(&store, now, 30, "c1", &mut claimed).len(), 5);
-    assert_eq!(
-        claim_after(&store, now + 49, 30, "c2", &mut claimed).len(),
-        0
-    );
-    assert_eq!(
-        claim_after(&store, now + 100, 30, "c3", &mut claimed).len(),
-        2
-    );
-    assert_eq!(
-        claim_after(&store, now + 10_000, 30, "c4", &mut claimed).len(),
-        5,
-        "refilled to the burst, no more"
-    );
     let gcra = Gcra {
         rate: 20,
         per_seconds: 1,
         burst: 5,
     };
-    let tat: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'telegram'");
-    let expected = gcra.charge(
-        Some(gcra.charge(Some(gcra.charge(None, now, 5)), now + 100, 2)),
-        now + 10_000,
-        5,
+    let mut claimed = Claimed::knowing(RATES);
+    let now = 1_000_000;
+    // The burst at once, and the 20 slots of the next second, each at its slot.
+    let first = claim_after(&store, now, 60, "c1", &mut claimed);
+    let mut starts: Vec<i64> = first.iter().map(|i| i.start_at).collect();
+    starts.sort_unstable();
+    let slots: Vec<i64> = (1..=25).map(|j| gcra.start_of(None, now, j)).collect();
+    assert_eq!(starts, slots, "the SQL slots are core::limits::Gcra's");
+    assert_eq!(&starts[..6], &[now, now, now, now, now, now + 50]);
+    assert_eq!(starts[24], now + 1_000);
+    let stored: i64 = count(&store, "SELECT max(started_at) FROM cron_queue");
+    assert_eq!(stored, now + 1_000, "started_at is the slot");
+    assert_eq!(
+        claim_after(&store, now + 49, 60, "c2", &mut claimed).len(),
+        0
     );
-    assert_eq!(tat, expected, "the SQL charge is core::limits::Gcra's");
+    let tat = gcra.charge(None, now, 25);
+    let third = claim_after(&store, now + 100, 60, "c3", &mut claimed);
+    let starts: Vec<i64> = third.iter().map(|i| i.start_at).collect();
+    assert_eq!(starts.len(), 2);
+    assert!(starts.contains(&(now + 1_050)) && starts.contains(&(now + 1_100)));
+    assert_eq!(
+        claim_after(&store, now + 10_000, 60, "c4", &mut claimed).len(),
+        25,
+        "refilled to the burst and a second's tokens, no more"
+    );
+    let tat_now: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'telegram'");
+    let expected = gcra.charge(Some(gcra.charge(Some(tat), now + 100, 2)), now + 10_000, 25);
+    assert_eq!(tat_now, expected, "the SQL charge is core::limits::Gcra's");
+}
+
+#[test]
+fn a_burst_of_one_at_a_rate_not_dividing_the_ms_is_claimed_token_by_token() {
+    let store = setup();
+    let b = batch_of(&store, "b", 10, 3);
+    hold(&store, &b, &["slow"], |_| true);
+    // 7 per 3 s: 428.57 ms apart; slots rounded up to the ms would drift.
+    limit(&store, "slow", Some(7), 3, Some(1), None);
+    let mut claimed = Claimed::knowing(RATES);
+    let now = 1_000_000;
+    let first = claim_after(&store, now, 10, "c1", &mut claimed);
+    assert_eq!(first.iter().map(|i| i.start_at).collect::<Vec<_>>(), [now]);
+    assert_eq!(
+        claim_after(&store, now + 428, 10, "c2", &mut claimed).len(),
+        0
+    );
+    let next = claim_after(&store, now + 429, 10, "c3", &mut claimed);
+    assert_eq!(
+        next.iter().map(|i| i.start_at).collect::<Vec<_>>(),
+        [now + 429]
+    );
+}
+
+#[test]
+fn an_item_holding_two_rate_keys_starts_only_at_the_claim() {
+    let store = setup();
+    let b = batch_of(&store, "b", 20, 3);
+    hold(&store, &b, &["a", "b"], |i| i < 10);
+    hold(&store, &b, &["a"], |i| i >= 10);
+    limit(&store, "a", Some(10), 1, Some(2), None);
+    limit(&store, "b", Some(10), 1, Some(2), None);
+    let mut claimed = Claimed::knowing(RATES);
+    let now = 1_000_000;
+    // Room now is 2 (the burst): the first two items, holding both keys, start
+    // at once; the 8 more holding both wait. They still count against a's room
+    // ahead (12), so only 2 of those holding a alone go, at a's next slots.
+    let items = claim_after(&store, now, 20, "c1", &mut claimed);
+    let starts = |pick: &dyn Fn(&ClaimedItem) -> bool| {
+        let mut s: Vec<i64> = items
+            .iter()
+            .filter(|i| pick(i))
+            .map(|i| i.start_at)
+            .collect();
+        s.sort_unstable();
+        s
+    };
+    let both = |i: &ClaimedItem| i.limits.as_deref() == Some(r#"["a","b"]"#);
+    assert_eq!(starts(&both), [now, now], "{items:?}");
+    assert_eq!(starts(&|i| !both(i)), [now + 100, now + 200], "{items:?}");
 }
 
 #[test]
@@ -331,15 +387,15 @@ fn items_in_flight_of_a_paused_batch_still_hold_their_slots() {
 #[test]
 fn a_claim_says_when_its_held_items_may_go() {
     let store = setup();
-    let b = batch_of(&store, "b", 10, 3);
-    hold(&store, &b, &["telegram"], |i| i < 5);
-    hold(&store, &b, &["db"], |i| i >= 5);
+    let b = batch_of(&store, "b", 40, 3);
+    hold(&store, &b, &["telegram"], |i| i < 30);
+    hold(&store, &b, &["db"], |i| i >= 30);
     limit(&store, "telegram", Some(20), 1, Some(2), None);
     limit(&store, "db", None, 1, None, Some(1));
     let now = 1_000_000;
     let claim = block_on(store.claim_due_items_after(
         now,
-        10,
+        40,
         "c1",
         now + LEASE_MS,
         &Claimed::knowing(RATES),
@@ -347,20 +403,21 @@ fn a_claim_says_when_its_held_items_may_go() {
     .unwrap();
     assert_eq!(
         claim.items.len(),
-        3,
-        "2 of the rate's burst, 1 of the concurrency"
+        23,
+        "the rate's burst (2) and a second's tokens (20), 1 of the concurrency"
     );
     let gcra = Gcra {
         rate: 20,
         per_seconds: 1,
         burst: 2,
     };
-    // 3 held by the rate: it wakes when half its burst (1) fits, 50 ms on.
+    // 8 held by the rate: it wakes a second before all 8 fit (1.4 s on), so
+    // its next claim takes them, each at its slot.
     assert_eq!(
         claim.held_until,
-        Some(gcra.wake_at(gcra.charge(None, now, 2), 3))
+        Some(gcra.wake_at(gcra.charge(None, now, 22), 8, true))
     );
-    assert_eq!(claim.held_until, Some(now + 50));
+    assert_eq!(claim.held_until, Some(now + 400));
     // Held by a concurrency only: a poll after the flush interval.
     let conc = setup();
     let c = batch_of(&conc, "c", 3, 3);
@@ -418,18 +475,23 @@ fn a_clock_bound_as_d1_binds_it_keeps_the_rate_exact_and_its_wake_instant_whole(
             &Claimed::knowing(RATES),
         ))
         .unwrap();
-        assert_eq!(claim.items.len() as i64, burst.min(200), "rate {rate}");
+        let taken = gcra.room_ahead(None, now).min(200);
+        assert_eq!(claim.items.len() as i64, taken, "rate {rate}");
         let tat: i64 = count(&store, "SELECT tat FROM limit_state WHERE key = 'github'");
         assert_eq!(
             tat,
-            gcra.charge(None, now, burst),
+            gcra.charge(None, now, taken),
             "rate {rate}: the charge is exact"
         );
-        if burst < 200 {
-            let waiting = 200 - burst;
+        let mut starts: Vec<i64> = claim.items.iter().map(|i| i.start_at).collect();
+        starts.sort_unstable();
+        let slots: Vec<i64> = (1..=taken).map(|j| gcra.start_of(None, now, j)).collect();
+        assert_eq!(starts, slots, "rate {rate}: each at its whole slot");
+        if taken < 200 {
+            let waiting = 200 - taken;
             assert_eq!(
                 claim.held_until,
-                Some(gcra.wake_at(tat, waiting)),
+                Some(gcra.wake_at(tat, waiting, true)),
                 "rate {rate}"
             );
         }
@@ -775,17 +837,25 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
         [format!("host:a.example={}", now + 10)],
         "an ended pause: the claim stays careful while the rate may hold items"
     );
-    // Five a second, one every 200 ms: the refusal emptied the bucket (no burst).
-    assert_eq!(claim_rated(&store, now + 20, 10, "c2").len(), 0);
+    // Five a second, one every 200 ms: the refusal emptied the bucket (no
+    // burst), so a claim takes the next second's 5 slots, the first 200 ms after
+    // the refusal.
+    let next = claim_rated(&store, now + 20, 10, "c2");
+    let mut starts: Vec<i64> = next.iter().map(|i| i.start_at).collect();
+    starts.sort_unstable();
+    assert_eq!(
+        starts,
+        (1..=5).map(|j| now + 10 + 200 * j).collect::<Vec<_>>()
+    );
     assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
     assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
     // Two windows later, two steps up (one a second each): seven a second.
     let t = now + 10 + 2 * learn::WINDOW_MS;
     assert_eq!(learn::at(rule, None, t).unwrap().per_minute, 420);
     assert_eq!(
-        claim_rated(&store, t, 10, "c5").len(),
-        7,
-        "a new rate, its full burst"
+        claim_rated(&store, t, 20, "c5").len(),
+        14,
+        "a new rate, its full burst (7) and a second's tokens"
     );
     assert_eq!(claim_rated(&store, t + 100, 10, "c6").len(), 0);
     assert_eq!(claim_rated(&store, t + 143, 10, "c7").len(), 1);
@@ -797,13 +867,15 @@ fn the_claim_honours_the_lower_of_a_set_rate_and_a_learned_one() {
     let b = batch_of(&store, "b", 40, 3);
     hold(&store, &b, &["host:a.example"], |_| true);
     let now = 1_000_000;
-    // Set 1 a second (burst 1), learned 10 a second: the set rate.
+    // Set 1 a second (burst 1), learned 10 a second: the set rate (its burst
+    // now, its next token a second ahead).
     limit(&store, "host:a.example", Some(1), 1, Some(1), None);
     learn(&store, "host:a.example", 600, now);
-    assert_eq!(claim_rated(&store, now, 10, "c1").len(), 1);
+    assert_eq!(claim_rated(&store, now, 10, "c1").len(), 2);
     assert_eq!(claim_rated(&store, now + 900, 10, "c2").len(), 0);
     assert_eq!(claim_rated(&store, now + 1_000, 10, "c3").len(), 1);
-    // Set 100 a second (burst 100), learned 1 a second: the learned rate.
+    // Set 100 a second (burst 100), learned 1 a second: the learned rate (60
+    // a minute, burst 1: not claimed ahead, Gcra::claims_ahead).
     limit(&store, "host:a.example", Some(100), 1, Some(100), None);
     learn(&store, "host:a.example", 60, now + 2_000);
     assert_eq!(claim_rated(&store, now + 2_000, 10, "c4").len(), 1);
@@ -818,7 +890,7 @@ fn the_claim_honours_the_lower_of_a_set_rate_and_a_learned_one() {
 fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after() {
     use cron_fanout::core::learn;
     let store = setup();
-    let b = batch_of(&store, "b", 30, 3);
+    let b = batch_of(&store, "b", 60, 3);
     hold(&store, &b, &["host:a.example"], |_| true);
     let now = 1_000_000;
     learn(&store, "host:a.example", 1, now);
@@ -834,9 +906,19 @@ fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after()
         now + learn::IDLE_MS - 1,
     )
     .unwrap();
+    let gcra = Gcra {
+        rate: raised.per_minute,
+        per_seconds: 60,
+        burst: learn::burst(raised.per_minute),
+    };
     assert_eq!(
         claim_rated(&store, now + learn::IDLE_MS - 1, 30, "c2").len() as i64,
-        learn::burst(raised.per_minute)
+        learn::burst(raised.per_minute) + raised.per_minute / 60,
+        "its burst and a second's tokens"
+    );
+    assert_eq!(
+        gcra.room_ahead(None, now + learn::IDLE_MS - 1),
+        learn::burst(raised.per_minute) + raised.per_minute / 60
     );
     assert_eq!(
         claim_rated(&store, now + learn::IDLE_MS, 10, "c3").len(),

@@ -5,7 +5,8 @@
 //! commit the world is checked against the bounds, read from the rows with
 //! plain SQL (not the claim's): no key ever has more items in flight than its
 //! concurrency, no interval sees more starts of a key than `burst + rate × t /
-//! per_seconds`, a held item spends no attempt, and every item ends. Some runs
+//! per_seconds` (a start is its item's `start_at`: a claim takes a second's
+//! slots ahead, core::limits::LOOK_AHEAD_MS), a held item spends no attempt, and every item ends. Some runs
 //! end in a receiver's "slow down" (a retry with its delay): from the commit
 //! that records it, no drainer claims an item holding one of its keys before
 //! the delay ends. Refusals (those, and 429s without a delay) teach their keys
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 
 use common::*;
 use cron_fanout::core::learn::{self, Learned};
-use cron_fanout::core::limits::{governing, Gcra};
+use cron_fanout::core::limits::{governing, Gcra, LOOK_AHEAD_MS};
 use cron_fanout::core::model::{ClaimedItem, Outcome};
 use cron_fanout::core::retry::{defer, release};
 use cron_fanout::store::sqlite::SqliteDb;
@@ -48,8 +49,9 @@ struct World {
     limits: BTreeMap<String, Spec>,
     /// Each item's keys.
     keys: BTreeMap<i64, Vec<String>>,
-    /// Claim instants of each held key (the member key for a partition).
-    starts: BTreeMap<String, Vec<i64>>,
+    /// Starts of each held key (the member key for a partition): when the item
+    /// may start (its slot, for one claimed ahead), and its claim's instant.
+    starts: BTreeMap<String, Vec<(i64, i64)>>,
     /// Claims and releases per item: its attempt must be claims − releases.
     claims: BTreeMap<i64, i64>,
     releases: BTreeMap<i64, i64>,
@@ -206,6 +208,8 @@ impl World {
     /// Starts of each rate-limited key within the GCRA bound over every interval.
     fn check_rates(&self) {
         for (key, starts) in &self.starts {
+            let mut starts: Vec<i64> = starts.iter().map(|(at, _)| *at).collect();
+            starts.sort_unstable();
             let Some(Spec {
                 rate: Some((rate, per, burst)),
                 ..
@@ -256,9 +260,19 @@ impl World {
                     self.seed,
                     item.item_id
                 );
-                self.starts.entry(k.clone()).or_default().push(now);
+                self.starts
+                    .entry(k.clone())
+                    .or_default()
+                    .push((item.start_at, now));
             }
-            let ends = now + self.rng.random_range(5..3_000);
+            assert!(
+                (now..=now + LOOK_AHEAD_MS).contains(&item.start_at),
+                "seed {}: item {} claimed at {now} starts at {}",
+                self.seed,
+                item.item_id,
+                item.start_at
+            );
+            let ends = item.start_at + self.rng.random_range(5..3_000);
             d.running.push((item, ends));
         }
         self.check_in_flight(now);
@@ -334,11 +348,13 @@ impl World {
         for (key, states) in &self.learned {
             let set = self.governing(key).and_then(|s| s.rate);
             let mut groups: BTreeMap<(usize, i64), Vec<i64>> = BTreeMap::new();
-            for &t in self.starts.get(key).into_iter().flatten() {
-                let Some(n) = states.iter().rposition(|(from, _)| *from <= t) else {
+            // A start counts under the rate its claim read (a claim ahead takes
+            // a second's slots under the rate in force at the claim).
+            for &(t, claimed) in self.starts.get(key).into_iter().flatten() {
+                let Some(n) = states.iter().rposition(|(from, _)| *from <= claimed) else {
                     continue;
                 };
-                let Some(l) = learn::at(states[n].1, None, t) else {
+                let Some(l) = learn::at(states[n].1, None, claimed) else {
                     continue;
                 };
                 if set.is_some_and(|(rate, per, _)| l.per_minute * per >= rate * 60) {
@@ -346,7 +362,8 @@ impl World {
                 }
                 groups.entry((n, l.per_minute)).or_default().push(t);
             }
-            for ((_, per_minute), starts) in groups {
+            for ((_, per_minute), mut starts) in groups {
+                starts.sort_unstable();
                 let burst = learn::burst(per_minute) as f64;
                 for i in 0..starts.len() {
                     for j in i..starts.len() {

@@ -59,6 +59,7 @@ fn the_request_schema_requires_every_field_the_worker_sends_and_no_other() {
         receipts: None,
         given_back: 0,
         limits: None,
+        start_at: 0,
     };
     let sent: Value =
         serde_json::from_str(&delivery_body(&item, vec!["discord"], &json!({"n": 1}))).unwrap();

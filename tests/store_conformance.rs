@@ -1305,6 +1305,7 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
                             receipts: None,
                             given_back: 0,
                             limits: None,
+                            start_at: 0,
                         })
                     },
                 )

@@ -155,6 +155,7 @@ mod tests {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         };
         serde_json::to_string(&item).unwrap()
     }

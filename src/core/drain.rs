@@ -212,8 +212,11 @@ pub struct Drain {
     kind_retry: Vec<(String, RetryPolicy)>,
     budget: Budget,
     started: i64,
-    /// Claimed items waiting for a slot, in claim order, so in lease order.
+    /// Claimed items waiting for a slot, in claim order (so in lease order),
+    /// those claimed ahead of their rate's slot by their start.
     queue: VecDeque<Queued>,
+    /// The queue was sorted by slot: its front may not hold the earliest lease.
+    queue_by_slot: bool,
     /// Items dispatched and not finished, by lease token.
     running: HashMap<String, Running>,
     claiming: Option<Claiming>,
@@ -263,6 +266,7 @@ impl Drain {
             budget,
             started,
             queue: VecDeque::new(),
+            queue_by_slot: false,
             running: HashMap::new(),
             claiming: None,
             committing: None,
@@ -295,7 +299,9 @@ impl Drain {
         if self.refusal.is_some() {
             self.give_back_queued(now);
         }
-        if (self.running.len() as i64) < self.policy.limits.concurrency {
+        if (self.running.len() as i64) < self.policy.limits.concurrency
+            && self.queue.front().is_some_and(|q| q.item.start_at <= now)
+        {
             if let Some(queued) = self.queue.pop_front() {
                 return self.dispatch(now, queued);
             }
@@ -367,10 +373,18 @@ impl Drain {
                 if got > 0 {
                     *self.outstanding.entry(claim.lease_expires_at).or_default() += got;
                 }
+                let ahead = items.iter().any(|i| i.start_at > now);
                 self.queue.extend(items.into_iter().map(|item| Queued {
                     item,
                     lease_expires_at: claim.lease_expires_at,
                 }));
+                // Items a rate let through ahead go at their slots, in order.
+                self.queue_by_slot |= ahead;
+                if self.queue_by_slot {
+                    self.queue
+                        .make_contiguous()
+                        .sort_by_key(|q| q.item.start_at);
+                }
             }
             Err(error) => {
                 self.budget.release(claim.asked * cost);
@@ -672,14 +686,14 @@ impl Drain {
     /// queue is in lease order and the deadline is the same for all, so only its
     /// front can be the first too late.
     fn release_late(&mut self, now: i64) {
-        while let Some(front) = self.queue.front() {
-            if !self.too_late(now, front.lease_expires_at) {
+        while let Some((at, place)) = self.earliest_queued_lease() {
+            if !self.too_late(now, at) {
                 return;
             }
             let Some(Queued {
                 item,
                 lease_expires_at,
-            }) = self.queue.pop_front()
+            }) = self.queue.remove(place)
             else {
                 return;
             };
@@ -696,6 +710,20 @@ impl Drain {
                 },
             );
         }
+    }
+
+    /// The earliest lease expiry among the queued items, and where it is: the
+    /// front, unless items claimed ahead were sorted by their slots (then a
+    /// later claim's item may be in front of an earlier one's).
+    fn earliest_queued_lease(&self) -> Option<(i64, usize)> {
+        if !self.queue_by_slot {
+            return self.queue.front().map(|q| (q.lease_expires_at, 0));
+        }
+        self.queue
+            .iter()
+            .enumerate()
+            .map(|(place, q)| (q.lease_expires_at, place))
+            .min()
     }
 
     /// After a receiver's refusal: the queued items holding one of the refused
@@ -880,7 +908,8 @@ impl Drain {
     }
 
     /// When to wake up if nothing answers first: the flush timer, the moment the
-    /// front of the queue could no longer be dispatched in time, the moment the
+    /// front of the queue may start (its rate's slot) or could no longer be
+    /// dispatched in time, the moment the
     /// oldest waiting outcome's commit must start (both at the answered round
     /// trips: a call still out only moves them earlier, and its answer wakes the
     /// machine anyway). A moment already past whose commit is held back (by the
@@ -891,11 +920,8 @@ impl Drain {
             FlushTimer::Idle | FlushTimer::Fired => None,
         };
         let allowance = self.answered_commit_allowance();
-        let release = self.queue.front().map(|q| {
-            self.landing_limit(q.lease_expires_at)
-                - call_ms(self.policy.limits.job_timeout_ms)
-                - allowance
-                + 1
+        let release = self.earliest_queued_lease().map(|(at, _)| {
+            self.landing_limit(at) - call_ms(self.policy.limits.job_timeout_ms) - allowance + 1
         });
         let commit = self
             .oldest_waiting()
@@ -904,7 +930,14 @@ impl Drain {
         let held = self
             .held_until
             .filter(|&at| at > now && self.claiming.is_none() && self.stop.is_none());
-        [timer, release, commit, held].into_iter().flatten().min()
+        let slot =
+            self.queue.front().map(|q| q.item.start_at).filter(|&at| {
+                at > now && (self.running.len() as i64) < self.policy.limits.concurrency
+            });
+        [timer, release, commit, held, slot]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Count a commit's rows: applied ones by their new state; the others lost

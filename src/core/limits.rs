@@ -39,6 +39,12 @@ pub fn candidates_per_batch(limit: i64, limits_defined: bool) -> i64 {
 /// interval, so a drain looks again about as often as slots come back.
 pub const HELD_POLL_MS: i64 = 1_000;
 
+/// How far ahead a claim takes a rate's starts: the items whose slot comes
+/// within this long are claimed at once, each to start at its slot
+/// ([`Gcra::room_ahead`], [`Gcra::start_of`]; `sql/claim_selection.sql`), so a
+/// claimer held by a rate claims about once a second per key, not once per token.
+pub const LOOK_AHEAD_MS: i64 = 1_000;
+
 /// How long a pause is kept after it ended (`sql/clear_ended_pauses.sql`, run
 /// with the tick's reaper): while one is kept, claims may hold items back below
 /// claimed ones, so the cursor stops at them; an hour outlives every lease that
@@ -295,24 +301,61 @@ impl Gcra {
         (tat - (self.burst - n) * self.cost() + self.rate - 1) / self.rate
     }
 
+    /// Whether starts are claimed ahead at their slots: only when a slot rounded
+    /// up to the ms never lands past the next token's (`(burst − 1) × cost ≥
+    /// rate − 1`), so each start is an exact GCRA arrival and the state the
+    /// charge leaves is its true one. A burst of 1 at a rate not dividing the ms
+    /// would drift a ms a start; it is claimed at each token instead.
+    pub fn claims_ahead(&self) -> bool {
+        (self.burst - 1) * self.cost() >= self.rate - 1
+    }
+
+    /// How many may be claimed at `now_ms` to start by `now_ms + LOOK_AHEAD_MS`,
+    /// each at its slot ([`Gcra::start_of`]): the burst left now and the tokens
+    /// that come within the look-ahead ([`Gcra::room`] for a rate not
+    /// [`Gcra::claims_ahead`]).
+    pub fn room_ahead(&self, tat: Option<i64>, now_ms: i64) -> i64 {
+        if !self.claims_ahead() {
+            return self.room(tat, now_ms);
+        }
+        let base = tat.unwrap_or(0).max(self.units(now_ms));
+        ((self.burst * self.cost() + self.units(now_ms + LOOK_AHEAD_MS) - base) / self.cost())
+            .max(0)
+    }
+
+    /// When the `j`-th start (from 1) claimed at `now_ms` with state `tat` may go:
+    /// the first instant at which the state before it has room for one, never
+    /// before `now_ms`. SQLite's integer division (towards zero) on purpose: the
+    /// claim computes the same (`sql/claim_due_items.sql`).
+    pub fn start_of(&self, tat: Option<i64>, now_ms: i64, j: i64) -> i64 {
+        let base = tat.unwrap_or(0).max(self.units(now_ms));
+        ((base + (j - self.burst) * self.cost() + self.rate - 1) / self.rate).max(now_ms)
+    }
+
     /// How many starts a claimer held back by this rate waits for before it
-    /// claims again, with `waiting` items held: as many as there are, up to half
-    /// the burst (the other half absorbs the claim's own lateness: tokens past
-    /// the burst would be lost) and a second's worth (a longer wait would only
-    /// delay them), at least one. Waiting for several instead of claiming at
-    /// each token keeps a held drain from claiming (and reading its selection)
-    /// once per start: at 20 a second with a burst of 5, 10 claims a second.
-    pub fn wake_batch(&self, waiting: i64) -> i64 {
-        waiting
-            .min(self.burst / 2)
-            .min(self.rate / self.per_seconds)
-            .max(1)
+    /// claims again, with `waiting` items held: as many as there are, up to a
+    /// second's worth (a longer wait would only delay them), at least one. With
+    /// `ahead` (a held item may start at a slot ahead) they are claimed a second
+    /// early; without, they start at the claim, so at most half the burst (the
+    /// other half absorbs the claim's lateness: tokens past the burst are lost).
+    /// Waiting for several instead of claiming at each token keeps a held drain
+    /// from claiming (and reading its selection) once per start.
+    pub fn wake_batch(&self, waiting: i64, ahead: bool) -> i64 {
+        let ahead = ahead && self.claims_ahead();
+        let most = if ahead { waiting } else { self.burst / 2 };
+        waiting.min(self.rate / self.per_seconds).min(most).max(1)
     }
 
     /// When a claimer held back by this rate, with `waiting` items held, claims
     /// again (the claim's hold statement computes the same).
-    pub fn wake_at(&self, tat: i64, waiting: i64) -> i64 {
-        self.room_for(tat, self.wake_batch(waiting))
+    pub fn wake_at(&self, tat: i64, waiting: i64, ahead: bool) -> i64 {
+        let ahead = ahead && self.claims_ahead();
+        let at = self.room_for(tat, self.wake_batch(waiting, ahead));
+        if ahead {
+            at - LOOK_AHEAD_MS
+        } else {
+            at
+        }
     }
 
     /// The rate and window a state was counted in: a state counted under
@@ -496,38 +539,86 @@ mod tests {
     }
 
     #[test]
-    fn a_held_claimer_wakes_when_a_batch_of_starts_fits_never_past_the_burst() {
+    fn a_held_claimer_wakes_when_a_batch_of_starts_fits() {
         let r = Gcra {
             rate: 20,
             per_seconds: 1,
             burst: 5,
         };
         let now = 1_000_000;
+        // Claimed ahead (the burst and a second's tokens, 25): a second's worth
+        // (20) fits by wake + 1 s.
+        let spent = r.charge(None, now, 25);
+        assert_eq!(r.wake_batch(40, true), 20);
+        assert_eq!(r.wake_at(spent, 40, true), now + 1_000);
+        assert_eq!(r.room_ahead(Some(spent), now + 1_000), 20);
+        assert_eq!(r.room_ahead(Some(spent), now + 999), 19);
         let tat = r.charge(None, now, 5);
-        // 40 waiting: half the burst (2) fits 100 ms later; a claim up to 150 ms
-        // late still loses no token (room 5 at 250 ms, the burst).
-        assert_eq!(r.wake_batch(40), 2);
-        assert_eq!(r.wake_at(tat, 40), now + 100);
-        assert_eq!(r.room(Some(tat), r.wake_at(tat, 40)), 2);
+        // Started at the claim: half the burst (2) fits 100 ms later; a claim up
+        // to 150 ms late still loses no token (room 5 at 250 ms, the burst).
+        assert_eq!(r.wake_batch(40, false), 2);
+        assert_eq!(r.wake_at(tat, 40, false), now + 100);
+        assert_eq!(r.room(Some(tat), r.wake_at(tat, 40, false)), 2);
         assert_eq!(r.room(Some(tat), now + 249), 4);
-        // 1 waiting: at the next token; a burst of 1: at each token.
-        assert_eq!(r.wake_at(tat, 1), r.next_start(tat));
+        // 1 waiting: at the next token (a second early, claimed ahead).
+        assert_eq!(r.wake_at(tat, 1, false), r.next_start(tat));
+        assert_eq!(r.wake_at(tat, 1, true), r.next_start(tat) - LOOK_AHEAD_MS);
         let single = Gcra { burst: 1, ..r };
-        assert_eq!(single.wake_batch(40), 1);
+        assert_eq!(single.wake_batch(40, false), 1);
         // A slow rate waits for one start only (no more than a second's worth).
         let hourly = Gcra {
             rate: 5_000,
             per_seconds: 3_600,
             burst: 100,
         };
-        assert_eq!(hourly.wake_batch(1_000), 1);
+        assert_eq!(hourly.wake_batch(1_000, true), 1);
         let tat = hourly.charge(None, now, 100);
-        assert_eq!(hourly.wake_at(tat, 1_000), hourly.next_start(tat));
+        assert_eq!(hourly.wake_at(tat, 1_000, false), hourly.next_start(tat));
         assert_eq!(hourly.room(Some(tat), hourly.next_start(tat)), 1);
     }
 
-    /// Over random claim instants and sizes, the starts in every interval stay
-    /// within `burst + rate × t / per_seconds`.
+    #[test]
+    fn a_claim_ahead_takes_the_burst_and_a_seconds_tokens_each_at_its_slot() {
+        let r = Gcra {
+            rate: 20,
+            per_seconds: 1,
+            burst: 5,
+        };
+        let now = 1_000_000;
+        assert_eq!(
+            r.room_ahead(None, now),
+            25,
+            "the burst and 20 more within 1 s"
+        );
+        let starts: Vec<i64> = (1..=25).map(|j| r.start_of(None, now, j)).collect();
+        assert_eq!(&starts[..6], &[now, now, now, now, now, now + 50]);
+        assert_eq!(starts[24], now + 1_000);
+        // Spent: only what comes within the second, from the next token on.
+        let tat = r.charge(None, now, 25);
+        assert_eq!(r.room_ahead(Some(tat), now), 0);
+        assert_eq!(r.room_ahead(Some(tat), now + 50), 1);
+        assert_eq!(r.start_of(Some(tat), now + 50, 1), now + 1_050);
+        // 7 per 3 s, burst 2: slots 428.57 ms apart, rounded up.
+        let r = Gcra {
+            rate: 7,
+            per_seconds: 3,
+            burst: 2,
+        };
+        let tat = r.charge(None, now, 2);
+        assert_eq!(r.room_ahead(Some(tat), now), 2);
+        assert_eq!(r.start_of(Some(tat), now, 1), now + 429);
+        assert_eq!(r.start_of(Some(tat), now, 2), now + 858);
+        // A burst of 1 there would drift: no claim ahead, one at each token.
+        let one = Gcra { burst: 1, ..r };
+        assert!(!one.claims_ahead() && r.claims_ahead());
+        let tat = one.charge(None, now, 1);
+        assert_eq!(one.room_ahead(Some(tat), now), 0);
+        assert_eq!(one.room_ahead(Some(tat), now + 429), 1);
+        assert_eq!(one.wake_at(tat, 5, true), one.next_start(tat));
+    }
+
+    /// Over random claim instants and sizes, at once or ahead, the starts in
+    /// every interval stay within `burst + rate × t / per_seconds`.
     #[test]
     fn no_interval_sees_more_starts_than_the_bound() {
         use rand::{Rng, SeedableRng};
@@ -542,12 +633,18 @@ mod tests {
             for _ in 0..300 {
                 now += rng.random_range(0..400);
                 let want = rng.random_range(0..10);
-                let n = want.min(r.room(tat, now));
-                if n > 0 {
-                    tat = Some(r.charge(tat, now, n));
+                // Half the claims start at once, half at their slots ahead.
+                if rng.random_bool(0.5) {
+                    let n = want.min(r.room(tat, now));
                     starts.extend(std::iter::repeat_n(now, n as usize));
+                    tat = Some(r.charge(tat, now, n));
+                } else {
+                    let n = want.min(r.room_ahead(tat, now));
+                    starts.extend((1..=n).map(|j| r.start_of(tat, now, j)));
+                    tat = Some(r.charge(tat, now, n));
                 }
             }
+            starts.sort_unstable();
             for (i, &a) in starts.iter().enumerate() {
                 for (j, &b) in starts.iter().enumerate().skip(i) {
                     let allowed = r.burst as f64

@@ -73,6 +73,11 @@ pub struct ClaimedItem {
     /// (`core::drain`). Never sent to a dispatch.
     #[serde(default, skip_serializing)]
     pub limits: Option<String>,
+    /// When the item may start (ms): its rate's slot when a claim took it ahead
+    /// (`core::limits::LOOK_AHEAD_MS`), else the claim's instant (0 in items not
+    /// from a claim: at once). The drain dispatches it then. Never sent.
+    #[serde(default, skip_serializing)]
+    pub start_at: i64,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -102,6 +107,7 @@ impl ClaimedItem {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         }
     }
 

@@ -304,6 +304,7 @@ mod tests {
             receipts: receipts.map(str::to_string),
             given_back: 0,
             limits: None,
+            start_at: 0,
         }
     }
 

@@ -578,6 +578,7 @@ mod tests {
                 receipts: None,
                 given_back: 0,
                 limits: None,
+                start_at: 0,
             };
             let item = ClaimedItem {
                 receipts: receipts::settle(&item, Some(&channels), ItemStatus::Failed, i64::MAX),

@@ -152,6 +152,7 @@ mod tests {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         }
     }
 

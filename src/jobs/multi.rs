@@ -323,6 +323,7 @@ mod tests {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         };
         let body: Value =
             serde_json::from_str(&delivery_body(&item, "push", &json!({"k": "v"}))).unwrap();

@@ -190,6 +190,7 @@ pub fn probe_call(binding: &str, n: i64) -> ClaimedItem {
         receipts: None,
         given_back: 0,
         limits: None,
+        start_at: 0,
     }
 }
 

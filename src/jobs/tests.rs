@@ -38,6 +38,7 @@ fn item(kind: &str, payload: Value) -> ClaimedItem {
         receipts: None,
         given_back: 0,
         limits: None,
+        start_at: 0,
     }
 }
 

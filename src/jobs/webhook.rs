@@ -474,6 +474,7 @@ mod tests {
             receipts: None,
             given_back: 0,
             limits: None,
+            start_at: 0,
         };
         let body: Value = serde_json::from_str(&delivery_body(&item, &json!({"k": "v"}))).unwrap();
         assert_eq!(

@@ -11,9 +11,12 @@
 -- Sent only while limits are defined or not known not to be (store::Claimed).
 -- Wake instant of a rate key: the smallest t with room ≥ k after the charge, i.e.
 -- t × rate ≥ tat' − (burst − k) × cost, tat' = max(tat, now × rate) + taken × cost,
--- k = max(1, min(waiting, burst / 2, rate / per_seconds)) with `waiting` the held
--- candidates holding the key: a held claimer claims a batch of starts at once,
--- not one per token, and half the burst absorbs its own lateness
+-- k = max(1, min(waiting, rate / per_seconds)) with `waiting` the held candidates
+-- holding the key, a second (LOOK_AHEAD_MS) earlier while one of them holds no
+-- other rate key (it may be claimed ahead, claim_selection.sql): a held claimer
+-- claims a second's starts at once, not one per token. Held candidates that all
+-- hold other rate keys start only at the claim: k is then at most half the burst
+-- (the other half absorbs the claim's lateness)
 -- (core::limits::Gcra::wake_at, the Rust twin). A paused key wakes it when the
 -- pause ends (at the rate's instant if later). `limits_defined` is also set while
 -- a pause is kept: its claims work as under a limit (store::Claimed).
@@ -23,12 +26,14 @@ SELECT (SELECT count(*) FROM blocked) AS held,
                      (max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
                       + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
                         * g.per_seconds * 1000
-                      - (g.burst - max(1, min(w.n, g.burst / 2, g.rate / g.per_seconds)))
+                      - (g.burst - max(1, min(w.n, g.rate / g.per_seconds,
+                                                CASE WHEN w.ahead > 0 AND (g.burst - 1) * g.per_seconds * 1000 >= g.rate - 1 THEN w.n ELSE g.burst / 2 END)))
                         * g.per_seconds * 1000
-                      + g.rate - 1) / g.rate END,
+                      + g.rate - 1) / g.rate - CASE WHEN w.ahead > 0 AND (g.burst - 1) * g.per_seconds * 1000 >= g.rate - 1 THEN 1000 ELSE 0 END END,
                    coalesce(g.paused_until, 0)))
         FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
-        JOIN (SELECT h.key, count(*) AS n FROM held AS h
+        JOIN (SELECT h.key, count(*) AS n, sum(h.id NOT IN (SELECT id FROM multi)) AS ahead
+              FROM held AS h
               WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w ON w.key = g.key
         WHERE g.rate IS NOT NULL OR g.paused_until IS NOT NULL)
          AS wake_at,

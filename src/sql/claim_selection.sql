@@ -45,6 +45,15 @@
 -- cost = per_seconds × 1000; a state counted under another rate or window
 -- (`basis`) is a full burst. With ?6 = 0 (no charge statement before this one),
 -- every rate-limited key has no room.
+-- Claim ahead: a rate lets through the starts whose slot comes within a second
+-- (core::limits::LOOK_AHEAD_MS), `ahead` = (burst × cost + (now + 1 s) × rate −
+-- max(tat, now × rate)) / cost, and each such item starts at its slot
+-- (claim_due_items.sql), so a held claimer claims about once a second per key,
+-- not once per token. A candidate holding two rate keys or more (`multi`) is
+-- taken only within `room`, at once: a start put off by one key past its slot in
+-- another would bunch with that key's later slots. A rate whose slots, rounded
+-- up to the ms, could land past the next token's (a burst of 1 not dividing the
+-- ms) is not claimed ahead: its starts then stay exact GCRA arrivals.
 -- A paused key (limit_state.paused_until after ?1: its receiver asked to slow
 -- down, pause_limit_keys.sql) has no room, with a limit or without.
 -- A learned rate (limit_state.learned, learn_limit_keys.sql) is in force for an
@@ -180,22 +189,41 @@ state AS MATERIALIZED (
   WHERE g.rate IS NOT NULL
 ),
 room AS MATERIALIZED (
-  SELECT g.key,
-         CASE WHEN g.paused_until IS NOT NULL THEN 0 ELSE
-         min(CASE WHEN g.concurrency IS NULL THEN 1000000000
-                  ELSE g.concurrency - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
-             END,
-             CASE WHEN g.rate IS NULL THEN 1000000000
-                  WHEN ?6 = 0 THEN 0
-                  ELSE (g.burst * g.per_seconds * 1000
-                        - max(0, coalesce((SELECT s.tat FROM state AS s WHERE s.key = g.key), 0)
-                                 - CAST(?1 AS INTEGER) * g.rate))
-                       / (g.per_seconds * 1000)
-             END) END AS room
-  FROM governed AS g
+  SELECT key,
+         CASE WHEN paused THEN 0 ELSE min(slots, tokens) END AS room,
+         CASE WHEN paused THEN 0 WHEN slotted THEN min(slots, tokens_ahead)
+              ELSE min(slots, tokens) END AS ahead
+  FROM (SELECT g.key, g.paused_until IS NOT NULL AS paused,
+               -- A slot rounded up to the ms stays within its token's interval
+               -- (core::limits::Gcra::claims_ahead): else no claim ahead.
+               coalesce((g.burst - 1) * g.per_seconds * 1000 >= g.rate - 1, 0) AS slotted,
+               CASE WHEN g.concurrency IS NULL THEN 1000000000
+                    ELSE g.concurrency - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
+               END AS slots,
+               CASE WHEN g.rate IS NULL THEN 1000000000
+                    WHEN ?6 = 0 THEN 0
+                    ELSE (g.burst * g.per_seconds * 1000
+                          - max(0, coalesce(s.tat, 0) - CAST(?1 AS INTEGER) * g.rate))
+                         / (g.per_seconds * 1000)
+               END AS tokens,
+               -- Starts whose slot comes by now + 1 s (core::limits::LOOK_AHEAD_MS).
+               CASE WHEN g.rate IS NULL THEN 1000000000
+                    WHEN ?6 = 0 THEN 0
+                    ELSE (g.burst * g.per_seconds * 1000 + (CAST(?1 AS INTEGER) + 1000) * g.rate
+                          - max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate))
+                         / (g.per_seconds * 1000)
+               END AS tokens_ahead
+        FROM governed AS g LEFT JOIN state AS s ON s.key = g.key)
+),
+-- Candidates holding two rate keys or more: they start at the claim, never at a
+-- slot ahead (a start put off by one key would bunch with the other's slots).
+multi AS MATERIALIZED (
+  SELECT h.id FROM held AS h JOIN governed AS g ON g.key = h.key AND g.rate IS NOT NULL
+  GROUP BY h.id HAVING count(*) > 1
 ),
 spent AS (
-  SELECT h.id FROM held AS h JOIN room AS r ON r.key = h.key WHERE r.room <= 0
+  SELECT h.id FROM held AS h JOIN room AS r ON r.key = h.key
+  WHERE r.ahead <= 0 OR (r.room <= 0 AND h.id IN (SELECT id FROM multi))
 ),
 blocked AS (
   SELECT id FROM spent
@@ -204,7 +232,7 @@ blocked AS (
   FROM (SELECT id, key, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
         FROM held WHERE id NOT IN (SELECT id FROM spent)) AS h
   JOIN room AS r ON r.key = h.key
-  WHERE h.n > r.room
+  WHERE h.n > CASE WHEN h.id IN (SELECT id FROM multi) THEN r.room ELSE r.ahead END
 ),
 next AS (
   SELECT id FROM ordered

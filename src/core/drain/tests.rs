@@ -1250,3 +1250,56 @@ fn a_refusal_gives_back_the_queued_items_holding_its_keys_and_marks_its_commit()
     );
     assert_eq!(dispatched(&r.actions(10)), [3]);
 }
+
+#[test]
+fn items_claimed_ahead_are_dispatched_at_their_slots_in_slot_order() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // A rate let 3 through: one now, two at slots ahead (returned out of order).
+    let slot = |id, at| ClaimedItem {
+        start_at: at,
+        ..item(id)
+    };
+    r.m.claimed_holding(
+        5,
+        Ok(vec![slot(1, 5), slot(2, 400), slot(3, 200)]),
+        Some(900),
+    );
+    let a = r.actions(5);
+    assert_eq!(dispatched(&a), vec![1]);
+    assert_eq!(a.last(), Some(&Action::Wait(Some(200))), "{a:?}");
+    r.m.timer(199);
+    assert_eq!(dispatched(&r.actions(199)), Vec::<i64>::new());
+    r.m.timer(200);
+    let a = r.actions(200);
+    assert_eq!(dispatched(&a), vec![3]);
+    // Both slots of the window run: it waits for an answer, not the slot.
+    assert_eq!(a.last(), Some(&Action::Wait(Some(900))), "{a:?}");
+    r.m.finished(300, item(1), Outcome::Done, 0.0);
+    let a = r.actions(300);
+    assert_eq!(a.last(), Some(&Action::Wait(Some(400))), "{a:?}");
+    r.m.timer(400);
+    assert_eq!(dispatched(&r.actions(400)), vec![2]);
+}
+
+#[test]
+fn an_item_waiting_for_its_slot_past_its_lease_is_released_unrun() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // Claimed ahead to a slot its lease (at the policy's lease) could not cover:
+    // it goes back unrun when the call could no longer land, not at its slot.
+    let late = ClaimedItem {
+        start_at: POLICY.limits.lease_ms * 2,
+        ..item(1)
+    };
+    r.m.claimed_holding(5, Ok(vec![late, item(2)]), None);
+    let a = r.actions(5);
+    assert_eq!(dispatched(&a), vec![2], "the one due now goes; {a:?}");
+    let Some(Action::Wait(Some(at))) = a.last() else {
+        panic!("{a:?}")
+    };
+    assert!(*at < POLICY.limits.lease_ms, "woken to release it: {a:?}");
+    r.m.timer(*at);
+    r.actions(*at);
+    assert_eq!(released(&r.reports()), vec![1]);
+}
