@@ -1,5 +1,5 @@
-//! Learned rates on `wrangler dev` (`loadtest e2e --only-learn`; not in the
-//! full suite while its makespan bound fails on the shared machine): a receiver that takes 10 requests a second and
+//! Learned rates on `wrangler dev` (`loadtest e2e --only-learn`, and in the
+//! full suite): a receiver that takes 10 requests a second and
 //! answers `429` with `Retry-After: 1` above that, 300 webhooks to it with no
 //! limit set, drained by ticks. Its refusals teach its implicit key
 //! (`host:127.0.0.1`) a rate, so the batch completes with few refusals and in

@@ -120,8 +120,7 @@ pub struct E2eArgs {
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow"])]
     pub only_backpressure: bool,
     /// Run only the learned-rates part (300 webhooks to a receiver of 10/s with
-    /// no limit set, then a set rate under it; its own Worker). Not in the full
-    /// suite yet: its makespan bound is not met on the shared machine.
+    /// no limit set, then a set rate under it; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure"])]
     pub only_learn: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
@@ -187,7 +186,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     }
     Part::Drainers.run(target, timeout, checks).await;
     if target.url.is_some() {
-        println!("# elastic-drain, flow-control and backpressure parts skipped: --url mode cannot start a Worker with its settings");
+        println!("# elastic-drain, flow-control, backpressure and learned-rates parts skipped: --url mode cannot start a Worker with its settings");
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
@@ -201,6 +200,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         Part::Elastic,
         Part::Flow,
         Part::Backpressure,
+        Part::Learn,
         Part::HelloKind,
         Part::Service,
         Part::Streak,
