@@ -532,7 +532,7 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
             charges: 1,
         }
         .params();
-        let claim = sql::ClaimDueItems {
+        let claim = sql::ClaimDueItemsAtSlots {
             now,
             limit: 31,
             token_prefix: token,
@@ -545,7 +545,7 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
         let statements = [
             (sql::CLAIM_HELD, held),
             (sql::CHARGE_RATE_LIMITS, charge),
-            (sql::CLAIM_DUE_ITEMS, claim),
+            (sql::CLAIM_DUE_ITEMS_AT_SLOTS, claim),
         ];
         for (statement, params) in &statements {
             let plan = query_plan(&store, statement, params);

@@ -1,6 +1,7 @@
--- Claim the selection's items (claim_selection.sql, which this statement starts
--- with: what is due, in which order, what the limits let through) in one atomic
--- statement (invariant 1: no item is handed out twice). The attempt is counted
+-- The rest of the claim, after its start (claim_now.sql or claim_at_slots.sql,
+-- which open its UPDATE and set `started_at`): claim the selection's items
+-- (claim_selection.sql, which this statement starts with: what is due, in which
+-- order, what the limits let through) in one atomic statement (invariant 1: no item is handed out twice). The attempt is counted
 -- here, at claim, so a run that crashes still uses up an attempt (invariant 3).
 -- Each row gets its own lease token, ?3 (random per claim) joined with the row id,
 -- which fences every later write about it.
@@ -20,29 +21,11 @@
 -- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
--- Each item's start (`started_at`, returned as `start_at`) is now, or for an
--- item a rate let through ahead its slot: the j-th start of a key in this claim
--- (by `ord`) may go once the state before the charge, max(tat, now × rate), plus
--- j − 1 costs has room for one, ⌈(max(tat, now × rate) + (j − burst) × cost) /
--- rate⌉ (core::limits::Gcra::start_of, the Rust twin); the drain dispatches it then.
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
-, starts AS MATERIALIZED (
-  SELECT h.id,
-         max((max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
-              + (h.j - g.burst) * g.per_seconds * 1000 + g.rate - 1) / g.rate) AS at
-  FROM (SELECT id, key, row_number() OVER (PARTITION BY key ORDER BY ord) AS j
-        FROM held WHERE id IN (SELECT id FROM next)) AS h
-  JOIN governed AS g ON g.key = h.key AND g.rate IS NOT NULL
-  LEFT JOIN state AS s ON s.key = g.key
-  GROUP BY h.id
-)
-UPDATE cron_queue
-SET status = 'processing',
+    status = 'processing',
     attempt = attempt + 1,
     lease_token = ?3 || '.' || id,
-    lease_expires_at = ?7,
-    started_at = max(CAST(?1 AS INTEGER),
-                     coalesce((SELECT t.at FROM starts AS t WHERE t.id = cron_queue.id), 0))
+    lease_expires_at = ?7
 WHERE id IN (SELECT id FROM next) AND status = 'pending'
 RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
           receipts, given_back, limits, started_at AS start_at,

@@ -31,7 +31,9 @@ sql! {
     // the charge and the claim of one claim select the very same items.
     CLAIM_HELD => "claim_selection.sql" "claim_held.sql",
     CHARGE_RATE_LIMITS => "claim_selection.sql" "charge_rate_limits.sql",
-    CLAIM_DUE_ITEMS => "claim_selection.sql" "claim_due_items.sql",
+    // Without the charge no item starts ahead: the plain claim reads no slots.
+    CLAIM_DUE_ITEMS => "claim_selection.sql" "claim_now.sql" "claim_due_items.sql",
+    CLAIM_DUE_ITEMS_AT_SLOTS => "claim_selection.sql" "claim_at_slots.sql" "claim_due_items.sql",
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",
     COMMIT_OUTCOMES => "commit_outcomes.sql",
     PAUSE_LIMIT_KEYS => "pause_limit_keys.sql",

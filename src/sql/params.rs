@@ -86,6 +86,12 @@ statement! {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64, lease_expires_at: i64,
     }
+    /// [`ClaimDueItems`] after the charge: items a rate lets through ahead start
+    /// at their slots.
+    ClaimDueItemsAtSlots<'a> = CLAIM_DUE_ITEMS_AT_SLOTS {
+        now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
+        charges: i64, lease_expires_at: i64,
+    }
     /// `outcomes_by_batch`: `outcomes_by_batch_json`; `outcomes`:
     /// `transitions_json`, the same for the commit and its read-back.
     CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes_by_batch: String }

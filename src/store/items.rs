@@ -90,7 +90,20 @@ impl<D: Db> Store<D> {
         let (rows, hold): (Vec<Value>, Option<HoldRow>) = if statements.is_empty() {
             (self.db.run(claim).await?, None)
         } else {
-            statements.push(claim.bind());
+            statements.push(if shape.charges {
+                sql::ClaimDueItemsAtSlots {
+                    now,
+                    limit,
+                    token_prefix,
+                    claimed,
+                    per_batch,
+                    charges,
+                    lease_expires_at,
+                }
+                .bind()
+            } else {
+                claim.bind()
+            });
             let mut results = self.db.batch_results(statements).await?;
             let rows = results.pop().unwrap_or_default();
             let hold = if shape.holds {
