@@ -683,8 +683,8 @@ impl Drain {
     }
 
     /// Release the queued items that could no longer be dispatched in time: the
-    /// queue is in lease order and the deadline is the same for all, so only its
-    /// front can be the first too late.
+    /// deadline is the same for all, so the one with the earliest lease is the
+    /// first too late (an item waiting for its slot is released then, unrun).
     fn release_late(&mut self, now: i64) {
         while let Some((at, place)) = self.earliest_queued_lease() {
             if !self.too_late(now, at) {

@@ -27,13 +27,17 @@ SELECT (SELECT count(*) FROM blocked) AS held,
                       + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
                         * g.per_seconds * 1000
                       - (g.burst - max(1, min(w.n, g.rate / g.per_seconds,
-                                                CASE WHEN w.ahead > 0 AND (g.burst - 1) * g.per_seconds * 1000 >= g.rate - 1 THEN w.n ELSE g.burst / 2 END)))
+                                              CASE WHEN w.ahead THEN w.n ELSE g.burst / 2 END)))
                         * g.per_seconds * 1000
-                      + g.rate - 1) / g.rate - CASE WHEN w.ahead > 0 AND (g.burst - 1) * g.per_seconds * 1000 >= g.rate - 1 THEN 1000 ELSE 0 END END,
+                      + g.rate - 1) / g.rate - CASE WHEN w.ahead THEN 1000 ELSE 0 END END,
                    coalesce(g.paused_until, 0)))
         FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
-        JOIN (SELECT h.key, count(*) AS n, sum(h.id NOT IN (SELECT id FROM multi)) AS ahead
-              FROM held AS h
+        -- `ahead`: a held item may start at a slot (it holds no other rate key,
+        -- and the rate's slots stay whole: core::limits::Gcra::claims_ahead).
+        JOIN (SELECT h.key, count(*) AS n,
+                     sum(h.id NOT IN (SELECT id FROM multi)) > 0
+                     AND (x.burst - 1) * x.per_seconds * 1000 >= x.rate - 1 AS ahead
+              FROM held AS h JOIN governed AS x ON x.key = h.key
               WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w ON w.key = g.key
         WHERE g.rate IS NOT NULL OR g.paused_until IS NOT NULL)
          AS wake_at,
