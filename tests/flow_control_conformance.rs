@@ -532,7 +532,7 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
             charges: 1,
         }
         .params();
-        let claim = sql::ClaimDueItemsAtSlots {
+        let claim = sql::ClaimDueItems {
             now,
             limit: 31,
             token_prefix: token,

@@ -86,8 +86,9 @@ statement! {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64, lease_expires_at: i64,
     }
-    /// [`ClaimDueItems`] after the charge: items a rate lets through ahead start
-    /// at their slots.
+    /// [`ClaimDueItems`] after the charge (items a rate lets through ahead start
+    /// at their slots): the same fields, so the store binds it with
+    /// `ClaimDueItems::params`.
     ClaimDueItemsAtSlots<'a> = CLAIM_DUE_ITEMS_AT_SLOTS {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64, lease_expires_at: i64,

@@ -90,17 +90,9 @@ impl<D: Db> Store<D> {
         let (rows, hold): (Vec<Value>, Option<HoldRow>) = if statements.is_empty() {
             (self.db.run(claim).await?, None)
         } else {
+            // After the charge, the same claim reads the slots of what it takes.
             statements.push(if shape.charges {
-                sql::ClaimDueItemsAtSlots {
-                    now,
-                    limit,
-                    token_prefix,
-                    claimed,
-                    per_batch,
-                    charges,
-                    lease_expires_at,
-                }
-                .bind()
+                (sql::CLAIM_DUE_ITEMS_AT_SLOTS, claim.params())
             } else {
                 claim.bind()
             });
