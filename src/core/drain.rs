@@ -690,26 +690,32 @@ impl Drain {
             if !self.too_late(now, at) {
                 return;
             }
-            let Some(Queued {
-                item,
-                lease_expires_at,
-            }) = self.queue.remove(place)
-            else {
+            let Some(queued) = self.queue.remove(place) else {
                 return;
             };
-            // Its dispatch was held by its claim; it will not be made.
-            self.budget.release(self.policy.limits.per_item_cost);
-            self.reports.push_back(Report::Released(item.clone()));
-            let transition = release(&item);
-            self.settle(
-                now,
-                Settled {
-                    item,
-                    transition,
-                    lease_expires_at,
-                },
-            );
+            self.release_unrun(now, queued);
         }
+    }
+
+    /// A queued item goes back to `pending` unrun, its attempt given back, in
+    /// the next commit; reported as released.
+    fn release_unrun(&mut self, now: i64, queued: Queued) {
+        let Queued {
+            item,
+            lease_expires_at,
+        } = queued;
+        // Its dispatch was held by its claim; it will not be made.
+        self.budget.release(self.policy.limits.per_item_cost);
+        self.reports.push_back(Report::Released(item.clone()));
+        let transition = release(&item);
+        self.settle(
+            now,
+            Settled {
+                item,
+                transition,
+                lease_expires_at,
+            },
+        );
     }
 
     /// The earliest lease expiry among the queued items, and where it is: the
@@ -740,23 +746,8 @@ impl Drain {
                 .into_iter()
                 .partition(|q| q.item.keys().iter().any(|k| keys.contains(k)));
         self.queue = rest;
-        for Queued {
-            item,
-            lease_expires_at,
-        } in siblings
-        {
-            // Its dispatch was held by its claim; it will not be made.
-            self.budget.release(self.policy.limits.per_item_cost);
-            self.reports.push_back(Report::Released(item.clone()));
-            let transition = release(&item);
-            self.settle(
-                now,
-                Settled {
-                    item,
-                    transition,
-                    lease_expires_at,
-                },
-            );
+        for queued in siblings {
+            self.release_unrun(now, queued);
         }
     }
 
