@@ -222,19 +222,7 @@ impl World {
                 per_seconds: per,
                 burst,
             };
-            for i in 0..starts.len() {
-                for j in i..starts.len() {
-                    let allowed = g.burst as f64
-                        + g.rate as f64 * (starts[j] - starts[i]) as f64 / g.cost() as f64;
-                    assert!(
-                        (j - i + 1) as f64 <= allowed + 1e-9,
-                        "seed {}: {} starts of {key} in {} ms ({g:?})",
-                        self.seed,
-                        j - i + 1,
-                        starts[j] - starts[i]
-                    );
-                }
-            }
+            within_bound(&starts, g, &format!("seed {}: {key} ({g:?})", self.seed));
         }
     }
 
@@ -364,21 +352,34 @@ impl World {
             }
             for ((_, per_minute), mut starts) in groups {
                 starts.sort_unstable();
-                let burst = learn::burst(per_minute) as f64;
-                for i in 0..starts.len() {
-                    for j in i..starts.len() {
-                        let allowed =
-                            burst + per_minute as f64 * (starts[j] - starts[i]) as f64 / 60_000.0;
-                        assert!(
-                            (j - i + 1) as f64 <= allowed + 1e-9,
-                            "seed {}: {} starts of {key} in {} ms under a learned {per_minute} a minute",
-                            self.seed,
-                            j - i + 1,
-                            starts[j] - starts[i]
-                        );
-                    }
-                }
+                let g = Gcra {
+                    rate: per_minute,
+                    per_seconds: 60,
+                    burst: learn::burst(per_minute),
+                };
+                let what = format!(
+                    "seed {}: {key} under a learned {per_minute} a minute",
+                    self.seed
+                );
+                within_bound(&starts, g, &what);
             }
+        }
+    }
+}
+
+/// No interval between two of `starts` (sorted) holds more than `burst + rate ×
+/// t / per_seconds` of them.
+fn within_bound(starts: &[i64], g: Gcra, what: &str) {
+    for i in 0..starts.len() {
+        for j in i..starts.len() {
+            let allowed =
+                g.burst as f64 + g.rate as f64 * (starts[j] - starts[i]) as f64 / g.cost() as f64;
+            assert!(
+                (j - i + 1) as f64 <= allowed + 1e-9,
+                "{what}: {} starts in {} ms",
+                j - i + 1,
+                starts[j] - starts[i]
+            );
         }
     }
 }
