@@ -1007,3 +1007,73 @@ fn with_learning_off_a_refusal_stores_no_learned_rate_and_a_success_writes_no_st
         "nothing held back"
     );
 }
+
+/// A claimer whose last claim said nothing is in force sends the plain claim,
+/// which reads no key and no limit table (the hot path costs what it cost before
+/// limits); a limit defined after that claim still holds the very next claim:
+/// the plain selection takes nothing then, and the full one takes over.
+#[test]
+fn the_plain_claim_reads_no_limits_and_a_limit_defined_since_holds_the_next_claim() {
+    let store = setup();
+    let b = batch_of(&store, "b", 20, 3);
+    hold(&store, &b, &["github"], |_| true);
+    let mut claimed = Claimed::default();
+    assert_eq!(claim_after(&store, 1_000, 4, "c1", &mut claimed).len(), 4);
+    assert_eq!(claim_after(&store, 1_001, 4, "c2", &mut claimed).len(), 4);
+    let (sql, params) = store.db().last_query().expect("a claim ran");
+    assert_eq!(sql, sql::CLAIM_PLAIN, "nothing in force: the plain claim");
+    let plan = query_plan(&store, &sql, &params).join("\n");
+    assert!(!plan.contains("json_each"), "no key is read: {plan}");
+    assert!(
+        !plan.contains("SCAN limit_state") && !plan.contains("USING INDEX sqlite_autoindex_limit"),
+        "no key's state or limit is looked up (only the partial indexes that say whether any is in force): {plan}"
+    );
+
+    limit(&store, "github", None, 1, None, Some(2));
+    let next = claim_after(&store, 1_002, 4, "c3", &mut claimed);
+    assert!(
+        next.is_empty(),
+        "8 in flight hold the key of concurrency 2: {} claimed",
+        next.len()
+    );
+    let (sql, _) = store.db().last_query().unwrap();
+    assert_eq!(sql, sql::CLAIM_DUE_ITEMS, "the full claim took over");
+}
+
+/// With nothing in force, the plain claim takes what the full one takes, in the
+/// same order: priorities first, then turns between batches, then (run_after, id).
+#[test]
+fn the_plain_claim_takes_what_the_full_claim_takes_in_its_order() {
+    let claims = |plain: bool| {
+        let store = setup();
+        batch_of(&store, "a", 30, 3);
+        batch_of(&store, "b", 7, 3);
+        let c = batch_of(&store, "c", 12, 3);
+        priority(&store, &c, 1);
+        let mut claimed = if plain {
+            Claimed::knowing(LimitsInForce {
+                any: false,
+                rates: false,
+            })
+        } else {
+            Claimed::default()
+        };
+        let mut order = Vec::new();
+        for (i, now) in (1_000..1_006).enumerate() {
+            let items = claim_after(&store, now, 9, &format!("c{i}"), &mut claimed);
+            order.push(items.iter().map(|i| i.item_id).collect::<Vec<_>>());
+            if !plain {
+                claimed = Claimed::default();
+            }
+            let (sql, _) = store.db().last_query().unwrap();
+            let expected = if plain { sql::CLAIM_PLAIN } else { sql::CLAIM_DUE_ITEMS };
+            if !items.is_empty() {
+                assert_eq!(sql, expected);
+            }
+        }
+        order
+    };
+    let plain = claims(true);
+    assert_eq!(plain.iter().map(Vec::len).sum::<usize>(), 49);
+    assert_eq!(plain, claims(false));
+}

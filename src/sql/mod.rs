@@ -34,6 +34,8 @@ sql! {
     // Without the charge no item starts ahead: the plain claim reads no slots.
     CLAIM_DUE_ITEMS => "claim_selection.sql" "claim_now.sql" "claim_due_items.sql",
     CLAIM_DUE_ITEMS_AT_SLOTS => "claim_selection.sql" "claim_at_slots.sql" "claim_due_items.sql",
+    // While nothing is in force: the selection without keys or limit tables.
+    CLAIM_PLAIN => "claim_plain_selection.sql" "claim_now.sql" "claim_due_items.sql",
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",
     COMMIT_OUTCOMES => "commit_outcomes.sql",
     PAUSE_LIMIT_KEYS => "pause_limit_keys.sql",

@@ -93,6 +93,12 @@ statement! {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64, lease_expires_at: i64,
     }
+    /// [`ClaimDueItems`] while no limit, pause or learned rate is in force: the
+    /// same fields (`charges` is not read), bound with `ClaimDueItems::params`.
+    ClaimPlain<'a> = CLAIM_PLAIN {
+        now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
+        charges: i64, lease_expires_at: i64,
+    }
     /// `outcomes_by_batch`: `outcomes_by_batch_json`; `outcomes`:
     /// `transitions_json`, the same for the commit and its read-back.
     CountCommittedOutcomes = COUNT_COMMITTED_OUTCOMES { outcomes_by_batch: String }

@@ -43,7 +43,30 @@ impl<D: Db> Store<D> {
         lease_expires_at: i64,
         claimed: &Claimed,
     ) -> StoreResult<Claim> {
-        let shape = ClaimShape::of(claimed.in_force, limit);
+        let mut shape = ClaimShape::of(claimed.in_force, limit);
+        if shape.plain {
+            let plain = sql::ClaimPlain {
+                now,
+                limit,
+                token_prefix,
+                claimed: &claimed.json(),
+                per_batch: shape.per_batch,
+                charges: 0,
+                lease_expires_at,
+            };
+            let rows: Vec<ClaimRow> = self.db.run(plain).await?;
+            if let Some(first) = rows.first() {
+                return Ok(Claim {
+                    in_force: Some(first.in_force()),
+                    items: rows.into_iter().map(|r| r.item).collect(),
+                    held_until: None,
+                });
+            }
+            // Nothing due, or a limit or pause came into force since the last
+            // claim (the plain selection then takes nothing): the full claim,
+            // which reads them, tells which and takes what they let through.
+            shape = ClaimShape::of(None, limit);
+        }
         let marks = if shape.marks {
             claimed.json()
         } else {
@@ -111,10 +134,7 @@ impl<D: Db> Store<D> {
                 any: h.limits_defined != 0,
                 rates: h.rates_defined != 0,
             }),
-            None => rows.first().map(|r| LimitsInForce {
-                any: r.limits_defined != 0,
-                rates: r.rates_defined != 0,
-            }),
+            None => rows.first().map(ClaimRow::in_force),
         };
         // Held by a rate the claim could not charge: the next claim charges, at once.
         let uncharged = !shape.charges && in_force.is_some_and(|f| f.rates);
@@ -340,6 +360,9 @@ struct ClaimShape {
     /// Send the hold statement first (what the limits held back, and whether
     /// they are defined), while limits may be defined.
     holds: bool,
+    /// Nothing was in force at the last claim: one statement, the plain
+    /// selection (claim_plain_selection.sql), which reads no keys or limits.
+    plain: bool,
     per_batch: i64,
 }
 
@@ -353,12 +376,14 @@ impl ClaimShape {
                 charges: false,
                 marks: false,
                 holds: true,
+                plain: false,
                 per_batch: limit,
             },
             Some(f) => ClaimShape {
                 charges: f.rates,
                 marks: !f.any,
                 holds: f.any,
+                plain: !f.any,
                 per_batch: limits::candidates_per_batch(limit, f.any),
             },
         }
@@ -381,6 +406,15 @@ struct ClaimRow {
     item: ClaimedItem,
     limits_defined: i64,
     rates_defined: i64,
+}
+
+impl ClaimRow {
+    fn in_force(&self) -> LimitsInForce {
+        LimitsInForce {
+            any: self.limits_defined != 0,
+            rates: self.rates_defined != 0,
+        }
+    }
 }
 
 /// The count's parameter: batch id → that batch's outcomes (the same objects as

@@ -178,6 +178,7 @@ impl Db for SqliteDb {
         let tx = conn.transaction().map_err(err)?;
         let mut results = Vec::with_capacity(statements.len());
         for (sql, params) in &statements {
+            *self.last_query.borrow_mut() = Some((sql.to_string(), params.clone()));
             results.push(Self::run::<Value>(
                 &tx,
                 sql,

@@ -9,6 +9,7 @@
 //! initialisation and progress reads at 100k (and, opt-in, 1M) items. Every part
 //! runs on a fresh state dir and stops its runtime.
 
+pub mod against;
 pub mod backpressure;
 pub mod control;
 pub mod limits;
@@ -109,6 +110,13 @@ pub struct BenchArgs {
     /// round's ratio and their median (a few minutes, not the whole bench).
     #[arg(long)]
     pub only_fanout: bool,
+    /// With `--only-fanout`: build this git revision in a worktree of its own
+    /// (`target/against/`, its release Worker and its own harness, by its own
+    /// scripts) and run its rounds interleaved with this checkout's; prints
+    /// every round of both, both medians and their ratios. Run this checkout's
+    /// harness release too (`cargo run --release -p loadtest`).
+    #[arg(long, value_name = "GIT_REV", requires = "only_fanout")]
+    pub against: Option<String>,
     /// Run only the two paths of a `service` item, timed against each other on
     /// cron-fanout beside the example handler (`POST /probe` mode `service`):
     /// straight from the drain, and through a SELF child; `--rounds` rounds of
@@ -284,6 +292,9 @@ async fn only_service_paths(args: &BenchArgs) -> Result<bool> {
 /// `--only-fanout`: the rounds of (a) between probes of (c), a line each, then
 /// the median of their ratios.
 async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result<bool> {
+    if let Some(rev) = &args.against {
+        return fanout_against(args, rev, noop, timeout).await;
+    }
     let (rounds, _) = fanout_rounds(args, noop, timeout, false).await?;
     let mut ratios = Vec::new();
     let mut passed = true;
@@ -310,6 +321,29 @@ async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result
         num(hi, 3),
         ratios.len()
     );
+    Ok(passed)
+}
+
+/// `--only-fanout --against <rev>`: the other revision built first, then a
+/// round of this checkout's and one of the other's, `--rounds` times.
+async fn fanout_against(args: &BenchArgs, rev: &str, noop: &Spec, timeout: Duration) -> Result<bool> {
+    if cfg!(debug_assertions) {
+        eprintln!("note: this harness is a debug build; the other's is release (cargo run --release -p loadtest)");
+    }
+    let repo = args.target.repo.canonicalize().context("--repo")?;
+    let other = against::Other::build(&repo, rev)?;
+    let fanout_args = with_mode(&args.target, "fanout");
+    let mut both = against::Interleaved::default();
+    let mut passed = true;
+    for round in 1..=args.rounds {
+        eprintln!("== round {round} of {}: this checkout", args.rounds);
+        let (r, _) = fanout_round(&fanout_args, noop, round, false, timeout).await?;
+        passed &= r.report.passed();
+        both.this.push(against::RoundFigures::of(&r)?);
+        eprintln!("== round {round} of {}: {rev}", args.rounds);
+        both.other.push(other.round(noop.items, args.timeout_secs)?);
+    }
+    print!("{}", both.report(&other));
     Ok(passed)
 }
 
