@@ -416,6 +416,7 @@ fn metrics_count_the_items_released_unrun_in_the_last_hour() {
             subrequest_budget: 45,
             d1_statements: 4,
             d1_rows_written: 12,
+            d1_rows_read: Some(0),
             stop_reason: StopReason::Deadline,
             drainer: None,
             chain: None,

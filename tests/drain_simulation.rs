@@ -756,6 +756,7 @@ impl Sim<'_> {
             subrequest_budget: budget.limit(),
             d1_statements: usage.statements + own,
             d1_rows_written: usage.rows_written + own,
+            d1_rows_read: Some(usage.rows_read),
             stop_reason: stop,
             drainer: None,
             chain: None,

@@ -267,6 +267,7 @@ impl<'w> Inv<'w> {
             subrequest_budget: budget.limit(),
             d1_statements: 0,
             d1_rows_written: 0,
+            d1_rows_read: Some(0),
             stop_reason: stop,
             drainer: place.map(|(d, _)| d),
             chain: place.map(|(_, c)| c),

@@ -1077,3 +1077,35 @@ fn the_plain_claim_takes_what_the_full_claim_takes_in_its_order() {
     assert_eq!(plain.iter().map(Vec::len).sum::<usize>(), 49);
     assert_eq!(plain, claims(false));
 }
+
+/// A claimer whose clock is behind the one that learned a rate (the learned
+/// instant is in its future) keeps the learned rate, as `core::learn::at` does:
+/// no negative number of windows lowers it to nothing and blocks the key.
+#[test]
+fn a_claimer_s_clock_behind_the_learned_rate_s_writer_keeps_the_learned_rate() {
+    use cron_fanout::core::learn;
+    let store = setup();
+    let b = batch_of(&store, "b", 20, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    // Learned 60 a minute by a clock a minute ahead of this claimer's.
+    learn(&store, "host:a.example", 60, now + 60_000);
+    // Its pause ended (only the learned rate is tested here).
+    store
+        .db()
+        .conn()
+        .execute("UPDATE limit_state SET paused_until = ?1", [now - 1])
+        .unwrap();
+    let rule = learn::Learned {
+        per_minute: 60,
+        changed_at: now + 60_000,
+        refused_at: now + 60_000,
+    };
+    assert_eq!(learn::at(rule, None, now).map(|l| l.per_minute), Some(60));
+    assert_eq!(
+        claim_rated(&store, now, 10, "c1").len(),
+        1,
+        "the learned rate's burst of one, as its Rust twin says"
+    );
+    assert_eq!(claim_rated(&store, now + 1_000, 10, "c2").len(), 1, "then one a second");
+}

@@ -957,6 +957,7 @@ fn invocation_summaries_round_trip() {
         subrequest_budget: 45,
         d1_statements: 5,
         d1_rows_written: 20,
+        d1_rows_read: Some(0),
         stop_reason,
         drainer: None,
         chain: None,
@@ -1011,6 +1012,7 @@ fn the_invocations_json_is_the_documented_one() {
         subrequest_budget: 45,
         d1_statements: 3,
         d1_rows_written: 4,
+        d1_rows_read: Some(0),
         stop_reason: StopReason::Drained,
         drainer: None,
         chain: None,
@@ -1025,7 +1027,7 @@ fn the_invocations_json_is_the_documented_one() {
             "started_at": "2026-11-21T12:00:00.123Z",
             "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
             "failed": 0, "lost_leases": 0, "released": 0, "reaped": 0, "subrequests": 3,
-            "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4,
+            "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4, "d1_rows_read": 0,
             "stop_reason": "drained", "per_batch": {}
         })
     );
@@ -1705,6 +1707,8 @@ fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
         subrequest_budget: 45,
         d1_statements: 3,
         d1_rows_written: 4,
+        // Stored before migration 0024: not known.
+        d1_rows_read: None,
         stop_reason: StopReason::Drained,
         drainer: None,
         chain: None,
@@ -1732,6 +1736,7 @@ fn migration_0012_keeps_summaries_and_lists_their_invocation_as_null() {
     let store = Store::new(db);
     let new = InvocationSummary {
         invocation: Some("0f3a9c2e".into()),
+        d1_rows_read: Some(17),
         ..old.clone()
     };
     block_on(store.record_invocation(&new)).unwrap();

@@ -90,6 +90,7 @@ pub struct HourSums {
     pub subrequests_max: i64,
     pub d1_statements: i64,
     pub d1_rows_written: i64,
+    pub d1_rows_read: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +249,11 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
             vec![(Vec::new(), per_claim(h.d1_rows_written))],
         ),
         gauge(
+            "cron_fanout_last_hour_d1_rows_read_per_item",
+            "D1 rows read per item claimed by the invocations of the last hour (NaN when none was claimed).",
+            vec![(Vec::new(), per_claim(h.d1_rows_read))],
+        ),
+        gauge(
             "cron_fanout_limit_in_flight",
             "Items in flight holding a limit's key, per defined limit (a partitioned one: summed over its partitions).",
             per_limit(&|l| Some(l.in_flight)),
@@ -354,6 +360,7 @@ mod tests {
                 subrequests_max: 44,
                 d1_statements: 128,
                 d1_rows_written: 4_480,
+                d1_rows_read: 6_400,
             },
             stop_reasons: [("drained".to_string(), 58), ("budget".to_string(), 2)].into(),
             subrequest_budget: 45,
@@ -429,6 +436,9 @@ cron_fanout_last_hour_d1_statements_per_item 0.2
 # HELP cron_fanout_last_hour_d1_rows_written_per_item D1 rows written per item claimed by the invocations of the last hour (NaN when none was claimed).
 # TYPE cron_fanout_last_hour_d1_rows_written_per_item gauge
 cron_fanout_last_hour_d1_rows_written_per_item 7
+# HELP cron_fanout_last_hour_d1_rows_read_per_item D1 rows read per item claimed by the invocations of the last hour (NaN when none was claimed).
+# TYPE cron_fanout_last_hour_d1_rows_read_per_item gauge
+cron_fanout_last_hour_d1_rows_read_per_item 10
 # HELP cron_fanout_limit_in_flight Items in flight holding a limit's key, per defined limit (a partitioned one: summed over its partitions).
 # TYPE cron_fanout_limit_in_flight gauge
 cron_fanout_limit_in_flight{key=\"github\"} 10

@@ -620,6 +620,11 @@ pub struct InvocationSummary {
     /// D1 statements and rows written, this summary's own insert included.
     pub d1_statements: i64,
     pub d1_rows_written: i64,
+    /// D1 rows read (D1's `meta.rows_read`, summed as statements are), this
+    /// summary's own insert excluded (its answer comes after it is built).
+    /// `None` in summaries stored before it was.
+    #[serde(default)]
+    pub d1_rows_read: Option<i64>,
     pub stop_reason: StopReason,
     /// A drainer's number among its tick's, and its place in the chain
     /// (`DRAINERS = "auto"`: 0 sent by the tick, k its k-th continuation); left

@@ -406,13 +406,12 @@ pub(super) async fn record_summary(
         subrequest_budget: budget.limit(),
         d1_statements: usage.statements + own,
         d1_rows_written: usage.rows_written + own * SUMMARY_ROWS_WRITTEN,
+        d1_rows_read: Some(usage.rows_read),
         stop_reason,
         drainer: place.map(|(drainer, _)| drainer),
         chain: place.map(|(_, chain)| chain),
     };
     let mut line = json!(summary);
-    // Rows read are billed too; logged, not stored (`loadtest bench` reads it here).
-    line["d1_rows_read"] = json!(usage.rows_read);
     if own == 1 {
         if let Err(e) = store.record_invocation(&summary).await {
             logger.error("summary_not_stored", json!({ "message": e.to_string() }));

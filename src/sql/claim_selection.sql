@@ -147,7 +147,9 @@ governed AS MATERIALIZED (
                      (SELECT s.paused_until FROM limit_state AS s
                       WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER))
                        AS paused_until,
-                     (SELECT s.learned + (CAST(?1 AS INTEGER) - s.learned_at) / 5000
+                     -- max(0, …): a claimer's clock behind the writer's never
+                     -- lowers the rate below what was learned (core::learn::at).
+                     (SELECT s.learned + max(0, CAST(?1 AS INTEGER) - s.learned_at) / 5000
                                          * max(1, min(60, s.learned / 4))
                       FROM limit_state AS s
                       WHERE s.key = k.key AND s.learned IS NOT NULL

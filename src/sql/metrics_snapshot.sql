@@ -63,7 +63,7 @@ SELECT r.running_batches, r.total, r.completed, r.failed,
                               LIMIT ?4)) AS dead_letters,
        h.invocations, h.claimed, h.completed AS hour_completed, h.retried, h.failed AS hour_failed,
        h.lost_leases, h.released, h.reaped, h.subrequests, h.subrequests_max, h.subrequest_budget_max,
-       h.d1_statements, h.d1_rows_written,
+       h.d1_statements, h.d1_rows_written, h.d1_rows_read,
        (SELECT json_group_object(stop_reason, n)
         FROM (SELECT stop_reason, count(*) AS n
               FROM invocations INDEXED BY invocations_started
@@ -79,5 +79,6 @@ FROM (SELECT count(*) AS running_batches, coalesce(sum(total), 0) AS total,
              coalesce(max(subrequests), 0) AS subrequests_max,
              coalesce(max(subrequest_budget), 0) AS subrequest_budget_max,
              coalesce(sum(d1_statements), 0) AS d1_statements,
-             coalesce(sum(d1_rows_written), 0) AS d1_rows_written
+             coalesce(sum(d1_rows_written), 0) AS d1_rows_written,
+             coalesce(sum(d1_rows_read), 0) AS d1_rows_read
       FROM invocations INDEXED BY invocations_started WHERE started_at >= ?3) AS h;

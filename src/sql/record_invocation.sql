@@ -6,14 +6,14 @@
 -- place in its chain (NULL when absent: ticks, fixed drainers).
 INSERT INTO invocations (invocation, trigger_kind, started_at, elapsed_ms, batch_ids, claimed, completed,
                          retried, failed, lost_leases, released, reaped, subrequests,
-                         subrequest_budget, d1_statements, d1_rows_written, stop_reason,
-                         per_batch, drainer, chain)
+                         subrequest_budget, d1_statements, d1_rows_written, d1_rows_read,
+                         stop_reason, per_batch, drainer, chain)
 SELECT j ->> 'invocation', j ->> 'trigger',
        CAST(round((julianday(j ->> 'started_at') - 2440587.5) * 86400000.0) AS INTEGER),
        j ->> 'elapsed_ms', j -> 'batch_ids', j ->> 'claimed',
        j ->> 'completed', j ->> 'retried', j ->> 'failed', j ->> 'lost_leases', j ->> 'released',
        j ->> 'reaped',
        j ->> 'subrequests', j ->> 'subrequest_budget', j ->> 'd1_statements',
-       j ->> 'd1_rows_written', j ->> 'stop_reason', coalesce(j -> 'per_batch', '{}'),
+       j ->> 'd1_rows_written', j ->> 'd1_rows_read', j ->> 'stop_reason', coalesce(j -> 'per_batch', '{}'),
        j ->> 'drainer', j ->> 'chain'
 FROM (SELECT json(?1) AS j);

@@ -91,6 +91,7 @@ impl<D: Db> Store<D> {
             subrequests_max: i64,
             d1_statements: i64,
             d1_rows_written: i64,
+            d1_rows_read: i64,
             /// JSON object: stop reason → invocations.
             stop_reasons: String,
         }
@@ -146,6 +147,7 @@ impl<D: Db> Store<D> {
                 subrequests_max: row.subrequests_max,
                 d1_statements: row.d1_statements,
                 d1_rows_written: row.d1_rows_written,
+                d1_rows_read: row.d1_rows_read,
             },
             stop_reasons,
             subrequest_budget: 0,

@@ -188,6 +188,7 @@ impl Host {
             subrequest_budget: 45,
             d1_statements: 4,
             d1_rows_written: 30,
+            d1_rows_read: Some(0),
             stop_reason: StopReason::Drained,
             drainer: None,
             chain: None,

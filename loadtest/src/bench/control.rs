@@ -274,7 +274,7 @@ async fn idle_tick(target: &Target) -> Result<(Option<u64>, i64)> {
 }
 
 /// Fires one tick and reads its `invocation` log line back from wrangler's log
-/// (`d1_rows_read` is logged, not stored): its rows read and statements. With
+/// (its `d1_rows_read`, also stored since migration 0024): its rows read and statements. With
 /// `claimed`, the tick must have claimed that many items.
 pub async fn tick_rows_read(target: &Target, claimed: Option<u64>) -> Result<(Option<u64>, i64)> {
     let log = target

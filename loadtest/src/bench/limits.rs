@@ -86,11 +86,12 @@ impl LimitsBench {
             ("a key of concurrency 25 on every item", &self.with_key),
         ] {
             t.row(&[format!(
-                "{} no-op items, {what}: {} items/s, {} rows written and {} statements per item",
+                "{} no-op items, {what}: {} items/s, {} rows written, {} statements and {} rows read per item",
                 r.items,
                 num(r.items_per_second, 1),
                 num(r.d1.rows_written_per_item, 3),
                 num(r.d1.statements_per_item, 3),
+                num(r.d1.rows_read_per_item, 1),
             )]);
         }
         let n = |v: Option<u64>| v.map_or("?".into(), |n| n.to_string());

@@ -438,6 +438,7 @@ pub fn test_invocation() -> Invocation {
             subrequest_budget: 200,
             d1_statements: 0,
             d1_rows_written: 0,
+            d1_rows_read: Some(0),
             stop_reason: StopReason::Drained,
             drainer: None,
             chain: None,

@@ -98,6 +98,8 @@ pub struct Usage {
     pub invocations: u64,
     pub d1_statements: i64,
     pub d1_rows_written: i64,
+    /// D1 rows read (summaries stored before migration 0024 count 0).
+    pub d1_rows_read: i64,
     /// Items claimed by these invocations (retries count again).
     pub claimed: i64,
     pub max_subrequests: i64,
@@ -111,6 +113,7 @@ impl Usage {
             u.invocations += 1;
             u.d1_statements += i.d1_statements;
             u.d1_rows_written += i.d1_rows_written;
+            u.d1_rows_read += i.d1_rows_read.unwrap_or(0);
             u.claimed += i.tally.claimed;
             u.max_subrequests = u.max_subrequests.max(i.subrequests);
             u.subrequest_budget = u.subrequest_budget.max(i.subrequest_budget);
@@ -132,6 +135,7 @@ pub struct D1Cost {
     pub ticks: Usage,
     pub statements_per_item: Option<f64>,
     pub rows_written_per_item: Option<f64>,
+    pub rows_read_per_item: Option<f64>,
     /// Ticks' statements per item they claimed: the drain's own cost.
     pub tick_statements_per_claim: Option<f64>,
     pub tick_rows_written_per_claim: Option<f64>,
@@ -151,6 +155,7 @@ impl D1Cost {
         D1Cost {
             statements_per_item: ratio(total.d1_statements as f64, items as f64),
             rows_written_per_item: ratio(total.d1_rows_written as f64, items as f64),
+            rows_read_per_item: ratio(total.d1_rows_read as f64, items as f64),
             tick_statements_per_claim: ratio(ticks.d1_statements as f64, ticks.claimed as f64),
             tick_rows_written_per_claim: ratio(ticks.d1_rows_written as f64, ticks.claimed as f64),
             total,
@@ -204,6 +209,7 @@ mod tests {
                 subrequest_budget: 100,
                 d1_statements: statements,
                 d1_rows_written: rows,
+                d1_rows_read: Some(rows),
                 stop_reason: StopReason::Drained,
                 drainer: None,
                 chain: None,

@@ -163,15 +163,19 @@ impl RunReport {
             ),
         ]);
         t.row(&[
-            "D1 statements / rows written".to_string(),
-            format!("{} / {}", d1.total.d1_statements, d1.total.d1_rows_written),
+            "D1 statements / rows written / rows read".to_string(),
+            format!(
+                "{} / {} / {}",
+                d1.total.d1_statements, d1.total.d1_rows_written, d1.total.d1_rows_read
+            ),
         ]);
         t.row(&[
             "  per item".to_string(),
             format!(
-                "{} / {}",
+                "{} / {} / {}",
                 num(d1.statements_per_item, 3),
-                num(d1.rows_written_per_item, 3)
+                num(d1.rows_written_per_item, 3),
+                num(d1.rows_read_per_item, 1)
             ),
         ]);
         t.row(&[
