@@ -1066,7 +1066,11 @@ fn the_plain_claim_takes_what_the_full_claim_takes_in_its_order() {
                 claimed = Claimed::default();
             }
             let (sql, _) = store.db().last_query().unwrap();
-            let expected = if plain { sql::CLAIM_PLAIN } else { sql::CLAIM_DUE_ITEMS };
+            let expected = if plain {
+                sql::CLAIM_PLAIN
+            } else {
+                sql::CLAIM_DUE_ITEMS
+            };
             if !items.is_empty() {
                 assert_eq!(sql, expected);
             }
@@ -1107,5 +1111,59 @@ fn a_claimer_s_clock_behind_the_learned_rate_s_writer_keeps_the_learned_rate() {
         1,
         "the learned rate's burst of one, as its Rust twin says"
     );
-    assert_eq!(claim_rated(&store, now + 1_000, 10, "c2").len(), 1, "then one a second");
+    assert_eq!(
+        claim_rated(&store, now + 1_000, 10, "c2").len(),
+        1,
+        "then one a second"
+    );
+}
+
+/// The full claim after an empty plain one is paid from what the budget has free:
+/// with nothing free it is not sent (the budget is never exceeded), and the claim
+/// comes back empty, saying nothing of the limits.
+#[test]
+fn an_empty_plain_claim_sends_the_full_one_only_within_the_budget() {
+    use cron_fanout::core::budget::Budget;
+    use cron_fanout::store::metered::Metered;
+    let db = setup().into_db();
+    let budget = Budget::new(1);
+    let store = Store::new(Metered::new(db, budget.clone()));
+    let nothing = LimitsInForce {
+        any: false,
+        rates: false,
+    };
+    let claim = block_on(store.claim_due_items_after(
+        1_000,
+        10,
+        "c1",
+        1_000 + LEASE_MS,
+        &Claimed::knowing(nothing),
+    ))
+    .unwrap();
+    assert!(
+        claim.items.is_empty() && claim.in_force.is_none(),
+        "{claim:?}"
+    );
+    assert_eq!(
+        (budget.used(), store.usage().statements),
+        (1, 1),
+        "the plain claim alone"
+    );
+
+    let roomy = Budget::new(10);
+    let store = Store::new(Metered::new(store.into_db().into_inner(), roomy.clone()));
+    let claim = block_on(store.claim_due_items_after(
+        1_000,
+        10,
+        "c2",
+        1_000 + LEASE_MS,
+        &Claimed::knowing(nothing),
+    ))
+    .unwrap();
+    assert_eq!(roomy.used(), 2, "the plain claim, then the full one");
+    assert_eq!(
+        claim.in_force,
+        Some(nothing),
+        "the full claim's hold said so"
+    );
 }

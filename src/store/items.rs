@@ -43,7 +43,7 @@ impl<D: Db> Store<D> {
         lease_expires_at: i64,
         claimed: &Claimed,
     ) -> StoreResult<Claim> {
-        let mut shape = ClaimShape::of(claimed.in_force, limit);
+        let shape = ClaimShape::of(claimed.in_force, limit);
         if shape.plain {
             let plain = sql::ClaimPlain {
                 now,
@@ -64,9 +64,34 @@ impl<D: Db> Store<D> {
             }
             // Nothing due, or a limit or pause came into force since the last
             // claim (the plain selection then takes nothing): the full claim,
-            // which reads them, tells which and takes what they let through.
-            shape = ClaimShape::of(None, limit);
+            // which reads them, tells which and takes what they let through. Its
+            // call is paid from what is free (the drain then releases what this
+            // empty claim held); with nothing free it is not sent, and the claim
+            // is empty and says nothing of the limits.
+            let full = ClaimShape::of(None, limit);
+            let answer = self
+                .claim_shaped(now, limit, token_prefix, lease_expires_at, claimed, full)
+                .await;
+            return match answer {
+                Err(StoreError::OverBudget(_)) => Ok(Claim::default()),
+                answer => answer,
+            };
         }
+        self.claim_shaped(now, limit, token_prefix, lease_expires_at, claimed, shape)
+            .await
+    }
+
+    /// A claim sent as `shape` says: the hold, the charge and the claim (those
+    /// it needs) in one `batch()`, or the claim alone.
+    async fn claim_shaped(
+        &self,
+        now: i64,
+        limit: i64,
+        token_prefix: &str,
+        lease_expires_at: i64,
+        claimed: &Claimed,
+        shape: ClaimShape,
+    ) -> StoreResult<Claim> {
         let marks = if shape.marks {
             claimed.json()
         } else {

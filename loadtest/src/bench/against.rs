@@ -35,7 +35,9 @@ impl RoundFigures {
                 .report
                 .items_per_second
                 .context("the round's batch has no items/s")?,
-            fanout_over_raw: round.fanout_over_probe.context("the round has no fan-out/raw")?,
+            fanout_over_raw: round
+                .fanout_over_probe
+                .context("the round has no fan-out/raw")?,
             statements_per_item: d1.statements_per_item.unwrap_or(f64::NAN),
             rows_written_per_item: d1.rows_written_per_item.unwrap_or(f64::NAN),
         })
@@ -83,20 +85,30 @@ impl Other {
     /// (kept between runs: a second run only checks its build), then sets it up
     /// and builds its release Worker and its harness with its own scripts.
     pub fn build(repo: &Path, rev: &str) -> Result<Other> {
-        let sha = git(repo, &["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
-            .with_context(|| format!("`{rev}` is not a revision of {}", repo.display()))?;
+        let sha = git(
+            repo,
+            &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
+        )
+        .with_context(|| format!("`{rev}` is not a revision of {}", repo.display()))?;
         let dir = repo.join("target/against").join(&sha[..12]);
         if !dir.join(".git").exists() {
             // A worktree whose folder was deleted is still registered: forget it first.
             git(repo, &["worktree", "prune"])?;
             let path = dir.to_str().context("the worktree's path is not UTF-8")?;
             eprintln!("== --against {rev}: a worktree of {sha} in {path}");
-            git(repo, &["worktree", "add", "--detach", "--force", path, &sha])?;
+            git(
+                repo,
+                &["worktree", "add", "--detach", "--force", path, &sha],
+            )?;
         }
         eprintln!("== --against {rev}: its setup, release Worker and harness (its own scripts)");
         step(&dir, "bash", &["scripts/setup.sh"])?;
         step(&dir, "bash", &["scripts/build.sh"])?;
-        step(&dir, "cargo", &["build", "-q", "--release", "-p", "loadtest"])?;
+        step(
+            &dir,
+            "cargo",
+            &["build", "-q", "--release", "-p", "loadtest"],
+        )?;
         let harness = dir.join("target/release/loadtest");
         ensure!(harness.exists(), "no harness at {}", harness.display());
         Ok(Other {
@@ -237,7 +249,10 @@ mod tests {
                 rows_written_per_item: 3.005,
             })
         );
-        assert_eq!(RoundFigures::parse("median fan-out/raw 0.285 (0.2 to 0.3)"), None);
+        assert_eq!(
+            RoundFigures::parse("median fan-out/raw 0.285 (0.2 to 0.3)"),
+            None
+        );
         assert_eq!(
             RoundFigures::parse(&line.replace("1326.4", "-")),
             None,

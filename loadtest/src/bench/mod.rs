@@ -326,7 +326,12 @@ async fn only_fanout(args: &BenchArgs, noop: &Spec, timeout: Duration) -> Result
 
 /// `--only-fanout --against <rev>`: the other revision built first, then a
 /// round of this checkout's and one of the other's, `--rounds` times.
-async fn fanout_against(args: &BenchArgs, rev: &str, noop: &Spec, timeout: Duration) -> Result<bool> {
+async fn fanout_against(
+    args: &BenchArgs,
+    rev: &str,
+    noop: &Spec,
+    timeout: Duration,
+) -> Result<bool> {
     if cfg!(debug_assertions) {
         eprintln!("note: this harness is a debug build; the other's is release (cargo run --release -p loadtest)");
     }
