@@ -925,7 +925,16 @@ fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after()
         10,
         "no rate after the idle hour"
     );
+    // Items were held by the learned rate until it lapsed, and a lease taken just
+    // before then may still run: the ended pause keeps the cursor careful for the
+    // pauses' margin past the lapse (else that lease's commit could move the
+    // cursor past an item the rate held, and strand it).
+    let kept = cron_fanout::core::limits::PAUSE_KEPT_MS;
     block_on(store.reap_expired_leases(now + learn::IDLE_MS + 1, 100)).unwrap();
+    assert_eq!(paused(&store), [format!("host:a.example={now}")]);
+    block_on(store.reap_expired_leases(now + learn::IDLE_MS + kept - 1, 100)).unwrap();
+    assert_eq!(paused(&store).len(), 1, "kept the margin past the lapse");
+    block_on(store.reap_expired_leases(now + learn::IDLE_MS + kept + 1, 100)).unwrap();
     assert_eq!(paused(&store), Vec::<String>::new());
 }
 
