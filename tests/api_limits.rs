@@ -864,3 +864,62 @@ fn get_limits_lists_each_learned_key_with_its_rate_refusals_and_pause_until_it_l
         "lapsed after an idle hour"
     );
 }
+
+#[test]
+fn delete_pause_lifts_a_keys_pause_now_and_leaves_an_ended_one() {
+    let host = setup();
+    let now = host.now.get();
+    let conn = host.store.db().conn();
+    for (key, until) in [("host:a.example", now + 1_800_000), ("host:old", now - 1)] {
+        conn.execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES (?1, 0, '', ?2)",
+            rusqlite::params![key, until],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let lifted = host.ok(DELETE, "/limits/host:a.example/pause", None, 200);
+    assert_eq!(lifted, json!({"lifted": "host:a.example"}));
+    assert_eq!(host.ok(GET, "/limits", None, 200)["paused"], json!([]));
+    let pauses = |host: &Host| {
+        host.store
+            .db()
+            .conn()
+            .prepare("SELECT key || '=' || paused_until FROM limit_state ORDER BY key")
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        pauses(&host),
+        [
+            format!("host:a.example={now}"),
+            format!("host:old={}", now - 1)
+        ],
+        "an ended pause, at the lift: cursors stay careful until the reaper clears it"
+    );
+    // No pause in force (ended, or none at all): 404, nothing written.
+    for key in ["host:a.example", "host:old", "host:never", "tenant:*"] {
+        host.refused(
+            &admin(DELETE, &format!("/limits/{key}/pause")),
+            b"",
+            404,
+            "not_found",
+        );
+    }
+    host.refused(
+        &admin(DELETE, "/limits/not%20a%20key/pause"),
+        b"",
+        400,
+        "invalid_limit",
+    );
+    assert_eq!(
+        pauses(&host),
+        [
+            format!("host:a.example={now}"),
+            format!("host:old={}", now - 1)
+        ]
+    );
+}

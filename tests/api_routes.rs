@@ -295,6 +295,19 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 let got = host.ok(DELETE, "/limits/github", None, 200);
                 assert_eq!(got, json!({"deleted": "github"}));
             }
+            (DELETE, "/limits/{key}/pause") => {
+                host.store
+                    .db()
+                    .conn()
+                    .execute(
+                        "INSERT INTO limit_state (key, tat, basis, paused_until)
+                         VALUES ('host:a.example', 0, '', ?1)",
+                        [host.now.get() + 60_000],
+                    )
+                    .unwrap();
+                let got = host.ok(DELETE, "/limits/host:a.example/pause", None, 200);
+                assert_eq!(got, json!({"lifted": "host:a.example"}));
+            }
             (POST, "/probe") => {
                 let req = admin(POST, path);
                 let served = host.serve(&req, br#"{"calls": 10}"#.as_slice());

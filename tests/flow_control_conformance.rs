@@ -936,6 +936,55 @@ fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after()
     assert_eq!(paused(&store).len(), 1, "kept the margin past the lapse");
     block_on(store.reap_expired_leases(now + learn::IDLE_MS + kept + 1, 100)).unwrap();
     assert_eq!(paused(&store), Vec::<String>::new());
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM limit_state"),
+        0,
+        "no limit governs the key: its row goes with its pause"
+    );
+}
+
+/// The reaper forgets a key's state with its ended pause when no limit governs
+/// the key (limit_state keeps a row per key in use, not one per host ever
+/// refused); a key under a limit of its own or a partitioned one keeps its rate
+/// state, its pause cleared.
+#[test]
+fn the_reaper_deletes_the_state_of_an_ungoverned_key_with_its_ended_pause() {
+    let store = setup();
+    limit(&store, "github", Some(10), 1, Some(10), None);
+    limit(&store, "tenant:*", None, 1, None, Some(2));
+    let now = 10_000_000;
+    for key in [
+        "github",
+        "tenant:acme",
+        "host:gone.example",
+        "host:recent.example",
+    ] {
+        let until = if key == "host:recent.example" {
+            now - 1
+        } else {
+            now - 3_600_001
+        };
+        store
+            .db()
+            .conn()
+            .execute(
+                "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES (?1, 5, '10/1', ?2)",
+                rusqlite::params![key, until],
+            )
+            .unwrap();
+    }
+    block_on(store.reap_expired_leases(now, 100)).unwrap();
+    assert_eq!(
+        texts(
+            &store,
+            "SELECT key || ' ' || tat || ' ' || coalesce(paused_until, 'none') FROM limit_state ORDER BY key"
+        ),
+        [
+            "github 5 none".to_string(),
+            format!("host:recent.example 5 {}", now - 1),
+            "tenant:acme 5 none".to_string(),
+        ]
+    );
 }
 
 #[test]

@@ -74,6 +74,17 @@ pub async fn get<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {
     }
 }
 
+/// Lift a key's pause now (a receiver's delay that should not stand): 200, or
+/// 404 when the key is not paused now. Its learned rate, if any, stays.
+pub async fn lift_pause<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {
+    check_key(key)?;
+    if app.store.lift_pause(key, app.now).await? {
+        Ok((200, json!({ "lifted": key })))
+    } else {
+        Err(ApiError::NotFound(format!("pause of {key:?}")))
+    }
+}
+
 /// Delete a limit and its rate state; items keep their keys, and a key no limit
 /// governs holds nothing back.
 pub async fn delete<D: Db>(app: &App<'_, D>, key: &str) -> ApiResult {

@@ -190,6 +190,7 @@ pub async fn serve<D: Db>(
         Handler::ListLimits => limits::list(app, query).await?.into(),
         Handler::GetLimit => limits::get(app, params[0]).await?.into(),
         Handler::DeleteLimit => limits::delete(app, params[0]).await?.into(),
+        Handler::LiftPause => limits::lift_pause(app, params[0]).await?.into(),
         Handler::Probe => Served::Probe(probe::parse(&body, &policy)?),
     })
 }

@@ -69,6 +69,7 @@ pub enum Handler {
     ListLimits,
     GetLimit,
     DeleteLimit,
+    LiftPause,
     /// Validated here; the SELF calls themselves need the runtime (`edge::probe`).
     Probe,
 }
@@ -198,6 +199,7 @@ pub static ROUTES: &[Route] = &[
     Route::admin(GET,    "/limits",             ListLimits,      Parsed,  Unread),
     Route::admin(GET,    "/limits/{key}",       GetLimit,        Refused, Unread),
     Route::admin(DELETE, "/limits/{key}",       DeleteLimit,     Refused, Unread),
+    Route::admin(DELETE, "/limits/{key}/pause", LiftPause,       Refused, Unread),
     Route::admin(POST,   "/probe",              Probe,           Refused, Json),
 ];
 

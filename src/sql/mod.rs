@@ -41,6 +41,8 @@ sql! {
     PAUSE_LIMIT_KEYS => "pause_limit_keys.sql",
     LEARN_LIMIT_KEYS => "learn_limit_keys.sql",
     CLEAR_ENDED_PAUSES => "clear_ended_pauses.sql",
+    LIFT_PAUSE => "lift_pause.sql",
+    DELETE_ENDED_STATES => "delete_ended_states.sql",
     COMMITTED_OUTCOMES => "committed_outcomes.sql",
     COUNT_REAPED_FAILURES => "count_reaped_failures.sql",
     REAP_EXPIRED_LEASES => "reap_expired_leases.sql",

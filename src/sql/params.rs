@@ -110,6 +110,8 @@ statement! {
     /// (`store::refusals_json`).
     LearnLimitKeys = LEARN_LIMIT_KEYS { refusals: String, now: i64, completed: String }
     ClearEndedPauses = CLEAR_ENDED_PAUSES { now: i64, kept: i64 }
+    LiftPause<'a> = LIFT_PAUSE { key: &'a str, now: i64 }
+    DeleteEndedStates = DELETE_ENDED_STATES { now: i64, kept: i64 }
     CommittedOutcomes = COMMITTED_OUTCOMES { outcomes: String }
     CountReapedFailures = COUNT_REAPED_FAILURES { now: i64, page: i64 }
     ReapExpiredLeases = REAP_EXPIRED_LEASES { now: i64, page: i64 }

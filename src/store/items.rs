@@ -260,10 +260,16 @@ impl<D: Db> Store<D> {
     /// Requeue or fail a page of expired leases; the failures are counted into
     /// their batches in the same call (one row per batch).
     /// Pauses that ended `limits::PAUSE_KEPT_MS` ago are forgotten in the same
-    /// call (`sql/clear_ended_pauses.sql`).
+    /// call, with the whole state of keys no limit governs
+    /// (`sql/delete_ended_states.sql`, `sql/clear_ended_pauses.sql`).
     pub async fn reap_expired_leases(&self, now: i64, limit: i64) -> StoreResult<Vec<ReapedItem>> {
         self.db
             .batch_rows(vec![
+                sql::DeleteEndedStates {
+                    now,
+                    kept: limits::PAUSE_KEPT_MS,
+                }
+                .bind(),
                 sql::ClearEndedPauses {
                     now,
                     kept: limits::PAUSE_KEPT_MS,

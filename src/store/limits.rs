@@ -104,6 +104,16 @@ impl<D: Db> Store<D> {
     }
 }
 
+impl<D: Db> Store<D> {
+    /// End a key's pause now, leaving an ended pause (cursors stay careful
+    /// until the reaper clears it). Returns whether the key was paused; if not,
+    /// nothing is written.
+    pub async fn lift_pause(&self, key: &str, now: i64) -> StoreResult<bool> {
+        let rows: Vec<Value> = self.db.run(sql::LiftPause { key, now }).await?;
+        Ok(!rows.is_empty())
+    }
+}
+
 /// `sql/limit_usage.sql` at `now`, its due items counted as `/metrics` counts them.
 pub(super) fn limit_usage(now: i64) -> (&'static str, Vec<Param>) {
     sql::LimitUsage {
