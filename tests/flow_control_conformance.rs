@@ -1225,3 +1225,51 @@ fn an_empty_plain_claim_sends_the_full_one_only_within_the_budget() {
         "the full claim's hold said so"
     );
 }
+
+/// The guide's GitHub limit (5,000 an hour, burst 100, concurrency 10): once 10
+/// are in flight the rate still has tokens, and the claim must not say "claim
+/// again now" (a drain would claim in a loop until its budget is gone): it waits
+/// on a slot (its own commit, else the poll). An item holding a paused key beside
+/// a rate key with tokens waits for the pause's end.
+#[test]
+fn a_claim_held_by_a_concurrency_or_a_pause_never_wakes_on_another_keys_tokens() {
+    use cron_fanout::core::limits::HELD_POLL_MS;
+    let store = setup();
+    let b = batch_of(&store, "b", 60, 3);
+    hold(&store, &b, &["github"], |_| true);
+    limit(&store, "github", Some(5_000), 3_600, Some(100), Some(10));
+    let now = 1_000_000;
+    let mut claimed = Claimed::knowing(RATES);
+    assert_eq!(claim_after(&store, now, 25, "c1", &mut claimed).len(), 10);
+    let held =
+        block_on(store.claim_due_items_after(now + 5, 25, "c2", now + LEASE_MS, &claimed)).unwrap();
+    assert!(held.items.is_empty());
+    assert_eq!(
+        held.held_until,
+        Some(now + 5 + HELD_POLL_MS),
+        "at its concurrency: wait for a slot, not the rate's next token"
+    );
+
+    let store = setup();
+    let b = batch_of(&store, "p", 10, 3);
+    hold(&store, &b, &["tenant:x", "host:y"], |_| true);
+    limit(&store, "host:y", Some(10), 1, Some(10), None);
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES ('tenant:x', 0, '', ?1)",
+            [now + 60_000],
+        )
+        .unwrap();
+    let held = block_on(store.claim_due_items_after(
+        now,
+        25,
+        "c3",
+        now + LEASE_MS,
+        &Claimed::knowing(RATES),
+    ))
+    .unwrap();
+    assert!(held.items.is_empty());
+    assert_eq!(held.held_until, Some(now + 60_000), "the pause's end");
+}

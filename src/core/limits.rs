@@ -347,7 +347,8 @@ impl Gcra {
     }
 
     /// When a claimer held back by this rate, with `waiting` items held, claims
-    /// again (the claim's hold statement computes the same).
+    /// again (the claim's hold statement computes the same; [`claim_wake`]
+    /// combines it with the item's other keys).
     pub fn wake_at(&self, tat: i64, waiting: i64, ahead: bool) -> i64 {
         let ahead = ahead && self.claims_ahead();
         let at = self.room_for(tat, self.wake_batch(waiting, ahead));
@@ -363,6 +364,27 @@ impl Gcra {
     pub fn basis(&self) -> String {
         format!("{}/{}", self.rate, self.per_seconds)
     }
+}
+
+/// When a claimer whose claim held items back claims again (the hold statement,
+/// `sql/claim_held.sql`, computes the same): each held item, given the instant
+/// each of its governed keys has room again (`None` for a key at its concurrency:
+/// a slot frees only when an item in flight ends), may go at the latest of them,
+/// never while one is `None`; the claimer wakes for the earliest item. `None`
+/// when every held item waits on a slot (the claimer's own commit wakes it, else
+/// it polls, [`HELD_POLL_MS`]). A key with room now answers an instant not after
+/// now, so a key with tokens beside a full or paused one never wakes it early.
+pub fn claim_wake<I, K>(held: I) -> Option<i64>
+where
+    I: IntoIterator<Item = K>,
+    K: IntoIterator<Item = Option<i64>>,
+{
+    held.into_iter()
+        .filter_map(|keys| {
+            keys.into_iter()
+                .try_fold(i64::MIN, |at, key| key.map(|k| at.max(k)))
+        })
+        .min()
 }
 
 #[cfg(test)]
@@ -575,6 +597,27 @@ mod tests {
         let tat = hourly.charge(None, now, 100);
         assert_eq!(hourly.wake_at(tat, 1_000, false), hourly.next_start(tat));
         assert_eq!(hourly.room(Some(tat), hourly.next_start(tat)), 1);
+    }
+
+    #[test]
+    fn a_held_claimer_wakes_when_an_item_may_go_not_when_one_of_its_keys_has_room() {
+        let now = 1_000;
+        // A rate with tokens (its instant now) beside a key at its concurrency:
+        // nothing to wake for but a slot.
+        assert_eq!(claim_wake([[Some(now), None]]), None);
+        // Beside a pause: the pause's end.
+        assert_eq!(
+            claim_wake([[Some(now), Some(now + 60_000)]]),
+            Some(now + 60_000)
+        );
+        // The earliest of the items, each at the latest of its keys.
+        let items = [
+            vec![Some(now + 500), Some(now + 2_000)],
+            vec![None, Some(now + 100)],
+            vec![Some(now + 1_500)],
+        ];
+        assert_eq!(claim_wake(items), Some(now + 1_500));
+        assert_eq!(claim_wake(Vec::<Vec<Option<i64>>>::new()), None);
     }
 
     #[test]

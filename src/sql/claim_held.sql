@@ -2,9 +2,10 @@
 -- (before charge_rate_limits.sql and claim_due_items.sql, so it reads the state
 -- they start from) over the same selection (claim_selection.sql, which this
 -- statement starts with). One row, whatever was claimed: how many candidates the
--- limits held back, the earliest instant a rate-limited key among theirs has a
--- token again after this claim's charge (NULL when none is held by a rate: a
--- concurrency frees a slot only when an item in flight ends), and whether limits,
+-- limits held back, the earliest instant one of them may go after this claim's
+-- charge — the latest of its keys' instants (a rate's token, a pause's end) —
+-- (NULL when each waits on a key at its concurrency: a slot frees only when an
+-- item in flight ends), and whether limits,
 -- and rate limits (a learned rate in force is one), are defined now. So a claimer
 -- whose claim came back short knows
 -- whether to claim again and when, and learns of limits even from an empty claim.
@@ -22,7 +23,22 @@
 -- a pause is kept: its claims work as under a limit (store::Claimed).
 -- ?1 to ?6 as in claim_selection.sql.
 SELECT (SELECT count(*) FROM blocked) AS held,
-       (SELECT min(max(CASE WHEN g.rate IS NULL THEN 0 ELSE
+       -- Each held item's wake: the latest of its keys' (core::limits::claim_wake),
+       -- none while one of its keys is at its concurrency after this claim (a
+       -- slot frees only when an item in flight ends: the claimer's own commit
+       -- wakes it, else it polls). The claim's: the earliest item's.
+       (SELECT min(item_wake)
+        FROM (SELECT h.id,
+                     CASE WHEN count(k.wake) < count(*) THEN NULL ELSE max(k.wake) END
+                       AS item_wake
+              FROM held AS h
+              JOIN (SELECT g.key,
+                           CASE WHEN g.concurrency IS NOT NULL
+                                 AND g.concurrency
+                                     - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
+                                     - coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0) <= 0
+                                THEN NULL
+                                ELSE max(CASE WHEN g.rate IS NULL THEN 0 ELSE
                      (max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
                       + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
                         * g.per_seconds * 1000
@@ -30,16 +46,20 @@ SELECT (SELECT count(*) FROM blocked) AS held,
                                               CASE WHEN w.ahead THEN w.n ELSE g.burst / 2 END)))
                         * g.per_seconds * 1000
                       + g.rate - 1) / g.rate - CASE WHEN w.ahead THEN 1000 ELSE 0 END END,
-                   coalesce(g.paused_until, 0)))
-        FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
-        -- `ahead`: a held item may start at a slot (it holds no other rate key,
-        -- and the rate's slots stay whole: core::limits::Gcra::claims_ahead).
-        JOIN (SELECT h.key, count(*) AS n,
-                     sum(h.id NOT IN (SELECT id FROM multi)) > 0
-                     AND (x.burst - 1) * x.per_seconds * 1000 >= x.rate - 1 AS ahead
-              FROM held AS h JOIN governed AS x ON x.key = h.key
-              WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w ON w.key = g.key
-        WHERE g.rate IS NOT NULL OR g.paused_until IS NOT NULL)
+                                         coalesce(g.paused_until, 0))
+                           END AS wake
+                    FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
+                    -- `ahead`: a held item may start at a slot (it holds no other rate key,
+                    -- and the rate's slots stay whole: core::limits::Gcra::claims_ahead).
+                    JOIN (SELECT h.key, count(*) AS n,
+                                 sum(h.id NOT IN (SELECT id FROM multi)) > 0
+                                 AND (x.burst - 1) * x.per_seconds * 1000 >= x.rate - 1 AS ahead
+                          FROM held AS h JOIN governed AS x ON x.key = h.key
+                          WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w
+                      ON w.key = g.key) AS k
+                ON k.key = h.key
+              WHERE h.id IN (SELECT id FROM blocked)
+              GROUP BY h.id))
          AS wake_at,
        (SELECT kept FROM force) AS limits_defined,
        (SELECT EXISTS (SELECT 1 FROM limits WHERE rate IS NOT NULL)
