@@ -192,3 +192,39 @@ fn an_item_s_throws_running_are_kept_by_its_releases_and_cleared_by_a_run() {
         0
     );
 }
+
+/// With a limit or a pause kept, claims see a batch's first 128 candidates
+/// (core::limits::HELD_WINDOW): the count sees the same, so 200 items paused at
+/// a batch's head start no drainer for the free items behind them, which no
+/// claim can reach until the head moves.
+#[test]
+fn the_count_sees_a_batch_as_claims_do_behind_items_held_at_its_head() {
+    let store = setup();
+    let batch = batch_of(&store, "b", 250, 3);
+    store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE cron_queue SET limits = '[\"host:paused.example\"]'
+             WHERE batch_id = ?1 AND subject_id < 'b-00200'",
+            [&batch],
+        )
+        .unwrap();
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until)
+             VALUES ('host:paused.example', 0, '', 600000)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(work(&store, 1_000, 1_550).due, 0, "no claim would take any");
+    assert!(
+        claim(&store, 1_000, 50, "c1").is_empty(),
+        "as a claim finds: the first 128 are all paused"
+    );
+    // Once the pause ends, the first 128 count (its ended pause is kept a while:
+    // claims still see a window per batch).
+    assert_eq!(work(&store, 600_001, 1_550).due, 128);
+}

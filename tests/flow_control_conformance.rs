@@ -1273,3 +1273,55 @@ fn a_claim_held_by_a_concurrency_or_a_pause_never_wakes_on_another_keys_tokens()
     assert!(held.items.is_empty());
     assert_eq!(held.held_until, Some(now + 60_000), "the pause's end");
 }
+
+/// Completion callbacks to a paused host do not hide other batches' callbacks:
+/// with more of them due than a claim takes, the callback to another host is
+/// still claimed.
+#[test]
+fn callbacks_held_by_a_paused_host_do_not_starve_other_batches_callbacks() {
+    let store = setup();
+    let now = 1_000_000;
+    for (key, url) in [
+        ("a1", "https://paused.example/cb"),
+        ("a2", "https://paused.example/cb"),
+        ("a3", "https://paused.example/cb"),
+        ("b1", "https://fine.example/cb"),
+    ] {
+        let b = batch_of(&store, key, 1, 3);
+        let on_finish = serde_json::json!({ "url": url }).to_string();
+        let conn = store.db().conn();
+        conn.execute(
+            "UPDATE batches SET on_finish = ?1, callback_max_attempts = 3 WHERE id = ?2",
+            rusqlite::params![on_finish, b],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE cron_queue SET status = 'completed', run_after = 1 WHERE batch_id = ?1 AND kind <> 'callback'",
+            [&b],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE batches SET status = 'finished', finished_at = 5 WHERE id = ?1",
+            [&b],
+        )
+        .unwrap();
+    }
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES ('host:paused.example', 0, '', ?1)",
+            [now + 60_000],
+        )
+        .unwrap();
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE kind = 'callback' AND status = 'pending'"
+        ),
+        4
+    );
+    let claimed = claim(&store, now, 2, "c1");
+    let batches: Vec<&str> = claimed.iter().map(|i| i.batch_id.as_str()).collect();
+    assert_eq!(batches, ["b-b1"], "the one callback not held by the pause");
+}

@@ -20,8 +20,11 @@ pub const PARTITION_SUFFIX: &str = ":*";
 /// holds back stay at the head of their batch, and a batch's other items wait
 /// behind at most this many less one (head-of-line blocking). The lease windows
 /// reach this far too (migration 0020's `lease_windows`: OFFSET 127), so every
-/// item claimed past a held one is still found in flight. Without limits nothing
-/// is held back, and the claim's own size is enough.
+/// item claimed past a held one is still found in flight, and the selection
+/// caps its candidates per batch at it while limits or pauses are kept
+/// (`sql/claim_selection.sql`, `per_batch`: the drain's work is counted as
+/// claims see it). Without limits nothing is held back, and the claim's own size
+/// is enough.
 pub const HELD_WINDOW: i64 = 128;
 
 /// Candidates per batch for a claim of `limit` items.

@@ -24,7 +24,9 @@
 -- - `callbacks`: due completion callbacks of batches that have ended (finished_at
 --   set), whatever their status; a callback of an earlier end whose batch a replay
 --   reopened is held (trigger batches_enqueue_callback replaces it at the next
---   end). At most ?2 entries of their own partial index.
+--   end). At most ?5 entries of their own partial index (a window, as a batch's
+--   candidates: callbacks a limit holds do not hide the others'), those holding
+--   a paused key skipped as they are read.
 -- Order: `priority DESC`, then turns (each batch's k-th candidate by (run_after,
 -- id) before any batch's (k+1)-th), then (run_after, id). So a small batch starts
 -- at the next claim whatever a big one has waiting, and a higher priority goes
@@ -79,6 +81,17 @@ WITH claimable AS (
          priority
   FROM batches INDEXED BY batches_running WHERE status = 'running'
 ),
+force AS MATERIALIZED (
+  SELECT EXISTS (SELECT 1 FROM limits)
+         OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL) AS kept
+),
+-- Candidates per batch: ?5, at most 128 (core::limits::HELD_WINDOW) while
+-- limits or pauses are kept, as claims then ask: so a count of the drain's work
+-- (count_drain_work.sql, ?5 its whole cap) sees what claims will see, not items
+-- deep in a batch behind ones held at its head.
+per_batch AS MATERIALIZED (
+  SELECT CASE WHEN kept THEN min(?5, 128) ELSE ?5 END AS n FROM force
+),
 callbacks AS (
   SELECT c.id, c.batch_id, c.run_after, c.limits,
          (SELECT b.priority FROM batches AS b WHERE b.id = c.batch_id) AS priority
@@ -86,8 +99,13 @@ callbacks AS (
   WHERE c.status = 'pending' AND c.kind = 'callback' AND c.run_after <= ?1
     AND c.attempt < c.max_attempts
     AND (SELECT b.finished_at FROM batches AS b WHERE b.id = c.batch_id) IS NOT NULL
+    -- A callback whose receiver paused its host has no room: skipped here, so
+    -- callbacks to one paused host never fill the window other batches' need.
+    AND NOT EXISTS (SELECT 1 FROM json_each(c.limits) AS k
+                    JOIN limit_state AS s ON s.key = k.value
+                    WHERE c.limits IS NOT NULL AND s.paused_until > CAST(?1 AS INTEGER))
   ORDER BY c.run_after, c.id
-  LIMIT ?2
+  LIMIT (SELECT n FROM per_batch)
 ),
 cursor AS (
   SELECT q.id, b.id AS batch_id, b.due_at AS run_after, q.limits, b.priority
@@ -102,7 +120,7 @@ cursor AS (
                            AND c.batch_id = b.id AND c.status = 'pending' AND c.run_after = 0
                            AND c.attempt < c.max_attempts
                          ORDER BY c.id
-                         LIMIT 1 OFFSET ?5 - 1),
+                         LIMIT 1 OFFSET (SELECT n FROM per_batch) - 1),
                         b.cursor_end)
   WHERE q.batch_id = b.id AND q.status = 'pending' AND q.run_after = 0
     AND q.attempt < q.max_attempts
@@ -115,7 +133,7 @@ due AS (
     WHERE d.batch_id = b.id AND d.status = 'pending' AND d.kind <> 'callback'
       AND d.run_after > 0 AND d.run_after <= ?1 AND d.attempt < d.max_attempts
     ORDER BY d.run_after, d.id
-    LIMIT ?5
+    LIMIT (SELECT n FROM per_batch)
   )
 ),
 ordered AS MATERIALIZED (
@@ -124,10 +142,6 @@ ordered AS MATERIALIZED (
   FROM (SELECT u.*, row_number() OVER (PARTITION BY batch_id ORDER BY run_after, id) AS turn
         FROM (SELECT * FROM due UNION ALL SELECT * FROM cursor UNION ALL SELECT * FROM callbacks)
              AS u)
-),
-force AS MATERIALIZED (
-  SELECT EXISTS (SELECT 1 FROM limits)
-         OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL) AS kept
 ),
 held AS MATERIALIZED (
   SELECT o.id, o.ord, k.value AS key
