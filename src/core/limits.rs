@@ -369,23 +369,35 @@ impl Gcra {
     }
 }
 
+/// What one governed key of a held item says of its wake: whether it is at its
+/// concurrency after the claim (`full`), and the instant it has room again if
+/// time gives it room (`at`: a rate's token, a pause's end; `None` for a
+/// concurrency alone, which only an item in flight ending frees).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyWake {
+    pub full: bool,
+    pub at: Option<i64>,
+}
+
 /// When a claimer whose claim held items back claims again (the hold statement,
-/// `sql/claim_held.sql`, computes the same): each held item, given the instant
-/// each of its governed keys has room again (`None` for a key at its concurrency:
-/// a slot frees only when an item in flight ends), may go at the latest of them,
-/// never while one is `None`; the claimer wakes for the earliest item. `None`
-/// when every held item waits on a slot (the claimer's own commit wakes it, else
-/// it polls, [`HELD_POLL_MS`]). A key with room now answers an instant not after
-/// now, so a key with tokens beside a full or paused one never wakes it early.
+/// `sql/claim_held.sql`, computes the same): a held item has no instant while
+/// one of its keys is full, else the latest of its keys' instants (none when no
+/// key of it is timed); the claimer wakes for the earliest item. `None` when no
+/// held item has an instant: the claimer's own commit wakes it, else it polls
+/// ([`HELD_POLL_MS`]). So a key with tokens beside a full or paused one never
+/// wakes it early, and a claim cut short by its own size never wakes it at once.
 pub fn claim_wake<I, K>(held: I) -> Option<i64>
 where
     I: IntoIterator<Item = K>,
-    K: IntoIterator<Item = Option<i64>>,
+    K: IntoIterator<Item = KeyWake>,
 {
     held.into_iter()
         .filter_map(|keys| {
             keys.into_iter()
-                .try_fold(i64::MIN, |at, key| key.map(|k| at.max(k)))
+                .try_fold(None, |at: Option<i64>, key| {
+                    (!key.full).then(|| at.max(key.at))
+                })
+                .flatten()
         })
         .min()
 }
@@ -605,22 +617,40 @@ mod tests {
     #[test]
     fn a_held_claimer_wakes_when_an_item_may_go_not_when_one_of_its_keys_has_room() {
         let now = 1_000;
-        // A rate with tokens (its instant now) beside a key at its concurrency:
-        // nothing to wake for but a slot.
-        assert_eq!(claim_wake([[Some(now), None]]), None);
+        let at = |t: i64| KeyWake {
+            full: false,
+            at: Some(t),
+        };
+        let full = KeyWake {
+            full: true,
+            at: Some(now),
+        };
+        let slots = KeyWake {
+            full: false,
+            at: None,
+        };
+        // A rate with tokens (its instant now) on a key at its concurrency, or
+        // beside one: nothing to wake for but a slot.
+        assert_eq!(claim_wake([[full]]), None);
+        assert_eq!(claim_wake([[at(now), full]]), None);
         // Beside a pause: the pause's end.
         assert_eq!(
-            claim_wake([[Some(now), Some(now + 60_000)]]),
+            claim_wake([[at(now), at(now + 60_000)]]),
             Some(now + 60_000)
         );
+        // A concurrency with slots left (the claim was cut by its own size) is
+        // no instant: alone it never wakes the claimer at once; beside a rate,
+        // the rate's.
+        assert_eq!(claim_wake([[slots]]), None);
+        assert_eq!(claim_wake([[slots, at(now + 300)]]), Some(now + 300));
         // The earliest of the items, each at the latest of its keys.
         let items = [
-            vec![Some(now + 500), Some(now + 2_000)],
-            vec![None, Some(now + 100)],
-            vec![Some(now + 1_500)],
+            vec![at(now + 500), at(now + 2_000)],
+            vec![full, at(now + 100)],
+            vec![at(now + 1_500)],
         ];
         assert_eq!(claim_wake(items), Some(now + 1_500));
-        assert_eq!(claim_wake(Vec::<Vec<Option<i64>>>::new()), None);
+        assert_eq!(claim_wake(Vec::<Vec<KeyWake>>::new()), None);
     }
 
     #[test]

@@ -23,21 +23,22 @@
 -- a pause is kept: its claims work as under a limit (store::Claimed).
 -- ?1 to ?6 as in claim_selection.sql.
 SELECT (SELECT count(*) FROM blocked) AS held,
-       -- Each held item's wake: the latest of its keys' (core::limits::claim_wake),
-       -- none while one of its keys is at its concurrency after this claim (a
-       -- slot frees only when an item in flight ends: the claimer's own commit
-       -- wakes it, else it polls). The claim's: the earliest item's.
+       -- Each held item's wake (core::limits::claim_wake): none while one of its
+       -- keys is at its concurrency after this claim (a slot frees only when an
+       -- item in flight ends: the claimer's own commit wakes it, else it polls),
+       -- else the latest instant its timed keys give (a rate's token, a pause's
+       -- end), none when no key of it is timed (a concurrency alone). The
+       -- claim's: the earliest item's.
        (SELECT min(item_wake)
         FROM (SELECT h.id,
-                     CASE WHEN count(k.wake) < count(*) THEN NULL ELSE max(k.wake) END
-                       AS item_wake
+                     CASE WHEN max(k.full) THEN NULL ELSE max(k.wake) END AS item_wake
               FROM held AS h
               JOIN (SELECT g.key,
-                           CASE WHEN g.concurrency IS NOT NULL
-                                 AND g.concurrency
-                                     - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
-                                     - coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0) <= 0
-                                THEN NULL
+                           coalesce(g.concurrency
+                                    - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
+                                    - coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
+                                    <= 0, 0) AS full,
+                           CASE WHEN g.rate IS NULL AND g.paused_until IS NULL THEN NULL
                                 ELSE max(CASE WHEN g.rate IS NULL THEN 0 ELSE
                      (max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate)
                       + coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
