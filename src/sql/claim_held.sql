@@ -4,8 +4,8 @@
 -- statement starts with). One row, whatever was claimed: how many candidates the
 -- limits held back, the earliest instant one of them may go after this claim's
 -- charge — the latest of its keys' instants (a rate's token, a pause's end) —
--- (NULL when each waits on a key at its concurrency: a slot frees only when an
--- item in flight ends), and whether limits,
+-- (NULL when each waits on a slot: a key at its concurrency, or a concurrency
+-- its only limit; a slot frees only when an item in flight ends), and whether limits,
 -- and rate limits (a learned rate in force is one), are defined now. So a claimer
 -- whose claim came back short knows
 -- whether to claim again and when, and learns of limits even from an empty claim.

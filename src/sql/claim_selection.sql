@@ -103,7 +103,7 @@ callbacks AS (
     -- callbacks to one paused host never fill the window other batches' need.
     AND NOT EXISTS (SELECT 1 FROM json_each(c.limits) AS k
                     JOIN limit_state AS s ON s.key = k.value
-                    WHERE c.limits IS NOT NULL AND s.paused_until > CAST(?1 AS INTEGER))
+                    WHERE s.paused_until > CAST(?1 AS INTEGER))
   ORDER BY c.run_after, c.id
   LIMIT (SELECT n FROM per_batch)
 ),

@@ -94,7 +94,7 @@ statement! {
         charges: i64, lease_expires_at: i64,
     }
     /// [`ClaimDueItems`] while no limit, pause or learned rate is in force: the
-    /// same fields (`charges` is not read), bound with `ClaimDueItems::params`.
+    /// same fields, `charges` not read.
     ClaimPlain<'a> = CLAIM_PLAIN {
         now: i64, limit: i64, token_prefix: &'a str, claimed: &'a str, per_batch: i64,
         charges: i64, lease_expires_at: i64,

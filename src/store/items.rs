@@ -70,49 +70,38 @@ impl<D: Db> Store<D> {
             // is empty and says nothing of the limits.
             let full = ClaimShape::of(None, limit);
             let answer = self
-                .claim_shaped(now, limit, token_prefix, lease_expires_at, claimed, full)
+                .claim_full(now, limit, token_prefix, lease_expires_at, full)
                 .await;
             return match answer {
                 Err(StoreError::OverBudget(_)) => Ok(Claim::default()),
                 answer => answer,
             };
         }
-        self.claim_shaped(now, limit, token_prefix, lease_expires_at, claimed, shape)
+        self.claim_full(now, limit, token_prefix, lease_expires_at, shape)
             .await
     }
 
-    /// A claim sent as `shape` says: the hold, the charge and the claim (those
-    /// it needs) in one `batch()`, or the claim alone.
-    async fn claim_shaped(
+    /// The full claim: the hold, the charge (while rates are in force, or
+    /// `shape.charges`) and the claim in one `batch()`. Marks are not used: a
+    /// limit may have held an item below one this claimer claimed.
+    async fn claim_full(
         &self,
         now: i64,
         limit: i64,
         token_prefix: &str,
         lease_expires_at: i64,
-        claimed: &Claimed,
         shape: ClaimShape,
     ) -> StoreResult<Claim> {
-        let marks = if shape.marks {
-            claimed.json()
-        } else {
-            "{}".to_string()
-        };
-        let charges = i64::from(shape.charges);
-        let (per_batch, claimed) = (shape.per_batch, marks.as_str());
-        let mut statements = Vec::with_capacity(3);
-        if shape.holds {
-            statements.push(
-                sql::ClaimHeld {
-                    now,
-                    limit,
-                    token_prefix,
-                    claimed,
-                    per_batch,
-                    charges,
-                }
-                .bind(),
-            );
+        let (charges, per_batch, claimed) = (i64::from(shape.charges), shape.per_batch, "{}");
+        let mut statements = vec![sql::ClaimHeld {
+            now,
+            limit,
+            token_prefix,
+            claimed,
+            per_batch,
+            charges,
         }
+        .bind()];
         if shape.charges {
             statements.push(
                 sql::ChargeRateLimits {
@@ -135,25 +124,15 @@ impl<D: Db> Store<D> {
             charges,
             lease_expires_at,
         };
-        let (rows, hold): (Vec<Value>, Option<HoldRow>) = if statements.is_empty() {
-            (self.db.run(claim).await?, None)
+        // After the charge, the same claim reads the slots of what it takes.
+        statements.push(if shape.charges {
+            (sql::CLAIM_DUE_ITEMS_AT_SLOTS, claim.params())
         } else {
-            // After the charge, the same claim reads the slots of what it takes.
-            statements.push(if shape.charges {
-                (sql::CLAIM_DUE_ITEMS_AT_SLOTS, claim.params())
-            } else {
-                claim.bind()
-            });
-            let mut results = self.db.batch_results(statements).await?;
-            let rows = results.pop().unwrap_or_default();
-            let hold = if shape.holds {
-                decode::<HoldRow>(results.swap_remove(0))?.pop()
-            } else {
-                None
-            };
-            (rows, hold)
-        };
-        let rows: Vec<ClaimRow> = decode(rows)?;
+            claim.bind()
+        });
+        let mut results = self.db.batch_results(statements).await?;
+        let rows: Vec<ClaimRow> = decode(results.pop().unwrap_or_default())?;
+        let hold = decode::<HoldRow>(results.swap_remove(0))?.pop();
         let in_force = match &hold {
             Some(h) => Some(LimitsInForce {
                 any: h.limits_defined != 0,
@@ -383,17 +362,16 @@ pub struct Claim {
 /// last claim's hold statement or rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ClaimShape {
-    /// Send the rate charge first (else rate-limited keys hold their items).
-    charges: bool,
-    /// Read cursor items from above the claimer's marks (no item is held back
-    /// while no limit is defined, so none is left below them).
-    marks: bool,
-    /// Send the hold statement first (what the limits held back, and whether
-    /// they are defined), while limits may be defined.
-    holds: bool,
     /// Nothing was in force at the last claim: one statement, the plain
-    /// selection (claim_plain_selection.sql), which reads no keys or limits.
+    /// selection (claim_plain_selection.sql), which reads no keys or limits and
+    /// reads cursor items from above the claimer's marks (no item is held back
+    /// while nothing is in force, so none is left below them). Else the full
+    /// claim, its hold statement first (what the limits held back, and whether
+    /// they are in force).
     plain: bool,
+    /// Send the rate charge before the full claim (else rate-limited keys hold
+    /// their items).
+    charges: bool,
     per_batch: i64,
 }
 
@@ -404,17 +382,13 @@ impl ClaimShape {
             // nothing (rate-limited keys hold their items: exact, and the hold
             // says to claim again at once, charging).
             None => ClaimShape {
-                charges: false,
-                marks: false,
-                holds: true,
                 plain: false,
+                charges: false,
                 per_batch: limit,
             },
             Some(f) => ClaimShape {
-                charges: f.rates,
-                marks: !f.any,
-                holds: f.any,
                 plain: !f.any,
+                charges: f.rates,
                 per_batch: limits::candidates_per_batch(limit, f.any),
             },
         }
