@@ -29,11 +29,9 @@ SELECT (SELECT count(*) FROM blocked) AS held,
        -- else the latest instant its timed keys give (a rate's token, a pause's
        -- end), none when no key of it is timed (a concurrency alone). The
        -- claim's: the earliest item's.
-       (SELECT min(item_wake)
-        FROM (SELECT h.id,
-                     CASE WHEN max(k.full) THEN NULL ELSE max(k.wake) END AS item_wake
-              FROM held AS h
-              JOIN (SELECT g.key,
+       -- Each key's wake computed once (MATERIALIZED), not once per held item.
+       (WITH k AS MATERIALIZED (
+               SELECT g.key,
                            coalesce(g.concurrency
                                     - coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0)
                                     - coalesce((SELECT t.n FROM taken AS t WHERE t.key = g.key), 0)
@@ -57,8 +55,11 @@ SELECT (SELECT count(*) FROM blocked) AS held,
                                  AND (x.burst - 1) * x.per_seconds * 1000 >= x.rate - 1 AS ahead
                           FROM held AS h JOIN governed AS x ON x.key = h.key
                           WHERE h.id IN (SELECT id FROM blocked) GROUP BY h.key) AS w
-                      ON w.key = g.key) AS k
-                ON k.key = h.key
+                      ON w.key = g.key)
+        SELECT min(item_wake)
+        FROM (SELECT h.id,
+                     CASE WHEN max(k.full) THEN NULL ELSE max(k.wake) END AS item_wake
+              FROM held AS h JOIN k ON k.key = h.key
               WHERE h.id IN (SELECT id FROM blocked)
               GROUP BY h.id))
          AS wake_at,
