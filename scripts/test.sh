@@ -50,8 +50,10 @@ cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
   --max-rows-written-per-item 3.01 --max-statements-per-item 0.035
 
 # The same items, each holding one limit key of concurrency 25 (flow control): rows
-# written per item stay at 3 plus a batch counter row per flush of at most 25
-# (3.043 measured). Statements are bounded below by the slot rule: a claim (three
+# written per item stay at 3 plus a batch counter row per flush, and a flush holds at
+# most the 25 items in flight, so 3.04 is the floor; how many of the 25 have returned
+# when the drain flushes depends on the machine (3.043 to 3.053 measured), hence 3.06.
+# Statements are bounded below by the slot rule: a claim (three
 # statements: hold, charge, claim) takes at most the 25 free slots, and a flush
 # commits what they free (0.168 measured). Ticks of 15 s: on wrangler dev the
 # Worker and its local D1 share a thread, and one long drain of keyed claims
@@ -59,4 +61,4 @@ cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
 printf '\n==> regression: 12,000 items, each holding a key of concurrency 25 (flow control cost)\n'
 cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
   --key-concurrency 25 --var JOB_TIMEOUT_MS=5000 --var INVOCATION_DEADLINE_MS=15000 \
-  --max-rows-written-per-item 3.05 --max-statements-per-item 0.2
+  --max-rows-written-per-item 3.06 --max-statements-per-item 0.2
