@@ -665,7 +665,7 @@ fn a_pause_never_shortens_and_a_commit_without_a_receivers_delay_writes_none() {
 }
 
 #[test]
-fn a_pause_keeps_the_cursor_below_the_items_it_held_until_an_hour_after_it_ended() {
+fn items_a_pause_held_wait_in_the_due_index_and_the_pause_is_kept_an_hour_after_it_ended() {
     let store = setup();
     let b = batch_of(&store, "b", 6, 3);
     hold(&store, &b, &["host:a.example"], |i| i < 3);
@@ -681,10 +681,15 @@ fn a_pause_keeps_the_cursor_below_the_items_it_held_until_an_hour_after_it_ended
     let free = claim(&store, now, 10, "c1");
     assert_eq!(free.len(), 3, "the three items of no paused key");
     block_on(store.commit_outcomes(&settle_all(&free, Outcome::Done, now + 1))).unwrap();
-    let first_held = count(&store, "SELECT min(id) FROM cron_queue");
-    assert!(
-        count(&store, "SELECT claim_after FROM batches") < first_held,
-        "the cursor stops before the first item the pause held"
+    assert_eq!(
+        due_index_entries(&store),
+        3,
+        "passed by later items, the held ones wait in the due index"
+    );
+    assert_eq!(
+        count(&store, "SELECT claim_after FROM batches"),
+        count(&store, "SELECT max(id) FROM cron_queue"),
+        "so the cursor no longer stops below them"
     );
     // The pause is still kept after it ended: the reaper forgets it an hour later.
     block_on(store.reap_expired_leases(now + 1_000 + 3_600_000, 100)).unwrap();
@@ -1324,4 +1329,102 @@ fn callbacks_held_by_a_paused_host_do_not_starve_other_batches_callbacks() {
     let claimed = claim(&store, now, 2, "c1");
     let batches: Vec<&str> = claimed.iter().map(|i| i.batch_id.as_str()).collect();
     assert_eq!(batches, ["b-b1"], "the one callback not held by the pause");
+}
+
+/// The work of a claim's statements (hold, claim) as a drain with a pause in
+/// force sends them, measured in SQLite's VM steps and rolled back.
+fn claim_work(store: &Store<SqliteDb>, now: i64, limit: i64) -> [i32; 2] {
+    let (token, claimed, per_batch) = ("m", "{}", cron_fanout::core::limits::HELD_WINDOW);
+    let held = sql::ClaimHeld {
+        now,
+        limit,
+        token_prefix: token,
+        claimed,
+        per_batch,
+        charges: 0,
+    }
+    .params();
+    let claim = sql::ClaimDueItems {
+        now,
+        limit,
+        token_prefix: token,
+        claimed,
+        per_batch,
+        charges: 0,
+        lease_expires_at: now + LEASE_MS,
+    }
+    .params();
+    [
+        vm_steps(store, sql::CLAIM_HELD, &held),
+        vm_steps(store, sql::CLAIM_DUE_ITEMS, &claim),
+    ]
+}
+
+#[test]
+fn a_claim_costs_the_same_at_19000_items_completed_behind_a_held_item_as_at_1000() {
+    // One item at the batch's head holds a paused key for the whole run: the
+    // claims take the items behind it. A claim once read every item completed
+    // since the held one (the cursor and the lease window stayed below it).
+    let store = setup();
+    let b = batch_of(&store, "b", 20_000, 3);
+    hold(&store, &b, &["tenant:slow"], |i| i == 0);
+    let now = 1_000_000;
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, paused_until) VALUES ('tenant:slow', 0, '', ?1)",
+            [now + 86_400_000],
+        )
+        .unwrap();
+    let mut claimed = Claimed::default();
+    let mut completed = 0;
+    let mut work = Vec::new();
+    let mut marks = [1_000, 19_000].into_iter().peekable();
+    for (round, at) in (0..).zip((now..).step_by(10)) {
+        let Some(&mark) = marks.peek() else { break };
+        let items = claim_after(&store, at, 100, &format!("c{round}"), &mut claimed);
+        assert!(items.len() >= 99, "round {round}: the items behind the held one");
+        block_on(store.commit_outcomes(&settle_all(&items, Outcome::Done, at + 1))).unwrap();
+        completed += items.len();
+        if completed >= mark {
+            work.push((completed, claim_work(&store, at + 2, 100)));
+            marks.next();
+        }
+    }
+    eprintln!("VM steps of the hold and the claim by items completed: {work:?}");
+    let [(_, early), (_, late)] = work[..] else {
+        panic!("measured twice: {work:?}")
+    };
+    for (e, l) in early.iter().zip(late.iter()) {
+        assert!(
+            f64::from(*l) <= f64::from(*e) * 1.1,
+            "a claim's work grew with the items completed: {work:?}"
+        );
+    }
+    let head = count(&store, "SELECT min(id) FROM cron_queue");
+    assert_eq!(
+        count(
+            &store,
+            &format!("SELECT attempt FROM cron_queue WHERE id = {head} AND status = 'pending'")
+        ),
+        0,
+        "the held item waits, unclaimed"
+    );
+    store
+        .db()
+        .conn()
+        .execute("DELETE FROM limit_state", [])
+        .unwrap();
+    let first = claim_after(&store, now + 10_000, 1_000, "last", &mut claimed);
+    assert_eq!(first[0].item_id, head, "the held item first: its place in the order kept");
+    let mut rest = first.len();
+    for round in 0.. {
+        let more = claim_after(&store, now + 10_001, 1_000, &format!("r{round}"), &mut claimed);
+        if more.is_empty() {
+            break;
+        }
+        rest += more.len();
+    }
+    assert_eq!(rest, 20_000 - completed, "every item never claimed, the held one among them");
 }

@@ -16,5 +16,7 @@
   GROUP BY h.id
 )
 UPDATE cron_queue
-SET started_at = max(CAST(?1 AS INTEGER),
-                     coalesce((SELECT t.at FROM starts AS t WHERE t.id = cron_queue.id), 0)),
+SET started_at = CASE WHEN id IN (SELECT id FROM passed) THEN started_at
+                  ELSE max(CAST(?1 AS INTEGER),
+                           coalesce((SELECT t.at FROM starts AS t WHERE t.id = cron_queue.id), 0))
+                  END,

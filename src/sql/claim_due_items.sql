@@ -21,14 +21,22 @@
 -- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
+-- The same statement moves the cursor items the claim passed (`passed`, held while
+-- a later item of their batch is taken) to their batch's due instant: they stay
+-- pending, unleased, and come back marked `claimed` = 0, which the store drops
+-- (without a lease or a start: '' and 0, so the row decodes).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
-    status = 'processing',
-    attempt = attempt + 1,
-    lease_token = ?3 || '.' || id,
-    lease_expires_at = ?7
-WHERE id IN (SELECT id FROM next) AND status = 'pending'
-RETURNING id AS item_id, lease_token, batch_id, subject_id, attempt, max_attempts, kind, payload,
-          receipts, given_back, limits, started_at AS start_at,
+    status = CASE WHEN id IN (SELECT id FROM passed) THEN status ELSE 'processing' END,
+    attempt = attempt + (id NOT IN (SELECT id FROM passed)),
+    lease_token = CASE WHEN id IN (SELECT id FROM passed) THEN lease_token
+                       ELSE ?3 || '.' || id END,
+    lease_expires_at = CASE WHEN id IN (SELECT id FROM passed) THEN lease_expires_at ELSE ?7 END,
+    run_after = coalesce((SELECT p.run_after FROM passed AS p WHERE p.id = cron_queue.id),
+                         run_after)
+WHERE (id IN (SELECT id FROM next) OR id IN (SELECT id FROM passed)) AND status = 'pending'
+RETURNING id AS item_id, coalesce(lease_token, '') AS lease_token, batch_id, subject_id, attempt,
+          max_attempts, kind, payload, receipts, given_back, limits,
+          coalesce(started_at, 0) AS start_at, status = 'processing' AS claimed,
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,

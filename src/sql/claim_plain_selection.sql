@@ -66,4 +66,7 @@ next AS (
   WHERE (SELECT yes FROM unlimited)
   ORDER BY priority DESC, turn, run_after, id
   LIMIT ?2
-)
+),
+-- Nothing is held while nothing is in force: no cursor item is passed
+-- (claim_selection.sql).
+passed (id, run_after) AS (SELECT NULL, NULL WHERE 0)

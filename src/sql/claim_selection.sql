@@ -94,7 +94,8 @@ per_batch AS MATERIALIZED (
 ),
 callbacks AS (
   SELECT c.id, c.batch_id, c.run_after, c.limits,
-         (SELECT b.priority FROM batches AS b WHERE b.id = c.batch_id) AS priority
+         (SELECT b.priority FROM batches AS b WHERE b.id = c.batch_id) AS priority,
+         0 AS at_cursor
   FROM cron_queue AS c INDEXED BY cron_queue_callbacks
   WHERE c.status = 'pending' AND c.kind = 'callback' AND c.run_after <= ?1
     AND c.attempt < c.max_attempts
@@ -108,7 +109,7 @@ callbacks AS (
   LIMIT (SELECT n FROM per_batch)
 ),
 cursor AS (
-  SELECT q.id, b.id AS batch_id, b.due_at AS run_after, q.limits, b.priority
+  SELECT q.id, b.id AS batch_id, b.due_at AS run_after, q.limits, b.priority, 1 AS at_cursor
   FROM (SELECT id, due_at, cursor_end, priority,
                max(claim_after, coalesce(json_extract(?4, '$."' || id || '"'), 0)) AS after
         FROM claimable) AS b
@@ -126,7 +127,7 @@ cursor AS (
     AND q.attempt < q.max_attempts
 ),
 due AS (
-  SELECT q.id, q.batch_id, q.run_after, q.limits, b.priority
+  SELECT q.id, q.batch_id, q.run_after, q.limits, b.priority, 0 AS at_cursor
   FROM claimable AS b, cron_queue AS q
   WHERE q.id IN (
     SELECT d.id FROM cron_queue AS d INDEXED BY cron_queue_due
@@ -137,7 +138,7 @@ due AS (
   )
 ),
 ordered AS MATERIALIZED (
-  SELECT id, limits,
+  SELECT id, limits, batch_id, run_after, at_cursor,
          row_number() OVER (ORDER BY priority DESC, turn, run_after, id) AS ord
   FROM (SELECT u.*, row_number() OVER (PARTITION BY batch_id ORDER BY run_after, id) AS turn
         FROM (SELECT * FROM due UNION ALL SELECT * FROM cursor UNION ALL SELECT * FROM callbacks)
@@ -261,4 +262,18 @@ taken AS (
   FROM next AS x JOIN ordered AS o ON o.id = x.id, json_each(o.limits) AS k
   WHERE o.limits IS NOT NULL
   GROUP BY k.value
+),
+-- Cursor items held while a later cursor item of their batch is taken: the claim
+-- (claim_due_items.sql) gives each its batch's due instant as a real run_after
+-- (at least 1: the due index holds run_after > 0), the same place in the order, so it waits in the due index and no longer keeps
+-- its batch's cursor and lease window below it. Else every claim and commit
+-- would read again each item completed behind it (the cost grew with the batch).
+passed AS (
+  SELECT o.id, max(o.run_after, 1) AS run_after
+  FROM ordered AS o
+  JOIN (SELECT y.batch_id, max(y.id) AS top
+        FROM next AS x JOIN ordered AS y ON y.id = x.id
+        WHERE y.at_cursor
+        GROUP BY y.batch_id) AS t ON t.batch_id = o.batch_id
+  WHERE o.at_cursor AND o.id < t.top AND o.id IN (SELECT id FROM blocked)
 )

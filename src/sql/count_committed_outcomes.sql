@@ -24,7 +24,8 @@
 -- too, and those the cursor passes need not be read again. While limits are
 -- defined a held item may stay pending below a claimed one (migration 0020): the
 -- cursor then stops just before the first pending cursor item; so it does while
--- a pause is kept (migration 0021). A batch whose flush holds only retries or
+-- a pause is kept (migration 0021). (The claim that passes a held item gives it a
+-- real run_after, claim_selection.sql's `passed`: the next flush moves on.) A batch whose flush holds only retries or
 -- releases gets that write too (it would anyway with a terminal outcome).
 -- It also moves the batch's lease window (migration 0015) up to just before its
 -- first cursor item still on its first attempt (pending or in flight, run_after

@@ -148,7 +148,11 @@ impl<D: Db> Store<D> {
             None => now + limits::HELD_POLL_MS,
         });
         Ok(Claim {
-            items: rows.into_iter().map(|r| r.item).collect(),
+            items: rows
+                .into_iter()
+                .filter(|r| r.claimed != 0)
+                .map(|r| r.item)
+                .collect(),
             in_force,
             held_until,
         })
@@ -409,6 +413,8 @@ struct HoldRow {
 struct ClaimRow {
     #[serde(flatten)]
     item: ClaimedItem,
+    /// 0 for a cursor item the claim passed and left pending (claim_due_items.sql).
+    claimed: i64,
     limits_defined: i64,
     rates_defined: i64,
 }
