@@ -1428,3 +1428,58 @@ fn a_claim_costs_the_same_at_19000_items_completed_behind_a_held_item_as_at_1000
     }
     assert_eq!(rest, 20_000 - completed, "every item never claimed, the held one among them");
 }
+
+#[test]
+fn a_claim_reads_as_much_with_2000_tenant_limits_defined_as_with_one() {
+    // Items of three batches, each holding its own receiver's key and a tenant's:
+    // 300 keys in a claim's window. A key's partitioned limit was once looked for
+    // among every limit defined, for each key.
+    let measure = |tenants: usize| {
+        let store = setup();
+        for b in 0..3 {
+            let id = batch_of(&store, &format!("b{b}"), 100, 3);
+            let ids: Vec<i64> = {
+                let conn = store.db().conn();
+                let mut stmt = conn
+                    .prepare("SELECT id FROM cron_queue WHERE batch_id = ?1 ORDER BY id")
+                    .unwrap();
+                let rows = stmt.query_map([&id], |r| r.get(0)).unwrap();
+                rows.map(Result::unwrap).collect()
+            };
+            for (i, item) in ids.iter().enumerate() {
+                let keys = serde_json::json!([format!("host:h{b}-{i}.example"), format!("tenant:t{:04}", i % 7)]);
+                store
+                    .db()
+                    .conn()
+                    .execute(
+                        "UPDATE cron_queue SET limits = ?1 WHERE id = ?2",
+                        rusqlite::params![keys.to_string(), item],
+                    )
+                    .unwrap();
+            }
+        }
+        // The items' first tenant, then tenants none of them holds.
+        for t in std::iter::once(0).chain(1_000..).take(tenants) {
+            limit(&store, &format!("tenant:t{t:04}"), None, 1, None, Some(1));
+        }
+        limit(&store, "host:*", None, 1, None, Some(50));
+        let now = 1_000_000;
+        let work = claim_work(&store, now, 100);
+        let taken = claim_after(&store, now, 100, "c", &mut Claimed::knowing(RATES));
+        (work, taken.len())
+    };
+    let (one, taken_one) = measure(1);
+    let (many, taken_many) = measure(2_000);
+    eprintln!("VM steps of the hold and the claim: {one:?} with 1 tenant limit, {many:?} with 2,000");
+    assert_eq!(
+        (taken_one, taken_many),
+        (100, 100),
+        "one item of tenant t0000 and 99 of the ungoverned ones, either way"
+    );
+    for (o, m) in one.iter().zip(many.iter()) {
+        assert!(
+            f64::from(*m) <= f64::from(*o) * 1.1,
+            "a claim reads every limit defined: {one:?} with 1, {many:?} with 2,000"
+        );
+    }
+}

@@ -33,7 +33,9 @@
 -- first.
 -- Limits (core::limits has the same rules in Rust): each key a candidate holds is
 -- governed by its own limit, else the longest partitioned limit (`prefix:*`)
--- that matches it, else by none (it holds nothing back). A governed key has room
+-- that matches it, else by none (it holds nothing back). The partitions are
+-- found by one primary-key probe per colon of the key (`tenant:*` for
+-- `tenant:acme`): a claim reads the limits that match, never all of them. A governed key has room
 -- for min(concurrency − its items in flight, the rate's tokens) more; its
 -- candidates, in claim order, are taken while they fit, and a candidate is taken
 -- only if every governed key it holds has room for it. A candidate holding a key
@@ -172,10 +174,13 @@ governed AS MATERIALIZED (
               FROM (SELECT DISTINCT key FROM held) AS k
               LEFT JOIN limits AS l ON l.key = coalesce(
                 (SELECT o.key FROM limits AS o WHERE o.key = k.key),
-                (SELECT p.key FROM limits AS p
-                 WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(k.key)
-                   AND substr(k.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
-                 ORDER BY length(p.key) DESC
+                (WITH colon (at) AS (SELECT instr(k.key, ':')
+                                 UNION ALL
+                                 SELECT at + instr(substr(k.key, at + 1), ':') FROM colon
+                                 WHERE instr(substr(k.key, at + 1), ':') > 0)
+                 SELECT p.key FROM colon JOIN limits AS p ON p.key = substr(k.key, 1, colon.at) || '*'
+                 WHERE colon.at > 0 AND colon.at < length(k.key)
+                 ORDER BY colon.at DESC
                  LIMIT 1))))
   WHERE limit_key IS NOT NULL OR paused_until IS NOT NULL OR learned IS NOT NULL
 ),

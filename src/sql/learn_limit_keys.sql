@@ -36,10 +36,13 @@ known AS (
          (SELECT max(1, l.rate * 60 / l.per_seconds) FROM limits AS l
           WHERE l.rate IS NOT NULL AND l.key = coalesce(
             (SELECT o.key FROM limits AS o WHERE o.key = r.key),
-            (SELECT p.key FROM limits AS p
-             WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(r.key)
-               AND substr(r.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
-             ORDER BY length(p.key) DESC
+            (WITH colon (at) AS (SELECT instr(r.key, ':')
+                             UNION ALL
+                             SELECT at + instr(substr(r.key, at + 1), ':') FROM colon
+                             WHERE instr(substr(r.key, at + 1), ':') > 0)
+             SELECT p.key FROM colon JOIN limits AS p ON p.key = substr(r.key, 1, colon.at) || '*'
+             WHERE colon.at > 0 AND colon.at < length(r.key)
+             ORDER BY colon.at DESC
              LIMIT 1))) AS ceiling
   FROM refused AS r
   LEFT JOIN limit_state AS s ON s.key = r.key

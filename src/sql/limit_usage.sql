@@ -55,13 +55,18 @@ waiting AS (
   GROUP BY k.value
 ),
 held AS (SELECT key FROM in_flight UNION SELECT key FROM waiting),
+-- Each key's limit: its own, else the longest partition (`prefix:*`), probed by
+-- primary key once per colon of the key (never a read of every limit).
 governed AS MATERIALIZED (
   SELECT h.key, coalesce(
     (SELECT o.key FROM limits AS o WHERE o.key = h.key),
-    (SELECT p.key FROM limits AS p
-     WHERE substr(p.key, -2) = ':*' AND length(p.key) <= length(h.key)
-       AND substr(h.key, 1, length(p.key) - 1) = substr(p.key, 1, length(p.key) - 1)
-     ORDER BY length(p.key) DESC
+    (WITH colon (at) AS (SELECT instr(h.key, ':')
+                     UNION ALL
+                     SELECT at + instr(substr(h.key, at + 1), ':') FROM colon
+                     WHERE instr(substr(h.key, at + 1), ':') > 0)
+     SELECT p.key FROM colon JOIN limits AS p ON p.key = substr(h.key, 1, colon.at) || '*'
+     WHERE colon.at > 0 AND colon.at < length(h.key)
+     ORDER BY colon.at DESC
      LIMIT 1)) AS limit_key
   FROM held AS h
 )
