@@ -152,7 +152,11 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 assert_eq!(keys(&got["batches"][0]), PROGRESS_KEYS);
             }
             (GET, "/batches/{id}") => {
-                progress(GET, "/batches/batch-1");
+                // One batch only: its pending items counted by what holds them.
+                let got = host.ok(GET, "/batches/batch-1", None, 200);
+                let mut expected = PROGRESS_KEYS.to_vec();
+                expected.push("waiting_on");
+                assert_eq!(keys(&got), expected);
             }
             (GET, "/batches/{id}/items") => {
                 let got = host.ok(GET, "/batches/batch-1/items", None, 200);
@@ -171,7 +175,8 @@ fn every_route_in_the_table_answers_its_success_shape() {
                         "run_after",
                         "started_at",
                         "status",
-                        "subject_id"
+                        "subject_id",
+                        "waiting_on"
                     ]
                 );
             }

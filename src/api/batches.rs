@@ -1,6 +1,8 @@
 //! `POST /batches`, `GET /batches`, `GET /batches/{id}`, `GET /batches/{id}/items`,
 //! `GET /batches/{id}/timeline`: ad-hoc batches, progress, rate and throughput.
 
+use std::collections::HashMap;
+
 use serde_json::{json, Value};
 
 use super::{keys_view, limit_only, to_json, ApiResult, App};
@@ -15,6 +17,7 @@ use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::target::TargetPolicy;
 use crate::core::throughput;
 use crate::core::time::rfc3339;
+use crate::core::waiting::{WaitingCounts, WaitingOn};
 use crate::jobs::Jobs;
 use crate::store::{BatchOptions, BatchSource, Created, Db};
 
@@ -92,8 +95,31 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
 
 pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     let row = find(app, id).await?;
-    let progress = with_estimates(app, std::slice::from_ref(&row)).await?;
+    let mut progress = with_estimates(app, std::slice::from_ref(&row)).await?;
+    let waiting_on = waiting_counts(app, &row).await?;
+    progress[0].waiting_on = Some(waiting_on);
     Ok((200, to_json(&progress[0])))
+}
+
+/// Its pending items per reason they wait: a paused batch's all wait on it and
+/// nothing pending reads nothing (no call either way); else one statement over
+/// the batch's head (`core::waiting::HEAD_READ`).
+async fn waiting_counts<D: Db>(
+    app: &App<'_, D>,
+    row: &BatchRow,
+) -> Result<WaitingCounts, ApiError> {
+    let pending = row.pending();
+    if row.status == "paused" {
+        return Ok(WaitingCounts::batch_paused(pending));
+    }
+    if pending == 0 {
+        return Ok(WaitingCounts::of(&[], 0));
+    }
+    let rows = app
+        .store
+        .waiting_on_counts(&row.id, app.now, app.settings.claim_chunk)
+        .await?;
+    Ok(WaitingCounts::of(&rows, pending))
 }
 
 async fn find<D: Db>(app: &App<'_, D>, id: &str) -> Result<BatchRow, ApiError> {
@@ -167,13 +193,33 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)
         .await?;
+    // One more statement, only when the page has pending items.
+    let pending: Vec<i64> = page
+        .items
+        .iter()
+        .filter(|i| i.status == "pending")
+        .map(|i| i.id)
+        .collect();
+    let waiting: HashMap<i64, WaitingOn> = app
+        .store
+        .waiting_on_items(id, &pending, app.now, app.settings.claim_chunk)
+        .await?
+        .iter()
+        .filter_map(|w| Some((w.id, w.view()?)))
+        .collect();
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|i| item_json(app.jobs, i, waiting.get(&i.id)))
+        .collect();
     Ok((
         200,
-        json!({ "items": page.items.iter().map(|i| item_json(app.jobs, i)).collect::<Vec<_>>(), "next_after": page.next_after }),
+        json!({ "items": items, "next_after": page.next_after }),
     ))
 }
 
-fn item_json(jobs: &Jobs, i: &ItemRow) -> Value {
+/// An item; `waiting_on` null unless it is pending (and was still when read).
+fn item_json(jobs: &Jobs, i: &ItemRow, waiting_on: Option<&WaitingOn>) -> Value {
     json!({
         "id": i.id,
         "subject_id": i.subject_id,
@@ -187,5 +233,6 @@ fn item_json(jobs: &Jobs, i: &ItemRow) -> Value {
         "completed_at": i.completed_at.map(rfc3339),
         "receipts": receipts::view(i.receipts.as_deref(), jobs.has_channels(&i.kind)),
         "limits": keys_view(i.limits.as_deref()),
+        "waiting_on": waiting_on,
     })
 }

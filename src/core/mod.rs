@@ -27,4 +27,5 @@ pub mod throughput;
 pub mod time;
 pub mod timing;
 pub mod upkeep;
+pub mod waiting;
 pub mod watchdog;

@@ -316,6 +316,9 @@ pub struct BatchProgress {
     pub on_finish: Option<super::callback::OnFinish>,
     /// The delivery of its completion callback, or null without `on_finish`.
     pub callback: Option<super::callback::CallbackView>,
+    /// Its pending items per reason they wait (`GET /batches/{id}` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_on: Option<super::waiting::WaitingCounts>,
 }
 
 impl BatchProgress {
@@ -354,6 +357,7 @@ impl BatchProgress {
             priority: row.priority,
             on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
             callback: super::callback::CallbackView::from_row(row),
+            waiting_on: None,
         }
     }
 }

@@ -95,4 +95,7 @@ sql! {
     PASS_DRAINER_SLOT => "claim_selection.sql" "pass_drainer_slot.sql",
     LIMIT_USAGE => "limit_usage.sql",
     LIST_PAUSED_KEYS => "list_paused_keys.sql",
+    // What holds pending items: the page and the counts share one selection.
+    WAITING_ON_ITEMS => "waiting_selection.sql" "waiting_on_items.sql",
+    WAITING_ON_COUNTS => "waiting_selection.sql" "waiting_on_counts.sql",
 }

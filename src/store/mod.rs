@@ -21,6 +21,7 @@ mod items;
 mod limits;
 mod schedules;
 mod subjects;
+mod waiting;
 
 pub use batches::{items_json, BatchOptions, FillState};
 pub use control::Requeued;

@@ -39,6 +39,7 @@ pub mod streak;
 pub mod streak_users;
 pub mod suite;
 pub mod ui;
+pub mod waiting;
 
 use crate::check;
 use crate::driver::checks::{text, Checks};
@@ -123,6 +124,10 @@ pub struct E2eArgs {
     /// no limit set, then a set rate under it; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure"])]
     pub only_learn: bool,
+    /// Run only the waiting_on part (what holds each pending item, and the
+    /// batch's counts; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure", "only_learn"])]
+    pub only_waiting: bool,
     /// Run only the probe's modes (`POST /probe`; its own Worker with the
     /// suite's settings).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard"])]
@@ -186,7 +191,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
     }
     Part::Drainers.run(target, timeout, checks).await;
     if target.url.is_some() {
-        println!("# elastic-drain, flow-control, backpressure and learned-rates parts skipped: --url mode cannot start a Worker with its settings");
+        println!("# elastic-drain, flow-control, backpressure, learned-rates and waiting_on parts skipped: --url mode cannot start a Worker with its settings");
         println!(
             "# hello-kind and service parts skipped: --url mode runs only the Worker at that URL"
         );
@@ -201,6 +206,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         Part::Flow,
         Part::Backpressure,
         Part::Learn,
+        Part::Waiting,
         Part::HelloKind,
         Part::Service,
         Part::Streak,
@@ -222,6 +228,7 @@ enum Part {
     Flow,
     Backpressure,
     Learn,
+    Waiting,
     HelloKind,
     Streak,
     StreakTs,
@@ -241,6 +248,7 @@ impl Part {
             (args.only_flow, Part::Flow),
             (args.only_backpressure, Part::Backpressure),
             (args.only_learn, Part::Learn),
+            (args.only_waiting, Part::Waiting),
             (args.only_hello_kind, Part::HelloKind),
             (args.only_streak, Part::Streak),
             (args.only_streak_ts, Part::StreakTs),
@@ -261,6 +269,7 @@ impl Part {
             Part::Flow => "flow-control part",
             Part::Backpressure => "backpressure part",
             Part::Learn => "learned-rates part",
+            Part::Waiting => "waiting_on part",
             Part::HelloKind => "hello-kind part",
             Part::Streak => "streak-reminder part",
             Part::StreakTs => "streak-reminder-ts part",
@@ -279,6 +288,7 @@ impl Part {
             Part::Flow => flow::e2e(args, timeout, checks).await,
             Part::Backpressure => backpressure::e2e(args, timeout, checks).await,
             Part::Learn => learn::e2e(args, timeout, checks).await,
+            Part::Waiting => waiting::e2e(args, timeout, checks).await,
             Part::HelloKind => hello_kind::e2e(args, timeout, checks).await,
             Part::Streak => streak::e2e(streak::App::Rust, args, timeout, checks).await,
             Part::StreakTs => streak::e2e(streak::App::Ts, args, timeout, checks).await,
