@@ -1384,7 +1384,10 @@ fn a_claim_costs_the_same_at_19000_items_completed_behind_a_held_item_as_at_1000
     for (round, at) in (0..).zip((now..).step_by(10)) {
         let Some(&mark) = marks.peek() else { break };
         let items = claim_after(&store, at, 100, &format!("c{round}"), &mut claimed);
-        assert!(items.len() >= 99, "round {round}: the items behind the held one");
+        assert!(
+            items.len() >= 99,
+            "round {round}: the items behind the held one"
+        );
         block_on(store.commit_outcomes(&settle_all(&items, Outcome::Done, at + 1))).unwrap();
         completed += items.len();
         if completed >= mark {
@@ -1417,16 +1420,29 @@ fn a_claim_costs_the_same_at_19000_items_completed_behind_a_held_item_as_at_1000
         .execute("DELETE FROM limit_state", [])
         .unwrap();
     let first = claim_after(&store, now + 10_000, 1_000, "last", &mut claimed);
-    assert_eq!(first[0].item_id, head, "the held item first: its place in the order kept");
+    assert_eq!(
+        first[0].item_id, head,
+        "the held item first: its place in the order kept"
+    );
     let mut rest = first.len();
     for round in 0.. {
-        let more = claim_after(&store, now + 10_001, 1_000, &format!("r{round}"), &mut claimed);
+        let more = claim_after(
+            &store,
+            now + 10_001,
+            1_000,
+            &format!("r{round}"),
+            &mut claimed,
+        );
         if more.is_empty() {
             break;
         }
         rest += more.len();
     }
-    assert_eq!(rest, 20_000 - completed, "every item never claimed, the held one among them");
+    assert_eq!(
+        rest,
+        20_000 - completed,
+        "every item never claimed, the held one among them"
+    );
 }
 
 #[test]
@@ -1447,7 +1463,10 @@ fn a_claim_reads_as_much_with_2000_tenant_limits_defined_as_with_one() {
                 rows.map(Result::unwrap).collect()
             };
             for (i, item) in ids.iter().enumerate() {
-                let keys = serde_json::json!([format!("host:h{b}-{i}.example"), format!("tenant:t{:04}", i % 7)]);
+                let keys = serde_json::json!([
+                    format!("host:h{b}-{i}.example"),
+                    format!("tenant:t{:04}", i % 7)
+                ]);
                 store
                     .db()
                     .conn()
@@ -1470,7 +1489,9 @@ fn a_claim_reads_as_much_with_2000_tenant_limits_defined_as_with_one() {
     };
     let (one, taken_one) = measure(1);
     let (many, taken_many) = measure(2_000);
-    eprintln!("VM steps of the hold and the claim: {one:?} with 1 tenant limit, {many:?} with 2,000");
+    eprintln!(
+        "VM steps of the hold and the claim: {one:?} with 1 tenant limit, {many:?} with 2,000"
+    );
     assert_eq!(
         (taken_one, taken_many),
         (100, 100),
