@@ -1,7 +1,8 @@
 //! Learned rates (backpressure): how a key's rate follows its receiver's
-//! refusals, as a pure function of `now`. A refusal (a `429`, with or without
-//! `Retry-After`, or any retry whose answer asked for a delay: a `503` with
-//! `Retry-After`, a kind's own `ctx.retry_after`; [`is_refusal`]) halves the
+//! refusals, as a pure function of `now`. A refusal (what `core::receiver`
+//! calls one: a `429`, a `403` with a rate-limit signal, a `503` with a wait;
+//! or any retry whose answer asked for a delay, a kind's own
+//! `ctx.retry_after`; [`is_refusal`]) halves the
 //! key's learned rate, or, the first time, learns the rate its receiver took
 //! over the last window (never below one a minute); each window without a refusal raises it
 //! one step (additive increase); a rate set with `PUT /limits` is its ceiling
