@@ -49,6 +49,7 @@ pub fn item(payload: impl Serialize) -> Item {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         },
     }
 }

@@ -81,6 +81,7 @@ fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -
         outcome: receipts::outcome(&results),
         channels: Some(results),
         retry_after_ms: None,
+        refused: None,
     };
     let mut t = decide(item, &ran.outcome, POLICY, now, 0.0);
     t.receipts = receipts::settle(item, ran.channels.as_ref(), t.status, now);

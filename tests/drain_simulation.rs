@@ -227,6 +227,7 @@ fn params(rng: &mut StdRng) -> Params {
                 base_ms: 100,
                 max_ms: 400,
             },
+            refusal_give_up_ms: 86_400_000,
         },
         // Log-uniform over 5 ..= 10,000.
         budget: (5.0 * 2_000f64.powf(rng.random::<f64>())).round() as i64,
@@ -608,6 +609,7 @@ impl Sim<'_> {
             outcome: receipts::outcome(&results),
             channels: Some(results),
             retry_after_ms: None,
+            refused: None,
         }
     }
 

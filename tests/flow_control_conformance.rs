@@ -635,6 +635,62 @@ fn a_receivers_delay_pauses_every_key_its_item_holds_and_no_item_holding_one_is_
 }
 
 #[test]
+fn a_channels_refusal_pauses_and_teaches_its_key_only_and_the_item_keeps_its_attempt_and_streak() {
+    let store = setup();
+    let b = batch_of(&store, "b", 2, 3);
+    hold(&store, &b, &["host:email.test", "host:push.test"], |_| true);
+    let now = 1_000_000;
+    let first = claim(&store, now, 1, "c1");
+    // As the drain commits a multi item whose push channel was refused.
+    let by = "host:push.test".to_string();
+    let t = cron_fanout::core::retry::refused(
+        &first[0],
+        "channel push: HTTP 429",
+        Some(2_000),
+        common::POLICY,
+        86_400_000,
+        &by,
+        now + 10,
+        0.0,
+    );
+    let t = cron_fanout::core::model::Transition {
+        refused_at: Some(now + 10),
+        refused_keys: Some(vec![by.clone()]),
+        ..t
+    };
+    block_on(store.commit_outcomes(&[t])).unwrap();
+    assert_eq!(paused(&store), [format!("host:push.test={}", now + 2_010)]);
+    let keys: Vec<String> = learned(&store).into_iter().map(|l| l.0).collect();
+    assert_eq!(
+        keys,
+        ["host:push.test"],
+        "the email channel's key learns nothing"
+    );
+    let row = |id: i64| {
+        texts(
+            &store,
+            &format!("SELECT attempt || ' ' || coalesce(refused_since, 'none') FROM cron_queue WHERE id = {id}"),
+        )
+    };
+    let id = first[0].item_id;
+    assert_eq!(
+        row(id),
+        [format!("0 {}", now + 10)],
+        "attempt given back, streak stored"
+    );
+    // The claim hands the streak back (once the key's learned rate of one a
+    // minute lets it go); an outcome that is no refusal clears it.
+    let again = claim_rated(&store, now + 600_000, 10, "c2");
+    let item = again
+        .iter()
+        .find(|i| i.item_id == id)
+        .expect("claimed again");
+    assert_eq!(item.refused_since, Some(now + 10));
+    block_on(store.commit_outcomes(&[settle(item, Outcome::Done, now + 600_010)])).unwrap();
+    assert_eq!(row(id), ["1 none"]);
+}
+
+#[test]
 fn a_pause_never_shortens_and_a_commit_without_a_receivers_delay_writes_none() {
     let store = setup();
     let b = batch_of(&store, "b", 4, 3);

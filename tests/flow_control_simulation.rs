@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use common::*;
 use cron_fanout::core::learn::{self, Learned};
 use cron_fanout::core::limits::{governing, Gcra, LOOK_AHEAD_MS};
-use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::core::model::{ClaimedItem, Outcome, Ran};
 use cron_fanout::core::retry::{defer, release};
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{Claimed, Store};
@@ -274,7 +274,11 @@ impl World {
         for (item, outcome, delay) in d.done.drain(..) {
             let mut t = settle(&item, outcome.clone(), now);
             defer(&mut t, delay, POLICY, now);
-            t.refused_at = learn::is_refusal(&outcome, delay).then_some(now);
+            let ran = Ran {
+                retry_after_ms: delay,
+                ..Ran::from(outcome.clone())
+            };
+            t.refused_at = learn::is_refusal(&ran).then_some(now);
             transitions.push(t);
         }
         // Now and then a claimed item is given back unrun (its lease cannot cover

@@ -60,6 +60,7 @@ fn the_request_schema_requires_every_field_the_worker_sends_and_no_other() {
         given_back: 0,
         limits: None,
         start_at: 0,
+        refused_since: None,
     };
     let sent: Value =
         serde_json::from_str(&delivery_body(&item, vec!["discord"], &json!({"n": 1}))).unwrap();

@@ -1308,6 +1308,7 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
                             given_back: 0,
                             limits: None,
                             start_at: 0,
+                            refused_since: None,
                         })
                     },
                 )

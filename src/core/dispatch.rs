@@ -11,7 +11,7 @@
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
-use super::model::{cut_on_char_boundary, ClaimedItem, Outcome, MAX_REASON_BYTES};
+use super::model::{cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy, MAX_REASON_BYTES};
 use super::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
@@ -20,6 +20,9 @@ pub const OUTCOME_HEADER: &str = "Fanout-Outcome";
 pub const REASON_HEADER: &str = "Fanout-Outcome-Reason";
 /// A retry's own delay in ms (`Ran::retry_after_ms`), when its answer asked for one.
 pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
+/// A retry its receiver refused (`Ran::refused`), as [`RefusedBy`]'s JSON with
+/// each key percent-encoded (`{}` for every key the item holds).
+pub const REFUSED_HEADER: &str = "Fanout-Refused";
 
 /// What a dispatch body signs: the claimed item, and the id of the invocation
 /// that dispatched it (the child's log lines and outbound calls carry it). Signed
@@ -131,9 +134,68 @@ pub fn decode_retry_after(value: Option<&str>) -> Option<i64> {
     value?.trim().parse().ok().filter(|ms: &i64| *ms >= 0)
 }
 
+/// [`REFUSED_HEADER`]'s value for a refusal: keys percent-encoded, so the
+/// value stays visible ASCII whatever a key holds.
+pub fn encode_refused(refused: &RefusedBy) -> String {
+    let keys = refused.keys.as_ref().map(|keys| {
+        keys.iter()
+            .map(|k| utf8_percent_encode(k, NON_ALPHANUMERIC).to_string())
+            .collect()
+    });
+    let encoded = RefusedBy {
+        keys,
+        with_failure: refused.with_failure,
+    };
+    serde_json::to_string(&encoded).expect("plain data serialises")
+}
+
+/// Read a refusal back from [`REFUSED_HEADER`]. Anything unreadable is no
+/// refusal (the attempt is spent, as for any retry), never a failed dispatch.
+pub fn decode_refused(value: Option<&str>) -> Option<RefusedBy> {
+    let encoded: RefusedBy = serde_json::from_str(value?).ok()?;
+    let keys = match encoded.keys {
+        None => None,
+        Some(keys) => Some(
+            keys.iter()
+                .map(|k| percent_decode_str(k).decode_utf8().map(String::from))
+                .collect::<Result<Vec<_>, _>>()
+                .ok()?,
+        ),
+    };
+    Some(RefusedBy {
+        keys,
+        with_failure: encoded.with_failure,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_travels_in_its_header_and_garbage_is_none() {
+        for refused in [
+            RefusedBy::default(),
+            RefusedBy {
+                keys: Some(vec!["host:api.github.com".into(), "ünï, \"x\"".into()]),
+                with_failure: true,
+            },
+        ] {
+            let value = encode_refused(&refused);
+            assert!(value.bytes().all(|b| b.is_ascii_graphic()), "{value}");
+            assert_eq!(decode_refused(Some(&value)), Some(refused));
+        }
+        assert_eq!(encode_refused(&RefusedBy::default()), "{}");
+        for bad in [
+            None,
+            Some(""),
+            Some("yes"),
+            Some(r#"{"keys":"x"}"#),
+            Some(r#"{"keys":["%ff"]}"#),
+        ] {
+            assert_eq!(decode_refused(bad), None, "{bad:?}");
+        }
+    }
 
     /// An item as the drain claims it, with everything trace events must not see.
     const SECRET: &str = "dispatch-secret-0123456789";
@@ -156,6 +218,7 @@ mod tests {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         };
         serde_json::to_string(&item).unwrap()
     }

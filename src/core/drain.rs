@@ -14,9 +14,11 @@ use super::budget::{
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
 use super::learn;
-use super::model::{ClaimedItem, ItemStatus, Outcome, Ran, StopReason, Tally, Transition};
+use super::model::{
+    ClaimedItem, ItemStatus, Outcome, Ran, RefusedBy, StopReason, Tally, Transition,
+};
 use super::receipts;
-use super::retry::{decide, defer, release, release_refused, RetryPolicy};
+use super::retry::{decide, defer, refused, release, release_refused, RetryPolicy};
 use super::settings::{DispatchMode, Settings};
 use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use super::watchdog;
@@ -39,6 +41,9 @@ pub const THROWS_BEFORE_CRASH: i64 = 3;
 pub struct Policy {
     pub limits: DrainLimits,
     pub retry: RetryPolicy,
+    /// `REFUSAL_GIVE_UP_SECONDS` in ms: a streak of refusals longer than this
+    /// fails the item (`retry::refused`).
+    pub refusal_give_up_ms: i64,
 }
 
 impl Policy {
@@ -60,6 +65,7 @@ impl Policy {
                 },
             },
             retry: settings.retry,
+            refusal_give_up_ms: settings.refusal_give_up_ms,
         }
     }
 }
@@ -74,6 +80,9 @@ pub struct Settled {
 }
 
 /// What the shell should do next.
+// A dispatch holds its item by value: it is handed to the shell at once, and a
+// box per dispatch would only add an allocation on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub enum Action {
     /// Start this item. `new_watchdog`: give it a new abandon-timer, which the
@@ -439,11 +448,31 @@ impl Drain {
             .iter()
             .find(|(kind, _)| *kind == item.kind)
             .map_or(self.policy.retry, |(_, own)| *own);
-        let mut transition = decide(&item, &ran.outcome, retry, now, jitter);
-        defer(&mut transition, ran.retry_after_ms, retry, now);
-        transition.refused_at = learn::is_refusal(&ran.outcome, ran.retry_after_ms).then_some(now);
+        let refused_keys = ran.refused.as_ref().and_then(|r| r.keys.clone());
+        let mut transition = match (&ran.outcome, &ran.refused) {
+            // One rule for every kind: a receiver's refusal spends no attempt.
+            (
+                Outcome::Retry(reason),
+                Some(RefusedBy {
+                    with_failure: false,
+                    ..
+                }),
+            ) => {
+                let by = refused_by(refused_keys.as_deref(), &item);
+                let give_up_ms = self.policy.refusal_give_up_ms;
+                let (at, after) = (now, ran.retry_after_ms);
+                refused(&item, reason, after, retry, give_up_ms, &by, at, jitter)
+            }
+            _ => {
+                let mut t = decide(&item, &ran.outcome, retry, now, jitter);
+                defer(&mut t, ran.retry_after_ms, retry, now);
+                t
+            }
+        };
+        transition.refused_at = learn::is_refusal(&ran).then_some(now);
         if transition.refused_at.is_some() {
-            self.give_back_siblings(now, &item);
+            transition.refused_keys = refused_keys;
+            self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
@@ -736,8 +765,11 @@ impl Drain {
     /// item's keys go back unrun (no attempt spent), so they are not sent into
     /// the same wall; the claim holds them while the key is paused or under its
     /// learned rate.
-    fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem) {
-        let keys = refused.keys();
+    fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem, only: Option<&[String]>) {
+        let keys = match only {
+            Some(keys) => keys.to_vec(),
+            None => refused.keys(),
+        };
         if keys.is_empty() {
             return;
         }
@@ -969,6 +1001,17 @@ impl Drain {
                 ItemStatus::Processing | ItemStatus::Cancelled => {}
             }
         }
+    }
+}
+
+/// Who refused `item`, as a give-up reason names it: the refused keys, else
+/// every key it holds (its receiver's `host:` key among them).
+fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
+    let keys = only.map_or_else(|| item.keys(), <[String]>::to_vec);
+    if keys.is_empty() {
+        "its receiver".into()
+    } else {
+        keys.join(", ")
     }
 }
 

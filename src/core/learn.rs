@@ -1,7 +1,8 @@
 //! Learned rates (backpressure): how a key's rate follows its receiver's
-//! refusals, as a pure function of `now`. A refusal (a `429`, with or without
-//! `Retry-After`, or any retry whose answer asked for a delay: a `503` with
-//! `Retry-After`, a kind's own `ctx.retry_after`; [`is_refusal`]) halves the
+//! refusals, as a pure function of `now`. A refusal (what `core::receiver`
+//! calls one: a `429`, a `403` with a rate-limit signal, a `503` with a wait;
+//! or any retry whose answer asked for a delay, a kind's own
+//! `ctx.retry_after`; [`is_refusal`]) halves the
 //! key's learned rate, or, the first time, learns the rate its receiver took
 //! over the last window (never below one a minute); each window without a refusal raises it
 //! one step (additive increase); a rate set with `PUT /limits` is its ceiling
@@ -115,15 +116,16 @@ pub fn burst(per_minute: i64) -> i64 {
     (per_minute / 60).max(1)
 }
 
-/// Whether a run's answer is its receiver refusing: a retry the answer delayed
-/// (`Retry-After` on a `429`, a `503`, any retried status; a kind's own
-/// `ctx.retry_after`), or a `429` without one (`HTTP 429` is how
-/// `jobs::webhook::classify_status` words it, for every kind that maps answers
-/// that way).
-pub fn is_refusal(outcome: &crate::core::model::Outcome, retry_after_ms: Option<i64>) -> bool {
-    match outcome {
+/// Whether a run's answer is its receiver refusing: a retry the receiver's
+/// word called a refusal (`Ran::refused`, `core::receiver`: a `429`, a `403`
+/// with a rate-limit signal, a `503` with a wait), any retry whose answer
+/// asked for a delay (a kind's own `ctx.retry_after`), or a `429` without one
+/// (`HTTP 429` is how `jobs::webhook::classify_status` words it, for a kind
+/// that maps answers by their status alone).
+pub fn is_refusal(ran: &crate::core::model::Ran) -> bool {
+    match &ran.outcome {
         crate::core::model::Outcome::Retry(reason) => {
-            retry_after_ms.is_some() || reason.starts_with("HTTP 429")
+            ran.refused.is_some() || ran.retry_after_ms.is_some() || reason.starts_with("HTTP 429")
         }
         _ => false,
     }

@@ -16,6 +16,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod model;
 pub mod receipts;
+pub mod receiver;
 pub mod requests;
 pub mod retry;
 pub mod schedule;

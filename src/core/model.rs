@@ -78,6 +78,11 @@ pub struct ClaimedItem {
     /// from a claim: at once). The drain dispatches it then. Never sent.
     #[serde(default, skip_serializing)]
     pub start_at: i64,
+    /// When its receiver's current streak of refusals began (ms), `None` when
+    /// its last run was not refused: a streak longer than
+    /// `REFUSAL_GIVE_UP_SECONDS` fails it (`core::retry::refused`). Never sent.
+    #[serde(default, skip_serializing)]
+    pub refused_since: Option<i64>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -108,6 +113,7 @@ impl ClaimedItem {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         }
     }
 
@@ -180,6 +186,25 @@ pub struct Ran {
     /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
     /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).
     pub retry_after_ms: Option<i64>,
+    /// A retry its receiver asked for (`core::receiver`: a `429`, a `403` with a
+    /// rate-limit signal, a `503` with a wait): the keys it concerns are paused
+    /// and learn, and, unless the run failed otherwise too, the attempt is
+    /// given back.
+    pub refused: Option<RefusedBy>,
+}
+
+/// A receiver's refusal in one run (`Ran::refused`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedBy {
+    /// The keys it concerns: `None` for every key the item holds (its one
+    /// receiver refused); `Some`, only these (a `multi` item's refused
+    /// channels' `host:` keys: the other channels' receivers said no such thing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<String>>,
+    /// The run also failed otherwise (another channel's transient failure): that
+    /// failure spends the attempt; the refused keys still pause and learn.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_failure: bool,
 }
 
 impl From<Outcome> for Ran {
@@ -188,6 +213,7 @@ impl From<Outcome> for Ran {
             outcome,
             channels: None,
             retry_after_ms: None,
+            refused: None,
         }
     }
 }
@@ -229,6 +255,16 @@ pub struct Transition {
     /// the item holds learn a rate (`sql/learn_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused_at: Option<i64>,
+    /// The keys the refusal concerns, when not every key the item holds (a
+    /// `multi` channel's `host:` key): what `paused_until` and `refused_at`
+    /// apply to. Not a column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_keys: Option<Vec<String>>,
+    /// When the item's streak of refusals began, stored on the row
+    /// (`cron_queue.refused_since`, migration 0025): set by a refusal (and kept
+    /// by a release), `None` (NULL) after any other outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_since: Option<i64>,
     /// The item's count of throws running (`ClaimedItem::given_back`) to store:
     /// set by a release after a throw (one more) and for the claimed items given
     /// back behind it (unchanged); `None` (any outcome of a run) stores 0.
@@ -237,9 +273,10 @@ pub struct Transition {
 }
 
 impl Transition {
-    /// An item given back unrun (`retry::release`), not an outcome of a run.
+    /// An item given back unrun (`retry::release`), not an outcome of a run (a
+    /// refusal gives its attempt back too, but is a run its receiver refused).
     pub fn is_release(&self) -> bool {
-        self.attempt.is_some()
+        self.attempt.is_some() && self.refused_at.is_none()
     }
 }
 

@@ -305,6 +305,7 @@ mod tests {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         }
     }
 

@@ -579,6 +579,7 @@ mod tests {
                 given_back: 0,
                 limits: None,
                 start_at: 0,
+                refused_since: None,
             };
             let item = ClaimedItem {
                 receipts: receipts::settle(&item, Some(&channels), ItemStatus::Failed, i64::MAX),

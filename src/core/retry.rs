@@ -45,6 +45,8 @@ pub fn decide(
         receipts: None,
         paused_until: None,
         refused_at: None,
+        refused_keys: None,
+        refused_since: None,
         given_back: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
@@ -92,6 +94,68 @@ pub fn defer(
     }
 }
 
+/// A receiver's refusal of a run (`Ran::refused`): not a failure, so it spends
+/// no attempt (given back, as for an item released unrun) and is retried after
+/// the receiver's wait (`retry_after_ms`, capped at `policy.max_ms`; the backoff
+/// without one), its keys paused as long when it named a wait. Only a streak of
+/// refusals longer than `give_up_ms` (`REFUSAL_GIVE_UP_SECONDS`), counted from
+/// the first of them (`ClaimedItem::refused_since`), fails it, naming `by` (the
+/// refused key) and how long.
+#[allow(clippy::too_many_arguments)] // Each is one fact of the refusal; no bundle reads better.
+pub fn refused(
+    item: &ClaimedItem,
+    reason: &str,
+    retry_after_ms: Option<i64>,
+    policy: RetryPolicy,
+    give_up_ms: i64,
+    by: &str,
+    now_ms: i64,
+    jitter: f64,
+) -> Transition {
+    let since = item.refused_since.unwrap_or(now_ms).min(now_ms);
+    let base = give_back(item, "");
+    if now_ms - since > give_up_ms {
+        return Transition {
+            status: ItemStatus::Failed,
+            run_after: None,
+            completed_at: Some(now_ms),
+            error: Some(cut_reason(format!(
+                "refused by {by} for {}; last answer: {reason}",
+                span(now_ms - since)
+            ))),
+            attempt: None,
+            refused_since: None,
+            ..base
+        };
+    }
+    let wait = match retry_after_ms {
+        Some(ms) => ms.clamp(0, policy.max_ms),
+        None => policy.backoff_ms(item.attempt, jitter),
+    };
+    Transition {
+        run_after: Some(now_ms + wait),
+        paused_until: retry_after_ms.map(|_| now_ms + wait),
+        error: Some(cut_reason(format!(
+            "attempt {} refused by {by}, given back: {reason}",
+            item.attempt
+        ))),
+        refused_since: Some(since),
+        ..base
+    }
+}
+
+/// A span in its largest whole unit: `24 h`, `90 min` under 2 h, `45 s`.
+fn span(ms: i64) -> String {
+    let secs = ms / 1_000;
+    if secs >= 7_200 {
+        format!("{} h", secs / 3_600)
+    } else if secs >= 120 {
+        format!("{} min", secs / 60)
+    } else {
+        format!("{secs} s")
+    }
+}
+
 /// Give a claimed item back unrun: `pending` again, due as before, with the
 /// attempt its claim counted given back (it never ran, so it must not use one up;
 /// an item on its last attempt would otherwise never be claimable again).
@@ -126,6 +190,9 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         receipts: None,
         paused_until: None,
         refused_at: None,
+        refused_keys: None,
+        // Unrun: the streak of refusals it is in goes on.
+        refused_since: item.refused_since,
         given_back: None,
     }
 }
@@ -153,6 +220,7 @@ mod tests {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         }
     }
 

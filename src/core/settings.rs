@@ -61,6 +61,10 @@ pub struct Settings {
     /// `LEARN_LIMITS`: a commit that carries a receiver's refusal stores a learned
     /// rate for the keys of the refused item (`core::learn`); `false` stores none.
     pub learn_limits: bool,
+    /// `REFUSAL_GIVE_UP_SECONDS` in ms: an item its receivers refused
+    /// continuously for longer fails (`core::retry::refused`); refusals spend no
+    /// attempt, so this is what ends a receiver that never lets one through.
+    pub refusal_give_up_ms: i64,
 }
 
 /// Most drainers a tick starts: the platform runs at most 250 concurrent
@@ -120,6 +124,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("ALLOW_TEST_CLOCK", "false"),
     ("RETENTION_DAYS", "30"),
     ("LEARN_LIMITS", "true"),
+    ("REFUSAL_GIVE_UP_SECONDS", "86400"),
 ];
 
 /// Most names `OWN_HOSTNAMES` may list (every target check walks them).
@@ -295,6 +300,7 @@ impl Settings {
             test_clock_offset_ms,
             retention_days: int("RETENTION_DAYS", 0, 36_500)?,
             learn_limits,
+            refusal_give_up_ms: int("REFUSAL_GIVE_UP_SECONDS", 1, 365 * 86_400)? * 1_000,
         };
         settings.validate()?;
         Ok(settings)
@@ -567,6 +573,17 @@ mod tests {
         for bad in ["", "yes", "1", "TRUE"] {
             let err = parse(&[("LEARN_LIMITS", bad)]).unwrap_err();
             assert!(err.starts_with("LEARN_LIMITS must be"), "{err}");
+        }
+    }
+
+    #[test]
+    fn refusal_give_up_is_a_day_by_default_in_seconds_within_a_year() {
+        assert_eq!(parse(&[]).unwrap().refusal_give_up_ms, 86_400_000);
+        let hour = parse(&[("REFUSAL_GIVE_UP_SECONDS", "3600")]).unwrap();
+        assert_eq!(hour.refusal_give_up_ms, 3_600_000);
+        for bad in ["0", "-1", "31536001", "1.5", "a day"] {
+            let err = parse(&[("REFUSAL_GIVE_UP_SECONDS", bad)]).unwrap_err();
+            assert!(err.starts_with("REFUSAL_GIVE_UP_SECONDS"), "{bad}: {err}");
         }
     }
 

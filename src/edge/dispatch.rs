@@ -119,11 +119,13 @@ pub(super) async fn dispatch(
     // A delay that does not parse is no delay: the backoff applies.
     let retry_after_ms =
         dispatch::decode_retry_after(header(dispatch::RETRY_AFTER_HEADER).as_deref());
+    let refused = dispatch::decode_refused(header(dispatch::REFUSED_HEADER).as_deref());
     Ok(match (outcome, channels) {
         (Ok(outcome), Ok(channels)) => Ran {
             outcome,
             channels,
             retry_after_ms,
+            refused,
         },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.

@@ -193,6 +193,9 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     if let Some(ms) = ran.retry_after_ms {
         headers.set(dispatch::RETRY_AFTER_HEADER, &ms.to_string())?;
     }
+    if let Some(refused) = &ran.refused {
+        headers.set(dispatch::REFUSED_HEADER, &dispatch::encode_refused(refused))?;
+    }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)
         .with_headers(headers))

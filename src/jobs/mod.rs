@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize as _;
 use serde_json::Value;
 
-pub use crate::core::model::{ClaimedItem, Outcome, Ran};
+pub use crate::core::model::{ClaimedItem, Outcome, Ran, RefusedBy};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::retry::RetryPolicy;
 use crate::core::target::{self, TargetPolicy};
@@ -240,6 +240,7 @@ pub struct Context<'a> {
     receipts: Receipts,
     channels: RefCell<ChannelResults>,
     retry_after_ms: std::cell::Cell<Option<i64>>,
+    refused: RefCell<Option<RefusedBy>>,
 }
 
 impl<'a> Context<'a> {
@@ -261,18 +262,39 @@ impl<'a> Context<'a> {
             receipts: receipts::parse(item.receipts.as_deref()),
             channels: RefCell::new(ChannelResults::new()),
             retry_after_ms: std::cell::Cell::new(None),
+            refused: RefCell::new(None),
         }
     }
 
     /// Send `request`, aborted with the job's signal, if its URL is a target the
     /// deployment allows (`core::target`: public hosts unless
     /// `ALLOW_PRIVATE_TARGETS`, never `OWN_HOSTNAMES`); else nothing is sent and
-    /// the error says why (`not sent: url host 10.0.0.1 is …`).
+    /// the error says why (`not sent: url host 10.0.0.1 is …`). An answer its
+    /// receiver means as a refusal (`core::receiver`: a `429`, a `403` with a
+    /// rate-limit signal, a `503` with a wait) is noted: should the run then
+    /// return [`Outcome::Retry`], it spends no attempt, waits what the receiver
+    /// asked (unless the kind says otherwise with [`Context::retry_after`]),
+    /// and pauses the item's keys.
     pub async fn fetch(&self, request: Request) -> Result<Response, String> {
         if let Err(e) = target::validate(&request.url, &self.config.policy()) {
             return Err(format!("not sent: {e}"));
         }
-        self.outbound.fetch(request, &self.signal).await
+        let response = self.outbound.fetch(request, &self.signal).await?;
+        let now_ms = self.now_ms();
+        let word = crate::core::receiver::read(
+            response.status,
+            &response.headers,
+            &response.body,
+            now_ms,
+            webhook::WAIT_CAP_MS,
+        );
+        if word.refusal {
+            self.note_refusal(RefusedBy::default());
+            if let (None, Some(ms)) = (self.retry_after_ms.get(), word.wait_ms(now_ms)) {
+                self.retry_after_ms.set(Some(ms));
+            }
+        }
+        Ok(response)
     }
 
     /// The outbound seam itself (e.g. to fetch under a signal of one's own): no
@@ -345,6 +367,29 @@ impl<'a> Context<'a> {
     /// the run returns [`Outcome::Retry`].
     pub fn retry_after(&self, ms: i64) {
         self.retry_after_ms.set(Some(ms));
+    }
+
+    /// Note that a receiver refused this run (`RefusedBy`): merged with any
+    /// refusal noted before (a refusal of every key wins).
+    pub(crate) fn note_refusal(&self, by: RefusedBy) {
+        let mut noted = self.refused.borrow_mut();
+        *noted = Some(match noted.take() {
+            None => by,
+            Some(before) => RefusedBy {
+                keys: match (before.keys, by.keys) {
+                    (Some(mut a), Some(b)) => {
+                        for key in b {
+                            if !a.contains(&key) {
+                                a.push(key);
+                            }
+                        }
+                        Some(a)
+                    }
+                    _ => None,
+                },
+                with_failure: before.with_failure || by.with_failure,
+            },
+        });
     }
 
     fn take_channels(&self) -> ChannelResults {
@@ -644,8 +689,10 @@ pub(crate) async fn run_kind(
     };
     // Cut here, for every kind and path (a SELF child, inline, the drain):
     // the outcome waits in the drain's memory until its commit.
+    let retried = matches!(outcome, Some(Outcome::Retry(_)));
     match outcome.map(Outcome::bounded) {
         Some(outcome) => Ran {
+            refused: ctx.refused.take().filter(|_| retried),
             // Only what was sent: a run that sent nothing reports no channels.
             channels: Some(ctx.take_channels()).filter(|c| !c.is_empty()),
             retry_after_ms: ctx

@@ -6,7 +6,10 @@
 //! retry that sends only what is still missing. Each channel's answer is
 //! classified like a webhook's; a channel with no answer by the channel deadline
 //! (`core::timing::channel_deadline_ms`, a little under `JOB_TIMEOUT_MS`) is
-//! given up as timed out, a transient failure of that channel alone.
+//! given up as timed out, a transient failure of that channel alone. A
+//! channel's receiver refusing (`core::receiver`) pauses and teaches that
+//! channel's `host:` key only: the other channels' answers and receipts stand,
+//! and when refusals are the run's only failures it spends no attempt.
 
 use std::collections::HashSet;
 
@@ -19,8 +22,10 @@ use std::cell::RefCell;
 
 use futures::future::{join_all, select, Either};
 
-use super::webhook::{check_signing_secret, post_signed, redact_signing_secret, signing_secret};
-use super::{Context, Job, Outcome};
+use super::webhook::{
+    check_signing_secret, post_signed_answer, redact_signing_secret, signing_secret, Answered,
+};
+use super::{Context, Job, Outcome, RefusedBy};
 use crate::core::model::ClaimedItem;
 use crate::core::receipts::{self, ChannelResults, MAX_CHANNELS};
 use crate::core::target::{self, TargetPolicy};
@@ -186,14 +191,15 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
     // signal, and dropping them).
     let deadline_ms = channel_deadline_ms(ctx.timeout_ms);
     let channels = ctx.signal.child();
-    let answers: Vec<RefCell<Option<Outcome>>> = todo.iter().map(|_| RefCell::new(None)).collect();
+    let answers: Vec<RefCell<Option<Answered>>> = todo.iter().map(|_| RefCell::new(None)).collect();
     let sends = join_all(todo.iter().zip(&answers).map(|((c, url), answer)| {
         let body = delivery_body(ctx.item, &c.name, &payload.data);
         let key = idempotency_key(ctx.item.item_id, &c.name);
         let (secret, channels) = (secret.as_str(), &channels);
         async move {
-            let outcome = post_signed(ctx.outbound(), channels, url, body, &key, secret).await;
-            *answer.borrow_mut() = Some(outcome);
+            let answered =
+                post_signed_answer(ctx.outbound(), channels, url, body, &key, secret).await;
+            *answer.borrow_mut() = Some(answered);
         }
     }));
     let timer = ctx.outbound().sleep(deadline_ms);
@@ -201,12 +207,54 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
         channels.abort();
     }
     let mut results = ChannelResults::new();
-    for ((c, _), answer) in todo.iter().zip(answers) {
-        let outcome = receipts::answered_or_timed_out(answer.into_inner(), deadline_ms);
+    let mut refusal = Refusal::default();
+    for ((c, url), answer) in todo.iter().zip(answers) {
+        let answer = answer.into_inner();
+        if let Some(a) = &answer {
+            refusal.note(url, a);
+        }
+        let outcome = receipts::answered_or_timed_out(answer.map(|a| a.outcome), deadline_ms);
         ctx.report_channel(&c.name, outcome.clone());
         results.insert(c.name.clone(), outcome);
     }
-    receipts::outcome(&results)
+    let outcome = receipts::outcome(&results);
+    if !refusal.keys.is_empty() {
+        // A transient failure beside the refusals spends the attempt.
+        let refused = results.values().filter(|o| matches!(o, Outcome::Retry(_)));
+        let with_failure = refused.count() > refusal.channels;
+        if let Some(ms) = refusal.wait_ms {
+            ctx.retry_after(ms);
+        }
+        ctx.note_refusal(RefusedBy {
+            keys: Some(refusal.keys),
+            with_failure,
+        });
+    }
+    outcome
+}
+
+/// The channels of one run whose receivers refused: their `host:` keys, their
+/// number, and the longest wait one asked for (the item waits for the last).
+#[derive(Default)]
+struct Refusal {
+    keys: Vec<String>,
+    channels: usize,
+    wait_ms: Option<i64>,
+}
+
+impl Refusal {
+    fn note(&mut self, url: &Url, answer: &Answered) {
+        if !answer.refused {
+            return;
+        }
+        self.channels += 1;
+        if let Some(key) = crate::core::limits::host_key(url.as_str()) {
+            if !self.keys.contains(&key) {
+                self.keys.push(key);
+            }
+        }
+        self.wait_ms = self.wait_ms.max(answer.retry_after_ms);
+    }
 }
 
 #[cfg(test)]
@@ -324,6 +372,7 @@ mod tests {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         };
         let body: Value =
             serde_json::from_str(&delivery_body(&item, "push", &json!({"k": "v"}))).unwrap();

@@ -7,8 +7,9 @@
 //! application/json` and `Idempotency-Key: <item_id>`. An answer that reports
 //! `channels` records each as a `multi` item's channel and the item's outcome
 //! follows `multi`'s rule (`core::receipts`); any other answer maps as a
-//! webhook's does (`webhook::classify_answer`); `Retry-After` sets a retry's
-//! delay either way ([`classify_service_answer`]). The drain calls the binding
+//! webhook's does (`webhook::classify_answer`); the receiver's word
+//! (`core::receiver`: its wait, a refusal that spends no attempt) holds either
+//! way ([`classify_service_answer`]). The drain calls the binding
 //! itself (`runs_in_drain`): a `SELF` child in between would cost a second
 //! invocation per item (docs/architecture.md). `POST /probe` mode `service` runs
 //! it too, as [`probe_call`]s that no handler can take for real items.
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 use url::Url;
 
 use super::outbound::{Request, Response, ServiceError};
-use super::webhook::{answered, classify_answer, classify_status, Answered};
+use super::webhook::{answered, classify_answer, classify_word, read_word, Answered};
 use super::{Context, Job};
 use crate::core::model::{ClaimedItem, Outcome};
 use crate::core::receipts::{self, ChannelResults, Receipts};
@@ -131,25 +132,27 @@ pub fn delivery_body(item: &ClaimedItem, delivered: Vec<&str>, data: &Value) -> 
 /// (the handler's own retry or failure beside them) one more entry of it. One
 /// whose `channels` is malformed, or whose body mentions `"channels"` but is not
 /// JSON (cut short, say), is a retry that says so and records nothing: never a
-/// loss. Any other answer maps as a webhook's. `Retry-After` sets a retry's delay.
+/// loss. Any other answer maps as a webhook's. The receiver's word, read at
+/// `now_ms`, sets a retry's wait and says whether it was a refusal.
 pub fn classify_service_answer(
     response: &Response,
     stored: &Receipts,
+    now_ms: i64,
 ) -> (Answered, Option<ChannelResults>) {
     let reported = match channels_member(&response.text_read()) {
-        None => return (classify_answer(response), None),
+        None => return (classify_answer(response, now_ms), None),
         Some(member) => member.and_then(|value| receipts::parse_reported(&value, stored)),
     };
     match reported {
         Ok(channels) => {
-            let own = classify_status(response.status);
+            let own = classify_word(response.status, &read_word(response, now_ms));
             let own = (own != Outcome::Done).then_some(own);
             let outcome = receipts::outcome_beside(own.as_ref(), &channels);
-            (answered(outcome, response), Some(channels))
+            (answered(outcome, response, now_ms), Some(channels))
         }
         Err(e) => {
             let outcome = Outcome::Retry(format!("malformed answer: {e}"));
-            (answered(outcome, response), None)
+            (answered(outcome, response, now_ms), None)
         }
     }
 }
@@ -191,6 +194,7 @@ pub fn probe_call(binding: &str, n: i64) -> ClaimedItem {
         given_back: 0,
         limits: None,
         start_at: 0,
+        refused_since: None,
     }
 }
 
@@ -235,7 +239,8 @@ impl Job for Service {
             .await;
         match answer {
             Ok(response) => {
-                let (answered, channels) = classify_service_answer(&response, ctx.receipts());
+                let (answered, channels) =
+                    classify_service_answer(&response, ctx.receipts(), ctx.now_ms());
                 for (name, outcome) in channels.into_iter().flatten() {
                     ctx.report_channel(&name, outcome);
                 }

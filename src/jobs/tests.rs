@@ -39,6 +39,7 @@ fn item(kind: &str, payload: Value) -> ClaimedItem {
         given_back: 0,
         limits: None,
         start_at: 0,
+        refused_since: None,
     }
 }
 
@@ -483,11 +484,10 @@ fn a_retry_after_in_seconds_on_a_retry_answer_is_the_runs_delay() {
 }
 
 #[test]
-fn a_retry_after_that_is_no_number_of_seconds_or_on_a_failure_is_ignored() {
+fn a_retry_after_that_is_no_wait_or_on_a_failure_is_ignored() {
     let answers = [
-        Answer::status(503).header("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT"),
         Answer::status(503).header("Retry-After", "-5"),
-        Answer::status(503).header("Retry-After", "1.5"),
+        Answer::status(503).header("Retry-After", "soon"),
         Answer::status(400).header("Retry-After", "30"),
         Answer::status(200).header("Retry-After", "30"),
     ];
@@ -497,6 +497,73 @@ fn a_retry_after_that_is_no_number_of_seconds_or_on_a_failure_is_ignored() {
         let ran = run(&out, &webhook("https://hooks.test/a"));
         assert_eq!(ran.retry_after_ms, None, "{answer:?}");
     }
+}
+
+#[test]
+fn a_webhooks_refusal_is_a_retry_with_the_receivers_wait_and_a_plain_403_is_permanent() {
+    // GitHub's primary limit: a 403 with nothing left and the reset in epoch
+    // seconds, measured against the answer's Date (NOW, here).
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(403)
+            .header("Date", "Tue, 24 Nov 2026 12:00:00 GMT")
+            .header("x-ratelimit-remaining", "0")
+            .header("x-ratelimit-reset", "1795521690")
+            .body(r#"{"message":"API rate limit exceeded"}"#),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 403: rate limited".into()));
+    assert_eq!(ran.retry_after_ms, Some(90_000));
+    assert_eq!(ran.refused, Some(RefusedBy::default()));
+    // Shopify's decimal Retry-After.
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(429).header("Retry-After", "2.0"),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(
+        (ran.retry_after_ms, ran.refused.is_some()),
+        (Some(2_000), true)
+    );
+    // A 403 without a rate-limit signal is the receiver's "no".
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(403).body("forbidden"),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!(ran.outcome, Outcome::Fail("HTTP 403: forbidden".into()));
+    assert_eq!((ran.retry_after_ms, ran.refused), (None, None));
+    // A 500 is a failure, whatever wait it names.
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://hooks.test/a",
+        Answer::status(500).header("Retry-After", "5"),
+    );
+    let ran = run(&out, &webhook("https://hooks.test/a"));
+    assert_eq!((ran.retry_after_ms, ran.refused), (Some(5_000), None));
+}
+
+#[test]
+fn a_kind_of_ones_own_gets_the_receivers_word_on_what_ctx_fetch_answers() {
+    let jobs = Jobs::builtin().with(Greet);
+    let greet = item("greet", json!({"name": "ada"}));
+    let out = MemoryOutbound::new(NOW);
+    out.answer(
+        "https://greet.test/ada",
+        Answer::status(429).body(r#"{"retry_after":1.337,"global":false}"#),
+    );
+    let ran = run_with(&jobs, &out, &greet, &config());
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 429".into()));
+    assert_eq!(ran.retry_after_ms, Some(1_337));
+    assert_eq!(ran.refused, Some(RefusedBy::default()));
+    // A refusal the kind got past (it answered done) is none.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://greet.test/ada", Answer::status(200));
+    let ran = run_with(&jobs, &out, &greet, &config());
+    assert_eq!((ran.outcome, ran.refused), (Outcome::Done, None));
 }
 
 #[test]
@@ -615,6 +682,55 @@ fn multi_sends_every_channel_signed_with_its_own_key_and_reports_each() {
         assert_eq!(body["channel"], json!(channel));
         assert_signed(s, WEBHOOK_SECRET);
     }
+}
+
+#[test]
+fn a_channels_refusal_names_its_host_key_and_the_others_keep_their_answers() {
+    // Discord refuses the push channel; email is delivered.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(200))
+        .answer(
+            "https://push.test/",
+            Answer::status(429)
+                .header("Retry-After", "2")
+                .header("X-RateLimit-Reset-After", "1.337"),
+        );
+    let ran = run(&out, &multi(&["email", "push"]));
+    assert_eq!(ran.outcome, Outcome::Retry("channel push: HTTP 429".into()));
+    let channels = ran.channels.expect("every channel's answer");
+    assert_eq!(channels.get("email"), Some(&Outcome::Done));
+    assert_eq!(ran.retry_after_ms, Some(2_000));
+    assert_eq!(
+        ran.refused,
+        Some(RefusedBy {
+            keys: Some(vec!["host:push.test".into()]),
+            with_failure: false,
+        })
+    );
+    // Beside another channel's transient failure, the attempt is spent.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(502))
+        .answer("https://push.test/", Answer::status(429))
+        .answer(
+            "https://sms.test/",
+            Answer::status(429).header("Retry-After", "9"),
+        );
+    let ran = run(&out, &multi(&["email", "push", "sms"]));
+    assert_eq!(ran.retry_after_ms, Some(9_000));
+    assert_eq!(
+        ran.refused,
+        Some(RefusedBy {
+            keys: Some(vec!["host:push.test".into(), "host:sms.test".into()]),
+            with_failure: true,
+        })
+    );
+    // A channel's permanent failure fails the item: no refusal to speak of.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(404))
+        .answer("https://push.test/", Answer::status(429));
+    let ran = run(&out, &multi(&["email", "push"]));
+    assert!(matches!(ran.outcome, Outcome::Fail(_)), "{ran:?}");
+    assert_eq!(ran.refused, None);
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Built-in kind `webhook`: POST a signed JSON body to the subject's URL.
-//! 2xx = done; 408, 425, 429, 5xx, timeout and network errors = retry (a
-//! `Retry-After` in seconds sets its delay); any other status = permanent
-//! failure, with the status and up to 200 bytes of the answer's text.
+//! 2xx = done; 408, 425, 429, 5xx, timeout and network errors = retry (the
+//! receiver's word, `core::receiver`, sets its delay); a 403 its receiver
+//! marks as a rate limit = a retry too; any other status = permanent failure,
+//! with the status and up to 200 bytes of the answer's text. A 429, such a
+//! 403, or a 503 with a wait is a refusal: it spends no attempt.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,7 +12,8 @@ use url::Url;
 
 use super::outbound::{Outbound, Request, Response, Signal};
 use super::{Context, Job};
-use crate::core::model::{cut_on_char_boundary, ClaimedItem, Outcome};
+use crate::core::model::{cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy};
+use crate::core::receiver;
 use crate::core::signature::constant_time_eq;
 use crate::core::target::{self, TargetPolicy};
 
@@ -34,6 +37,7 @@ impl From<Outcome> for Answered {
         Answered {
             outcome,
             retry_after_ms: None,
+            refused: false,
         }
     }
 }
@@ -133,51 +137,84 @@ pub fn classify_status(status: u16) -> Outcome {
 pub const MAX_ANSWER_TEXT_BYTES: usize = 200;
 
 /// What an answer (or none) means: its outcome and, for a retry, the delay its
-/// `Retry-After` asks for. How `webhook` answers map; any kind that POSTs to a
-/// receiver of its own (`service`) maps them the same way.
+/// receiver asks for and whether it refused. How `webhook` answers map; any
+/// kind that POSTs to a receiver of its own (`service`) maps them the same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answered {
     pub outcome: Outcome,
     pub retry_after_ms: Option<i64>,
+    /// A retry its receiver refused (`core::receiver`): spends no attempt, and
+    /// pauses and teaches the item's keys.
+    pub refused: bool,
 }
 
 impl Answered {
-    /// Hand the delay to the run (`Context::retry_after`) and give the outcome.
+    /// Hand the delay and the refusal to the run (`Context::retry_after`) and
+    /// give the outcome.
     pub fn apply(self, ctx: &Context<'_>) -> Outcome {
         if let Some(ms) = self.retry_after_ms {
             ctx.retry_after(ms);
+        }
+        if self.refused {
+            ctx.note_refusal(RefusedBy::default());
         }
         self.outcome
     }
 }
 
-/// Map an answer: [`classify_status`], a permanent failure's reason followed by
-/// the first [`MAX_ANSWER_TEXT_BYTES`] of the answer's text (on one line), and a
-/// retry's `Retry-After` when it is a number of seconds ([`answered`]).
-pub fn classify_answer(response: &Response) -> Answered {
-    let outcome = match classify_status(response.status) {
+/// The cap the reader applies to a receiver's wait: `RETRY_MAX_MS`'s ceiling.
+/// The drain caps it again at the item's kind's own retry cap (`retry::defer`).
+pub const WAIT_CAP_MS: i64 = 7 * 86_400_000;
+
+/// Map an answer received at `now_ms`: [`classify_word`], a permanent
+/// failure's reason followed by the first [`MAX_ANSWER_TEXT_BYTES`] of the
+/// answer's text (on one line), and a retry's wait and refusal ([`answered`]).
+pub fn classify_answer(response: &Response, now_ms: i64) -> Answered {
+    let word = read_word(response, now_ms);
+    let outcome = match classify_word(response.status, &word) {
         Outcome::Fail(reason) => match answer_text(&response.text_read()) {
             Some(text) => Outcome::Fail(format!("{reason}: {text}")),
             None => Outcome::Fail(reason),
         },
         other => other,
     };
-    answered(outcome, response)
+    with_word(outcome, &word, now_ms)
 }
 
-/// `outcome` with, when it is a retry, the delay the answer's `Retry-After` asks
-/// for in seconds (an HTTP date is not used: the receiver's clock is not ours).
-pub fn answered(outcome: Outcome, response: &Response) -> Answered {
-    let retry_after_ms = match outcome {
-        Outcome::Retry(_) => response
-            .header_value("Retry-After")
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .map(|secs| i64::from(secs) * 1_000),
-        _ => None,
-    };
+/// [`classify_status`] with the receiver's word on it: a status that would be a
+/// permanent failure but that its receiver means as a refusal (a `403` with a
+/// rate-limit signal, `core::receiver`) is a retry.
+pub fn classify_word(status: u16, word: &receiver::Word) -> Outcome {
+    match classify_status(status) {
+        Outcome::Fail(_) if word.refusal => Outcome::Retry(format!("HTTP {status}: rate limited")),
+        other => other,
+    }
+}
+
+/// `outcome` (a retry or not, decided already) with the receiver's word on
+/// it, read at `now_ms`: a retry takes the wait the answer names and says
+/// whether it was a refusal.
+pub fn answered(outcome: Outcome, response: &Response, now_ms: i64) -> Answered {
+    with_word(outcome, &read_word(response, now_ms), now_ms)
+}
+
+/// The receiver's word on an answer (`core::receiver::read`).
+pub fn read_word(response: &Response, now_ms: i64) -> receiver::Word {
+    receiver::read(
+        response.status,
+        &response.headers,
+        &response.body,
+        now_ms,
+        WAIT_CAP_MS,
+    )
+}
+
+fn with_word(outcome: Outcome, word: &receiver::Word, now_ms: i64) -> Answered {
+    let retry = matches!(outcome, Outcome::Retry(_));
     Answered {
+        retry_after_ms: word.wait_ms(now_ms).filter(|_| retry),
+        refused: word.refusal && retry,
         outcome,
-        retry_after_ms,
     }
 }
 
@@ -257,7 +294,7 @@ pub async fn post_signed(
         .outcome
 }
 
-/// [`post_signed`] with the answer's `Retry-After` kept.
+/// [`post_signed`] with the receiver's wait and refusal kept.
 pub async fn post_signed_answer(
     outbound: &dyn Outbound,
     signal: &Signal,
@@ -273,7 +310,8 @@ pub async fn post_signed_answer(
         .header("Idempotency-Key", idempotency_key)
         .header("Fanout-Signature", &signature);
     match outbound.fetch(request, signal).await {
-        Ok(response) => classify_answer(&response),
+        // Read when it came: a reset in epoch seconds is measured from then.
+        Ok(response) => classify_answer(&response, outbound.now_ms()),
         Err(e) => Outcome::Retry(format!("network error: {e}")).into(),
     }
 }
@@ -399,8 +437,11 @@ mod tests {
         if let Some(value) = retry_after {
             response.headers.push(("Retry-After".into(), value.into()));
         }
-        classify_answer(&response)
+        classify_answer(&response, NOW)
     }
+
+    /// Wed, 18 Nov 2026 11:06:40 GMT.
+    const NOW: i64 = 1_795_000_000_000;
 
     fn outcome(status: u16, text: &str, retry_after: Option<&str>) -> Outcome {
         answer(status, text, retry_after).outcome
@@ -437,16 +478,25 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_in_seconds_delays_a_retry_only() {
+    fn the_receivers_wait_delays_a_retry_only() {
         assert_eq!(
             answer(429, "slow down", Some(" 2 ")),
             Answered {
                 outcome: Outcome::Retry("HTTP 429".into()),
-                retry_after_ms: Some(2_000)
+                retry_after_ms: Some(2_000),
+                refused: true,
             }
         );
-        // A date, a negative or a fraction is not seconds: the backoff applies.
-        for other in ["Wed, 21 Oct 2015 07:28:00 GMT", "-1", "1.5", ""] {
+        // Decimal seconds and an HTTP-date are waits too (RFC 9110 §10.2.3).
+        for (value, ms) in [("1.5", 1_500), ("Wed, 18 Nov 2026 11:07:10 GMT", 30_000)] {
+            assert_eq!(
+                answer(503, "", Some(value)).retry_after_ms,
+                Some(ms),
+                "{value}"
+            );
+        }
+        // A negative or a word is no wait: the backoff applies.
+        for other in ["-1", "soon", ""] {
             assert_eq!(
                 answer(503, "", Some(other)),
                 Outcome::Retry("HTTP 503".into()).into(),
@@ -458,6 +508,26 @@ mod tests {
             answer(400, "", Some("2")),
             Outcome::Fail("HTTP 400".into()).into()
         );
+    }
+
+    #[test]
+    fn a_403_is_a_refused_retry_only_with_a_rate_limit_signal() {
+        let limited = answer(403, r#"{"message":"API rate limit exceeded"}"#, Some("60"));
+        assert_eq!(
+            limited,
+            Answered {
+                outcome: Outcome::Retry("HTTP 403: rate limited".into()),
+                retry_after_ms: Some(60_000),
+                refused: true,
+            }
+        );
+        assert_eq!(
+            outcome(403, r#"{"message":"Must have admin rights"}"#, None),
+            Outcome::Fail(r#"HTTP 403: {"message":"Must have admin rights"}"#.into())
+        );
+        // A retry without a refusal (a 500 that names a wait) is not one.
+        let busy = answer(500, "", Some("5"));
+        assert_eq!((busy.retry_after_ms, busy.refused), (Some(5_000), false));
     }
 
     #[test]
@@ -475,6 +545,7 @@ mod tests {
             given_back: 0,
             limits: None,
             start_at: 0,
+            refused_since: None,
         };
         let body: Value = serde_json::from_str(&delivery_body(&item, &json!({"k": "v"}))).unwrap();
         assert_eq!(

@@ -17,7 +17,8 @@
 -- queued items holding one, core::drain), its receipts (multi-channel items, core::receipts: the run sends
 -- only the channels not yet delivered), its dispatch's throws running
 -- (given_back, migration 0022: core::drain tells a crashing child from a
--- refusal) and whether limits, and rate limits (a learned rate in force is one),
+-- refusal), when its streak of refusals began (refused_since, migration 0025:
+-- core::retry::refused gives up past REFUSAL_GIVE_UP_SECONDS) and whether limits, and rate limits (a learned rate in force is one),
 -- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
@@ -36,7 +37,7 @@
 WHERE (id IN (SELECT id FROM next) OR id IN (SELECT id FROM passed)) AND status = 'pending'
 RETURNING id AS item_id, coalesce(lease_token, '') AS lease_token, batch_id, subject_id, attempt,
           max_attempts, kind, payload, receipts, given_back, limits,
-          coalesce(started_at, 0) AS start_at, status = 'processing' AS claimed,
+          coalesce(started_at, 0) AS start_at, refused_since, status = 'processing' AS claimed,
           (SELECT EXISTS (SELECT 1 FROM limits)
                   OR EXISTS (SELECT 1 FROM limit_state WHERE paused_until IS NOT NULL))
             AS limits_defined,

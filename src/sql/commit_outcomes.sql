@@ -1,11 +1,14 @@
 -- Group commit: apply many outcomes in one statement. ?1 is a JSON array of
 -- {"id", "token", "status", "run_after", "completed_at", "error", "attempt",
--- "receipts", "given_back"} ("attempt" is set only for an item released unrun: its
+-- "receipts", "given_back", "refused_since"} ("attempt" is set only for an item
+-- released unrun or refused by its receiver: its
 -- unused attempt is given back; otherwise the claim's count stands. "given_back",
 -- the throws of its dispatch running, only for an item given back after a
 -- refusal; any other outcome stores 0. "receipts", only for items
 -- with channels, is the JSON text of the receipts this outcome settles,
--- core::receipts::settle).
+-- core::receipts::settle). "refused_since", the start of the item's streak of
+-- refusals (migration 0025), only for a refusal or a release; any other outcome
+-- clears it.
 -- Each row is fenced by (id, lease_token, status = 'processing') (invariant 2): a
 -- row whose lease was lost (reaped, re-claimed) matches nothing and is never
 -- overwritten. Which outcomes it will not apply, count_committed_outcomes.sql
@@ -35,6 +38,7 @@ SET status = o.value ->> 'status',
     last_error = substr(o.value ->> 'error', 1, 1000),
     attempt = coalesce(o.value ->> 'attempt', cron_queue.attempt),
     given_back = coalesce(o.value ->> 'given_back', 0),
+    refused_since = o.value ->> 'refused_since',
     lease_expires_at = NULL,
     receipts = CASE
       WHEN o.value ->> 'receipts' IS NULL THEN cron_queue.receipts

@@ -18,7 +18,9 @@
 -- carries a refusal, and only while LEARN_LIMITS is on, so items that never meet
 -- a refusal write nothing here. Runs in the commit's batch() before
 -- commit_outcomes.sql; each item is fenced by its lease token.
--- ?1 JSON array of {"id", "token"} (store::refusals_json), ?2 now (ms), ?3 JSON
+-- An outcome with "keys" (a multi item's refused channels' host: keys) teaches
+-- only those of its keys.
+-- ?1 JSON array of {"id", "token", "keys"?} (store::refusals_json), ?2 now (ms), ?3 JSON
 -- array of the ids this commit completes.
 WITH now AS (SELECT CAST(?2 AS INTEGER) AS t),
 refused AS (
@@ -27,6 +29,7 @@ refused AS (
   JOIN cron_queue AS q ON q.id = p.value ->> 'id' AND q.lease_token = p.value ->> 'token',
        json_each(q.limits) AS k
   WHERE q.limits IS NOT NULL
+    AND (p.value ->> 'keys' IS NULL OR k.value IN (SELECT value FROM json_each(p.value ->> 'keys')))
   GROUP BY k.value
 ),
 known AS (

@@ -8,13 +8,16 @@
 -- a row without one (tat 0, basis '': a limit set later starts from a full
 -- burst). Runs in the commit's batch() before commit_outcomes.sql; each item is
 -- fenced by its lease token (a lost lease pauses nothing).
--- ?1 JSON array of {"id", "token", "until"}.
+-- An outcome with "keys" (a multi item's refused channels' host: keys) pauses only
+-- those of its keys.
+-- ?1 JSON array of {"id", "token", "until", "keys"?}.
 INSERT INTO limit_state (key, tat, basis, paused_until)
 SELECT k.value, 0, '', max(p.value ->> 'until')
 FROM json_each(?1) AS p
 JOIN cron_queue AS q ON q.id = p.value ->> 'id' AND q.lease_token = p.value ->> 'token',
      json_each(q.limits) AS k
 WHERE q.limits IS NOT NULL
+  AND (p.value ->> 'keys' IS NULL OR k.value IN (SELECT value FROM json_each(p.value ->> 'keys')))
 GROUP BY k.value
 ON CONFLICT (key) DO UPDATE
 SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_until);

@@ -10,7 +10,9 @@ UPDATE cron_queue
 SET status = 'pending',
     run_after = ?2,
     max_attempts = max_attempts + coalesce(json_extract(?4, '$."' || kind || '"'), ?3),
-    completed_at = NULL
+    completed_at = NULL,
+    -- A replay starts with no streak of refusals (one the reaper failed kept it).
+    refused_since = NULL
 WHERE id = ?1 AND status = 'failed' AND kind <> 'callback'
   AND EXISTS (SELECT 1 FROM batches AS b
               WHERE b.id = cron_queue.batch_id AND b.status IN ('running', 'paused'))

@@ -15,7 +15,9 @@ UPDATE cron_queue
 SET status = 'pending',
     run_after = ?5,
     max_attempts = max_attempts + coalesce(json_extract(?7, '$."' || kind || '"'), ?6),
-    completed_at = NULL
+    completed_at = NULL,
+    -- A replay starts with no streak of refusals (one the reaper failed kept it).
+    refused_since = NULL
 WHERE id IN (
   SELECT id FROM cron_queue INDEXED BY cron_queue_failed
   WHERE batch_id = ?1 AND status = 'failed' AND subject_id > ?2

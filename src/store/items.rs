@@ -463,7 +463,11 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
         .iter()
         .filter_map(|t| {
             let until = t.paused_until?;
-            Some(serde_json::json!({"id": t.id, "token": t.token, "until": until}))
+            let mut pause = serde_json::json!({"id": t.id, "token": t.token, "until": until});
+            if let Some(keys) = &t.refused_keys {
+                pause["keys"] = serde_json::json!(keys);
+            }
+            Some(pause)
         })
         .collect();
     (!pauses.is_empty()).then(|| Value::Array(pauses).to_string())
@@ -478,7 +482,10 @@ pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64, String
     let refused: Vec<Value> = transitions
         .iter()
         .filter(|t| t.refused_at.is_some())
-        .map(|t| serde_json::json!({"id": t.id, "token": t.token}))
+        .map(|t| match &t.refused_keys {
+            Some(keys) => serde_json::json!({"id": t.id, "token": t.token, "keys": keys}),
+            None => serde_json::json!({"id": t.id, "token": t.token}),
+        })
         .collect();
     let completed: Vec<i64> = transitions
         .iter()
@@ -540,6 +547,8 @@ mod tests {
             receipts: Some("{}".into()),
             paused_until: Some(3),
             refused_at: Some(4),
+            refused_keys: Some(vec!["host:a.example".into()]),
+            refused_since: Some(5),
             given_back: Some(1),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
@@ -569,18 +578,26 @@ mod tests {
             id: 9,
             paused_until: None,
             refused_at: None,
+            refused_keys: None,
             ..t.clone()
         };
         let pauses = pauses_json(&[&t, &unpaused]).unwrap();
         assert_carries_keys_read(&pauses, sql::PAUSE_LIMIT_KEYS);
-        assert_eq!(pauses, r#"[{"id":7,"token":"t.7","until":3}]"#);
+        assert_eq!(
+            pauses,
+            r#"[{"id":7,"keys":["host:a.example"],"token":"t.7","until":3}]"#
+        );
         assert_eq!(pauses_json(&[&unpaused]), None);
         // The learning reads its own rows, of the refused outcomes only.
         let (refusals, at, completed) = refusals_json(&[&t, &unpaused]).unwrap();
         assert_carries_keys_read(&refusals, sql::LEARN_LIMIT_KEYS);
         assert_eq!(
             (refusals.as_str(), at, completed.as_str()),
-            (r#"[{"id":7,"token":"t.7"}]"#, 4, "[7,9]")
+            (
+                r#"[{"id":7,"keys":["host:a.example"],"token":"t.7"}]"#,
+                4,
+                "[7,9]"
+            )
         );
     }
 }

@@ -98,11 +98,12 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
             return Err(Answered {
                 outcome: Outcome::Retry(format!("GitHub: HTTP {status}: rate limited")),
                 retry_after_ms: Some(wait_ms),
+                refused: true,
             });
         }
     }
     if !(200..300).contains(&status) {
-        let answered = classify_answer(response);
+        let answered = classify_answer(response, now_ms);
         let outcome = match answered.outcome {
             Outcome::Retry(why) => Outcome::Retry(format!("GitHub: {why}")),
             Outcome::Fail(why) => Outcome::Fail(format!("GitHub: {why}")),
@@ -126,6 +127,7 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
         return Err(Answered {
             outcome: Outcome::Retry("GitHub: rate limited".into()),
             retry_after_ms: rate_limit_wait_ms(response, now_ms),
+            refused: true,
         });
     }
     match answer.data.and_then(|d| d.user) {

@@ -87,6 +87,8 @@ pub fn read_answer(response: &Response) -> Answered {
         _ => None,
     };
     Answered {
+        // A 429 is the API saying "slow down": no attempt spent on it.
+        refused: response.status == 429,
         outcome,
         retry_after_ms,
     }

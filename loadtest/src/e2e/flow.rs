@@ -63,6 +63,16 @@ const BIG_ITEMS: usize = 1_000;
 const SMALL_ITEMS: usize = 20;
 const SMALL_WITHIN_TICKS: u64 = 2;
 
+/// The guide's GitHub limit (docs/guides/flow-control.md, "Limits for common
+/// receivers"), on items whose receiver takes half a second: once 10 are in
+/// flight every claim comes back held, and a drain must wait for a slot (its own
+/// commit) instead of claiming again at once until its budget is gone.
+const GITHUB_KEY: &str = "e2e-flow-github";
+const GITHUB_ITEMS: usize = 60;
+const GITHUB_MS: u64 = 500;
+const GITHUB_CONCURRENCY: u32 = 10;
+const MOST_STATEMENTS_PER_ITEM: f64 = 2.0;
+
 /// Priorities: a low batch, then a high one of one tick's worth.
 const LOW_ITEMS: usize = 40;
 const HIGH_PRIORITY: i64 = 5;
@@ -122,6 +132,10 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
         return Ok(());
     }
     let turns = vec![
+        check!(
+            format!("flow: the guide's GitHub limit (5000 an hour, burst 100, concurrency {GITHUB_CONCURRENCY}) on {GITHUB_ITEMS} items of {GITHUB_MS} ms at the default SUBREQUEST_BUDGET: all complete, at most {MOST_STATEMENTS_PER_ITEM} D1 statements per item, no invocation stops on its budget"),
+            github_limit_waits_for_a_slot
+        ),
         check!(
             format!("flow: a {SMALL_ITEMS}-item batch created while a {BIG_ITEMS}-item batch drains ends within {SMALL_WITHIN_TICKS} ticks (MAX_CHILD_INVOCATIONS {CHILD_CAP}), the big one going on beside it"),
             small_batch_takes_turns_with_a_big_one
@@ -355,6 +369,51 @@ async fn concurrency_is_kept_at_the_sink(f: &mut Flow) -> Result<()> {
         peak >= 2,
         "never more than {peak} at once: nothing ran side by side"
     );
+    Ok(())
+}
+
+async fn github_limit_waits_for_a_slot(f: &mut Flow) -> Result<()> {
+    let api = &f.target.api;
+    put_limit(
+        api,
+        GITHUB_KEY,
+        json!({"rate": 5000, "per_seconds": 3600, "burst": 100, "concurrency": GITHUB_CONCURRENCY}),
+    )
+    .await?;
+    let faults = Faults {
+        latency_ms: GITHUB_MS,
+        group: Some("github".into()),
+        ..Faults::default()
+    };
+    let items = items(f, "github", GITHUB_ITEMS, &[GITHUB_KEY], &faults);
+    let known = api.invocation_ids().await?;
+    drain_slow(f, "e2e-flow-github", items).await?;
+    let runs = api.invocations_since(&known).await?;
+    let statements: i64 = runs.iter().map(|i| i.summary.d1_statements).sum();
+    let per_item = statements as f64 / GITHUB_ITEMS as f64;
+    let stops: Vec<&str> = runs.iter().map(|i| i.summary.stop_reason.as_str()).collect();
+    let peak = f
+        .target
+        .sink
+        .stats(false)
+        .await?
+        .peak_in_flight_by_group
+        .get("github")
+        .copied()
+        .unwrap_or(0);
+    println!(
+        "#   flow: GitHub limit: {statements} D1 statements over {} invocations ({per_item:.2} per item), stops {stops:?}, at most {peak} in flight",
+        runs.len()
+    );
+    ensure!(
+        !stops.contains(&"budget"),
+        "an invocation stopped on its budget: {stops:?}"
+    );
+    ensure!(
+        per_item <= MOST_STATEMENTS_PER_ITEM,
+        "{per_item:.2} statements per item"
+    );
+    ensure!(peak <= GITHUB_CONCURRENCY, "{peak} at once");
     Ok(())
 }
 

@@ -19,6 +19,7 @@ const POLICY: Policy = Policy {
         base_ms: 100,
         max_ms: 400,
     },
+    refusal_give_up_ms: 86_400_000,
 };
 
 fn item(id: i64) -> ClaimedItem {
@@ -377,6 +378,7 @@ const DEFAULTS: Policy = Policy {
         max_children: i64::MAX,
     },
     retry: POLICY.retry,
+    refusal_give_up_ms: POLICY.refusal_give_up_ms,
 };
 
 /// The Free plan's default budget of 45 after a tick's due-schedules read and its
@@ -644,6 +646,7 @@ fn channel_results_are_committed_with_the_outcome() {
         outcome: crate::core::receipts::outcome(&channels),
         channels: Some(channels),
         retry_after_ms: None,
+        refused: None,
     };
     r.m.finished(10, multi, ran, 0.0);
     let rows = take_commit(r.actions(10));
@@ -675,6 +678,7 @@ fn a_claim_out_keeps_the_flush_for_its_items() {
             ..POLICY.limits
         },
         retry: POLICY.retry,
+        refusal_give_up_ms: POLICY.refusal_give_up_ms,
     };
     let mut r = Run::new(policy, 13);
     r.m.prepared(1_100);
@@ -996,6 +1000,7 @@ fn claims_wait_for_a_whole_chunk_once_the_queue_covers_a_round_trip() {
             ..POLICY.limits
         },
         retry: POLICY.retry,
+        refusal_give_up_ms: POLICY.refusal_give_up_ms,
     };
     let mut r = Run::new(policy, 1_000);
     r.m.prepared(10);
@@ -1302,4 +1307,226 @@ fn an_item_waiting_for_its_slot_past_its_lease_is_released_unrun() {
     r.m.timer(*at);
     r.actions(*at);
     assert_eq!(released(&r.reports()), vec![1]);
+}
+
+/// A retry its receiver refused (`core::receiver`), with its wait.
+fn refused_ran(reason: &str, wait_ms: Option<i64>, by: RefusedBy) -> Ran {
+    Ran {
+        retry_after_ms: wait_ms,
+        refused: Some(by),
+        ..Ran::from(Outcome::Retry(reason.into()))
+    }
+}
+
+fn keyed(id: i64, keys: &[&str]) -> ClaimedItem {
+    ClaimedItem {
+        limits: Some(serde_json::to_string(keys).unwrap()),
+        ..item(id)
+    }
+}
+
+#[test]
+fn a_receivers_refusal_gives_the_attempt_back_and_waits_what_it_asked() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    // On its last attempt: a refusal must not use it up.
+    let last = ClaimedItem {
+        attempt: 3,
+        max_attempts: 3,
+        ..keyed(1, &["host:api.github.com"])
+    };
+    r.m.claimed(0, Ok(vec![last.clone()]));
+    r.actions(0);
+    let by = RefusedBy::default();
+    r.m.finished(10, last, refused_ran("HTTP 429", Some(200), by), 0.0);
+    let rows = take_commit(r.actions(10));
+    let t = &rows[0].transition;
+    assert_eq!((t.status, t.attempt), (ItemStatus::Pending, Some(2)));
+    assert_eq!((t.run_after, t.paused_until), (Some(210), Some(210)));
+    assert_eq!((t.refused_at, t.refused_since), (Some(10), Some(10)));
+    assert_eq!(t.refused_keys, None, "every key the item holds");
+    assert_eq!(
+        t.error.as_deref(),
+        Some("attempt 3 refused by host:api.github.com, given back: HTTP 429")
+    );
+    assert!(!t.is_release(), "a run its receiver refused, not a release");
+    r.m.committed(20, rows, Ok(vec![1]));
+    assert_eq!((r.m.tally().retried, r.m.tally().released), (1, 0));
+}
+
+#[test]
+fn a_refusal_without_a_wait_backs_off_and_pauses_nothing() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(vec![item(1)]));
+    r.actions(0);
+    let ran = refused_ran("HTTP 429", None, RefusedBy::default());
+    r.m.finished(10, item(1), ran, 0.0);
+    let t = take_commit(r.actions(10)).remove(0).transition;
+    // The backoff of attempt 1 (50 to 100 ms), its attempt given back all the same.
+    assert_eq!(
+        (t.run_after, t.paused_until, t.attempt),
+        (Some(60), None, Some(0))
+    );
+    assert_eq!(t.refused_at, Some(10));
+}
+
+#[test]
+fn a_streak_of_refusals_longer_than_the_give_up_fails_the_item_naming_its_key() {
+    let policy = Policy {
+        refusal_give_up_ms: 7_200_000,
+        ..POLICY
+    };
+    let at = |now: i64, since: i64| {
+        let mut r = Run::new(policy, 1_000);
+        r.actions(0);
+        let refused_before = ClaimedItem {
+            refused_since: Some(since),
+            ..keyed(1, &["host:api.github.com"])
+        };
+        r.m.claimed(0, Ok(vec![refused_before.clone()]));
+        r.actions(0);
+        let ran = refused_ran("HTTP 403: rate limited", Some(50), RefusedBy::default());
+        r.m.finished(now, refused_before, ran, 0.0);
+        take_commit(r.actions(now)).remove(0).transition
+    };
+    // Two hours refused: still waiting, the streak counted from its start.
+    let within = at(7_200_000 + 5, 5);
+    assert_eq!(
+        (within.status, within.refused_since),
+        (ItemStatus::Pending, Some(5))
+    );
+    // A moment more: failed, saying by whom and for how long.
+    let over = at(7_200_000 + 6, 5);
+    assert_eq!(over.status, ItemStatus::Failed);
+    assert_eq!(
+        over.error.as_deref(),
+        Some("refused by host:api.github.com for 2 h; last answer: HTTP 403: rate limited")
+    );
+    assert_eq!(
+        (over.attempt, over.refused_since, over.run_after),
+        (None, None, None)
+    );
+    assert_eq!(over.refused_at, Some(7_200_006), "its key still learns");
+}
+
+#[test]
+fn a_retry_that_is_no_refusal_spends_its_attempt_and_ends_the_streak() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let refused_before = ClaimedItem {
+        refused_since: Some(5),
+        ..item(1)
+    };
+    r.m.claimed(0, Ok(vec![refused_before.clone()]));
+    r.actions(0);
+    // A 503 that names a wait pauses and teaches its keys, as before, but is a
+    // failure of the receiver's, not a refusal the reader called.
+    let ran = Ran {
+        retry_after_ms: Some(200),
+        ..Ran::from(Outcome::Retry("HTTP 503".into()))
+    };
+    r.m.finished(10, refused_before, ran, 0.0);
+    let t = take_commit(r.actions(10)).remove(0).transition;
+    assert_eq!(
+        (t.status, t.attempt, t.refused_since),
+        (ItemStatus::Pending, None, None)
+    );
+    assert_eq!(t.error.as_deref(), Some("attempt 1 failed: HTTP 503"));
+}
+
+#[test]
+fn a_release_keeps_the_streak_of_refusals_it_is_in() {
+    let refused_before = ClaimedItem {
+        refused_since: Some(5),
+        ..item(1)
+    };
+    let t = release(&refused_before);
+    assert!(t.is_release());
+    assert_eq!(t.refused_since, Some(5));
+}
+
+#[test]
+fn a_channels_refusal_pauses_and_teaches_that_channels_key_only() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let multi = ClaimedItem {
+        kind: "multi".into(),
+        ..keyed(1, &["host:email.test", "host:push.test"])
+    };
+    let other = item(2);
+    let behind_push = keyed(3, &["host:push.test"]);
+    let behind_email = keyed(4, &["host:email.test"]);
+    let claimed = vec![multi.clone(), other, behind_push, behind_email];
+    r.m.claimed(0, Ok(claimed));
+    let a = r.actions(0);
+    assert_eq!(dispatched(&a), vec![1, 2]);
+    if !claims(&a).is_empty() {
+        r.m.claimed(0, Ok(Vec::new()));
+    }
+    let channels = crate::core::receipts::ChannelResults::from([
+        ("email".to_string(), Outcome::Done),
+        ("push".to_string(), Outcome::Retry("HTTP 429".into())),
+    ]);
+    let push = RefusedBy {
+        keys: Some(vec!["host:push.test".into()]),
+        with_failure: false,
+    };
+    let ran = Ran {
+        channels: Some(channels),
+        ..refused_ran("channel push: HTTP 429", Some(300), push)
+    };
+    r.m.finished(10, multi, ran, 0.0);
+    // Only the item queued behind the refused channel's key goes back.
+    assert_eq!(released(&r.reports()), vec![3]);
+    assert_eq!(dispatched(&r.actions(10)), vec![4]);
+    r.m.finished(20, item(2), Outcome::Done, 0.0);
+    r.m.finished(30, keyed(4, &["host:email.test"]), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(30));
+    let t = &rows
+        .iter()
+        .find(|s| s.item.item_id == 1)
+        .unwrap()
+        .transition;
+    assert_eq!(
+        t.refused_keys.as_deref(),
+        Some(&["host:push.test".to_string()][..])
+    );
+    assert_eq!((t.attempt, t.paused_until), (Some(0), Some(310)));
+    assert_eq!(
+        t.error.as_deref(),
+        Some("attempt 1 refused by host:push.test, given back: channel push: HTTP 429")
+    );
+    // The delivered channel keeps its receipt.
+    assert!(t
+        .receipts
+        .as_deref()
+        .unwrap()
+        .contains(r#""email":{"status":"delivered""#));
+}
+
+#[test]
+fn a_channels_refusal_beside_a_failure_spends_the_attempt_and_still_names_its_key() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let multi = keyed(1, &["host:email.test", "host:push.test"]);
+    r.m.claimed(0, Ok(vec![multi.clone()]));
+    r.actions(0);
+    let push = RefusedBy {
+        keys: Some(vec!["host:push.test".into()]),
+        with_failure: true,
+    };
+    let ran = refused_ran(
+        "channel email: HTTP 502; channel push: HTTP 429",
+        Some(300),
+        push,
+    );
+    r.m.finished(10, multi, ran, 0.0);
+    let t = take_commit(r.actions(10)).remove(0).transition;
+    assert_eq!((t.attempt, t.run_after), (None, Some(310)));
+    assert_eq!(
+        t.refused_keys.as_deref(),
+        Some(&["host:push.test".to_string()][..])
+    );
+    assert_eq!(t.refused_at, Some(10));
 }
