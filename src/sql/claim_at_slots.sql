@@ -16,7 +16,7 @@
   GROUP BY h.id
 )
 UPDATE cron_queue
-SET started_at = CASE WHEN id IN (SELECT id FROM passed) THEN started_at
-                  ELSE max(CAST(?1 AS INTEGER),
-                           coalesce((SELECT t.at FROM starts AS t WHERE t.id = cron_queue.id), 0))
-                  END,
+SET started_at = CASE WHEN act.claims
+                      THEN max(CAST(?1 AS INTEGER),
+                               coalesce((SELECT t.at FROM starts AS t WHERE t.id = cron_queue.id), 0))
+                      ELSE cron_queue.started_at END,
