@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use common::*;
 use cron_fanout::core::learn::{self, Learned};
-use cron_fanout::core::limits::{governing, Gcra, LOOK_AHEAD_MS};
+use cron_fanout::core::limits::{governing, Gcra, HELD_POLL_MS, LOOK_AHEAD_MS};
 use cron_fanout::core::model::{ClaimedItem, Outcome, Ran};
 use cron_fanout::core::retry::{defer, release};
 use cron_fanout::store::sqlite::SqliteDb;
@@ -523,4 +523,126 @@ fn concurrency_rate_pause_and_learned_rate_bounds_hold_with_several_drainers_and
         learning * 4 >= seeds * 3,
         "only {learning} of {seeds} seeds learned a rate"
     );
+}
+
+/// A drainer as core::drain treats a held claim: it claims again at the claim's
+/// `held_until`, or at once after one of its own commits (which may free a slot);
+/// a short claim held by nothing means the queue is drained for it.
+struct Held {
+    claimed: Claimed,
+    running: Vec<(ClaimedItem, i64)>,
+    done: Vec<ClaimedItem>,
+    held_until: Option<i64>,
+    drained: bool,
+    next_flush: i64,
+}
+
+#[test]
+fn the_guides_github_limit_with_four_drainers_costs_at_most_two_statements_per_item() {
+    // 60 items of 500 ms under `rate 5000 / 3600 s, burst 100, concurrency 10`:
+    // once 10 are in flight every claim is held by the concurrency, and a drainer
+    // that claimed again at once would spend three statements a round trip.
+    const ITEMS: usize = 60;
+    const RUN_MS: i64 = 500;
+    const DRAINERS: usize = 4;
+    for seed in 0..8 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let store = setup();
+        let b = batch_of(&store, "gh", ITEMS, 3);
+        store
+            .db()
+            .conn()
+            .execute(
+                "UPDATE cron_queue SET limits = '[\"github\"]' WHERE batch_id = ?1",
+                [&b],
+            )
+            .unwrap();
+        store
+            .db()
+            .conn()
+            .execute(
+                "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
+                 VALUES ('github', 5000, 3600, 100, 10, 0, 0)",
+                [],
+            )
+            .unwrap();
+        let before = store.usage().statements;
+        let mut drainers: Vec<Held> = (0..DRAINERS)
+            .map(|n| Held {
+                claimed: Claimed::default(),
+                running: Vec::new(),
+                done: Vec::new(),
+                held_until: None,
+                drained: false,
+                next_flush: n as i64,
+            })
+            .collect();
+        let (mut now, mut claims, mut empty_soon) = (1_000_000_i64, 0, 0);
+        let mut last_empty: Vec<Option<i64>> = vec![None; DRAINERS];
+        while now < 1_000_000 + 600_000 {
+            now += rng.random_range(1..40);
+            for (n, d) in drainers.iter_mut().enumerate() {
+                let (finished, running): (Vec<_>, Vec<_>) =
+                    d.running.drain(..).partition(|(_, at)| *at <= now);
+                d.running = running;
+                d.done.extend(finished.into_iter().map(|(item, _)| item));
+                if !d.done.is_empty() && now >= d.next_flush {
+                    let settled = settle_all(&d.done, Outcome::Done, now);
+                    block_on(store.commit_outcomes(&settled)).unwrap();
+                    d.done.clear();
+                    d.next_flush = now + rng.random_range(50..250);
+                    d.held_until = d.held_until.map(|at| at.min(now));
+                    // Its own commit may have freed a slot: claiming at once is right.
+                    last_empty[n] = None;
+                }
+                let held = d.held_until.is_some_and(|at| now < at);
+                if d.drained || held || d.running.len() >= 25 {
+                    continue;
+                }
+                let asked = 25 - d.running.len() as i64;
+                let claim = block_on(store.claim_due_items_after(
+                    now,
+                    asked,
+                    &format!("s{seed}d{n}c{claims}"),
+                    now + LEASE,
+                    &d.claimed,
+                ))
+                .unwrap();
+                claims += 1;
+                d.claimed.note(&claim);
+                if claim.items.is_empty() {
+                    if last_empty[n].is_some_and(|at| now - at < HELD_POLL_MS) {
+                        empty_soon += 1;
+                    }
+                    // A claim that could not charge the rate says "again now"
+                    // (held_until = now): its next claim charges. Any other
+                    // empty claim must be the last for HELD_POLL_MS.
+                    last_empty[n] = claim.held_until.is_none_or(|at| at > now).then_some(now);
+                }
+                d.drained = (claim.items.len() as i64) < asked && claim.held_until.is_none();
+                d.held_until = claim.held_until;
+                for item in claim.items {
+                    d.running.push((item, now + RUN_MS));
+                }
+            }
+            if drainers.iter().all(|d| d.drained && d.running.is_empty() && d.done.is_empty()) {
+                break;
+            }
+        }
+        let completed = count(
+            &store,
+            "SELECT count(*) FROM cron_queue WHERE status = 'completed'",
+        );
+        assert_eq!(completed, ITEMS as i64, "seed {seed}: every item completes");
+        let per_item = (store.usage().statements - before) as f64 / ITEMS as f64;
+        eprintln!("seed {seed}: {per_item:.2} statements per item over {claims} claims");
+        assert!(
+            per_item <= 2.0,
+            "seed {seed}: {per_item:.2} statements per item over {claims} claims"
+        );
+        assert_eq!(
+            empty_soon, 0,
+            "seed {seed}: a drainer claimed again within HELD_POLL_MS of an empty claim, with no commit of its own between"
+        );
+    }
 }
