@@ -277,6 +277,21 @@ async fn idle_tick(target: &Target) -> Result<(Option<u64>, i64)> {
 /// (its `d1_rows_read`, also stored since migration 0024): its rows read and statements. With
 /// `claimed`, the tick must have claimed that many items.
 pub async fn tick_rows_read(target: &Target, claimed: Option<u64>) -> Result<(Option<u64>, i64)> {
+    let v = tick_summary(target).await?;
+    if let Some(n) = claimed {
+        ensure!(
+            v["claimed"] == n,
+            "the tick claimed other than {n} items: {v}"
+        );
+    }
+    Ok((
+        v["d1_rows_read"].as_u64(),
+        v["d1_statements"].as_i64().unwrap_or(0),
+    ))
+}
+
+/// Fires one tick and reads its `invocation` log line back from wrangler's log.
+pub async fn tick_summary(target: &Target) -> Result<Value> {
     let log = target
         .runtime
         .as_ref()
@@ -294,16 +309,7 @@ pub async fn tick_rows_read(target: &Target, claimed: Option<u64>) -> Result<(Op
             .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
             .find(|v| v["event"] == "invocation");
         if let Some(v) = line {
-            if let Some(n) = claimed {
-                ensure!(
-                    v["claimed"] == n,
-                    "the tick claimed other than {n} items: {v}"
-                );
-            }
-            return Ok((
-                v["d1_rows_read"].as_u64(),
-                v["d1_statements"].as_i64().unwrap_or(0),
-            ));
+            return Ok(v);
         }
         if Instant::now() > deadline {
             bail!("no invocation line in {}", log.display());

@@ -42,6 +42,14 @@ const COST_ITEMS: usize = 3_000;
 /// ten times as many (a claim must read as much for both).
 const HELD_FEW: usize = 1_000;
 const HELD_ITEMS: usize = 10_000;
+/// A batch with one item held at its head (by a key of one start a day, spent
+/// by the item before it) while the others go: a claim must read as much at
+/// the end as near the start.
+const HEAD_ITEMS: usize = 20_000;
+/// Claims per tick in that part, so that a tick's rows read are a few claims'.
+const HEAD_TICK_CAP: usize = 100;
+/// Where it is measured: the first tick with at least these many completed.
+const HEAD_MARKS: [u64; 2] = [1_000, 19_000];
 
 #[derive(Debug, Serialize)]
 pub struct LimitsBench {
@@ -63,6 +71,10 @@ pub struct LimitsBench {
     /// they all wait on the exhausted key (and while `HELD_FEW` do).
     pub idle_tick_rows_read: Option<u64>,
     pub held_tick_rows_read: Option<u64>,
+    /// Rows read per item claimed by a tick of [`HEAD_TICK_CAP`] claims, with one
+    /// item held at the head of a [`HEAD_ITEMS`]-item batch: (items completed
+    /// before the tick, rows read per item) at each of [`HEAD_MARKS`].
+    pub head_rows_read: Vec<(u64, f64)>,
     pub held_few_tick_rows_read: Option<u64>,
 }
 
@@ -102,6 +114,14 @@ impl LimitsBench {
             n(self.held_tick_rows_read),
             self.held_items
         )]);
+        if let [(c1, r1), (c2, r2)] = self.head_rows_read[..] {
+            t.row(&[format!(
+                "one item held at the head of {HEAD_ITEMS}: {} rows read per item claimed with {c1} completed, {} with {c2} ({}x)",
+                num(Some(r1), 1),
+                num(Some(r2), 1),
+                num(Some(r2 / r1), 2)
+            )]);
+        }
     }
 }
 
@@ -129,6 +149,8 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
     eprintln!("== limits: a tick's rows read while {HELD_FEW}, then {HELD_ITEMS} items wait on an exhausted key");
     let (_, held_few_tick_rows_read) = held_part(args, HELD_FEW).await?;
     let (idle_tick_rows_read, held_tick_rows_read) = held_part(args, HELD_ITEMS).await?;
+    eprintln!("== limits: one item held at the head of {HEAD_ITEMS} while the others go");
+    let head_rows_read = head_part(args).await?;
     Ok(LimitsBench {
         rate: RATE,
         burst: BURST,
@@ -143,6 +165,7 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
         idle_tick_rows_read,
         held_tick_rows_read,
         held_few_tick_rows_read,
+        head_rows_read,
     })
 }
 
@@ -240,6 +263,49 @@ async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
         runtime.stop().await?;
     }
     Ok(peaks.get("pool").copied().unwrap_or(0))
+}
+
+async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
+    let cap = HEAD_TICK_CAP.to_string();
+    let mut target = open(args, "bench-limits-head", &[("MAX_CHILD_INVOCATIONS", &cap)]).await?;
+    let api = target.api.clone();
+    put_limit(
+        &api,
+        "bench-head",
+        json!({"rate": 1, "per_seconds": 86_400, "burst": 1}),
+    )
+    .await?;
+    // The first two hold the key: the first takes the day's start, the second
+    // waits at the head of the batch for the whole run.
+    let subjects: Vec<Value> = (0..HEAD_ITEMS)
+        .map(|i| {
+            let limits = if i < 2 { json!(["bench-head"]) } else { json!([]) };
+            json!({"id": format!("head-{i:05}"), "kind": "noop", "payload": {},
+                   "active": true, "limits": limits})
+        })
+        .collect();
+    for chunk in subjects.chunks(5_000) {
+        api.put_subjects(chunk).await?;
+    }
+    api.delete_schedule("daily").await?;
+    crate::driver::steps::one_off_now(&api, "bench-head").await?;
+    let (mut completed, mut marks, mut found) = (0_u64, HEAD_MARKS.iter().peekable(), Vec::new());
+    for _ in 0..(HEAD_ITEMS / HEAD_TICK_CAP + 50) {
+        let Some(&&mark) = marks.peek() else { break };
+        let tick = crate::bench::control::tick_summary(&target).await?;
+        let claimed = tick["claimed"].as_u64().unwrap_or(0);
+        if completed >= mark && claimed > 0 {
+            let rows = tick["d1_rows_read"].as_u64().context("no d1_rows_read")?;
+            found.push((completed, rows as f64 / claimed as f64));
+            marks.next();
+        }
+        completed += tick["completed"].as_u64().unwrap_or(0);
+    }
+    if let Some(runtime) = target.runtime.as_mut() {
+        runtime.stop().await?;
+    }
+    ensure!(found.len() == HEAD_MARKS.len(), "measured at {found:?} only");
+    Ok(found)
 }
 
 async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Option<u64>)> {
