@@ -70,17 +70,22 @@ taken AS (
   WHERE o.limits IS NOT NULL
   GROUP BY k.value
 ),
--- Cursor items held while a later cursor item of their batch is taken: the claim
--- (claim_due_items.sql) gives each its batch's due instant as a real run_after
--- (at least 1: the due index holds run_after > 0), the same place in the order, so it waits in the due index and no longer keeps
--- its batch's cursor and lease window below it. Else every claim and commit
--- would read again each item completed behind it (the cost grew with the batch).
+-- Cursor items held below a cursor item of their batch that is not held: the
+-- claim (claim_due_items.sql) gives each its batch's due instant as a real
+-- run_after (at least 1: the due index holds run_after > 0), its same place in
+-- the order, so it waits in the due index and no longer keeps its batch's
+-- cursor and lease window below it (else every claim and commit would read again
+-- each item completed behind it). One window over the candidates, `blocked` read
+-- once: naming the selection's parts again made SQLite plan the claim twice as
+-- long, and local D1 prepares every call.
 passed AS (
-  SELECT o.id, max(o.run_after, 1) AS run_after
-  FROM ordered AS o
-  JOIN (SELECT y.batch_id, max(y.id) AS top
-        FROM next AS x JOIN ordered AS y ON y.id = x.id
-        WHERE y.at_cursor
-        GROUP BY y.batch_id) AS t ON t.batch_id = o.batch_id
-  WHERE o.at_cursor AND o.id < t.top AND o.id IN (SELECT id FROM blocked)
+  SELECT id, run_after
+  FROM (SELECT o.id, max(o.run_after, 1) AS run_after, b.id IS NOT NULL AS held,
+               max(CASE WHEN b.id IS NULL THEN o.id END) OVER (PARTITION BY o.batch_id) AS top
+        FROM ordered AS o LEFT JOIN blocked AS b ON b.id = o.id
+        WHERE o.at_cursor)
+  WHERE held AND id < top
+  -- A bound the planner can see: it then reads the claim's rows by id, never
+  -- the queue (a pass left for the next claim is only a little later).
+  LIMIT 1000
 )
