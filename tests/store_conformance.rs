@@ -941,6 +941,7 @@ fn invocation_summaries_round_trip() {
                     BatchTally {
                         completed: 2,
                         failed: 0,
+                        cost: None,
                     },
                 ),
                 (
@@ -948,10 +949,12 @@ fn invocation_summaries_round_trip() {
                     BatchTally {
                         completed: 0,
                         failed: 3,
+                        cost: None,
                     },
                 ),
             ]
             .into(),
+            queue_operations: 3,
         },
         subrequests: 9,
         subrequest_budget: 45,

@@ -40,6 +40,7 @@ impl<D: Db> Store<D> {
                 let counts = BatchTally {
                     completed: r.completed,
                     failed: r.failed,
+                    cost: None,
                 };
                 (r.batch_id, counts)
             })
