@@ -1440,7 +1440,7 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
 /// Every batch's cost is the sum of the shares its invocations' summaries carry,
 /// and the batches together cost exactly what the invocations that charged
 /// them measured: nothing lost or counted twice by the split or the trigger.
-fn check_costs(store: &Store<SqliteDb>, summaries: &[InvocationSummary], ctx: &str) {
+fn check_costs<D: Db>(store: &Store<D>, summaries: &[InvocationSummary], ctx: &str) {
     let mut shares: BTreeMap<String, Cost> = BTreeMap::new();
     let mut measured = Cost::default();
     for s in summaries {
