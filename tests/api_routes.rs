@@ -152,11 +152,28 @@ fn every_route_in_the_table_answers_its_success_shape() {
                 assert_eq!(keys(&got["batches"][0]), PROGRESS_KEYS);
             }
             (GET, "/batches/{id}") => {
-                // One batch only: its pending items counted by what holds them.
+                // One batch only: its pending items counted by what holds them,
+                // and what it cost (migration 0026).
                 let got = host.ok(GET, "/batches/batch-1", None, 200);
                 let mut expected = PROGRESS_KEYS.to_vec();
-                expected.push("waiting_on");
+                expected.extend(["cost", "waiting_on"]);
+                expected.sort_unstable();
                 assert_eq!(keys(&got), expected);
+                assert_eq!(
+                    keys(&got["cost"]),
+                    [
+                        "d1_rows_read",
+                        "d1_rows_written",
+                        "d1_statements",
+                        "free_quota_used_percent",
+                        "paid_included_used_percent",
+                        "paid_usd_beyond_included",
+                        "prices_as_of",
+                        "queue_operations",
+                        "subrequests",
+                        "worker_requests"
+                    ]
+                );
             }
             (GET, "/batches/{id}/items") => {
                 let got = host.ok(GET, "/batches/batch-1/items", None, 200);

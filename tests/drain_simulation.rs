@@ -13,6 +13,7 @@ use std::future::Future;
 
 use cron_fanout::core::budget::{Budget, DrainLimits, TAIL_SUBREQUESTS};
 use cron_fanout::core::control::{decide, BatchStatus, Control, Move};
+use cron_fanout::core::cost::{self, Cost};
 use cron_fanout::core::drain::{Drain, Policy, Refused, Report, Settled};
 use cron_fanout::core::model::{
     ClaimedItem, InvocationSummary, Outcome, Ran, StopReason, Tally, Trigger,
@@ -748,7 +749,7 @@ impl Sim<'_> {
         let own = i64::from(budget.free() >= 1);
         assert_eq!(own, 1, "{ctx}: no room left for the summary");
         let usage = store.usage();
-        let summary = InvocationSummary {
+        let mut summary = InvocationSummary {
             invocation: None,
             trigger: Trigger::Tick,
             started_at: started,
@@ -763,6 +764,8 @@ impl Sim<'_> {
             drainer: None,
             chain: None,
         };
+        // Each batch's share goes with the summary, as edge::schedule stores it.
+        cost::attach(&mut summary);
         block_on(store.record_invocation(&summary)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(budget.used(), summary.subrequests, "{ctx}");
         assert!(budget.used() <= self.p.budget, "{ctx}");
@@ -1317,6 +1320,7 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
     let listed = block_on(store.list_invocations(1_000)).unwrap();
     let read: Vec<InvocationSummary> = listed.into_iter().rev().map(|i| i.summary).collect();
     assert_eq!(read, sim.summaries, "{ctx}");
+    check_costs(&store, &sim.summaries, ctx);
     // Nothing lost: once every lease has expired, every item is pending or
     // terminal, within its attempts, and the batch counters are exact.
     let db = store.into_db();
@@ -1431,6 +1435,32 @@ fn simulate(seed: u64, tight: bool, coverage: &mut Coverage) {
             }
         }
     }
+}
+
+/// Every batch's cost is the sum of the shares its invocations' summaries carry,
+/// and the batches together cost exactly what the invocations that charged
+/// them measured: nothing lost or counted twice by the split or the trigger.
+fn check_costs<D: Db>(store: &Store<D>, summaries: &[InvocationSummary], ctx: &str) {
+    let mut shares: BTreeMap<String, Cost> = BTreeMap::new();
+    let mut measured = Cost::default();
+    for s in summaries {
+        if cost::charged(&s.tally) > 0 {
+            measured.add(&Cost::of(s));
+        }
+        for (batch, t) in &s.tally.per_batch {
+            if let Some(share) = &t.cost {
+                shares.entry(batch.clone()).or_default().add(share);
+            }
+        }
+    }
+    let mut stored = Cost::default();
+    for (batch, expected) in &shares {
+        let row = block_on(store.get_batch(batch)).unwrap().expect("the batch");
+        let cost = Cost::stored(row.cost.as_deref()).expect("a batch's cost");
+        assert_eq!(&cost, expected, "{ctx}: batch {batch}");
+        stored.add(&cost);
+    }
+    assert_eq!(stored, measured, "{ctx}");
 }
 
 /// The items whose child crashes at every dispatch: in about one seed of four,

@@ -941,6 +941,7 @@ fn invocation_summaries_round_trip() {
                     BatchTally {
                         completed: 2,
                         failed: 0,
+                        cost: None,
                     },
                 ),
                 (
@@ -948,10 +949,12 @@ fn invocation_summaries_round_trip() {
                     BatchTally {
                         completed: 0,
                         failed: 3,
+                        cost: None,
                     },
                 ),
             ]
             .into(),
+            queue_operations: 3,
         },
         subrequests: 9,
         subrequest_budget: 45,
@@ -1028,7 +1031,7 @@ fn the_invocations_json_is_the_documented_one() {
             "elapsed_ms": 7, "batch_ids": [], "claimed": 0, "completed": 0, "retried": 0,
             "failed": 0, "lost_leases": 0, "released": 0, "reaped": 0, "subrequests": 3,
             "subrequest_budget": 45, "d1_statements": 3, "d1_rows_written": 4, "d1_rows_read": 0,
-            "stop_reason": "drained", "per_batch": {}
+            "stop_reason": "drained", "per_batch": {}, "queue_operations": 0
         })
     );
 }

@@ -1,11 +1,13 @@
 //! `POST /batches`, `GET /batches`, `GET /batches/{id}`, `GET /batches/{id}/items`,
-//! `GET /batches/{id}/timeline`: ad-hoc batches, progress, rate and throughput.
+//! `GET /batches/{id}/timeline`: ad-hoc batches, progress, rate and throughput,
+//! and (`GET /batches/{id}`) what the batch waits on and what it cost.
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
 use super::{keys_view, limit_only, to_json, ApiResult, App};
+use crate::core::cost::{BatchCost, Cost};
 use crate::core::error::ApiError;
 use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
 use crate::core::receipts;
@@ -98,6 +100,7 @@ pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     let mut progress = with_estimates(app, std::slice::from_ref(&row)).await?;
     let waiting_on = waiting_counts(app, &row).await?;
     progress[0].waiting_on = Some(waiting_on);
+    progress[0].cost = Cost::stored(row.cost.as_deref()).map(BatchCost::priced);
     Ok((200, to_json(&progress[0])))
 }
 

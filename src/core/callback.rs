@@ -189,6 +189,7 @@ mod tests {
             callback_error: None,
             filling: 0,
             priority: 0,
+            cost: None,
         }
     }
 

@@ -19,6 +19,11 @@ pub const DEAD_LETTER_CAP: i64 = 1_000;
 pub const WINDOW_MS: i64 = 3_600_000;
 /// The limits a scrape reports, the first in key order: each is three series.
 pub const LIMITS_CAP: i64 = 100;
+/// Batch sources (schedules, and `adhoc`) one scrape reports the cost of.
+pub const SOURCES_CAP: i64 = 100;
+/// The cost per source is of the batches created this long ago or later: a
+/// day holds each daily schedule's latest batch, and reads one row per batch.
+pub const SOURCE_WINDOW_MS: i64 = 86_400_000;
 /// The families with one sample per defined limit (label `key`): none while no
 /// limit is defined.
 pub const LIMIT_FAMILIES: [&str; 3] = [
@@ -53,6 +58,18 @@ pub struct Snapshot {
     pub subrequest_budget: i64,
     /// The first `LIMITS_CAP` limits in key order, each with its live state.
     pub limits: Vec<LimitGauge>,
+    /// D1 rows of the batches created in the last `SOURCE_WINDOW_MS`, per
+    /// source, the first `SOURCES_CAP` in name order.
+    pub by_source: Vec<SourceCost>,
+}
+
+/// What the batches of one source cost D1 (their shares of their invocations,
+/// `core::cost`): `source` is a schedule's id, or `adhoc` for `POST /batches`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct SourceCost {
+    pub source: String,
+    pub d1_rows_read: i64,
+    pub d1_rows_written: i64,
 }
 
 /// One defined limit's gauges (`core::limit_view`), not one per partition.
@@ -180,6 +197,12 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
             .filter_map(|l| Some((vec![("key", l.key.clone())], value(l)? as f64)))
             .collect()
     };
+    let per_source = |value: &dyn Fn(&SourceCost) -> i64| -> Vec<Sample> {
+        s.by_source
+            .iter()
+            .map(|c| (vec![("source", c.source.clone())], value(c) as f64))
+            .collect()
+    };
     let per_claim = |n: i64| {
         if h.claimed == 0 {
             f64::NAN
@@ -252,6 +275,16 @@ pub fn families(s: &Snapshot, now: i64) -> Vec<Family> {
             "cron_fanout_last_hour_d1_rows_read_per_item",
             "D1 rows read per item claimed by the invocations of the last hour (NaN when none was claimed).",
             vec![(Vec::new(), per_claim(h.d1_rows_read))],
+        ),
+        gauge(
+            "cron_fanout_last_day_batch_d1_rows_written",
+            "D1 rows written for the batches created in the last 24 hours, per source: a schedule's id, or adhoc for POST /batches. Each batch's share of the invocations that worked on it (GET /batches/{id} cost).",
+            per_source(&|c| c.d1_rows_written),
+        ),
+        gauge(
+            "cron_fanout_last_day_batch_d1_rows_read",
+            "D1 rows read for the batches created in the last 24 hours, per source: a schedule's id, or adhoc for POST /batches. Each batch's share of the invocations that worked on it (GET /batches/{id} cost).",
+            per_source(&|c| c.d1_rows_read),
         ),
         gauge(
             "cron_fanout_limit_in_flight",
@@ -378,6 +411,18 @@ mod tests {
                     waiting: 12,
                 },
             ],
+            by_source: vec![
+                SourceCost {
+                    source: "adhoc".into(),
+                    d1_rows_read: 1_200,
+                    d1_rows_written: 310,
+                },
+                SourceCost {
+                    source: "daily".into(),
+                    d1_rows_read: 243_046,
+                    d1_rows_written: 36_047,
+                },
+            ],
         }
     }
 
@@ -439,6 +484,14 @@ cron_fanout_last_hour_d1_rows_written_per_item 7
 # HELP cron_fanout_last_hour_d1_rows_read_per_item D1 rows read per item claimed by the invocations of the last hour (NaN when none was claimed).
 # TYPE cron_fanout_last_hour_d1_rows_read_per_item gauge
 cron_fanout_last_hour_d1_rows_read_per_item 10
+# HELP cron_fanout_last_day_batch_d1_rows_written D1 rows written for the batches created in the last 24 hours, per source: a schedule's id, or adhoc for POST /batches. Each batch's share of the invocations that worked on it (GET /batches/{id} cost).
+# TYPE cron_fanout_last_day_batch_d1_rows_written gauge
+cron_fanout_last_day_batch_d1_rows_written{source=\"adhoc\"} 310
+cron_fanout_last_day_batch_d1_rows_written{source=\"daily\"} 36047
+# HELP cron_fanout_last_day_batch_d1_rows_read D1 rows read for the batches created in the last 24 hours, per source: a schedule's id, or adhoc for POST /batches. Each batch's share of the invocations that worked on it (GET /batches/{id} cost).
+# TYPE cron_fanout_last_day_batch_d1_rows_read gauge
+cron_fanout_last_day_batch_d1_rows_read{source=\"adhoc\"} 1200
+cron_fanout_last_day_batch_d1_rows_read{source=\"daily\"} 243046
 # HELP cron_fanout_limit_in_flight Items in flight holding a limit's key, per defined limit (a partitioned one: summed over its partitions).
 # TYPE cron_fanout_limit_in_flight gauge
 cron_fanout_limit_in_flight{key=\"github\"} 10

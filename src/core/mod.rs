@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod callback;
 pub mod control;
+pub mod cost;
 pub mod dispatch;
 pub mod drain;
 pub mod drainers;

@@ -313,6 +313,10 @@ pub struct BatchRow {
     /// Its items are claimed before those of lower priorities (-10 to 10).
     #[serde(default)]
     pub priority: i64,
+    /// Its share of the invocations that worked on it (`core::cost::Cost` as
+    /// JSON text, migration 0026); read by `GET /batches/{id}` only.
+    #[serde(default)]
+    pub cost: Option<String>,
 }
 
 impl BatchRow {
@@ -356,6 +360,10 @@ pub struct BatchProgress {
     /// Its pending items per reason they wait (`GET /batches/{id}` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_on: Option<super::waiting::WaitingCounts>,
+    /// What the invocations that worked on it cost, and the money
+    /// (`GET /batches/{id}` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::cost::BatchCost>,
 }
 
 impl BatchProgress {
@@ -395,6 +403,7 @@ impl BatchProgress {
             on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
             callback: super::callback::CallbackView::from_row(row),
             waiting_on: None,
+            cost: None,
         }
     }
 }
@@ -590,13 +599,21 @@ pub struct Tally {
     /// rate and ETA of a batch are derived from: no write per item.
     #[serde(default)]
     pub per_batch: BTreeMap<String, BatchTally>,
+    /// `DRAIN_QUEUE` operations it caused: 1 per drain message it sent, 2 for
+    /// the message it was delivered (read, then acknowledged: deleted).
+    #[serde(default)]
+    pub queue_operations: i64,
 }
 
-/// One batch's share of an invocation: its items that ended, by how.
+/// One batch's share of an invocation: its items that ended, by how, and its
+/// share of the invocation's costs (`core::cost::split`; absent in summaries
+/// stored before costs were shared, and until the summary is built).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchTally {
     pub completed: i64,
     pub failed: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::cost::Cost>,
 }
 
 impl Tally {
@@ -630,6 +647,7 @@ impl Tally {
         self.lost_leases += other.lost_leases;
         self.released += other.released;
         self.reaped += other.reaped;
+        self.queue_operations += other.queue_operations;
         for (batch, counts) in other.per_batch {
             let mine = self.per_batch.entry(batch).or_default();
             mine.completed += counts.completed;
@@ -707,6 +725,7 @@ mod tests {
             callback_error: None,
             filling: 0,
             priority: 0,
+            cost: None,
         }
     }
 

@@ -150,6 +150,7 @@ mod tests {
             callback_error: None,
             filling: 0,
             priority: 0,
+            cost: None,
         }
     }
 

@@ -86,7 +86,9 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
     if slot.is_some() {
         budget.keep_back(CONTINUE_SUBREQUESTS);
     }
-    let (tally, result) = drain_once(runner, &cfg, &store, started, &logger).await;
+    let (mut tally, result) = drain_once(runner, &cfg, &store, started, &logger).await;
+    // Its own message: read, then acknowledged (deleted) once this returns.
+    tally.queue_operations += 2;
     let stop_reason = result.unwrap_or_else(|e| {
         logger.error(
             "invocation_failed",
@@ -101,7 +103,8 @@ async fn drainer(message: &DrainMessage, runner: Runner<'_>) {
             stop: stop_reason,
             capacity,
         };
-        continue_chain(message, slot, end, runner.env, &cfg, &store, &logger).await;
+        tally.queue_operations +=
+            continue_chain(message, slot, end, runner.env, &cfg, &store, &logger).await;
     }
     let place = auto.then_some((message.drainer, message.chain));
     record_summary(
@@ -186,7 +189,8 @@ struct ChainEnd {
 
 /// After a drain that stopped on its child cap, budget or deadline: if work is
 /// still due, hand the slot to a continuation and send it (one message, signed
-/// like the tick's); otherwise free the slot and end the chain.
+/// like the tick's); otherwise free the slot and end the chain. Answers the
+/// messages it sent (0 or 1).
 async fn continue_chain(
     message: &DrainMessage,
     (slot, holder): (i64, String),
@@ -195,7 +199,7 @@ async fn continue_chain(
     cfg: &Config,
     store: &DrainStore,
     logger: &InvocationLog,
-) {
+) -> i64 {
     let goes_on = matches!(
         stop,
         StopReason::ChildCap | StopReason::Budget | StopReason::Deadline
@@ -217,15 +221,17 @@ async fn continue_chain(
     match passed {
         Ok(SlotPassed::Continue) if goes_on => {}
         Ok(SlotPassed::Lost) => {
-            return logger.event("drainer_slot_lost", ids);
+            logger.event("drainer_slot_lost", ids);
+            return 0;
         }
-        Ok(_) => return,
+        Ok(_) => return 0,
         Err(e) => {
             // The slot's lease runs out; the next tick starts drainers again.
-            return logger.error(
+            logger.error(
                 "drainer_continuation_failed",
                 json!({ "message": e.to_string(), "drainer": message.drainer, "chain": message.chain }),
             );
+            return 0;
         }
     }
     let next_message = message.continuation(&cfg.secrets.dispatch, clock::wall_ms() / 1_000, next);
@@ -236,14 +242,20 @@ async fn continue_chain(
         (Ok(queue), Ok(())) => queue.send(next_message).await.map_err(|e| e.to_string()),
     };
     match sent {
-        Ok(()) => logger.event(
-            "drainer_continued",
-            json!({ "drainer": message.drainer, "chain": chain, "slot": slot, "stop_reason": stop }),
-        ),
-        Err(e) => logger.error(
-            "drainer_continuation_failed",
-            json!({ "message": e, "drainer": message.drainer, "chain": message.chain, "note": "the slot's lease runs out; the next tick starts drainers again" }),
-        ),
+        Ok(()) => {
+            logger.event(
+                "drainer_continued",
+                json!({ "drainer": message.drainer, "chain": chain, "slot": slot, "stop_reason": stop }),
+            );
+            1
+        }
+        Err(e) => {
+            logger.error(
+                "drainer_continuation_failed",
+                json!({ "message": e, "drainer": message.drainer, "chain": message.chain, "note": "the slot's lease runs out; the next tick starts drainers again" }),
+            );
+            0
+        }
     }
 }
 

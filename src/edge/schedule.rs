@@ -14,6 +14,7 @@ use super::log::InvocationLog;
 use super::run::Runner;
 use crate::core::budget::Budget;
 use crate::core::callback;
+use crate::core::cost;
 use crate::core::drain::DrainError;
 use crate::core::drainers::{self, DrainMessage};
 use crate::core::model::{
@@ -99,16 +100,18 @@ async fn run_invocation(
     }
     // With drainers, the queue's consumers drain; the tick drains itself only
     // when it has none or could not start them.
+    // With the messages it sent: each one queue operation (its write).
     let handed = match cfg.settings.drainers {
         Drainers::Fixed(1) => None,
         Drainers::Fixed(n) => start_drainers(runner.env, cfg, store, started, n, json!({}), logger)
             .await
-            .then_some(StopReason::Drainers),
+            .map(|sent| (StopReason::Drainers, sent)),
         Drainers::Auto => start_auto_drainers(runner, cfg, store, started, logger).await,
     };
-    let stop = if let Some(stop) = handed {
+    let stop = if let Some((stop, sent)) = handed {
         *tally = reaper;
         tally.batch_ids.extend(fired);
+        tally.queue_operations += sent;
         stop
     } else {
         let self_service = self_service(runner.env, cfg)?;
@@ -179,15 +182,15 @@ pub(super) fn self_service(env: &Env, cfg: &Config) -> Result<Option<Fetcher>, D
 /// `DRAINERS = "auto"`: count the due work (one bounded statement) and send as
 /// many drain messages as it needs within `MAX_DRAINERS` live drainers. Answers
 /// how the tick stopped: `Drained` when nothing is due (no message),
-/// `Drainers` when drainers (new or live) drain it; `None` when the tick drains
-/// itself (the count or the send failed, both logged).
+/// `Drainers` when drainers (new or live) drain it, with the messages sent;
+/// `None` when the tick drains itself (the count or the send failed, both logged).
 async fn start_auto_drainers(
     runner: Runner<'_>,
     cfg: &Config,
     store: &DrainStore,
     started: i64,
     logger: &InvocationLog,
-) -> Option<StopReason> {
+) -> Option<(StopReason, i64)> {
     let s = &cfg.settings;
     let capacity = drainers::capacity(s, drain::per_item_cost(cfg, runner.jobs));
     let cap = drainers::count_cap(capacity, s.max_drainers);
@@ -208,18 +211,18 @@ async fn start_auto_drainers(
                 "drainers_busy",
                 json!({ "due": work.due, "live": work.live, "max_drainers": s.max_drainers }),
             );
-            return Some(StopReason::Drainers);
+            return Some((StopReason::Drainers, 0));
         }
-        return Some(StopReason::Drained);
+        return Some((StopReason::Drained, 0));
     }
     let counted = json!({ "due": work.due, "live": work.live, "capacity": capacity });
     start_drainers(runner.env, cfg, store, started, n, counted, logger)
         .await
-        .then_some(StopReason::Drainers)
+        .map(|sent| (StopReason::Drainers, sent))
 }
 
 /// Send one `DRAIN_QUEUE` message per drainer (one call for all of them);
-/// whether they were sent. A failed send is logged as `misconfigured` and the
+/// how many were sent, `None` when they were not. A failed send is logged as `misconfigured` and the
 /// tick drains itself instead. `counted`: what `auto` counted, for the log line.
 async fn start_drainers(
     env: &Env,
@@ -229,7 +232,7 @@ async fn start_drainers(
     n: i64,
     counted: Value,
     logger: &InvocationLog,
-) -> bool {
+) -> Option<i64> {
     let now_secs = clock::wall_ms() / 1_000;
     let messages: Vec<DrainMessage> = (1..=n)
         .map(|i| DrainMessage::new(&cfg.secrets.dispatch, now_secs, started, i))
@@ -246,14 +249,14 @@ async fn start_drainers(
             let mut line = counted;
             line["drainers"] = json!(n);
             logger.event("drainers_sent", line);
-            true
+            Some(n)
         }
         Err(message) => {
             logger.error(
                 "misconfigured",
                 json!({ "message": message, "note": "this tick drains itself" }),
             );
-            false
+            None
         }
     }
 }
@@ -394,9 +397,11 @@ pub(super) async fn record_summary(
 ) {
     let (usage, budget) = (store.usage(), store.db().budget());
     // The figures include this summary's own insert: one call and statement, and
-    // its rows (the row and its index entry).
+    // its rows (the row and its index entry, and the row of each batch it charges
+    // its share to: migration 0026).
     let own = i64::from(budget.free() >= 1);
-    let summary = InvocationSummary {
+    let charged = cost::charged(&tally);
+    let mut summary = InvocationSummary {
         invocation: Some(logger.id().to_string()),
         trigger,
         started_at: started,
@@ -405,12 +410,13 @@ pub(super) async fn record_summary(
         subrequests: budget.used() + own,
         subrequest_budget: budget.limit(),
         d1_statements: usage.statements + own,
-        d1_rows_written: usage.rows_written + own * SUMMARY_ROWS_WRITTEN,
+        d1_rows_written: usage.rows_written + own * (SUMMARY_ROWS_WRITTEN + charged),
         d1_rows_read: Some(usage.rows_read),
         stop_reason,
         drainer: place.map(|(drainer, _)| drainer),
         chain: place.map(|(_, chain)| chain),
     };
+    cost::attach(&mut summary);
     let mut line = json!(summary);
     if own == 1 {
         if let Err(e) = store.record_invocation(&summary).await {

@@ -3,7 +3,7 @@
 -- batch_ids and per_batch back as JSON, started_at back as RFC 3339 text with
 -- milliseconds; invocation NULL for rows stored before it was; drainer and chain
 -- NULL but for drainers of DRAINERS = "auto"; d1_rows_read NULL for rows stored
--- before migration 0024.
+-- before migration 0024; queue_operations 0 for rows stored before 0026.
 SELECT json_object(
          'id', id, 'invocation', invocation, 'trigger', trigger_kind,
          'started_at', strftime('%Y-%m-%dT%H:%M:%fZ', started_at / 1000.0, 'unixepoch'),
@@ -14,7 +14,7 @@ SELECT json_object(
          'd1_statements', d1_statements, 'd1_rows_written', d1_rows_written,
          'd1_rows_read', d1_rows_read,
          'stop_reason', stop_reason, 'per_batch', json(per_batch),
-         'drainer', drainer, 'chain', chain
+         'drainer', drainer, 'chain', chain, 'queue_operations', queue_operations
        ) AS invocation
 FROM invocations
 ORDER BY id DESC

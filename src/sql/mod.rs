@@ -68,6 +68,7 @@ sql! {
     RECENT_THROUGHPUT => "recent_throughput.sql",
     BATCH_TIMELINE => "batch_timeline.sql",
     METRICS_SNAPSHOT => "metrics_snapshot.sql",
+    COST_BY_SOURCE => "cost_by_source.sql",
     GET_BATCHES_BY_KEYS => "get_batches_by_keys.sql",
     FIRED_BATCHES => "fired_batches.sql",
     SET_BATCH_STATUS => "set_batch_status.sql",

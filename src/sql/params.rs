@@ -202,6 +202,8 @@ statement! {
         now: i64, due_cap: i64, window_start: i64, dead_letter_cap: i64,
     }
     ListInvocations = LIST_INVOCATIONS { limit: i64 }
+    /// `since`: batches created at or after it (ms); `limit`: most sources.
+    CostBySource = COST_BY_SOURCE { since: i64, limit: i64 }
 
     // Limits.
     /// `rate` and `burst` are both `None` without a rate; `concurrency` `None`: none.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::core::limit_view::{self, LimitRow};
-use crate::core::metrics::LimitGauge;
+use crate::core::metrics::{LimitGauge, SourceCost};
 
 impl<D: Db> Store<D> {
     /// Store one invocation's summary (one statement, one row).
@@ -40,6 +40,7 @@ impl<D: Db> Store<D> {
                 let counts = BatchTally {
                     completed: r.completed,
                     failed: r.failed,
+                    cost: None,
                 };
                 (r.batch_id, counts)
             })
@@ -67,8 +68,8 @@ impl<D: Db> Store<D> {
             .await
     }
 
-    /// What `GET /metrics` reports except the settings: one call of three
-    /// statements (the limits, what they use, the rest).
+    /// What `GET /metrics` reports except the settings: one call of four
+    /// statements (the cost per batch source, the limits, what they use, the rest).
     pub async fn metrics_snapshot(&self, now: i64) -> StoreResult<Snapshot> {
         #[derive(Deserialize)]
         struct Row {
@@ -103,9 +104,15 @@ impl<D: Db> Store<D> {
         };
         // The limits' gauges in the same call: the first LIMITS_CAP limits and
         // what they are using (nothing of the queue is read while none is defined).
+        // And the cost per batch source: one row per batch of the last day.
+        let by_source = sql::CostBySource {
+            since: now - metrics::SOURCE_WINDOW_MS,
+            limit: metrics::SOURCES_CAP,
+        };
         let mut read = self
             .db
             .batch_results(vec![
+                by_source.bind(),
                 sql::ListLimits {
                     after: "",
                     limit: metrics::LIMITS_CAP,
@@ -120,6 +127,7 @@ impl<D: Db> Store<D> {
             .ok_or_else(|| StoreError::Missing("the metrics row".into()))?;
         let usage = super::limits::usage_of(read.pop().unwrap_or_default())?;
         let limits: Vec<LimitRow> = decode(read.pop().unwrap_or_default())?;
+        let by_source: Vec<SourceCost> = decode(read.pop().unwrap_or_default())?;
         let limits = limits
             .iter()
             .map(|l| LimitGauge::from_view(&limit_view::view(l, &usage, now, metrics::DUE_CAP)))
@@ -152,6 +160,7 @@ impl<D: Db> Store<D> {
             stop_reasons,
             subrequest_budget: 0,
             limits,
+            by_source,
         })
     }
 

@@ -175,6 +175,7 @@ impl Host {
                 BatchTally {
                     completed: *completed,
                     failed: *failed,
+                    cost: None,
                 },
             );
         }

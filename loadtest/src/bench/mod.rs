@@ -12,6 +12,7 @@
 pub mod against;
 pub mod backpressure;
 pub mod control;
+pub mod cost;
 pub mod limits;
 pub mod report;
 pub mod schedules;
@@ -86,6 +87,14 @@ pub struct BenchArgs {
     /// Run only the rows-read part (a minute, not the whole bench).
     #[arg(long)]
     pub only_rows_read: bool,
+    /// Run only the cost part: a batch of `--cost-items` no-op items, its
+    /// `cost` per item and per million items at the published prices (a
+    /// minute or two).
+    #[arg(long)]
+    pub only_cost: bool,
+    /// Items of the `--only-cost` batch.
+    #[arg(long, default_value_t = 3_000)]
+    pub cost_items: usize,
     /// Items of the batches paused, cancelled and replayed (batch control).
     #[arg(long, default_value_t = 100_000)]
     pub control_items: usize,
@@ -155,6 +164,11 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         let b = crate::bench::backpressure::measure(&args.target, timeout).await?;
         print_part(args.json, &b, |b, t| b.table(t))?;
         return Ok(true);
+    }
+    if args.only_cost {
+        let c = cost::measure(&args.target, args.cost_items, timeout).await?;
+        print_part(args.json, &c, |c, t| c.table(t))?;
+        return Ok(c.passed());
     }
     if args.only_rows_read {
         eprintln!("== rows read by ?status=failed");
