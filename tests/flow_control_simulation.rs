@@ -276,6 +276,7 @@ impl World {
             defer(&mut t, delay, POLICY, now);
             let ran = Ran {
                 retry_after_ms: delay,
+                own_delay: false,
                 ..Ran::from(outcome.clone())
             };
             t.refused_at = learn::is_refusal(&ran).then_some(now);
