@@ -139,6 +139,50 @@ export function fail(reason: string): Fail {
   return Object.freeze({ outcome: "fail", reason: String(reason) });
 }
 
+/** Longest wait `waitSeconds` gives: a week, as cron-fanout's own reader. */
+export const MAX_WAIT_SECONDS = 7 * 86_400;
+
+/**
+ * How long an API's answer asks to wait, in seconds, read as cron-fanout reads
+ * its receivers' answers (docs/guides/flow-control.md, "The receiver's word"),
+ * the first that names one: `Retry-After` (seconds, or an HTTP-date measured
+ * against the answer's own `Date`), `retry-after-ms`, `X-RateLimit-Reset-After`,
+ * `X-RateLimit-Reset` (epoch seconds past 10^9, against `Date`; else seconds),
+ * then a JSON body's `retry_after` or `parameters.retry_after`. `undefined` when
+ * none does; a value that does not parse is as if absent; at most a week.
+ */
+export function waitSeconds(
+  answer: { headers: Headers; body?: string },
+  nowMs: number = Date.now(),
+): number | undefined {
+  const header = (name: string) => answer.headers.get(name)?.trim() ?? "";
+  const decimal = (text: string) => (/^\d+(\.\d+)?$|^\d*\.\d+$/.test(text) ? Number(text) : undefined);
+  const date = Date.parse(header("Date"));
+  const senderNow = Number.isFinite(date) ? date : nowMs;
+  const until = (atMs: number) => Math.max(0, atMs - senderNow) / 1000;
+  const retryAfter = header("Retry-After");
+  const retryAfterDate = /[a-z]/i.test(retryAfter) ? Date.parse(retryAfter) : Number.NaN;
+  const reset = decimal(header("X-RateLimit-Reset"));
+  const body = (): number | undefined => {
+    try {
+      const b = JSON.parse(answer.body ?? "") as { retry_after?: unknown; parameters?: { retry_after?: unknown } };
+      const said = b?.retry_after ?? b?.parameters?.retry_after;
+      return typeof said === "number" && said >= 0 ? said : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  const ms = decimal(header("retry-after-ms"));
+  const wait =
+    decimal(retryAfter) ??
+    (Number.isFinite(retryAfterDate) ? until(retryAfterDate) : undefined) ??
+    (ms === undefined ? undefined : ms / 1000) ??
+    decimal(header("X-RateLimit-Reset-After")) ??
+    (reset === undefined ? undefined : reset > 1e9 ? until(reset * 1000) : reset) ??
+    body();
+  return wait === undefined ? undefined : Math.min(wait, MAX_WAIT_SECONDS);
+}
+
 /** What `fn` may use besides the item. */
 export interface Context<Env = unknown> {
   /** Whether an earlier attempt delivered `name`: then do not send it again. */

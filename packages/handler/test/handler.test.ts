@@ -15,6 +15,7 @@ import {
   MAX_REASON_BYTES,
   retry,
   slowDown,
+  waitSeconds,
 } from "../src/index";
 
 const DELIVERY = {
@@ -305,5 +306,32 @@ describe("channels", () => {
     expect(channels.maxProperties).toBe(MAX_CHANNELS);
     expect(channels.propertyNames.maxLength).toBe(MAX_CHANNEL_NAME_CHARS);
     expect(answerSchema.$defs.outcome.oneOf[1]?.properties.reason?.maxLength).toBe(MAX_REASON_BYTES);
+  });
+});
+
+describe("waitSeconds reads an API's wait as cron-fanout does", () => {
+  const NOW = Date.parse("2026-10-21T07:28:00Z");
+  const wait = (headers: Record<string, string>, body = "") => waitSeconds({ headers: new Headers(headers), body }, NOW);
+
+  it("from Retry-After in seconds, or as a date against the answer's own Date", () => {
+    expect(wait({ "Retry-After": "7" })).toBe(7);
+    expect(wait({ "retry-after": "1.25" })).toBe(1.25);
+    const dated = { Date: "Wed, 21 Oct 2026 07:27:00 GMT", "Retry-After": "Wed, 21 Oct 2026 07:27:30 GMT" };
+    expect(wait(dated)).toBe(30);
+  });
+
+  it("from the other headers, then the body", () => {
+    expect(wait({ "retry-after-ms": "1500" })).toBe(1.5);
+    expect(wait({ "X-RateLimit-Reset-After": "0.5" })).toBe(0.5);
+    expect(wait({ "x-ratelimit-reset": String(NOW / 1000 + 600) })).toBe(600);
+    expect(wait({}, '{"retry_after": 0.5, "global": false}')).toBe(0.5);
+    expect(wait({}, '{"ok": false, "parameters": {"retry_after": 12}}')).toBe(12);
+  });
+
+  it("ignores what does not parse, and caps at a week", () => {
+    expect(wait({})).toBeUndefined();
+    expect(wait({ "Retry-After": "-3" })).toBeUndefined();
+    expect(wait({}, "not json")).toBeUndefined();
+    expect(wait({ "Retry-After": "99999999" })).toBe(7 * 86_400);
   });
 });
