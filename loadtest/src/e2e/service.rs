@@ -19,7 +19,6 @@ use crate::driver::target::{Target, TargetArgs};
 use crate::run::service::{self, open, BINDING};
 use crate::runtime::api::{Api, Batch, Item, TICK_CRON};
 use crate::sink::fakes::{FakeRequest, FakesClient, Setup};
-use crate::sink::faults::Faults;
 use anyhow::{bail, ensure, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -417,17 +416,12 @@ async fn malformed_channels_never_taken_as_done(f: &mut Service) -> Result<()> {
     Ok(())
 }
 
-/// One subject whose channel's receiver answers `429` with `Retry-After: 40`
-/// (the handler's `retry("HTTP 429", {afterSeconds: 40})` for that channel),
-/// beside 5 that are done at once.
+/// One subject whose handler reports its channel `slow` retried 40 s later
+/// (`retry("asked", {afterSeconds: 40})` for that channel), beside 5 that are
+/// done at once.
 async fn a_channels_delay_holds_nothing_else(f: &mut Service) -> Result<()> {
     let api = &f.target.api;
-    let refusing = Faults {
-        status: Some(429),
-        retry_after: Some(40),
-        ..Faults::default()
-    };
-    let slow = json!({"channels": {"slow": f.target.sink.hook_url("svc-slow", &refusing)}});
+    let slow = json!({"retry_channel": "slow", "after_seconds": 40});
     let mut items = vec![json!({"subject_id": "delayed", "kind": "service",
                                 "payload": {"service": BINDING, "path": "/delayed", "data": slow}})];
     for n in 0..5 {
@@ -449,7 +443,7 @@ async fn a_channels_delay_holds_nothing_else(f: &mut Service) -> Result<()> {
         delayed,
         "pending",
         1,
-        Some("attempt 1 failed: channel slow: HTTP 429"),
+        Some("attempt 1 failed: channel slow: asked"),
     )?;
     // 40 s asked, capped by RETRY_MAX_MS (20 s): not the 5 to 10 s backoff.
     let delay = ms(delayed.run_after.as_deref()).zip(ms(delayed.started_at.as_deref()));
