@@ -248,10 +248,7 @@ pub fn classify_service_answer(
         .any(|o| *o != Outcome::Done);
     let (retry_after_ms, said) = match protocol.slow_down_ms {
         Some(ms) => (Some(ms), Said::SlowDown { with_failure }),
-        None => (
-            protocol.after_ms.or_else(own_wait),
-            Said::Handler,
-        ),
+        None => (protocol.after_ms.or_else(own_wait), Said::Handler),
     };
     let answer = HandlerAnswer {
         outcome,
@@ -285,7 +282,9 @@ fn protocol(body: &str) -> Option<Result<Protocol, String>> {
         Ok(Value::Object(answer)) => answer,
         Ok(_) => return None,
         Err(e) => {
-            let mentioned = MEMBERS.iter().find(|m| body.contains(&format!("\"{m}\"")))?;
+            let mentioned = MEMBERS
+                .iter()
+                .find(|m| body.contains(&format!("\"{m}\"")))?;
             return Some(Err(format!("{mentioned}: the answer is not JSON ({e})")));
         }
     };
@@ -304,14 +303,17 @@ fn read_protocol(answer: &mut serde_json::Map<String, Value>) -> Result<Protocol
         ..Protocol::default()
     };
     if let Some(slow) = answer.get("slow_down") {
-        let secs = slow.get("after_seconds").ok_or_else(|| {
-            "slow_down must be {\"after_seconds\": <seconds>}".to_string()
-        })?;
+        let secs = slow
+            .get("after_seconds")
+            .ok_or_else(|| "slow_down must be {\"after_seconds\": <seconds>}".to_string())?;
         p.slow_down_ms = Some(seconds_ms("slow_down.after_seconds", secs)?);
     }
     if let Some(mut channels) = answer.remove("channels") {
         for (name, entry) in channels.as_object_mut().into_iter().flatten() {
-            let Some(after) = entry.as_object_mut().and_then(|e| e.remove("after_seconds")) else {
+            let Some(after) = entry
+                .as_object_mut()
+                .and_then(|e| e.remove("after_seconds"))
+            else {
                 continue;
             };
             let field = format!("channels[{}].after_seconds", Value::from(name.as_str()));
@@ -331,7 +333,9 @@ fn seconds_ms(field: &str, value: &Value) -> Result<i64, String> {
         Some(secs) if secs.is_finite() && secs >= 0.0 => {
             Ok((secs * 1_000.0).ceil().min(WAIT_CAP_MS as f64) as i64)
         }
-        _ => Err(format!("{field} must be a number of seconds ≥ 0, got {value}")),
+        _ => Err(format!(
+            "{field} must be a number of seconds ≥ 0, got {value}"
+        )),
     }
 }
 

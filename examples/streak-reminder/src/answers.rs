@@ -70,7 +70,8 @@ mod tests {
 
     #[test]
     fn retry_after_comes_from_the_header_or_the_body() {
-        let after = |headers: &[(&str, &str)], body: &str| retry_after_ms(&answer(headers, body), NOW);
+        let after =
+            |headers: &[(&str, &str)], body: &str| retry_after_ms(&answer(headers, body), NOW);
         assert_eq!(after(&[("Retry-After", "7")], ""), Some(7_000));
         assert_eq!(after(&[("retry-after", "1.25")], ""), Some(1_250));
         let discord =

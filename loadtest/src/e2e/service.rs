@@ -434,9 +434,14 @@ async fn a_channels_delay_holds_nothing_else(f: &mut Service) -> Result<()> {
     let after = api.all_items(&batch.id, None).await?;
     let fast: Vec<&Item> = after.iter().filter(|i| i.subject_id != "delayed").collect();
     ensure!(
-        fast.len() == 5 && fast.iter().all(|i| (i.status.as_str(), i.attempt) == ("completed", 1)),
+        fast.len() == 5
+            && fast
+                .iter()
+                .all(|i| (i.status.as_str(), i.attempt) == ("completed", 1)),
         "the other subjects after one tick: {:?}",
-        fast.iter().map(|i| (&i.subject_id, &i.status, i.attempt)).collect::<Vec<_>>()
+        fast.iter()
+            .map(|i| (&i.subject_id, &i.status, i.attempt))
+            .collect::<Vec<_>>()
     );
     let delayed = find(&after, "delayed")?;
     expect(

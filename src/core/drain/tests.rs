@@ -956,9 +956,15 @@ fn an_items_own_delay_delays_it_alone_spends_its_attempt_and_pauses_nothing() {
     r.m.finished(10, keyed(2), Outcome::Done, 0.0);
     let rows = take_commit(r.actions(10));
     let t = &rows[0].transition;
-    assert_eq!((t.status, t.run_after), (ItemStatus::Pending, Some(10 + 300)));
+    assert_eq!(
+        (t.status, t.run_after),
+        (ItemStatus::Pending, Some(10 + 300))
+    );
     // Not a refusal: no pause, no rate learned, the attempt spent.
-    assert_eq!((t.paused_until, t.refused_at, t.attempt), (None, None, None));
+    assert_eq!(
+        (t.paused_until, t.refused_at, t.attempt),
+        (None, None, None)
+    );
     assert_eq!(t.error.as_deref(), Some("attempt 1 failed: HTTP 503"));
     assert_eq!(rows[1].transition.status, ItemStatus::Completed);
 }
