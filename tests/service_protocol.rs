@@ -132,8 +132,12 @@ fn the_answer_schemas_delays_are_read_as_the_item_s_own_and_slow_down_as_the_bin
         classify_service_answer(&answer, &Default::default(), 0).0
     };
     let own = read(json!({"after_seconds": 40}));
-    assert_eq!((own.retry_after_ms, own.said), (Some(40_000), Said::Handler));
-    let channel = read(json!({"channels": {"t": {"outcome": "retry", "reason": "x", "after_seconds": 2}}}));
+    assert_eq!(
+        (own.retry_after_ms, own.said),
+        (Some(40_000), Said::Handler)
+    );
+    let channel =
+        read(json!({"channels": {"t": {"outcome": "retry", "reason": "x", "after_seconds": 2}}}));
     assert_eq!(
         (channel.retry_after_ms, channel.said),
         (Some(2_000), Said::Handler)
@@ -141,6 +145,11 @@ fn the_answer_schemas_delays_are_read_as_the_item_s_own_and_slow_down_as_the_bin
     let slow = read(json!({"slow_down": {"after_seconds": 30}}));
     assert_eq!(
         (slow.retry_after_ms, slow.said),
-        (Some(30_000), Said::SlowDown { with_failure: false })
+        (
+            Some(30_000),
+            Said::SlowDown {
+                with_failure: false
+            }
+        )
     );
 }
