@@ -81,6 +81,7 @@ fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -
         outcome: receipts::outcome(&results),
         channels: Some(results),
         retry_after_ms: None,
+        own_delay: false,
         refused: None,
     };
     let mut t = decide(item, &ran.outcome, POLICY, now, 0.0);

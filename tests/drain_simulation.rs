@@ -610,6 +610,7 @@ impl Sim<'_> {
             outcome: receipts::outcome(&results),
             channels: Some(results),
             retry_after_ms: None,
+            own_delay: false,
             refused: None,
         }
     }

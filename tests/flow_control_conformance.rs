@@ -568,7 +568,7 @@ fn a_claim_reads_as_much_with_20000_items_waiting_on_an_exhausted_key_as_with_20
 /// drain commits it (`retry::defer` sets the retry and the pause).
 fn refused(item: &ClaimedItem, now: i64, delay_ms: i64) -> cron_fanout::core::model::Transition {
     let mut t = settle(item, Outcome::Retry("429 Too Many Requests".into()), now);
-    cron_fanout::core::retry::defer(&mut t, Some(delay_ms), common::POLICY, now);
+    cron_fanout::core::retry::defer(&mut t, Some(delay_ms), false, common::POLICY, now);
     t
 }
 

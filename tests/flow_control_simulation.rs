@@ -273,9 +273,10 @@ impl World {
         let mut transitions = Vec::new();
         for (item, outcome, delay) in d.done.drain(..) {
             let mut t = settle(&item, outcome.clone(), now);
-            defer(&mut t, delay, POLICY, now);
+            defer(&mut t, delay, false, POLICY, now);
             let ran = Ran {
                 retry_after_ms: delay,
+                own_delay: false,
                 ..Ran::from(outcome.clone())
             };
             t.refused_at = learn::is_refusal(&ran).then_some(now);

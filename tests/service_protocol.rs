@@ -117,3 +117,39 @@ fn the_answer_schema_has_the_bounds_and_outcomes_the_worker_reads() {
         "a retry's reason is required"
     );
 }
+
+#[test]
+fn the_answer_schemas_delays_are_read_as_the_item_s_own_and_slow_down_as_the_binding_s() {
+    use cron_fanout::jobs::service::{classify_service_answer, Said};
+    use cron_fanout::jobs::Response;
+    let s = schema(ANSWER);
+    assert_eq!(
+        keys(&s["properties"]),
+        ["after_seconds", "channels", "slow_down"]
+    );
+    let read = |body: Value| {
+        let answer = Response::with_body(503, body.to_string());
+        classify_service_answer(&answer, &Default::default(), 0).0
+    };
+    let own = read(json!({"after_seconds": 40}));
+    assert_eq!(
+        (own.retry_after_ms, own.said),
+        (Some(40_000), Said::Handler)
+    );
+    let channel =
+        read(json!({"channels": {"t": {"outcome": "retry", "reason": "x", "after_seconds": 2}}}));
+    assert_eq!(
+        (channel.retry_after_ms, channel.said),
+        (Some(2_000), Said::Handler)
+    );
+    let slow = read(json!({"slow_down": {"after_seconds": 30}}));
+    assert_eq!(
+        (slow.retry_after_ms, slow.said),
+        (
+            Some(30_000),
+            Said::SlowDown {
+                with_failure: false
+            }
+        )
+    );
+}

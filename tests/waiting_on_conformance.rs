@@ -128,7 +128,7 @@ fn scenario(store: &Store<SqliteDb>) -> String {
         Outcome::Retry("429 Too Many Requests".into()),
         T0,
     );
-    cron_fanout::core::retry::defer(&mut refusal, Some(30_000), POLICY, T0);
+    cron_fanout::core::retry::defer(&mut refusal, Some(30_000), false, POLICY, T0);
     let transitions = vec![
         settle(
             by("a-backoff"),

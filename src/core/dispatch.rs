@@ -347,6 +347,7 @@ mod tests {
         use crate::core::model::Ran;
         let ran = Ran {
             retry_after_ms: Some(2_000),
+            own_delay: false,
             ..Ran::from(Outcome::Retry("HTTP 429: slow down".into()))
         };
         let sent = ran.retry_after_ms.map(|ms| ms.to_string());

@@ -465,7 +465,7 @@ impl Drain {
             }
             _ => {
                 let mut t = decide(&item, &ran.outcome, retry, now, jitter);
-                defer(&mut t, ran.retry_after_ms, retry, now);
+                defer(&mut t, ran.retry_after_ms, ran.own_delay, retry, now);
                 t
             }
         };

@@ -121,11 +121,15 @@ pub fn burst(per_minute: i64) -> i64 {
 /// with a rate-limit signal, a `503` with a wait), any retry whose answer
 /// asked for a delay (a kind's own `ctx.retry_after`), or a `429` without one
 /// (`HTTP 429` is how `jobs::webhook::classify_status` words it, for a kind
-/// that maps answers by their status alone).
+/// that maps answers by their status alone). A delay that is the item's own
+/// (`Ran::own_delay`: a `service` handler's `after_seconds`) is its handler's
+/// decision about that item, not a receiver's "slow down".
 pub fn is_refusal(ran: &crate::core::model::Ran) -> bool {
     match &ran.outcome {
         crate::core::model::Outcome::Retry(reason) => {
-            ran.refused.is_some() || ran.retry_after_ms.is_some() || reason.starts_with("HTTP 429")
+            ran.refused.is_some()
+                || (!ran.own_delay
+                    && (ran.retry_after_ms.is_some() || reason.starts_with("HTTP 429")))
         }
         _ => false,
     }

@@ -186,6 +186,10 @@ pub struct Ran {
     /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
     /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).
     pub retry_after_ms: Option<i64>,
+    /// `retry_after_ms` is the item's own delay (a `service` handler's
+    /// `after_seconds`): it delays this item only, pausing and teaching no key,
+    /// and the retry spends its attempt like any other.
+    pub own_delay: bool,
     /// A retry its receiver asked for (`core::receiver`: a `429`, a `403` with a
     /// rate-limit signal, a `503` with a wait): the keys it concerns are paused
     /// and learn, and, unless the run failed otherwise too, the attempt is
@@ -213,6 +217,7 @@ impl From<Outcome> for Ran {
             outcome,
             channels: None,
             retry_after_ms: None,
+            own_delay: false,
             refused: None,
         }
     }

@@ -80,17 +80,22 @@ pub fn decide(
 /// A retry whose answer asked for its own delay (`Ran::retry_after_ms`) waits
 /// that long instead of the backoff, at most the retry cap (`policy.max_ms`): an
 /// answer cannot park an item for longer than the deployment would. Its keys are
-/// paused as long (`Transition::paused_until`).
+/// paused as long (`Transition::paused_until`) unless the delay is the item's
+/// own (`own`: a `service` handler's `after_seconds`).
 pub fn defer(
     transition: &mut Transition,
     retry_after_ms: Option<i64>,
+    own: bool,
     policy: RetryPolicy,
     now_ms: i64,
 ) {
     if let (ItemStatus::Pending, Some(ms)) = (transition.status, retry_after_ms) {
         transition.run_after = Some(now_ms + ms.clamp(0, policy.max_ms));
-        // The receiver's word holds for every item sent to it, not only this one.
-        transition.paused_until = transition.run_after;
+        // The receiver's word holds for every item sent to it; a handler's
+        // delay of its own item holds for that item alone.
+        if !own {
+            transition.paused_until = transition.run_after;
+        }
     }
 }
 
@@ -311,7 +316,7 @@ mod tests {
         let retry = Outcome::Retry("HTTP 429".into());
         let after = |attempt, delay_ms| {
             let mut t = decide(&item(attempt, 5), &retry, POLICY, 1_000, 0.9);
-            defer(&mut t, Some(delay_ms), POLICY, 1_000);
+            defer(&mut t, Some(delay_ms), false, POLICY, 1_000);
             t
         };
         let t = after(2, 2_000);

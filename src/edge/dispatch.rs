@@ -125,6 +125,7 @@ pub(super) async fn dispatch(
             outcome,
             channels,
             retry_after_ms,
+            own_delay: false,
             refused,
         },
         // Without readable results every channel not known delivered is sent

@@ -240,6 +240,8 @@ pub struct Context<'a> {
     receipts: Receipts,
     channels: RefCell<ChannelResults>,
     retry_after_ms: std::cell::Cell<Option<i64>>,
+    /// `retry_after_ms` is the item's own delay ([`Context::delay_retry`]).
+    own_delay: std::cell::Cell<bool>,
     refused: RefCell<Option<RefusedBy>>,
 }
 
@@ -262,6 +264,7 @@ impl<'a> Context<'a> {
             receipts: receipts::parse(item.receipts.as_deref()),
             channels: RefCell::new(ChannelResults::new()),
             retry_after_ms: std::cell::Cell::new(None),
+            own_delay: std::cell::Cell::new(false),
             refused: RefCell::new(None),
         }
     }
@@ -367,6 +370,16 @@ impl<'a> Context<'a> {
     /// the run returns [`Outcome::Retry`].
     pub fn retry_after(&self, ms: i64) {
         self.retry_after_ms.set(Some(ms));
+        self.own_delay.set(false);
+    }
+
+    /// Delay this item's retry by `ms`, as its handler decided for it alone
+    /// (a `service` handler's `after_seconds`): no key is paused or taught,
+    /// and the retry spends its attempt. Not carried by a `SELF` child's
+    /// answer: only kinds that run in the drain use it.
+    pub(crate) fn delay_retry(&self, ms: i64) {
+        self.retry_after_ms.set(Some(ms));
+        self.own_delay.set(true);
     }
 
     /// Note that a receiver refused this run (`RefusedBy`): merged with any
@@ -699,6 +712,7 @@ pub(crate) async fn run_kind(
                 .retry_after_ms
                 .get()
                 .filter(|_| matches!(outcome, Outcome::Retry(_))),
+            own_delay: ctx.own_delay.get() && retried,
             outcome,
         },
         None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

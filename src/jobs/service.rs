@@ -4,12 +4,13 @@
 //! the binding must be listed in `SERVICE_BINDINGS` (and bound to this Worker).
 //! Each run POSTs [`ServiceDelivery`] (`item_id`, `batch_id`, `subject_id`,
 //! `attempt`, `max_attempts`, `delivered`, `data`) with `Content-Type:
-//! application/json` and `Idempotency-Key: <item_id>`. An answer that reports
-//! `channels` records each as a `multi` item's channel and the item's outcome
-//! follows `multi`'s rule (`core::receipts`); any other answer maps as a
-//! webhook's does (`webhook::classify_answer`); the receiver's word
-//! (`core::receiver`: its wait, a refusal that spends no attempt) holds either
-//! way ([`classify_service_answer`]). The drain calls the binding
+//! application/json` and `Idempotency-Key: <item_id>`. An answer that speaks
+//! the protocol (`channels`, `after_seconds`, `slow_down`) is the handler's
+//! word: channels are recorded as a `multi` item's and the outcome follows
+//! `multi`'s rule (`core::receipts`), a delay is its item's alone, and only
+//! `slow_down` refuses for the binding; any other answer (a bare status, the
+//! platform's own error) maps as a webhook's, the receiver's word included
+//! ([`classify_service_answer`]). The drain calls the binding
 //! itself (`runs_in_drain`): a `SELF` child in between would cost a second
 //! invocation per item (docs/architecture.md). `POST /probe` mode `service` runs
 //! it too, as [`probe_call`]s that no handler can take for real items.
@@ -19,9 +20,9 @@ use serde_json::{json, Value};
 use url::Url;
 
 use super::outbound::{Request, Response, ServiceError};
-use super::webhook::{answered, classify_answer, classify_word, read_word, Answered};
+use super::webhook::{classify_answer, classify_status, read_word, Answered, WAIT_CAP_MS};
 use super::{Context, Job};
-use crate::core::model::{ClaimedItem, Outcome};
+use crate::core::model::{ClaimedItem, Outcome, RefusedBy};
 use crate::core::receipts::{self, ChannelResults, Receipts};
 use crate::core::target::TargetPolicy;
 
@@ -125,50 +126,216 @@ pub fn delivery_body(item: &ClaimedItem, delivered: Vec<&str>, data: &Value) -> 
     serde_json::to_string(&delivery).expect("serialising plain data cannot fail")
 }
 
-/// What a handler's answer means, and the channels it reports. An answer whose
-/// body is a JSON object with `channels` (any status): each channel is recorded
-/// (`receipts::parse_reported`: the item's `stored` receipts bound their number)
-/// and the outcome is `multi`'s rule over them, with a status other than 2xx
-/// (the handler's own retry or failure beside them) one more entry of it. One
-/// whose `channels` is malformed, or whose body mentions `"channels"` but is not
-/// JSON (cut short, say), is a retry that says so and records nothing: never a
-/// loss. Any other answer maps as a webhook's. The receiver's word, read at
-/// `now_ms`, sets a retry's wait and says whether it was a refusal.
-pub fn classify_service_answer(
-    response: &Response,
-    stored: &Receipts,
-    now_ms: i64,
-) -> (Answered, Option<ChannelResults>) {
-    let reported = match channels_member(&response.text_read()) {
-        None => return (classify_answer(response, now_ms), None),
-        Some(member) => member.and_then(|value| receipts::parse_reported(&value, stored)),
-    };
-    match reported {
-        Ok(channels) => {
-            let own = classify_word(response.status, &read_word(response, now_ms));
-            let own = (own != Outcome::Done).then_some(own);
-            let outcome = receipts::outcome_beside(own.as_ref(), &channels);
-            (answered(outcome, response, now_ms), Some(channels))
-        }
-        Err(e) => {
-            let outcome = Outcome::Retry(format!("malformed answer: {e}"));
-            (answered(outcome, response, now_ms), None)
+/// What a handler's answer means for its item: its outcome, its retry's wait,
+/// and whose word that wait is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerAnswer {
+    pub outcome: Outcome,
+    pub retry_after_ms: Option<i64>,
+    pub said: Said,
+}
+
+/// Whose word a handler's answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Said {
+    /// An answer that does not speak the protocol (a bare status: the
+    /// platform's own error, or a handler that sends none of its fields): read
+    /// as any receiver's, so a `429` or a `503` with a wait is a refusal that
+    /// pauses and teaches the item's keys (`service:<binding>` among them).
+    Receiver { refused: bool },
+    /// The handler's word on its own item (`channels`, `after_seconds`): its
+    /// wait delays this item alone and the retry spends its attempt.
+    Handler,
+    /// The handler's `slow_down`: a refusal of the whole binding, which pauses
+    /// and teaches `service:<binding>` only. `with_failure`: a channel failed
+    /// beside it, which spends the attempt.
+    SlowDown { with_failure: bool },
+}
+
+impl HandlerAnswer {
+    /// Hand the wait (and a refusal) to the run and give the outcome.
+    pub fn apply(self, ctx: &Context<'_>, binding: &str) -> Outcome {
+        match self.said {
+            Said::Receiver { refused } => Answered {
+                outcome: self.outcome,
+                retry_after_ms: self.retry_after_ms,
+                refused,
+            }
+            .apply(ctx),
+            Said::Handler => {
+                if let Some(ms) = self.retry_after_ms {
+                    ctx.delay_retry(ms);
+                }
+                self.outcome
+            }
+            Said::SlowDown { with_failure } => {
+                if let Some(ms) = self.retry_after_ms {
+                    ctx.retry_after(ms);
+                }
+                let keys = crate::core::limits::service_key(binding).map(|k| vec![k]);
+                ctx.note_refusal(RefusedBy { keys, with_failure });
+                self.outcome
+            }
         }
     }
 }
 
-/// The `channels` member of an answer's body: `None` when the body is no JSON
-/// object with one (the status alone decides).
-fn channels_member(body: &str) -> Option<Result<Value, String>> {
+impl From<Answered> for HandlerAnswer {
+    fn from(a: Answered) -> HandlerAnswer {
+        HandlerAnswer {
+            outcome: a.outcome,
+            retry_after_ms: a.retry_after_ms,
+            said: Said::Receiver { refused: a.refused },
+        }
+    }
+}
+
+/// What a handler's answer means, and the channels it reports. An answer whose
+/// body is a JSON object with any of the protocol's members (`channels`,
+/// `after_seconds`, `slow_down`; any status) is the handler's word: each
+/// channel is recorded (`receipts::parse_reported`: the item's `stored`
+/// receipts bound their number) and the outcome is `multi`'s rule over them,
+/// with a status other than 2xx (the handler's own retry or failure beside
+/// them) one more entry of it; a retry waits the longest `after_seconds` asked
+/// (the item's, a retried channel's), else the answer's `Retry-After`, for this
+/// item alone; `slow_down` makes it a refusal of the binding
+/// ([`Said::SlowDown`]). A malformed member, or a body that mentions one but is
+/// not JSON (cut short, say), is a retry that says so and records nothing:
+/// never a loss. Any other answer maps as a webhook's, the receiver's word
+/// included ([`Said::Receiver`]). Read at `now_ms`.
+pub fn classify_service_answer(
+    response: &Response,
+    stored: &Receipts,
+    now_ms: i64,
+) -> (HandlerAnswer, Option<ChannelResults>) {
+    let said = match protocol(&response.text_read()) {
+        None => return (classify_answer(response, now_ms).into(), None),
+        Some(said) => said.and_then(|p| {
+            let channels = match &p.channels {
+                Some(value) => Some(receipts::parse_reported(value, stored)?),
+                None => None,
+            };
+            Ok((p, channels))
+        }),
+    };
+    let own_wait = || read_word(response, now_ms).wait_ms(now_ms);
+    let (protocol, channels) = match said {
+        Ok(read) => read,
+        Err(e) => {
+            let outcome = Outcome::Retry(format!("malformed answer: {e}"));
+            let answer = HandlerAnswer {
+                outcome,
+                retry_after_ms: own_wait(),
+                said: Said::Handler,
+            };
+            return (answer, None);
+        }
+    };
+    let status = response.status;
+    let own = match protocol.slow_down_ms {
+        Some(_) => Outcome::Retry(format!("slow down (HTTP {status})")),
+        None => classify_status(status),
+    };
+    let own = (own != Outcome::Done).then_some(own);
+    let outcome = match &channels {
+        Some(channels) => receipts::outcome_beside(own.as_ref(), channels),
+        None => own.unwrap_or(Outcome::Done),
+    };
+    let retried = matches!(outcome, Outcome::Retry(_));
+    let with_failure = channels
+        .iter()
+        .flat_map(|c| c.values())
+        .any(|o| *o != Outcome::Done);
+    let (retry_after_ms, said) = match protocol.slow_down_ms {
+        Some(ms) => (Some(ms), Said::SlowDown { with_failure }),
+        None => (protocol.after_ms.or_else(own_wait), Said::Handler),
+    };
+    let answer = HandlerAnswer {
+        outcome,
+        retry_after_ms: retry_after_ms.filter(|_| retried),
+        said,
+    };
+    (answer, channels)
+}
+
+/// The protocol's members of an answer's body, as read: `channels` still to
+/// check, each retried channel's `after_seconds` taken out of it.
+#[derive(Debug, Default)]
+struct Protocol {
+    channels: Option<Value>,
+    /// The longest `after_seconds` asked, the item's or a retried channel's.
+    after_ms: Option<i64>,
+    /// `slow_down.after_seconds`.
+    slow_down_ms: Option<i64>,
+}
+
+/// The members a handler's answer may carry.
+const MEMBERS: [&str; 3] = ["channels", "after_seconds", "slow_down"];
+
+/// The protocol's members of an answer's body: `None` when the body is no JSON
+/// object with one (the status alone decides, as a receiver's).
+fn protocol(body: &str) -> Option<Result<Protocol, String>> {
     if !body.trim_start().starts_with('{') {
         return None;
     }
-    match serde_json::from_str::<Value>(body) {
-        Ok(Value::Object(mut answer)) => answer.remove("channels").map(Ok),
-        Ok(_) => None,
-        Err(e) => body
-            .contains("\"channels\"")
-            .then(|| Err(format!("channels: the answer is not JSON ({e})"))),
+    let mut answer = match serde_json::from_str::<Value>(body) {
+        Ok(Value::Object(answer)) => answer,
+        Ok(_) => return None,
+        Err(e) => {
+            let mentioned = MEMBERS
+                .iter()
+                .find(|m| body.contains(&format!("\"{m}\"")))?;
+            return Some(Err(format!("{mentioned}: the answer is not JSON ({e})")));
+        }
+    };
+    if !MEMBERS.iter().any(|m| answer.contains_key(*m)) {
+        return None;
+    }
+    Some(read_protocol(&mut answer))
+}
+
+fn read_protocol(answer: &mut serde_json::Map<String, Value>) -> Result<Protocol, String> {
+    let mut p = Protocol {
+        after_ms: answer
+            .get("after_seconds")
+            .map(|v| seconds_ms("after_seconds", v))
+            .transpose()?,
+        ..Protocol::default()
+    };
+    if let Some(slow) = answer.get("slow_down") {
+        let secs = slow
+            .get("after_seconds")
+            .ok_or_else(|| "slow_down must be {\"after_seconds\": <seconds>}".to_string())?;
+        p.slow_down_ms = Some(seconds_ms("slow_down.after_seconds", secs)?);
+    }
+    if let Some(mut channels) = answer.remove("channels") {
+        for (name, entry) in channels.as_object_mut().into_iter().flatten() {
+            let Some(after) = entry
+                .as_object_mut()
+                .and_then(|e| e.remove("after_seconds"))
+            else {
+                continue;
+            };
+            let field = format!("channels[{}].after_seconds", Value::from(name.as_str()));
+            let ms = seconds_ms(&field, &after)?;
+            if entry.get("outcome") == Some(&Value::from("retry")) {
+                p.after_ms = p.after_ms.max(Some(ms));
+            }
+        }
+        p.channels = Some(channels);
+    }
+    Ok(p)
+}
+
+/// A number of seconds ≥ 0 as ms, rounded up and capped at the wait cap.
+fn seconds_ms(field: &str, value: &Value) -> Result<i64, String> {
+    match value.as_f64() {
+        Some(secs) if secs.is_finite() && secs >= 0.0 => {
+            Ok((secs * 1_000.0).ceil().min(WAIT_CAP_MS as f64) as i64)
+        }
+        _ => Err(format!(
+            "{field} must be a number of seconds ≥ 0, got {value}"
+        )),
     }
 }
 
@@ -244,7 +411,7 @@ impl Job for Service {
                 for (name, outcome) in channels.into_iter().flatten() {
                     ctx.report_channel(&name, outcome);
                 }
-                answered.apply(ctx)
+                answered.apply(ctx, &p.service)
             }
             Err(ServiceError::Unbound(name)) => Outcome::Fail(format!(
                 "not sent: service binding {name:?} is listed in SERVICE_BINDINGS but not bound to this Worker"

@@ -1296,6 +1296,101 @@ fn a_retry_after_on_a_channels_answer_that_asks_for_a_retry_is_the_runs_delay() 
     assert_eq!((ran.outcome, ran.retry_after_ms), (Outcome::Done, None));
 }
 
+fn json_answer(status: u16, body: Value) -> Answer {
+    Answer::status(status)
+        .header("Content-Type", "application/json")
+        .body(&body.to_string())
+}
+
+#[test]
+fn a_handlers_after_seconds_delays_its_item_alone_and_spends_the_attempt() {
+    let out = MemoryOutbound::new(NOW);
+    // The item's own: even on a 429, the protocol's member is the handler's word.
+    for status in [503, 429] {
+        out.answer_service("HANDLER", json_answer(status, json!({"after_seconds": 40})));
+        let ran = run(&out, &service(None));
+        assert_eq!(ran.outcome, Outcome::Retry(format!("HTTP {status}")));
+        assert_eq!(ran.retry_after_ms, Some(40_000));
+        assert!(ran.own_delay && ran.refused.is_none(), "{ran:?}");
+        assert!(!crate::core::learn::is_refusal(&ran), "{ran:?}");
+    }
+    // One channel's, beside a delivered one: the item waits that long.
+    let channels = json!({"channels": {
+        "discord": {"outcome": "done"},
+        "telegram": {"outcome": "retry", "reason": "HTTP 429", "after_seconds": 1.5}}});
+    out.answer_service("HANDLER", json_answer(200, channels));
+    let ran = run(&out, &service(None));
+    assert_eq!(
+        ran.outcome,
+        Outcome::Retry("channel telegram: HTTP 429".into())
+    );
+    assert_eq!((ran.retry_after_ms, ran.own_delay), (Some(1_500), true));
+    assert_eq!(ran.refused, None);
+    assert_eq!(
+        ran.channels.unwrap()["telegram"],
+        Outcome::Retry("HTTP 429".into())
+    );
+}
+
+#[test]
+fn a_handlers_slow_down_refuses_for_its_binding_only() {
+    let out = MemoryOutbound::new(NOW);
+    let slow = json!({"slow_down": {"after_seconds": 30}});
+    out.answer_service("HANDLER", json_answer(429, slow));
+    let ran = run(&out, &service(None));
+    assert_eq!(ran.outcome, Outcome::Retry("slow down (HTTP 429)".into()));
+    assert_eq!((ran.retry_after_ms, ran.own_delay), (Some(30_000), false));
+    assert_eq!(
+        ran.refused,
+        Some(RefusedBy {
+            keys: Some(vec!["service:HANDLER".into()]),
+            with_failure: false
+        })
+    );
+    // Beside a channel's own retry: that retry spends the attempt.
+    let both = json!({"slow_down": {"after_seconds": 30},
+                      "channels": {"telegram": {"outcome": "retry", "reason": "HTTP 500"}}});
+    out.answer_service("HANDLER", json_answer(429, both));
+    let ran = run(&out, &service(None));
+    assert!(ran.refused.is_some_and(|r| r.with_failure));
+}
+
+#[test]
+fn an_answer_without_the_protocols_members_is_read_as_any_receivers() {
+    // The platform's own error, or a bare status: a refusal of every key the item holds.
+    let out = MemoryOutbound::new(NOW);
+    out.answer_service(
+        "HANDLER",
+        Answer::status(503)
+            .header("Retry-After", "5")
+            .body("overloaded"),
+    );
+    let ran = run(&out, &service(None));
+    assert_eq!(ran.outcome, Outcome::Retry("HTTP 503".into()));
+    assert_eq!((ran.retry_after_ms, ran.own_delay), (Some(5_000), false));
+    assert_eq!(ran.refused, Some(RefusedBy::default()));
+}
+
+#[test]
+fn a_malformed_delay_is_a_retry_that_says_so() {
+    for body in [
+        json!({"after_seconds": -1}),
+        json!({"after_seconds": "soon"}),
+        json!({"slow_down": {}}),
+        json!({"slow_down": {"after_seconds": null}}),
+        json!({"channels": {"t": {"outcome": "retry", "reason": "x", "after_seconds": -2}}}),
+    ] {
+        let out = MemoryOutbound::new(NOW);
+        out.answer_service("HANDLER", json_answer(503, body.clone()));
+        let ran = run(&out, &service(None));
+        let Outcome::Retry(reason) = &ran.outcome else {
+            panic!("{body}: {ran:?}");
+        };
+        assert!(reason.starts_with("malformed answer: "), "{body}: {reason}");
+        assert!(ran.refused.is_none() && ran.channels.is_none(), "{body}");
+    }
+}
+
 #[test]
 fn a_failure_status_beside_channels_keeps_them_and_joins_the_rule() {
     // The handler delivered Discord, then gave up on the item itself.

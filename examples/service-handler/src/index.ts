@@ -11,7 +11,9 @@
 // {"outcome": "fail", "reason": "unknown login"} fails for good;
 // {"after_seconds": 2} asks for the retry 2 s later; {"sleep_ms": 4000,
 // "times": 1} answers attempt 1 late; {"channels": {"<name>": "<url>", ...}}
-// POSTs a message to each URL not delivered yet, one channel each. Its path
+// POSTs a message to each URL not delivered yet, one channel each;
+// {"retry_channel": "slow", "after_seconds": 40} reports channel "slow" to be
+// retried 40 s later (that item's own delay: nothing else waits). Its path
 // /malformed answers what no handler should: cron-fanout retries the item.
 // It does an item's work once per Idempotency-Key; `handler` answers the calls
 // of `POST /probe` (Fanout-Probe: 1) without calling it, so none takes a key.
@@ -24,6 +26,7 @@ interface Asked {
   times?: number;
   sleep_ms?: number;
   channels?: Record<string, string>;
+  retry_channel?: string;
 }
 
 /** Sends one channel's message; its answer is the channel's outcome. */
@@ -65,6 +68,10 @@ const items = handler<Asked | null>(async (item, ctx) => {
   const message = `item ${item.item_id}, attempt ${item.attempt}`;
   const outcomes = await Promise.all(todo.map(([, url]) => send(url, message)));
   todo.forEach(([name], i) => ctx.channel(name, outcomes[i] ?? done()));
+  if (asked.retry_channel !== undefined) {
+    const after = asked.after_seconds;
+    ctx.channel(asked.retry_channel, retry("asked", after === undefined ? {} : { afterSeconds: after }));
+  }
   if (!early || asked.outcome === undefined) {
     // An item with channels is done when each is: its retries send the rest.
     if (asked.channels === undefined) doneKeys.add(item.idempotency_key);

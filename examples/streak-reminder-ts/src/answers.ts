@@ -1,7 +1,7 @@
 // What the three APIs' answers share: an answer read with a bound, a retry's
-// delay (`Retry-After` in seconds, which Discord sends with a fraction, or the
-// delay in the JSON body as Discord and Telegram also give it), and text cut to
-// fit a reason, with the secrets taken out.
+// delay (read by cron-fanout-handler's `waitSeconds`, as cron-fanout reads its
+// receivers' answers), and text cut to fit a reason, with the secrets taken out.
+import { waitSeconds } from "cron-fanout-handler";
 
 /** An answer as read: its status, headers and at most a bound of its body. */
 export interface Answer {
@@ -39,26 +39,11 @@ export async function readAnswer(response: Response, maxBytes: number): Promise<
   return { status: response.status, headers: response.headers, body: new TextDecoder().decode(all) };
 }
 
-/** The delay a rate-limited answer asks for, in seconds: `Retry-After` (a
- * fraction allowed), else the body's `retry_after` (Discord) or
- * `parameters.retry_after` (Telegram). An HTTP date is not used: the sender's
- * clock is not ours. */
-export function retryAfterSeconds(answer: Answer): number | undefined {
-  const header = answer.headers.get("Retry-After");
-  let seconds = header !== null && header.trim() !== "" ? Number(header.trim()) : Number.NaN;
-  if (Number.isNaN(seconds)) {
-    try {
-      const body = JSON.parse(answer.body) as {
-        retry_after?: unknown;
-        parameters?: { retry_after?: unknown };
-      };
-      const said = body.retry_after ?? body.parameters?.retry_after;
-      if (typeof said === "number") seconds = said;
-    } catch {
-      // No JSON: no delay in it.
-    }
-  }
-  return Number.isFinite(seconds) && seconds >= 0 && seconds <= 86_400 ? seconds : undefined;
+/** The delay an answer asks for, in seconds, read at `nowMs` by the handler
+ * package's reader (`waitSeconds`: cron-fanout's own rules, `Retry-After` in
+ * seconds or as a date, Discord's and Telegram's body, GitHub's reset). */
+export function retryAfterSeconds(answer: Answer, nowMs: number = Date.now()): number | undefined {
+  return waitSeconds(answer, nowMs);
 }
 
 /** `text` on one line, cut to the bytes a reason keeps. */

@@ -111,13 +111,14 @@ export function readCalendar(answer: Answer, login: string, nowMs: number): Day[
   return days;
 }
 
-/** How long a rate-limited answer asks to wait, in seconds: `Retry-After`,
- * else until `x-ratelimit-reset` (epoch seconds) when `x-ratelimit-remaining`
- * is 0; `undefined` when the answer is no rate limit. */
+/** How long a rate-limited answer asks to wait, in seconds (`waitSeconds`:
+ * `Retry-After`, else until `x-ratelimit-reset`), a minute for a spent budget
+ * (`x-ratelimit-remaining: 0`) that names no reset; `undefined` when the
+ * answer is no rate limit. */
 function rateLimitWaitSeconds(answer: Answer, nowMs: number): number | undefined {
-  const after = retryAfterSeconds(answer);
-  if (after !== undefined) return after;
-  if (answer.headers.get("x-ratelimit-remaining")?.trim() !== "0") return undefined;
-  const reset = Number(answer.headers.get("x-ratelimit-reset")?.trim() ?? Number.NaN);
-  return Number.isFinite(reset) ? Math.max(0, reset - nowMs / 1000) : 60;
+  if (answer.headers.get("x-ratelimit-remaining")?.trim() === "0") return retryAfterSeconds(answer, nowMs) ?? 60;
+  // A budget not spent: only a wait the answer names outright, not its window's reset.
+  const headers = new Headers(answer.headers);
+  headers.delete("x-ratelimit-reset");
+  return retryAfterSeconds({ ...answer, headers }, nowMs);
 }

@@ -34,11 +34,10 @@ describe("answers", () => {
     const telegram =
       '{"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 12", "parameters": {"retry_after": 12}}';
     expect(retryAfterSeconds(answer(429, {}, telegram))).toBe(12);
-    for (const none of [
-      answer(429),
-      answer(429, { "Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT" }),
-      answer(429, { "Retry-After": "-3" }),
-    ]) {
+    // A date is measured against the answer's own Date: the sender's clock.
+    const dated = { Date: "Wed, 21 Oct 2026 07:28:00 GMT", "Retry-After": "Wed, 21 Oct 2026 07:28:30 GMT" };
+    expect(retryAfterSeconds(answer(429, dated))).toBe(30);
+    for (const none of [answer(429), answer(429, { "Retry-After": "-3" })]) {
       expect(retryAfterSeconds(none)).toBeUndefined();
     }
   });

@@ -1,31 +1,23 @@
-//! What the three APIs' answers share: a retry's delay (`Retry-After` in
-//! seconds, which Discord sends with a fraction, or the delay in the JSON body
-//! as Discord and Telegram also give it) and text cut to fit a reason, with the
-//! secrets taken out.
+//! What the three APIs' answers share: the receiver's word on them (a retry's
+//! delay, a refusal: read by cron-fanout's own reader, `core::receiver`, so the
+//! example parses no rate-limit header itself) and text cut to fit a reason,
+//! with the secrets taken out.
 
-use cron_fanout::jobs::webhook::MAX_ANSWER_TEXT_BYTES;
+use cron_fanout::core::receiver::Word;
+use cron_fanout::jobs::webhook::{read_word, MAX_ANSWER_TEXT_BYTES};
 use cron_fanout::jobs::Response;
-use serde_json::Value;
 
-/// The delay a rate-limited answer asks for, in ms: the `Retry-After` header in
-/// seconds (a fraction rounded up), else the body's `retry_after` (Discord) or
-/// `parameters.retry_after` (Telegram). An HTTP date is not used: the sender's
-/// clock is not ours.
-pub fn retry_after_ms(response: &Response) -> Option<i64> {
-    let seconds = |v: &Value| v.as_f64();
-    let from_header = response
-        .header_value("Retry-After")
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    let from_body = || {
-        let body: Value = serde_json::from_slice(&response.body).ok()?;
-        body.get("retry_after")
-            .and_then(seconds)
-            .or_else(|| body.pointer("/parameters/retry_after").and_then(seconds))
-    };
-    from_header
-        .or_else(from_body)
-        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 86_400.0)
-        .map(|s| (s * 1_000.0).ceil() as i64)
+/// What an answer received at `now_ms` says of its API's limits: whether it
+/// refused, how long it asks to wait (`Retry-After` in seconds or as a date,
+/// Discord's `retry_after` and Telegram's `parameters.retry_after` in the body,
+/// GitHub's `x-ratelimit-reset`, ...), capped at a week.
+pub fn word(response: &Response, now_ms: i64) -> Word {
+    read_word(response, now_ms)
+}
+
+/// The delay an answer received at `now_ms` asks for, in ms.
+pub fn retry_after_ms(response: &Response, now_ms: i64) -> Option<i64> {
+    word(response, now_ms).wait_ms(now_ms)
 }
 
 /// `text` on one line, cut to the bytes a reason keeps.
@@ -73,27 +65,28 @@ mod tests {
         response(429, headers, body)
     }
 
+    /// 2026-10-21T07:28:00Z, as an answer's `Date` would say it.
+    const NOW: i64 = 1_792_567_680_000;
+
     #[test]
     fn retry_after_comes_from_the_header_or_the_body() {
-        assert_eq!(
-            retry_after_ms(&answer(&[("Retry-After", "7")], "")),
-            Some(7_000)
-        );
-        assert_eq!(
-            retry_after_ms(&answer(&[("retry-after", "1.25")], "")),
-            Some(1_250)
-        );
+        let after =
+            |headers: &[(&str, &str)], body: &str| retry_after_ms(&answer(headers, body), NOW);
+        assert_eq!(after(&[("Retry-After", "7")], ""), Some(7_000));
+        assert_eq!(after(&[("retry-after", "1.25")], ""), Some(1_250));
         let discord =
             r#"{"message": "You are being rate limited.", "retry_after": 0.5, "global": false}"#;
-        assert_eq!(retry_after_ms(&answer(&[], discord)), Some(500));
+        assert_eq!(after(&[], discord), Some(500));
         let telegram = r#"{"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 12", "parameters": {"retry_after": 12}}"#;
-        assert_eq!(retry_after_ms(&answer(&[], telegram)), Some(12_000));
-        for none in [
-            answer(&[], ""),
-            answer(&[("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT")], ""),
-            answer(&[("Retry-After", "-3")], ""),
-        ] {
-            assert_eq!(retry_after_ms(&none), None, "{none:?}");
+        assert_eq!(after(&[], telegram), Some(12_000));
+        // A date is measured against the answer's own Date: the sender's clock.
+        let dated = [
+            ("Date", "Wed, 21 Oct 2026 07:28:00 GMT"),
+            ("Retry-After", "Wed, 21 Oct 2026 07:28:30 GMT"),
+        ];
+        assert_eq!(after(&dated, ""), Some(30_000));
+        for none in [answer(&[], ""), answer(&[("Retry-After", "-3")], "")] {
+            assert_eq!(retry_after_ms(&none, NOW), None, "{none:?}");
         }
     }
 

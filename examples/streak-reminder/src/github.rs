@@ -8,7 +8,7 @@ use cron_fanout::jobs::{Outcome, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::answers::{cut, retry_after_ms};
+use crate::answers::{cut, word};
 use crate::streak::Day;
 
 /// The contribution calendar of one user between two instants (GitHub allows
@@ -126,7 +126,7 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
     {
         return Err(Answered {
             outcome: Outcome::Retry("GitHub: rate limited".into()),
-            retry_after_ms: rate_limit_wait_ms(response, now_ms),
+            retry_after_ms: word(response, now_ms).wait_ms(now_ms),
             refused: true,
         });
     }
@@ -157,24 +157,16 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
     }
 }
 
-/// How long a rate-limited answer asks to wait: `Retry-After`, else until
-/// `x-ratelimit-reset` (epoch seconds) when `x-ratelimit-remaining` is 0; `None`
-/// when the answer is no rate limit.
+/// How long a rate-limited answer asks to wait, as cron-fanout's reader says
+/// (`Retry-After`, else until `x-ratelimit-reset`), a minute for a spent budget
+/// (`x-ratelimit-remaining: 0`) that names no reset; `None` when the answer
+/// names no wait (a `403` without a rate-limit signal is GitHub's "no").
 fn rate_limit_wait_ms(response: &Response, now_ms: i64) -> Option<i64> {
-    if let Some(ms) = retry_after_ms(response) {
-        return Some(ms);
-    }
-    let exhausted = response
-        .header_value("x-ratelimit-remaining")
-        .is_some_and(|v| v.trim() == "0");
-    if !exhausted {
-        return None;
-    }
-    let reset_ms = response
-        .header_value("x-ratelimit-reset")
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .map(|secs| secs * 1_000);
-    Some(reset_ms.map_or(60_000, |reset| (reset - now_ms).max(0)))
+    let word = word(response, now_ms);
+    let spent = word.announced.is_some_and(|b| b.remaining == Some(0));
+    word.wait_ms(now_ms)
+        .or(spent.then_some(60_000))
+        .filter(|_| word.refusal)
 }
 
 #[cfg(test)]

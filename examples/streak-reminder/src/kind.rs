@@ -235,7 +235,7 @@ async fn run(ctx: &Context<'_>, p: &StreakPayload) -> Outcome {
             let answered = match request {
                 Err(why) => Answered::from(Outcome::Fail(why.clone())),
                 Ok(request) => match ctx.outbound().fetch(request.clone(), signal).await {
-                    Ok(response) => notify::read_answer(&response),
+                    Ok(response) => notify::read_answer(&response, ctx.now_ms()),
                     Err(e) => Answered::from(Outcome::Retry(scrub(&e, secrets))),
                 },
             };

@@ -8,7 +8,7 @@ use cron_fanout::jobs::{Outcome, Request, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::answers::{cut, retry_after_ms};
+use crate::answers::{cut, word};
 use crate::streak::Streak;
 
 /// The receipts' channel names.
@@ -72,9 +72,10 @@ pub fn telegram_request(api_url: &str, bot_token: &str, chat: &ChatId, text: &st
     )
 }
 
-/// What a channel's answer means. A permanent failure keeps the API's own
-/// words: Telegram's `description`, Discord's `message`, else the text.
-pub fn read_answer(response: &Response) -> Answered {
+/// What a channel's answer, received at `now_ms`, means. A permanent failure
+/// keeps the API's own words: Telegram's `description`, Discord's `message`,
+/// else the text.
+pub fn read_answer(response: &Response, now_ms: i64) -> Answered {
     let outcome = match classify_status(response.status) {
         Outcome::Fail(why) => match api_text(&response.text_read()) {
             Some(text) => Outcome::Fail(format!("{why}: {text}")),
@@ -82,15 +83,14 @@ pub fn read_answer(response: &Response) -> Answered {
         },
         other => other,
     };
-    let retry_after_ms = match outcome {
-        Outcome::Retry(_) => retry_after_ms(response),
-        _ => None,
-    };
+    let retry = matches!(outcome, Outcome::Retry(_));
+    let word = word(response, now_ms);
     Answered {
-        // A 429 is the API saying "slow down": no attempt spent on it.
-        refused: response.status == 429,
+        // The API saying "slow down" (a 429, a 503 with a wait): no attempt
+        // spent on it.
+        refused: word.refusal && retry,
+        retry_after_ms: word.wait_ms(now_ms).filter(|_| retry),
         outcome,
-        retry_after_ms,
     }
 }
 
@@ -165,22 +165,26 @@ mod tests {
         }
     }
 
+    fn read(response: &Response) -> Answered {
+        read_answer(response, 1_792_567_680_000)
+    }
+
     #[test]
     fn answers_map_as_a_webhooks_with_the_apis_delay_and_words() {
-        assert_eq!(read_answer(&answer(204, &[], "")).outcome, Outcome::Done);
-        let limited = read_answer(&answer(
+        assert_eq!(read(&answer(204, &[], "")).outcome, Outcome::Done);
+        let limited = read(&answer(
             429,
             &[],
             r#"{"retry_after": 2.5, "message": "rate limited"}"#,
         ));
         assert_eq!(limited.outcome, Outcome::Retry("HTTP 429".into()));
         assert_eq!(limited.retry_after_ms, Some(2_500));
-        let down = read_answer(&answer(503, &[("Retry-After", "4")], "upstream"));
+        let down = read(&answer(503, &[("Retry-After", "4")], "upstream"));
         assert_eq!(
             (down.outcome, down.retry_after_ms),
             (Outcome::Retry("HTTP 503".into()), Some(4_000))
         );
-        let telegram = read_answer(&answer(
+        let telegram = read(&answer(
             400,
             &[],
             r#"{"ok": false, "error_code": 400, "description": "Bad Request: chat not found"}"#,
@@ -190,7 +194,7 @@ mod tests {
             Outcome::Fail("HTTP 400: Bad Request: chat not found".into())
         );
         assert_eq!(telegram.retry_after_ms, None);
-        let discord = read_answer(&answer(
+        let discord = read(&answer(
             404,
             &[],
             r#"{"message": "Unknown Webhook", "code": 10015}"#,
@@ -199,7 +203,7 @@ mod tests {
             discord.outcome,
             Outcome::Fail("HTTP 404: Unknown Webhook".into())
         );
-        let gone = read_answer(&answer(410, &[("Retry-After", "9")], ""));
+        let gone = read(&answer(410, &[("Retry-After", "9")], ""));
         assert_eq!(
             (gone.outcome, gone.retry_after_ms),
             (Outcome::Fail("HTTP 410".into()), None)

@@ -8,7 +8,9 @@
 //! channels sent to the sink's Discord fake, one answering 429 once) retried
 //! without resending the delivered channel, and a malformed `channels` answer
 //! retried, never taken as done. A probe's calls before any item take no
-//! item's key.
+//! item's key. A handler's delay is its item's: one subject's channel retry
+//! with `afterSeconds` 40 holds neither the binding nor its other subjects.
+//! Learning is on, as in a deployment: none of this teaches the binding a rate.
 
 use crate::check;
 use crate::driver::checks::Checks;
@@ -49,13 +51,14 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 check!(refused_line(BAD_PATH), bad_path_refused),
                 check!("service: after a probe (20 calls each way), the first real item still runs: the probe's calls take no item's Idempotency-Key, and the handler, which does an item's work once per key, skips them (Fanout-Probe: 1)", the_first_item_runs_after_a_probe),
                 check!(needed "service, first tick: 2xx done; 503 retried; 422 failed for good with the handler's text; a late answer timed out", first_tick_answers_each_outcome),
-                check!("service: Retry-After: 2 on a 429 sets the next attempt 2 s after it (not the 5 s+ backoff)", retry_after_sets_the_next_attempt),
+                check!("service: retry(reason, {afterSeconds: 2}) (a 503 with after_seconds 2) sets the next attempt 2 s after it (not the 5 s+ backoff), spending the attempt", retry_after_sets_the_next_attempt),
                 check!("service: the retried items are done on attempt 2, the batch ends 4 completed, 1 failed", retried_items_done_on_attempt_2),
                 check!(needed "service channels, first tick: a partial success (Discord done, Telegram 429) keeps Discord delivered and is retried after the channel's Retry-After (1 s); a malformed channels answer is a retry whose last_error names channels, nothing recorded", channels_first_tick),
                 check!("service channels: the retry sends Telegram only (Discord's fake saw one message, Telegram's two), completed on attempt 2 with both delivered", partial_success_retried_without_resending),
                 check!("service channels: the malformed answer is retried until its attempts run out and ends failed naming channels, never done", malformed_channels_never_taken_as_done),
                 check!("POST /probe mode service refuses a binding SERVICE_BINDINGS does not list: 400 invalid_probe", probe_refuses_an_unlisted_binding),
                 check!("POST /probe mode service runs a service item's call straight from the caller (as the drain does) and through a SELF child: every call done both ways", probe_times_both_paths),
+                check!("service: one subject's channel retry with afterSeconds 40 delays that item alone (attempt spent, due at the retry cap): the binding's 5 other subjects complete in the same tick, and GET /limits shows no pause and no learned rate of service:HANDLER", a_channels_delay_holds_nothing_else),
             ],
         )
         .await;
@@ -253,7 +256,7 @@ async fn first_tick_answers_each_outcome(f: &mut Service) -> Result<()> {
 async fn retry_after_sets_the_next_attempt(f: &mut Service) -> Result<()> {
     let first = f.first.as_ref().context("no items after the first tick")?;
     let item = find(first, "retry-after")?;
-    expect(item, "pending", 1, Some("attempt 1 failed: HTTP 429"))?;
+    expect(item, "pending", 1, Some("attempt 1 failed: HTTP 503"))?;
     let (Some(started), Some(due)) = (
         ms(item.started_at.as_deref()),
         ms(item.run_after.as_deref()),
@@ -409,6 +412,63 @@ async fn malformed_channels_never_taken_as_done(f: &mut Service) -> Result<()> {
         "malformed: {} attempt {} {said:?}",
         malformed.status,
         malformed.attempt
+    );
+    Ok(())
+}
+
+/// One subject whose handler reports its channel `slow` retried 40 s later
+/// (`retry("asked", {afterSeconds: 40})` for that channel), beside 5 that are
+/// done at once.
+async fn a_channels_delay_holds_nothing_else(f: &mut Service) -> Result<()> {
+    let api = &f.target.api;
+    let slow = json!({"retry_channel": "slow", "after_seconds": 40});
+    let mut items = vec![json!({"subject_id": "delayed", "kind": "service",
+                                "payload": {"service": BINDING, "path": "/delayed", "data": slow}})];
+    for n in 0..5 {
+        items.push(json!({"subject_id": format!("fast-{n}"), "kind": "service",
+                          "payload": {"service": BINDING, "path": "/fast", "data": {}}}));
+    }
+    let body = json!({"key": "service-delays", "items": items});
+    let (_, batch): (bool, Batch) = api.create_batch(&body).await?;
+    api.fire_cron(TICK_CRON).await?;
+    let after = api.all_items(&batch.id, None).await?;
+    let fast: Vec<&Item> = after.iter().filter(|i| i.subject_id != "delayed").collect();
+    ensure!(
+        fast.len() == 5
+            && fast
+                .iter()
+                .all(|i| (i.status.as_str(), i.attempt) == ("completed", 1)),
+        "the other subjects after one tick: {:?}",
+        fast.iter()
+            .map(|i| (&i.subject_id, &i.status, i.attempt))
+            .collect::<Vec<_>>()
+    );
+    let delayed = find(&after, "delayed")?;
+    expect(
+        delayed,
+        "pending",
+        1,
+        Some("attempt 1 failed: channel slow: asked"),
+    )?;
+    // 40 s asked, capped by RETRY_MAX_MS (20 s): not the 5 to 10 s backoff.
+    let delay = ms(delayed.run_after.as_deref()).zip(ms(delayed.started_at.as_deref()));
+    ensure!(
+        delay.is_some_and(|(due, started)| (19_000..25_000).contains(&(due - started))),
+        "delayed: run_after {:?}, started_at {:?}",
+        delayed.run_after,
+        delayed.started_at
+    );
+    let r = api.admin_raw(Method::GET, "/limits", None).await?;
+    let limits = r.json().context("GET /limits is not JSON")?;
+    let key = format!("service:{BINDING}");
+    let named = |list: &str| {
+        limits[list]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|p| p["key"] == json!(key)))
+    };
+    ensure!(
+        !named("paused") && !named("learned"),
+        "{key} is held: GET /limits {limits}"
     );
     Ok(())
 }

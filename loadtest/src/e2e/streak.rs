@@ -279,7 +279,10 @@ async fn run(
         check!(name("each at-risk user is reminded exactly once on Discord and once on Telegram; users who contributed today or lost their streak are not"), at_risk_users_reminded_once_on_each_channel),
         check!(retried(app, "Discord 503"), discord_503_retried_telegram_not_again),
         check!(retried(app, "Telegram 429"), telegram_429_retried_discord_not_again),
-        check!(name("a GitHub 429 is retried and completes on attempt 2; nobody is reminded before the calendar is read"), github_429_retried_before_any_reminder),
+        check!(name(match app {
+            App::Rust => "a GitHub 429 is a refusal (the kind's `refused`): its attempt given back, it completes on attempt 1; nobody is reminded before the calendar is read",
+            App::Ts => "a GitHub 429 (the handler's retry with afterSeconds: its own delay) is retried and completes on attempt 2; nobody is reminded before the calendar is read",
+        }), github_429_retried_before_any_reminder),
         check!(name("users not at risk complete on attempt 1 with no receipts"), users_not_at_risk_complete_without_receipts),
         check!(name("the New York user's check waits for its own 18:00 (run_after 23:00Z) and has not run"), new_york_waits_for_its_own_1800),
         check!(name("the reminder names the user, the streak and the user's own date"), reminder_names_user_streak_and_date),
@@ -537,6 +540,7 @@ fn retried_on_attempt_2(ran: &Ran, id: &str, other: &str) -> Result<()> {
 }
 
 async fn github_429_retried_before_any_reminder(f: &mut Streak<'_>) -> Result<()> {
+    let app = f.app;
     let ran = f.ran()?;
     let limited = item(&ran.items, "github-429")?;
     // Its requests in order: the 429, then the calendar, then the reminders.
@@ -546,8 +550,14 @@ async fn github_429_retried_before_any_reminder(f: &mut Streak<'_>) -> Result<()
         && order[2..]
             .iter()
             .all(|(api, status)| *api != "github" && (200..300).contains(status));
+    // The Rust kind reads GitHub's 429 as a refusal, which spends no attempt;
+    // the TypeScript handler answers it with its own retry, which spends one.
+    let attempt = match app {
+        App::Rust => 1,
+        App::Ts => 2,
+    };
     ensure!(
-        limited.status == "completed" && limited.attempt == 2 && reminded_after_calendar,
+        limited.status == "completed" && limited.attempt == attempt && reminded_after_calendar,
         "{}, requests {order:?}",
         shape(limited)
     );

@@ -27,10 +27,6 @@ const SETTINGS: &[(&str, &str)] = &[
     ("SUBREQUEST_BUDGET", "200"),
     ("INVOCATION_DEADLINE_MS", "15000"),
     ("SERVICE_BINDINGS", "HANDLER,GONE"),
-    // The checks count attempts tick by tick after the handler's deliberate 429s;
-    // a rate learned from them (service:HANDLER, 75 a minute) would hold the next
-    // batch's items. Learning has its own part (`e2e --only-learn`).
-    ("LEARN_LIMITS", "false"),
 ];
 
 /// The repo's `wrangler.toml` with the `HANDLER` binding to the example added,

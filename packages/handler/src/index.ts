@@ -46,8 +46,21 @@ export interface Done {
 export interface Retry {
   readonly outcome: "retry";
   readonly reason: string;
-  /** Wait this long before the next attempt instead of cron-fanout's backoff. */
+  /**
+   * Wait this long before the next attempt instead of cron-fanout's backoff:
+   * this item's own delay (it spends an attempt), never a pause of the binding.
+   */
   readonly afterSeconds?: number;
+}
+
+/**
+ * The binding's "slow down": every item sent to this handler waits
+ * `afterSeconds` (cron-fanout pauses `service:<binding>`), and this item's
+ * attempt is given back. Only `fn`'s own outcome, never a channel's.
+ */
+export interface SlowDown {
+  readonly outcome: "slow_down";
+  readonly afterSeconds: number;
 }
 
 /** A permanent failure: the item ends `failed`. */
@@ -58,15 +71,29 @@ export interface Fail {
 
 export type Outcome = Done | Retry | Fail;
 
+/** What `fn` may return: an outcome, or the binding's slow-down. */
+export type ItemOutcome = Outcome | SlowDown;
+
 /** One channel as an answer reports it (`reason` at most 200 bytes). */
 export type ChannelOutcome =
   | { outcome: "done" }
-  | { outcome: "retry" | "fail"; reason: string };
+  | { outcome: "retry"; reason: string; after_seconds?: number }
+  | { outcome: "fail"; reason: string };
+
+/**
+ * The answer's JSON body when it says more than its status: channels reported,
+ * the item's own delay, or the binding's slow-down.
+ */
+export interface ProtocolAnswer {
+  channels?: Record<string, ChannelOutcome>;
+  /** The item's own delay (a retry's `afterSeconds`). */
+  after_seconds?: number;
+  /** The binding's slow-down (`slowDown`). */
+  slow_down?: { after_seconds: number };
+}
 
 /** The answer's JSON body when channels were reported. */
-export interface ChannelsAnswer {
-  channels: Record<string, ChannelOutcome>;
-}
+export type ChannelsAnswer = ProtocolAnswer & { channels: Record<string, ChannelOutcome> };
 
 const DONE: Done = Object.freeze({ outcome: "done" });
 
@@ -77,22 +104,83 @@ export function done(): Done {
 
 /**
  * Try again later: `reason` says why. `afterSeconds` asks for the next attempt
- * that much later (`Retry-After`; cron-fanout caps it at its retry cap).
+ * that much later (cron-fanout caps it at its retry cap): the item's (or the
+ * channel's) own delay, which delays nothing else sent to this handler.
  */
 export function retry(reason: string, options: { afterSeconds?: number } = {}): Retry {
   const { afterSeconds } = options;
   if (afterSeconds === undefined) {
     return Object.freeze({ outcome: "retry", reason: String(reason) });
   }
+  return Object.freeze({ outcome: "retry", reason: String(reason), afterSeconds: seconds(afterSeconds) });
+}
+
+/**
+ * Ask cron-fanout to slow down for this whole handler: no item sent to it
+ * (`service:<binding>`) starts for `afterSeconds`, and this item is tried again
+ * then without spending an attempt. For a limit the handler shares across
+ * items (an API quota it calls with one token); a delay of one item is
+ * `retry(reason, { afterSeconds })`.
+ */
+export function slowDown(options: { afterSeconds: number }): SlowDown {
+  return Object.freeze({ outcome: "slow_down", afterSeconds: seconds(options?.afterSeconds) });
+}
+
+/** A delay as given, or a RangeError: a number of seconds ≥ 0. */
+function seconds(afterSeconds: unknown): number {
   if (typeof afterSeconds !== "number" || !Number.isFinite(afterSeconds) || afterSeconds < 0) {
     throw new RangeError(`afterSeconds must be a number of seconds ≥ 0, got ${String(afterSeconds)}`);
   }
-  return Object.freeze({ outcome: "retry", reason: String(reason), afterSeconds });
+  return afterSeconds;
 }
 
 /** Give up for good: the item (or the channel) fails with `reason`. */
 export function fail(reason: string): Fail {
   return Object.freeze({ outcome: "fail", reason: String(reason) });
+}
+
+/** Longest wait `waitSeconds` gives: a week, as cron-fanout's own reader. */
+export const MAX_WAIT_SECONDS = 7 * 86_400;
+
+/**
+ * How long an API's answer asks to wait, in seconds, read as cron-fanout reads
+ * its receivers' answers (docs/guides/flow-control.md, "The receiver's word"),
+ * the first that names one: `Retry-After` (seconds, or an HTTP-date measured
+ * against the answer's own `Date`), `retry-after-ms`, `X-RateLimit-Reset-After`,
+ * `X-RateLimit-Reset` (epoch seconds past 10^9, against `Date`; else seconds),
+ * then a JSON body's `retry_after` or `parameters.retry_after`. `undefined` when
+ * none does; a value that does not parse is as if absent; at most a week.
+ */
+export function waitSeconds(
+  answer: { headers: Headers; body?: string },
+  nowMs: number = Date.now(),
+): number | undefined {
+  const header = (name: string) => answer.headers.get(name)?.trim() ?? "";
+  const decimal = (text: string) => (/^\d+(\.\d+)?$|^\d*\.\d+$/.test(text) ? Number(text) : undefined);
+  const date = Date.parse(header("Date"));
+  const senderNow = Number.isFinite(date) ? date : nowMs;
+  const until = (atMs: number) => Math.max(0, atMs - senderNow) / 1000;
+  const retryAfter = header("Retry-After");
+  const retryAfterDate = /[a-z]/i.test(retryAfter) ? Date.parse(retryAfter) : Number.NaN;
+  const reset = decimal(header("X-RateLimit-Reset"));
+  const body = (): number | undefined => {
+    try {
+      const b = JSON.parse(answer.body ?? "") as { retry_after?: unknown; parameters?: { retry_after?: unknown } };
+      const said = b?.retry_after ?? b?.parameters?.retry_after;
+      return typeof said === "number" && said >= 0 ? said : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  const ms = decimal(header("retry-after-ms"));
+  const wait =
+    decimal(retryAfter) ??
+    (Number.isFinite(retryAfterDate) ? until(retryAfterDate) : undefined) ??
+    (ms === undefined ? undefined : ms / 1000) ??
+    decimal(header("X-RateLimit-Reset-After")) ??
+    (reset === undefined ? undefined : reset > 1e9 ? until(reset * 1000) : reset) ??
+    body();
+  return wait === undefined ? undefined : Math.min(wait, MAX_WAIT_SECONDS);
 }
 
 /** What `fn` may use besides the item. */
@@ -112,7 +200,7 @@ export interface Context<Env = unknown> {
 export type HandlerFn<Data = unknown, Env = unknown> = (
   item: Item<Data>,
   ctx: Context<Env>,
-) => Promise<Outcome> | Outcome;
+) => Promise<ItemOutcome> | ItemOutcome;
 
 /** A Worker's `fetch`. */
 export type Fetch<Env = unknown> = (
@@ -125,12 +213,14 @@ export type Fetch<Env = unknown> = (
  * A Worker's `fetch` that answers cron-fanout's `service` calls with `fn`'s
  * outcome. A probe's call (`Fanout-Probe: 1`: `POST /probe` timing the path,
  * item id below 1) is answered 200 and `fn` is not called, nor is it for a
- * request that is not a well-formed delivery, answered 400. Without channels the outcome is a status: done 200, retry 503
- * (429 with `Retry-After` when it has `afterSeconds`), fail 422 with the reason
- * as text. With channels reported, the same status with their JSON
- * (`{"channels": {…}}`): cron-fanout records each and sends only the others next
- * time. If `fn` throws after reporting a channel, the answer is a 500 with the
- * channels (nothing delivered is lost); before, the exception is the runtime's.
+ * request that is not a well-formed delivery, answered 400. The outcome is a
+ * status: done 200, retry 503, fail 422 (with the reason as text), slowDown 429.
+ * What more it says is JSON (docs/schemas/service-answer.schema.json): the
+ * channels reported (`{"channels": {…}}`: cron-fanout records each and sends
+ * only the others next time), a retry's `after_seconds` (the item's or a
+ * channel's own delay), a `slow_down` for the whole binding. If `fn` throws
+ * after reporting a channel, the answer is a 500 with the channels (nothing
+ * delivered is lost); before, the exception is the runtime's.
  */
 export function handler<Data = unknown, Env = unknown>(fn: HandlerFn<Data, Env>): Fetch<Env> {
   return async (request, env, executionCtx) => {
@@ -162,10 +252,10 @@ export function handler<Data = unknown, Env = unknown>(fn: HandlerFn<Data, Env>)
         if (executionCtx) executionCtx.waitUntil(promise);
       },
     };
-    let outcome: Outcome;
+    let outcome: ItemOutcome;
     try {
       outcome = await fn(item, ctx);
-      checkOutcome(outcome);
+      checkOutcome(outcome, true);
     } catch (error) {
       if (channels.size === 0) throw error;
       // What got through stays recorded; the item is tried again.
@@ -176,41 +266,42 @@ export function handler<Data = unknown, Env = unknown>(fn: HandlerFn<Data, Env>)
   };
 }
 
-/** The status of `outcome`: done 200, retry 503 (429 when it says when), fail 422. */
-function statusOf(outcome: Outcome): number {
+/** The status of `outcome`: done 200, retry 503, fail 422, slow down 429. */
+function statusOf(outcome: ItemOutcome): number {
   switch (outcome.outcome) {
     case "done":
       return 200;
     case "retry":
-      return outcome.afterSeconds === undefined ? 503 : 429;
+      return 503;
     case "fail":
       return 422;
+    case "slow_down":
+      return 429;
   }
 }
 
 /** The HTTP answer for `outcome` and the channels reported. */
-function answer(outcome: Outcome, channels: Map<string, Outcome>, status?: number): Response {
-  const headers = new Headers();
-  // One delay for the item: the longest any retry asked for.
-  const delays = [outcome, ...channels.values()].flatMap((o) =>
-    o.outcome === "retry" && o.afterSeconds !== undefined ? [Math.ceil(o.afterSeconds)] : [],
-  );
-  if (delays.length > 0) headers.set("Retry-After", String(Math.max(...delays)));
+function answer(outcome: ItemOutcome, channels: Map<string, Outcome>, status?: number): Response {
   const code = status ?? statusOf(outcome);
-  if (channels.size === 0) {
-    headers.set("Content-Type", "text/plain; charset=utf-8");
-    const text = outcome.outcome === "done" ? "done" : outcome.reason;
-    return new Response(text, { status: code, headers });
+  const body: ProtocolAnswer = {};
+  if (channels.size > 0) {
+    body.channels = {};
+    for (const [name, o] of channels) {
+      body.channels[name] =
+        o.outcome === "done"
+          ? { outcome: "done" }
+          : o.outcome === "retry" && o.afterSeconds !== undefined
+            ? { outcome: "retry", reason: cutToBytes(o.reason, MAX_REASON_BYTES), after_seconds: o.afterSeconds }
+            : { outcome: o.outcome, reason: cutToBytes(o.reason, MAX_REASON_BYTES) };
+    }
   }
-  const body: ChannelsAnswer = { channels: {} };
-  for (const [name, o] of channels) {
-    body.channels[name] =
-      o.outcome === "done"
-        ? { outcome: "done" }
-        : { outcome: o.outcome, reason: cutToBytes(o.reason, MAX_REASON_BYTES) };
+  if (outcome.outcome === "retry" && outcome.afterSeconds !== undefined) body.after_seconds = outcome.afterSeconds;
+  if (outcome.outcome === "slow_down") body.slow_down = { after_seconds: outcome.afterSeconds };
+  if (Object.keys(body).length === 0) {
+    const text = outcome.outcome === "done" || outcome.outcome === "slow_down" ? outcome.outcome : outcome.reason;
+    return new Response(text, { status: code, headers: { "Content-Type": "text/plain; charset=utf-8" } });
   }
-  headers.set("Content-Type", "application/json");
-  return new Response(JSON.stringify(body), { status: code, headers });
+  return json(code, body);
 }
 
 function json(status: number, body: unknown): Response {
@@ -296,16 +387,19 @@ function checkChannelName(name: string): void {
   }
 }
 
-function checkOutcome(outcome: unknown): asserts outcome is Outcome {
-  const o = outcome as { outcome?: unknown; reason?: unknown } | null;
+/** `outcome` is one `fn` (`ofItem`) or a channel may give; a TypeError otherwise. */
+function checkOutcome(outcome: unknown, ofItem = false): asserts outcome is ItemOutcome {
+  const o = outcome as { outcome?: unknown; reason?: unknown; afterSeconds?: unknown } | null;
   const named = typeof o === "object" && o !== null;
   const ok =
     named &&
     (o.outcome === "done" ||
-      ((o.outcome === "retry" || o.outcome === "fail") && typeof o.reason === "string"));
+      ((o.outcome === "retry" || o.outcome === "fail") && typeof o.reason === "string") ||
+      (ofItem && o.outcome === "slow_down" && typeof o.afterSeconds === "number"));
   if (!ok) {
+    const slow = ofItem ? ", slowDown({ afterSeconds })" : "";
     throw new TypeError(
-      `an outcome is done(), retry(reason) or fail(reason), got ${JSON.stringify(outcome)}`,
+      `an outcome is done(), retry(reason) or fail(reason)${slow}, got ${JSON.stringify(outcome)}`,
     );
   }
 }

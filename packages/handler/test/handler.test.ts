@@ -6,6 +6,7 @@ import requestSchema from "../../../docs/schemas/service-request.schema.json";
 import {
   type Item,
   type Outcome,
+  type ItemOutcome,
   done,
   fail,
   handler,
@@ -13,6 +14,8 @@ import {
   MAX_CHANNELS,
   MAX_REASON_BYTES,
   retry,
+  slowDown,
+  waitSeconds,
 } from "../src/index";
 
 const DELIVERY = {
@@ -35,7 +38,7 @@ function deliver(body: unknown = DELIVERY, init: RequestInit = {}): Request {
 }
 
 /** Runs `fn` as the handler of one delivery. */
-async function answer(fn: (item: Item, ctx: Parameters<Parameters<typeof handler>[0]>[1]) => Promise<Outcome> | Outcome, request = deliver()) {
+async function answer(fn: (item: Item, ctx: Parameters<Parameters<typeof handler>[0]>[1]) => Promise<ItemOutcome> | ItemOutcome, request = deliver()) {
   const response = await handler(fn)(request, {});
   return { status: response.status, retryAfter: response.headers.get("Retry-After"), text: await response.text(), type: response.headers.get("Content-Type") };
 }
@@ -139,9 +142,26 @@ describe("an outcome without channels is a status", () => {
     expect([got.status, got.retryAfter]).toEqual([503, null]);
   });
 
-  it("retry with afterSeconds is 429 with Retry-After, rounded up", async () => {
-    const got = await answer(async () => retry("rate limited", { afterSeconds: 1.5 }));
-    expect([got.status, got.retryAfter]).toEqual([429, "2"]);
+  it("retry with afterSeconds is 503 with the item's own after_seconds, no Retry-After (no refusal of the binding)", async () => {
+    const got = await answer(async () => retry("not yet", { afterSeconds: 1.5 }));
+    expect([got.status, got.retryAfter, got.type]).toEqual([503, null, "application/json"]);
+    expect(JSON.parse(got.text)).toEqual({ after_seconds: 1.5 });
+  });
+
+  it("slowDown is 429 with slow_down for the whole binding", async () => {
+    const got = await answer(() => slowDown({ afterSeconds: 30 }));
+    expect([got.status, got.retryAfter]).toEqual([429, null]);
+    expect(JSON.parse(got.text)).toEqual({ slow_down: { after_seconds: 30 } });
+    expect(() => slowDown({ afterSeconds: -1 })).toThrow(RangeError);
+  });
+
+  it("slowDown is fn's own outcome, never a channel's", async () => {
+    await expect(
+      answer((_, ctx) => {
+        ctx.channel("discord", slowDown({ afterSeconds: 1 }) as unknown as Outcome);
+        return done();
+      }),
+    ).rejects.toThrow(TypeError);
   });
 
   it("fail is 422 with the reason as its text", async () => {
@@ -188,13 +208,19 @@ describe("channels", () => {
     expect(JSON.parse(got.text)).toEqual({ channels: { telegram: { outcome: "done" } } });
   });
 
-  it("a channel's retry after some seconds sets Retry-After, the longest of them", async () => {
+  it("a channel's retry after some seconds carries its own after_seconds, no Retry-After", async () => {
     const got = await answer((_, ctx) => {
       ctx.channel("discord", retry("429", { afterSeconds: 3 }));
       ctx.channel("telegram", retry("429", { afterSeconds: 10 }));
       return done();
     });
-    expect([got.status, got.retryAfter]).toEqual([200, "10"]);
+    expect([got.status, got.retryAfter]).toEqual([200, null]);
+    expect(JSON.parse(got.text)).toEqual({
+      channels: {
+        discord: { outcome: "retry", reason: "429", after_seconds: 3 },
+        telegram: { outcome: "retry", reason: "429", after_seconds: 10 },
+      },
+    });
   });
 
   it("fn's own retry or failure beside them is their status", async () => {
@@ -280,5 +306,32 @@ describe("channels", () => {
     expect(channels.maxProperties).toBe(MAX_CHANNELS);
     expect(channels.propertyNames.maxLength).toBe(MAX_CHANNEL_NAME_CHARS);
     expect(answerSchema.$defs.outcome.oneOf[1]?.properties.reason?.maxLength).toBe(MAX_REASON_BYTES);
+  });
+});
+
+describe("waitSeconds reads an API's wait as cron-fanout does", () => {
+  const NOW = Date.parse("2026-10-21T07:28:00Z");
+  const wait = (headers: Record<string, string>, body = "") => waitSeconds({ headers: new Headers(headers), body }, NOW);
+
+  it("from Retry-After in seconds, or as a date against the answer's own Date", () => {
+    expect(wait({ "Retry-After": "7" })).toBe(7);
+    expect(wait({ "retry-after": "1.25" })).toBe(1.25);
+    const dated = { Date: "Wed, 21 Oct 2026 07:27:00 GMT", "Retry-After": "Wed, 21 Oct 2026 07:27:30 GMT" };
+    expect(wait(dated)).toBe(30);
+  });
+
+  it("from the other headers, then the body", () => {
+    expect(wait({ "retry-after-ms": "1500" })).toBe(1.5);
+    expect(wait({ "X-RateLimit-Reset-After": "0.5" })).toBe(0.5);
+    expect(wait({ "x-ratelimit-reset": String(NOW / 1000 + 600) })).toBe(600);
+    expect(wait({}, '{"retry_after": 0.5, "global": false}')).toBe(0.5);
+    expect(wait({}, '{"ok": false, "parameters": {"retry_after": 12}}')).toBe(12);
+  });
+
+  it("ignores what does not parse, and caps at a week", () => {
+    expect(wait({})).toBeUndefined();
+    expect(wait({ "Retry-After": "-3" })).toBeUndefined();
+    expect(wait({}, "not json")).toBeUndefined();
+    expect(wait({ "Retry-After": "99999999" })).toBe(7 * 86_400);
   });
 });

@@ -646,6 +646,7 @@ fn channel_results_are_committed_with_the_outcome() {
         outcome: crate::core::receipts::outcome(&channels),
         channels: Some(channels),
         retry_after_ms: None,
+        own_delay: false,
         refused: None,
     };
     r.m.finished(10, multi, ran, 0.0);
@@ -925,6 +926,7 @@ fn a_retry_after_sets_the_next_attempts_delay_capped_by_the_retry_cap() {
     r.actions(0);
     let after = |ms| Ran {
         retry_after_ms: Some(ms),
+        own_delay: false,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     // Past the cap (400 ms), and shorter than the backoff (50 to 100 ms).
@@ -933,6 +935,38 @@ fn a_retry_after_sets_the_next_attempts_delay_capped_by_the_retry_cap() {
     let rows = take_commit(r.actions(10));
     let after: Vec<Option<i64>> = rows.iter().map(|s| s.transition.run_after).collect();
     assert_eq!(after, vec![Some(10 + 400), Some(10)]);
+}
+
+#[test]
+fn an_items_own_delay_delays_it_alone_spends_its_attempt_and_pauses_nothing() {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let keyed = |id| ClaimedItem {
+        limits: Some(r#"["service:HANDLER"]"#.into()),
+        ..item(id)
+    };
+    r.m.claimed(0, Ok(vec![keyed(1), keyed(2)]));
+    r.actions(0);
+    let own = Ran {
+        retry_after_ms: Some(300),
+        own_delay: true,
+        ..Ran::from(Outcome::Retry("HTTP 503".into()))
+    };
+    r.m.finished(10, keyed(1), own, 0.0);
+    r.m.finished(10, keyed(2), Outcome::Done, 0.0);
+    let rows = take_commit(r.actions(10));
+    let t = &rows[0].transition;
+    assert_eq!(
+        (t.status, t.run_after),
+        (ItemStatus::Pending, Some(10 + 300))
+    );
+    // Not a refusal: no pause, no rate learned, the attempt spent.
+    assert_eq!(
+        (t.paused_until, t.refused_at, t.attempt),
+        (None, None, None)
+    );
+    assert_eq!(t.error.as_deref(), Some("attempt 1 failed: HTTP 503"));
+    assert_eq!(rows[1].transition.status, ItemStatus::Completed);
 }
 
 #[test]
@@ -948,6 +982,7 @@ fn a_retry_after_on_the_last_attempt_still_fails_the_item() {
     r.actions(0);
     let ran = Ran {
         retry_after_ms: Some(50),
+        own_delay: false,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     r.m.finished(10, last, ran, 0.0);
@@ -964,6 +999,7 @@ fn a_retry_after_sets_the_retry_delay_instead_of_the_backoff_within_the_kinds_ca
     });
     let after = |ms| Ran {
         retry_after_ms: Some(ms),
+        own_delay: false,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     r.m.finished(10, nudge, after(300), 0.0);
@@ -1313,6 +1349,7 @@ fn an_item_waiting_for_its_slot_past_its_lease_is_released_unrun() {
 fn refused_ran(reason: &str, wait_ms: Option<i64>, by: RefusedBy) -> Ran {
     Ran {
         retry_after_ms: wait_ms,
+        own_delay: false,
         refused: Some(by),
         ..Ran::from(Outcome::Retry(reason.into()))
     }
@@ -1424,6 +1461,7 @@ fn a_retry_that_is_no_refusal_spends_its_attempt_and_ends_the_streak() {
     // failure of the receiver's, not a refusal the reader called.
     let ran = Ran {
         retry_after_ms: Some(200),
+        own_delay: false,
         ..Ran::from(Outcome::Retry("HTTP 503".into()))
     };
     r.m.finished(10, refused_before, ran, 0.0);
