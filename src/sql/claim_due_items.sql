@@ -22,8 +22,8 @@
 -- are defined now (constant
 -- subqueries, read once): the claimer's next claim is shaped by them
 -- (store::Claimed).
--- The same statement moves the cursor items the claim passed (`passed`, held while
--- a later item of their batch is taken) to their batch's due instant: they stay
+-- The same statement moves the cursor items the claim passed (`passed`, held below
+-- a cursor item of their batch that is not held) to their batch's due instant: they stay
 -- pending, unleased, and come back marked `claimed` = 0, which the store drops
 -- (without a lease or a start: '' and 0, so the row decodes).
 -- ?7 lease expiry; ?1 to ?6 as in claim_selection.sql.
