@@ -61,15 +61,7 @@ fn items_held_back_by_limits_are_not_counted_as_due() {
         )
         .unwrap();
     batch_of(&store, "free", 5, 3);
-    store
-        .db()
-        .conn()
-        .execute(
-            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
-             VALUES ('github', NULL, 1, NULL, 4, 0, 0)",
-            [],
-        )
-        .unwrap();
+    limit(&store, "github", None, 1, None, Some(4));
     assert_eq!(
         work(&store, 1_000, 1_550).due,
         5 + 4,

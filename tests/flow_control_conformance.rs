@@ -41,27 +41,6 @@ fn hold(store: &Store<SqliteDb>, batch: &str, keys: &[&str], nth: impl Fn(i64) -
     }
 }
 
-fn limit(
-    store: &Store<SqliteDb>,
-    key: &str,
-    rate: Option<i64>,
-    per: i64,
-    burst: Option<i64>,
-    conc: Option<i64>,
-) {
-    store
-        .db()
-        .conn()
-        .execute(
-            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)
-             ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, per_seconds = excluded.per_seconds,
-               burst = excluded.burst, concurrency = excluded.concurrency",
-            rusqlite::params![key, rate, per, burst, conc],
-        )
-        .unwrap();
-}
-
 fn priority(store: &Store<SqliteDb>, batch: &str, p: i64) {
     store
         .db()

@@ -110,15 +110,7 @@ fn world(seed: u64) -> World {
             Some((r, p, b)) => (Some(r), p, Some(b)),
             None => (None, 1, None),
         };
-        store
-            .db()
-            .conn()
-            .execute(
-                "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)",
-                rusqlite::params![key, rate, per, burst, s.concurrency],
-            )
-            .unwrap();
+        limit(&store, key, rate, per, burst, s.concurrency);
     }
     let mut keys = BTreeMap::new();
     for b in 0..rng.random_range(2..5) {
@@ -558,15 +550,7 @@ fn the_guides_github_limit_with_four_drainers_costs_at_most_two_statements_per_i
                 [&b],
             )
             .unwrap();
-        store
-            .db()
-            .conn()
-            .execute(
-                "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
-                 VALUES ('github', 5000, 3600, 100, 10, 0, 0)",
-                [],
-            )
-            .unwrap();
+        limit(&store, "github", Some(5_000), 3_600, Some(100), Some(10));
         let before = store.usage().statements;
         let mut drainers: Vec<Held> = (0..DRAINERS)
             .map(|n| Held {

@@ -43,16 +43,9 @@ fn batch(store: &Store<SqliteDb>, key: &str, items: &[ItemInput], priority: i64)
     id
 }
 
+/// A limit with a burst of 1 when it has a rate.
 fn limit(store: &Store<SqliteDb>, key: &str, rate: Option<i64>, per: i64, conc: Option<i64>) {
-    store
-        .db()
-        .conn()
-        .execute(
-            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)",
-            rusqlite::params![key, rate, per, rate.map(|_| 1), conc],
-        )
-        .unwrap();
+    common::limit(store, key, rate, per, rate.map(|_| 1), conc);
 }
 
 const RATES: LimitsInForce = LimitsInForce {

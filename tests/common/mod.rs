@@ -260,3 +260,25 @@ pub fn scans(plan: &[String]) -> Vec<&String> {
         })
         .collect()
 }
+
+/// Defines (or redefines) the limit `key` as `PUT /limits/{key}` would store it.
+pub fn limit(
+    store: &Store<SqliteDb>,
+    key: &str,
+    rate: Option<i64>,
+    per: i64,
+    burst: Option<i64>,
+    conc: Option<i64>,
+) {
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limits (key, rate, per_seconds, burst, concurrency, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, 0)
+             ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, per_seconds = excluded.per_seconds,
+               burst = excluded.burst, concurrency = excluded.concurrency",
+            rusqlite::params![key, rate, per, burst, conc],
+        )
+        .unwrap();
+}
