@@ -5,7 +5,6 @@
 //! items, and the money per million at the prices of `core::cost::PRICES`.
 
 use super::get_ok;
-use crate::driver::drive::{self, Pace};
 use crate::driver::plan;
 use crate::driver::target::TargetArgs;
 use crate::run;
@@ -15,9 +14,7 @@ use crate::runtime::api::SubjectIn;
 use anyhow::{Context, Result};
 use cron_fanout::core::cost::{self, BatchCost, Cost};
 use serde::Serialize;
-use serde_json::json;
 use std::time::Duration;
-use tokio::task::JoinSet;
 
 #[derive(Debug, Serialize)]
 pub struct CostBench {
@@ -99,15 +96,8 @@ pub async fn measure(args: &TargetArgs, items: usize, timeout: Duration) -> Resu
     for chunk in subjects.chunks(crate::runtime::api::MAX_PAGE) {
         api.put_subjects(chunk).await?;
     }
-    let (_, batch) = api
-        .create_batch(&json!({"key": "cost", "source": "subjects"}))
-        .await?;
-    let pace = Pace {
-        every: Duration::from_millis(200),
-        max_in_flight: 1,
-        timeout,
-    };
-    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let (batch, driven) =
+        crate::driver::drive::subjects_batch_finished(&api, "cost", timeout).await?;
     let got = get_ok(&api, &format!("/batches/{}", batch.id)).await?;
     let cost: Cost = serde_json::from_value(
         got.json()

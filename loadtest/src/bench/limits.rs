@@ -267,7 +267,12 @@ async fn pool_part(args: &TargetArgs, timeout: Duration) -> Result<u32> {
 
 async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
     let cap = HEAD_TICK_CAP.to_string();
-    let mut target = open(args, "bench-limits-head", &[("MAX_CHILD_INVOCATIONS", &cap)]).await?;
+    let mut target = open(
+        args,
+        "bench-limits-head",
+        &[("MAX_CHILD_INVOCATIONS", &cap)],
+    )
+    .await?;
     let api = target.api.clone();
     put_limit(
         &api,
@@ -279,7 +284,11 @@ async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
     // waits at the head of the batch for the whole run.
     let subjects: Vec<Value> = (0..HEAD_ITEMS)
         .map(|i| {
-            let limits = if i < 2 { json!(["bench-head"]) } else { json!([]) };
+            let limits = if i < 2 {
+                json!(["bench-head"])
+            } else {
+                json!([])
+            };
             json!({"id": format!("head-{i:05}"), "kind": "noop", "payload": {},
                    "active": true, "limits": limits})
         })
@@ -304,7 +313,10 @@ async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
-    ensure!(found.len() == HEAD_MARKS.len(), "measured at {found:?} only");
+    ensure!(
+        found.len() == HEAD_MARKS.len(),
+        "measured at {found:?} only"
+    );
     Ok(found)
 }
 

@@ -20,7 +20,7 @@ pub mod schedules;
 use crate::bench::report::{
     latency_table, BenchReport, FanoutRound, InitTiming, LatencyBound, Ratios, RowsRead,
 };
-use crate::driver::drive::{self, Pace};
+use crate::driver::drive;
 use crate::driver::plan;
 use crate::driver::target::TargetArgs;
 use crate::run;
@@ -36,7 +36,6 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
 
 /// The Worker's header with the D1 rows an admin request read.
 const ROWS_READ_HEADER: &str = "Fanout-D1-Rows-Read";
@@ -670,15 +669,7 @@ async fn rows_read(args: &BenchArgs, timeout: Duration) -> Result<RowsRead> {
         })
         .collect();
     api.put_subjects(&subjects).await?;
-    let (_, batch) = api
-        .create_batch(&json!({"key": "rows-read", "source": "subjects"}))
-        .await?;
-    let pace = Pace {
-        every: Duration::from_millis(200),
-        max_in_flight: 1,
-        timeout,
-    };
-    let driven = drive::until_finished(&api, &batch, pace, JoinSet::new()).await?;
+    let (batch, driven) = drive::subjects_batch_finished(&api, "rows-read", timeout).await?;
     let listing = get_ok(
         &api,
         &format!("/batches/{}/items?status=failed&limit=1000", batch.id),

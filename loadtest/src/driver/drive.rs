@@ -211,3 +211,22 @@ pub async fn tick_until_finished(api: Api, id: Id) -> Result<Batch> {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// A batch `key` over every subject, ticked one at a time every 200 ms until it
+/// finishes: the batch and how it was driven.
+pub async fn subjects_batch_finished(
+    api: &Api,
+    key: &str,
+    timeout: Duration,
+) -> Result<(Batch, Driven)> {
+    let (_, batch) = api
+        .create_batch(&serde_json::json!({"key": key, "source": "subjects"}))
+        .await?;
+    let pace = Pace {
+        every: Duration::from_millis(200),
+        max_in_flight: 1,
+        timeout,
+    };
+    let driven = until_finished(api, &batch, pace, JoinSet::new()).await?;
+    Ok((batch, driven))
+}
