@@ -41,7 +41,6 @@ pub async fn e2e(args: &TargetArgs, _timeout: Duration, checks: &mut Checks) -> 
             ("LEASE_SECONDS", "40".to_string()),
             ("INVOCATION_DEADLINE_MS", "30000".to_string()),
             ("RETRY_MAX_MS", "120000".to_string()),
-            ("LEARN_LIMITS", "false".to_string()),
         ],
         Vec::new(),
     )
