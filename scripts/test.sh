@@ -15,6 +15,9 @@ bash scripts/setup.sh
 printf '\n==> host tests (cargo test --workspace)\n'
 cargo test --workspace
 
+printf '\n==> the library'"'"'s public API is docs/reference/public-api.txt'"'"'s, each change in CHANGELOG.md\n'
+bash scripts/public-api.sh
+
 printf '\n==> OpenAPI: src/api/openapi.json is a valid OpenAPI 3.1 document\n'
 validate-api src/api/openapi.json
 

@@ -400,12 +400,10 @@ fn a_batchs_callback_is_signed_with_its_own_secret_instead_of_the_webhook_secret
             .find(|c| json!(c.batch_id) == batch["id"])
             .unwrap_or_else(|| panic!("no callback of {batch}"))
     };
-    let cfg = RunConfig {
-        webhook_secret: WEBHOOK_SECRET.into(),
-        dispatch_secrets: vec!["dispatch-secret-0123456789".into()],
-        job_timeout_ms: 10_000,
-        ..RunConfig::default()
-    };
+    let mut cfg = RunConfig::default();
+    cfg.webhook_secret = WEBHOOK_SECRET.into();
+    cfg.dispatch_secrets = vec!["dispatch-secret-0123456789".into()];
+    cfg.job_timeout_ms = 10_000;
     let signed_with = |row: &cron_fanout::core::model::ClaimedItem| {
         let out = MemoryOutbound::new(now);
         out.answer(HOOK, Answer::status(200));
@@ -454,12 +452,10 @@ fn a_callback_whose_secret_is_the_dispatch_secret_is_not_sent() {
     run_due(&host, |_| Outcome::Done);
     let now = host.now.get();
     let callbacks = block_on(host.store.claim_due_items(now, 10, "r", now + 60_000)).unwrap();
-    let cfg = RunConfig {
-        webhook_secret: WEBHOOK_SECRET.into(),
-        dispatch_secrets: vec![dispatch.into()],
-        job_timeout_ms: 10_000,
-        ..RunConfig::default()
-    };
+    let mut cfg = RunConfig::default();
+    cfg.webhook_secret = WEBHOOK_SECRET.into();
+    cfg.dispatch_secrets = vec![dispatch.into()];
+    cfg.job_timeout_ms = 10_000;
     let out = MemoryOutbound::new(now);
     let ran = out.block_on(Jobs::builtin().run(&callbacks[0], &cfg, &out, None));
     assert_eq!(

@@ -727,10 +727,8 @@ fn a_commit_never_downgrades_a_delivered_channel() {
     // A commit built from a stale view (as if email had not been delivered) that
     // says email failed for good, and push delivered.
     let again = claim(&store, 100_000, 10, "m2").pop().unwrap();
-    let stale = ClaimedItem {
-        receipts: None,
-        ..again.clone()
-    };
+    let mut stale = again.clone();
+    stale.receipts = None;
     let t = settle_channels(
         &stale,
         &[

@@ -39,10 +39,8 @@ impl Job for Verbose {
 fn run(item: &ClaimedItem) -> Ran {
     let jobs = Jobs::builtin().with(Verbose);
     let out = MemoryOutbound::new(0);
-    let cfg = RunConfig {
-        job_timeout_ms: 10_000,
-        ..RunConfig::default()
-    };
+    let mut cfg = RunConfig::default();
+    cfg.job_timeout_ms = 10_000;
     out.block_on(jobs.run(item, &cfg, &out, None))
 }
 

@@ -47,21 +47,8 @@ fn the_page_shows_both_schemas_word_for_word() {
 
 #[test]
 fn the_request_schema_requires_every_field_the_worker_sends_and_no_other() {
-    let item = ClaimedItem {
-        item_id: 42,
-        lease_token: "t".into(),
-        batch_id: "b1".into(),
-        subject_id: "ada".into(),
-        attempt: 2,
-        max_attempts: 5,
-        kind: "service".into(),
-        payload: "{}".into(),
-        receipts: None,
-        given_back: 0,
-        limits: None,
-        start_at: 0,
-        refused_since: None,
-    };
+    let mut item = ClaimedItem::new(42, "b1", "ada", "service", "{}", 5, "t");
+    item.attempt = 2;
     let sent: Value =
         serde_json::from_str(&delivery_body(&item, vec!["discord"], &json!({"n": 1}))).unwrap();
     let s = schema(REQUEST);

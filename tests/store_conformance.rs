@@ -1298,21 +1298,22 @@ fn old_in_flight(store: &Store<SqliteDb>) -> Vec<ClaimedItem> {
                      FROM cron_queue WHERE id = ?1",
                     [id],
                     |r| {
-                        Ok(ClaimedItem {
-                            item_id: *id,
-                            lease_token: r.get(0)?,
-                            batch_id: r.get(1)?,
-                            subject_id: r.get(2)?,
-                            attempt: r.get(3)?,
-                            max_attempts: r.get(4)?,
-                            kind: r.get(5)?,
-                            payload: r.get(6)?,
-                            receipts: None,
-                            given_back: 0,
-                            limits: None,
-                            start_at: 0,
-                            refused_since: None,
-                        })
+                        let lease: String = r.get(0)?;
+                        let batch: String = r.get(1)?;
+                        let subject: String = r.get(2)?;
+                        let kind: String = r.get(5)?;
+                        let payload: String = r.get(6)?;
+                        let mut item = ClaimedItem::new(
+                            *id,
+                            &batch,
+                            &subject,
+                            &kind,
+                            &payload,
+                            r.get(4)?,
+                            &lease,
+                        );
+                        item.attempt = r.get(3)?;
+                        Ok(item)
                     },
                 )
                 .unwrap()

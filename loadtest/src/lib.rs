@@ -18,9 +18,11 @@
 //! - `e2e`: the end-to-end suite and its parts (the dashboard in a browser among them).
 //! - `bench`: `loadtest bench` and `loadtest schedules`.
 //! - `probe`: `loadtest probe`.
+//! - `api_listing`: `loadtest api-listing`, the library's public API as text.
 //!
 //! `tests/module_imports.rs` checks both rules, and that the imports form no circle.
 
+pub mod api_listing;
 pub mod bench;
 pub mod driver;
 pub mod e2e;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use loadtest::{bench, bench::schedules, e2e, probe, run, run::demo, sink};
+use loadtest::{api_listing, bench, bench::schedules, e2e, probe, run, run::demo, sink};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -49,6 +49,12 @@ enum Command {
     /// What schedules cost the tick: idle ticks with and without 1,000 idle
     /// schedules, 1 vs 100 due at once, 100 due over subjects; with verdicts.
     Schedules(schedules::SchedulesArgs),
+    /// The library's public API, a line per item, from rustdoc's JSON
+    /// (`scripts/public-api.sh` compares it with docs/reference/public-api.txt).
+    ApiListing {
+        /// rustdoc's JSON of the library (`target/doc/cron_fanout.json`).
+        json: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -81,6 +87,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Probe(args) => probe::run(args).await,
         Command::Schedules(args) => schedules::run(args).await,
+        Command::ApiListing { json } => print_listing(&json),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -110,6 +117,15 @@ async fn serve_sink(port: u16, webhook_secret: &str, connection_cap: Option<u32>
     // Serves until the signal branch in `main` ends the process.
     std::future::pending::<()>().await;
     Ok(())
+}
+
+fn print_listing(json: &std::path::Path) -> Result<bool> {
+    let text =
+        std::fs::read_to_string(json).map_err(|e| anyhow::anyhow!("{}: {e}", json.display()))?;
+    for line in api_listing::listing(&text)? {
+        println!("{line}");
+    }
+    Ok(true)
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM (CI timeouts), naming which.

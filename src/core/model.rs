@@ -45,8 +45,11 @@ impl ItemStatus {
 
 /// A row handed out by a claim: everything the child needs to run it, plus the
 /// lease that fences every later write about it.
+/// Built outside this crate with [`ClaimedItem::new`] (or `testing::item`): new
+/// fields come with the drain's needs, and a struct literal would break on each.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ClaimedItem {
     pub item_id: i64,
     pub lease_token: String,
@@ -90,6 +93,36 @@ fn is_zero(n: &i64) -> bool {
 }
 
 impl ClaimedItem {
+    /// Item `item_id` of batch `batch_id` for subject `subject_id`, of `kind`
+    /// with `payload` (JSON text, as stored), on attempt 1 of `max_attempts`,
+    /// lease `lease_token`; no receipts, no limit keys, to start at once. Set the
+    /// public fields for anything else.
+    pub fn new(
+        item_id: i64,
+        batch_id: &str,
+        subject_id: &str,
+        kind: &str,
+        payload: &str,
+        max_attempts: i64,
+        lease_token: &str,
+    ) -> ClaimedItem {
+        ClaimedItem {
+            item_id,
+            lease_token: lease_token.into(),
+            batch_id: batch_id.into(),
+            subject_id: subject_id.into(),
+            attempt: 1,
+            max_attempts,
+            kind: kind.into(),
+            payload: payload.into(),
+            receipts: None,
+            given_back: 0,
+            limits: None,
+            start_at: 0,
+            refused_since: None,
+        }
+    }
+
     /// A batch's completion callback (`core::callback`), not one of its items: it
     /// counts in no batch counter and no timeline.
     pub fn is_callback(&self) -> bool {

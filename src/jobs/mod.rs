@@ -168,7 +168,9 @@ impl Policy {
 /// The Worker's settings and secrets a run may need (the built-in kinds sign
 /// deliveries and check targets again). Its default is a deployment's with
 /// every setting at its default (`JOB_TIMEOUT_MS` 10 s) and no secrets.
+/// Built from [`RunConfig::default`], its public fields set after.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunConfig {
     /// The id of the invocation that dispatched the item (a tick's or a
     /// drainer's, `GET /invocations`): every request of the run carries it as

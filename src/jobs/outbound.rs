@@ -24,7 +24,10 @@ use super::bindings::Bindings;
 /// An HTTP request as a job sends it. Redirects are never followed: a 3xx comes
 /// back as it is (following one would send the request, and its signature,
 /// wherever `Location` points).
+/// Built with [`Request::new`] and its builders ([`Request::get`],
+/// [`Request::header`], [`Request::read_body_up_to`]…), never a struct literal.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Request {
     pub method: String,
     /// A checked URL (`core::target`), as text.
@@ -147,7 +150,10 @@ impl Request {
 /// ([`Request::read_body`]; then `whole`), else the start of a failure's (for
 /// its reason) or nothing. [`Response::text`] and [`Response::json`] read a
 /// whole body, and fail on one that was not read.
+/// Built with [`Response::new`] or [`Response::with_body`], then
+/// [`Response::header`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -173,6 +179,20 @@ impl Response {
             body: body.into(),
             whole: true,
         }
+    }
+
+    /// The same answer with one more header.
+    pub fn header(mut self, name: &str, value: &str) -> Response {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The same answer with this much of its body read: `whole` says whether it
+    /// is all of it (as [`Request::body_read`] decided).
+    pub fn read(mut self, body: impl Into<Vec<u8>>, whole: bool) -> Response {
+        self.body = body.into();
+        self.whole = whole;
+        self
     }
 
     /// The whole body as text. An error when the request did not ask for the

@@ -46,15 +46,11 @@ pub fn scrub(text: &str, secrets: &[&str]) -> String {
 /// An answer as the tests write one: status, headers, body.
 #[cfg(test)]
 pub(crate) fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
-    Response {
-        status,
-        headers: headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect(),
-        body: body.into(),
-        whole: true,
-    }
+    headers
+        .iter()
+        .fold(Response::with_body(status, body), |r, (n, v)| {
+            r.header(n, v)
+        })
 }
 
 #[cfg(test)]
