@@ -1456,7 +1456,9 @@ fn check_costs<D: Db>(store: &Store<D>, summaries: &[InvocationSummary], ctx: &s
     }
     let mut stored = Cost::default();
     for (batch, expected) in &shares {
-        let row = block_on(store.get_batch(batch)).unwrap().expect("the batch");
+        let row = block_on(store.get_batch(batch))
+            .unwrap()
+            .expect("the batch");
         let cost = Cost::stored(row.cost.as_deref()).expect("a batch's cost");
         assert_eq!(&cost, expected, "{ctx}: batch {batch}");
         stored.add(&cost);

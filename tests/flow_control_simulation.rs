@@ -610,7 +610,10 @@ fn the_guides_github_limit_with_four_drainers_costs_at_most_two_statements_per_i
                     d.running.push((item, now + RUN_MS));
                 }
             }
-            if drainers.iter().all(|d| d.drained && d.running.is_empty() && d.done.is_empty()) {
+            if drainers
+                .iter()
+                .all(|d| d.drained && d.running.is_empty() && d.done.is_empty())
+            {
                 break;
             }
         }

@@ -374,7 +374,10 @@ mod tests {
         assert_eq!(shares["a"].d1_rows_written, 27_033);
         assert_eq!(shares["b"].d1_rows_written, 9_011);
         // One request: the batch with the larger share of it.
-        assert_eq!((shares["a"].worker_requests, shares["b"].worker_requests), (1, 0));
+        assert_eq!(
+            (shares["a"].worker_requests, shares["b"].worker_requests),
+            (1, 0)
+        );
     }
 
     #[test]
@@ -430,7 +433,11 @@ mod tests {
     #[test]
     fn every_price_names_its_page() {
         for p in PRICES {
-            assert!(p.page.starts_with("https://developers.cloudflare.com/"), "{}", p.unit);
+            assert!(
+                p.page.starts_with("https://developers.cloudflare.com/"),
+                "{}",
+                p.unit
+            );
         }
     }
 }

@@ -391,7 +391,10 @@ async fn github_limit_waits_for_a_slot(f: &mut Flow) -> Result<()> {
     let runs = api.invocations_since(&known).await?;
     let statements: i64 = runs.iter().map(|i| i.summary.d1_statements).sum();
     let per_item = statements as f64 / GITHUB_ITEMS as f64;
-    let stops: Vec<&str> = runs.iter().map(|i| i.summary.stop_reason.as_str()).collect();
+    let stops: Vec<&str> = runs
+        .iter()
+        .map(|i| i.summary.stop_reason.as_str())
+        .collect();
     let peak = f
         .target
         .sink
