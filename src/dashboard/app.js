@@ -52,8 +52,9 @@
     return el;
   }
 
+  /** Appends `children`, arrays of them at any depth flattened. */
   function append(el, children) {
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }

@@ -196,7 +196,10 @@ pub async fn waiting_view(
         .await
         .context("starting the dashboard's waiting_on Worker")?;
     let result = checked(b, &target, shots, checks).await;
+    // Off its origin before it stops: a poll of a stopped Worker is a console error.
+    let left = b.client.goto("about:blank").await;
     target.stop_checked("dashboard waiting: ", checks).await;
+    left?;
     result
 }
 
