@@ -155,18 +155,21 @@ async fn until_agreed(
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         let _ = b.click("#items .tabs button.link").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let Ok(v) = b.client.execute(SHOWN, vec![]).await else {
-            continue;
+        let read = async {
+            let v = b.client.execute(SHOWN, vec![]).await?;
+            let shown = serde_json::from_value::<Shown>(v)?;
+            Ok::<_, anyhow::Error>((shown, answered(api, id).await?))
         };
-        let (Ok(shown), Ok(api_says)) =
-            (serde_json::from_value::<Shown>(v), answered(api, id).await)
-        else {
-            continue;
-        };
-        let agreed = shown == api_says && ready(&api_says);
-        last = (shown, api_says);
-        if agreed {
-            break;
+        match read.await {
+            Ok((shown, api_says)) => {
+                let agreed = shown == api_says && ready(&api_says);
+                last = (shown, api_says);
+                if agreed {
+                    break;
+                }
+            }
+            // The next round reads again; the checks say what never agreed.
+            Err(e) => println!("#   waiting: a read of the view or the API failed: {e:#}"),
         }
     }
     last
