@@ -334,6 +334,13 @@ async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
     Ok(found)
 }
 
+/// The rows an admin `GET path` read (`Fanout-D1-Rows-Read`); it must answer 2xx.
+async fn rows_read(api: &Api, path: &str) -> Result<Option<u64>> {
+    let r = api.admin_raw(reqwest::Method::GET, path, None).await?;
+    ensure!(r.status.is_success(), "GET {path}: {}", r.status);
+    Ok(r.header("Fanout-D1-Rows-Read").and_then(|v| v.parse().ok()))
+}
+
 /// Rows read while items wait on an exhausted key: by an idle tick before they
 /// existed, a tick that finds them all held, and the reads of why they wait.
 struct Held {
@@ -372,12 +379,9 @@ async fn held_part(args: &TargetArgs, items: usize) -> Result<Held> {
     eprintln!("rows read by the ticks after the firing one: {after_fire:?}, then {held:?}");
     // What holds them, read as the dashboard reads it (the only batch).
     let batch = api.batches(1).await?.pop().context("no batch")?.id;
-    let rows_read = |r: crate::runtime::api::RawResponse| {
-        r.header("Fanout-D1-Rows-Read").and_then(|v| v.parse().ok())
-    };
     let page = format!("/batches/{batch}/items?status=pending&limit=100");
-    let waiting_page = rows_read(crate::bench::get_ok(&api, &page).await?);
-    let waiting_counts = rows_read(crate::bench::get_ok(&api, &format!("/batches/{batch}")).await?);
+    let waiting_page = rows_read(&api, &page).await?;
+    let waiting_counts = rows_read(&api, &format!("/batches/{batch}")).await?;
     eprintln!("rows read by waiting_on: {waiting_page:?} (a page of 100), {waiting_counts:?} (the counts)");
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
