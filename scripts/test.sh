@@ -47,10 +47,12 @@ cargo run -q -p loadtest -- e2e --repo .
 # written per item (3.004 measured: insert 1, claim 1, commit 1, the rest per
 # batch or invocation) and statements per item (0.026-0.029 measured; fewer
 # outcomes per flush on a loaded machine cost a little more, hence 0.035).
-printf '\n==> regression: 12,000 items drained by one invocation (runtime timer cap, D1 cost)\n'
+# --check-cost: the batch's `cost` is exactly the sum of its invocations' shares,
+# and its rows written and read within 1 % of what local D1 reported for the run.
+printf '\n==> regression: 12,000 items drained by one invocation (runtime timer cap, D1 cost, cost per batch)\n'
 cargo run -q -p loadtest -- run --repo . --scenario happy --job noop -n 12000 \
   --var JOB_TIMEOUT_MS=60000 --var INVOCATION_DEADLINE_MS=300000 \
-  --max-rows-written-per-item 3.01 --max-statements-per-item 0.035
+  --max-rows-written-per-item 3.01 --max-statements-per-item 0.035 --check-cost
 
 # The same items, each holding one limit key of concurrency 25 (flow control): rows
 # written per item stay at 3 plus a batch counter row per flush, and a flush holds at

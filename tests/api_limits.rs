@@ -425,6 +425,33 @@ fn waiting_counts_the_due_pending_items_holding_the_key() {
     );
 }
 
+/// `batches`: the batches whose items in flight or due hold the limit's keys
+/// (its partitions' for a partitioned one), each once; not a batch whose items
+/// only wait out a backoff, nor one holding another key.
+#[test]
+fn a_limit_names_the_batches_its_keys_hold() {
+    let host = setup();
+    let flying = batch(&host, "flying", &["f0", "f1"]);
+    hold(&host, &["f0", "f1"], &["tenant:a"]);
+    claim_all(&host);
+    let retried = batch(&host, "retried", &["r0"]);
+    hold(&host, &["r0"], &["tenant:c"]);
+    let claimed = claim_all(&host);
+    commit(&host, &claimed, "r0", Outcome::Retry("HTTP 503".into()));
+    let due = batch(&host, "due", &["d0", "d1", "d2"]);
+    hold(&host, &["d0", "d1"], &["tenant:b"]);
+    hold(&host, &["d2"], &["github"]);
+    put(&host, "tenant:*", json!({"concurrency": 5}));
+    put(&host, "github", json!({"concurrency": 5}));
+    let mut want = vec![flying, due.clone()];
+    want.sort();
+    assert_eq!(live(&host, "tenant:*")["batches"], json!(want));
+    assert_eq!(live(&host, "github")["batches"], json!([due]));
+    let listed = host.ok(GET, "/limits", None, 200);
+    assert_eq!(listed["limits"][0]["batches"], json!([due]));
+    assert!(!want.contains(&retried));
+}
+
 /// As /metrics counts due items: at most DUE_CAP are read, and the answer says
 /// when the count stopped there.
 #[test]
@@ -744,6 +771,9 @@ fn the_usage_read_never_scans_the_queue() {
         "SCAN h",
         "SCAN g",
         "SCAN due",
+        "SCAN flying",
+        "SCAN holding",
+        "SCAN o",
         // A key's colons, computed (its partitions are probed by primary key).
         "SCAN colon",
     ];

@@ -153,10 +153,10 @@ fn every_route_in_the_table_answers_its_success_shape() {
             }
             (GET, "/batches/{id}") => {
                 // One batch only: its pending items counted by what holds them,
-                // and what it cost (migration 0026).
+                // the keys holding most, and what it cost (migration 0026).
                 let got = host.ok(GET, "/batches/batch-1", None, 200);
                 let mut expected = PROGRESS_KEYS.to_vec();
-                expected.extend(["cost", "waiting_on"]);
+                expected.extend(["cost", "waiting_keys", "waiting_on"]);
                 expected.sort_unstable();
                 assert_eq!(keys(&got), expected);
                 assert_eq!(

@@ -324,6 +324,35 @@ fn the_batch_counts_each_reason_and_they_add_up_to_its_pending_items() {
     assert_eq!(by_page, by_count);
 }
 
+/// The keys holding the batch's items, each with its state; the paused key
+/// with the receiver's word, the last error of the refused item in backoff.
+#[test]
+fn the_batch_names_the_keys_that_hold_it_with_their_state_and_the_receiver_s_word() {
+    let store = setup();
+    let low = scenario(&store);
+    let now = T0 + 10;
+    let rows = block_on(store.waiting_on_counts(&low, now, CLAIM)).unwrap();
+    let top = cron_fanout::core::waiting::top_keys(&rows);
+    let w = waiting(&store, &low, now);
+    let shown: Vec<(&WaitingOn, i64, Option<&str>)> = top
+        .iter()
+        .map(|k| (&k.on, k.items, k.word.as_deref()))
+        .collect();
+    // One item each: by key, the same state each item's own reason names.
+    assert_eq!(
+        shown,
+        [
+            (&w["c-conc-2"], 1, None),
+            (
+                &w["d-host-2"],
+                1,
+                Some("attempt 1 failed: 429 Too Many Requests")
+            ),
+            (&w["b-rate-2"], 1, None),
+        ]
+    );
+}
+
 #[test]
 fn past_its_head_a_big_batch_s_pending_items_count_as_not_read() {
     let store = setup();

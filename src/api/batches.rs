@@ -19,7 +19,7 @@ use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::target::TargetPolicy;
 use crate::core::throughput;
 use crate::core::time::rfc3339;
-use crate::core::waiting::{WaitingCounts, WaitingOn};
+use crate::core::waiting::{top_keys, KeyWaiting, WaitingCounts, WaitingOn};
 use crate::jobs::Jobs;
 use crate::store::{BatchOptions, BatchSource, Created, Db};
 
@@ -98,31 +98,33 @@ pub async fn list<D: Db>(app: &App<'_, D>, query: &[(String, String)]) -> ApiRes
 pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
     let row = find(app, id).await?;
     let mut progress = with_estimates(app, std::slice::from_ref(&row)).await?;
-    let waiting_on = waiting_counts(app, &row).await?;
+    let (waiting_on, waiting_keys) = waiting_counts(app, &row).await?;
     progress[0].waiting_on = Some(waiting_on);
+    progress[0].waiting_keys = Some(waiting_keys);
     progress[0].cost = Cost::stored(row.cost.as_deref()).map(BatchCost::priced);
     Ok((200, to_json(&progress[0])))
 }
 
-/// Its pending items per reason they wait: a paused batch's all wait on it and
-/// nothing pending reads nothing (no call either way); else one statement over
-/// the batch's head (`core::waiting::HEAD_READ`).
+/// Its pending items per reason they wait, and the keys holding most of them: a
+/// paused batch's all wait on it and nothing pending reads nothing (no call
+/// either way, no keys); else one statement over the batch's head
+/// (`core::waiting::HEAD_READ`).
 async fn waiting_counts<D: Db>(
     app: &App<'_, D>,
     row: &BatchRow,
-) -> Result<WaitingCounts, ApiError> {
+) -> Result<(WaitingCounts, Vec<KeyWaiting>), ApiError> {
     let pending = row.pending();
     if row.status == "paused" {
-        return Ok(WaitingCounts::batch_paused(pending));
+        return Ok((WaitingCounts::batch_paused(pending), Vec::new()));
     }
     if pending == 0 {
-        return Ok(WaitingCounts::of(&[], 0));
+        return Ok((WaitingCounts::of(&[], 0), Vec::new()));
     }
     let rows = app
         .store
         .waiting_on_counts(&row.id, app.now, app.settings.claim_chunk)
         .await?;
-    Ok(WaitingCounts::of(&rows, pending))
+    Ok((WaitingCounts::of(&rows, pending), top_keys(&rows)))
 }
 
 async fn find<D: Db>(app: &App<'_, D>, id: &str) -> Result<BatchRow, ApiError> {

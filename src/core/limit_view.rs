@@ -13,6 +13,9 @@ use super::time::rfc3339;
 /// A partitioned limit shows at most this many of its partitions (the busiest).
 pub const BUSIEST: usize = 10;
 
+/// A limit names at most this many of the batches its keys hold (`batches`).
+pub const BATCHES_SHOWN: usize = 10;
+
 /// A `limits` row, with the key's own rate state when it has one
 /// (`sql/get_limit.sql`, `list_limits.sql`, `upsert_limit.sql` without state).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -130,6 +133,9 @@ pub struct KeyUseRow {
     #[serde(deserialize_with = "int_text")]
     pub tat: Option<i64>,
     pub basis: Option<String>,
+    /// The batches of its items in flight and due read (a JSON array of ids).
+    #[serde(default)]
+    pub batches: Option<String>,
 }
 
 /// What the defined limits are using, per key.
@@ -149,6 +155,8 @@ pub struct KeyUse {
     pub waiting: i64,
     pub tat: Option<i64>,
     pub basis: Option<String>,
+    /// The batches of its items in flight and due read, by id.
+    pub batches: Vec<String>,
 }
 
 impl Usage {
@@ -163,6 +171,12 @@ impl Usage {
                     waiting: row.waiting,
                     tat: row.tat,
                     basis: row.basis,
+                    // Unreadable: no batch named, never a wrong one.
+                    batches: row
+                        .batches
+                        .as_deref()
+                        .and_then(|b| serde_json::from_str(b).ok())
+                        .unwrap_or_default(),
                 }),
                 _ => usage.due_read = row.waiting,
             }
@@ -241,6 +255,9 @@ pub struct LimitView {
     pub learned_per_seconds: Option<i64>,
     /// Refusals counted since the learned rate was learned (null when none).
     pub refusals: Option<i64>,
+    /// The batches whose items in flight or among the due items read hold its
+    /// keys, by id, at most [`BATCHES_SHOWN`] (the first by id).
+    pub batches: Vec<String>,
 }
 
 /// A key paused now (`GET /limits` `paused`), with or without a limit: its
@@ -270,6 +287,12 @@ pub struct PartitionView {
     pub in_flight: i64,
     pub tokens: Option<i64>,
     pub waiting: i64,
+}
+
+/// The distinct batches `keys` hold, the first [`BATCHES_SHOWN`] by id.
+fn batches_of(keys: &[&KeyUse]) -> Vec<String> {
+    let all: std::collections::BTreeSet<&String> = keys.iter().flat_map(|k| &k.batches).collect();
+    all.into_iter().take(BATCHES_SHOWN).cloned().collect()
 }
 
 /// `row`'s limit with its live state at `now_ms`, from `usage` read with a due
@@ -316,6 +339,7 @@ pub fn view(row: &LimitRow, usage: &Usage, now_ms: i64, due_cap: i64) -> LimitVi
         learned_rate: learned.map(|l| l.per_minute),
         learned_per_seconds: learned.map(|_| 60),
         refusals: learned.and(row.learned.refusals),
+        batches: batches_of(&governed),
     }
 }
 
@@ -350,6 +374,7 @@ mod tests {
             waiting,
             tat: None,
             basis: None,
+            batches: Vec::new(),
         }
     }
 
@@ -480,7 +505,7 @@ mod tests {
                    "created_at": rfc3339(NOW - 1_000), "updated_at": rfc3339(NOW),
                    "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false,
                    "paused_until": null, "learned": false, "learned_rate": null,
-                   "learned_per_seconds": null, "refusals": null})
+                   "learned_per_seconds": null, "refusals": null, "batches": []})
         );
     }
 
@@ -516,6 +541,7 @@ mod tests {
                 waiting: 0,
                 tat: None,
                 basis: None,
+                batches: None,
             },
             KeyUseRow {
                 key: None,
@@ -524,9 +550,53 @@ mod tests {
                 waiting: 17,
                 tat: None,
                 basis: None,
+                batches: None,
             },
         ];
         let usage = Usage::from_rows(rows);
         assert_eq!((usage.keys.len(), usage.due_read), (1, 17));
+    }
+
+    #[test]
+    fn a_limit_names_the_distinct_batches_its_keys_hold_first_by_id_at_most_ten() {
+        let rows: Vec<KeyUseRow> = (0..3)
+            .map(|p| KeyUseRow {
+                key: Some(format!("t:{p}")),
+                limit_key: Some("t:*".into()),
+                in_flight: 0,
+                waiting: 1,
+                tat: None,
+                basis: None,
+                batches: Some(
+                    json!((0..7)
+                        .map(|b| format!("b{}", b + 3 * p))
+                        .collect::<Vec<_>>())
+                    .to_string(),
+                ),
+            })
+            .collect();
+        let v = view(
+            &row("t:*", None, None, Some(2)),
+            &Usage::from_rows(rows),
+            NOW,
+            1_000,
+        );
+        let want: Vec<String> = [
+            "b0", "b1", "b10", "b11", "b12", "b2", "b3", "b4", "b5", "b6",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(v.batches, want);
+        // An unreadable list names no batch.
+        let bad = KeyUseRow {
+            key: Some("k".into()),
+            limit_key: Some("k".into()),
+            in_flight: 0,
+            waiting: 0,
+            tat: None,
+            basis: None,
+            batches: Some("not json".into()),
+        };
+        assert!(Usage::from_rows(vec![bad]).keys[0].batches.is_empty());
     }
 }

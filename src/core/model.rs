@@ -398,6 +398,10 @@ pub struct BatchProgress {
     /// Its pending items per reason they wait (`GET /batches/{id}` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_on: Option<super::waiting::WaitingCounts>,
+    /// The keys holding most of its pending items, with their state
+    /// (`GET /batches/{id}` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_keys: Option<Vec<super::waiting::KeyWaiting>>,
     /// What the invocations that worked on it cost, and the money
     /// (`GET /batches/{id}` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -441,6 +445,7 @@ impl BatchProgress {
             on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
             callback: super::callback::CallbackView::from_row(row),
             waiting_on: None,
+            waiting_keys: None,
             cost: None,
         }
     }

@@ -108,11 +108,97 @@ impl WaitingRow {
     }
 }
 
-/// One row of `sql/waiting_on_counts.sql`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// How many keys `GET /batches/{id}`'s `waiting_keys` shows: the keys holding
+/// most of its items (`GET /limits` has them all).
+pub const TOP_KEYS: usize = 5;
+
+/// One row of `sql/waiting_on_counts.sql`: a reason's items, split by key for a
+/// key's reasons (with the key's state) and for items in backoff on a paused
+/// key (with one's last error, the receiver's word).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ReasonCount {
     pub reason: String,
     pub n: i64,
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub until: Option<i64>,
+    #[serde(default)]
+    pub in_flight: Option<i64>,
+    #[serde(default)]
+    pub concurrency: Option<i64>,
+    #[serde(default)]
+    pub learned: Option<i64>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+}
+
+/// A key holding pending items of a batch, as `GET /batches/{id}`'s
+/// `waiting_keys` shows it: its reason and state (those of [`WaitingOn`]), the
+/// batch's items it holds, and for a paused key the receiver's word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyWaiting {
+    pub items: i64,
+    #[serde(flatten)]
+    pub on: WaitingOn,
+    /// A paused key: the last error of an item of the batch in backoff on it
+    /// (the refusal that paused it), when the head read one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub word: Option<String>,
+}
+
+/// The keys holding most of the batch's items read (at most [`TOP_KEYS`]), most
+/// items first, then by key.
+pub fn top_keys(rows: &[ReasonCount]) -> Vec<KeyWaiting> {
+    let word = |key: &str| {
+        rows.iter()
+            .find(|r| r.reason == "backoff" && r.key.as_deref() == Some(key))
+            .and_then(|r| r.last_error.clone())
+    };
+    let mut keys: Vec<KeyWaiting> = rows
+        .iter()
+        .filter(|r| r.reason != "backoff" && r.key.is_some())
+        .filter_map(|r| {
+            let on = WaitingRow {
+                id: 0,
+                reason: r.reason.clone(),
+                last_error: None,
+                until: r.until,
+                key: r.key.clone(),
+                in_flight: r.in_flight,
+                concurrency: r.concurrency,
+                learned: r.learned,
+                batches: None,
+                priority: None,
+            }
+            .view()?;
+            let word = match on {
+                WaitingOn::Paused { ref key, .. } => word(key),
+                _ => None,
+            };
+            Some(KeyWaiting {
+                items: r.n,
+                on,
+                word,
+            })
+        })
+        .collect();
+    keys.sort_by(|a, b| {
+        b.items
+            .cmp(&a.items)
+            .then_with(|| key_of(&a.on).cmp(key_of(&b.on)))
+    });
+    keys.truncate(TOP_KEYS);
+    keys
+}
+
+fn key_of(on: &WaitingOn) -> &str {
+    match on {
+        WaitingOn::Paused { key, .. }
+        | WaitingOn::Concurrency { key, .. }
+        | WaitingOn::Rate { key, .. } => key,
+        _ => "",
+    }
 }
 
 /// A batch's pending items per reason (`GET /batches/{id}`'s `waiting_on`):
@@ -150,6 +236,7 @@ impl WaitingCounts {
             &[ReasonCount {
                 reason: "batch_paused".into(),
                 n: pending,
+                ..ReasonCount::default()
             }],
             pending,
         )
@@ -209,18 +296,17 @@ mod tests {
         assert_eq!(row("lease").view(), None);
     }
 
+    fn count(reason: &str, n: i64) -> ReasonCount {
+        ReasonCount {
+            reason: reason.into(),
+            n,
+            ..ReasonCount::default()
+        }
+    }
+
     #[test]
     fn the_counts_name_every_reason_and_add_up_to_the_pending_items() {
-        let rows = [
-            ReasonCount {
-                reason: "rate".into(),
-                n: 3,
-            },
-            ReasonCount {
-                reason: "due".into(),
-                n: 2,
-            },
-        ];
+        let rows = [count("rate", 3), count("due", 2)];
         let counts = WaitingCounts::of(&rows, 9);
         let json = serde_json::to_value(&counts).unwrap();
         for reason in REASONS {
@@ -233,5 +319,56 @@ mod tests {
         let sum: i64 = counts.by_reason.values().sum::<i64>() + counts.not_read;
         assert_eq!(sum, 9);
         assert_eq!(WaitingCounts::batch_paused(5).by_reason["batch_paused"], 5);
+    }
+
+    #[test]
+    fn the_top_keys_are_those_holding_most_items_each_with_its_state_and_a_pause_with_its_word() {
+        let keyed = |reason: &str, key: &str, n: i64| ReasonCount {
+            key: Some(key.into()),
+            ..count(reason, n)
+        };
+        let rows = [
+            count("due", 4),
+            ReasonCount {
+                in_flight: Some(2),
+                concurrency: Some(2),
+                ..keyed("concurrency", "conc:a", 3)
+            },
+            ReasonCount {
+                until: Some(60_000),
+                ..keyed("paused", "host:x", 5)
+            },
+            ReasonCount {
+                last_error: Some("HTTP 429, retry after 60 s".into()),
+                ..keyed("backoff", "host:x", 1)
+            },
+            ReasonCount {
+                until: Some(1_000),
+                learned: Some(0),
+                ..keyed("rate", "rate:b", 3)
+            },
+        ];
+        let top = top_keys(&rows);
+        assert_eq!(
+            serde_json::to_value(&top).unwrap(),
+            json!([
+                {"items": 5, "reason": "paused", "key": "host:x",
+                 "until": "1970-01-01T00:01:00.000Z", "word": "HTTP 429, retry after 60 s"},
+                {"items": 3, "reason": "concurrency", "key": "conc:a", "in_flight": 2, "concurrency": 2},
+                {"items": 3, "reason": "rate", "key": "rate:b",
+                 "next_token_at": "1970-01-01T00:00:01.000Z", "learned": false},
+            ])
+        );
+        // The backoff items on the paused key still count as backoff.
+        assert_eq!(WaitingCounts::of(&rows, 16).by_reason["backoff"], 1);
+        let many: Vec<ReasonCount> = (0..9)
+            .map(|i| ReasonCount {
+                until: Some(0),
+                ..keyed("paused", &format!("k{i}"), i)
+            })
+            .collect();
+        let top = top_keys(&many);
+        assert_eq!(top.len(), TOP_KEYS);
+        assert_eq!(top[0].items, 8);
     }
 }

@@ -52,8 +52,9 @@
     return el;
   }
 
+  /** Appends `children`, arrays of them at any depth flattened. */
   function append(el, children) {
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -346,6 +347,87 @@
       .map(([name]) => name);
   }
 
+  // ---------------------------------------------------------------- waiting on
+
+  // What holds a pending item, in words: the API's `waiting_on` reasons in
+  // their order of precedence, and the items the batch's counts did not read.
+  const REASON_WORDS = {
+    batch_paused: "batch paused",
+    backoff: "backoff",
+    paused: "receiver's pause",
+    concurrency: "concurrency limit",
+    rate: "rate limit",
+    turn: "turn (higher priority first)",
+    due: "due (next claim)",
+    not_read: "not read (past the batch's head)",
+  };
+
+  /** A key's state as a reason names it: paused until, n of m in flight, next token. */
+  function keyState(w) {
+    switch (w.reason) {
+      case "paused":
+        return ["paused until ", timeCell(w.until)];
+      case "concurrency":
+        return `${num(w.in_flight)} of ${num(w.concurrency)} in flight`;
+      case "rate":
+        return ["next token ", timeCell(w.next_token_at), w.learned ? " (learned rate)" : null];
+      default:
+        return null;
+    }
+  }
+
+  /** What holds a pending item (its `waiting_on`): the reason, and what it names. */
+  function waitingCell(i) {
+    const w = i.waiting_on;
+    if (!w) return "";
+    let what = null;
+    if (w.reason === "backoff") what = ["until ", timeCell(w.until)];
+    else if (w.key) what = [h("span", { class: "mono" }, w.key), " ", keyState(w)];
+    else if (w.reason === "turn") what = `${num(w.batches)} ${w.batches === 1 ? "batch" : "batches"} of priority ${w.priority} first`;
+    return h(
+      "span",
+      { class: "waiting", "data-waiting": w.reason, "data-waiting-key": w.key || null },
+      h("b", {}, REASON_WORDS[w.reason] || w.reason),
+      what ? [": ", what] : null,
+    );
+  }
+
+  /**
+   * A batch's pending items by what holds them (`waiting_on`, its non-zero
+   * counts) and the keys holding most (`waiting_keys`), each with its state and
+   * a paused key with the receiver's word.
+   */
+  function waitingOn(b) {
+    const counts = b.waiting_on || {};
+    const reasons = Object.keys(REASON_WORDS).filter((r) => counts[r] > 0);
+    const keys = b.waiting_keys || [];
+    return [
+      h(
+        "ul",
+        { class: "reasons", "aria-label": "pending items by what holds them" },
+        reasons.map((r) =>
+          h("li", { "data-reason": r }, h("b", { class: "num", "data-waiting-count": r }, num(counts[r])), ` ${REASON_WORDS[r]}`),
+        ),
+      ),
+      keys.length
+        ? table(
+            [
+              { key: "key", title: "Key", cell: (k) => h("a", { class: "mono", href: "#/limits", "data-waiting-key": k.key }, k.key) },
+              { key: "reason", title: "Holds them by", cell: (k) => h("span", { "data-reason": k.reason }, REASON_WORDS[k.reason]) },
+              {
+                key: "state",
+                title: "State",
+                cell: (k) => [keyState(k), k.word ? h("div", { class: "error-text small", "data-word": "" }, `receiver: ${k.word}`) : null],
+              },
+              { key: "items", title: "Items", cls: "num", cell: (k) => num(k.items) },
+            ],
+            keys,
+            "",
+          )
+        : h("p", { class: "muted small" }, "No limit key holds its pending items."),
+    ];
+  }
+
   // ---------------------------------------------------------------- batch actions
 
   // Batch control, in button order. Where each may be pressed comes
@@ -577,6 +659,14 @@
     const progress = h("div", {});
     const chart = h("div", { id: "throughput" });
     const failed = h("div", { id: "failed-items" });
+    const waiting = h("div", { id: "waiting-on" });
+    // Shown while the batch has pending items.
+    const waitingPanel = h(
+      "section",
+      { class: "panel", hidden: true },
+      h("div", { class: "panel-head" }, h("h2", {}, "Waiting on"), h("span", { class: "muted" }, "what holds its pending items now")),
+      waiting,
+    );
     const tabs = h("div", { class: "tabs", role: "group", "aria-label": "status" });
     const itemRows = h("div", {});
     const items = h("div", { id: "items" }, tabs, itemRows);
@@ -736,7 +826,8 @@
         itemRows,
         table(
           [
-            { title: "Subject", cell: (i) => h("span", { class: "mono" }, i.subject_id) },
+            { key: "subject", title: "Subject", cell: (i) => h("span", { class: "mono" }, i.subject_id) },
+            ...(status === "pending" ? [{ key: "waiting", title: "Waiting on", cell: waitingCell }] : []),
             { title: "Attempt", cls: "num", cell: (i) => `${i.attempt}/${i.max_attempts}` },
             { title: "Run after", cls: "hide-narrow", cell: (i) => timeCell(i.run_after) },
             { title: "Started", cell: (i) => timeCell(i.started_at) },
@@ -873,10 +964,12 @@
       );
     }
 
-    /** Draws the batch's head, counts, tabs and actions. */
+    /** Draws the batch's head, counts, what its pending items wait on, tabs and actions. */
     function paint(b) {
       batch = b;
       drawHead(b);
+      waitingPanel.hidden = !b.pending || !b.waiting_on;
+      if (!waitingPanel.hidden) replace(waiting, waitingOn(b));
       drawTabs();
       drawActions(b);
     }
@@ -888,6 +981,7 @@
         {},
         head,
         h("section", { class: "panel" }, progress),
+        waitingPanel,
         actionsPanel,
         panel("Throughput", chart),
         panel("Failed items", failed),
@@ -1096,6 +1190,16 @@
     return h("span", { title: "counted among the first due items only, as /metrics counts them: more may wait" }, `${num(l.waiting)}+`);
   }
 
+  /** Links to the batches a limit's keys hold (their items in flight or due). */
+  function batchLinks(ids) {
+    if (!ids || !ids.length) return h("span", { class: "muted" }, "—");
+    return h(
+      "span",
+      { class: "batch-links" },
+      ids.map((id) => h("a", { class: "mono", href: `#/batches/${enc(id)}`, title: id, "data-batch-link": id }, id.slice(0, 8))),
+    );
+  }
+
   /** A partitioned limit's busiest partitions, under its row. */
   function partitionList(l) {
     if (!l.partitioned) return null;
@@ -1154,6 +1258,7 @@
             { key: "in-flight", title: "In flight", cls: "num", cell: inFlight },
             { key: "tokens", title: "Tokens", cls: "num", cell: (l) => tokensOf(l, l.burst) },
             { key: "waiting", title: "Waiting", cls: "num", cell: (l) => waitingOf(l, l.waiting_capped) },
+            { key: "batches", title: "Batches", cell: (l) => batchLinks(l.batches) },
           ],
           limits,
           "No limits. PUT /limits/{key} sets one.",
@@ -1171,7 +1276,7 @@
           "div",
           { class: "panel-head" },
           h("h1", {}, "Limits"),
-          h("span", { class: "muted" }, "items in flight, rate tokens and due items waiting, per key"),
+          h("span", { class: "muted" }, "items in flight, rate tokens and due items waiting, per key, and the batches they hold"),
         ),
         h("section", { class: "panel", id: "limits" }, body),
         h(

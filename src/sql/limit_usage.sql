@@ -14,34 +14,38 @@
 -- flight hold their slots until they end). Due as /metrics counts it
 -- (metrics_snapshot.sql): running batches' entries of the due index, then their
 -- cursor items, at most ?2 rows in all, each read for its keys.
+-- `batches`: per key, the distinct batches of those items in flight and due (a
+-- JSON array; GET /limits links each key to them), from the same rows.
 -- Reads nothing of the queue while no limit is defined: each read is driven from
 -- `defined` (CROSS JOIN keeps it the outer loop), no row when there is none.
 -- Otherwise every item in flight, at most ?2 due items, and per distinct key its
 -- limit and its state by primary key and the partitioned limits.
 -- ?1 now (ms), ?2 cap of the due items read.
 WITH defined AS (SELECT 1 FROM limits LIMIT 1),
+flying AS MATERIALIZED (
+  SELECT q.batch_id, q.limits
+  FROM defined CROSS JOIN cron_queue AS q INDEXED BY cron_queue_leased
+  WHERE q.status = 'processing' AND q.run_after > 0 AND q.limits IS NOT NULL
+  UNION ALL
+  SELECT f.batch_id, f.limits
+  FROM defined CROSS JOIN batches AS b INDEXED BY batches_status
+  JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
+  WHERE b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
+    AND f.limits IS NOT NULL
+),
 in_flight AS (
   SELECT k.value AS key, count(*) AS n
-  FROM (SELECT q.limits
-        FROM defined CROSS JOIN cron_queue AS q INDEXED BY cron_queue_leased
-        WHERE q.status = 'processing' AND q.run_after > 0 AND q.limits IS NOT NULL
-        UNION ALL
-        SELECT f.limits
-        FROM defined CROSS JOIN batches AS b INDEXED BY batches_status
-        JOIN first_attempts_in_flight AS f ON f.batch_id = b.id
-        WHERE b.status IN ('running', 'paused', 'cancelled') AND b.finished_at IS NULL
-          AND f.limits IS NOT NULL) AS r,
-       json_each(r.limits) AS k
+  FROM flying AS r, json_each(r.limits) AS k
   GROUP BY k.value
 ),
 due AS MATERIALIZED (
-  SELECT q.limits
+  SELECT q.batch_id, q.limits
   FROM defined CROSS JOIN batches AS b INDEXED BY batches_running
   JOIN cron_queue AS q INDEXED BY cron_queue_due ON q.batch_id = b.id
   WHERE b.status = 'running' AND q.status = 'pending' AND q.kind <> 'callback'
     AND q.run_after > 0 AND q.run_after <= ?1
   UNION ALL
-  SELECT q.limits
+  SELECT q.batch_id, q.limits
   FROM defined CROSS JOIN batches AS b INDEXED BY batches_running
   JOIN cron_queue AS q NOT INDEXED ON q.id > b.claim_after AND q.id <= b.cursor_end
   WHERE b.status = 'running' AND q.batch_id = b.id AND q.status = 'pending'
@@ -52,6 +56,13 @@ waiting AS (
   SELECT k.value AS key, count(*) AS n
   FROM due AS d, json_each(d.limits) AS k
   WHERE d.limits IS NOT NULL
+  GROUP BY k.value
+),
+holding AS (
+  SELECT k.value AS key, json_group_array(DISTINCT r.batch_id) AS batches
+  FROM (SELECT batch_id, limits FROM flying UNION ALL SELECT batch_id, limits FROM due) AS r,
+       json_each(r.limits) AS k
+  WHERE r.limits IS NOT NULL
   GROUP BY k.value
 ),
 held AS (SELECT key FROM in_flight UNION SELECT key FROM waiting),
@@ -71,11 +82,12 @@ governed AS MATERIALIZED (
   FROM held AS h
 )
 SELECT g.key, g.limit_key, coalesce(f.n, 0) AS in_flight, coalesce(w.n, 0) AS waiting,
-       CAST(s.tat AS TEXT) AS tat, s.basis
+       CAST(s.tat AS TEXT) AS tat, s.basis, o.batches
 FROM governed AS g
 LEFT JOIN in_flight AS f ON f.key = g.key
 LEFT JOIN waiting AS w ON w.key = g.key
+LEFT JOIN holding AS o ON o.key = g.key
 LEFT JOIN limit_state AS s ON s.key = g.key
 WHERE g.limit_key IS NOT NULL
 UNION ALL
-SELECT NULL, NULL, 0, count(*), NULL, NULL FROM due;
+SELECT NULL, NULL, 0, count(*), NULL, NULL, NULL FROM due;

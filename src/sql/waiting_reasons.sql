@@ -73,8 +73,8 @@ ahead AS MATERIALIZED (
   )
 ),
 reasons AS (
-  SELECT w.id, w.run_after, w.last_error, h.key, h.concurrency, h.in_flight, h.learned,
-         h.until,
+  SELECT w.id, w.run_after, w.last_error, h.key, h.class, h.concurrency, h.in_flight,
+         h.learned, h.until,
          CASE WHEN this.status = 'paused' THEN 'batch_paused'
               WHEN w.run_after > CAST(?1 AS INTEGER) THEN 'backoff'
               WHEN h.class = 1 THEN 'paused'

@@ -10,7 +10,9 @@
 //!   item, beside the same run without keys;
 //! - D1 rows read by a tick while many items wait on an exhausted key, beside
 //!   an idle tick of the same Worker before the items existed: a held queue
-//!   must cost a claim a bounded read, not one row per waiting item.
+//!   must cost a claim a bounded read, not one row per waiting item; and
+//!   what reading why they wait costs (`waiting_on` of a page of 100 of them,
+//!   and the batch's counts).
 
 use crate::bench::control::tick_rows_read;
 use crate::driver::drive::{self, Pace};
@@ -76,6 +78,11 @@ pub struct LimitsBench {
     /// before the tick, rows read per item) at each of [`HEAD_MARKS`].
     pub head_rows_read: Vec<(u64, f64)>,
     pub held_few_tick_rows_read: Option<u64>,
+    /// `Fanout-D1-Rows-Read` of `GET /batches/{id}/items?status=pending&limit=100`
+    /// (each item's `waiting_on`) while the `HELD_ITEMS` wait, and of `GET
+    /// /batches/{id}` (its `waiting_on` counts and `waiting_keys`).
+    pub waiting_page_rows_read: Option<u64>,
+    pub waiting_counts_rows_read: Option<u64>,
 }
 
 impl LimitsBench {
@@ -114,6 +121,11 @@ impl LimitsBench {
             n(self.held_tick_rows_read),
             self.held_items
         )]);
+        t.row(&[format!(
+            "what holds them (waiting_on): {} rows read for a page of 100 pending items, {} for the batch's counts and keys (GET /batches/{{id}})",
+            n(self.waiting_page_rows_read),
+            n(self.waiting_counts_rows_read),
+        )]);
         if let [(c1, r1), (c2, r2)] = self.head_rows_read[..] {
             t.row(&[format!(
                 "one item held at the head of {HEAD_ITEMS}: {} rows read per item claimed with {c1} completed, {} with {c2} ({}x)",
@@ -147,8 +159,8 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
     };
     let with_key = run::on_fresh_target(args, "bench-limits-key", &keyed, timeout).await?;
     eprintln!("== limits: a tick's rows read while {HELD_FEW}, then {HELD_ITEMS} items wait on an exhausted key");
-    let (_, held_few_tick_rows_read) = held_part(args, HELD_FEW).await?;
-    let (idle_tick_rows_read, held_tick_rows_read) = held_part(args, HELD_ITEMS).await?;
+    let held_few = held_part(args, HELD_FEW).await?;
+    let held = held_part(args, HELD_ITEMS).await?;
     eprintln!("== limits: one item held at the head of {HEAD_ITEMS} while the others go");
     let head_rows_read = head_part(args).await?;
     Ok(LimitsBench {
@@ -162,10 +174,12 @@ pub async fn measure(args: &TargetArgs, timeout: Duration) -> Result<LimitsBench
         without_keys,
         with_key,
         held_items: HELD_ITEMS,
-        idle_tick_rows_read,
-        held_tick_rows_read,
-        held_few_tick_rows_read,
+        idle_tick_rows_read: held.idle,
+        held_tick_rows_read: held.held,
+        held_few_tick_rows_read: held_few.held,
         head_rows_read,
+        waiting_page_rows_read: held.waiting_page,
+        waiting_counts_rows_read: held.waiting_counts,
     })
 }
 
@@ -320,7 +334,23 @@ async fn head_part(args: &TargetArgs) -> Result<Vec<(u64, f64)>> {
     Ok(found)
 }
 
-async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Option<u64>)> {
+/// The rows an admin `GET path` read (`Fanout-D1-Rows-Read`); it must answer 2xx.
+async fn rows_read(api: &Api, path: &str) -> Result<Option<u64>> {
+    let r = api.admin_raw(reqwest::Method::GET, path, None).await?;
+    ensure!(r.status.is_success(), "GET {path}: {}", r.status);
+    Ok(r.header("Fanout-D1-Rows-Read").and_then(|v| v.parse().ok()))
+}
+
+/// Rows read while items wait on an exhausted key: by an idle tick before they
+/// existed, a tick that finds them all held, and the reads of why they wait.
+struct Held {
+    idle: Option<u64>,
+    held: Option<u64>,
+    waiting_page: Option<u64>,
+    waiting_counts: Option<u64>,
+}
+
+async fn held_part(args: &TargetArgs, items: usize) -> Result<Held> {
     let mut target = open(args, "bench-limits-held", &[]).await?;
     let api = target.api.clone();
     // One start a day: the firing tick takes one item, then the key is exhausted.
@@ -347,8 +377,19 @@ async fn held_part(args: &TargetArgs, items: usize) -> Result<(Option<u64>, Opti
     let after_fire = tick_rows_read(&target, Some(0)).await?.0;
     let held = tick_rows_read(&target, Some(0)).await?.0;
     eprintln!("rows read by the ticks after the firing one: {after_fire:?}, then {held:?}");
+    // What holds them, read as the dashboard reads it (the only batch).
+    let batch = api.batches(1).await?.pop().context("no batch")?.id;
+    let page = format!("/batches/{batch}/items?status=pending&limit=100");
+    let waiting_page = rows_read(&api, &page).await?;
+    let waiting_counts = rows_read(&api, &format!("/batches/{batch}")).await?;
+    eprintln!("rows read by waiting_on: {waiting_page:?} (a page of 100), {waiting_counts:?} (the counts)");
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
-    Ok((idle, held))
+    Ok(Held {
+        idle,
+        held,
+        waiting_page,
+        waiting_counts,
+    })
 }

@@ -311,7 +311,7 @@ async fn dashboard_only(args: &TargetArgs, checks: &mut Checks) -> Result<()> {
     let target = open_worker(args, "e2e-dashboard", [], Vec::new())
         .await
         .context("starting the dashboard's Worker")?;
-    ui::dashboard(&target, &args.repo, checks).await
+    ui::dashboard(&target, args, checks).await
 }
 
 /// The probe's modes alone, on a Worker of its own.
@@ -558,7 +558,7 @@ async fn suite(args: &E2eArgs, checks: &mut Checks) -> Result<()> {
     probe::e2e(&f.target, checks).await?;
 
     // The dashboard in a real browser.
-    ui::dashboard(&f.target, &args.target.repo, checks).await?;
+    ui::dashboard(&f.target, &args.target, checks).await?;
 
     if args.skip_crash {
         println!("# crash scenario skipped (--skip-crash)");

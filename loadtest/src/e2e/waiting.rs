@@ -7,14 +7,18 @@
 //! 1 whose first is in flight (a slow receiver) when the page is read. Then, the
 //! tick over, a batch of a higher priority with a claim's worth due makes the
 //! batch's last free item wait its turn. Each time the counts add up to the
-//! batch's pending items, and the page's rows read are printed.
+//! batch's pending items, and the page's rows read are printed. The dashboard's
+//! check of the same batches (`e2e::ui::waiting`) seeds them with `seed_held`
+//! and `seed_turn`, on a Worker of these `settings`.
 
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::steps::put_limit;
 use crate::driver::target::{Target, TargetArgs};
 use crate::e2e::suite::open_worker;
+use crate::runtime::api::Api;
 use crate::runtime::api::TICK_CRON;
+use crate::runtime::wrangler::min_lease_seconds;
 use crate::sink::faults::Faults;
 use anyhow::{ensure, Context, Result};
 use reqwest::Method;
@@ -23,29 +27,19 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// This Worker's claim size: the higher-priority batch's items make one claim.
-const CLAIM_CHUNK: usize = 5;
+pub const CLAIM_CHUNK: usize = 5;
 /// The slow receiver's latency: the concurrency key's item is in flight meanwhile.
 const SLOW_MS: u64 = 8_000;
+/// The suite's DISPATCH_CONCURRENCY, which the lease must cover.
+const DISPATCH_CONCURRENCY: u64 = 25;
 /// A page of 100 pending items must read at most a few hundred rows.
 const MOST_ROWS_READ: i64 = 400;
 
 /// `_timeout`: nothing here waits for a batch to finish.
 pub async fn e2e(args: &TargetArgs, _timeout: Duration, checks: &mut Checks) -> Result<()> {
-    let mut target = open_worker(
-        args,
-        "e2e-waiting",
-        [
-            ("CLAIM_CHUNK", CLAIM_CHUNK.to_string()),
-            ("JOB_TIMEOUT_MS", (SLOW_MS + 5_000).to_string()),
-            // Covers two calls of JOB_TIMEOUT_MS, the dispatch grace and the commit.
-            ("LEASE_SECONDS", "40".to_string()),
-            ("INVOCATION_DEADLINE_MS", "30000".to_string()),
-            ("RETRY_MAX_MS", "120000".to_string()),
-        ],
-        Vec::new(),
-    )
-    .await
-    .context("starting the waiting_on Worker")?;
+    let mut target = open_worker(args, "e2e-waiting", settings(SLOW_MS), Vec::new())
+        .await
+        .context("starting the waiting_on Worker")?;
     let mut w = Waiting {
         target: &target,
         batch: None,
@@ -65,17 +59,34 @@ pub async fn e2e(args: &TargetArgs, _timeout: Duration, checks: &mut Checks) -> 
     Ok(())
 }
 
+/// The Worker's settings for a slow receiver of `slow_ms`: a claim of
+/// [`CLAIM_CHUNK`], calls that outlast it, and a receiver's delay of a minute
+/// kept (RETRY_MAX_MS).
+pub fn settings(slow_ms: u64) -> Vec<(&'static str, String)> {
+    let job_timeout = slow_ms + 5_000;
+    // A call's time of slack past the Worker's minimums: a drain dispatches an
+    // item only if its call and its commit (at the D1 round trips it measured,
+    // slow on a loaded machine) end before the lease and the deadline.
+    let slack = job_timeout / 1_000;
+    let lease =
+        (min_lease_seconds(job_timeout, CLAIM_CHUNK as u64, DISPATCH_CONCURRENCY) + slack).max(40);
+    let deadline = (2 * job_timeout).max(30_000);
+    vec![
+        ("CLAIM_CHUNK", CLAIM_CHUNK.to_string()),
+        ("JOB_TIMEOUT_MS", job_timeout.to_string()),
+        ("LEASE_SECONDS", lease.to_string()),
+        ("INVOCATION_DEADLINE_MS", deadline.to_string()),
+        ("RETRY_MAX_MS", "120000".to_string()),
+    ]
+}
+
 struct Waiting<'a> {
     target: &'a Target,
     batch: Option<String>,
 }
 
-fn webhook(w: &Waiting<'_>, id: &str, faults: &Faults, host: &str, keys: &[&str]) -> Value {
-    let url = w
-        .target
-        .sink
-        .hook_url(id, faults)
-        .replace("127.0.0.1", host);
+fn webhook(target: &Target, id: &str, faults: &Faults, host: &str, keys: &[&str]) -> Value {
+    let url = target.sink.hook_url(id, faults).replace("127.0.0.1", host);
     json!({"subject_id": id, "kind": "webhook", "limits": keys,
            "payload": {"url": url, "data": {}}})
 }
@@ -167,8 +178,13 @@ fn reason<'a>(items: &'a BTreeMap<String, Value>, subject: &str) -> Result<&'a V
     Ok(&item["waiting_on"])
 }
 
-async fn each_item_says_what_holds_it(w: &mut Waiting<'_>) -> Result<()> {
-    let api = &w.target.api;
+/// The limits and the batch `e2e-waiting` whose items, once a tick runs, wait
+/// on each key's reason: `a-refused` (429 + Retry-After 60: backoff, and it
+/// pauses `host:localhost`), `b-sibling` (paused), `c-rate-1`/`-2` (one token a
+/// minute), `d-conc-1` (a receiver slow for `slow_ms`) and `d-conc-2`
+/// (concurrency 1), `e-free`. Returns the batch's id; nothing has run yet.
+pub async fn seed_held(target: &Target, slow_ms: u64) -> Result<String> {
+    let api = &target.api;
     put_limit(
         api,
         "rate:e2e",
@@ -185,28 +201,49 @@ async fn each_item_says_what_holds_it(w: &mut Waiting<'_>) -> Result<()> {
         ..Faults::default()
     };
     let slow = Faults {
-        latency_ms: SLOW_MS,
+        latency_ms: slow_ms,
         ..Faults::default()
     };
     let items = vec![
-        webhook(w, "a-refused", &refuse, "localhost", &[]),
-        webhook(w, "b-sibling", &Faults::default(), "localhost", &[]),
+        webhook(target, "a-refused", &refuse, "localhost", &[]),
+        webhook(target, "b-sibling", &Faults::default(), "localhost", &[]),
         noop("c-rate-1", &["rate:e2e"]),
         noop("c-rate-2", &["rate:e2e"]),
-        webhook(w, "d-conc-1", &slow, "127.0.0.1", &["conc:e2e"]),
+        webhook(target, "d-conc-1", &slow, "127.0.0.1", &["conc:e2e"]),
         noop("d-conc-2", &["conc:e2e"]),
         noop("e-free", &[]),
     ];
     let (_, batch) = api
         .create_batch(&json!({"key": "e2e-waiting", "items": items}))
         .await?;
-    w.batch = Some(batch.id.0.clone());
+    Ok(batch.id.0)
+}
+
+/// A batch `e2e-waiting-low` of one free item behind a batch of priority 5
+/// with a claim's worth of due items: the free item waits its turn until a
+/// tick runs. Returns the low batch's id.
+pub async fn seed_turn(api: &Api) -> Result<String> {
+    let (_, low) = api
+        .create_batch(&json!({"key": "e2e-waiting-low", "items": [noop("free", &[])]}))
+        .await?;
+    let high: Vec<Value> = (0..CLAIM_CHUNK)
+        .map(|i| noop(&format!("h{i}"), &[]))
+        .collect();
+    api.create_batch(&json!({"key": "e2e-waiting-high", "priority": 5, "items": high}))
+        .await?;
+    Ok(low.id.0)
+}
+
+async fn each_item_says_what_holds_it(w: &mut Waiting<'_>) -> Result<()> {
+    let api = &w.target.api;
+    let batch = seed_held(w.target, SLOW_MS).await?;
+    w.batch = Some(batch.clone());
     let tick = api.fire_cron(TICK_CRON);
     let look = async {
         // Once the slow item is in flight and the refusal committed.
         let deadline = std::time::Instant::now() + Duration::from_millis(SLOW_MS - 2_000);
         loop {
-            let (items, counts, pending) = read(w, &batch.id.0).await?;
+            let (items, counts, pending) = read(w, &batch).await?;
             let ready = reason(&items, "d-conc-2")?["reason"] == "concurrency"
                 && reason(&items, "b-sibling")?["reason"] == "paused";
             if ready || std::time::Instant::now() > deadline {
@@ -252,15 +289,8 @@ async fn a_higher_priority_makes_the_free_item_wait_its_turn(w: &mut Waiting<'_>
     let api = &w.target.api;
     let batch = w.batch.clone().context("no batch")?;
     // The first batch's free item went with the tick: a fresh batch holds one.
-    let (_, low) = api
-        .create_batch(&json!({"key": "e2e-waiting-low", "items": [noop("free", &[])]}))
-        .await?;
-    let high: Vec<Value> = (0..CLAIM_CHUNK)
-        .map(|i| noop(&format!("h{i}"), &[]))
-        .collect();
-    api.create_batch(&json!({"key": "e2e-waiting-high", "priority": 5, "items": high}))
-        .await?;
-    let (items, counts, _) = read(w, &low.id.0).await?;
+    let low = seed_turn(api).await?;
+    let (items, counts, _) = read(w, &low).await?;
     let turn = reason(&items, "free")?;
     ensure!(
         turn == &json!({"reason": "turn", "batches": 1, "priority": 5}),

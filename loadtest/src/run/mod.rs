@@ -10,6 +10,7 @@
 //! until it finishes, then measure and judge it (`report`).
 
 pub mod control;
+pub mod cost_check;
 pub mod delivery;
 pub mod demo;
 pub mod metrics;
@@ -79,6 +80,11 @@ pub struct RunArgs {
     /// (`PUT /limits/run` before the run): what flow control costs per item.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub key_concurrency: Option<u32>,
+    /// Fail unless the batch's `cost` is exactly the sum of its invocations'
+    /// shares, and its D1 rows written and read within 1 % of what D1 reported
+    /// for the run (`run::cost_check`).
+    #[arg(long)]
+    pub check_cost: bool,
 }
 
 impl RunArgs {
@@ -107,11 +113,20 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     .await?;
     target.sink.set_connection_cap(args.connection_cap).await?;
     let report = execute(&spec, &mut target, Duration::from_secs(args.timeout_secs)).await;
+    // Read while the runtime still answers.
+    let costs = match (&report, args.check_cost) {
+        (Ok(r), true) => Some(cost_check::CostCheck::read(&target.api, &r.batch_id).await),
+        _ => None,
+    };
     if let Some(runtime) = target.runtime.as_mut() {
         runtime.stop().await?;
     }
-    let report = report?;
-    let mut report = report;
+    let mut report = report?;
+    if let Some(costs) = costs {
+        let costs = costs?;
+        eprintln!("{}", costs.line());
+        report.verdicts.extend(costs.verdicts());
+    }
     let bounds = [
         (
             "rows written",

@@ -5,7 +5,8 @@
 //! batch actions (`actions`, on the page helpers of `page`) and the schedules
 //! view (`schedules`), when the Worker has their routes, are called from here,
 //! and so are the completion callbacks and per-channel receipts (`delivery`) and
-//! the limits view (`limits`); all drive the browser of `browser`. The numbers
+//! the limits view (`limits`) and what holds a batch's pending items
+//! (`waiting`, on a Worker of its own); all drive the browser of `browser`. The numbers
 //! behind the dashboard, over HTTP, are `e2e::metrics`.
 //! Screenshots go to `.loadtest/screenshots/`.
 
@@ -15,11 +16,12 @@ pub mod delivery;
 pub mod limits;
 pub mod page;
 pub mod schedules;
+pub mod waiting;
 
 use crate::check;
 use crate::driver::checks::Checks;
 use crate::driver::drive::tick_until_finished;
-use crate::driver::target::Target;
+use crate::driver::target::{Target, TargetArgs};
 use crate::e2e::ui::browser::{fits_width, no_errors, number, Browser, WAIT};
 use crate::runtime::api::Batch;
 use crate::sink::faults::Faults;
@@ -40,15 +42,17 @@ const UI_FAIL_EVERY: usize = 100;
 
 /// The dashboard in a real browser. Not optional: without Chromium the checks
 /// fail, saying how to install it.
-pub async fn dashboard(target: &Target, repo: &Path, checks: &mut Checks) -> Result<()> {
+/// `args`: what starts the Worker of the `waiting` part.
+pub async fn dashboard(target: &Target, args: &TargetArgs, checks: &mut Checks) -> Result<()> {
     let started = Instant::now();
+    let repo = &args.repo;
     let shots = repo.join(".loadtest/screenshots");
     std::fs::create_dir_all(&shots)?;
     let browser = Browser::start(&repo.join(".loadtest/browser")).await;
     let Some(browser) = checks.step("headless Chromium starts under chromedriver", browser) else {
         return Ok(());
     };
-    let result = scenario(&browser, target, &shots, checks).await;
+    let result = scenario(&browser, target, args, &shots, checks).await;
     let closed = browser.close().await;
     result?;
     checks.step("the browser session closes", closed);
@@ -87,7 +91,13 @@ struct Dashboard<'a> {
 /// Seeds the batch the browser watches and runs the checks in order: its own
 /// lists and, between them, those of `actions` and `delivery` (each with
 /// a fixture of its own), as far as the Worker's features go.
-async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Checks) -> Result<()> {
+async fn scenario(
+    b: &Browser,
+    target: &Target,
+    args: &TargetArgs,
+    shots: &Path,
+    checks: &mut Checks,
+) -> Result<()> {
     let api = &target.api;
     let (batch, failing) = seed_ui_batch(target).await?;
     // The parts of the page the Worker's routes switch on.
@@ -208,6 +218,10 @@ async fn scenario(b: &Browser, target: &Target, shots: &Path, checks: &mut Check
     }
     if features.contains(&"limits") {
         limits::limits_view(b, api, shots, checks).await?;
+        // On another origin (its own Worker): back to this one's signed-in page.
+        let waited = waiting::waiting_view(b, args, shots, checks).await;
+        b.client.goto(&format!("{}/#/", f.base)).await?;
+        waited?;
     }
     checks
         .run(
