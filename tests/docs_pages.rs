@@ -110,6 +110,29 @@ fn the_readme_is_at_most_90_lines() {
     );
 }
 
+/// The internals stay readable a page at a time: docs/architecture.md is the map
+/// of docs/architecture/ (one page per part), docs/benchmarks.md the current
+/// figures (the history has pages of its own), each under 400 lines.
+#[test]
+fn the_architecture_pages_and_the_current_figures_are_under_400_lines() {
+    let mut pages = vec![
+        root().join("docs/architecture.md"),
+        root().join("docs/benchmarks.md"),
+    ];
+    for entry in std::fs::read_dir(root().join("docs/architecture")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    assert!(pages.len() >= 4, "found only {pages:?}");
+    for page in pages {
+        let lines = read(&page).lines().count();
+        assert!(
+            lines < 400,
+            "{} has {lines} lines: split it by part, and name the new page on the map",
+            page.display()
+        );
+    }
+}
+
 #[test]
 fn every_guide_says_at_the_top_who_it_is_for() {
     let mut guides = vec![

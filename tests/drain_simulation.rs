@@ -3,7 +3,7 @@
 //! virtual time, over many seeded worlds: slow or failing D1, hanging children,
 //! another tick's reaper, platform refusals, an operator, multi-channel items.
 //! What the worlds are, what every run must hold, and which seeds catch which
-//! regression: docs/architecture.md, "The drain simulation".
+//! regression: docs/architecture/drain.md, "The drain: a state machine and its shell".
 
 mod common;
 

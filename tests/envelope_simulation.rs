@@ -1,13 +1,13 @@
 //! The production envelope, simulated: the real drain machine (`core::drain`,
 //! run by `drain_loop`) and the real store (SQLite with the D1 migrations) in
 //! virtual time, with several invocations at once (a tick and its drainers)
-//! under the platform's documented limits (docs/benchmarks.md, "Production
+//! under the platform's documented limits (docs/benchmarks/envelope.md, "Production
 //! envelope", which quotes Cloudflare's pages). Each invocation is a future
 //! polled with a no-op waker by a small discrete-event scheduler: its store
 //! calls run on SQLite when started and answer after a D1 round trip, its
 //! children answer after the item's latency (queued behind its connections),
 //! and its waits end when the shared virtual clock reaches them. It prints the
-//! table docs/benchmarks.md shows:
+//! table docs/benchmarks/envelope.md shows:
 //! `cargo test -p cron-fanout --test envelope_simulation -- --nocapture`
 //! (`ENVELOPE_FULL=1`: the Paid scenario at its full 100,000 items;
 //! `ENVELOPE_ONLY=b`: only the scenarios whose name starts so).
@@ -39,7 +39,7 @@ use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-// The platform's documented limits (docs/benchmarks.md, "Production envelope").
+// The platform's documented limits (docs/benchmarks/envelope.md, "Production envelope").
 /// "A single request has a maximum of 32 Worker invocations": the invocation
 /// itself and 31 service-binding calls; later calls throw.
 const INVOCATIONS_PER_REQUEST: i64 = 32;
@@ -52,7 +52,7 @@ const PAID_SUBREQUESTS: i64 = 10_000;
 /// Concurrent queue consumer invocations.
 const MOST_CONSUMERS: i64 = 250;
 /// Messages one `sendBatch` carries (Queues' batch limit as a third-party
-/// summary gives it; not on the pages docs/benchmarks.md quotes).
+/// summary gives it; not on the pages docs/benchmarks/envelope.md quotes).
 const MESSAGES_PER_SEND: usize = 100;
 /// Queues on Free: operations a day, and about 3 per message (write, read, delete).
 const FREE_QUEUE_OPERATIONS_A_DAY: i64 = 10_000;
@@ -60,7 +60,7 @@ const OPERATIONS_PER_MESSAGE: i64 = 3;
 
 // Assumptions, not measurements of the platform.
 /// A D1 round trip. Locally a D1 call costs about 1.3 ms of CPU and the slowest
-/// claims took 41–61 ms (docs/benchmarks.md); production D1 from a Worker is not
+/// claims took 41–61 ms (docs/benchmarks/envelope.md); production D1 from a Worker is not
 /// measured here: 5 ms is an assumption.
 const D1_MS: i64 = 5;
 /// A queue send's round trip (assumed as D1's).
@@ -829,7 +829,7 @@ fn the_production_envelope_under_the_platform_s_limits() {
         plan: "Free",
         items: 1_000,
         item_ms: 3_000,
-        // docs/benchmarks.md: items of 3 s need DISPATCH_CONCURRENCY ≤ 18
+        // docs/benchmarks/envelope.md: items of 3 s need DISPATCH_CONCURRENCY ≤ 18
         // behind 6 connections within JOB_TIMEOUT_MS 10 s.
         vars: &[("DISPATCH_CONCURRENCY", "18")],
         whole_day: false,

@@ -279,7 +279,7 @@ pub fn cover_items(finished: i64, since_ms: i64, d1_ms: i64, sample: i64) -> Opt
 /// half a chunk fits (running + queued ≤ concurrency + chunk), so the window never
 /// runs dry while a claim is on its D1 round trip, and each claim takes many rows.
 /// Measured: claiming only once the queue was empty left the window under-full
-/// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks.md).
+/// during every claim and cost about 15 % of fan-out throughput (docs/benchmarks/history-2026-11-21.md).
 /// Once the drain knows how fast items finish and how slow D1 answers
 /// (`state.cover`), a claim waits for a whole chunk while the queue still holds
 /// more than that cover: half-chunk claims cost up to twice the statements, and

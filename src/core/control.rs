@@ -11,7 +11,7 @@ use super::requests::MAX_ID_CHARS;
 
 /// Pending items a cancel moves to `cancelled` per statement (one page; a tick's
 /// page spans every cancelled batch).
-/// Measured locally: 10,000 rows move in tens of milliseconds (docs/benchmarks.md).
+/// Measured locally: 10,000 rows move in tens of milliseconds (docs/benchmarks/history-2026-11-23.md).
 pub const CANCEL_PAGE: i64 = 10_000;
 /// Pages one `POST /batches/{id}/cancel` sweeps before it answers: 100,000 items,
 /// 13 D1 calls at most. A bigger batch is swept on by every tick (one page each)

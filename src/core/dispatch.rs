@@ -6,7 +6,7 @@
 //! item holds its lease token and its payload (`data`, a subject's `signing_secret`).
 //! The outcome comes back in response headers, so the dispatcher reads no body:
 //! reading the child's JSON answer cost about 0.2 ms of CPU per call locally, a third
-//! of the whole per-item cost (docs/benchmarks.md).
+//! of the whole per-item cost (docs/benchmarks/history-2026-11-21.md).
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};

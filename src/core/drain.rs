@@ -3,8 +3,8 @@
 //! it for the next action until `Wait` or `Done`; notable results come out of
 //! `next_report`. It owns the window, the claim, flush, lease and refusal rules,
 //! the watchdog cohorts, the subrequest reservations, the commit retry and the
-//! tally; docs/architecture.md ("The drain: a state machine and its shell" and the
-//! sections after it) describes each.
+//! tally; docs/architecture/drain.md ("The drain: a state machine and its shell" and
+//! the sections after it) describes each.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;

@@ -27,7 +27,7 @@ pub const WIND_DOWN_MS: i64 = 2_000;
 /// per 100 ms carries ten times the outcomes of a slow stream (webhooks at a few
 /// hundred items a second), and the batches' counter row per flush with it: the
 /// webhook scenario's 0.094 D1 statements per item became 0.041 at 2,000 items,
-/// 0.027 at 10,000 (docs/benchmarks.md, Round 10).
+/// 0.027 at 10,000 (docs/benchmarks/history-2026-11-24-27.md, Round 10).
 pub const FLUSH_INTERVAL_MS: i64 = 1_000;
 
 /// The safety margin on D1 round trips: the drain's rules cover calls up to this

@@ -6,7 +6,7 @@
 //! dispatch stays alive for its whole limit even after the call answered, so a
 //! drain dispatching faster than 10,000 / limit calls per second (833/s with the
 //! default 12 s limit) crashed the invocation — reproduced locally with 12,000
-//! no-op items (docs/benchmarks.md). Dispatches started within one cohort window
+//! no-op items (docs/benchmarks/history-2026-11-21.md, round 4). Dispatches started within one cohort window
 //! share one timer instead, which bounds the live timers by the limit alone.
 //! The drain's dispatches and `POST /probe`'s calls through SELF share timers so.
 

@@ -46,7 +46,7 @@ impl Watchdog {
 /// refused the SELF call. A kind that runs in the drain (`Job::runs_in_drain`:
 /// `service`) is run here even in fanout mode: its one call is an invocation of
 /// its own already, and a SELF child in between would be a second
-/// (docs/architecture.md).
+/// (docs/architecture/jobs-and-http.md, "Service items").
 pub async fn execute(
     cfg: &Config,
     runner: Runner<'_>,

@@ -6,7 +6,7 @@
 //! or burning CPU, timed from here, so the caller can tell whether they shared the
 //! 6 connections or one thread. `service`: a `service` item's run made `calls`
 //! times, by this invocation as the drain makes it or through a SELF child, so
-//! the two paths can be timed against each other (docs/architecture.md,
+//! the two paths can be timed against each other (docs/architecture/jobs-and-http.md,
 //! "Service items"). It deliberately ignores SUBREQUEST_BUDGET: finding
 //! the real caps is the point. Admin-only; bodies are parsed and bounded by
 //! `api::probe`.

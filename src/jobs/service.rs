@@ -12,7 +12,7 @@
 //! platform's own error) maps as a webhook's, the receiver's word included
 //! ([`classify_service_answer`]). The drain calls the binding
 //! itself (`runs_in_drain`): a `SELF` child in between would cost a second
-//! invocation per item (docs/architecture.md). `POST /probe` mode `service` runs
+//! invocation per item (docs/architecture/jobs-and-http.md). `POST /probe` mode `service` runs
 //! it too, as [`probe_call`]s that no handler can take for real items.
 
 use serde::{Deserialize, Serialize};

@@ -1,8 +1,8 @@
 -- The claim's selection while no limit, pause or learned rate is in force (the
 -- claimer's last claim said so, store::ClaimShape): what is due and in which order,
 -- exactly as claim_selection.sql, without the key columns and the limit tables, so
--- the hot path costs what the claim cost before limits (docs/architecture.md,
--- "The claim's cost"). claim_now.sql and claim_due_items.sql follow it.
+-- the hot path costs what the claim cost before limits (docs/architecture/flow-control.md,
+-- "The claim's cost with nothing in force"). claim_now.sql and claim_due_items.sql follow it.
 -- A limit or a pause that came into force since the claimer's last claim makes it
 -- select nothing (two index probes, `unlimited`); the store then claims again with
 -- the full selection, which reads them: nothing starts past a new limit.

@@ -85,7 +85,7 @@ impl LatencyBound {
     }
 }
 
-/// The latency-bound runs side by side: no cap (what docs/benchmarks.md
+/// The latency-bound runs side by side: no cap (what docs/benchmarks/history-2026-11-24-27.md
 /// measured), then the platform's connection cap with 1 and with N drainers.
 pub fn latency_table(t: &mut Table, runs: &[&LatencyBound]) {
     if let Some(first) = runs.first() {

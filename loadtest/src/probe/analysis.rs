@@ -1,7 +1,7 @@
 //! What `loadtest probe`'s recorded answers say about the platform's limits: pure
 //! functions from the answers of `POST /probe` ([`Recorded`]) to one
 //! [`Finding`] per limit (documented, measured, verdict), and the markdown table
-//! for docs/benchmarks.md's "verified" column. Host-tested on recorded answers
+//! for docs/benchmarks/envelope.md's "verified" column. Host-tested on recorded answers
 //! (`loadtest/fixtures/probe/*.json`).
 
 use crate::runtime::api::{ChildrenProbe, Probe};

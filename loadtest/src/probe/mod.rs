@@ -7,7 +7,7 @@
 //! sequentially and concurrently (where is the first refusal, and its message),
 //! starts children that fetch a slow URL at once (do they share 6 connections?)
 //! and children that burn CPU (is a child's CPU its own?), then prints the
-//! analysis (`analysis`) as a markdown table for docs/benchmarks.md.
+//! analysis (`analysis`) as a markdown table for docs/benchmarks/envelope.md.
 
 pub mod analysis;
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// Most subjects one statement enqueues. One `INSERT … SELECT` over 1,000,000
-/// subjects took 2.4 s on local D1 (docs/benchmarks.md), so a page of 10,000 is
+/// subjects took 2.4 s on local D1 (docs/benchmarks/history-2026-11-21.md), so a page of 10,000 is
 /// about 25 ms there: even a hundred times slower on D1 it stays far below the
 /// 30 s D1 gives a query, and a tick's page of 100 fires, each with its first
 /// page, inserts at most 1,000,000 rows in its one transaction, as long as the
