@@ -7,8 +7,8 @@
 
 use std::future::Future;
 
+use crate::core::batch::model::{ClaimedItem, Ran, StopReason};
 use crate::core::drain::{Action, Drain, Refused, Report, Settled};
-use crate::core::model::{ClaimedItem, Ran, StopReason};
 use crate::store::StoreResult;
 
 /// What woke the loop.

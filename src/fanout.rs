@@ -86,4 +86,4 @@ impl Fanout {
 
 /// What `DRAIN_QUEUE` delivers to `#[event(queue)]`: drain messages.
 #[cfg(target_arch = "wasm32")]
-pub type DrainBatch = worker::MessageBatch<crate::core::drainers::DrainMessage>;
+pub type DrainBatch = worker::MessageBatch<crate::core::drain::drainers::DrainMessage>;

@@ -19,8 +19,8 @@ use std::any::Any;
 
 use serde::Serialize;
 
-use crate::core::model::ClaimedItem;
-use crate::core::target::TargetPolicy;
+use crate::core::batch::model::ClaimedItem;
+use crate::core::security::target::TargetPolicy;
 pub use crate::jobs::memory::{Answer, Ended, MemoryOutbound, Reply, Sent};
 use crate::jobs::{run_kind, Job, Jobs, Kind, RunConfig};
 pub use crate::jobs::{Outcome, Ran};
@@ -268,7 +268,7 @@ mod tests {
         }
 
         fn validate(&self, p: &PingPayload, targets: &TargetPolicy) -> Result<(), String> {
-            crate::core::target::validate(&p.url, targets)
+            crate::core::security::target::validate(&p.url, targets)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         }

@@ -2,6 +2,7 @@
 //! circle: a helper two parts share lives in a shared module (`driver::drive`,
 //! `driver::steps`, `e2e::suite`, `e2e::ui::browser`), not in one of the parts;
 //! a folder uses only the shared folders before it, and no file is over 800 lines.
+//! The library's `src` keeps the same rules by its own rooms (the tests at the end).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -38,7 +39,16 @@ fn sources(dir: &Path) -> BTreeMap<String, String> {
 /// or `a::b` inside `use crate::{a::b, ...}`), each path taken as the longest
 /// module it starts with.
 fn imports(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let sources = sources(dir);
+    imports_of(sources(dir), false)
+}
+
+/// The same over `sources`; with `relative`, `super::a` paths too (taken from
+/// the module's parent), and no comment or test module counted: what a module
+/// *uses*, not what its docs or tests name.
+fn imports_of(
+    sources: BTreeMap<String, String>,
+    relative: bool,
+) -> BTreeMap<String, BTreeSet<String>> {
     let is_path = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
     let module_of = |path: &str| {
         let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
@@ -50,16 +60,34 @@ fn imports(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
     sources
         .iter()
         .map(|(name, text)| {
+            let text = &if relative {
+                code_of(text)
+            } else {
+                text.clone()
+            };
             let mut named = BTreeSet::new();
-            for (at, _) in text.match_indices("crate::") {
-                let rest = &text[at + "crate::".len()..];
-                if let Some(group) = rest.strip_prefix('{') {
-                    let group = &group[..group.find('}').unwrap_or(group.len())];
-                    for part in group.split(',') {
-                        named.insert(part.trim().chars().take_while(|&c| is_path(c)).collect());
+            let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
+            let mut prefixes = vec![("crate::", String::new())];
+            if relative {
+                prefixes.push(("super::", format!("{parent}::")));
+            }
+            for (prefix, base) in &prefixes {
+                for (at, _) in text.match_indices(prefix) {
+                    if *prefix == "super::" && text[..at].ends_with(|c: char| is_path(c)) {
+                        continue;
                     }
-                } else {
-                    named.insert(rest.chars().take_while(|&c| is_path(c)).collect::<String>());
+                    let rest = &text[at + prefix.len()..];
+                    if let Some(group) = rest.strip_prefix('{') {
+                        let group = &group[..group.find('}').unwrap_or(group.len())];
+                        for part in group.split(',') {
+                            let path: String =
+                                part.trim().chars().take_while(|&c| is_path(c)).collect();
+                            named.insert(format!("{base}{path}"));
+                        }
+                    } else {
+                        let path: String = rest.chars().take_while(|&c| is_path(c)).collect();
+                        named.insert(format!("{base}{path}"));
+                    }
                 }
             }
             // A folder's module names its own children without `crate::` (`control::e2e`).
@@ -79,6 +107,10 @@ fn imports(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 .iter()
                 .filter_map(|p: &String| module_of(p))
                 .filter(|m| m != name)
+                // A module may use what its folders declare: a room's `mod.rs` is
+                // its own floor (only with `relative`, where `super::` is read).
+                .filter(|m| !(relative && name.starts_with(&format!("{m}::"))))
+                .filter(|m| !(relative && m == "lib"))
                 .collect();
             (name.clone(), modules)
         })
@@ -221,5 +253,119 @@ fn a_circle_is_found_when_there_is_one() {
     assert_eq!(
         circle(&graph),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// A source without its comments and its test modules (`#[cfg(test)] mod tests
+/// { … }` inline, to the end of the file): what it compiles into the library.
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(at) => &l[..at],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn library() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let mut sources = sources(&src);
+    // Test-only modules (`#[cfg(test)] mod tests;` files) are not the library.
+    sources.retain(|m, _| !m.split("::").any(|s| s == "tests"));
+    imports_of(sources, true)
+}
+
+#[test]
+fn the_library_modules_import_each_other_without_a_circle() {
+    let graph = library();
+    assert!(graph.len() > 100, "read {} modules", graph.len());
+    // The reader sees relative paths: the drain's machine uses its budget.
+    assert!(graph["core::drain"].contains("core::drain::budget"));
+    assert!(graph["core::batch::progress"].contains("core::flow::waiting"));
+    assert_eq!(circle(&graph), None);
+}
+
+/// What `core` may never import: it is pure logic, below the store, the SQL,
+/// the HTTP API, the job kinds and the Workers runtime.
+const ABOVE_CORE: [&str; 7] = [
+    "store",
+    "sql",
+    "api",
+    "jobs",
+    "edge",
+    "drain_loop",
+    "testing",
+];
+
+#[test]
+fn core_imports_nothing_above_it() {
+    let wrong: Vec<String> = library()
+        .into_iter()
+        .filter(|(from, _)| from == "core" || from.starts_with("core::"))
+        .flat_map(|(from, tos)| {
+            tos.into_iter()
+                .filter(|to| ABOVE_CORE.contains(&to.split("::").next().unwrap()))
+                .map(move |to| format!("{from} -> {to}"))
+        })
+        .collect();
+    assert_eq!(wrong, Vec::<String>::new());
+}
+
+#[test]
+fn each_room_of_core_says_what_it_owns_and_may_not_import() {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src/core");
+    let mut rooms = 0;
+    for entry in std::fs::read_dir(&core).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let text = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+        let opening: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
+        assert!(opening.len() >= 2, "{}: no opening lines", dir.display());
+        assert!(
+            opening.iter().any(|l| l.contains("import")),
+            "{}: its opening does not say what it may import",
+            dir.display()
+        );
+        rooms += 1;
+    }
+    assert!(rooms >= 5, "{rooms} rooms");
+}
+
+#[test]
+fn no_library_file_is_over_800_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let long: Vec<String> = sources(&src)
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > MAX_LINES)
+        .map(|(module, text)| format!("{module}: {} lines", text.lines().count()))
+        .collect();
+    assert_eq!(long, Vec::<String>::new());
+}
+
+#[test]
+fn a_circle_through_super_is_found_and_a_use_of_the_own_folder_is_not_one() {
+    let sources: BTreeMap<String, String> = [
+        ("a", "pub mod x;\npub mod y;"),
+        ("a::x", "use super::y::Thing;\nuse super::Floor;"),
+        ("a::y", "use crate::a::x::Other; // super::nothing"),
+        ("b", "use super::a::x; // a comment naming crate::c"),
+        ("c", ""),
+    ]
+    .into_iter()
+    .map(|(m, t)| (m.to_string(), t.to_string()))
+    .collect();
+    let graph = imports_of(sources, true);
+    assert_eq!(graph["a::x"], ["a::y".to_string()].into());
+    assert_eq!(graph["b"], ["a::x".to_string()].into());
+    assert_eq!(
+        circle(&graph),
+        Some(vec!["a::x".into(), "a::y".into(), "a::x".into()])
     );
 }

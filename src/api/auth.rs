@@ -2,7 +2,7 @@
 //! `GET /metrics`, `Bearer <METRICS_TOKEN>` too.
 
 use crate::core::error::ApiError;
-use crate::core::signature::constant_time_eq;
+use crate::core::security::signature::constant_time_eq;
 
 /// Admit the caller if the header carries the admin token. The comparison takes the
 /// same time wherever the tokens differ; an empty configured token admits nobody.

@@ -7,19 +7,21 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::{keys_view, limit_only, to_json, ApiResult, App};
-use crate::core::cost::{BatchCost, Cost};
-use crate::core::error::ApiError;
-use crate::core::model::{BatchProgress, BatchRow, BatchTally, ItemRow};
-use crate::core::receipts;
-use crate::core::requests::{
+use crate::core::batch::cost::{BatchCost, Cost};
+use crate::core::batch::model::{BatchRow, BatchTally};
+use crate::core::batch::progress::BatchProgress;
+use crate::core::batch::receipts;
+use crate::core::batch::requests::{
     parse_json, parse_page_query, parse_priority, validate_create_batch, CreateBatch,
     CreateBatchBody,
 };
+use crate::core::batch::rows::ItemRow;
+use crate::core::batch::throughput;
+use crate::core::error::ApiError;
+use crate::core::flow::waiting::{top_keys, KeyWaiting, WaitingCounts, WaitingOn};
 use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
-use crate::core::target::TargetPolicy;
-use crate::core::throughput;
+use crate::core::security::target::TargetPolicy;
 use crate::core::time::rfc3339;
-use crate::core::waiting::{top_keys, KeyWaiting, WaitingCounts, WaitingOn};
 use crate::jobs::Jobs;
 use crate::store::{BatchOptions, BatchSource, Created, Db};
 

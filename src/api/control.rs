@@ -7,13 +7,14 @@
 use serde_json::json;
 
 use super::{to_json, ApiResult, App};
-use crate::core::control::{
+use crate::core::batch::control::{
     decide, decide_item_replay, parse_item_id, refused, validate_retry, BatchStatus, Control,
     ItemReplay, Move, RetryBody, CANCEL_PAGE, CANCEL_PAGES_PER_CALL, CONTROL_TRIES,
 };
+use crate::core::batch::model::{BatchRow, ItemStatus};
+use crate::core::batch::progress::BatchProgress;
+use crate::core::batch::requests::parse_json;
 use crate::core::error::ApiError;
-use crate::core::model::{BatchProgress, BatchRow, ItemStatus};
-use crate::core::requests::parse_json;
 use crate::store::Db;
 
 /// Pause, resume or cancel: 200 with the batch as `GET /batches/{id}` shows it

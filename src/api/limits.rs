@@ -5,11 +5,11 @@
 use serde_json::{json, Value};
 
 use super::{next_after, to_json, ApiResult, App};
+use crate::core::batch::requests::{parse_json, parse_page_query};
 use crate::core::error::ApiError;
-use crate::core::limit_view::{view, LimitSpec, LimitView};
-use crate::core::limits::{is_limit_key, Limit, MAX_KEY_LEN};
+use crate::core::flow::limit_view::{view, LimitSpec, LimitView};
+use crate::core::flow::limits::{is_limit_key, Limit, MAX_KEY_LEN};
 use crate::core::metrics::DUE_CAP;
-use crate::core::requests::{parse_json, parse_page_query};
 use crate::store::Db;
 
 /// A limit's key: an item's key, or a partition (`prefix:*`). 400 `invalid_limit`

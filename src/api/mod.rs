@@ -24,11 +24,11 @@ pub mod subjects;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::core::control::Control;
+use crate::core::batch::control::Control;
+use crate::core::batch::requests::{parse_page_query, MAX_BODY_BYTES};
 use crate::core::error::ApiError;
-use crate::core::requests::{parse_page_query, MAX_BODY_BYTES};
+use crate::core::security::target::TargetPolicy;
 use crate::core::settings::Settings;
-use crate::core::target::TargetPolicy;
 use crate::jobs::Jobs;
 use crate::store::{Db, Store, StoreError};
 pub use request::{Method, Request};

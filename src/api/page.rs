@@ -8,19 +8,10 @@
 //! and an injected string can never run. The page holds no data: it asks the
 //! admin routes with the token the operator signs in with.
 
-use super::routes::ROUTES;
+use super::routes::{Asset, ROUTES};
 use super::Text;
-use crate::core::control::{decide, BatchStatus, Control, Move};
-use crate::core::model::ItemStatus;
-
-/// One of the dashboard's files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asset {
-    Html,
-    Script,
-    Style,
-    Icon,
-}
+use crate::core::batch::control::{decide, BatchStatus, Control, Move};
+use crate::core::batch::model::ItemStatus;
 
 /// Only this origin, for everything; nothing inline; no framing, no forms posted
 /// elsewhere, no `<base>` tricks.

@@ -12,9 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::batch::requests::parse_json;
 use crate::core::error::ApiError;
-use crate::core::requests::parse_json;
-use crate::core::target::{self, TargetPolicy};
+use crate::core::security::target::{self, TargetPolicy};
 
 /// Upper bounds that keep a probe from becoming a load test by accident.
 pub const MAX_CALLS: i64 = 100_000;

@@ -2,9 +2,17 @@
 //! decision and the 405's allowed-methods list are all read from [`ROUTES`], so
 //! adding a route is one line here (plus its handler).
 
-use super::page::Asset;
 use super::request::Method;
 use crate::core::error::ApiError;
+
+/// One of the dashboard's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asset {
+    Html,
+    Script,
+    Style,
+    Icon,
+}
 
 /// Who answers a route, and so what it needs before it can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

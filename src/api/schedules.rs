@@ -5,12 +5,12 @@
 use serde_json::json;
 
 use super::{next_after, to_json, ApiResult, App};
+use crate::core::batch::requests::{parse_json, parse_page_query, validate_id};
 use crate::core::error::ApiError;
-use crate::core::requests::{parse_json, parse_page_query, validate_id};
 use crate::core::schedule::body::{validate_schedule, validate_schedule_id, ScheduleBody};
 use crate::core::schedule::plan::{next_fire_at, zones_for};
 use crate::core::schedule::{ScheduleView, Zone};
-use crate::core::target::TargetPolicy;
+use crate::core::security::target::TargetPolicy;
 use crate::store::{Db, StoreError};
 
 /// Create (201) or replace (200) a schedule, answering it with its `next_fire_at`.

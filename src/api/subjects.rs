@@ -4,12 +4,12 @@
 use serde_json::{json, Value};
 
 use super::{keys_view, next_after, ApiResult, App};
-use crate::core::error::ApiError;
-use crate::core::model::SubjectRow;
-use crate::core::requests::{
+use crate::core::batch::requests::{
     parse_json, parse_page_query, validate_id, validate_put_subjects, PutSubjects,
 };
-use crate::core::target::TargetPolicy;
+use crate::core::batch::rows::SubjectRow;
+use crate::core::error::ApiError;
+use crate::core::security::target::TargetPolicy;
 use crate::core::time::rfc3339;
 use crate::jobs::Jobs;
 use crate::store::Db;

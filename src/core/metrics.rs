@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::limit_view::LimitView;
-use super::model::{ItemStatus, StopReason};
+use crate::core::batch::model::{ItemStatus, StopReason};
+use crate::core::flow::limit_view::LimitView;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The due count stops here: beyond it a scrape would read the whole backlog.

@@ -1,9 +1,11 @@
 //! Settings from `[vars]`, parsed and validated in one place. Invalid settings fail
 //! loudly with a message naming the variable, never fall back silently.
 
-use super::budget::MIN_SUBREQUEST_BUDGET;
-use super::retry::RetryPolicy;
-use super::timing::{call_rounds, min_deadline_ms, min_lease_ms, DISPATCH_GRACE_MS, WIND_DOWN_MS};
+use crate::core::drain::budget::MIN_SUBREQUEST_BUDGET;
+use crate::core::drain::retry::RetryPolicy;
+use crate::core::drain::timing::{
+    call_rounds, min_deadline_ms, min_lease_ms, DISPATCH_GRACE_MS, WIND_DOWN_MS,
+};
 
 /// How the drain runs a claimed item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use worker::web_sys::ReadableStreamDefaultReader;
 use worker::Request;
 
 use crate::api::BodySource;
-use crate::core::dispatch::{self, SignatureLine};
+use crate::core::drain::dispatch::{self, SignatureLine};
 use crate::core::error::ApiError;
 
 /// The body of a runtime request, not read yet.

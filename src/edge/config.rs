@@ -6,8 +6,8 @@ use std::rc::Rc;
 use worker::Env;
 
 use super::{clock, log};
-use crate::core::drainers;
-use crate::core::secrets::{self, Secrets};
+use crate::core::drain::drainers;
+use crate::core::security::secrets::{self, Secrets};
 use crate::core::settings::Settings;
 
 /// The queue binding drainers are started through (`DRAINERS` > 1 or `auto`).

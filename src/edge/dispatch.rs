@@ -7,9 +7,9 @@ use worker::{web_sys, Fetcher, Request};
 use super::config::Config;
 use super::run::{run_with_timeout, Runner};
 use super::{clock, SELF_ORIGIN};
+use crate::core::batch::model::{ClaimedItem, Outcome, Ran};
 use crate::core::drain::Refused;
-use crate::core::model::{ClaimedItem, Outcome, Ran};
-use crate::core::{dispatch, receipts};
+use crate::core::{batch::receipts, drain::dispatch};
 
 /// Abandons dispatches that outlive their limit: the platform's own
 /// `AbortSignal.timeout`, one per cohort of dispatches (`core::watchdog`; the drain

@@ -41,7 +41,7 @@ pub async fn on_scheduled(event: ScheduledEvent, env: Env, jobs: &Jobs) {
 /// A queue batch of drain messages (`DRAINERS` > 1), run with the Worker's kinds
 /// (`Fanout::queue`): one drain per message, awaited like the tick's.
 pub async fn on_queue(
-    batch: MessageBatch<crate::core::drainers::DrainMessage>,
+    batch: MessageBatch<crate::core::drain::drainers::DrainMessage>,
     env: Env,
     jobs: &Jobs,
 ) {

@@ -26,11 +26,11 @@ use super::dispatch::Watchdog;
 use super::run::{run_with_timeout, Runner};
 use super::{clock, dispatch, SELF_ORIGIN};
 use crate::api::probe::{self, ProbeRequest, ProbeTask, Via, FETCH_TIMEOUT_MS};
+use crate::core::batch::model::Outcome;
+use crate::core::drain::timing::call_ms;
+use crate::core::drain::watchdog::Cohorts;
 use crate::core::error::ApiError;
-use crate::core::model::Outcome;
-use crate::core::signature::SignatureHeader;
-use crate::core::timing::call_ms;
-use crate::core::watchdog::Cohorts;
+use crate::core::security::signature::SignatureHeader;
 use crate::jobs::service;
 
 /// One self call's result: answered 200, threw (no answer: the platform refused,

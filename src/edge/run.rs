@@ -9,12 +9,12 @@ use super::clock;
 use super::config::Config;
 use super::log::{self, InvocationLog};
 use super::outbound::EdgeOutbound;
-use crate::core::dispatch::Dispatched;
+use crate::core::batch::model::{ClaimedItem, Outcome, Ran};
+use crate::core::batch::requests::parse_json;
+use crate::core::drain::dispatch::Dispatched;
 use crate::core::error::ApiError;
 use crate::core::log_limit::{LogDecision, LogLimit};
-use crate::core::model::{ClaimedItem, Outcome, Ran};
-use crate::core::requests::parse_json;
-use crate::core::signature::{self, SignatureError, SignatureHeader};
+use crate::core::security::signature::{self, SignatureError, SignatureHeader};
 use crate::jobs::{Jobs, RunConfig};
 
 thread_local! {

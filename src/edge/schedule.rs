@@ -12,18 +12,18 @@ use super::config::{Config, DRAIN_QUEUE};
 use super::drain::{self, DrainStore};
 use super::log::InvocationLog;
 use super::run::Runner;
-use crate::core::budget::Budget;
-use crate::core::callback;
-use crate::core::cost;
-use crate::core::drain::DrainError;
-use crate::core::drainers::{self, DrainMessage};
-use crate::core::model::{
+use crate::core::batch::callback;
+use crate::core::batch::cost;
+use crate::core::batch::model::{
     FinishedBatch, InvocationSummary, ItemStatus, StopReason, Tally, Trigger,
 };
+use crate::core::batch::upkeep::{Retention, TickWork, Upkeep};
+use crate::core::drain::budget::Budget;
+use crate::core::drain::drainers::{self, DrainMessage};
+use crate::core::drain::DrainError;
 use crate::core::schedule::tick::{Fired, FIRE_PAGE};
 use crate::core::settings::{DispatchMode, Drainers};
 use crate::core::time::rfc3339;
-use crate::core::upkeep::{Retention, TickWork, Upkeep};
 use crate::jobs::Jobs;
 use crate::store::d1::D1Db;
 use crate::store::metered::Metered;

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::webhook::{post_signed, signing_secret};
 use super::{Context, Job, Outcome};
-use crate::core::callback::Payload;
-use crate::core::target::TargetPolicy;
+use crate::core::batch::callback::Payload;
+use crate::core::security::target::TargetPolicy;
 
 pub struct Callback;
 
@@ -19,7 +19,7 @@ impl Job for Callback {
     type Payload = Value;
 
     fn name(&self) -> &'static str {
-        crate::core::callback::KIND
+        crate::core::batch::callback::KIND
     }
 
     /// Never reached from a request (`Jobs::check_payload` knows only the public
@@ -35,7 +35,7 @@ impl Job for Callback {
         // dispatches: refused, as a subject's own.
         let dispatch_secrets = ctx.config.dispatch_keys();
         let checked = Payload::parse(&ctx.item.payload).and_then(|p| {
-            let url = crate::core::target::validate(&p.url, &ctx.config.policy())
+            let url = crate::core::security::target::validate(&p.url, &ctx.config.policy())
                 .map_err(|e| e.to_string())?;
             let own = p.signing_secret.as_deref();
             let secret = signing_secret(own, &ctx.config.webhook_secret, &dispatch_secrets)

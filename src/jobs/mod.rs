@@ -30,10 +30,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize as _;
 use serde_json::Value;
 
-pub use crate::core::model::{ClaimedItem, Outcome, Ran, RefusedBy};
-use crate::core::receipts::{self, ChannelResults, Receipts};
-use crate::core::retry::RetryPolicy;
-use crate::core::target::{self, TargetPolicy};
+pub use crate::core::batch::model::{ClaimedItem, Outcome, Ran, RefusedBy};
+use crate::core::batch::receipts::{self, ChannelResults, Receipts};
+use crate::core::drain::retry::RetryPolicy;
+use crate::core::security::target::{self, TargetPolicy};
 pub use bindings::{Bindings, Kv};
 pub use outbound::{
     BodyRead, Correlated, Outbound, Request, Response, ServiceError, Signal,
@@ -286,7 +286,7 @@ impl<'a> Context<'a> {
         }
         let response = self.outbound.fetch(request, &self.signal).await?;
         let now_ms = self.now_ms();
-        let word = crate::core::receiver::read(
+        let word = crate::core::flow::receiver::read(
             response.status,
             &response.headers,
             &response.body,
@@ -517,7 +517,7 @@ impl Jobs {
     /// policy outside the global settings' ranges.
     pub fn register<J: Job>(&mut self, job: J) -> Result<&mut Jobs, RegisterError> {
         let name = Job::name(&job);
-        crate::core::requests::validate_id("kind", name)
+        crate::core::batch::requests::validate_id("kind", name)
             .map_err(|e| RegisterError(e.public_message()))?;
         if self.find(name).is_some() {
             return Err(RegisterError(format!(

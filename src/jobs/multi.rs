@@ -26,10 +26,10 @@ use super::webhook::{
     check_signing_secret, post_signed_answer, redact_signing_secret, signing_secret, Answered,
 };
 use super::{Context, Job, Outcome, RefusedBy};
-use crate::core::model::ClaimedItem;
-use crate::core::receipts::{self, ChannelResults, MAX_CHANNELS};
-use crate::core::target::{self, TargetPolicy};
-use crate::core::timing::channel_deadline_ms;
+use crate::core::batch::model::ClaimedItem;
+use crate::core::batch::receipts::{self, ChannelResults, MAX_CHANNELS};
+use crate::core::drain::timing::channel_deadline_ms;
+use crate::core::security::target::{self, TargetPolicy};
 
 pub struct Multi;
 
@@ -154,7 +154,7 @@ impl Job for Multi {
         let channels = payload.get("channels").and_then(Value::as_array);
         for c in channels.into_iter().flatten() {
             let url = c.get("url").and_then(Value::as_str).unwrap_or("");
-            if let Some(k) = crate::core::limits::host_key(url) {
+            if let Some(k) = crate::core::flow::limits::host_key(url) {
                 if !keys.contains(&k) {
                     keys.push(k);
                 }
@@ -248,7 +248,7 @@ impl Refusal {
             return;
         }
         self.channels += 1;
-        if let Some(key) = crate::core::limits::host_key(url.as_str()) {
+        if let Some(key) = crate::core::flow::limits::host_key(url.as_str()) {
             if !self.keys.contains(&key) {
                 self.keys.push(key);
             }
@@ -260,7 +260,7 @@ impl Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::receipts::MAX_CHANNEL_NAME_CHARS;
+    use crate::core::batch::receipts::MAX_CHANNEL_NAME_CHARS;
     use serde_json::json;
 
     const DEV: TargetPolicy = TargetPolicy::LOCAL;

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Context, Job, Outcome};
-use crate::core::target::TargetPolicy;
+use crate::core::security::target::TargetPolicy;
 
 pub struct Noop;
 

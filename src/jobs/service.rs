@@ -22,9 +22,9 @@ use url::Url;
 use super::outbound::{Request, Response, ServiceError};
 use super::webhook::{classify_answer, classify_status, read_word, Answered, WAIT_CAP_MS};
 use super::{Context, Job};
-use crate::core::model::{ClaimedItem, Outcome, RefusedBy};
-use crate::core::receipts::{self, ChannelResults, Receipts};
-use crate::core::target::TargetPolicy;
+use crate::core::batch::model::{ClaimedItem, Outcome, RefusedBy};
+use crate::core::batch::receipts::{self, ChannelResults, Receipts};
+use crate::core::security::target::TargetPolicy;
 
 pub struct Service;
 
@@ -172,7 +172,7 @@ impl HandlerAnswer {
                 if let Some(ms) = self.retry_after_ms {
                     ctx.retry_after(ms);
                 }
-                let keys = crate::core::limits::service_key(binding).map(|k| vec![k]);
+                let keys = crate::core::flow::limits::service_key(binding).map(|k| vec![k]);
                 ctx.note_refusal(RefusedBy { keys, with_failure });
                 self.outcome
             }
@@ -427,7 +427,7 @@ impl Job for Service {
     /// `service:<binding>`: every item to one bound Worker holds one key.
     fn limit_keys(&self, payload: &Value) -> Vec<String> {
         let binding = payload.get("service").and_then(Value::as_str).unwrap_or("");
-        crate::core::limits::service_key(binding)
+        crate::core::flow::limits::service_key(binding)
             .into_iter()
             .collect()
     }

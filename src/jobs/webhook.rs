@@ -12,10 +12,10 @@ use url::Url;
 
 use super::outbound::{Outbound, Request, Response, Signal};
 use super::{Context, Job};
-use crate::core::model::{cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy};
-use crate::core::receiver;
-use crate::core::signature::constant_time_eq;
-use crate::core::target::{self, TargetPolicy};
+use crate::core::batch::model::{cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy};
+use crate::core::flow::receiver;
+use crate::core::security::signature::constant_time_eq;
+use crate::core::security::target::{self, TargetPolicy};
 
 pub struct Webhook;
 
@@ -55,7 +55,7 @@ pub struct Delivery<'a> {
 /// The shortest signing secret accepted, as for the Worker's own secrets.
 pub const MIN_SECRET_CHARS: usize = 16;
 /// What `GET /subjects` shows instead of a signing secret.
-pub use crate::core::secrets::REDACTED;
+pub use crate::core::security::secrets::REDACTED;
 
 /// Parse and validate a payload: its shape, its URL as the runtime will fetch it
 /// and the target `policy` (`core::target`), its signing secret.
@@ -252,7 +252,9 @@ impl Job for Webhook {
     /// which its refusals pause and a limit may govern.
     fn limit_keys(&self, payload: &Value) -> Vec<String> {
         let url = payload.get("url").and_then(Value::as_str).unwrap_or("");
-        crate::core::limits::host_key(url).into_iter().collect()
+        crate::core::flow::limits::host_key(url)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -304,7 +306,7 @@ pub async fn post_signed_answer(
     secret: &str,
 ) -> Answered {
     let now_secs = outbound.now_ms() / 1_000;
-    let signature = crate::core::signature::sign(secret, now_secs, body.as_bytes());
+    let signature = crate::core::security::signature::sign(secret, now_secs, body.as_bytes());
     // The URL as parsed and checked, not the raw text.
     let request = Request::post_json(url.as_str(), body)
         .header("Idempotency-Key", idempotency_key)

@@ -3,7 +3,39 @@
 //! instead of placing it, and a wrong order cannot compile into a wrong binding.
 
 use super::*;
-use crate::store::Param;
+
+/// A bound parameter. Integers stay integers end to end (D1 gets them as JS
+/// numbers, exact up to 2^53, far beyond millisecond timestamps).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+impl From<i64> for Param {
+    fn from(v: i64) -> Param {
+        Param::Int(v)
+    }
+}
+
+impl From<&str> for Param {
+    fn from(v: &str) -> Param {
+        Param::Text(v.to_string())
+    }
+}
+
+impl From<String> for Param {
+    fn from(v: String) -> Param {
+        Param::Text(v)
+    }
+}
+
+impl<T: Into<Param>> From<Option<T>> for Param {
+    fn from(v: Option<T>) -> Param {
+        v.map(Into::into).unwrap_or(Param::Null)
+    }
+}
 
 /// A statement with its parameters, ready to run.
 pub trait Statement: Sized {

@@ -1,7 +1,7 @@
 //! Invocation summaries and what is read from them: throughput, timelines, `/metrics`.
 
 use super::*;
-use crate::core::limit_view::{self, LimitRow};
+use crate::core::flow::limit_view::{self, LimitRow};
 use crate::core::metrics::{LimitGauge, SourceCost};
 
 impl<D: Db> Store<D> {

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use crate::core::limits;
+use crate::core::flow::limits;
 
 use super::*;
 
@@ -512,7 +512,7 @@ pub fn transitions_json<'t>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::ItemStatus;
+    use crate::core::batch::model::ItemStatus;
 
     /// The claim's ?4 keeps each batch's largest claimed id, whatever the order
     /// the items came in, and is the JSON object the claim reads by batch id.

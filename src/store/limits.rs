@@ -2,8 +2,8 @@
 //! with their rate state. The claim reads them itself (`sql/claim_selection.sql`).
 
 use super::*;
-use crate::core::limit_view::{KeyUseRow, LearnedKey, LimitRow, PausedKey, Usage};
-use crate::core::limits::Limit;
+use crate::core::flow::limit_view::{KeyUseRow, LearnedKey, LimitRow, PausedKey, Usage};
+use crate::core::flow::limits::Limit;
 
 /// `GET /limits` lists at most this many paused keys (the longest pauses).
 pub const PAUSED_LISTED: i64 = 100;

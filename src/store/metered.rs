@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Db, Param, StoreResult, Usage};
-use crate::core::budget::Budget;
+use crate::core::drain::budget::Budget;
 
 pub struct Metered<D> {
     inner: D,

@@ -30,108 +30,31 @@ pub use items::{transitions_json, Claim, Claimed, LimitsInForce};
 pub use schedules::{FireFailure, FireReport};
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::core::budget::OverBudget;
-use crate::core::control::BatchStatus;
-use crate::core::listing::{items_page, ItemsPage, ITEMS_WALKED_PER_PAGE};
-use crate::core::metrics::{self, HourSums, Snapshot};
-use crate::core::model::{
-    BatchRow, BatchTally, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemRef,
-    ItemStatus, ReapedItem, SubjectRow, TimelineBucket, Transition,
+pub use crate::core::drain::store_error::StoreError;
+
+use crate::core::batch::control::BatchStatus;
+use crate::core::batch::listing::{items_page, ItemsPage, ITEMS_WALKED_PER_PAGE};
+use crate::core::batch::model::{
+    BatchRow, BatchTally, ClaimedItem, FinishedBatch, Invocation, InvocationSummary, ItemStatus,
+    ReapedItem, Transition,
 };
-use crate::core::requests::{ItemInput, SubjectInput};
+use crate::core::batch::requests::{ItemInput, SubjectInput};
+use crate::core::batch::rows::{ItemRef, SubjectRow, TimelineBucket};
+use crate::core::batch::throughput;
+use crate::core::batch::upkeep::Upkeep;
+use crate::core::metrics::{self, HourSums, Snapshot};
 use crate::core::schedule::fill::{self, Fill};
 use crate::core::schedule::jitter::subject_seed;
 use crate::core::schedule::plan::{FirePlan, ZoneUse};
 use crate::core::schedule::tick::{self, FireRead, Fired, TickPlan};
 use crate::core::schedule::{ScheduleRow, ScheduleSpec};
-use crate::core::throughput;
-use crate::core::upkeep::Upkeep;
+pub use crate::sql::Param;
 use crate::sql::{self, Statement};
-
-/// A bound parameter. Integers stay integers end to end (D1 gets them as JS
-/// numbers, exact up to 2^53, far beyond millisecond timestamps).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Param {
-    Int(i64),
-    Text(String),
-    Null,
-}
-
-impl From<i64> for Param {
-    fn from(v: i64) -> Param {
-        Param::Int(v)
-    }
-}
-
-impl From<&str> for Param {
-    fn from(v: &str) -> Param {
-        Param::Text(v.to_string())
-    }
-}
-
-impl From<String> for Param {
-    fn from(v: String) -> Param {
-        Param::Text(v)
-    }
-}
-
-impl<T: Into<Param>> From<Option<T>> for Param {
-    fn from(v: Option<T>) -> Param {
-        v.map(Into::into).unwrap_or(Param::Null)
-    }
-}
-
-/// A store failure. Messages may contain SQL detail: log them, never send them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreError {
-    /// The database failed the call (D1's or SQLite's message).
-    Db(String),
-    /// The subrequest budget could not pay for the call; nothing was sent.
-    OverBudget(OverBudget),
-    /// A row the store had just written was not there.
-    Missing(String),
-    /// A row or a parameter did not convert from or to JSON.
-    Json(String),
-    /// The call was refused before anything was sent: what it asked for breaks a
-    /// rule the schema no longer enforces (e.g. a subject twice in one batch).
-    Invalid(String),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Db(message) => f.write_str(message),
-            StoreError::OverBudget(e) => write!(f, "not sent: {e}"),
-            StoreError::Missing(what) => write!(f, "{what} is missing"),
-            StoreError::Json(message) => write!(f, "JSON: {message}"),
-            StoreError::Invalid(message) => f.write_str(message),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-impl StoreError {
-    /// Whether a batch's insert failed because another batch holds the id drawn
-    /// for it (`sql/create_batch.sql`: UNIQUE on `batches.id`, or on its key when
-    /// the key's batch holds that very id): nothing was written, and a fresh id
-    /// may succeed. D1 passes SQLite's message on.
-    pub fn is_batch_id_taken(&self) -> bool {
-        matches!(self, StoreError::Db(m) if m.contains("UNIQUE constraint failed: batches."))
-    }
-}
-
-impl From<OverBudget> for StoreError {
-    fn from(e: OverBudget) -> StoreError {
-        StoreError::OverBudget(e)
-    }
-}
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

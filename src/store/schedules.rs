@@ -1,7 +1,7 @@
 //! Schedules: saved, read, fired (every due schedule's statements in one `batch()`).
 
 use super::*;
-use crate::core::upkeep::TickWork;
+use crate::core::batch::upkeep::TickWork;
 
 /// Firing is [`Store::fire_schedules`]: every due schedule's statements in one
 /// `batch()`, one subrequest however many are due.

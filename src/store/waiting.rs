@@ -1,6 +1,6 @@
 //! What holds pending items (`waiting_on`): read only, one statement a call.
 
-use crate::core::waiting::{ReasonCount, WaitingRow, HEAD_READ};
+use crate::core::flow::waiting::{ReasonCount, WaitingRow, HEAD_READ};
 
 use super::*;
 

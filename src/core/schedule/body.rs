@@ -11,9 +11,9 @@ use serde_json::Value;
 use super::cron::CronExpr;
 use super::zone::{parse_zone, DEFAULT_ZONE, SUBJECT_ZONE};
 use super::{ScheduleSpec, Timing, Zone};
-use crate::core::callback::OnFinish;
+use crate::core::batch::callback::OnFinish;
+use crate::core::batch::fields::{parse_priority, validate_id};
 use crate::core::error::ApiError;
-use crate::core::requests::{parse_priority, validate_id};
 
 pub const MIN_EVERY_SECONDS: i64 = 60;
 pub const MAX_EVERY_SECONDS: i64 = 31_536_000;
@@ -163,7 +163,7 @@ pub fn validate_schedule(body: ScheduleBody, now: i64) -> Result<ScheduleSpec, A
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::requests::parse_json;
+    use crate::core::batch::fields::parse_json;
     use serde_json::{json, Value};
 
     const NOW: i64 = 1_795_262_400_000; // 2026-11-21T12:00:00Z

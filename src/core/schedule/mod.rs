@@ -1,6 +1,8 @@
 //! Schedules: cron, interval and one-off schedules, in a named time zone
 //! or in each subject's own, fired by the minute tick. Pure: `now`, the zones in use
 //! and fresh ids are arguments; `store` runs the SQL, `edge` supplies the clock.
+//! It imports `batch` (a schedule's callback) and `core`'s top; never the drain or
+//! flow control.
 //!
 //! - [`body`]: `PUT /schedules/{id}` parsed and validated into a [`ScheduleSpec`];
 //! - [`cron`]: Cloudflare's cron syntax on `croner`;
@@ -30,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use self::cron::CronExpr;
 use self::zone::{parse_zone, SUBJECT_ZONE};
-use crate::core::callback::OnFinish;
+use crate::core::batch::callback::OnFinish;
 use crate::core::time::rfc3339;
 
 /// When a schedule fires.

@@ -4,7 +4,7 @@
 //! no longer keeps. Each part is bounded per tick, so one tick never holds D1 for
 //! long, and an idle tick costs index seeks that find nothing.
 
-use super::control::CANCEL_PAGE;
+use crate::core::batch::control::CANCEL_PAGE;
 
 pub const DAY_MS: i64 = 86_400_000;
 /// Items of ended batches deleted per tick at most: 7.2 million a day at one tick a

@@ -5,26 +5,38 @@
 //! the watchdog cohorts, the subrequest reservations, the commit retry and the
 //! tally; docs/architecture/drain.md ("The drain: a state machine and its shell" and
 //! the sections after it) describes each.
+//!
+//! The room holds its rules beside the machine: the budget, timing, watchdog,
+//! dispatch, retries and the drainers' capacity. It imports `batch`, `flow`,
+//! `schedule`, `security` and `core`'s top.
+
+pub mod budget;
+mod commit;
+pub mod dispatch;
+pub mod drainers;
+mod events;
+pub mod retry;
+pub mod store_error;
+pub mod timing;
+pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt;
 
-use super::budget::{
-    cover_items, flush_reserve, may_commit, next_claim, Budget, DrainLimits, DrainState, NextClaim,
+use crate::core::batch::model::{
+    ClaimedItem, ItemStatus, Outcome, Ran, RefusedBy, StopReason, Tally,
+};
+use crate::core::batch::receipts;
+use crate::core::drain::budget::{
+    cover_items, flush_reserve, may_commit, next_claim, Budget, DrainState, NextClaim,
     FLUSH_MAX_ROWS, RETRY_RESERVE,
 };
-use super::learn;
-use super::model::{
-    ClaimedItem, ItemStatus, Outcome, Ran, RefusedBy, StopReason, Tally, Transition,
-};
-use super::receipts;
-use super::retry::{decide, defer, refused, release, release_refused, RetryPolicy};
-use super::settings::{DispatchMode, Settings};
-use super::timing::{call_ms, commit_allowance_ms, wind_down_ms};
-use super::watchdog;
-use crate::store::StoreError;
+use crate::core::drain::retry::{decide, defer, refused, release, release_refused, RetryPolicy};
+use crate::core::drain::store_error::StoreError;
+use crate::core::drain::timing::{call_ms, commit_allowance_ms, wind_down_ms};
+use crate::core::flow::learn;
 
-pub use super::timing::FLUSH_INTERVAL_MS;
+pub use crate::core::drain::timing::FLUSH_INTERVAL_MS;
+pub use events::{Action, DrainError, Policy, Refused, Report, RoundTrips, Settled};
 
 /// Attempts of one commit statement: commits are fenced, so repeating one never
 /// applies anything twice, and the second reads back what the first applied.
@@ -36,130 +48,6 @@ pub const COMMIT_TRIES: u8 = 2;
 /// item refused three times running is the platform refusing every call.
 pub const THROWS_BEFORE_CRASH: i64 = 3;
 
-/// What a drain is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    pub limits: DrainLimits,
-    pub retry: RetryPolicy,
-    /// `REFUSAL_GIVE_UP_SECONDS` in ms: a streak of refusals longer than this
-    /// fails the item (`retry::refused`).
-    pub refusal_give_up_ms: i64,
-}
-
-impl Policy {
-    /// `per_item_cost`: subrequests one item costs this invocation (1 SELF call,
-    /// or the job's own calls inline).
-    pub fn new(settings: &Settings, per_item_cost: i64) -> Policy {
-        Policy {
-            limits: DrainLimits {
-                concurrency: settings.dispatch_concurrency,
-                claim_chunk: settings.claim_chunk,
-                per_item_cost,
-                job_timeout_ms: settings.job_timeout_ms,
-                deadline_ms: settings.invocation_deadline_ms,
-                lease_ms: settings.lease_ms,
-                // Inline runs make no SELF calls: the platform's cap is not theirs.
-                max_children: match settings.dispatch_mode {
-                    DispatchMode::Fanout => settings.max_child_invocations,
-                    DispatchMode::Inline => i64::MAX,
-                },
-            },
-            retry: settings.retry,
-            refusal_give_up_ms: settings.refusal_give_up_ms,
-        }
-    }
-}
-
-/// A claimed item with the transition its outcome (or its release) decided, and
-/// when its lease expires.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settled {
-    pub item: ClaimedItem,
-    pub transition: Transition,
-    pub lease_expires_at: i64,
-}
-
-/// What the shell should do next.
-// A dispatch holds its item by value: it is handed to the shell at once, and a
-// box per dispatch would only add an allocation on the hot path.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, PartialEq)]
-pub enum Action {
-    /// Start this item. `new_watchdog`: give it a new abandon-timer, which the
-    /// dispatches after it share until the machine says so again.
-    Dispatch {
-        item: ClaimedItem,
-        new_watchdog: bool,
-    },
-    /// Claim up to `limit` due items under leases expiring at `lease_expires_at`
-    /// (one statement), then call `claimed`.
-    Claim { limit: i64, lease_expires_at: i64 },
-    /// Commit these outcomes (one statement), then hand them back to `committed`.
-    Commit(Vec<Settled>),
-    /// Commit these outcomes again after a failed attempt, which may have been
-    /// applied all the same: apply what is still fenced and read back what is
-    /// applied (`Store::recommit_outcomes`, one call), then hand them back to
-    /// `committed`.
-    CommitAgain(Vec<Settled>),
-    /// Nothing to start now: wait for a running call, claim or commit to answer,
-    /// or until this time, then call `timer`.
-    Wait(Option<i64>),
-    /// Nothing is running and every claimed item's outcome was committed, found
-    /// its lease lost, or was reported in `Report::CommitFailed`.
-    Done(StopReason),
-}
-
-/// What happened that the shell should log.
-// Reports hold items by value: each is made once and logged at once, so a
-// box per report would only add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, PartialEq)]
-pub enum Report {
-    /// A committed outcome that is not a plain completion: a retry or a failure
-    /// (completions are the hot path and report nothing), or any outcome of a
-    /// completion callback (rare, and worth a line each).
-    Settled(Settled),
-    /// An outcome not applied: the item's lease had been lost.
-    LeaseLost(ClaimedItem),
-    /// A claimed item not dispatched: its call and commit could no longer end
-    /// before its lease expired or the deadline, at the D1 round trips seen. It
-    /// goes back to `pending` unrun, its attempt given back, in the next commit.
-    Released(ClaimedItem),
-    /// A claim failed: the drain claims nothing more and commits what it has.
-    ClaimFailed(StoreError),
-    /// A commit failed and is sent again.
-    CommitRetry { error: StoreError, rows: usize },
-    /// The platform refused dispatches of this invocation (the first refusal's
-    /// message): these items went back to `pending` unrun, their attempts given
-    /// back, and nothing more was dispatched. Reported once, when the drain is
-    /// done.
-    DispatchRefused { message: String, item_ids: Vec<i64> },
-    /// A commit failed for good: these items stay `processing` until their leases
-    /// expire and the reaper requeues them (a duplicate delivery, never a loss),
-    /// unless the failed attempt had applied them.
-    CommitFailed {
-        error: StoreError,
-        item_ids: Vec<i64>,
-    },
-}
-
-/// The slowest D1 round trips seen, in ms: the lease and deadline rules are sized
-/// by them (`timing::wind_down_ms`, `timing::commit_allowance_ms`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RoundTrips {
-    /// The reaper's statement, just before the drain.
-    pub prepare_ms: i64,
-    pub claim_ms: i64,
-    pub commit_ms: i64,
-}
-
-impl RoundTrips {
-    /// D1 is one writer: a slow claim means slow commits too, and the other way.
-    pub fn slowest(&self) -> i64 {
-        self.prepare_ms.max(self.claim_ms).max(self.commit_ms)
-    }
-}
-
 /// When waiting outcomes are due for a commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FlushTimer {
@@ -170,11 +58,6 @@ enum FlushTimer {
     /// Due now, but the budget held the commit back.
     Fired,
 }
-
-/// A dispatch the platform refused before any answer (its runtime's message):
-/// the call never reached a child, so the item has not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused(pub String);
 
 /// The refusal this invocation met.
 #[derive(Debug)]
@@ -861,75 +744,6 @@ impl Drain {
         self.buffer_oldest
     }
 
-    /// The next group commit, if one is due and affordable. Commits are paced by
-    /// the timer, not by a row count: one statement per FLUSH_INTERVAL_MS carries
-    /// every outcome of that interval; an outcome whose lease would otherwise
-    /// expire before its commit lands goes at once. Once nothing runs, whatever
-    /// waits is committed at once, in as many statements as the plan kept for it.
-    fn flush(&mut self, now: i64) -> Option<Vec<Settled>> {
-        if self.buffer.is_empty() {
-            return None;
-        }
-        let n = self.buffer.len().min(FLUSH_MAX_ROWS as usize);
-        if self.buffer.len() > n {
-            // Oldest leases first (a stable sort: each lease's rows keep their order).
-            self.buffer.sort_by_key(|s| s.lease_expires_at);
-        }
-        let last = self.unfinished() == 0;
-        if !last {
-            let due = self.buffer.len() as i64 >= FLUSH_MAX_ROWS
-                || self.flush_timer == FlushTimer::Fired
-                || self.lease_due(now);
-            if !due {
-                return None;
-            }
-            // When the oldest lease's items have all answered, committing them
-            // frees the flush kept for them, so a commit the lease needs is
-            // always affordable.
-            let kept = self.flushes_without(&self.buffer[..n]);
-            if !may_commit(&self.budget, kept, self.retries_kept()) {
-                return None;
-            }
-        }
-        if let Err(e) = self.budget.reserve(1, 0) {
-            // Only a planning bug gets here, and then no commit can be paid for.
-            let rows = std::mem::take(&mut self.buffer);
-            self.buffer_oldest = None;
-            self.forget_outstanding(&rows);
-            self.reports.push_back(Report::CommitFailed {
-                error: StoreError::OverBudget(e),
-                item_ids: rows.iter().map(|r| r.item.item_id).collect(),
-            });
-            return None;
-        }
-        let rest = self.buffer.split_off(n);
-        let rows = std::mem::replace(&mut self.buffer, rest);
-        self.buffer_oldest = self.buffer.iter().map(|s| s.lease_expires_at).min();
-        self.forget_outstanding(&rows);
-        self.committing = Some(Committing {
-            tries: 1,
-            sent: now,
-        });
-        self.flush_timer = if self.buffer.is_empty() {
-            FlushTimer::Idle
-        } else {
-            FlushTimer::Armed(now + FLUSH_INTERVAL_MS)
-        };
-        Some(rows)
-    }
-
-    /// These outcomes are in a commit: no flush is kept for them any more.
-    fn forget_outstanding(&mut self, rows: &[Settled]) {
-        for r in rows {
-            if let Some(n) = self.outstanding.get_mut(&r.lease_expires_at) {
-                *n -= 1;
-                if *n <= 0 {
-                    self.outstanding.remove(&r.lease_expires_at);
-                }
-            }
-        }
-    }
-
     /// When to wake up if nothing answers first: the flush timer, the moment the
     /// front of the queue may start (its rate's slot) or could no longer be
     /// dispatched in time, the moment the
@@ -962,46 +776,6 @@ impl Drain {
             .flatten()
             .min()
     }
-
-    /// Count a commit's rows: applied ones by their new state; the others lost
-    /// their lease and were left untouched.
-    fn account(&mut self, rows: Vec<Settled>, mut applied: Vec<i64>) {
-        applied.sort_unstable();
-        for row in rows {
-            if applied.binary_search(&row.item.item_id).is_err() {
-                self.tally.lost_leases += 1;
-                self.reports.push_back(Report::LeaseLost(row.item));
-                continue;
-            }
-            // A callback is no item of its batch: it counts in no timeline.
-            if !row.item.is_callback() {
-                self.tally
-                    .count_terminal(&row.item.batch_id, row.transition.status);
-            }
-            match row.transition.status {
-                ItemStatus::Completed => {
-                    self.tally.completed += 1;
-                    if row.item.is_callback() {
-                        self.reports.push_back(Report::Settled(row));
-                    }
-                }
-                // Reported when it was released.
-                ItemStatus::Pending if row.transition.is_release() => self.tally.released += 1,
-                ItemStatus::Pending => {
-                    self.tally.retried += 1;
-                    self.reports.push_back(Report::Settled(row));
-                }
-                ItemStatus::Failed => {
-                    self.tally.failed += 1;
-                    self.reports.push_back(Report::Settled(row));
-                }
-                // A job's outcome never decides these (`retry::decide`): an item of a
-                // cancelled batch that comes back for a retry goes pending and is
-                // swept by the tick's upkeep.
-                ItemStatus::Processing | ItemStatus::Cancelled => {}
-            }
-        }
-    }
 }
 
 /// Who refused `item`, as a give-up reason names it: the refused keys, else
@@ -1014,32 +788,6 @@ fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
         keys.join(", ")
     }
 }
-
-/// Why an invocation could not run its drain, or finish it, cleanly.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DrainError {
-    /// A binding the drain needs is missing.
-    Binding(String),
-    /// The first step failed: creating today's batch, or reaping.
-    Prepare(StoreError),
-    /// A claim failed; what was running was still committed.
-    Claim(StoreError),
-    /// The tail's upkeep and finish check failed.
-    Finish(StoreError),
-}
-
-impl fmt::Display for DrainError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DrainError::Binding(message) => write!(f, "binding {message}"),
-            DrainError::Prepare(e) => write!(f, "prepare: {e}"),
-            DrainError::Claim(e) => write!(f, "claim: {e}"),
-            DrainError::Finish(e) => write!(f, "finish batches: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DrainError {}
 
 #[cfg(test)]
 mod tests;

@@ -4,9 +4,9 @@
 //! (about one a minute in production) where reading `cron_queue.completed_at`
 //! would cost one row per item on every dashboard refresh.
 
-use super::error::ApiError;
-use super::model::BatchRow;
-use super::time::parse_rfc3339;
+use crate::core::batch::model::BatchRow;
+use crate::core::error::ApiError;
+use crate::core::time::parse_rfc3339;
 
 /// The rate is measured over the invocations that ended in this window.
 pub const RATE_WINDOW_MS: i64 = 5 * 60_000;

@@ -14,14 +14,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::ApiError;
-use super::model::BatchRow;
-use super::target::{self, TargetPolicy};
-use super::time::{rfc3339, rfc3339_ms};
+use crate::core::batch::model::BatchRow;
+use crate::core::error::ApiError;
+use crate::core::security::target::{self, TargetPolicy};
+use crate::core::time::{rfc3339, rfc3339_ms};
 
 /// The job kind of callback rows. Internal: no subject or item may use it
 /// (`jobs::check_payload` knows only the public kinds).
-pub const KIND: &str = "callback";
+pub const KIND: &str = crate::core::batch::model::CALLBACK_KIND;
 
 /// Where a batch's completion callback goes and what signs it:
 /// `{"url": "https://…", "signing_secret": "<optional>"}`, in `POST /batches`,
@@ -37,7 +37,7 @@ pub struct OnFinish {
 }
 
 /// The shortest `on_finish.signing_secret`, as for a subject's own.
-pub const MIN_SECRET_CHARS: usize = super::secrets::MIN_SECRET_CHARS;
+pub const MIN_SECRET_CHARS: usize = crate::core::security::secrets::MIN_SECRET_CHARS;
 /// The longest: it is copied into every batch a schedule fires and every
 /// callback row.
 pub const MAX_SECRET_BYTES: usize = 1_024;
@@ -70,7 +70,7 @@ impl OnFinish {
         OnFinish::from_stored(stored).map(|on_finish| OnFinish {
             signing_secret: on_finish
                 .signing_secret
-                .map(|_| super::secrets::REDACTED.to_string()),
+                .map(|_| crate::core::security::secrets::REDACTED.to_string()),
             ..on_finish
         })
     }

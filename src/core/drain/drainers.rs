@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::budget::TAIL_SUBREQUESTS;
-use super::settings::{DispatchMode, Settings};
-use super::signature::{self, SignatureError, SignatureHeader};
+use crate::core::drain::budget::TAIL_SUBREQUESTS;
+use crate::core::security::signature::{self, SignatureError, SignatureHeader};
+use crate::core::settings::{DispatchMode, Settings};
 
 /// Most messages one `send_batch` call takes: the Queues limits page (through
 /// a third-party summary, not re-checked) allows 100 a call, and `DRAINERS` and

@@ -10,81 +10,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::model::{InvocationSummary, Tally};
+use crate::core::batch::model::{InvocationSummary, Tally};
 
-/// What an invocation, or a batch's share of invocations, cost. Field names are
-/// the JSON contract of `GET /batches/{id}`'s `cost` and of the summaries'
-/// `per_batch` shares.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cost {
-    pub d1_rows_written: i64,
-    pub d1_rows_read: i64,
-    pub d1_statements: i64,
-    /// Not billed: what the platform's per-invocation subrequest limit counts.
-    pub subrequests: i64,
-    /// `DRAIN_QUEUE` operations: a drain message written by its sender, read
-    /// and deleted (acknowledged) by its drainer, as Queues bills them.
-    pub queue_operations: i64,
-    /// Invocations (each one Worker request: a cron tick or a queue delivery);
-    /// children reached over the `SELF` service binding are subrequests, which
-    /// Workers does not bill as requests.
-    pub worker_requests: i64,
-}
-
-impl Cost {
-    /// The whole of one invocation's summary: its own request, and its D1 and
-    /// queue figures as measured (rows read by summaries stored before they
-    /// were counted: 0).
-    pub fn of(summary: &InvocationSummary) -> Cost {
-        Cost {
-            d1_rows_written: summary.d1_rows_written,
-            d1_rows_read: summary.d1_rows_read.unwrap_or(0),
-            d1_statements: summary.d1_statements,
-            subrequests: summary.subrequests,
-            queue_operations: summary.tally.queue_operations,
-            worker_requests: 1,
-        }
-    }
-
-    pub fn add(&mut self, other: &Cost) {
-        self.d1_rows_written += other.d1_rows_written;
-        self.d1_rows_read += other.d1_rows_read;
-        self.d1_statements += other.d1_statements;
-        self.subrequests += other.subrequests;
-        self.queue_operations += other.queue_operations;
-        self.worker_requests += other.worker_requests;
-    }
-
-    /// A batch's counters as `get_batch.sql` reads them (JSON text); `None`
-    /// when absent or unreadable.
-    pub fn stored(json: Option<&str>) -> Option<Cost> {
-        serde_json::from_str(json?).ok()
-    }
-
-    fn fields(&self) -> [i64; 6] {
-        [
-            self.d1_rows_written,
-            self.d1_rows_read,
-            self.d1_statements,
-            self.subrequests,
-            self.queue_operations,
-            self.worker_requests,
-        ]
-    }
-
-    fn from_fields(f: [i64; 6]) -> Cost {
-        Cost {
-            d1_rows_written: f[0],
-            d1_rows_read: f[1],
-            d1_statements: f[2],
-            subrequests: f[3],
-            queue_operations: f[4],
-            worker_requests: f[5],
-        }
-    }
-}
+pub use crate::core::batch::model::Cost;
 
 /// The batches an invocation's costs are shared among, with their weights: the
 /// items it ended of each (`per_batch`), since an item's insert, claim and
@@ -313,7 +243,7 @@ impl BatchCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{BatchTally, StopReason, Trigger};
+    use crate::core::batch::model::{BatchTally, StopReason, Trigger};
 
     fn summary(per_batch: &[(&str, i64, i64)], batch_ids: &[&str]) -> InvocationSummary {
         let mut tally = Tally::default();

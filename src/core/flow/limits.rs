@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use crate::core::error::ApiError;
 
 /// At most this many explicit keys per subject or item.
 pub const MAX_KEYS: usize = 4;

@@ -12,13 +12,10 @@ use std::cell::Cell;
 use std::fmt;
 use std::rc::Rc;
 
-use super::model::StopReason;
-use super::schedule::tick::FIRE_APPLY_CALLS;
-use super::timing::line_allowed;
-
-/// Most outcomes one group-commit statement carries, which bounds its size
-/// (about 150 bytes each, far below D1's statement and value limits).
-pub const FLUSH_MAX_ROWS: i64 = 500;
+use crate::core::batch::model::StopReason;
+use crate::core::drain::timing::line_allowed;
+pub use crate::core::drain::timing::{flush_reserve, FLUSH_MAX_ROWS};
+use crate::core::schedule::tick::FIRE_APPLY_CALLS;
 
 /// Subrequests kept back for the end of every drain: mark finished batches and
 /// record the invocation summary.
@@ -193,11 +190,6 @@ impl Budget {
     }
 }
 
-/// Flush statements needed to commit `outstanding` outcomes.
-pub fn flush_reserve(outstanding: i64) -> i64 {
-    (outstanding + FLUSH_MAX_ROWS - 1).max(0) / FLUSH_MAX_ROWS
-}
-
 /// The fixed inputs of a drain's plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrainLimits {
@@ -353,7 +345,7 @@ pub fn may_commit(budget: &Budget, flushes: i64, retries: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::timing::{call_ms, WIND_DOWN_MS};
+    use crate::core::drain::timing::{call_ms, WIND_DOWN_MS};
 
     const LIMITS: DrainLimits = DrainLimits {
         concurrency: 25,
@@ -719,7 +711,7 @@ mod tests {
     fn the_shortest_deadline_allows_one_window() {
         let limits = DrainLimits {
             claim_chunk: 100,
-            deadline_ms: crate::core::timing::min_deadline_ms(10_000),
+            deadline_ms: crate::core::drain::timing::min_deadline_ms(10_000),
             ..LIMITS
         };
         assert_eq!(
@@ -778,7 +770,7 @@ mod tests {
     fn a_slow_d1_or_a_short_lease_shortens_the_line() {
         let b = Budget::new(10_000);
         let limits = DrainLimits {
-            lease_ms: crate::core::timing::min_lease_ms(10_000, 50, 25),
+            lease_ms: crate::core::drain::timing::min_lease_ms(10_000, 50, 25),
             ..LIMITS
         };
         // The smallest lease: 3 call times and 1 s, a full line of 75 with quick D1.
@@ -786,7 +778,7 @@ mod tests {
         assert_eq!(next_claim(&b, limits, state(25, 0)), NextClaim::Take(50));
         // D1 at 1 s: the wind-down is 8.1 s, two call times fit in the lease.
         let slow = DrainState {
-            wind_down_ms: crate::core::timing::wind_down_ms(1_000, 25),
+            wind_down_ms: crate::core::drain::timing::wind_down_ms(1_000, 25),
             ..state(25, 0)
         };
         assert_eq!(next_claim(&b, limits, slow), NextClaim::Take(25));

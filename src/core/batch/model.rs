@@ -43,6 +43,15 @@ impl ItemStatus {
     }
 }
 
+/// The kind of a batch's completion callback (`callback::KIND`), an item of no
+/// batch count.
+pub const CALLBACK_KIND: &str = "callback";
+
+/// What one run did per channel it sent: `Done` delivered, `Retry` a transient
+/// failure, `Fail` a permanent one. Channels delivered before are not sent again,
+/// so they are not in it.
+pub type ChannelResults = BTreeMap<String, Outcome>;
+
 /// A row handed out by a claim: everything the child needs to run it, plus the
 /// lease that fences every later write about it.
 /// Built outside this crate with [`ClaimedItem::new`] (or `testing::item`): new
@@ -126,7 +135,7 @@ impl ClaimedItem {
     /// A batch's completion callback (`core::callback`), not one of its items: it
     /// counts in no batch counter and no timeline.
     pub fn is_callback(&self) -> bool {
-        self.kind == super::callback::KIND
+        self.kind == CALLBACK_KIND
     }
 
     /// A no-op item `id` of batch `batch` on its first of three attempts, for the
@@ -215,7 +224,7 @@ pub struct Ran {
     /// `None` for a run that reported no channel (a kind without channels, a
     /// `service` handler that answered without them), and for a run that never
     /// answered (timed out, abandoned, a failed dispatch).
-    pub channels: Option<super::receipts::ChannelResults>,
+    pub channels: Option<ChannelResults>,
     /// A retry's own delay, asked for by the answer (an HTTP `Retry-After`):
     /// used instead of the backoff, capped by the retry cap (`core::retry::defer`).
     pub retry_after_ms: Option<i64>,
@@ -365,159 +374,6 @@ impl BatchRow {
     }
 }
 
-/// The progress view of a batch served by `GET /batches/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BatchProgress {
-    pub id: String,
-    pub key: String,
-    pub status: String,
-    pub total: i64,
-    pub pending: i64,
-    pub processing: i64,
-    pub completed: i64,
-    pub failed: i64,
-    pub cancelled: i64,
-    pub percent: f64,
-    /// Still being filled from subjects: `total` (and `percent`, which is of the
-    /// items enqueued so far) grows until it is false; it never finishes before.
-    pub filling: bool,
-    /// Items ended per minute lately (`core::throughput`); null when unknown.
-    pub rate_per_min: Option<f64>,
-    /// When the rest should be done at that rate (RFC 3339); null when unknown.
-    pub eta: Option<String>,
-    pub created_at: String,
-    pub finished_at: Option<String>,
-    pub schedule_id: Option<String>,
-    /// -10 to 10: its due items are claimed before those of lower priorities.
-    pub priority: i64,
-    /// Where its completion callback goes (`{"url": …}`, a signing secret
-    /// redacted), or null.
-    pub on_finish: Option<super::callback::OnFinish>,
-    /// The delivery of its completion callback, or null without `on_finish`.
-    pub callback: Option<super::callback::CallbackView>,
-    /// Its pending items per reason they wait (`GET /batches/{id}` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waiting_on: Option<super::waiting::WaitingCounts>,
-    /// The keys holding most of its pending items, with their state
-    /// (`GET /batches/{id}` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waiting_keys: Option<Vec<super::waiting::KeyWaiting>>,
-    /// What the invocations that worked on it cost, and the money
-    /// (`GET /batches/{id}` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cost: Option<super::cost::BatchCost>,
-}
-
-impl BatchProgress {
-    /// `pending` is derived ([`BatchRow::pending`]), so no million-row count is
-    /// needed. `percent` is the share of items that ended, whichever way.
-    pub fn from_row(row: &BatchRow) -> BatchProgress {
-        let done = row.completed + row.failed + row.cancelled;
-        let pending = row.pending();
-        let percent = if row.total == 0 {
-            if row.filling != 0 {
-                0.0
-            } else {
-                100.0
-            }
-        } else {
-            // One decimal is enough for a progress bar and keeps the JSON stable.
-            ((done as f64) * 1000.0 / (row.total as f64)).floor() / 10.0
-        };
-        BatchProgress {
-            id: row.id.clone(),
-            key: row.key.clone(),
-            status: row.status.clone(),
-            total: row.total,
-            pending,
-            processing: row.processing,
-            completed: row.completed,
-            failed: row.failed,
-            cancelled: row.cancelled,
-            percent,
-            filling: row.filling != 0,
-            rate_per_min: None,
-            eta: None,
-            created_at: super::time::rfc3339(row.created_at),
-            finished_at: row.finished_at.map(super::time::rfc3339),
-            schedule_id: row.schedule_id.clone(),
-            priority: row.priority,
-            on_finish: super::callback::OnFinish::shown(row.on_finish.as_deref()),
-            callback: super::callback::CallbackView::from_row(row),
-            waiting_on: None,
-            waiting_keys: None,
-            cost: None,
-        }
-    }
-}
-
-impl BatchProgress {
-    /// With a rate and ETA (`core::throughput::estimate`).
-    pub fn with_estimate(mut self, e: super::throughput::Estimate) -> BatchProgress {
-        self.rate_per_min = e.rate_per_min;
-        self.eta = e.eta.map(super::time::rfc3339);
-        self
-    }
-}
-
-/// An item as listed by `GET /batches/{id}/items`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemRow {
-    pub id: i64,
-    pub subject_id: String,
-    pub kind: String,
-    pub status: String,
-    pub attempt: i64,
-    pub max_attempts: i64,
-    pub last_error: Option<String>,
-    pub run_after: i64,
-    pub started_at: Option<i64>,
-    pub completed_at: Option<i64>,
-    /// Per-channel receipts as stored (`core::receipts`), for kinds with channels.
-    #[serde(default)]
-    pub receipts: Option<String>,
-    /// The limit keys it holds as stored (a JSON array's text), `None` for none.
-    #[serde(default)]
-    pub limits: Option<String>,
-}
-
-/// One bucket of a batch's timeline: items ended in the invocations that started
-/// in it (`bucket` is its start, ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimelineBucket {
-    pub bucket: i64,
-    pub completed: i64,
-    pub failed: i64,
-}
-
-/// An item and its batch's status, what a replay of it is decided on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemRef {
-    pub id: i64,
-    pub batch_id: String,
-    pub status: String,
-    pub batch_status: String,
-}
-
-/// A subject as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubjectRow {
-    pub id: String,
-    pub kind: String,
-    pub payload: String,
-    pub active: i64,
-    /// What a schedule's `group` selects (`"default"` unless set).
-    pub group_name: String,
-    /// IANA zone read by schedules on `"timezone": "subject"` (`"UTC"` unless set).
-    pub timezone: String,
-    pub created_at: i64,
-    pub updated_at: i64,
-    /// The limit keys it holds (its own and its kind's) as stored (a JSON
-    /// array's text), `None` for none.
-    #[serde(default)]
-    pub limits: Option<String>,
-}
-
 /// A batch that the finish compare-and-set ended (observed once per end):
 /// `status` is `finished`, or `cancelled` for a cancelled batch whose last items
 /// ended.
@@ -656,7 +512,79 @@ pub struct BatchTally {
     pub completed: i64,
     pub failed: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<super::cost::Cost>,
+    pub cost: Option<Cost>,
+}
+
+/// What an invocation, or a batch's share of invocations, cost. Field names are
+/// the JSON contract of `GET /batches/{id}`'s `cost` and of the summaries'
+/// `per_batch` shares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cost {
+    pub d1_rows_written: i64,
+    pub d1_rows_read: i64,
+    pub d1_statements: i64,
+    /// Not billed: what the platform's per-invocation subrequest limit counts.
+    pub subrequests: i64,
+    /// `DRAIN_QUEUE` operations: a drain message written by its sender, read
+    /// and deleted (acknowledged) by its drainer, as Queues bills them.
+    pub queue_operations: i64,
+    /// Invocations (each one Worker request: a cron tick or a queue delivery);
+    /// children reached over the `SELF` service binding are subrequests, which
+    /// Workers does not bill as requests.
+    pub worker_requests: i64,
+}
+
+impl Cost {
+    /// The whole of one invocation's summary: its own request, and its D1 and
+    /// queue figures as measured (rows read by summaries stored before they
+    /// were counted: 0).
+    pub fn of(summary: &InvocationSummary) -> Cost {
+        Cost {
+            d1_rows_written: summary.d1_rows_written,
+            d1_rows_read: summary.d1_rows_read.unwrap_or(0),
+            d1_statements: summary.d1_statements,
+            subrequests: summary.subrequests,
+            queue_operations: summary.tally.queue_operations,
+            worker_requests: 1,
+        }
+    }
+
+    pub fn add(&mut self, other: &Cost) {
+        self.d1_rows_written += other.d1_rows_written;
+        self.d1_rows_read += other.d1_rows_read;
+        self.d1_statements += other.d1_statements;
+        self.subrequests += other.subrequests;
+        self.queue_operations += other.queue_operations;
+        self.worker_requests += other.worker_requests;
+    }
+
+    /// A batch's counters as `get_batch.sql` reads them (JSON text); `None`
+    /// when absent or unreadable.
+    pub fn stored(json: Option<&str>) -> Option<Cost> {
+        serde_json::from_str(json?).ok()
+    }
+
+    pub(crate) fn fields(&self) -> [i64; 6] {
+        [
+            self.d1_rows_written,
+            self.d1_rows_read,
+            self.d1_statements,
+            self.subrequests,
+            self.queue_operations,
+            self.worker_requests,
+        ]
+    }
+
+    pub(crate) fn from_fields(f: [i64; 6]) -> Cost {
+        Cost {
+            d1_rows_written: f[0],
+            d1_rows_read: f[1],
+            d1_statements: f[2],
+            subrequests: f[3],
+            queue_operations: f[4],
+            worker_requests: f[5],
+        }
+    }
 }
 
 impl Tally {
@@ -710,7 +638,7 @@ pub struct InvocationSummary {
     #[serde(default)]
     pub invocation: Option<String>,
     pub trigger: Trigger,
-    #[serde(with = "super::time::rfc3339_ms")]
+    #[serde(with = "crate::core::time::rfc3339_ms")]
     pub started_at: i64,
     pub elapsed_ms: i64,
     #[serde(flatten)]
@@ -749,29 +677,6 @@ pub struct Invocation {
 mod tests {
     use super::*;
 
-    fn row(total: i64, completed: i64, failed: i64, processing: i64) -> BatchRow {
-        BatchRow {
-            id: "b".into(),
-            key: "k".into(),
-            status: "running".into(),
-            total,
-            completed,
-            failed,
-            cancelled: 0,
-            processing,
-            created_at: 0,
-            finished_at: None,
-            schedule_id: None,
-            on_finish: None,
-            callback_status: None,
-            callback_attempts: None,
-            callback_error: None,
-            filling: 0,
-            priority: 0,
-            cost: None,
-        }
-    }
-
     #[test]
     fn a_bounded_outcome_keeps_at_most_max_reason_bytes_on_a_char_boundary() {
         let long = "é".repeat(MAX_REASON_BYTES) + "x";
@@ -790,33 +695,6 @@ mod tests {
         );
         assert_eq!(Outcome::Done.bounded(), Outcome::Done);
         assert_eq!(cut_on_char_boundary("aé", 2), "a");
-    }
-
-    #[test]
-    fn progress_derives_pending_from_exact_counters() {
-        let p = BatchProgress::from_row(&row(10, 3, 2, 1));
-        assert_eq!(
-            (p.pending, p.processing, p.completed, p.failed),
-            (4, 1, 3, 2)
-        );
-        assert_eq!(p.percent, 50.0);
-    }
-
-    #[test]
-    fn cancelled_items_count_as_ended_not_pending() {
-        let p = BatchProgress::from_row(&BatchRow {
-            cancelled: 4,
-            ..row(10, 3, 2, 1)
-        });
-        assert_eq!((p.pending, p.cancelled), (0, 4));
-        assert_eq!(p.percent, 90.0);
-    }
-
-    #[test]
-    fn empty_batch_is_complete_and_percent_rounds_down() {
-        assert_eq!(BatchProgress::from_row(&row(0, 0, 0, 0)).percent, 100.0);
-        assert_eq!(BatchProgress::from_row(&row(3, 1, 0, 0)).percent, 33.3);
-        assert_eq!(BatchProgress::from_row(&row(1000, 999, 0, 0)).percent, 99.9);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `DISPATCH_SECRET` authorises `POST /internal/run`, `WEBHOOK_SECRET` is known to
 //! every receiver, so the two must differ, or any receiver could forge dispatches.
 
-use super::signature::constant_time_eq;
+use crate::core::security::signature::constant_time_eq;
 
 /// The shortest secret accepted.
 pub const MIN_SECRET_CHARS: usize = 16;

@@ -124,9 +124,9 @@ pub fn burst(per_minute: i64) -> i64 {
 /// that maps answers by their status alone). A delay that is the item's own
 /// (`Ran::own_delay`: a `service` handler's `after_seconds`) is its handler's
 /// decision about that item, not a receiver's "slow down".
-pub fn is_refusal(ran: &crate::core::model::Ran) -> bool {
+pub fn is_refusal(ran: &crate::core::batch::model::Ran) -> bool {
     match &ran.outcome {
-        crate::core::model::Outcome::Retry(reason) => {
+        crate::core::batch::model::Outcome::Retry(reason) => {
             ran.refused.is_some()
                 || (!ran.own_delay
                     && (ran.retry_after_ms.is_some() || reason.starts_with("HTTP 429")))

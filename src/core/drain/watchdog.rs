@@ -53,7 +53,7 @@ pub fn max_live_timers(limit_ms: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::timing::DISPATCH_GRACE_MS;
+    use crate::core::drain::timing::DISPATCH_GRACE_MS;
 
     #[test]
     fn a_cohort_shares_one_timer() {

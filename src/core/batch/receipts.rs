@@ -17,9 +17,9 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTRO
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::model::{ClaimedItem, ItemStatus, Outcome};
-use super::requests::validate_id;
-use super::time::rfc3339;
+use crate::core::batch::fields::validate_id;
+use crate::core::batch::model::{ClaimedItem, ItemStatus, Outcome};
+use crate::core::time::rfc3339;
 
 /// Most channels of one item.
 pub const MAX_CHANNELS: usize = 8;
@@ -41,10 +41,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// `core::dispatch`): controls, `%`, and every non-ASCII byte.
 const ESCAPES: &AsciiSet = &CONTROLS.add(b'%');
 
-/// What one run did per channel it sent: `Done` delivered, `Retry` a transient
-/// failure, `Fail` a permanent one. Channels delivered before are not sent again,
-/// so they are not in it.
-pub type ChannelResults = BTreeMap<String, Outcome>;
+pub use crate::core::batch::model::ChannelResults;
 
 /// One channel's receipt as stored and shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,7 +281,7 @@ pub fn view(stored: Option<&str>, has_channels: bool) -> Value {
 
 /// `text` cut to at most `max` bytes on a character boundary.
 fn cut_to(text: &str, max: usize) -> String {
-    super::model::cut_on_char_boundary(text, max).to_string()
+    crate::core::batch::model::cut_on_char_boundary(text, max).to_string()
 }
 
 #[cfg(test)]

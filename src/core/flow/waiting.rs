@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::time::rfc3339;
+use crate::core::time::rfc3339;
 
 /// Entries of each part of a batch's head its counts read (its due index, its
 /// cursor's ids): the claim reads at most as many candidates per batch while
 /// limits are kept (`core::limits::HELD_WINDOW`), so past them an item waits for
 /// its batch's own earlier items; the pending items past them are `not_read`.
-pub const HEAD_READ: i64 = super::limits::HELD_WINDOW;
+pub const HEAD_READ: i64 = crate::core::flow::limits::HELD_WINDOW;
 
 /// The reasons, in their order of precedence (the first that holds an item is
 /// its reason; `sql/waiting_selection.sql`).

@@ -3,8 +3,8 @@
 
 use serde::Deserialize;
 
-use super::model::ItemRow;
-use super::requests::MAX_PAGE;
+use crate::core::batch::requests::MAX_PAGE;
+use crate::core::batch::rows::ItemRow;
 
 /// The most rows one page walks, per walk (a batch's id ranges; its rows stored
 /// before migration 0017), matching or not (`sql/list_batch_items.sql`'s ?5).

@@ -1,7 +1,7 @@
 //! Retry policy and the pure decision that turns a job's outcome into the row
 //! transition to commit.
 
-use super::model::{cut_reason, ClaimedItem, ItemStatus, Outcome, Transition};
+use crate::core::batch::model::{cut_reason, ClaimedItem, ItemStatus, Outcome, Transition};
 
 /// Exponential backoff from `base_ms`, doubling per attempt, capped at `max_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_stored_error_keeps_at_most_max_reason_bytes_with_its_words() {
-        use crate::core::model::MAX_REASON_BYTES;
+        use crate::core::batch::model::MAX_REASON_BYTES;
         let reason = "x".repeat(MAX_REASON_BYTES);
         for (attempt, outcome) in [
             (1, Outcome::Retry(reason.clone())),

@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::learn;
-use super::limits::{Gcra, Limit, PARTITION_SUFFIX};
-use super::time::rfc3339;
+use crate::core::flow::learn;
+use crate::core::flow::limits::{Gcra, Limit, PARTITION_SUFFIX};
+use crate::core::time::rfc3339;
 
 /// A partitioned limit shows at most this many of its partitions (the busiest).
 pub const BUSIEST: usize = 10;

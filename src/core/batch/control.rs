@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::ApiError;
-use super::model::ItemStatus;
-use super::requests::MAX_ID_CHARS;
+use crate::core::batch::model::ItemStatus;
+use crate::core::batch::requests::MAX_ID_CHARS;
+use crate::core::error::ApiError;
 
 /// Pending items a cancel moves to `cancelled` per statement (one page; a tick's
 /// page spans every cancelled batch).

@@ -3,21 +3,22 @@
 
 use std::collections::HashSet;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use super::callback::OnFinish;
-use super::error::ApiError;
-use super::limits::{keys_json, merge_keys, parse_keys};
-use super::model::ItemStatus;
-use super::schedule::body::validate_group;
-use super::schedule::key::adhoc_key_prefix;
-use super::schedule::zone::{validate_timezone, DEFAULT_ZONE};
+use crate::core::batch::callback::OnFinish;
+pub use crate::core::batch::fields::{
+    parse_json, parse_priority, validate_id, MAX_BODY_BYTES, MAX_ID_CHARS, MAX_PRIORITY,
+    MIN_PRIORITY,
+};
+use crate::core::batch::model::ItemStatus;
+use crate::core::error::ApiError;
+use crate::core::flow::limits::{keys_json, merge_keys, parse_keys};
+use crate::core::schedule::body::validate_group;
+use crate::core::schedule::key::adhoc_key_prefix;
+use crate::core::schedule::zone::{validate_timezone, DEFAULT_ZONE};
 
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub const MAX_SUBJECTS_PER_CALL: usize = 1_000;
-pub const MAX_ID_CHARS: usize = 200;
 pub const MAX_PAGE: i64 = 1_000;
 /// Largest payload of a subject or item, as compact JSON (as stored). The payload
 /// travels to the child inside the item's JSON, as a JSON string: escaping can
@@ -28,10 +29,6 @@ pub const MAX_PAYLOAD_BYTES: usize = 100 * 1024;
 pub const DEFAULT_PAGE: i64 = 100;
 /// A subject's group when `PUT /subjects` names none.
 pub const DEFAULT_GROUP: &str = "default";
-/// A batch's or schedule's `priority`: higher is claimed first, equal ones take
-/// turns; 0 unless given.
-pub const MIN_PRIORITY: i64 = -10;
-pub const MAX_PRIORITY: i64 = 10;
 
 /// Checks a job kind and its payload, and answers the limit keys the kind adds
 /// for it (`Job::limit_keys`); supplied by the job registry.
@@ -146,42 +143,6 @@ pub enum CreateBatch {
     },
 }
 
-/// Parse a JSON body strictly. Size is checked first so a huge body costs nothing.
-pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    if body.len() > MAX_BODY_BYTES {
-        return Err(ApiError::PayloadTooLarge {
-            limit: MAX_BODY_BYTES,
-        });
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid request body: {e}")))
-}
-
-pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
-    let chars = id.chars().count();
-    if chars == 0 || chars > MAX_ID_CHARS {
-        return Err(ApiError::bad_request(
-            "invalid_id",
-            format!("{field} must be 1 to {MAX_ID_CHARS} characters, got {chars}"),
-        ));
-    }
-    if id.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(
-            "invalid_id",
-            format!("{field} must not contain control characters"),
-        ));
-    }
-    // A URL path segment "." or ".." is resolved away by every URL parser, so such
-    // an id could never be addressed (`DELETE /subjects/..`).
-    if id == "." || id == ".." {
-        return Err(ApiError::bad_request(
-            "invalid_id",
-            format!("{field} must not be \".\" or \"..\""),
-        ));
-    }
-    Ok(())
-}
-
 /// The kind's own check, then the size every kind shares ([`MAX_PAYLOAD_BYTES`]);
 /// the limit keys the kind adds for the payload.
 fn check_payload(
@@ -212,23 +173,6 @@ fn item_keys(
     let bad = |msg: String| ApiError::bad_request("invalid_limits", format!("{field}.{msg}"));
     let own = parse_keys(limits).map_err(|e| bad(e.public_message()))?;
     merge_keys(&own, from_kind).map_err(|e| bad(format!("limits: {e}")))
-}
-
-/// A `priority` as sent: an integer from [`MIN_PRIORITY`] to [`MAX_PRIORITY`],
-/// 0 when absent or null; anything else is 400 `invalid_priority`.
-pub fn parse_priority(value: Option<&Value>) -> Result<i64, ApiError> {
-    match value {
-        None | Some(Value::Null) => Ok(0),
-        Some(v) => v
-            .as_i64()
-            .filter(|p| (MIN_PRIORITY..=MAX_PRIORITY).contains(p))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_priority",
-                    format!("priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {v}"),
-                )
-            }),
-    }
 }
 
 /// Validate every subject of a `PUT /subjects` before any is written, and set
@@ -548,8 +492,10 @@ mod tests {
     /// item can store), still fits the child's body limit.
     #[test]
     fn the_largest_payload_always_fits_the_dispatch() {
-        use crate::core::model::{ClaimedItem, ItemStatus, Outcome};
-        use crate::core::receipts::{self, MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS, MAX_REASON_BYTES};
+        use crate::core::batch::model::{ClaimedItem, ItemStatus, Outcome};
+        use crate::core::batch::receipts::{
+            self, MAX_CHANNELS, MAX_CHANNEL_NAME_CHARS, MAX_REASON_BYTES,
+        };
         // Every channel failed, with names and errors of quotes (stored errors are
         // cut to MAX_REASON_BYTES, names capped).
         let channels: receipts::ChannelResults = (0..MAX_CHANNELS)

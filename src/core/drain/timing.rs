@@ -10,7 +10,14 @@
 //! `INSERT … SELECT`) shortens the line and holds items back instead of letting a
 //! lease expire under a live item or the deadline pass.
 
-use super::budget::flush_reserve;
+/// Most outcomes one group-commit statement carries, which bounds its size
+/// (about 150 bytes each, far below D1's statement and value limits).
+pub const FLUSH_MAX_ROWS: i64 = 500;
+
+/// Flush statements needed to commit `outstanding` outcomes.
+pub fn flush_reserve(outstanding: i64) -> i64 {
+    (outstanding + FLUSH_MAX_ROWS - 1).max(0) / FLUSH_MAX_ROWS
+}
 
 /// Time the dispatcher allows on top of the job timeout for a child to answer.
 pub const DISPATCH_GRACE_MS: i64 = 2_000;

@@ -11,8 +11,10 @@
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
-use super::model::{cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy, MAX_REASON_BYTES};
-use super::signature;
+use crate::core::batch::model::{
+    cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy, MAX_REASON_BYTES,
+};
+use crate::core::security::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
 pub const OUTCOME_STATUS: u16 = 204;
@@ -203,7 +205,7 @@ mod tests {
     const SIGNING: &str = "subject-signing-secret-42";
 
     fn claimed_item_json() -> String {
-        let item = crate::core::model::ClaimedItem {
+        let item = crate::core::batch::model::ClaimedItem {
             item_id: 7,
             lease_token: LEASE.into(),
             batch_id: "b1".into(),
@@ -227,7 +229,7 @@ mod tests {
     fn no_header_of_a_dispatch_carries_the_item_its_lease_or_its_signature() {
         let json = claimed_item_json();
         let req = request(SECRET, 1_700_000_000, &json);
-        let sig = crate::core::signature::sign(SECRET, 1_700_000_000, json.as_bytes());
+        let sig = crate::core::security::signature::sign(SECRET, 1_700_000_000, json.as_bytes());
         let tag = sig.split("v1=").nth(1).unwrap();
         for (name, value) in &req.headers {
             for secret in [LEASE, SIGNING, tag, "\"user\""] {
@@ -241,7 +243,7 @@ mod tests {
 
     #[test]
     fn the_invocation_id_travels_signed_in_the_body_with_the_item() {
-        let item: crate::core::model::ClaimedItem =
+        let item: crate::core::batch::model::ClaimedItem =
             serde_json::from_str(&claimed_item_json()).unwrap();
         let json = dispatched_json("inv-7f3a", &item).unwrap();
         let req = request(SECRET, 1_700_000_000, &json);
@@ -344,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_retry_after_header_reads_back_as_its_delay_and_anything_else_as_none() {
-        use crate::core::model::Ran;
+        use crate::core::batch::model::Ran;
         let ran = Ran {
             retry_after_ms: Some(2_000),
             own_delay: false,
