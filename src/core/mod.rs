@@ -16,6 +16,7 @@ pub mod listing;
 pub mod log_limit;
 pub mod metrics;
 pub mod model;
+pub mod pace;
 pub mod receipts;
 pub mod receiver;
 pub mod requests;

@@ -648,6 +648,7 @@ fn channel_results_are_committed_with_the_outcome() {
         retry_after_ms: None,
         own_delay: false,
         refused: None,
+        paced: None,
     };
     r.m.finished(10, multi, ran, 0.0);
     let rows = take_commit(r.actions(10));
@@ -927,6 +928,7 @@ fn a_retry_after_sets_the_next_attempts_delay_capped_by_the_retry_cap() {
     let after = |ms| Ran {
         retry_after_ms: Some(ms),
         own_delay: false,
+        paced: None,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     // Past the cap (400 ms), and shorter than the backoff (50 to 100 ms).
@@ -950,6 +952,7 @@ fn an_items_own_delay_delays_it_alone_spends_its_attempt_and_pauses_nothing() {
     let own = Ran {
         retry_after_ms: Some(300),
         own_delay: true,
+        paced: None,
         ..Ran::from(Outcome::Retry("HTTP 503".into()))
     };
     r.m.finished(10, keyed(1), own, 0.0);
@@ -983,6 +986,7 @@ fn a_retry_after_on_the_last_attempt_still_fails_the_item() {
     let ran = Ran {
         retry_after_ms: Some(50),
         own_delay: false,
+        paced: None,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     r.m.finished(10, last, ran, 0.0);
@@ -1000,6 +1004,7 @@ fn a_retry_after_sets_the_retry_delay_instead_of_the_backoff_within_the_kinds_ca
     let after = |ms| Ran {
         retry_after_ms: Some(ms),
         own_delay: false,
+        paced: None,
         ..Ran::from(Outcome::Retry("HTTP 429".into()))
     };
     r.m.finished(10, nudge, after(300), 0.0);
@@ -1351,6 +1356,7 @@ fn refused_ran(reason: &str, wait_ms: Option<i64>, by: RefusedBy) -> Ran {
         retry_after_ms: wait_ms,
         own_delay: false,
         refused: Some(by),
+        paced: None,
         ..Ran::from(Outcome::Retry(reason.into()))
     }
 }
@@ -1462,6 +1468,7 @@ fn a_retry_that_is_no_refusal_spends_its_attempt_and_ends_the_streak() {
     let ran = Ran {
         retry_after_ms: Some(200),
         own_delay: false,
+        paced: None,
         ..Ran::from(Outcome::Retry("HTTP 503".into()))
     };
     r.m.finished(10, refused_before, ran, 0.0);
