@@ -140,7 +140,10 @@ fn simulate(mut rule: impl Rule, spent: bool) -> Run {
                 pacer_tokens = 0.0;
             }
         }
-        if first_refusal.is_some() && recovered_at.is_none() && rule.rate(now).is_none_or(|r| r >= 5_400) {
+        if first_refusal.is_some()
+            && recovered_at.is_none()
+            && rule.rate(now).is_none_or(|r| r >= 5_400)
+        {
             recovered_at = Some(now);
         }
         // Starts now.
