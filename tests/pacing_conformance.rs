@@ -48,6 +48,15 @@ fn done_paced(item: &ClaimedItem, paced: Paced, now: i64) -> Transition {
     t
 }
 
+/// A 429 refusing `item` at `now`, asking to wait `wait_ms` (as the drain
+/// settles one: its keys paused until then).
+fn refused_429(item: &ClaimedItem, now: i64, wait_ms: i64) -> Transition {
+    let mut t = settle(item, Outcome::Retry("HTTP 429".into()), now);
+    t.refused_at = Some(now);
+    t.paused_until = Some(now + wait_ms);
+    t
+}
+
 /// The key's (paused until, learned, learned before, learned from, refusals).
 fn state(
     store: &Store<SqliteDb>,
@@ -164,9 +173,7 @@ fn a_refusal_with_an_announced_rate_learns_it_instead_of_what_was_taken() {
     let now = 1_000_000;
     let items = claim(&store, now, 30, "c1");
     // 29 taken in a second would teach 1,740 a minute; the receiver said 120.
-    let mut refused = settle(&items[0], Outcome::Retry("HTTP 429".into()), now);
-    refused.refused_at = Some(now);
-    refused.paused_until = Some(now + 2_000);
+    let mut refused = refused_429(&items[0], now, 2_000);
     pace::apply(
         &mut refused,
         Paced {
@@ -192,10 +199,7 @@ fn a_refusal_after_an_empty_window_learns_from_its_wait_not_the_floor() {
     let now = 1_000_000;
     let items = claim(&store, now, 1, "c1");
     // Nothing taken: the receiver refused the first call, asking for 1 s.
-    let mut refused = settle(&items[0], Outcome::Retry("HTTP 429".into()), now);
-    refused.refused_at = Some(now);
-    refused.paused_until = Some(now + 1_000);
-    block_on(store.commit_outcomes(&[refused])).unwrap();
+    block_on(store.commit_outcomes(&[refused_429(&items[0], now, 1_000)])).unwrap();
     let (_, learned, before, from, _) = state(&store).unwrap();
     assert_eq!(
         (learned, before, from.as_deref()),

@@ -28,13 +28,12 @@ const MOST_OVER_IDEAL: f64 = 2.0;
 /// first answer saying the budget was spent) came back.
 const FIRST_WAVE_MS: u64 = 1_000;
 
-/// Items per receiver: about 8 s of its limit past its first window or bucket.
+/// Items per receiver: 10 s of its limit past its first window or bucket.
 fn items(d: Dialect) -> usize {
     match d {
-        Dialect::GithubPrimary403 | Dialect::GithubPrimary429 => 100,
-        Dialect::Discord => 85,
-        Dialect::Shopify => 280,
-        _ => 90,
+        Dialect::GithubPrimary403 | Dialect::GithubPrimary429 => 60,
+        Dialect::Shopify => 150,
+        _ => 55,
     }
 }
 
@@ -237,10 +236,12 @@ mod tests {
 
     #[test]
     fn what_a_limit_allows_is_whole_windows_past_the_first_or_the_calls_past_a_bucket() {
-        assert_eq!(ideal_s(Dialect::GithubPrimary403, 100), 8.0);
-        assert_eq!(ideal_s(Dialect::Ietf, 90), 8.0);
-        assert_eq!(ideal_s(Dialect::Shopify, 280), 8.0);
-        assert_eq!(ideal_s(Dialect::Telegram, 90), 8.0);
-        assert_eq!(ideal_s(Dialect::Discord, 85), 8.0);
+        // 10 per 2 s: 60 in the first window and five more.
+        assert_eq!(ideal_s(Dialect::GithubPrimary403, 60), 10.0);
+        assert_eq!(ideal_s(Dialect::Ietf, 55), 10.0);
+        // A bucket of 100 at 5 a second: the 50 past it in 10 s.
+        assert_eq!(ideal_s(Dialect::Shopify, 150), 10.0);
+        assert_eq!(ideal_s(Dialect::Telegram, 55), 10.0);
+        assert_eq!(ideal_s(Dialect::Discord, 55), 10.0);
     }
 }

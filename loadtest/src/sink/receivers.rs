@@ -92,18 +92,21 @@ impl Dialect {
     /// leaking `quota` per `window`; for Telegram a bucket of `quota`
     /// refilling `quota` per `window`).
     pub fn limit(self) -> (u32, Duration) {
+        // About 5 a second each: well under what a local drain sends (about
+        // 10 a second on a shared machine), so the receiver's limit, not the
+        // machine, sets the makespan.
         match self {
-            // 5,000 an hour, scaled: 20 per 2 s.
-            Dialect::GithubPrimary403 | Dialect::GithubPrimary429 => (20, Duration::from_secs(2)),
-            // "No more than 900 points per minute", scaled: 10 a sliding second.
-            Dialect::GithubSecondary => (10, Duration::from_secs(1)),
-            // A webhook's bucket (5 per 2 s in the wild), scaled: 5 per 500 ms.
-            Dialect::Discord => (5, Duration::from_millis(500)),
-            // About 30 a second to a bot's chats.
-            Dialect::Telegram | Dialect::TelegramBody => (10, Duration::from_secs(1)),
-            // Shopify's own ratio (40 leaking 2/s: max per 20 s), scaled up.
-            Dialect::Shopify => (200, Duration::from_secs(20)),
-            Dialect::Ietf | Dialect::HttpDate => (10, Duration::from_secs(1)),
+            // 5,000 an hour, scaled: 10 per 2 s.
+            Dialect::GithubPrimary403 | Dialect::GithubPrimary429 => (10, Duration::from_secs(2)),
+            // "No more than 900 points per minute", scaled: 5 a sliding second.
+            Dialect::GithubSecondary => (5, Duration::from_secs(1)),
+            // A webhook's bucket (5 per 2 s in the wild), scaled: 5 a second.
+            Dialect::Discord => (5, Duration::from_secs(1)),
+            // About 30 a second to a bot's chats, scaled: a bucket of 5.
+            Dialect::Telegram | Dialect::TelegramBody => (5, Duration::from_secs(1)),
+            // Shopify's own ratio (40 leaking 2/s: max per 20 s): 100, 5/s.
+            Dialect::Shopify => (100, Duration::from_secs(20)),
+            Dialect::Ietf | Dialect::HttpDate => (5, Duration::from_secs(1)),
         }
     }
 
@@ -442,4 +445,100 @@ async fn calls(State(receivers): State<Receivers>, Path(dialect): Path<String>) 
 async fn reset(State(receivers): State<Receivers>) -> StatusCode {
     receivers.lock().unwrap_or_else(|e| e.into_inner()).clear();
     StatusCode::NO_CONTENT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls(d: Dialect, at_ms: &[u64]) -> Vec<(bool, u32)> {
+        let mut r = Receiver::default();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        at_ms
+            .iter()
+            .map(|&ms| {
+                let v = judge(&mut r, d, t0 + Duration::from_millis(ms));
+                (v.taken, v.remaining)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fixed_window_takes_its_quota_then_refuses_until_it_resets() {
+        // 5 a second.
+        let got = calls(Dialect::Ietf, &[0, 10, 20, 30, 40, 50, 999, 1_000]);
+        let taken: Vec<bool> = got.iter().map(|g| g.0).collect();
+        assert_eq!(taken, [true, true, true, true, true, false, false, true]);
+        assert_eq!(got[4].1, 0, "the fifth says nothing remains");
+    }
+
+    #[test]
+    fn a_sliding_window_frees_each_slot_a_window_after_it_was_taken() {
+        let got = calls(
+            Dialect::GithubSecondary,
+            &[0, 100, 200, 300, 400, 500, 1_000, 1_050, 1_100],
+        );
+        let taken: Vec<bool> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            taken,
+            [true, true, true, true, true, false, true, false, true]
+        );
+    }
+
+    #[test]
+    fn shopifys_bucket_leaks_and_telegrams_refills() {
+        // A bucket of 100 leaking 5 a second: full after 100 at once.
+        let mut at: Vec<u64> = vec![0; 101];
+        at.push(200);
+        let got = calls(Dialect::Shopify, &at);
+        assert!(got[..100].iter().all(|g| g.0));
+        assert_eq!(got[100], (false, 0));
+        assert!(got[101].0, "one leaked out in 200 ms");
+        // A bucket of 5 refilling 5 a second.
+        let got = calls(Dialect::Telegram, &[0, 0, 0, 0, 0, 0, 200]);
+        let taken: Vec<bool> = got.iter().map(|g| g.0).collect();
+        assert_eq!(taken, [true, true, true, true, true, false, true]);
+    }
+
+    #[test]
+    fn each_refusal_is_worded_as_its_documentation_says() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let refused = Verdict {
+            taken: false,
+            remaining: 0,
+            reset_in: Duration::from_millis(1_337),
+            used: 40,
+        };
+        let header = |h: &[(String, String)], n: &str| {
+            h.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+        };
+        let (s, h, _) = answer(Dialect::GithubPrimary403, &refused, now);
+        assert_eq!(s, StatusCode::FORBIDDEN);
+        assert_eq!(
+            header(&h, "x-ratelimit-reset").as_deref(),
+            Some("1795000002")
+        );
+        let (s, h, body) = answer(Dialect::Discord, &refused, now);
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&h, "retry-after").as_deref(), Some("2"));
+        assert_eq!(
+            header(&h, "x-ratelimit-reset-after").as_deref(),
+            Some("1.337")
+        );
+        assert_eq!(body["retry_after"], 1.337);
+        let (_, h, body) = answer(Dialect::TelegramBody, &refused, now);
+        assert_eq!(header(&h, "retry-after"), None);
+        assert_eq!(body["parameters"]["retry_after"], 2);
+        let (_, h, _) = answer(Dialect::Shopify, &refused, now);
+        assert_eq!(header(&h, "retry-after").as_deref(), Some("2.0"));
+        assert_eq!(
+            header(&h, "x-shopify-shop-api-call-limit").as_deref(),
+            Some("40/100")
+        );
+        let (_, h, _) = answer(Dialect::HttpDate, &refused, now);
+        assert_eq!(
+            header(&h, "retry-after").as_deref(),
+            Some("Wed, 18 Nov 2026 11:06:42 GMT")
+        );
+    }
 }
