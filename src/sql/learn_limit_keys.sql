@@ -18,9 +18,9 @@
 -- windows stay careful while the learned rate may hold items back (migration
 -- 0023). And while the learned rate is the one in force, empties its bucket:
 -- no burst when the pause ends (the tokens the pause let gather would go out
--- at once into the same wall). One row per key per commit (GROUP BY); sent only with a commit that
--- carries a refusal, and only while LEARN_LIMITS is on, so items that never meet
--- a refusal write nothing here. Runs in the commit's batch() before
+-- at once into the same wall). One row per key per commit (GROUP BY); sent only
+-- with a commit that carries a refusal or a spent budget with a quota, and only
+-- while LEARN_LIMITS is on, so items that never meet either write nothing here. Runs in the commit's batch() before
 -- commit_outcomes.sql; each item is fenced by its lease token.
 -- An outcome with "keys" (a multi item's refused channels' host: keys) teaches
 -- only those of its keys.
