@@ -31,13 +31,12 @@ fn batch(store: &Store<SqliteDb>, n: usize) {
 /// A claim by a claimer that knows rates are in force (it charges at once),
 /// as a drain does once a learned rate is.
 fn claim_rated(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> Vec<ClaimedItem> {
-    let mut claimed = Claimed::knowing(LimitsInForce {
+    let claimed = Claimed::knowing(LimitsInForce {
         any: true,
         rates: true,
     });
-    let claim =
-        block_on(store.claim_due_items_after(now, limit, prefix, now + LEASE_MS, &mut claimed))
-            .unwrap();
+    let claim = block_on(store.claim_due_items_after(now, limit, prefix, now + LEASE_MS, &claimed))
+        .unwrap();
     claim.items
 }
 
@@ -58,9 +57,10 @@ fn refused_429(item: &ClaimedItem, now: i64, wait_ms: i64) -> Transition {
 }
 
 /// The key's (paused until, learned, learned before, learned from, refusals).
-fn state(
-    store: &Store<SqliteDb>,
-) -> Option<(i64, Option<i64>, Option<i64>, Option<String>, Option<i64>)> {
+type KeyState = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+
+/// The key's state as stored, `None` without a row.
+fn state(store: &Store<SqliteDb>) -> Option<KeyState> {
     store
         .db()
         .conn()

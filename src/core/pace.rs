@@ -53,8 +53,9 @@ pub fn apply(transition: &mut Transition, paced: Paced, now: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::ItemStatus;
+    use crate::core::model::{ClaimedItem, Outcome};
     use crate::core::receiver::{read, Budget};
+    use crate::core::retry::{decide, RetryPolicy};
 
     const NOW: i64 = 1_795_000_000_000;
 
@@ -66,25 +67,19 @@ mod tests {
         read(status, &headers, b"", NOW, 3_600_000)
     }
 
+    /// A success as the drain settles it (`retry::decide`).
     fn completed() -> Transition {
-        Transition {
-            id: 1,
-            batch_id: "b".into(),
-            token: "t".into(),
-            status: ItemStatus::Completed,
-            run_after: None,
-            completed_at: Some(NOW),
-            error: None,
-            attempt: None,
-            receipts: None,
-            paused_until: None,
-            refused_at: None,
-            refused_keys: None,
-            refused_since: None,
-            given_back: None,
-            paced_at: None,
-            announced_per_minute: None,
-        }
+        let policy = RetryPolicy {
+            base_ms: 1_000,
+            max_ms: 60_000,
+        };
+        decide(
+            &ClaimedItem::sample(1, "b"),
+            &Outcome::Done,
+            policy,
+            NOW,
+            0.0,
+        )
     }
 
     #[test]
