@@ -884,7 +884,7 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
         span_ms: 10,
         ..Default::default()
     };
-    let rule = learn::refused(None, taken, None, now + 10);
+    let rule = learn::learned_after(None, taken, None, now + 10);
     assert_eq!(rule.per_minute, 300);
     assert_eq!(
         learned(&store),
@@ -1111,7 +1111,7 @@ fn the_stored_learned_state_follows_core_learn_across_refusals_a_ceiling_and_the
             span_ms: 1_000,
             ..Default::default()
         };
-        let expected = learn::refused(rule, seen, ceiling, at);
+        let expected = learn::learned_after(rule, seen, ceiling, at);
         rule = Some(expected);
         assert_eq!(
             learned(&store),

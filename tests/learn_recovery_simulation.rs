@@ -70,7 +70,7 @@ impl Rule for Compounding {
             announced: None,
             wait_ms: Some(RETRY_AFTER_MS),
         };
-        self.0 = Some(learn::refused(self.0, seen, None, now));
+        self.0 = Some(learn::learned_after(self.0, seen, None, now));
     }
 }
 

@@ -3,7 +3,7 @@
 //! `429`, a `403` with a rate-limit signal, a `503` with a wait; or any retry
 //! whose answer asked for a delay, a kind's own `ctx.retry_after`;
 //! [`is_refusal`]) or an answer whose announced budget ran out teaches the key
-//! a rate ([`refused`]):
+//! a rate ([`learned_after`]):
 //!
 //! - a rate the receiver announces (a quota per window: `RateLimit-Policy`,
 //!   Shopify's bucket) is the rate, held as it is (source `headers`);
@@ -51,6 +51,9 @@ pub const GROWTH_X1024: [i64; 41] = [
     423516, 529396, 661744, 827181, 1033976, 1292470, 1615587, 2019484, 2524355, 3155444, 3944305,
     4930381, 6162976, 7703720,
 ];
+/// The most the rule before compounding added a window (one start a second);
+/// kept as the 0.2.0 API named it, no longer a bound.
+pub const STEP_PER_MINUTE: i64 = 60;
 /// Windows a rate stays at (at most) `before` before it probes above it: a
 /// halved rate is back at `before` after 3.1 windows of compounding.
 pub const HOLD_WINDOWS: i64 = 4;
@@ -135,11 +138,33 @@ pub fn announced_per_minute(quota: Option<i64>, window_ms: Option<i64>) -> Optio
     })
 }
 
+/// A refusal that announced no rate and asked no wait: [`learned_after`] with
+/// what was taken alone.
+pub fn refused(
+    learned: Option<Learned>,
+    taken: i64,
+    span_ms: i64,
+    ceiling: Option<i64>,
+    now: i64,
+) -> Learned {
+    let seen = Seen {
+        taken,
+        span_ms,
+        ..Seen::default()
+    };
+    learned_after(learned, seen, ceiling, now)
+}
+
 /// The learned rate after a refusal (or a spent budget) at `now`, by the rule
 /// above. `learned` is the state as stored: only these write it, so its
 /// `changed_at` is its last change. Never below the floor nor above `ceiling`
 /// (a set rate, per minute).
-pub fn refused(learned: Option<Learned>, seen: Seen, ceiling: Option<i64>, now: i64) -> Learned {
+pub fn learned_after(
+    learned: Option<Learned>,
+    seen: Seen,
+    ceiling: Option<i64>,
+    now: i64,
+) -> Learned {
     let learned = learned.filter(|l| !expired(l, now));
     let keep_under = |per_minute: i64| {
         let per_minute = per_minute.clamp(FLOOR_PER_MINUTE, MAX_PER_MINUTE);
@@ -176,7 +201,7 @@ pub fn refused(learned: Option<Learned>, seen: Seen, ceiling: Option<i64>, now: 
 
 /// The learned rate at `now` when nothing was refused since it was learned:
 /// grown by [`GROWTH_X1024`] a whole window since, up to `before` (an
-/// announced rate stays as it is), then probing above it by [`probe`] a window
+/// announced rate stays as it is), then probing above it by [`step`] a window
 /// past [`HOLD_WINDOWS`]; at most `ceiling`; `None` once idle for [`IDLE_MS`]
 /// (dropped). Only `per_minute` changes: the growth always counts from the
 /// stored state.
@@ -190,7 +215,7 @@ pub fn at(learned: Learned, ceiling: Option<i64>, now: i64) -> Option<Learned> {
     let raised = match (learned.before, learned.source) {
         (None, _) => grown,
         (Some(before), Source::Headers) => grown.min(before),
-        (Some(before), _) => grown.min(before + (windows - HOLD_WINDOWS).max(0) * probe(before)),
+        (Some(before), _) => grown.min(before + (windows - HOLD_WINDOWS).max(0) * step(before)),
     };
     Some(Learned {
         per_minute: ceiling.map_or(raised, |c| raised.min(c)),
@@ -198,10 +223,10 @@ pub fn at(learned: Learned, ceiling: Option<i64>, now: i64) -> Option<Learned> {
     })
 }
 
-/// What each window past [`HOLD_WINDOWS`] adds above `before`: an eighth of
-/// it, at least one.
-pub fn probe(before: i64) -> i64 {
-    (before / 8).max(1)
+/// What each window past [`HOLD_WINDOWS`] adds above `before` (`per_minute`):
+/// an eighth of it, at least one.
+pub fn step(per_minute: i64) -> i64 {
+    (per_minute / 8).max(1)
 }
 
 /// The burst a learned rate allows after an idle spell: a second of it, at

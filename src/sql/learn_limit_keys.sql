@@ -1,7 +1,7 @@
 -- Learn the rates of the keys whose receiver refused (core::learn::is_refusal: a
 -- 429, a retry the answer delayed) or whose announced budget ran out with a quota
 -- per window (core::pace): every key such an item holds gets the learned state
--- of core::learn::refused, this statement's Rust twin, with its constants
+-- of core::learn::learned_after, this statement's Rust twin, with its constants
 -- (WINDOW_MS 5,000, IDLE_MS 3,600,000, the floor 1, GROWTH_X1024, HOLD_WINDOWS 4,
 -- probe before/8, the ceiling of a set rate): a rate the receiver announced
 -- (source 'headers'); else the rate kept when it changed less than a window ago
