@@ -42,7 +42,7 @@ cargo run -q -p loadtest -- e2e --repo .
 
 # One invocation dispatching 12,000 items well inside one 62 s dispatch limit: the
 # Worker once created a timer per dispatch and crashed at the runtime's 10,000
-# live timers (src/core/watchdog.rs). Any machine doing 161+ items/s would catch it.
+# live timers (src/core/drain/watchdog.rs). Any machine doing 161+ items/s would catch it.
 # It also bounds what an item costs in D1 (docs/benchmarks.md, "Cost per item"): rows
 # written per item (3.004 measured: insert 1, claim 1, commit 1, the rest per
 # batch or invocation) and statements per item (0.026-0.029 measured; fewer

@@ -836,36 +836,55 @@ fn get_limits_lists_each_learned_key_with_its_rate_refusals_and_pause_until_it_l
     put(&host, "github", json!({"rate": 20}));
     let now = host.now.get();
     let conn = host.store.db().conn();
-    // (key, learned per minute, refused at, refusals, paused until)
-    for (key, per_minute, at, refusals, until) in [
-        ("github", 300, now - 1_000, 2, now - 1_000),
-        ("host:a.example", 120, now - 100, 5, now + 900),
+    // (key, learned per minute, refused at, refusals, paused until, before, from)
+    for (key, per_minute, at, refusals, until, before, from) in [
+        (
+            "github",
+            300,
+            now - 1_000,
+            2,
+            now - 1_000,
+            Some(300),
+            "headers",
+        ),
+        (
+            "host:a.example",
+            120,
+            now - 100,
+            5,
+            now + 900,
+            None,
+            "retry_after",
+        ),
         (
             "host:old",
             60,
             now - learn::IDLE_MS,
             1,
             now - learn::IDLE_MS,
+            Some(60),
+            "refusals",
         ),
     ] {
         conn.execute(
-            "INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at, refusals)
-             VALUES (?1, 0, '', ?5, ?2, ?3, ?3, ?4)",
-            rusqlite::params![key, per_minute, at, refusals, until],
+            "INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, refused_at,
+                                      refusals, learned_before, learned_from)
+             VALUES (?1, 0, '', ?5, ?2, ?3, ?3, ?4, ?6, ?7)",
+            rusqlite::params![key, per_minute, at, refusals, until, before, from],
         )
         .unwrap();
     }
     drop(conn);
     let listed = host.ok(GET, "/limits", None, 200);
     let a = json!({"key": "host:a.example", "learned": true, "learned_rate": 120,
-                   "learned_per_seconds": 60, "refusals": 5,
-                   "last_refused_at": rfc3339(now - 100),
+                   "learned_per_seconds": 60, "learned_source": "retry_after",
+                   "refusals": 5, "last_refused_at": rfc3339(now - 100),
                    "paused_until": rfc3339(now + 900)});
     assert_eq!(
         listed["learned"],
         json!([a.clone(),
                {"key": "github", "learned": true, "learned_rate": 300,
-                "learned_per_seconds": 60, "refusals": 2,
+                "learned_per_seconds": 60, "learned_source": "headers", "refusals": 2,
                 "last_refused_at": rfc3339(now - 1_000), "paused_until": null}]),
         "in force, with a limit or without, the latest refusal first; a lapsed one is not listed"
     );
@@ -873,9 +892,21 @@ fn get_limits_lists_each_learned_key_with_its_rate_refusals_and_pause_until_it_l
     assert_eq!(
         fields(
             github,
-            ["learned", "learned_rate", "learned_per_seconds", "refusals"]
+            [
+                "learned",
+                "learned_rate",
+                "learned_per_seconds",
+                "learned_source",
+                "refusals"
+            ]
         ),
-        [json!(true), json!(300), json!(60), json!(2)]
+        [
+            json!(true),
+            json!(300),
+            json!(60),
+            json!("headers"),
+            json!(2)
+        ]
     );
     assert_eq!(
         live(&host, "host:a.example"),
@@ -886,9 +917,12 @@ fn get_limits_lists_each_learned_key_with_its_rate_refusals_and_pause_until_it_l
         host.ok(GET, "/limits/host:old", None, 404)["error"]["code"],
         json!("not_found")
     );
-    // A window later, one step up (a quarter of 120 a minute), as the claim reads it.
+    // A window later, × 5/4 (120 a minute, learned from a wait: no rate
+    // before it to stop at), as the claim reads it; an announced rate stays.
     host.now.set(now - 100 + learn::WINDOW_MS);
     assert_eq!(live(&host, "host:a.example")["learned_rate"], json!(150));
+    host.now.set(now - 1_000 + 10 * learn::WINDOW_MS);
+    assert_eq!(live(&host, "github")["learned_rate"], json!(300));
     host.now.set(now - 100 + learn::IDLE_MS);
     assert_eq!(
         host.ok(GET, "/limits", None, 200)["learned"],

@@ -83,6 +83,7 @@ fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -
         retry_after_ms: None,
         own_delay: false,
         refused: None,
+        paced: None,
     };
     let mut t = decide(item, &ran.outcome, POLICY, now, 0.0);
     t.receipts = receipts::settle(item, ran.channels.as_ref(), t.status, now);

@@ -612,6 +612,7 @@ impl Sim<'_> {
             retry_after_ms: None,
             own_delay: false,
             refused: None,
+            paced: None,
         }
     }
 

@@ -828,6 +828,19 @@ fn learned(store: &Store<SqliteDb>) -> Vec<(String, i64, i64, i64, i64)> {
     rows.map(Result::unwrap).collect()
 }
 
+/// A key's stored `learned_before` and `learned_from` (migration 0027).
+fn learned_from(store: &Store<SqliteDb>, key: &str) -> (Option<i64>, String) {
+    store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT learned_before, learned_from FROM limit_state WHERE key = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
 /// Sets a key's learned state as `learn_limit_keys.sql` would have stored it.
 fn learn(store: &Store<SqliteDb>, key: &str, per_minute: i64, at: i64) {
     store
@@ -866,7 +879,12 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
     );
     block_on(store.commit_outcomes(&outcomes)).unwrap();
     // 5 taken within a second: 5 a second, 300 a minute.
-    let rule = learn::refused(None, 5, 10, None, now + 10);
+    let taken = learn::Seen {
+        taken: 5,
+        span_ms: 10,
+        ..Default::default()
+    };
+    let rule = learn::learned_after(None, taken, None, now + 10);
     assert_eq!(rule.per_minute, 300);
     assert_eq!(
         learned(&store),
@@ -889,16 +907,21 @@ fn a_first_refusal_learns_what_the_receiver_took_and_the_claim_keeps_to_it() {
     );
     assert_eq!(claim_rated(&store, now + 200, 10, "c3").len(), 0);
     assert_eq!(claim_rated(&store, now + 220, 10, "c4").len(), 1);
-    // Two windows later, two steps up (one a second each): seven a second.
-    let t = now + 10 + 2 * learn::WINDOW_MS;
-    assert_eq!(learn::at(rule, None, t).unwrap().per_minute, 420);
+    // What was taken is held four windows, then probed above by an eighth of
+    // it a window: five windows later, 337 a minute.
+    let t = now + 10 + 5 * learn::WINDOW_MS;
+    let raised = learn::at(rule, None, t).unwrap().per_minute;
+    assert_eq!(raised, 300 + 300 / 8);
+    let gcra = Gcra {
+        rate: raised,
+        per_seconds: 60,
+        burst: learn::burst(raised),
+    };
     assert_eq!(
-        claim_rated(&store, t, 20, "c5").len(),
-        14,
-        "a new rate, its full burst (7) and a second's tokens"
+        claim_rated(&store, t, 20, "c5").len() as i64,
+        gcra.room_ahead(None, t),
+        "a new rate, its full burst and a second's tokens"
     );
-    assert_eq!(claim_rated(&store, t + 100, 10, "c6").len(), 0);
-    assert_eq!(claim_rated(&store, t + 143, 10, "c7").len(), 1);
 }
 
 #[test]
@@ -934,11 +957,22 @@ fn a_learned_rate_lapses_after_an_idle_hour_and_its_pause_row_is_cleared_after()
     hold(&store, &b, &["host:a.example"], |_| true);
     let now = 1_000_000;
     learn(&store, "host:a.example", 1, now);
+    // Cut from one a minute: held there, then probing one a minute more a window.
+    store
+        .db()
+        .conn()
+        .execute(
+            "UPDATE limit_state SET learned_before = 1, learned_from = 'refusals'",
+            [],
+        )
+        .unwrap();
     assert_eq!(claim_rated(&store, now, 10, "c1").len(), 1);
     // Raised a step a window all hour long, its burst grew with it.
     let raised = learn::at(
         learn::Learned {
             per_minute: 1,
+            before: Some(1),
+            source: learn::Source::Refusals,
             changed_at: now,
             refused_at: now,
         },
@@ -1072,7 +1106,12 @@ fn the_stored_learned_state_follows_core_learn_across_refusals_a_ceiling_and_the
         let alive = rule.filter(|l| at - l.refused_at < learn::IDLE_MS);
         refusals = if alive.is_some() { refusals + 1 } else { 1 };
         let taken = (started - 1).max(0);
-        let expected = learn::refused(rule, taken, 1_000, ceiling, at);
+        let seen = learn::Seen {
+            taken,
+            span_ms: 1_000,
+            ..Default::default()
+        };
+        let expected = learn::learned_after(rule, seen, ceiling, at);
         rule = Some(expected);
         assert_eq!(
             learned(&store),
@@ -1083,6 +1122,11 @@ fn the_stored_learned_state_follows_core_learn_across_refusals_a_ceiling_and_the
                 expected.refused_at,
                 refusals
             )],
+            "step {n}"
+        );
+        assert_eq!(
+            learned_from(&store, key),
+            (expected.before, expected.source.as_str().to_string()),
             "step {n}"
         );
     }
@@ -1200,6 +1244,8 @@ fn a_claimer_s_clock_behind_the_learned_rate_s_writer_keeps_the_learned_rate() {
         .unwrap();
     let rule = learn::Learned {
         per_minute: 60,
+        before: None,
+        source: learn::Source::Refusals,
         changed_at: now + 60_000,
         refused_at: now + 60_000,
     };

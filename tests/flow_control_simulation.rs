@@ -269,6 +269,7 @@ impl World {
             let ran = Ran {
                 retry_after_ms: delay,
                 own_delay: false,
+                paced: None,
                 ..Ran::from(outcome.clone())
             };
             t.refused_at = learn::is_refusal(&ran).then_some(now);
@@ -308,8 +309,8 @@ impl World {
         let conn = self.store.db().conn();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT key, learned, learned_at, refused_at FROM limit_state
-                 WHERE learned IS NOT NULL",
+                "SELECT key, learned, learned_at, refused_at, learned_before, learned_from
+                 FROM limit_state WHERE learned IS NOT NULL",
             )
             .unwrap();
         let rows = stmt
@@ -320,6 +321,8 @@ impl World {
                         per_minute: r.get(1)?,
                         changed_at: r.get(2)?,
                         refused_at: r.get(3)?,
+                        before: r.get(4)?,
+                        source: learn::Source::parse(r.get::<_, Option<String>>(5)?.as_deref()),
                     },
                 ))
             })

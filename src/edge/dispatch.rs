@@ -120,6 +120,7 @@ pub(super) async fn dispatch(
     let retry_after_ms =
         dispatch::decode_retry_after(header(dispatch::RETRY_AFTER_HEADER).as_deref());
     let refused = dispatch::decode_refused(header(dispatch::REFUSED_HEADER).as_deref());
+    let paced = dispatch::decode_paced(header(dispatch::PACED_HEADER).as_deref());
     Ok(match (outcome, channels) {
         (Ok(outcome), Ok(channels)) => Ran {
             outcome,
@@ -127,6 +128,7 @@ pub(super) async fn dispatch(
             retry_after_ms,
             own_delay: false,
             refused,
+            paced,
         },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.

@@ -196,6 +196,9 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     if let Some(refused) = &ran.refused {
         headers.set(dispatch::REFUSED_HEADER, &dispatch::encode_refused(refused))?;
     }
+    if let Some(paced) = &ran.paced {
+        headers.set(dispatch::PACED_HEADER, &dispatch::encode_paced(paced))?;
+    }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)
         .with_headers(headers))

@@ -245,6 +245,7 @@ pub struct Context<'a> {
     /// `retry_after_ms` is the item's own delay ([`Context::delay_retry`]).
     own_delay: std::cell::Cell<bool>,
     refused: RefCell<Option<RefusedBy>>,
+    paced: std::cell::Cell<Option<crate::core::flow::pace::Paced>>,
 }
 
 impl<'a> Context<'a> {
@@ -268,6 +269,7 @@ impl<'a> Context<'a> {
             retry_after_ms: std::cell::Cell::new(None),
             own_delay: std::cell::Cell::new(false),
             refused: RefCell::new(None),
+            paced: std::cell::Cell::new(None),
         }
     }
 
@@ -293,6 +295,9 @@ impl<'a> Context<'a> {
             now_ms,
             webhook::WAIT_CAP_MS,
         );
+        if let Some(paced) = crate::core::flow::pace::paced(&word, now_ms) {
+            self.note_paced(paced);
+        }
         if word.refusal {
             self.note_refusal(RefusedBy::default());
             if let (None, Some(ms)) = (self.retry_after_ms.get(), word.wait_ms(now_ms)) {
@@ -382,6 +387,12 @@ impl<'a> Context<'a> {
     pub(crate) fn delay_retry(&self, ms: i64) {
         self.retry_after_ms.set(Some(ms));
         self.own_delay.set(true);
+    }
+
+    /// Note what an answer's announced budget asks of the item's keys
+    /// (`core::pace`): the latest answer's word stands.
+    pub(crate) fn note_paced(&self, paced: crate::core::flow::pace::Paced) {
+        self.paced.set(Some(paced));
     }
 
     /// Note that a receiver refused this run (`RefusedBy`): merged with any
@@ -715,6 +726,7 @@ pub(crate) async fn run_kind(
                 .get()
                 .filter(|_| matches!(outcome, Outcome::Retry(_))),
             own_delay: ctx.own_delay.get() && retried,
+            paced: ctx.paced.get(),
             outcome,
         },
         None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

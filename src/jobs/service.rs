@@ -160,6 +160,7 @@ impl HandlerAnswer {
                 outcome: self.outcome,
                 retry_after_ms: self.retry_after_ms,
                 refused,
+                paced: None,
             }
             .apply(ctx),
             Said::Handler => {

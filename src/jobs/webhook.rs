@@ -38,6 +38,7 @@ impl From<Outcome> for Answered {
             outcome,
             retry_after_ms: None,
             refused: false,
+            paced: None,
         }
     }
 }
@@ -146,6 +147,8 @@ pub struct Answered {
     /// A retry its receiver refused (`core::receiver`): spends no attempt, and
     /// pauses and teaches the item's keys.
     pub refused: bool,
+    /// What the answer's announced budget asks of the item's keys (`core::pace`).
+    pub paced: Option<crate::core::flow::pace::Paced>,
 }
 
 impl Answered {
@@ -157,6 +160,9 @@ impl Answered {
         }
         if self.refused {
             ctx.note_refusal(RefusedBy::default());
+        }
+        if let Some(paced) = self.paced {
+            ctx.note_paced(paced);
         }
         self.outcome
     }
@@ -214,6 +220,7 @@ fn with_word(outcome: Outcome, word: &receiver::Word, now_ms: i64) -> Answered {
     Answered {
         retry_after_ms: word.wait_ms(now_ms).filter(|_| retry),
         refused: word.refusal && retry,
+        paced: crate::core::flow::pace::paced(word, now_ms),
         outcome,
     }
 }
@@ -487,6 +494,7 @@ mod tests {
                 outcome: Outcome::Retry("HTTP 429".into()),
                 retry_after_ms: Some(2_000),
                 refused: true,
+                paced: None,
             }
         );
         // Decimal seconds and an HTTP-date are waits too (RFC 9110 §10.2.3).
@@ -521,6 +529,7 @@ mod tests {
                 outcome: Outcome::Retry("HTTP 403: rate limited".into()),
                 retry_after_ms: Some(60_000),
                 refused: true,
+                paced: None,
             }
         );
         assert_eq!(

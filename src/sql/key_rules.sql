@@ -18,13 +18,25 @@ governed AS MATERIALIZED (
                      (SELECT s.paused_until FROM limit_state AS s
                       WHERE s.key = k.key AND s.paused_until > CAST(?1 AS INTEGER))
                        AS paused_until,
+                     -- core::learn::at: × 5/4 a window (GROWTH_X1024, in
+                     -- integers) up to learned_before, held 4 windows, then an
+                     -- eighth of it more a window ('headers': never above it).
                      -- max(0, …): a claimer's clock behind the writer's never
-                     -- lowers the rate below what was learned (core::learn::at).
-                     (SELECT s.learned + max(0, CAST(?1 AS INTEGER) - s.learned_at) / 5000
-                                         * max(1, min(60, s.learned / 4))
-                      FROM limit_state AS s
-                      WHERE s.key = k.key AND s.learned IS NOT NULL
-                        AND s.refused_at > CAST(?1 AS INTEGER) - 3600000) AS learned
+                     -- lowers the rate below what was learned.
+                     (SELECT CASE WHEN g.before IS NULL THEN g.grown
+                                  WHEN g.source = 'headers' THEN min(g.grown, g.before)
+                                  ELSE min(g.grown, g.before + max(0, g.w - 4) * max(1, g.before / 8))
+                             END
+                      FROM (SELECT s.learned_before AS before, s.learned_from AS source, s.w,
+                                   s.learned * json_extract(
+                                     '[1024,1280,1600,2000,2500,3125,3906,4883,6104,7629,9537,11921,14901,18626,23283,29104,36380,45475,56843,71054,88818,111022,138778,173472,216840,271051,338813,423516,529396,661744,827181,1033976,1292470,1615587,2019484,2524355,3155444,3944305,4930381,6162976,7703720]',
+                                     '$[' || min(40, s.w) || ']') / 1024 AS grown
+                            FROM (SELECT learned, learned_before, learned_from,
+                                         max(0, CAST(?1 AS INTEGER) - learned_at) / 5000 AS w
+                                  FROM limit_state
+                                  WHERE key = k.key AND learned IS NOT NULL
+                                    AND refused_at > CAST(?1 AS INTEGER) - 3600000) AS s) AS g)
+                       AS learned
               FROM (SELECT DISTINCT key FROM held) AS k
               LEFT JOIN limits AS l ON l.key = coalesce(
                 (SELECT o.key FROM limits AS o WHERE o.key = k.key),

@@ -4,7 +4,9 @@
 -- holding it is claimed before then (claim_selection.sql), whoever claims. One
 -- row per key per commit (GROUP BY), never one per item; sent only with a commit
 -- that carries such a retry, so items that never meet a refusal write nothing
--- here. A pause never shortens one already set. A key without a rate state gets
+-- here. An answer that spent its receiver's announced budget (core::pace: nothing
+-- remains) pauses its keys the same way, until the budget resets, refusal or not.
+-- A pause never shortens one already set. A key without a rate state gets
 -- a row without one (tat 0, basis '': a limit set later starts from a full
 -- burst). Runs in the commit's batch() before commit_outcomes.sql; each item is
 -- fenced by its lease token (a lost lease pauses nothing).

@@ -474,17 +474,38 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
 }
 
 /// The parameters of `learn_limit_keys.sql`: the outcomes their receiver
-/// refused (a JSON array), the last refusal's instant and the ids the commit
-/// completes (a JSON array: what the receivers took), or `None` when none was
-/// refused (no statement is sent).
+/// refused, or that spent its announced budget with a quota per window
+/// (`core::pace`), as a JSON array (`refused`, the announced `rate`, a
+/// refusal's `wait`), the last such instant and the ids the commit completes
+/// (a JSON array: what the receivers took), or `None` when there are none (no
+/// statement is sent).
 pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64, String)> {
-    let last = transitions.iter().filter_map(|t| t.refused_at).max()?;
+    let teaches = |t: &&&Transition| {
+        t.refused_at.is_some() || (t.paced_at.is_some() && t.announced_per_minute.is_some())
+    };
+    let last = transitions
+        .iter()
+        .filter(teaches)
+        .filter_map(|t| t.refused_at.or(t.paced_at))
+        .max()?;
     let refused: Vec<Value> = transitions
         .iter()
-        .filter(|t| t.refused_at.is_some())
-        .map(|t| match &t.refused_keys {
-            Some(keys) => serde_json::json!({"id": t.id, "token": t.token, "keys": keys}),
-            None => serde_json::json!({"id": t.id, "token": t.token}),
+        .filter(teaches)
+        .map(|t| {
+            let mut entry = serde_json::json!({"id": t.id, "token": t.token});
+            if let Some(keys) = &t.refused_keys {
+                entry["keys"] = serde_json::json!(keys);
+            }
+            if let Some(at) = t.refused_at {
+                entry["refused"] = serde_json::json!(1);
+                if let Some(until) = t.paused_until {
+                    entry["wait"] = serde_json::json!((until - at).max(0));
+                }
+            }
+            if let Some(rate) = t.announced_per_minute {
+                entry["rate"] = serde_json::json!(rate);
+            }
+            entry
         })
         .collect();
     let completed: Vec<i64> = transitions
@@ -550,6 +571,8 @@ mod tests {
             refused_keys: Some(vec!["host:a.example".into()]),
             refused_since: Some(5),
             given_back: Some(1),
+            paced_at: None,
+            announced_per_minute: Some(120),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
         let row = json[0].as_object().unwrap();
@@ -594,10 +617,30 @@ mod tests {
         assert_eq!(
             (refusals.as_str(), at, completed.as_str()),
             (
-                r#"[{"id":7,"keys":["host:a.example"],"token":"t.7"}]"#,
+                r#"[{"id":7,"keys":["host:a.example"],"rate":120,"refused":1,"token":"t.7","wait":0}]"#,
                 4,
                 "[7,9]"
             )
+        );
+        // An answer that spent its budget with a rate teaches too, unrefused.
+        let paced = Transition {
+            id: 10,
+            paced_at: Some(6),
+            ..unpaused.clone()
+        };
+        let (refusals, at, _) = refusals_json(&[&paced]).unwrap();
+        assert_eq!(
+            (refusals.as_str(), at),
+            (r#"[{"id":10,"rate":120,"token":"t.7"}]"#, 6)
+        );
+        let no_rate = Transition {
+            announced_per_minute: None,
+            ..paced
+        };
+        assert_eq!(
+            refusals_json(&[&no_rate]),
+            None,
+            "a pause alone learns nothing"
         );
     }
 }

@@ -99,6 +99,7 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
                 outcome: Outcome::Retry(format!("GitHub: HTTP {status}: rate limited")),
                 retry_after_ms: Some(wait_ms),
                 refused: true,
+                paced: cron_fanout::core::flow::pace::paced(&word(response, now_ms), now_ms),
             });
         }
     }
@@ -128,6 +129,7 @@ pub fn read_calendar(response: &Response, login: &str, now_ms: i64) -> Result<Ve
             outcome: Outcome::Retry("GitHub: rate limited".into()),
             retry_after_ms: word(response, now_ms).wait_ms(now_ms),
             refused: true,
+            paced: cron_fanout::core::flow::pace::paced(&word(response, now_ms), now_ms),
         });
     }
     match answer.data.and_then(|d| d.user) {

@@ -90,6 +90,8 @@ pub fn read_answer(response: &Response, now_ms: i64) -> Answered {
         // spent on it.
         refused: word.refusal && retry,
         retry_after_ms: word.wait_ms(now_ms).filter(|_| retry),
+        // A budget the API announced and this answer spent pauses its host.
+        paced: cron_fanout::core::flow::pace::paced(&word, now_ms),
         outcome,
     }
 }

@@ -31,6 +31,7 @@ pub mod limits;
 pub mod metrics;
 pub mod misconfig;
 pub mod probe;
+pub mod receivers;
 pub mod schedule_bodies;
 pub mod schedules;
 pub mod service;
@@ -124,6 +125,11 @@ pub struct E2eArgs {
     /// no limit set, then a set rate under it; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure"])]
     pub only_learn: bool,
+    /// Run only the receivers part (a batch against each real receiver's fake
+    /// in the sink: GitHub, Discord, Telegram, Shopify, the IETF fields, an
+    /// HTTP-date; its own Worker).
+    #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure", "only_learn"])]
+    pub only_receivers: bool,
     /// Run only the waiting_on part (what holds each pending item, and the
     /// batch's counts; its own Worker).
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure", "only_learn"])]
@@ -206,6 +212,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         Part::Flow,
         Part::Backpressure,
         Part::Learn,
+        Part::Receivers,
         Part::Waiting,
         Part::HelloKind,
         Part::Service,
@@ -228,6 +235,7 @@ enum Part {
     Flow,
     Backpressure,
     Learn,
+    Receivers,
     Waiting,
     HelloKind,
     Streak,
@@ -248,6 +256,7 @@ impl Part {
             (args.only_flow, Part::Flow),
             (args.only_backpressure, Part::Backpressure),
             (args.only_learn, Part::Learn),
+            (args.only_receivers, Part::Receivers),
             (args.only_waiting, Part::Waiting),
             (args.only_hello_kind, Part::HelloKind),
             (args.only_streak, Part::Streak),
@@ -269,6 +278,7 @@ impl Part {
             Part::Flow => "flow-control part",
             Part::Backpressure => "backpressure part",
             Part::Learn => "learned-rates part",
+            Part::Receivers => "receivers part",
             Part::Waiting => "waiting_on part",
             Part::HelloKind => "hello-kind part",
             Part::Streak => "streak-reminder part",
@@ -288,6 +298,7 @@ impl Part {
             Part::Flow => flow::e2e(args, timeout, checks).await,
             Part::Backpressure => backpressure::e2e(args, timeout, checks).await,
             Part::Learn => learn::e2e(args, timeout, checks).await,
+            Part::Receivers => receivers::e2e(args, timeout, checks).await,
             Part::Waiting => waiting::e2e(args, timeout, checks).await,
             Part::HelloKind => hello_kind::e2e(args, timeout, checks).await,
             Part::Streak => streak::e2e(streak::App::Rust, args, timeout, checks).await,

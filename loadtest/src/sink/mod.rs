@@ -47,6 +47,7 @@
 pub mod client;
 pub mod fakes;
 pub mod faults;
+pub mod receivers;
 pub mod signature;
 pub mod slow;
 
@@ -315,6 +316,8 @@ fn router(webhook_secret: &str) -> Router {
         .with_state(shared)
         // GitHub, Discord and Telegram for examples/streak-reminder.
         .merge(crate::sink::fakes::router())
+        // Real receivers' "slow down", each with its own limiter.
+        .merge(crate::sink::receivers::router())
 }
 
 /// What the sink reads of a signed request (a delivery or a callback) before

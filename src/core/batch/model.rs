@@ -215,6 +215,17 @@ impl Outcome {
     }
 }
 
+/// What one answer's budget asks of its keys (`Ran::paced`; decided by `core::flow::pace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Paced {
+    /// The budget is spent: the keys pause until it resets (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+    /// The rate the receiver announced (its quota per window), per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<i64>,
+}
+
 /// What one run of an item produced: its outcome and, for a run that reported
 /// channels, what each channel it sent did (`core::receipts`), committed with the
 /// outcome.
@@ -237,6 +248,9 @@ pub struct Ran {
     /// and learn, and, unless the run failed otherwise too, the attempt is
     /// given back.
     pub refused: Option<RefusedBy>,
+    /// What the answer's announced budget asks of the item's keys (a spent
+    /// budget's pause, the announced rate: `core::pace`).
+    pub paced: Option<Paced>,
 }
 
 /// A receiver's refusal in one run (`Ran::refused`).
@@ -261,6 +275,7 @@ impl From<Outcome> for Ran {
             retry_after_ms: None,
             own_delay: false,
             refused: None,
+            paced: None,
         }
     }
 }
@@ -294,8 +309,9 @@ pub struct Transition {
     /// `None` leaves them as they are.
     #[serde(default)]
     pub receipts: Option<String>,
-    /// A retry the receiver delayed (`Ran::retry_after_ms`): every key the item
-    /// holds is paused until then (`sql/pause_limit_keys.sql`). Not a column.
+    /// A retry the receiver delayed (`Ran::retry_after_ms`), or an answer that
+    /// spent its announced budget (`core::pace`): every key the item holds is
+    /// paused until then (`sql/pause_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<i64>,
     /// When the receiver refused the run (`core::learn::is_refusal`): the keys
@@ -317,6 +333,14 @@ pub struct Transition {
     /// back behind it (unchanged); `None` (any outcome of a run) stores 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub given_back: Option<i64>,
+    /// When the answer spent its receiver's announced budget (`core::pace`):
+    /// the keys learn its announced rate, if any. Not a column.
+    #[serde(default, skip)]
+    pub paced_at: Option<i64>,
+    /// The rate (per minute) the receiver announced on an answer that refused
+    /// or spent the budget: what the keys learn (`core::learn`). Not a column.
+    #[serde(default, skip)]
+    pub announced_per_minute: Option<i64>,
 }
 
 impl Transition {

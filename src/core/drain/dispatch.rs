@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::batch::model::{
     cut_on_char_boundary, ClaimedItem, Outcome, RefusedBy, MAX_REASON_BYTES,
 };
+use crate::core::flow::pace::Paced;
 use crate::core::security::signature;
 
 /// Status of a child's answer carrying an outcome; any other status is a failed call.
@@ -25,6 +26,9 @@ pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
 /// A retry its receiver refused (`Ran::refused`), as [`RefusedBy`]'s JSON with
 /// each key percent-encoded (`{}` for every key the item holds).
 pub const REFUSED_HEADER: &str = "Fanout-Refused";
+/// What the answer's announced budget asks of the item's keys (`Ran::paced`),
+/// as `core::pace::Paced`'s JSON; absent on the answers of most runs.
+pub const PACED_HEADER: &str = "Fanout-Paced";
 
 /// What a dispatch body signs: the claimed item, and the id of the invocation
 /// that dispatched it (the child's log lines and outbound calls carry it). Signed
@@ -151,6 +155,17 @@ pub fn encode_refused(refused: &RefusedBy) -> String {
     serde_json::to_string(&encoded).expect("plain data serialises")
 }
 
+/// [`PACED_HEADER`]'s value.
+pub fn encode_paced(paced: &Paced) -> String {
+    serde_json::to_string(paced).expect("plain data serialises")
+}
+
+/// Read the pacing back from [`PACED_HEADER`]: anything unreadable is none
+/// (the keys are paced by the next answer, or refused), never a failed dispatch.
+pub fn decode_paced(value: Option<&str>) -> Option<Paced> {
+    serde_json::from_str(value?).ok()
+}
+
 /// Read a refusal back from [`REFUSED_HEADER`]. Anything unreadable is no
 /// refusal (the attempt is spent, as for any retry), never a failed dispatch.
 pub fn decode_refused(value: Option<&str>) -> Option<RefusedBy> {
@@ -196,6 +211,20 @@ mod tests {
             Some(r#"{"keys":["%ff"]}"#),
         ] {
             assert_eq!(decode_refused(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pacing_round_trips_and_garbage_is_none() {
+        let paced = Paced {
+            until: Some(1_795_000_003_000),
+            per_minute: Some(120),
+        };
+        let value = encode_paced(&paced);
+        assert_eq!(value, r#"{"until":1795000003000,"per_minute":120}"#);
+        assert_eq!(decode_paced(Some(&value)), Some(paced));
+        for bad in [None, Some(""), Some("soon"), Some(r#"{"until":"x"}"#)] {
+            assert_eq!(decode_paced(bad), None, "{bad:?}");
         }
     }
 

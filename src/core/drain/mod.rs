@@ -357,6 +357,9 @@ impl Drain {
             transition.refused_keys = refused_keys;
             self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
+        if let Some(paced) = ran.paced {
+            crate::core::flow::pace::apply(&mut transition, paced, now);
+        }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
         self.settle(

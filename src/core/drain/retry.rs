@@ -48,6 +48,8 @@ pub fn decide(
         refused_keys: None,
         refused_since: None,
         given_back: None,
+        paced_at: None,
+        announced_per_minute: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
     // would pass the bound `last_error` keeps.
@@ -199,6 +201,8 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         // Unrun: the streak of refusals it is in goes on.
         refused_since: item.refused_since,
         given_back: None,
+        paced_at: None,
+        announced_per_minute: None,
     }
 }
 

@@ -1,45 +1,125 @@
-//! Learned rates (backpressure): how a key's rate follows its receiver's
-//! refusals, as a pure function of `now`. A refusal (what `core::receiver`
-//! calls one: a `429`, a `403` with a rate-limit signal, a `503` with a wait;
-//! or any retry whose answer asked for a delay, a kind's own
-//! `ctx.retry_after`; [`is_refusal`]) halves the
-//! key's learned rate, or, the first time, learns the rate its receiver took
-//! over the last window (never below one a minute); each window without a refusal raises it
-//! one step (additive increase); a rate set with `PUT /limits` is its ceiling
-//! (learning only lowers what a key may start), and a rate nothing refused for
-//! an hour is forgotten. Rates are counted in starts per minute, so the floor is
-//! an integer.
+//! Learned rates (backpressure): how a key's rate follows its receiver, as a
+//! pure function of `now`. A refusal (what `core::receiver` calls one: a
+//! `429`, a `403` with a rate-limit signal, a `503` with a wait; or any retry
+//! whose answer asked for a delay, a kind's own `ctx.retry_after`;
+//! [`is_refusal`]) or an answer whose announced budget ran out teaches the key
+//! a rate ([`learned_after`]):
 //!
-//! Applied by the claim (`sql/claim_selection.sql`: a key's rate in force is
+//! - a rate the receiver announces (a quota per window: `RateLimit-Policy`,
+//!   Shopify's bucket) is the rate, held as it is (source `headers`);
+//! - else a refusal within a window of the last change keeps the rate (a burst
+//!   of refusals is one signal);
+//! - else a learned rate still alive halves, and remembers the rate it had
+//!   (`before`);
+//! - else the first refusal learns what the receiver took over the last window
+//!   (source `refusals`), or, when nothing was taken in it, one start per wait
+//!   the receiver asked (source `retry_after`, at least one per window): never
+//!   the floor of one a minute because a window was empty.
+//!
+//! Recovery compounds: each window without a refusal multiplies the rate by
+//! 5/4 ([`GROWTH_X1024`]) up to `before`, the rate the last refusal cut; after
+//! [`HOLD_WINDOWS`] windows it probes above it by an eighth of `before` a
+//! window. A rate without a `before` (learned from a wait) compounds until the
+//! next refusal; an announced rate is not probed above. A rate set with `PUT
+//! /limits` is the ceiling (learning only lowers what a key may start), and a
+//! rate nothing refused for an hour is forgotten. Rates are counted in starts
+//! per minute, so the floor is an integer.
+//!
+//! Applied by the claim (`sql/key_rules.sql`: a key's rate in force is
 //! min(its set rate, the learned one), a key without a set rate has the learned
-//! one alone), stored by the commit that carries a refusal
+//! one alone), stored by the commit that carries a refusal or a spent budget
 //! (`sql/learn_limit_keys.sql`, once per commit per key). Both are this rule's
-//! SQL twins: the state is written only on a refusal, and the steps and the idle
-//! hour are computed from it at each read ([`at`]), so no window writes
-//! anything. `LEARN_LIMITS=false` turns learning off (nothing is stored).
+//! SQL twins, in integers: the state is written only then, and the growth and
+//! the idle hour are computed from it at each read ([`at`]), so no window
+//! writes anything. `LEARN_LIMITS=false` turns learning off (nothing is stored).
 
-/// A learning window: refusals within one of a halving halve once (a burst of
-/// refusals is one signal), and a rate rises one step per window without any.
+/// A learning window: refusals within one of a change keep the rate, and a
+/// rate grows once per window without any.
 pub const WINDOW_MS: i64 = 5_000;
 /// The least a learned rate lets start: one a minute.
 pub const FLOOR_PER_MINUTE: i64 = 1;
-/// The most a window without a refusal adds: one start a second more. A slower
-/// rate rises by a quarter of itself a window ([`step`]), so that a receiver
-/// taking a few a minute is not sent one more a second each window.
+/// The most a learned rate may be (a billion a minute): keeps the integer
+/// growth below `i64`'s range.
+pub const MAX_PER_MINUTE: i64 = 1_000_000_000;
+/// 1.25^w × 1024, rounded, for w = 0..=40 windows: the compounding factor,
+/// in integers so the SQL twins compute the very same rates (SQLite has no
+/// `pow` unless built with its math functions). Past 40 windows (×7,523) the
+/// factor stays: by then any rate has met its `before` or its ceiling.
+pub const GROWTH_X1024: [i64; 41] = [
+    1024, 1280, 1600, 2000, 2500, 3125, 3906, 4883, 6104, 7629, 9537, 11921, 14901, 18626, 23283,
+    29104, 36380, 45475, 56843, 71054, 88818, 111022, 138778, 173472, 216840, 271051, 338813,
+    423516, 529396, 661744, 827181, 1033976, 1292470, 1615587, 2019484, 2524355, 3155444, 3944305,
+    4930381, 6162976, 7703720,
+];
+/// The most the rule before compounding added a window (one start a second);
+/// kept as the 0.2.0 API named it, no longer a bound.
 pub const STEP_PER_MINUTE: i64 = 60;
+/// Windows a rate stays at (at most) `before` before it probes above it: a
+/// halved rate is back at `before` after 3.1 windows of compounding.
+pub const HOLD_WINDOWS: i64 = 4;
 /// A learned rate nothing refused for this long is dropped (the key goes back to
 /// its set rate, or to none).
 pub const IDLE_MS: i64 = 3_600_000;
 
+/// Where a learned rate came from (`GET /limits`' `learned.source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// One start per wait the receiver asked (`Retry-After` and kin), when it
+    /// took nothing in the window before its refusal.
+    RetryAfter,
+    /// A quota per window the receiver announced.
+    Headers,
+    /// What the receiver took before refusing, halved by later refusals.
+    Refusals,
+}
+
+impl Source {
+    /// The name stored (`limit_state.learned_from`) and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::RetryAfter => "retry_after",
+            Source::Headers => "headers",
+            Source::Refusals => "refusals",
+        }
+    }
+
+    /// A stored name; anything else (a row from before the column) reads as
+    /// `refusals`, what every rate was learned from then.
+    pub fn parse(name: Option<&str>) -> Source {
+        match name {
+            Some("retry_after") => Source::RetryAfter,
+            Some("headers") => Source::Headers,
+            _ => Source::Refusals,
+        }
+    }
+}
+
 /// A key's learned rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Learned {
-    /// Starts per minute the key may make.
+    /// Starts per minute the key may make, as learned at `changed_at`.
     pub per_minute: i64,
-    /// When it last changed (a refusal's halving or a window's step).
+    /// The rate the last refusal cut (what recovery compounds back to), `None`
+    /// when none is known (a rate learned from a wait).
+    pub before: Option<i64>,
+    pub source: Source,
+    /// When it was last learned: the windows of growth count from it.
     pub changed_at: i64,
-    /// The last refusal: the idle hour counts from it.
+    /// The last refusal (or spent budget): the idle hour counts from it.
     pub refused_at: i64,
+}
+
+/// What the commit saw of a key's receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seen {
+    /// Items holding the key its receiver answered with success over the last
+    /// `span_ms` (since the first of the window's starts, at least a second).
+    pub taken: i64,
+    pub span_ms: i64,
+    /// The rate the receiver announced (its quota per window), per minute.
+    pub announced: Option<i64>,
+    /// The longest wait a refusal asked for (ms).
+    pub wait_ms: Option<i64>,
 }
 
 /// A set rate (`rate` starts per `per_seconds`) in starts per minute, rounded
@@ -48,16 +128,18 @@ pub fn ceiling_per_minute(rate: i64, per_seconds: i64) -> i64 {
     (rate * 60 / per_seconds.max(1)).max(FLOOR_PER_MINUTE)
 }
 
-/// The learned rate after a refusal at `now`: half of the rate learned already
-/// (as [`at`] has raised it by `now`), or, when none is, the rate its receiver
-/// took: `taken` items holding the key it answered with success over the last
-/// `span_ms` (since the first of the window's starts, at least a second); never
-/// below the floor nor above `ceiling` (a set rate, per minute). A first
-/// refusal is not halved: what was taken is what the receiver takes, while
-/// what was started (a drain's burst) can be any multiple of it. `learned` is
-/// the state as stored: only refusals write it, so its `changed_at` is its last
-/// halving, and a refusal within a window of that keeps the rate (one burst,
-/// one signal).
+/// A receiver's quota per window as a rate per minute (at least the floor),
+/// `None` unless both are known and positive.
+pub fn announced_per_minute(quota: Option<i64>, window_ms: Option<i64>) -> Option<i64> {
+    let (quota, window_ms) = (quota?, window_ms?);
+    (quota > 0 && window_ms > 0).then(|| {
+        let per_minute = i128::from(quota) * 60_000 / i128::from(window_ms);
+        per_minute.clamp(1, i128::from(MAX_PER_MINUTE)) as i64
+    })
+}
+
+/// A refusal that announced no rate and asked no wait: [`learned_after`] with
+/// what was taken alone.
 pub fn refused(
     learned: Option<Learned>,
     taken: i64,
@@ -65,48 +147,86 @@ pub fn refused(
     ceiling: Option<i64>,
     now: i64,
 ) -> Learned {
+    let seen = Seen {
+        taken,
+        span_ms,
+        ..Seen::default()
+    };
+    learned_after(learned, seen, ceiling, now)
+}
+
+/// The learned rate after a refusal (or a spent budget) at `now`, by the rule
+/// above. `learned` is the state as stored: only these write it, so its
+/// `changed_at` is its last change. Never below the floor nor above `ceiling`
+/// (a set rate, per minute).
+pub fn learned_after(
+    learned: Option<Learned>,
+    seen: Seen,
+    ceiling: Option<i64>,
+    now: i64,
+) -> Learned {
     let learned = learned.filter(|l| !expired(l, now));
+    let keep_under = |per_minute: i64| {
+        let per_minute = per_minute.clamp(FLOOR_PER_MINUTE, MAX_PER_MINUTE);
+        ceiling.map_or(per_minute, |c| per_minute.min(c))
+    };
+    let fresh = |per_minute: i64, before: Option<i64>, source: Source| Learned {
+        per_minute,
+        before,
+        source,
+        changed_at: now,
+        refused_at: now,
+    };
+    if let Some(announced) = seen.announced {
+        let rate = keep_under(announced);
+        return fresh(rate, Some(rate), Source::Headers);
+    }
     if let Some(l) = learned.filter(|l| now - l.changed_at < WINDOW_MS) {
         return Learned {
             refused_at: now,
             ..l
         };
     }
-    let per_minute = match learned.and_then(|l| at(l, ceiling, now)) {
-        Some(l) => l.per_minute / 2,
-        None => taken.max(0) * 60_000 / span_ms.max(1_000),
+    if let Some(current) = learned.and_then(|l| at(l, ceiling, now)) {
+        let cut = current.per_minute;
+        return fresh(keep_under(cut / 2), Some(cut), Source::Refusals);
     }
-    .max(FLOOR_PER_MINUTE);
-    Learned {
-        per_minute: ceiling.map_or(per_minute, |c| per_minute.min(c)),
-        changed_at: now,
-        refused_at: now,
+    if seen.taken > 0 {
+        let rate = keep_under(seen.taken * 60_000 / seen.span_ms.max(1_000));
+        return fresh(rate, Some(rate), Source::Refusals);
     }
+    let wait_ms = seen.wait_ms.unwrap_or(WINDOW_MS).clamp(1_000, WINDOW_MS);
+    fresh(keep_under(60_000 / wait_ms), None, Source::RetryAfter)
 }
 
-/// The learned rate at `now` when nothing was refused since it last changed: one
-/// [`step`] up per whole window since then (at most `ceiling`), or `None` once it
-/// has been idle for [`IDLE_MS`] (dropped).
+/// The learned rate at `now` when nothing was refused since it was learned:
+/// grown by [`GROWTH_X1024`] a whole window since, up to `before` (an
+/// announced rate stays as it is), then probing above it by [`step`] a window
+/// past [`HOLD_WINDOWS`]; at most `ceiling`; `None` once idle for [`IDLE_MS`]
+/// (dropped). Only `per_minute` changes: the growth always counts from the
+/// stored state.
 pub fn at(learned: Learned, ceiling: Option<i64>, now: i64) -> Option<Learned> {
     if expired(&learned, now) {
         return None;
     }
     let windows = (now - learned.changed_at).max(0) / WINDOW_MS;
-    if windows == 0 {
-        return Some(learned);
-    }
-    let raised = learned.per_minute + windows * step(learned.per_minute);
+    let factor = GROWTH_X1024[windows.min(GROWTH_X1024.len() as i64 - 1) as usize];
+    let grown = learned.per_minute * factor / 1_024;
+    let raised = match (learned.before, learned.source) {
+        (None, _) => grown,
+        (Some(before), Source::Headers) => grown.min(before),
+        (Some(before), _) => grown.min(before + (windows - HOLD_WINDOWS).max(0) * step(before)),
+    };
     Some(Learned {
         per_minute: ceiling.map_or(raised, |c| raised.min(c)),
-        changed_at: learned.changed_at + windows * WINDOW_MS,
         ..learned
     })
 }
 
-/// What each window without a refusal adds to `per_minute` (as last learned): a
-/// quarter of it, at least one, at most [`STEP_PER_MINUTE`].
+/// What each window past [`HOLD_WINDOWS`] adds above `before` (`per_minute`):
+/// an eighth of it, at least one.
 pub fn step(per_minute: i64) -> i64 {
-    (per_minute / 4).clamp(1, STEP_PER_MINUTE)
+    (per_minute / 8).max(1)
 }
 
 /// The burst a learned rate allows after an idle spell: a second of it, at
@@ -140,86 +260,4 @@ fn expired(learned: &Learned, now: i64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const NOW: i64 = 1_795_000_000_000;
-
-    #[test]
-    fn a_first_refusal_learns_what_the_receiver_took_and_a_later_one_halves_it() {
-        // 60 taken in 10 s (6 a second): 360 a minute; a span under a second
-        // counts as one.
-        let l = refused(None, 60, 10_000, None, NOW);
-        assert_eq!(l.per_minute, 360);
-        assert_eq!(refused(None, 10, 200, None, NOW).per_minute, 600);
-        assert_eq!((l.changed_at, l.refused_at), (NOW, NOW));
-        // A learned rate halves itself, as raised by the window since, whatever
-        // was started.
-        let again = refused(Some(l), 100, WINDOW_MS, None, NOW + WINDOW_MS);
-        assert_eq!(again.per_minute, (360 + STEP_PER_MINUTE) / 2);
-    }
-
-    #[test]
-    fn refusals_within_one_window_halve_once() {
-        let l = refused(None, 60, 10_000, None, NOW);
-        let burst = refused(Some(l), 120, WINDOW_MS, None, NOW + 500);
-        assert_eq!(burst.per_minute, 360);
-        assert_eq!(burst.refused_at, NOW + 500, "the idle hour starts over");
-    }
-
-    #[test]
-    fn each_window_without_a_refusal_adds_a_step() {
-        let l = refused(None, 60, 10_000, None, NOW);
-        assert_eq!(at(l, None, NOW + WINDOW_MS - 1), Some(l));
-        let one = at(l, None, NOW + WINDOW_MS).unwrap();
-        assert_eq!(one.per_minute, 360 + STEP_PER_MINUTE);
-        let three = at(l, None, NOW + 3 * WINDOW_MS + 5).unwrap();
-        assert_eq!(
-            (three.per_minute, three.changed_at),
-            (360 + 3 * STEP_PER_MINUTE, NOW + 3 * WINDOW_MS)
-        );
-        // A slow rate rises by a quarter of itself a window, at least one.
-        let slow = refused(None, 1, 60_000, None, NOW);
-        assert_eq!(slow.per_minute, FLOOR_PER_MINUTE);
-        assert_eq!(at(slow, None, NOW + 2 * WINDOW_MS).unwrap().per_minute, 3);
-        let twelve = Learned {
-            per_minute: 12,
-            ..slow
-        };
-        assert_eq!(at(twelve, None, NOW + WINDOW_MS).unwrap().per_minute, 15);
-    }
-
-    #[test]
-    fn a_learned_rate_never_goes_below_one_a_minute() {
-        let none_started = refused(None, 0, WINDOW_MS, None, NOW);
-        assert_eq!(none_started.per_minute, FLOOR_PER_MINUTE);
-        // A refusal every window, each after a window's step, ends at the floor.
-        let mut l = refused(None, 50, 10_000, None, NOW);
-        for n in 1..40 {
-            l = refused(Some(l), 1, WINDOW_MS, None, NOW + n * WINDOW_MS);
-        }
-        assert_eq!(l.per_minute, FLOOR_PER_MINUTE);
-    }
-
-    #[test]
-    fn a_set_rate_is_the_ceiling_learning_keeps_under() {
-        // PUT /limits with 5 a second: 300 a minute.
-        let ceiling = Some(ceiling_per_minute(5, 1));
-        assert_eq!(ceiling, Some(300));
-        let l = refused(None, 1_000, WINDOW_MS, ceiling, NOW);
-        assert_eq!(l.per_minute, 300, "12,000 a minute taken, kept under 300");
-        let later = at(l, ceiling, NOW + 50 * WINDOW_MS).unwrap();
-        assert_eq!(later.per_minute, 300, "the steps stop at the set rate");
-        assert_eq!(ceiling_per_minute(1, 3_600), FLOOR_PER_MINUTE);
-    }
-
-    #[test]
-    fn a_rate_nothing_refused_for_an_hour_is_dropped() {
-        let l = refused(None, 60, 10_000, None, NOW);
-        assert!(at(l, None, NOW + IDLE_MS - 1).is_some());
-        assert_eq!(at(l, None, NOW + IDLE_MS), None);
-        // A refusal after the idle hour learns afresh from what was taken.
-        let fresh = refused(Some(l), 10, 10_000, None, NOW + IDLE_MS);
-        assert_eq!(fresh.per_minute, 60);
-    }
-}
+mod tests;

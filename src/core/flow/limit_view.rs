@@ -51,15 +51,23 @@ pub struct LearnedState {
     pub refused_at: Option<i64>,
     #[serde(default)]
     pub refusals: Option<i64>,
+    /// The rate the last refusal cut (migration 0027).
+    #[serde(default)]
+    pub learned_before: Option<i64>,
+    /// Where the rate came from (`core::learn::Source`'s name).
+    #[serde(default)]
+    pub learned_from: Option<String>,
 }
 
 impl LearnedState {
-    /// The learned rate in force at `now_ms` (raised a step a window since it
+    /// The learned rate in force at `now_ms` (grown by the windows since it
     /// was learned, as the claim reads it), `None` when none is (never learned,
     /// or idle an hour).
     pub fn at(&self, now_ms: i64) -> Option<learn::Learned> {
         let l = learn::Learned {
             per_minute: self.learned?,
+            before: self.learned_before,
+            source: learn::Source::parse(self.learned_from.as_deref()),
             changed_at: self.learned_at?,
             refused_at: self.refused_at?,
         };
@@ -90,6 +98,7 @@ impl LearnedKey {
             "learned": true,
             "learned_rate": l.per_minute,
             "learned_per_seconds": 60,
+            "learned_source": l.source.as_str(),
             "refusals": self.state.refusals.unwrap_or(0),
             "last_refused_at": rfc3339(l.refused_at),
             "paused_until": paused_until(self.paused_until, now_ms),
@@ -253,6 +262,9 @@ pub struct LimitView {
     /// The learned rate: starts per `learned_per_seconds` (60); null when none.
     pub learned_rate: Option<i64>,
     pub learned_per_seconds: Option<i64>,
+    /// Where the learned rate came from: `retry_after`, `headers` or
+    /// `refusals` (`core::learn::Source`); null when none.
+    pub learned_source: Option<&'static str>,
     /// Refusals counted since the learned rate was learned (null when none).
     pub refusals: Option<i64>,
     /// The batches whose items in flight or among the due items read hold its
@@ -338,6 +350,7 @@ pub fn view(row: &LimitRow, usage: &Usage, now_ms: i64, due_cap: i64) -> LimitVi
         learned: learned.is_some(),
         learned_rate: learned.map(|l| l.per_minute),
         learned_per_seconds: learned.map(|_| 60),
+        learned_source: learned.map(|l| l.source.as_str()),
         refusals: learned.and(row.learned.refusals),
         batches: batches_of(&governed),
     }
@@ -505,7 +518,8 @@ mod tests {
                    "created_at": rfc3339(NOW - 1_000), "updated_at": rfc3339(NOW),
                    "in_flight": 1, "tokens": null, "waiting": 2, "waiting_capped": false,
                    "paused_until": null, "learned": false, "learned_rate": null,
-                   "learned_per_seconds": null, "refusals": null, "batches": []})
+                   "learned_per_seconds": null, "learned_source": null, "refusals": null,
+                   "batches": []})
         );
     }
 

@@ -6,5 +6,6 @@
 pub mod learn;
 pub mod limit_view;
 pub mod limits;
+pub mod pace;
 pub mod receiver;
 pub mod waiting;

@@ -28,7 +28,8 @@
 //!
 //! The announced budget (remaining, reset, quota per window) comes from
 //! `RateLimit` / `RateLimit-Policy`, else `X-RateLimit-Remaining` / `-Limit` /
-//! `-Reset`, else OpenAI's `-requests` family; it is read from any answer, a
+//! `-Reset-After` / `-Reset`, else OpenAI's `-requests` family, else Shopify's
+//! `X-Shopify-Shop-Api-Call-Limit: used/max`; it is read from any answer, a
 //! success included, so a pacer can follow it before the receiver ever refuses.
 
 use serde_json::Value;
@@ -53,6 +54,8 @@ pub enum Signal {
     Reset,
     /// The JSON body's `retry_after` or `parameters.retry_after`.
     Body,
+    /// Shopify's `X-Shopify-Shop-Api-Call-Limit: used/max` (a budget, no wait).
+    CallLimit,
 }
 
 /// What a receiver announces of its budget; each part only when it said it.
@@ -137,6 +140,7 @@ pub fn read(
         .and_then(|i| i.budget.map(|b| (Signal::RateLimit, b)))
         .or_else(|| answer.x_budget().map(|b| (Signal::Reset, b)))
         .or_else(|| answer.openai_budget().map(|b| (Signal::ResetDuration, b)))
+        .or_else(|| answer.shopify_budget().map(|b| (Signal::CallLimit, b)))
         .map(|(s, b)| {
             let reset_at_ms = b
                 .reset_at_ms
@@ -254,12 +258,16 @@ impl Answer<'_> {
         })
     }
 
-    /// `X-RateLimit-Remaining` / `-Limit` / `-Reset` (GitHub, SendGrid, Discord).
+    /// `X-RateLimit-Remaining` / `-Limit` / `-Reset-After` / `-Reset` (GitHub,
+    /// SendGrid, Discord): the relative `-Reset-After` first, as no clock is in it.
     fn x_budget(&self) -> Option<Budget> {
+        let reset_after = self.header("X-RateLimit-Reset-After").and_then(seconds_ms);
         let budget = Budget {
             remaining: self.header("X-RateLimit-Remaining").and_then(integer),
             quota: self.header("X-RateLimit-Limit").and_then(integer),
-            reset_at_ms: self.reset_ms().map(|ms| self.now_ms.saturating_add(ms)),
+            reset_at_ms: reset_after
+                .or_else(|| self.reset_ms())
+                .map(|ms| self.now_ms.saturating_add(ms)),
             window_ms: None,
         };
         (budget.remaining.is_some() || budget.quota.is_some()).then_some(budget)
@@ -280,7 +288,35 @@ impl Answer<'_> {
         };
         (budget.remaining.is_some() || budget.quota.is_some()).then_some(budget)
     }
+
+    /// Shopify's REST `X-Shopify-Shop-Api-Call-Limit: used/max`: a leaky bucket
+    /// of `max` calls that leaks `max` per [`SHOPIFY_LEAK_WINDOW_MS`]
+    /// (shopify.dev/docs/api/usage/limits: 40 and 2/s, 80 and 4/s, 400 and
+    /// 20/s). Full, its reset is when one call has leaked out.
+    fn shopify_budget(&self) -> Option<Budget> {
+        let (used, max) = self
+            .header("X-Shopify-Shop-Api-Call-Limit")?
+            .split_once('/')?;
+        let (used, max) = (integer(used)?, integer(max)?);
+        if max == 0 {
+            return None;
+        }
+        let over = (used - max + 1).max(0);
+        Some(Budget {
+            remaining: Some((max - used).max(0)),
+            reset_at_ms: Some(
+                self.now_ms
+                    .saturating_add((over.saturating_mul(SHOPIFY_LEAK_WINDOW_MS) + max - 1) / max),
+            ),
+            quota: Some(max),
+            window_ms: Some(SHOPIFY_LEAK_WINDOW_MS),
+        })
+    }
 }
+
+/// The time Shopify's REST bucket takes to leak its whole size: every plan's
+/// bucket leaks a twentieth of itself a second.
+pub const SHOPIFY_LEAK_WINDOW_MS: i64 = 20_000;
 
 /// What the IETF fields say.
 #[derive(Clone, Copy)]

@@ -649,6 +649,7 @@ fn channel_results_are_committed_with_the_outcome() {
         retry_after_ms: None,
         own_delay: false,
         refused: None,
+        paced: None,
     };
     r.m.finished(10, multi, ran, 0.0);
     let rows = take_commit(r.actions(10));

@@ -499,3 +499,66 @@ fn the_announced_budget_is_read_from_any_answer() {
         None
     );
 }
+
+#[test]
+fn shopifys_call_limit_is_a_leaky_bucket_budget() {
+    // shopify.dev/docs/api/usage/limits ("REST Admin API rate limits": a bucket
+    // of 40 that leaks 2 a second; every answer carries
+    // X-Shopify-Shop-Api-Call-Limit: used/max).
+    let room = answer(200, &[("X-Shopify-Shop-Api-Call-Limit", "32/40")], "{}");
+    assert!(!room.refusal);
+    assert_eq!(
+        room.announced,
+        Some(Budget {
+            remaining: Some(8),
+            reset_at_ms: Some(NOW),
+            quota: Some(40),
+            window_ms: Some(20_000),
+        })
+    );
+    assert_eq!(room.source, Some(Signal::CallLimit));
+    // Full: the next call fits once one has leaked out (1/2 s at 2 a second).
+    let full = answer(200, &[("X-Shopify-Shop-Api-Call-Limit", "40/40")], "{}");
+    let budget = full.announced.unwrap();
+    assert_eq!(
+        (budget.remaining, budget.reset_at_ms),
+        (Some(0), Some(NOW + 500))
+    );
+    // The 429 itself: its Retry-After is the wait; the header still the budget.
+    let refused = answer(
+        429,
+        &[
+            ("Retry-After", "2.0"),
+            ("X-Shopify-Shop-Api-Call-Limit", "40/40"),
+        ],
+        "",
+    );
+    assert_eq!(refused.wait_ms(NOW), Some(2_000));
+    assert_eq!(refused.announced.unwrap().quota, Some(40));
+    // Garbage says nothing.
+    for bad in ["40", "a/40", "3/0", "-1/40", ""] {
+        let word = answer(200, &[("X-Shopify-Shop-Api-Call-Limit", bad)], "");
+        assert_eq!(word.announced, None, "{bad}");
+    }
+}
+
+#[test]
+fn discords_reset_after_is_the_budgets_reset() {
+    // discord.com/developers/docs/topics/rate-limits ("Header Format": every
+    // answer carries X-RateLimit-Remaining and X-RateLimit-Reset-After).
+    let word = answer(
+        200,
+        &[
+            ("X-RateLimit-Limit", "5"),
+            ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", "1470173023.123"),
+            ("X-RateLimit-Reset-After", "1.337"),
+        ],
+        "",
+    );
+    let budget = word.announced.unwrap();
+    assert_eq!(
+        (budget.remaining, budget.reset_at_ms, budget.quota),
+        (Some(0), Some(NOW + 1_337), Some(5))
+    );
+}
