@@ -390,7 +390,7 @@ impl<'a> Context<'a> {
     }
 
     /// Note what an answer's announced budget asks of the item's keys
-    /// (`core::pace`): the latest answer's word stands.
+    /// (`core::flow::pace`): the latest answer's word stands.
     pub(crate) fn note_paced(&self, paced: crate::core::flow::pace::Paced) {
         self.paced.set(Some(paced));
     }

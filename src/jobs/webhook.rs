@@ -147,7 +147,7 @@ pub struct Answered {
     /// A retry its receiver refused (`core::receiver`): spends no attempt, and
     /// pauses and teaches the item's keys.
     pub refused: bool,
-    /// What the answer's announced budget asks of the item's keys (`core::pace`).
+    /// What the answer's announced budget asks of the item's keys (`core::flow::pace`).
     pub paced: Option<crate::core::flow::pace::Paced>,
 }
 

@@ -475,7 +475,7 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
 
 /// The parameters of `learn_limit_keys.sql`: the outcomes their receiver
 /// refused, or that spent its announced budget with a quota per window
-/// (`core::pace`), as a JSON array (`refused`, the announced `rate`, a
+/// (`core::flow::pace`), as a JSON array (`refused`, the announced `rate`, a
 /// refusal's `wait`), the last such instant and the ids the commit completes
 /// (a JSON array: what the receivers took), or `None` when there are none (no
 /// statement is sent).

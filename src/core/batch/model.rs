@@ -249,7 +249,7 @@ pub struct Ran {
     /// given back.
     pub refused: Option<RefusedBy>,
     /// What the answer's announced budget asks of the item's keys (a spent
-    /// budget's pause, the announced rate: `core::pace`).
+    /// budget's pause, the announced rate: `core::flow::pace`).
     pub paced: Option<Paced>,
 }
 
@@ -310,7 +310,7 @@ pub struct Transition {
     #[serde(default)]
     pub receipts: Option<String>,
     /// A retry the receiver delayed (`Ran::retry_after_ms`), or an answer that
-    /// spent its announced budget (`core::pace`): every key the item holds is
+    /// spent its announced budget (`core::flow::pace`): every key the item holds is
     /// paused until then (`sql/pause_limit_keys.sql`). Not a column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<i64>,
@@ -333,7 +333,7 @@ pub struct Transition {
     /// back behind it (unchanged); `None` (any outcome of a run) stores 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub given_back: Option<i64>,
-    /// When the answer spent its receiver's announced budget (`core::pace`):
+    /// When the answer spent its receiver's announced budget (`core::flow::pace`):
     /// the keys learn its announced rate, if any. Not a column.
     #[serde(default, skip)]
     pub paced_at: Option<i64>,

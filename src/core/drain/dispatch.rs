@@ -27,7 +27,7 @@ pub const RETRY_AFTER_HEADER: &str = "Fanout-Retry-After-Ms";
 /// each key percent-encoded (`{}` for every key the item holds).
 pub const REFUSED_HEADER: &str = "Fanout-Refused";
 /// What the answer's announced budget asks of the item's keys (`Ran::paced`),
-/// as `core::pace::Paced`'s JSON; absent on the answers of most runs.
+/// as `core::flow::pace::Paced`'s JSON; absent on the answers of most runs.
 pub const PACED_HEADER: &str = "Fanout-Paced";
 
 /// What a dispatch body signs: the claimed item, and the id of the invocation
