@@ -36,21 +36,7 @@ pub const START_MS: i64 = 1_767_225_600_000;
 pub fn item(payload: impl Serialize) -> Item {
     let payload = serde_json::to_string(&payload).expect("a payload serialises to JSON");
     Item {
-        claimed: ClaimedItem {
-            item_id: 1,
-            lease_token: "lease".into(),
-            batch_id: "batch".into(),
-            subject_id: "subject".into(),
-            attempt: 1,
-            max_attempts: 5,
-            kind: String::new(),
-            payload,
-            receipts: None,
-            given_back: 0,
-            limits: None,
-            start_at: 0,
-            refused_since: None,
-        },
+        claimed: ClaimedItem::new(1, "batch", "subject", "", &payload, 5, "lease"),
     }
 }
 

@@ -142,21 +142,15 @@ impl ClaimedItem {
     /// unit tests of what handles claimed items.
     #[cfg(test)]
     pub fn sample(id: i64, batch: &str) -> ClaimedItem {
-        ClaimedItem {
-            item_id: id,
-            lease_token: format!("t.{id}"),
-            batch_id: batch.into(),
-            subject_id: format!("s{id}"),
-            attempt: 1,
-            max_attempts: 3,
-            kind: "noop".into(),
-            payload: "{}".into(),
-            receipts: None,
-            given_back: 0,
-            limits: None,
-            start_at: 0,
-            refused_since: None,
-        }
+        ClaimedItem::new(
+            id,
+            batch,
+            &format!("s{id}"),
+            "noop",
+            "{}",
+            3,
+            &format!("t.{id}"),
+        )
     }
 
     /// The limit keys the item holds (none when unreadable).
