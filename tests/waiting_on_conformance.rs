@@ -10,9 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use cron_fanout::core::model::{ClaimedItem, Outcome};
+use cron_fanout::core::model::{ClaimedItem, ItemStatus, Outcome};
 use cron_fanout::core::requests::ItemInput;
-use cron_fanout::core::waiting::{WaitingCounts, WaitingOn, WaitingRow};
+use cron_fanout::core::waiting::{keys_held, PendingItem, WaitingCounts, WaitingOn, WaitingRow};
 use cron_fanout::sql::{self, Statement};
 use cron_fanout::store::sqlite::SqliteDb;
 use cron_fanout::store::{BatchSource, Claimed, LimitsInForce, Store};
@@ -61,23 +61,31 @@ fn claim_rated(store: &Store<SqliteDb>, now: i64, limit: i64, prefix: &str) -> V
         .items
 }
 
-fn ids(store: &Store<SqliteDb>, batch: &str) -> BTreeMap<String, i64> {
-    let conn = store.db().conn();
-    let mut stmt = conn
-        .prepare("SELECT subject_id, id FROM cron_queue WHERE batch_id = ?1 AND kind <> 'callback'")
-        .unwrap();
-    let rows = stmt
-        .query_map([batch], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap();
-    rows.map(Result::unwrap).collect()
+/// The pending items of `batch` as its listing shows them, by subject.
+fn pending(store: &Store<SqliteDb>, batch: &str) -> BTreeMap<String, PendingItem> {
+    let page =
+        block_on(store.list_batch_items(batch, "", Some(ItemStatus::Pending), 1_000)).unwrap();
+    page.items
+        .iter()
+        .map(|i| {
+            let item = PendingItem {
+                id: i.id,
+                run_after: i.run_after,
+                limits: i.limits.clone(),
+                last_error: i.last_error.clone(),
+            };
+            (i.subject_id.clone(), item)
+        })
+        .collect()
 }
 
 /// Each pending item of `batch` (by subject) and what holds it at `now`.
 fn waiting(store: &Store<SqliteDb>, batch: &str, now: i64) -> BTreeMap<String, WaitingOn> {
-    let ids = ids(store, batch);
-    let by_id: BTreeMap<i64, String> = ids.iter().map(|(s, i)| (*i, s.clone())).collect();
-    let all: Vec<i64> = ids.values().copied().collect();
+    let items = pending(store, batch);
+    let by_id: BTreeMap<i64, String> = items.iter().map(|(s, i)| (i.id, s.clone())).collect();
+    let all: Vec<PendingItem> = items.into_values().collect();
     let rows: Vec<WaitingRow> = block_on(store.waiting_on_items(batch, &all, now, CLAIM)).unwrap();
+    assert_eq!(rows.len(), all.len(), "a row for each pending item");
     rows.iter()
         .map(|r| (by_id[&r.id].clone(), r.view().expect("a known reason")))
         .collect()
@@ -374,14 +382,13 @@ fn reading_what_holds_items_writes_nothing() {
     assert_eq!(store.usage().rows_written, before.rows_written);
 }
 
-/// The claim's rules, its very text: every statement that says why an item
-/// waits and every claim statement read key_rules.sql, and `force` is the same.
+/// The claim's rules, its very text: the statement that says why items wait
+/// and every claim statement read key_rules.sql, and `force` is the same.
 #[test]
 fn the_rules_it_reads_are_the_claims_own_text() {
     let rules = include_str!("../src/sql/key_rules.sql");
     for statement in [
-        sql::WAITING_ON_ITEMS,
-        sql::WAITING_ON_COUNTS,
+        sql::WAITING_KEYS,
         sql::CLAIM_HELD,
         sql::CHARGE_RATE_LIMITS,
         sql::CLAIM_DUE_ITEMS,
@@ -395,7 +402,7 @@ fn the_rules_it_reads_are_the_claims_own_text() {
         &sql[start..end]
     };
     assert_eq!(
-        block(include_str!("../src/sql/waiting_selection.sql")),
+        block(include_str!("../src/sql/waiting_held_keys.sql")),
         block(include_str!("../src/sql/claim_selection.sql"))
     );
 }
@@ -403,8 +410,8 @@ fn the_rules_it_reads_are_the_claims_own_text() {
 // ---------------------------------------------------------------- cost
 
 /// A batch of `n` items, each holding a concurrency key, 20 of them in flight,
-/// and the ids of the first page of 100 pending ones.
-fn page_setup(n: usize) -> (Store<SqliteDb>, String, Vec<i64>) {
+/// and a page of `page` pending ones, as listed.
+fn page_setup(n: usize, page: usize) -> (Store<SqliteDb>, String, Vec<PendingItem>) {
     let store = setup();
     limit(&store, "host:*", None, 1, Some(20));
     let items: Vec<ItemInput> = (0..n)
@@ -412,26 +419,27 @@ fn page_setup(n: usize) -> (Store<SqliteDb>, String, Vec<i64>) {
         .collect();
     let b = batch(&store, "b", &items, 0);
     claim_rated(&store, T0, 60, "c1");
-    let page: Vec<i64> = {
-        let conn = store.db().conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT id FROM cron_queue WHERE batch_id = ?1 AND status = 'pending'
-                 ORDER BY id LIMIT 100 OFFSET 50",
-            )
+    let listed =
+        block_on(store.list_batch_items(&b, "s00100", Some(ItemStatus::Pending), page as i64))
             .unwrap();
-        let rows = stmt.query_map([&b], |r| r.get(0)).unwrap();
-        rows.map(Result::unwrap).collect()
-    };
+    let page: Vec<PendingItem> = listed
+        .items
+        .iter()
+        .map(|i| PendingItem {
+            id: i.id,
+            run_after: i.run_after,
+            limits: i.limits.clone(),
+            last_error: i.last_error.clone(),
+        })
+        .collect();
     (store, b, page)
 }
 
-fn page_statement(b: &str, page: &[i64]) -> (&'static str, Vec<cron_fanout::store::Param>) {
-    sql::WaitingOnItems {
+fn page_statement(b: &str, page: &[PendingItem]) -> (&'static str, Vec<cron_fanout::store::Param>) {
+    sql::WaitingKeys {
         now: T0 + 10,
         batch_id: b,
-        ids: Some(serde_json::to_string(page).unwrap()),
-        head: cron_fanout::core::waiting::HEAD_READ,
+        keys: serde_json::to_string(&keys_held(page)).unwrap(),
         claim: 100,
     }
     .bind()
@@ -439,39 +447,34 @@ fn page_statement(b: &str, page: &[i64]) -> (&'static str, Vec<cron_fanout::stor
 
 #[test]
 fn a_page_s_reasons_seek_every_table_they_read_and_scan_none() {
-    let (store, b, page) = page_setup(2_000);
+    let (store, b, page) = page_setup(2_000, 100);
     let (sql, params) = page_statement(&b, &page);
     let plan = query_plan(&store, sql, &params);
     assert!(scans(&plan).is_empty(), "{:#?}", scans(&plan));
-    let counts = counts_for(&store, &b);
-    assert!(scans(&query_plan(&store, counts.0, &counts.1)).is_empty());
-}
-
-fn counts_for(store: &Store<SqliteDb>, b: &str) -> (&'static str, Vec<cron_fanout::store::Param>) {
-    let _ = store;
-    sql::WaitingOnCounts {
-        now: T0 + 10,
-        batch_id: b,
-        ids: None,
+    let head = sql::WaitingHead {
+        batch_id: &b,
         head: cron_fanout::core::waiting::HEAD_READ,
-        claim: 100,
     }
-    .bind()
+    .bind();
+    assert!(scans(&query_plan(&store, head.0, &head.1)).is_empty());
 }
 
-/// What a page's reasons cost does not grow with its batch: the items of the
-/// page, their keys, the items in flight; never the rest of the batch.
+/// What a page's reasons cost does not grow with its batch nor with the page:
+/// its keys, the items in flight; never an item of the page or the rest of
+/// the batch.
 #[test]
-fn a_page_s_reasons_cost_as_much_in_a_batch_of_20000_as_in_one_of_500() {
-    let steps = |n| {
-        let (store, b, page) = page_setup(n);
+fn a_page_s_reasons_cost_as_much_in_a_batch_of_20000_as_in_one_of_500_and_for_3_items_as_for_100() {
+    let steps = |n, size| {
+        let (store, b, page) = page_setup(n, size);
+        assert_eq!(page.len(), size);
         let (sql, params) = page_statement(&b, &page);
         let rows: Vec<WaitingRow> =
             block_on(store.waiting_on_items(&b, &page, T0 + 10, 100)).unwrap();
-        assert_eq!(rows.len(), 100);
+        assert_eq!(rows.len(), size);
         assert!(rows.iter().all(|r| r.reason == "concurrency"), "{rows:?}");
         vm_steps(&store, sql, &params)
     };
-    let (small, big) = (steps(500), steps(20_000));
+    let (small, big, few) = (steps(500, 100), steps(20_000, 100), steps(20_000, 3));
     assert_eq!(small, big, "VM steps");
+    assert_eq!(few, big, "VM steps");
 }

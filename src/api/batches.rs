@@ -18,7 +18,7 @@ use crate::core::batch::requests::{
 use crate::core::batch::rows::ItemRow;
 use crate::core::batch::throughput;
 use crate::core::error::ApiError;
-use crate::core::flow::waiting::{top_keys, KeyWaiting, WaitingCounts, WaitingOn};
+use crate::core::flow::waiting::{top_keys, KeyWaiting, PendingItem, WaitingCounts, WaitingOn};
 use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::security::target::TargetPolicy;
 use crate::core::time::rfc3339;
@@ -109,8 +109,8 @@ pub async fn get<D: Db>(app: &App<'_, D>, id: &str) -> ApiResult {
 
 /// Its pending items per reason they wait, and the keys holding most of them: a
 /// paused batch's all wait on it and nothing pending reads nothing (no call
-/// either way, no keys); else one statement over the batch's head
-/// (`core::waiting::HEAD_READ`).
+/// either way, no keys); else the batch's head (`core::waiting::HEAD_READ`) and
+/// its keys, two statements.
 async fn waiting_counts<D: Db>(
     app: &App<'_, D>,
     row: &BatchRow,
@@ -200,12 +200,17 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)
         .await?;
-    // One more statement, only when the page has pending items.
-    let pending: Vec<i64> = page
+    // One more statement, over the pending items' keys, only when there are any.
+    let pending: Vec<PendingItem> = page
         .items
         .iter()
         .filter(|i| i.status == "pending")
-        .map(|i| i.id)
+        .map(|i| PendingItem {
+            id: i.id,
+            run_after: i.run_after,
+            limits: i.limits.clone(),
+            last_error: i.last_error.clone(),
+        })
         .collect();
     let waiting: HashMap<i64, WaitingOn> = app
         .store

@@ -1,7 +1,7 @@
 -- The claim's selection: which due items a claim takes, in which order, and what
 -- each limit key lets through. Not a statement of its own, and in three files:
 -- this one (the candidates and their order, up to `held`), key_rules.sql (each
--- key's limit, pause, learned rate and items in flight, which waiting_selection.sql
+-- key's limit, pause, learned rate and items in flight, which waiting_keys.sql
 -- reads too) and claim_room.sql (room, held, taken, passed).
 -- charge_rate_limits.sql and claim_due_items.sql both start with them (src/sql/mod.rs joins them), so the
 -- charge and the claim, run in that order in one batch() (one transaction), select

@@ -1,5 +1,5 @@
 -- A key's rules, shared by the claim (claim_selection.sql) and by what says why an
--- item waits (waiting_selection.sql): not a statement, a part of their WITH
+-- item waits (waiting_held_keys.sql): not a statement, a part of their WITH
 -- clause (src/sql/mod.rs joins the files), after a `held` (id, key) of the items
 -- read. `governed`: each held key's limit (its own, else the longest partition
 -- `prefix:*`, probed by primary key once per colon of the key), its pause, its

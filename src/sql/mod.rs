@@ -96,7 +96,8 @@ sql! {
     PASS_DRAINER_SLOT => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "pass_drainer_slot.sql",
     LIMIT_USAGE => "limit_usage.sql",
     LIST_PAUSED_KEYS => "list_paused_keys.sql",
-    // What holds pending items: the page and the counts share one selection.
-    WAITING_ON_ITEMS => "waiting_selection.sql" "key_rules.sql" "waiting_reasons.sql" "waiting_on_items.sql",
-    WAITING_ON_COUNTS => "waiting_selection.sql" "key_rules.sql" "waiting_reasons.sql" "waiting_on_counts.sql",
+    // What holds pending items: their keys read with the claim's rules (core::flow::waiting
+    // decides per item), and the head of a batch for its counts.
+    WAITING_KEYS => "waiting_held_keys.sql" "key_rules.sql" "waiting_keys.sql",
+    WAITING_HEAD => "waiting_head.sql",
 }

@@ -254,15 +254,11 @@ statement! {
     /// `due_cap`: `core::metrics::DUE_CAP`, as /metrics counts due items.
     LimitUsage = LIMIT_USAGE { now: i64, due_cap: i64 }
 
-    // What holds pending items (`waiting_selection.sql`). `ids`: JSON array of
-    // the page's pending item ids, or `None` for the batch's head; `head`: most
-    // entries of each part of the head; `claim`: a claim's size (CLAIM_CHUNK).
-    WaitingOnItems<'a> = WAITING_ON_ITEMS {
-        now: i64, batch_id: &'a str, ids: Option<String>, head: i64, claim: i64,
-    }
-    WaitingOnCounts<'a> = WAITING_ON_COUNTS {
-        now: i64, batch_id: &'a str, ids: Option<String>, head: i64, claim: i64,
-    }
+    // What holds pending items: the state of `keys` (JSON array, each once) and
+    // of batch `batch_id` (`waiting_keys.sql`); the head of a batch
+    // (`waiting_head.sql`), `head` entries of each part. `claim`: a claim's size.
+    WaitingKeys<'a> = WAITING_KEYS { now: i64, batch_id: &'a str, keys: String, claim: i64 }
+    WaitingHead<'a> = WAITING_HEAD { batch_id: &'a str, head: i64 }
 
     // Elastic drain (`DRAINERS = "auto"`). `no_claim`: a token no claim has;
     // `no_marks`: "{}"; `charges`: 1 (the claim selection's parameters).

@@ -1,6 +1,12 @@
--- Why each item read waits, after the keys' rules (waiting_selection.sql, then
--- key_rules.sql, whose rules are the claim's): each key's state and the first
--- reason that holds each item.
+-- What holds pending items, per key: the state of each governed key asked about
+-- (after waiting_held_keys.sql and key_rules.sql, whose rules are the claim's),
+-- with the batch's status and the due items of higher priorities ahead of it.
+-- One row per governed key, each carrying the batch's columns (one row with no
+-- key when none is governed); no row for an unknown batch. Which reason holds an
+-- item, from its run_after and its keys' rows, is core::flow::waiting's: the
+-- items are the caller's (a listed page, or waiting_head.sql), never read here,
+-- so a page costs its keys' rows, not its items'. Read only.
+-- ?1 to ?4 as in waiting_held_keys.sql.
 -- The rate state as the claim reads it outside a claim (claim_selection.sql's
 -- `state` without its own claim's token).
 state AS MATERIALIZED (
@@ -30,29 +36,12 @@ key_wait AS MATERIALIZED (
           - (g.burst - 1) * g.per_seconds * 1000 + g.rate - 1) / g.rate AS next_token_at
   FROM governed AS g LEFT JOIN state AS s ON s.key = g.key
 ),
--- Items holding two rate keys or more start only at the claim (no look-ahead).
-multi AS MATERIALIZED (
-  SELECT h.id FROM held AS h JOIN key_wait AS k ON k.key = h.key AND k.rate IS NOT NULL
-  GROUP BY h.id HAVING count(*) > 1
+batch AS MATERIALIZED (
+  SELECT id, status, priority FROM batches WHERE id = ?2
 ),
--- Each item's holding keys by class (1 paused, 2 concurrency, 3 rate), the
--- first class first, then the latest instant.
-holds AS MATERIALIZED (
-  SELECT *, row_number() OVER (PARTITION BY id ORDER BY class, until DESC, key) AS n
-  FROM (SELECT h.id, h.key, k.concurrency, k.in_flight, k.learned,
-               CASE WHEN k.paused_until IS NOT NULL THEN 1
-                    WHEN k.in_flight >= k.concurrency THEN 2
-                    WHEN k.rate IS NOT NULL
-                         AND CASE WHEN h.id IN (SELECT id FROM multi) THEN k.tokens
-                                  ELSE k.tokens_ahead END <= 0 THEN 3 END AS class,
-               CASE WHEN k.paused_until IS NOT NULL THEN k.paused_until
-                    WHEN k.in_flight >= k.concurrency THEN NULL
-                    ELSE k.next_token_at END AS until
-        FROM held AS h JOIN key_wait AS k ON k.key = h.key)
-  WHERE class IS NOT NULL
-),
--- Due items of running batches of a higher priority, at most a claim's worth:
--- read only when some item is due but for its turn.
+-- Due items of running batches of a higher priority, at most a claim's worth
+-- (an item nothing else holds waits its turn behind as many): a seek on the
+-- running batches, and nothing more unless one of a higher priority runs.
 ahead AS MATERIALIZED (
   SELECT count(*) AS items, count(DISTINCT batch_id) AS batches, max(priority) AS priority
   FROM (
@@ -69,19 +58,12 @@ ahead AS MATERIALIZED (
     WHERE this.status = 'running' AND o.status = 'running' AND o.priority > this.priority
       AND q.batch_id = o.id AND q.status = 'pending' AND q.run_after = 0
       AND q.attempt < q.max_attempts
-    LIMIT ?5
+    LIMIT ?4
   )
-),
-reasons AS (
-  SELECT w.id, w.run_after, w.last_error, h.key, h.class, h.concurrency, h.in_flight,
-         h.learned, h.until,
-         CASE WHEN this.status = 'paused' THEN 'batch_paused'
-              WHEN w.run_after > CAST(?1 AS INTEGER) THEN 'backoff'
-              WHEN h.class = 1 THEN 'paused'
-              WHEN h.class = 2 THEN 'concurrency'
-              WHEN h.class = 3 THEN 'rate'
-              WHEN (SELECT items FROM ahead) >= ?5 THEN 'turn'
-              ELSE 'due' END AS reason
-  FROM waiting AS w CROSS JOIN batch AS this
-  LEFT JOIN holds AS h ON h.id = w.id AND h.n = 1
 )
+SELECT this.status, a.items AS ahead_items, a.batches AS ahead_batches,
+       a.priority AS ahead_priority, k.key, k.paused_until, k.concurrency, k.in_flight,
+       k.rate, k.learned, k.tokens, k.tokens_ahead, k.next_token_at
+FROM batch AS this CROSS JOIN ahead AS a
+LEFT JOIN key_wait AS k ON 1
+ORDER BY k.key;
