@@ -195,7 +195,9 @@ pub async fn timeline<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, Strin
 /// stopped walking the batch (`core::listing`), however few items it holds.
 pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]) -> ApiResult {
     let q = parse_page_query(query, true)?;
-    find(app, id).await?;
+    if !app.store.batch_exists(id).await? {
+        return Err(ApiError::NotFound(format!("batch {id:?}")));
+    }
     let page = app
         .store
         .list_batch_items(id, &q.after, q.status, q.limit)

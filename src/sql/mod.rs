@@ -25,6 +25,7 @@ sql! {
     ENQUEUE_ITEMS => "enqueue_items.sql",
     SET_BATCH_TOTAL => "set_batch_total.sql",
     GET_BATCH => "get_batch.sql",
+    BATCH_EXISTS => "batch_exists.sql",
     GET_BATCH_BY_KEY => "get_batch_by_key.sql",
     LIST_BATCHES => "list_batches.sql",
     // A claim's statements share its selection (its WITH clause), so the hold,

@@ -97,6 +97,7 @@ statement! {
     }
     SetBatchTotal<'a> = SET_BATCH_TOTAL { batch_id: &'a str }
     GetBatch<'a> = GET_BATCH { batch_id: &'a str }
+    BatchExists<'a> = BATCH_EXISTS { batch_id: &'a str }
     GetBatchByKey<'a> = GET_BATCH_BY_KEY { key: &'a str }
     ListBatches = LIST_BATCHES { page: i64 }
     FinishBatches = FINISH_BATCHES { now: i64 }

@@ -165,6 +165,13 @@ impl<D: Db> Store<D> {
         Ok(self.db.run(sql::GetBatch { batch_id: id }).await?.pop())
     }
 
+    /// Whether batch `id` exists: one row read, where [`Store::get_batch`] also
+    /// counts its items in flight.
+    pub async fn batch_exists(&self, id: &str) -> StoreResult<bool> {
+        let rows: Vec<serde_json::Value> = self.db.run(sql::BatchExists { batch_id: id }).await?;
+        Ok(!rows.is_empty())
+    }
+
     pub async fn list_batches(&self, limit: i64) -> StoreResult<Vec<BatchRow>> {
         self.db.run(sql::ListBatches { page: limit }).await
     }
