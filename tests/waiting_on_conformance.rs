@@ -361,6 +361,36 @@ fn the_batch_names_the_keys_that_hold_it_with_their_state_and_the_receiver_s_wor
     );
 }
 
+/// A pause keeps the receiver's word that set it: an item of another batch
+/// waiting on the pause names it too, on its own row and in its batch's keys.
+#[test]
+fn a_pause_set_by_another_batch_s_item_names_the_receiver_s_word() {
+    let store = setup();
+    scenario(&store);
+    let other = batch(&store, "other", &[item("o-host", &["host:p"])], 0);
+    let now = T0 + 10;
+    let items: Vec<PendingItem> = pending(&store, &other).into_values().collect();
+    let rows = block_on(store.waiting_on_items(&other, &items, now, CLAIM)).unwrap();
+    let shown = serde_json::to_value(rows[0].shown().unwrap()).unwrap();
+    assert_eq!(shown["reason"], "paused");
+    assert_eq!(shown["key"], "host:p");
+    assert_eq!(shown["word"], "attempt 1 failed: 429 Too Many Requests");
+    let counts = block_on(store.waiting_on_counts(&other, now, CLAIM)).unwrap();
+    let top = cron_fanout::core::waiting::top_keys(&counts);
+    assert_eq!(
+        top[0].word.as_deref(),
+        Some("attempt 1 failed: 429 Too Many Requests")
+    );
+    // Only a pause has a word.
+    let free = batch(&store, "free", &[item("f", &[])], 0);
+    let items: Vec<PendingItem> = pending(&store, &free).into_values().collect();
+    let rows = block_on(store.waiting_on_items(&free, &items, now, CLAIM)).unwrap();
+    assert_eq!(
+        serde_json::to_value(rows[0].shown().unwrap()).unwrap(),
+        json!({"reason": "due"})
+    );
+}
+
 #[test]
 fn past_its_head_a_big_batch_s_pending_items_count_as_not_read() {
     let store = setup();

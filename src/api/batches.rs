@@ -18,7 +18,7 @@ use crate::core::batch::requests::{
 use crate::core::batch::rows::ItemRow;
 use crate::core::batch::throughput;
 use crate::core::error::ApiError;
-use crate::core::flow::waiting::{top_keys, KeyWaiting, PendingItem, WaitingCounts, WaitingOn};
+use crate::core::flow::waiting::{top_keys, ItemWaiting, KeyWaiting, PendingItem, WaitingCounts};
 use crate::core::schedule::key::{adhoc_key_prefix, reserved_key};
 use crate::core::security::target::TargetPolicy;
 use crate::core::time::rfc3339;
@@ -214,12 +214,12 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
             last_error: i.last_error.clone(),
         })
         .collect();
-    let waiting: HashMap<i64, WaitingOn> = app
+    let waiting: HashMap<i64, ItemWaiting> = app
         .store
         .waiting_on_items(id, &pending, app.now, app.settings.claim_chunk)
         .await?
         .iter()
-        .filter_map(|w| Some((w.id, w.view()?)))
+        .filter_map(|w| Some((w.id, w.shown()?)))
         .collect();
     let items: Vec<Value> = page
         .items
@@ -233,7 +233,7 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
 }
 
 /// An item; `waiting_on` null unless it is pending (and was still when read).
-fn item_json(jobs: &Jobs, i: &ItemRow, waiting_on: Option<&WaitingOn>) -> Value {
+fn item_json(jobs: &Jobs, i: &ItemRow, waiting_on: Option<&ItemWaiting>) -> Value {
     json!({
         "id": i.id,
         "subject_id": i.subject_id,

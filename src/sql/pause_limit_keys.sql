@@ -11,10 +11,12 @@
 -- burst). Runs in the commit's batch() before commit_outcomes.sql; each item is
 -- fenced by its lease token (a lost lease pauses nothing).
 -- An outcome with "keys" (a multi item's refused channels' host: keys) pauses only
--- those of its keys.
--- ?1 JSON array of {"id", "token", "until", "keys"?}.
-INSERT INTO limit_state (key, tat, basis, paused_until)
-SELECT k.value, 0, '', max(p.value ->> 'until')
+-- those of its keys. The pause keeps the word of the latest-ending one (its first
+-- 200 characters; `max()` takes the bare column from its row, as SQLite
+-- documents), which a later pause replaces only when it ends as late or later.
+-- ?1 JSON array of {"id", "token", "until", "keys"?, "word"?}.
+INSERT INTO limit_state (key, tat, basis, paused_until, paused_word)
+SELECT k.value, 0, '', max(p.value ->> 'until'), substr(p.value ->> 'word', 1, 200)
 FROM json_each(?1) AS p
 JOIN cron_queue AS q ON q.id = p.value ->> 'id' AND q.lease_token = p.value ->> 'token',
      json_each(q.limits) AS k
@@ -22,4 +24,6 @@ WHERE q.limits IS NOT NULL
   AND (p.value ->> 'keys' IS NULL OR k.value IN (SELECT value FROM json_each(p.value ->> 'keys')))
 GROUP BY k.value
 ON CONFLICT (key) DO UPDATE
-SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_until);
+SET paused_word = CASE WHEN excluded.paused_until >= coalesce(limit_state.paused_until, 0)
+                       THEN excluded.paused_word ELSE limit_state.paused_word END,
+    paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_until);

@@ -21,6 +21,9 @@ state AS MATERIALIZED (
 -- claim's `room`), and the next token's instant (core::limits::Gcra::next_start).
 key_wait AS MATERIALIZED (
   SELECT g.key, g.paused_until, g.concurrency, g.rate, g.basis LIKE '% learned' AS learned,
+         -- A pause's word (migration 0028): read for a paused key only.
+         CASE WHEN g.paused_until IS NOT NULL
+              THEN (SELECT w.paused_word FROM limit_state AS w WHERE w.key = g.key) END AS word,
          coalesce((SELECT f.n FROM in_flight AS f WHERE f.key = g.key), 0) AS in_flight,
          (g.burst * g.per_seconds * 1000
           - max(0, coalesce(s.tat, 0) - CAST(?1 AS INTEGER) * g.rate))
@@ -63,7 +66,7 @@ ahead AS MATERIALIZED (
 )
 SELECT this.status, a.items AS ahead_items, a.batches AS ahead_batches,
        a.priority AS ahead_priority, k.key, k.paused_until, k.concurrency, k.in_flight,
-       k.rate, k.learned, k.tokens, k.tokens_ahead, k.next_token_at
+       k.rate, k.learned, k.tokens, k.tokens_ahead, k.next_token_at, k.word
 FROM batch AS this CROSS JOIN ahead AS a
 LEFT JOIN key_wait AS k ON 1
 ORDER BY k.key;

@@ -467,6 +467,9 @@ pub fn pauses_json(transitions: &[&Transition]) -> Option<String> {
             if let Some(keys) = &t.refused_keys {
                 pause["keys"] = serde_json::json!(keys);
             }
+            if let Some(word) = &t.error {
+                pause["word"] = serde_json::json!(word);
+            }
             Some(pause)
         })
         .collect();

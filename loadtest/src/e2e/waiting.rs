@@ -46,7 +46,7 @@ pub async fn e2e(args: &TargetArgs, _timeout: Duration, checks: &mut Checks) -> 
     };
     let list = vec![
         check!(needed
-            "waiting: during a tick, the items say backoff (with the receiver's error), paused (host:localhost), rate (its next token) and concurrency (1 of 1 in flight); the batch's counts add up to its pending items",
+            "waiting: during a tick, the items say backoff (with the receiver's error), paused (host:localhost, with the receiver's word), rate (its next token) and concurrency (1 of 1 in flight); the batch's counts add up to its pending items",
             each_item_says_what_holds_it
         ),
         check!(
@@ -265,8 +265,11 @@ async fn each_item_says_what_holds_it(w: &mut Waiting<'_>) -> Result<()> {
         "a-refused: {backoff}"
     );
     let paused = reason(&items, "b-sibling")?;
+    // The pause names the receiver's word: the refused item's error.
     ensure!(
-        paused["reason"] == "paused" && paused["key"] == "host:localhost",
+        paused["reason"] == "paused"
+            && paused["key"] == "host:localhost"
+            && paused["word"] == backoff["last_error"],
         "b-sibling: {paused}"
     );
     let rate = reason(&items, "c-rate-2")?;

@@ -41,6 +41,9 @@ pub struct WaitingRow {
     pub learned: Option<i64>,
     pub batches: Option<i64>,
     pub priority: Option<i64>,
+    /// `paused`: the receiver's word that set the pause, when it said one.
+    #[serde(default)]
+    pub word: Option<String>,
 }
 
 /// What holds one pending item, as `GET /batches/{id}/items` shows it.
@@ -113,9 +116,31 @@ impl WaitingRow {
 /// most of its items (`GET /limits` has them all).
 pub const TOP_KEYS: usize = 5;
 
+/// What holds one pending item with, for a pause, the receiver's word that set
+/// it: an item's `waiting_on` in `GET /batches/{id}/items`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemWaiting {
+    #[serde(flatten)]
+    pub on: WaitingOn,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub word: Option<String>,
+}
+
+impl WaitingRow {
+    /// [`WaitingRow::view`] with a pause's word.
+    pub fn shown(&self) -> Option<ItemWaiting> {
+        let on = self.view()?;
+        let word = matches!(on, WaitingOn::Paused { .. })
+            .then(|| self.word.clone())
+            .flatten();
+        Some(ItemWaiting { on, word })
+    }
+}
+
 /// A reason's items ([`reason_counts`]), split by key for a key's reasons (with
-/// the key's state) and for items in backoff on a paused key (with one's last
-/// error, the receiver's word).
+/// the key's state) and for items in backoff on a paused key. `last_error`: for
+/// those in backoff, the greatest of their last errors; for a paused key, the
+/// pause's own word (the receiver's).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ReasonCount {
     pub reason: String,
@@ -171,10 +196,13 @@ pub fn top_keys(rows: &[ReasonCount]) -> Vec<KeyWaiting> {
                 learned: r.learned,
                 batches: None,
                 priority: None,
+                word: None,
             }
             .view()?;
+            // The pause's own word, else a refused item's of the batch in backoff
+            // on it (a pause set before its word was kept).
             let word = match on {
-                WaitingOn::Paused { ref key, .. } => word(key),
+                WaitingOn::Paused { ref key, .. } => r.last_error.clone().or_else(|| word(key)),
                 _ => None,
             };
             Some(KeyWaiting {
@@ -308,6 +336,9 @@ pub struct KeyWaitRow {
     pub tokens_ahead: Option<f64>,
     #[serde(default)]
     pub next_token_at: Option<i64>,
+    /// A paused key: the receiver's word that paused it.
+    #[serde(default)]
+    pub word: Option<String>,
 }
 
 /// The key that holds an item first: its class (1 paused, 2 at its concurrency,
@@ -380,6 +411,7 @@ fn reason_of(
         learned: None,
         batches: None,
         priority: None,
+        word: None,
     };
     let reason = if batch.status == "paused" {
         "batch_paused"
@@ -391,6 +423,7 @@ fn reason_of(
         match h.class {
             1 => {
                 row.until = h.until;
+                row.word = h.row.word.clone();
                 "paused"
             }
             2 => {
@@ -479,6 +512,9 @@ pub fn reason_counts(
         count.learned = count.learned.max(row.learned);
         if on_pause {
             count.last_error = count.last_error.clone().max(row.last_error.clone());
+        }
+        if row.reason == "paused" {
+            count.last_error = count.last_error.clone().or(row.word.clone());
         }
     }
     counts.into_values().collect()

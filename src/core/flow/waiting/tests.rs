@@ -16,6 +16,7 @@ fn row(reason: &str) -> WaitingRow {
         learned: None,
         batches: None,
         priority: None,
+        word: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn batch_row(key: Option<&str>) -> KeyWaitRow {
         tokens: None,
         tokens_ahead: None,
         next_token_at: None,
+        word: None,
     }
 }
 
