@@ -389,6 +389,7 @@
       { class: "waiting", "data-waiting": w.reason, "data-waiting-key": w.key || null },
       h("b", {}, REASON_WORDS[w.reason] || w.reason),
       what ? [": ", what] : null,
+      w.word ? h("div", { class: "error-text small", "data-word": "" }, `receiver: ${w.word}`) : null,
     );
   }
 

@@ -35,7 +35,8 @@ struct Shown {
     counts: BTreeMap<String, u64>,
     keys: Vec<KeyRow>,
     /// Subject → (reason, key) of the pending items listed.
-    items: BTreeMap<String, (String, Option<String>)>,
+    /// Each item's reason, key and the receiver's word (a pause's), as shown.
+    items: BTreeMap<String, (String, Option<String>, Option<String>)>,
 }
 
 /// A row of the view's keys, or what the API's `waiting_keys` entry should show.
@@ -68,8 +69,9 @@ const SHOWN: &str = "
   const items = {};
   for (const tr of document.querySelectorAll('#items tbody tr:not(.detail)')) {
     const w = tr.querySelector('[data-waiting]');
+    const said = w && w.querySelector('[data-word]');
     const subject = tr.querySelector('td[data-col=\"subject\"]');
-    if (subject) items[subject.textContent] = w ? [w.dataset.waiting, w.dataset.waitingKey || null] : ['', null];
+    if (subject) items[subject.textContent] = w ? [w.dataset.waiting, w.dataset.waitingKey || null, said ? said.textContent : null] : ['', null, null];
   }
   return {counts, keys, items};";
 
@@ -102,7 +104,11 @@ async fn answered(api: &Api, batch: &str) -> Result<Shown> {
             let w = &i["waiting_on"];
             let subject = i["subject_id"].as_str().unwrap_or_default().to_string();
             let reason = w["reason"].as_str().unwrap_or_default().to_string();
-            (subject, (reason, w["key"].as_str().map(str::to_string)))
+            let word = w["word"].as_str().map(|w| format!("receiver: {w}"));
+            (
+                subject,
+                (reason, w["key"].as_str().map(str::to_string), word),
+            )
         })
         .collect();
     Ok(Shown {
@@ -328,7 +334,7 @@ async fn the_view_lists_the_keys_with_their_state(f: &mut Seen<'_>) -> Result<()
 async fn each_pending_item_says_its_reason(f: &mut Seen<'_>) -> Result<()> {
     let (shown, api) = &f.during;
     same("items", &shown.items, &api.items)?;
-    let reason = |s: &str| shown.items.get(s).map(|(r, _)| r.as_str());
+    let reason = |s: &str| shown.items.get(s).map(|(r, _, _)| r.as_str());
     ensure!(
         reason("a-refused") == Some("backoff")
             && reason("b-sibling") == Some("paused")
@@ -337,6 +343,12 @@ async fn each_pending_item_says_its_reason(f: &mut Seen<'_>) -> Result<()> {
         "{:?}",
         shown.items
     );
+    // The paused item names the receiver's word, as the key's row does.
+    let word = shown
+        .items
+        .get("b-sibling")
+        .and_then(|(_, _, w)| w.as_deref());
+    ensure!(word.is_some_and(|w| w.contains("429")), "{:?}", shown.items);
     Ok(())
 }
 
@@ -395,7 +407,7 @@ async fn a_batch_behind_a_higher_priority_waits_its_turn(f: &mut Seen<'_>) -> Re
     same("the low batch", &shown, &said)?;
     ensure!(
         shown.counts == BTreeMap::from([("turn".to_string(), 1)])
-            && shown.items.get("free") == Some(&("turn".to_string(), None)),
+            && shown.items.get("free") == Some(&("turn".to_string(), None, None)),
         "{shown:?}"
     );
     let text = b
