@@ -611,7 +611,7 @@ mod tests {
         assert_carries_keys_read(&pauses, sql::PAUSE_LIMIT_KEYS);
         assert_eq!(
             pauses,
-            r#"[{"id":7,"keys":["host:a.example"],"token":"t.7","until":3}]"#
+            r#"[{"id":7,"keys":["host:a.example"],"token":"t.7","until":3,"word":"e"}]"#
         );
         assert_eq!(pauses_json(&[&unpaused]), None);
         // The learning reads its own rows, of the refused outcomes only.
