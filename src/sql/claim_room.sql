@@ -45,18 +45,24 @@ multi AS MATERIALIZED (
   SELECT h.id FROM held AS h JOIN governed AS g ON g.key = h.key AND g.rate IS NOT NULL
   GROUP BY h.id HAVING count(*) > 1
 ),
-spent AS (
-  SELECT h.id FROM held AS h JOIN room AS r ON r.key = h.key
-  WHERE r.ahead <= 0 OR (r.room <= 0 AND h.id IN (SELECT id FROM multi))
+-- Each held (candidate, key) with its key's room, read once: `blocked` names it
+-- once, so SQLite expands the keys' rules once per name of `blocked` (every name
+-- of a CTE copies its whole text, and local D1 plans every call).
+spent AS MATERIALIZED (
+  SELECT id, key, ord, multi, room, ahead,
+         max(ahead <= 0 OR (room <= 0 AND multi)) OVER (PARTITION BY id) AS spent
+  FROM (SELECT h.id, h.key, h.ord, r.room, r.ahead, m.id IS NOT NULL AS multi
+        FROM held AS h JOIN room AS r ON r.key = h.key
+        LEFT JOIN multi AS m ON m.id = h.id)
 ),
+-- Held: a candidate one of whose keys has no room (`spent`), else one past its
+-- key's room among the candidates not spent, in claim order.
 blocked AS (
-  SELECT id FROM spent
-  UNION
-  SELECT h.id
-  FROM (SELECT id, key, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
-        FROM held WHERE id NOT IN (SELECT id FROM spent)) AS h
-  JOIN room AS r ON r.key = h.key
-  WHERE h.n > CASE WHEN h.id IN (SELECT id FROM multi) THEN r.room ELSE r.ahead END
+  SELECT DISTINCT id
+  FROM (SELECT id, spent, multi, room, ahead,
+               row_number() OVER (PARTITION BY key, spent ORDER BY ord) AS n
+        FROM spent)
+  WHERE spent OR n > CASE WHEN multi THEN room ELSE ahead END
 ),
 next AS (
   SELECT id FROM ordered
