@@ -218,6 +218,13 @@ pub struct Paced {
     /// The rate the receiver announced (its quota per window), per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_minute: Option<i64>,
+    /// Budget left (not yet spent): what remains, and when the budget resets
+    /// (ms). The drain pauses the keys then too when its calls already on their
+    /// way there are as many as what remains (`core::flow::pace::spent_by_flight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<i64>,
 }
 
 /// What one run of an item produced: its outcome and, for a run that reported

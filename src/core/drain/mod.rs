@@ -34,6 +34,7 @@ use crate::core::drain::retry::{decide, defer, refused, release, release_refused
 use crate::core::drain::store_error::StoreError;
 use crate::core::drain::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use crate::core::flow::learn;
+use crate::core::flow::pace;
 
 pub use crate::core::drain::timing::FLUSH_INTERVAL_MS;
 pub use events::{Action, DrainError, Policy, Refused, Report, RoundTrips, Settled};
@@ -75,11 +76,14 @@ struct Queued {
 }
 
 /// A dispatched item not finished.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Running {
     lease_expires_at: i64,
     /// Its dispatch's place among this drain's (1 for the first).
     place: i64,
+    /// Its item's keys (`ClaimedItem::limits`), read only to weigh an
+    /// answer's budget against the calls on their way ([`Drain::in_flight_to`]).
+    limits: Option<String>,
 }
 
 /// The running claim.
@@ -358,7 +362,16 @@ impl Drain {
             self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
         if let Some(paced) = ran.paced {
-            crate::core::flow::pace::apply(&mut transition, paced, now);
+            let paced = match paced.remaining {
+                Some(_) => pace::spent_by_flight(paced, self.in_flight_to(&item), now),
+                None => paced,
+            };
+            pace::apply(&mut transition, paced, now);
+            // A spent budget pauses the keys as a refusal does: what is queued
+            // for them would only meet the refusal the budget announced.
+            if transition.paced_at.is_some() && transition.refused_at.is_none() {
+                self.give_back_siblings(now, &item, None);
+            }
         }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
@@ -370,6 +383,24 @@ impl Drain {
                 lease_expires_at,
             },
         );
+    }
+
+    /// This drain's calls on their way (dispatched, not answered) that hold
+    /// one of `item`'s keys.
+    fn in_flight_to(&self, item: &ClaimedItem) -> i64 {
+        let keys = item.keys();
+        if keys.is_empty() {
+            return 0;
+        }
+        let holds = |r: &&Running| {
+            let theirs: Vec<String> = r
+                .limits
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default();
+            theirs.iter().any(|k| keys.contains(k))
+        };
+        self.running.values().filter(holds).count() as i64
     }
 
     /// A dispatched item's call threw before any answer: the platform refusing
@@ -387,6 +418,7 @@ impl Drain {
         let Some(Running {
             lease_expires_at,
             place,
+            ..
         }) = self.running.remove(&item.lease_token)
         else {
             debug_assert!(false, "refused() for an item not running: {item:?}");
@@ -647,10 +679,10 @@ impl Drain {
             .min()
     }
 
-    /// After a receiver's refusal: the queued items holding one of the refused
-    /// item's keys go back unrun (no attempt spent), so they are not sent into
-    /// the same wall; the claim holds them while the key is paused or under its
-    /// learned rate.
+    /// After a receiver's refusal, or an answer saying its budget is spent: the
+    /// queued items holding one of the item's (refused) keys go back unrun (no
+    /// attempt spent), so they are not sent into the same wall; the claim holds
+    /// them while the key is paused or under its learned rate.
     fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem, only: Option<&[String]>) {
         let keys = match only {
             Some(keys) => keys.to_vec(),
@@ -708,6 +740,7 @@ impl Drain {
             Running {
                 lease_expires_at,
                 place,
+                limits: item.limits.clone(),
             },
         );
         self.first_dispatch.get_or_insert(now);
