@@ -225,6 +225,10 @@ pub struct Paced {
     pub remaining: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_at: Option<i64>,
+    /// What the budget's reset gives back (a window's quota; one call of a
+    /// full leaky bucket): the learned rate's tokens when its pause ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill: Option<i64>,
 }
 
 /// What one run of an item produced: its outcome and, for a run that reported
@@ -342,6 +346,10 @@ pub struct Transition {
     /// or spent the budget: what the keys learn (`core::learn`). Not a column.
     #[serde(default, skip)]
     pub announced_per_minute: Option<i64>,
+    /// With `announced_per_minute`: the starts its reset gives back, the
+    /// learned rate's tokens when the pause ends (`Paced::refill`). Not a column.
+    #[serde(default, skip)]
+    pub announced_refill: Option<i64>,
 }
 
 impl Transition {

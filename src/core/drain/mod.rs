@@ -392,15 +392,10 @@ impl Drain {
         if keys.is_empty() {
             return 0;
         }
-        let holds = |r: &&Running| {
-            let theirs: Vec<String> = r
-                .limits
-                .as_deref()
-                .and_then(|json| serde_json::from_str(json).ok())
-                .unwrap_or_default();
-            theirs.iter().any(|k| keys.contains(k))
-        };
-        self.running.values().filter(holds).count() as i64
+        self.running
+            .values()
+            .filter(|r| running_keys(r).iter().any(|k| keys.contains(k)))
+            .count() as i64
     }
 
     /// A dispatched item's call threw before any answer: the platform refusing
@@ -823,6 +818,15 @@ fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
     } else {
         keys.join(", ")
     }
+}
+
+/// The keys of a running item (`ClaimedItem::keys` of what it was).
+fn running_keys(running: &Running) -> Vec<String> {
+    running
+        .limits
+        .as_deref()
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

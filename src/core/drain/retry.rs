@@ -50,6 +50,7 @@ pub fn decide(
         given_back: None,
         paced_at: None,
         announced_per_minute: None,
+        announced_refill: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
     // would pass the bound `last_error` keeps.
@@ -203,6 +204,7 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         given_back: None,
         paced_at: None,
         announced_per_minute: None,
+        announced_refill: None,
     }
 }
 

@@ -34,6 +34,7 @@ pub fn paced(word: &Word, now: i64) -> Option<Paced> {
         per_minute,
         remaining: left.map(|(r, _)| r),
         reset_at: left.map(|(_, at)| at),
+        refill: budget.refill.filter(|_| per_minute.is_some()),
     };
     (until.is_some() || (word.refusal && per_minute.is_some()) || left.is_some()).then_some(paced)
 }
@@ -64,6 +65,7 @@ pub fn apply(transition: &mut Transition, paced: Paced, now: i64) {
     }
     if transition.refused_at.is_some() || transition.paced_at.is_some() {
         transition.announced_per_minute = paced.per_minute;
+        transition.announced_refill = paced.refill.filter(|_| paced.per_minute.is_some());
     }
 }
 
@@ -115,6 +117,7 @@ mod tests {
             Some(Paced {
                 until: Some(NOW + 30_000),
                 per_minute: Some(120),
+                refill: Some(60),
                 ..Paced::default()
             }),
             "no window announced: its quota per the time left to the reset"
@@ -132,6 +135,7 @@ mod tests {
             Some(Paced {
                 until: Some(NOW + 3_000),
                 per_minute: Some(120),
+                refill: Some(10),
                 ..Paced::default()
             })
         );
@@ -142,6 +146,7 @@ mod tests {
             Some(Paced {
                 until: Some(NOW + 500),
                 per_minute: Some(120),
+                refill: Some(1),
                 ..Paced::default()
             })
         );
@@ -163,6 +168,7 @@ mod tests {
                 per_minute: Some(120),
                 remaining: Some(4),
                 reset_at: Some(NOW + 3_000),
+                refill: Some(10),
             })
         );
         let mut t = completed();
@@ -180,6 +186,7 @@ mod tests {
             reset_at_ms: Some(NOW),
             quota: None,
             window_ms: None,
+            refill: None,
         });
         assert_eq!(paced(&spent, NOW), None);
         spent.announced = Some(Budget {
@@ -187,6 +194,7 @@ mod tests {
             reset_at_ms: Some(NOW - 1),
             quota: None,
             window_ms: None,
+            refill: None,
         });
         assert_eq!(paced(&spent, NOW), None);
     }
@@ -210,6 +218,7 @@ mod tests {
                 per_minute: Some(300),
                 remaining: Some(3),
                 reset_at: Some(NOW + 2_000),
+                refill: Some(10),
             },
             "10 per the 2 s left: 300 a minute"
         );
@@ -219,8 +228,14 @@ mod tests {
         let mut t = completed();
         apply(&mut t, spent, NOW);
         assert_eq!(
-            (t.paused_until, t.paced_at, t.announced_per_minute),
-            (Some(NOW + 2_000), Some(NOW), Some(300))
+            (
+                t.paused_until,
+                t.paced_at,
+                t.announced_per_minute,
+                t.announced_refill
+            ),
+            (Some(NOW + 2_000), Some(NOW), Some(300), Some(10)),
+            "its reset gives the whole quota back"
         );
         // A reset past by the time it is weighed pauses nothing.
         assert_eq!(spent_by_flight(left, 9, NOW + 2_000), left);
@@ -243,6 +258,7 @@ mod tests {
                 per_minute: Some(120),
                 remaining: Some(2),
                 reset_at: Some(NOW + 3_000),
+                refill: Some(10),
             })
         );
     }
@@ -275,6 +291,7 @@ mod tests {
                 per_minute: Some(120),
                 remaining: Some(4),
                 reset_at: Some(NOW + 3_000),
+                refill: Some(10),
             },
             NOW,
         );
