@@ -81,8 +81,7 @@ struct Running {
     lease_expires_at: i64,
     /// Its dispatch's place among this drain's (1 for the first).
     place: i64,
-    /// Its item's keys (`ClaimedItem::limits`), read only to weigh an
-    /// answer's budget against the calls on their way ([`Drain::in_flight_to`]).
+    /// Its item's keys, to weigh a budget left (`pace::on_their_way`).
     limits: Option<String>,
 }
 
@@ -345,7 +344,7 @@ impl Drain {
                     ..
                 }),
             ) => {
-                let by = refused_by(refused_keys.as_deref(), &item);
+                let by = retry::refused_by(refused_keys.as_deref(), &item);
                 let give_up_ms = self.policy.refusal_give_up_ms;
                 let (at, after) = (now, ran.retry_after_ms);
                 refused(&item, reason, after, retry, give_up_ms, &by, at, jitter)
@@ -361,14 +360,14 @@ impl Drain {
             transition.refused_keys = refused_keys;
             self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
-        if let Some(paced) = ran.paced {
-            let paced = match paced.remaining {
-                Some(_) => pace::spent_by_flight(paced, self.in_flight_to(&item), now),
-                None => paced,
-            };
+        if let Some(mut paced) = ran.paced {
+            if paced.remaining.is_some() {
+                let running = self.running.values().map(|r| r.limits.as_deref());
+                let on_way = pace::on_their_way(&item.keys(), running);
+                paced = pace::spent_by_flight(paced, on_way, now);
+            }
             pace::apply(&mut transition, paced, now);
-            // A spent budget pauses the keys as a refusal does: what is queued
-            // for them would only meet the refusal the budget announced.
+            // Paused on a spent budget: what is queued for its keys would be refused.
             if transition.paced_at.is_some() && transition.refused_at.is_none() {
                 self.give_back_siblings(now, &item, None);
             }
@@ -383,19 +382,6 @@ impl Drain {
                 lease_expires_at,
             },
         );
-    }
-
-    /// This drain's calls on their way (dispatched, not answered) that hold
-    /// one of `item`'s keys.
-    fn in_flight_to(&self, item: &ClaimedItem) -> i64 {
-        let keys = item.keys();
-        if keys.is_empty() {
-            return 0;
-        }
-        self.running
-            .values()
-            .filter(|r| running_keys(r).iter().any(|k| keys.contains(k)))
-            .count() as i64
     }
 
     /// A dispatched item's call threw before any answer: the platform refusing
@@ -807,26 +793,6 @@ impl Drain {
             .flatten()
             .min()
     }
-}
-
-/// Who refused `item`, as a give-up reason names it: the refused keys, else
-/// every key it holds (its receiver's `host:` key among them).
-fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
-    let keys = only.map_or_else(|| item.keys(), <[String]>::to_vec);
-    if keys.is_empty() {
-        "its receiver".into()
-    } else {
-        keys.join(", ")
-    }
-}
-
-/// The keys of a running item (`ClaimedItem::keys` of what it was).
-fn running_keys(running: &Running) -> Vec<String> {
-    running
-        .limits
-        .as_deref()
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

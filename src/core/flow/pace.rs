@@ -54,6 +54,25 @@ pub fn spent_by_flight(paced: Paced, in_flight: i64, now: i64) -> Paced {
     }
 }
 
+/// How many of a drain's calls on their way (each as its item's keys,
+/// `ClaimedItem::limits`' JSON) hold one of `keys`: what [`spent_by_flight`]
+/// weighs a budget left against.
+pub fn on_their_way<'a>(
+    keys: &[String],
+    running: impl IntoIterator<Item = Option<&'a str>>,
+) -> i64 {
+    if keys.is_empty() {
+        return 0;
+    }
+    let holds = |limits: &Option<&str>| {
+        let theirs: Vec<String> = limits
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default();
+        theirs.iter().any(|k| keys.contains(k))
+    };
+    running.into_iter().filter(holds).count() as i64
+}
+
 /// Put a run's pacing on its transition, settled at `now`: a pause past any
 /// already there (the keys of a refusal pause until its wait: the later of the
 /// two stands), and the announced rate for the commit to teach the keys
@@ -197,6 +216,20 @@ mod tests {
             refill: None,
         });
         assert_eq!(paced(&spent, NOW), None);
+    }
+
+    #[test]
+    fn the_calls_on_their_way_are_those_holding_one_of_the_keys() {
+        let keys = ["host:a".to_string()];
+        let running = [
+            Some(r#"["host:a","tenant:x"]"#),
+            Some(r#"["host:b"]"#),
+            None,
+            Some("garbage"),
+            Some(r#"["host:a"]"#),
+        ];
+        assert_eq!(on_their_way(&keys, running), 2);
+        assert_eq!(on_their_way(&[], running), 0);
     }
 
     #[test]
