@@ -210,7 +210,7 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
 
 /// Who refused `item`, as a give-up reason names it: the refused keys, else
 /// every key it holds (its receiver's `host:` key among them).
-pub fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
+pub(crate) fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
     let keys = only.map_or_else(|| item.keys(), <[String]>::to_vec);
     if keys.is_empty() {
         "its receiver".into()
