@@ -84,6 +84,7 @@ fn a_spent_budget_pauses_the_key_until_the_reset_and_learns_the_announced_rate()
     let spent = Paced {
         until: Some(now + 3_000),
         per_minute: Some(120),
+        ..Paced::default()
     };
     let mut outcomes: Vec<Transition> = items[..3]
         .iter()
@@ -124,6 +125,32 @@ fn a_spent_budget_pauses_the_key_until_the_reset_and_learns_the_announced_rate()
 }
 
 #[test]
+fn a_spent_budget_whose_reset_gives_calls_back_starts_with_one_at_the_reset() {
+    // The IETF fields of a fixed window (its reset gives the quota back): one
+    // start at the reset, then the learned rate; not the whole quota at once.
+    let store = setup();
+    batch(&store, 20);
+    let now = 1_000_000;
+    let items = claim(&store, now, 1, "c1");
+    let spent = Paced {
+        until: Some(now + 3_000),
+        per_minute: Some(120),
+        refill: Some(10),
+        ..Paced::default()
+    };
+    block_on(store.commit_outcomes(&[done_paced(&items[0], spent, now)])).unwrap();
+    let starts: Vec<i64> = claim_rated(&store, now + 3_000, 10, "c2")
+        .iter()
+        .map(|i| i.start_at)
+        .collect();
+    assert_eq!(
+        starts,
+        [now + 3_000, now + 3_500, now + 4_000],
+        "one at the reset, then one each 500 ms"
+    );
+}
+
+#[test]
 fn a_spent_budget_without_a_window_pauses_and_learns_nothing() {
     // GitHub's x-ratelimit-*: a reset and what remains, but no window.
     let store = setup();
@@ -133,6 +160,7 @@ fn a_spent_budget_without_a_window_pauses_and_learns_nothing() {
     let spent = Paced {
         until: Some(now + 30_000),
         per_minute: None,
+        ..Paced::default()
     };
     let outcomes = [
         settle(&items[0], Outcome::Done, now),
@@ -154,11 +182,12 @@ fn answers_with_budget_left_write_no_state() {
     batch(&store, 10);
     let now = 1_000_000;
     let items = claim(&store, now, 5, "c1");
-    // Budget left: core::flow::pace gives no Paced; a rate alone on a success is
-    // not carried to the commit.
+    // Budget left: core::flow::pace pauses nothing; a rate alone on a success
+    // is not carried to the commit.
     let left = Paced {
         until: None,
         per_minute: Some(120),
+        ..Paced::default()
     };
     let outcomes: Vec<Transition> = items.iter().map(|i| done_paced(i, left, now)).collect();
     block_on(store.commit_outcomes(&outcomes)).unwrap();
@@ -179,6 +208,7 @@ fn a_refusal_with_an_announced_rate_learns_it_instead_of_what_was_taken() {
         Paced {
             until: None,
             per_minute: Some(120),
+            ..Paced::default()
         },
         now,
     );

@@ -24,14 +24,16 @@
 -- commit_outcomes.sql; each item is fenced by its lease token.
 -- An outcome with "keys" (a multi item's refused channels' host: keys) teaches
 -- only those of its keys.
--- ?1 JSON array of {"id", "token", "keys"?, "refused"?, "rate"?, "wait"?}
+-- ?1 JSON array of {"id", "token", "keys"?, "refused"?, "rate"?, "refill"?, "wait"?}
 -- (store::refusals_json: "refused" 1 for a refusal, "rate" an announced rate per
--- minute, "wait" a refusal's wait in ms), ?2 now (ms), ?3 JSON array of the ids
+-- minute, "refill" the starts its budget's reset gives back, "wait" a refusal's
+-- wait in ms), ?2 now (ms), ?3 JSON array of the ids
 -- this commit completes.
 WITH now AS (SELECT CAST(?2 AS INTEGER) AS t),
 refused AS (
   SELECT k.value AS key, count(p.value ->> 'refused') AS n, min(q.id) AS near,
-         min(p.value ->> 'rate') AS announced, max(p.value ->> 'wait') AS wait
+         min(p.value ->> 'rate') AS announced, max(p.value ->> 'wait') AS wait,
+         min(p.value ->> 'refill') AS refill
   FROM json_each(?1) AS p
   JOIN cron_queue AS q ON q.id = p.value ->> 'id' AND q.lease_token = p.value ->> 'token',
        json_each(q.limits) AS k
@@ -40,7 +42,7 @@ refused AS (
   GROUP BY k.value
 ),
 known AS (
-  SELECT r.key, r.n, r.near, r.announced, r.wait, s.learned, s.learned_at, s.refusals,
+  SELECT r.key, r.n, r.near, r.announced, r.wait, r.refill, s.learned, s.learned_at, s.refusals,
          s.paused_until, s.learned_before, s.learned_from,
          coalesce(s.learned IS NOT NULL AND s.refused_at > (SELECT t FROM now) - 3600000, 0)
            AS alive,
@@ -116,12 +118,18 @@ INSERT INTO limit_state (key, tat, basis, paused_until, learned, learned_at, ref
                          learned_before, learned_from)
 SELECT c.key,
        -- An empty bucket at the end of the pause (or now): the learned rate
-       -- starts with no burst after a refusal (core::learn::burst, ms × rate).
-       -- Only while the learned rate is the one in force (below a set rate; ''
-       -- otherwise: a set rate's own state is left as it is).
+       -- starts with no burst after a refusal (core::learn::burst, ms × rate);
+       -- an announced rate with one start at its reset when the reset gives
+       -- any back ("refill"), not the whole refill: a burst of it meets the
+       -- calls claimed ahead before the pause (measured on the IETF fake: 10
+       -- refusals after its budget was spent with the whole quota, 1 with
+       -- none). Only while the learned rate is the one in force (below a set
+       -- rate; '' otherwise: a set rate's own state is left as it is).
        CASE WHEN c.ceiling IS NULL OR c.rate < c.ceiling
             THEN max(coalesce(c.paused_until, 0), (SELECT t FROM now)) * c.rate
-                 + max(1, c.rate / 60) * 60000
+                 + (max(1, c.rate / 60)
+                    - CASE WHEN c.source = 'headers' AND c.refill > 0 THEN 1 ELSE 0 END)
+                   * 60000
             ELSE 0 END,
        CASE WHEN c.ceiling IS NULL OR c.rate < c.ceiling THEN c.rate || '/60 learned' ELSE '' END,
        (SELECT t FROM now), c.rate,
@@ -136,5 +144,9 @@ SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_un
     learned = excluded.learned, learned_at = excluded.learned_at,
     refused_at = excluded.refused_at, refusals = excluded.refusals,
     learned_before = excluded.learned_before, learned_from = excluded.learned_from,
-    tat = CASE WHEN excluded.basis = '' THEN limit_state.tat ELSE excluded.tat END,
+    -- Starts already charged under the same learned rate stay charged (items
+    -- claimed ahead of their slot before this commit): never an earlier tat.
+    tat = CASE WHEN excluded.basis = '' THEN limit_state.tat
+               WHEN excluded.basis = limit_state.basis THEN max(limit_state.tat, excluded.tat)
+               ELSE excluded.tat END,
     basis = CASE WHEN excluded.basis = '' THEN limit_state.basis ELSE excluded.basis END;

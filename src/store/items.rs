@@ -554,6 +554,9 @@ pub fn refusals_json(transitions: &[&Transition]) -> Option<(String, i64, String
             }
             if let Some(rate) = t.announced_per_minute {
                 entry["rate"] = serde_json::json!(rate);
+                if let Some(refill) = t.announced_refill {
+                    entry["refill"] = serde_json::json!(refill);
+                }
             }
             entry
         })
@@ -623,6 +626,7 @@ mod tests {
             given_back: Some(1),
             paced_at: None,
             announced_per_minute: Some(120),
+            announced_refill: Some(10),
         };
         let json: Value = serde_json::from_str(&transitions_json([&t]).unwrap()).unwrap();
         let row = json[0].as_object().unwrap();
@@ -667,7 +671,7 @@ mod tests {
         assert_eq!(
             (refusals.as_str(), at, completed.as_str()),
             (
-                r#"[{"id":7,"keys":["host:a.example"],"rate":120,"refused":1,"token":"t.7","wait":0}]"#,
+                r#"[{"id":7,"keys":["host:a.example"],"rate":120,"refill":10,"refused":1,"token":"t.7","wait":0}]"#,
                 4,
                 "[7,9]"
             )
@@ -681,7 +685,7 @@ mod tests {
         let (refusals, at, _) = refusals_json(&[&paced]).unwrap();
         assert_eq!(
             (refusals.as_str(), at),
-            (r#"[{"id":10,"rate":120,"token":"t.7"}]"#, 6)
+            (r#"[{"id":10,"rate":120,"refill":10,"token":"t.7"}]"#, 6)
         );
         let no_rate = Transition {
             announced_per_minute: None,

@@ -213,9 +213,9 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         Part::Flow,
         Part::Backpressure,
         Part::Learn,
-        // Not `Part::Receivers`: 4 of its 11 checks do not pass yet (makespans
-        // 2.05-2.36 x what the receiver allows, refusals after a spent budget);
-        // run it alone with --only-receivers (docs/guides/flow-control.md).
+        // Not `Part::Receivers`: 2 of its 11 checks do not pass yet (one
+        // refusal each after a spent budget, Discord and the IETF fields); run
+        // it alone with --only-receivers (docs/guides/flow-control.md).
         Part::Waiting,
         Part::HelloKind,
         Part::Service,

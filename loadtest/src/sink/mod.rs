@@ -269,6 +269,8 @@ impl Drop for GroupSlot {
 pub struct SinkHandle {
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    /// The same sink on other loopback addresses (`also_at`).
+    more: Vec<JoinHandle<()>>,
 }
 
 impl SinkHandle {
@@ -281,22 +283,47 @@ impl SinkHandle {
 impl Drop for SinkHandle {
     fn drop(&mut self) {
         self.task.abort();
+        for task in &self.more {
+            task.abort();
+        }
     }
 }
 
-/// Binds 127.0.0.1:`port` (0 = any free port) and serves in the background.
+/// Loopback addresses besides 127.0.0.1 the sink also answers on, at the same
+/// port: hosts of their own for the fake receivers (`host:` keys are per
+/// hostname, and real receivers are each a host of their own), so what one
+/// receiver taught its key never holds another's batch back.
+pub const MORE_HOSTS: std::ops::RangeInclusive<u8> = 2..=16;
+
+/// Binds 127.0.0.1:`port` (0 = any free port) and serves in the background;
+/// also on 127.0.0.N ([`MORE_HOSTS`]) at the same port where it can bind
+/// (Linux routes all of 127/8 to loopback).
 pub async fn start(port: u16, webhook_secret: &str) -> Result<SinkHandle> {
     let listener = TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding the sink to 127.0.0.1:{port}"))?;
     let addr = listener.local_addr()?;
     let app = router(webhook_secret);
+    let mut more = Vec::new();
+    for n in MORE_HOSTS {
+        let Ok(extra) =
+            TcpListener::bind((std::net::Ipv4Addr::new(127, 0, 0, n), addr.port())).await
+        else {
+            continue;
+        };
+        let app = app.clone();
+        more.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(extra, app).await {
+                eprintln!("sink: server error: {e}");
+            }
+        }));
+    }
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             eprintln!("sink: server error: {e}");
         }
     });
-    Ok(SinkHandle { addr, task })
+    Ok(SinkHandle { addr, task, more })
 }
 
 fn router(webhook_secret: &str) -> Router {

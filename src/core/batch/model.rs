@@ -218,6 +218,17 @@ pub struct Paced {
     /// The rate the receiver announced (its quota per window), per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_minute: Option<i64>,
+    /// Budget left (not yet spent): what remains, and when the budget resets
+    /// (ms). The drain pauses the keys then too when its calls already on their
+    /// way there are as many as what remains (`core::flow::pace::spent_by_flight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<i64>,
+    /// What the budget's reset gives back (a window's quota; one call of a
+    /// full leaky bucket): the learned rate's tokens when its pause ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill: Option<i64>,
 }
 
 /// What one run of an item produced: its outcome and, for a run that reported
@@ -335,6 +346,10 @@ pub struct Transition {
     /// or spent the budget: what the keys learn (`core::learn`). Not a column.
     #[serde(default, skip)]
     pub announced_per_minute: Option<i64>,
+    /// With `announced_per_minute`: the starts its reset gives back, the
+    /// learned rate's tokens when the pause ends (`Paced::refill`). Not a column.
+    #[serde(default, skip)]
+    pub announced_refill: Option<i64>,
 }
 
 impl Transition {

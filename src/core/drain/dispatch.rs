@@ -219,6 +219,7 @@ mod tests {
         let paced = Paced {
             until: Some(1_795_000_003_000),
             per_minute: Some(120),
+            ..Paced::default()
         };
         let value = encode_paced(&paced);
         assert_eq!(value, r#"{"until":1795000003000,"per_minute":120}"#);

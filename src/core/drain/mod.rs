@@ -34,6 +34,7 @@ use crate::core::drain::retry::{decide, defer, refused, release, release_refused
 use crate::core::drain::store_error::StoreError;
 use crate::core::drain::timing::{call_ms, commit_allowance_ms, wind_down_ms};
 use crate::core::flow::learn;
+use crate::core::flow::pace;
 
 pub use crate::core::drain::timing::FLUSH_INTERVAL_MS;
 pub use events::{Action, DrainError, Policy, Refused, Report, RoundTrips, Settled};
@@ -75,11 +76,13 @@ struct Queued {
 }
 
 /// A dispatched item not finished.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Running {
     lease_expires_at: i64,
     /// Its dispatch's place among this drain's (1 for the first).
     place: i64,
+    /// Its item's keys, to weigh a budget left (`pace::on_their_way`).
+    limits: Option<String>,
 }
 
 /// The running claim.
@@ -341,7 +344,7 @@ impl Drain {
                     ..
                 }),
             ) => {
-                let by = refused_by(refused_keys.as_deref(), &item);
+                let by = retry::refused_by(refused_keys.as_deref(), &item);
                 let give_up_ms = self.policy.refusal_give_up_ms;
                 let (at, after) = (now, ran.retry_after_ms);
                 refused(&item, reason, after, retry, give_up_ms, &by, at, jitter)
@@ -357,8 +360,17 @@ impl Drain {
             transition.refused_keys = refused_keys;
             self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
-        if let Some(paced) = ran.paced {
-            crate::core::flow::pace::apply(&mut transition, paced, now);
+        if let Some(mut paced) = ran.paced {
+            if paced.remaining.is_some() {
+                let running = self.running.values().map(|r| r.limits.as_deref());
+                let on_way = pace::on_their_way(&item.keys(), running);
+                paced = pace::spent_by_flight(paced, on_way, now);
+            }
+            pace::apply(&mut transition, paced, now);
+            // Paused on a spent budget: what is queued for its keys would be refused.
+            if transition.paced_at.is_some() && transition.refused_at.is_none() {
+                self.give_back_siblings(now, &item, None);
+            }
         }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
@@ -387,6 +399,7 @@ impl Drain {
         let Some(Running {
             lease_expires_at,
             place,
+            ..
         }) = self.running.remove(&item.lease_token)
         else {
             debug_assert!(false, "refused() for an item not running: {item:?}");
@@ -647,10 +660,10 @@ impl Drain {
             .min()
     }
 
-    /// After a receiver's refusal: the queued items holding one of the refused
-    /// item's keys go back unrun (no attempt spent), so they are not sent into
-    /// the same wall; the claim holds them while the key is paused or under its
-    /// learned rate.
+    /// After a receiver's refusal, or an answer saying its budget is spent: the
+    /// queued items holding one of the item's (refused) keys go back unrun (no
+    /// attempt spent), so they are not sent into the same wall; the claim holds
+    /// them while the key is paused or under its learned rate.
     fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem, only: Option<&[String]>) {
         let keys = match only {
             Some(keys) => keys.to_vec(),
@@ -708,6 +721,7 @@ impl Drain {
             Running {
                 lease_expires_at,
                 place,
+                limits: item.limits.clone(),
             },
         );
         self.first_dispatch.get_or_insert(now);
@@ -778,17 +792,6 @@ impl Drain {
             .into_iter()
             .flatten()
             .min()
-    }
-}
-
-/// Who refused `item`, as a give-up reason names it: the refused keys, else
-/// every key it holds (its receiver's `host:` key among them).
-fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
-    let keys = only.map_or_else(|| item.keys(), <[String]>::to_vec);
-    if keys.is_empty() {
-        "its receiver".into()
-    } else {
-        keys.join(", ")
     }
 }
 

@@ -50,6 +50,7 @@ pub fn decide(
         given_back: None,
         paced_at: None,
         announced_per_minute: None,
+        announced_refill: None,
     };
     // The stored text is cut too: a reason of MAX_REASON_BYTES plus these words
     // would pass the bound `last_error` keeps.
@@ -203,6 +204,18 @@ fn give_back(item: &ClaimedItem, why: &str) -> Transition {
         given_back: None,
         paced_at: None,
         announced_per_minute: None,
+        announced_refill: None,
+    }
+}
+
+/// Who refused `item`, as a give-up reason names it: the refused keys, else
+/// every key it holds (its receiver's `host:` key among them).
+pub(crate) fn refused_by(only: Option<&[String]>, item: &ClaimedItem) -> String {
+    let keys = only.map_or_else(|| item.keys(), <[String]>::to_vec);
+    if keys.is_empty() {
+        "its receiver".into()
+    } else {
+        keys.join(", ")
     }
 }
 

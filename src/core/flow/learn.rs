@@ -6,7 +6,9 @@
 //! a rate ([`learned_after`]):
 //!
 //! - a rate the receiver announces (a quota per window: `RateLimit-Policy`,
-//!   Shopify's bucket) is the rate, held as it is (source `headers`);
+//!   Shopify's bucket; a quota with only its reset: the quota per the time
+//!   left to it, `core::flow::pace::paced`) is the rate, held as it is
+//!   (source `headers`);
 //! - else a refusal within a window of the last change keeps the rate (a burst
 //!   of refusals is one signal);
 //! - else a learned rate still alive halves, and remembers the rate it had

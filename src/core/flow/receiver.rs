@@ -69,6 +69,9 @@ pub struct Budget {
     pub quota: Option<i64>,
     /// The window's length (ms).
     pub window_ms: Option<i64>,
+    /// What its reset gives back: a window's whole quota, a leaky bucket's
+    /// calls leaked by then (Shopify: one).
+    pub refill: Option<i64>,
 }
 
 /// What one answer says.
@@ -251,6 +254,7 @@ impl Answer<'_> {
                 .map(|ms| self.now_ms.saturating_add(ms)),
             quota: policy.and_then(|p| p.param("q")),
             window_ms: policy.and_then(|p| p.param("w")?.checked_mul(1_000)),
+            refill: policy.and_then(|p| p.param("q")),
         };
         Some(Ietf {
             exhausted_reset_ms,
@@ -269,6 +273,7 @@ impl Answer<'_> {
                 .or_else(|| self.reset_ms())
                 .map(|ms| self.now_ms.saturating_add(ms)),
             window_ms: None,
+            refill: self.header("X-RateLimit-Limit").and_then(integer),
         };
         (budget.remaining.is_some() || budget.quota.is_some()).then_some(budget)
     }
@@ -285,6 +290,7 @@ impl Answer<'_> {
                 .and_then(duration_ms)
                 .map(|ms| self.now_ms.saturating_add(ms)),
             window_ms: None,
+            refill: self.header("x-ratelimit-limit-requests").and_then(integer),
         };
         (budget.remaining.is_some() || budget.quota.is_some()).then_some(budget)
     }
@@ -310,6 +316,7 @@ impl Answer<'_> {
             ),
             quota: Some(max),
             window_ms: Some(SHOPIFY_LEAK_WINDOW_MS),
+            refill: Some(over.max(1)),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! refusals (the attempt given back, streaks, channels).
 
 use super::*;
+use crate::core::batch::model::Paced;
 
 /// An item whose dispatch threw `n` times running before.
 fn thrown_before(id: i64, n: i64) -> ClaimedItem {
@@ -179,6 +180,105 @@ fn a_refusal_gives_back_the_queued_items_holding_its_keys_and_marks_its_commit()
         0.0,
     );
     assert_eq!(dispatched(&r.actions(10)), [3]);
+}
+
+#[test]
+fn an_answer_saying_its_budget_is_spent_gives_back_the_queued_items_holding_its_keys() {
+    // Concurrency 2, a claim of 4: items 1 and 2 run, 3 and 4 wait in the queue.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let claimed = vec![
+        keyed(1, &["host:a"]),
+        keyed(2, &["host:b"]),
+        keyed(3, &["host:a"]),
+        keyed(4, &["host:b"]),
+    ];
+    r.m.claimed(0, Ok(claimed.clone()));
+    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    // host:a's receiver takes item 1 and says nothing remains until 2 s: item 3
+    // would meet its refusal, so it goes back unrun; item 4 (another key) is sent.
+    let spent = Ran {
+        paced: Some(Paced {
+            until: Some(2_000),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(10, claimed[0].clone(), spent, 0.0);
+    assert_eq!(dispatched(&r.actions(10)), [4]);
+    assert_eq!(released(&r.reports()), [3]);
+    // Budget left (no pause) gives nothing back.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(claimed.clone()));
+    r.actions(0);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    let left = Ran {
+        paced: Some(Paced {
+            per_minute: Some(120),
+            remaining: Some(5),
+            reset_at: Some(2_000),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(10, claimed[0].clone(), left, 0.0);
+    assert_eq!(dispatched(&r.actions(10)), [3]);
+}
+
+#[test]
+fn budget_left_no_more_than_the_calls_on_their_way_pauses_the_keys_and_gives_back_the_queue() {
+    // Concurrency 2, a claim of 4: items 1 and 2 (host:a) run, 3 (host:a) and
+    // 4 (host:b) wait in the queue.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let claimed = vec![
+        keyed(1, &["host:a"]),
+        keyed(2, &["host:a"]),
+        keyed(3, &["host:a"]),
+        keyed(4, &["host:b"]),
+    ];
+    r.m.claimed(0, Ok(claimed.clone()));
+    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    // Item 1's answer: 1 left until 2 s, and item 2 is on its way there.
+    let one_left = Ran {
+        paced: Some(Paced {
+            per_minute: Some(300),
+            remaining: Some(1),
+            reset_at: Some(2_000),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(10, claimed[0].clone(), one_left, 0.0);
+    assert_eq!(dispatched(&r.actions(10)), [4]);
+    assert_eq!(released(&r.reports()), [3]);
+    r.m.finished(20, claimed[1].clone(), Outcome::Done, 0.0);
+    r.m.finished(20, claimed[3].clone(), Outcome::Done, 0.0);
+    let mut after = r.actions(20);
+    after.extend(r.actions(20 + FLUSH_INTERVAL_MS));
+    let rows: Vec<Settled> = after
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Commit(rows) => Some(rows),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let first = rows.iter().find(|s| s.item.item_id == 1).unwrap();
+    assert_eq!(
+        (
+            first.transition.paused_until,
+            first.transition.announced_per_minute
+        ),
+        (Some(2_000), Some(300)),
+        "paused until the reset, learning the rate"
+    );
 }
 
 #[test]

@@ -450,6 +450,7 @@ fn the_announced_budget_is_read_from_any_answer() {
             reset_at_ms: Some(NOW + CAP),
             quota: Some(1000),
             window_ms: Some(86_400_000),
+            refill: Some(1000),
         }),
         "the tightest policy, its reset capped"
     );
@@ -472,6 +473,7 @@ fn the_announced_budget_is_read_from_any_answer() {
             reset_at_ms: Some(NOW + 600_000),
             quota: Some(5_000),
             window_ms: None,
+            refill: Some(5_000),
         })
     );
 
@@ -491,6 +493,7 @@ fn the_announced_budget_is_read_from_any_answer() {
             reset_at_ms: Some(NOW + 1_000),
             quota: Some(60),
             window_ms: None,
+            refill: Some(60),
         })
     );
     assert_eq!(openai.source, Some(Signal::ResetDuration));
@@ -514,6 +517,7 @@ fn shopifys_call_limit_is_a_leaky_bucket_budget() {
             reset_at_ms: Some(NOW),
             quota: Some(40),
             window_ms: Some(20_000),
+            refill: Some(1),
         })
     );
     assert_eq!(room.source, Some(Signal::CallLimit));
@@ -521,8 +525,9 @@ fn shopifys_call_limit_is_a_leaky_bucket_budget() {
     let full = answer(200, &[("X-Shopify-Shop-Api-Call-Limit", "40/40")], "{}");
     let budget = full.announced.unwrap();
     assert_eq!(
-        (budget.remaining, budget.reset_at_ms),
-        (Some(0), Some(NOW + 500))
+        (budget.remaining, budget.reset_at_ms, budget.refill),
+        (Some(0), Some(NOW + 500), Some(1)),
+        "its reset gives one call back"
     );
     // The 429 itself: its Retry-After is the wait; the header still the budget.
     let refused = answer(
