@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use cron_fanout::core::limits::{Gcra, HELD_POLL_MS};
+use cron_fanout::core::limits::Gcra;
 use cron_fanout::core::model::{ClaimedItem, Outcome};
 use cron_fanout::sql::{self, Statement};
 use cron_fanout::store::sqlite::SqliteDb;
@@ -1180,69 +1180,6 @@ fn the_plain_claim_reads_no_limits_and_a_limit_defined_since_holds_the_next_clai
     );
     let (sql, _) = store.db().last_query().unwrap();
     assert_eq!(sql, sql::CLAIM_DUE_ITEMS, "the full claim took over");
-}
-
-/// Under a concurrency alone (no rate in force), a claimer that knows it sends
-/// the claim without its hold statement: a short claim says to poll (its own
-/// commit cuts that short), and an empty one sends the full claim, which knows
-/// whether anything is held: a held key polls, a drained queue says nothing.
-#[test]
-fn a_claim_under_a_concurrency_alone_sends_no_hold_and_an_empty_one_asks_the_full_claim() {
-    let store = setup();
-    let b = batch_of(&store, "b", 6, 3);
-    hold(&store, &b, &["db"], |_| true);
-    limit(&store, "db", None, 1, None, Some(2));
-    let concurrency = LimitsInForce {
-        any: true,
-        rates: false,
-    };
-    let claim = |now: i64, prefix: &str| {
-        let before = store.usage().statements;
-        let claim = block_on(store.claim_due_items_after(
-            now,
-            5,
-            prefix,
-            now + LEASE_MS,
-            &Claimed::knowing(concurrency),
-        ))
-        .unwrap();
-        (claim, store.usage().statements - before)
-    };
-    let (first, statements) = claim(1_000, "c1");
-    assert_eq!((first.items.len(), statements), (2, 1), "the claim alone");
-    assert_eq!(first.in_force, Some(concurrency));
-    assert_eq!(
-        first.held_until,
-        Some(1_000 + HELD_POLL_MS),
-        "short: a poll"
-    );
-    let (full, statements) = claim(1_001, "c2");
-    assert_eq!(
-        (full.items.len(), statements),
-        (0, 3),
-        "empty: then hold and claim"
-    );
-    assert_eq!(
-        full.held_until,
-        Some(1_001 + HELD_POLL_MS),
-        "held by the key"
-    );
-    block_on(store.commit_outcomes(&settle_all(&first.items, Outcome::Done, 1_002))).unwrap();
-    let mut now = 1_003;
-    let mut left = 4;
-    while left > 0 {
-        let (next, _) = claim(now, &format!("d{now}"));
-        assert_eq!(next.items.len(), 2);
-        left -= 2;
-        block_on(store.commit_outcomes(&settle_all(&next.items, Outcome::Done, now + 1))).unwrap();
-        now += 2;
-    }
-    let (drained, statements) = claim(now, "e");
-    assert_eq!((drained.items.len(), statements), (0, 3));
-    assert_eq!(
-        drained.held_until, None,
-        "nothing held: the claimer is drained"
-    );
 }
 
 /// With nothing in force, the plain claim takes what the full one takes, in the

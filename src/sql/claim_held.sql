@@ -9,9 +9,7 @@
 -- and rate limits (a learned rate in force is one), are defined now. So a claimer
 -- whose claim came back short knows
 -- whether to claim again and when, and learns of limits even from an empty claim.
--- Sent only while rates are in force or not known not to be (store::Claimed):
--- under other limits alone a short claim's rows say the same poll, and an empty
--- claim is followed by this one and the claim again.
+-- Sent only while limits are defined or not known not to be (store::Claimed).
 -- Wake instant of a rate key: the smallest t with room ≥ k after the charge, i.e.
 -- t × rate ≥ tat' − (burst − k) × cost, tat' = max(tat, now × rate) + taken × cost,
 -- k = max(1, min(waiting, rate / per_seconds)) with `waiting` the held candidates

@@ -77,46 +77,6 @@ impl<D: Db> Store<D> {
                 answer => answer,
             };
         }
-        if !shape.hold {
-            // Limits in force, none a rate: the claim alone. Any row says what is
-            // in force; a short one may have left items held (a poll, cut short by
-            // the claimer's own commit). An empty answer says nothing: the full
-            // claim follows (the same state, nothing written), which knows.
-            let rows: Vec<ClaimRow> = self
-                .db
-                .run(sql::ClaimDueItems {
-                    now,
-                    limit,
-                    token_prefix,
-                    claimed: "{}",
-                    per_batch: shape.per_batch,
-                    charges: 0,
-                    lease_expires_at,
-                })
-                .await?;
-            if let Some(in_force) = rows.first().map(ClaimRow::in_force) {
-                let items: Vec<ClaimedItem> = rows
-                    .into_iter()
-                    .filter(|r| r.claimed != 0)
-                    .map(|r| r.item)
-                    .collect();
-                let held_until =
-                    limits::claim_again_unheld(now, limit, items.len() as i64, in_force.rates);
-                return Ok(Claim {
-                    items,
-                    in_force: Some(in_force),
-                    held_until,
-                });
-            }
-            // Paid from what is free, as the plain claim's fallback.
-            let answer = self
-                .claim_full(now, limit, token_prefix, lease_expires_at, shape)
-                .await;
-            return match answer {
-                Err(StoreError::OverBudget(_)) => Ok(Claim::default()),
-                answer => answer,
-            };
-        }
         self.claim_full(now, limit, token_prefix, lease_expires_at, shape)
             .await
     }
@@ -416,11 +376,6 @@ struct ClaimShape {
     /// Send the rate charge before the full claim (else rate-limited keys hold
     /// their items).
     charges: bool,
-    /// Send the hold statement (claim_held.sql) before the claim: unless limits
-    /// were in force and none a rate at the last claim. Its planning cost a
-    /// keyed claim more than the claim's own on local D1; without a rate its
-    /// answer is a poll, which a short claim's rows give too.
-    hold: bool,
     per_batch: i64,
 }
 
@@ -433,13 +388,11 @@ impl ClaimShape {
             None => ClaimShape {
                 plain: false,
                 charges: false,
-                hold: true,
                 per_batch: limit,
             },
             Some(f) => ClaimShape {
                 plain: !f.any,
                 charges: f.rates,
-                hold: f.rates,
                 per_batch: limits::candidates_per_batch(limit, f.any),
             },
         }

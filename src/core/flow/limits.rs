@@ -402,20 +402,6 @@ where
         .min()
 }
 
-/// When a claimer claims again after a claim sent without the hold statement
-/// (limits in force, none a rate: items wait only for a slot or a pause's end),
-/// from the rows it returned (`got` claimed of `asked`) and what they said is in
-/// force. Short, some may be held: a poll, which the claimer's own commit cuts
-/// short, as [`claim_wake`]'s `None`; a rate come into force: at once, to charge
-/// it. Not for an empty answer: that says nothing, and the full claim is sent.
-pub(crate) fn claim_again_unheld(now: i64, asked: i64, got: i64, rates_now: bool) -> Option<i64> {
-    if rates_now {
-        Some(now)
-    } else {
-        (got < asked).then_some(now + HELD_POLL_MS)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,26 +734,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_claim_without_its_hold_polls_when_short_and_charges_a_rate_at_once() {
-        let now = 5_000;
-        assert_eq!(
-            claim_again_unheld(now, 10, 10, false),
-            None,
-            "took all it asked"
-        );
-        assert_eq!(
-            claim_again_unheld(now, 10, 3, false),
-            Some(now + HELD_POLL_MS),
-            "short: maybe held, a poll its own commit cuts short"
-        );
-        assert_eq!(
-            claim_again_unheld(now, 10, 10, true),
-            Some(now),
-            "a rate came"
-        );
-        assert_eq!(claim_again_unheld(now, 10, 0, true), Some(now));
     }
 }
