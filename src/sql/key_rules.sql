@@ -9,7 +9,11 @@ governed AS MATERIALIZED (
   SELECT key, concurrency, paused_until,
          CASE WHEN by_learned THEN learned ELSE rate END AS rate,
          CASE WHEN by_learned THEN 60 ELSE per_seconds END AS per_seconds,
-         CASE WHEN by_learned THEN max(1, learned / 60) ELSE burst END AS burst,
+         -- core::learn::burst_under: a second of the learned rate, never more than
+         -- a set limit's own burst (a learned rate just under a set one would
+         -- otherwise raise the burst the receiver was set to take).
+         CASE WHEN by_learned THEN max(1, min(learned / 60, coalesce(burst, learned / 60)))
+              ELSE burst END AS burst,
          CASE WHEN by_learned THEN learned || '/60 learned' ELSE rate || '/' || per_seconds END
            AS basis
   FROM (SELECT *, learned IS NOT NULL AND (rate IS NULL OR learned * per_seconds < rate * 60)

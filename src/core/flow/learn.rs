@@ -238,6 +238,12 @@ pub fn burst(per_minute: i64) -> i64 {
     (per_minute / 60).max(1)
 }
 
+/// The burst of a learned rate in force on a key whose set limit has
+/// `set_burst`: [`burst`], never above the set limit's own (`sql/key_rules.sql`).
+pub fn burst_under(per_minute: i64, set_burst: Option<i64>) -> i64 {
+    set_burst.map_or(burst(per_minute), |set| burst(per_minute).min(set.max(1)))
+}
+
 /// Whether a run's answer is its receiver refusing: a retry the receiver's
 /// word called a refusal (`Ran::refused`, `core::receiver`: a `429`, a `403`
 /// with a rate-limit signal, a `503` with a wait), any retry whose answer

@@ -183,3 +183,11 @@ fn sources_round_trip_by_name_and_old_rows_read_as_refusals() {
     }
     assert_eq!(Source::parse(None), Source::Refusals);
 }
+
+#[test]
+fn a_learned_burst_never_exceeds_the_set_limit_s_own() {
+    // 356 a minute learned under a set 6/s with a burst of 2: 2, not 5.
+    assert_eq!(burst_under(356, Some(2)), 2);
+    assert_eq!(burst_under(356, None), 5);
+    assert_eq!(burst_under(30, Some(2)), 1);
+}
