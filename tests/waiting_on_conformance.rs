@@ -67,15 +67,7 @@ fn pending(store: &Store<SqliteDb>, batch: &str) -> BTreeMap<String, PendingItem
         block_on(store.list_batch_items(batch, "", Some(ItemStatus::Pending), 1_000)).unwrap();
     page.items
         .iter()
-        .map(|i| {
-            let item = PendingItem {
-                id: i.id,
-                run_after: i.run_after,
-                limits: i.limits.clone(),
-                last_error: i.last_error.clone(),
-            };
-            (i.subject_id.clone(), item)
-        })
+        .map(|i| (i.subject_id.clone(), PendingItem::from(i)))
         .collect()
 }
 
@@ -452,16 +444,7 @@ fn page_setup(n: usize, page: usize) -> (Store<SqliteDb>, String, Vec<PendingIte
     let listed =
         block_on(store.list_batch_items(&b, "s00100", Some(ItemStatus::Pending), page as i64))
             .unwrap();
-    let page: Vec<PendingItem> = listed
-        .items
-        .iter()
-        .map(|i| PendingItem {
-            id: i.id,
-            run_after: i.run_after,
-            limits: i.limits.clone(),
-            last_error: i.last_error.clone(),
-        })
-        .collect();
+    let page: Vec<PendingItem> = listed.items.iter().map(PendingItem::from).collect();
     (store, b, page)
 }
 

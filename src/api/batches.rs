@@ -207,12 +207,7 @@ pub async fn items<D: Db>(app: &App<'_, D>, id: &str, query: &[(String, String)]
         .items
         .iter()
         .filter(|i| i.status == "pending")
-        .map(|i| PendingItem {
-            id: i.id,
-            run_after: i.run_after,
-            limits: i.limits.clone(),
-            last_error: i.last_error.clone(),
-        })
+        .map(PendingItem::from)
         .collect();
     let waiting: HashMap<i64, ItemWaiting> = app
         .store

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::batch::rows::ItemRow;
 use crate::core::time::rfc3339;
 
 /// Entries of each part of a batch's head its counts read (its due index, its
@@ -283,6 +284,19 @@ pub struct PendingItem {
     pub limits: Option<String>,
     #[serde(default)]
     pub last_error: Option<String>,
+}
+
+/// A listed item as the reads of why it waits need it (the listing already
+/// reads run_after 0 as its batch's due instant).
+impl From<&ItemRow> for PendingItem {
+    fn from(i: &ItemRow) -> PendingItem {
+        PendingItem {
+            id: i.id,
+            run_after: i.run_after,
+            limits: i.limits.clone(),
+            last_error: i.last_error.clone(),
+        }
+    }
 }
 
 impl PendingItem {
