@@ -939,14 +939,76 @@ fn the_claim_honours_the_lower_of_a_set_rate_and_a_learned_one() {
     assert_eq!(claim_rated(&store, now + 1_000, 10, "c3").len(), 1);
     // Set 100 a second (burst 100), learned 1 a second: the learned rate (60
     // a minute, burst 1: not claimed ahead, Gcra::claims_ahead).
+    // The slot claimed ahead under the set rate (now + 2 s) still counts
+    // (Gcra::state_of): the learned rate's first start is a second after it.
     limit(&store, "host:a.example", Some(100), 1, Some(100), None);
     learn(&store, "host:a.example", 60, now + 2_000);
-    assert_eq!(claim_rated(&store, now + 2_000, 10, "c4").len(), 1);
+    assert_eq!(claim_rated(&store, now + 2_000, 10, "c4").len(), 0);
     assert_eq!(claim_rated(&store, now + 2_900, 10, "c5").len(), 0);
     assert_eq!(claim_rated(&store, now + 3_000, 10, "c6").len(), 1);
+    assert_eq!(claim_rated(&store, now + 3_900, 10, "c6b").len(), 0);
+    assert_eq!(claim_rated(&store, now + 4_000, 10, "c6c").len(), 1);
     // An hour after the last refusal the learned rate lapses: the set one again.
     let idle = now + 2_000 + cron_fanout::core::learn::IDLE_MS;
     assert_eq!(claim_rated(&store, idle, 10, "c7").len(), 10);
+}
+
+#[test]
+fn a_learned_rate_growing_past_the_set_one_keeps_the_starts_claimed_ahead_under_it() {
+    let store = setup();
+    let b = batch_of(&store, "b", 60, 3);
+    hold(&store, &b, &["host:a.example"], |_| true);
+    let now = 1_000_000;
+    // Set 6 a second (burst 2); learned 292 a minute, under it, and growing
+    // back towards the 445 it had before: 365 a minute (over the set 360) from
+    // the first window, when the set rate is in force again.
+    let set = Gcra {
+        rate: 6,
+        per_seconds: 1,
+        burst: 2,
+    };
+    limit(&store, "host:a.example", Some(6), 1, Some(2), None);
+    store
+        .db()
+        .conn()
+        .execute(
+            "INSERT INTO limit_state (key, tat, basis, learned, learned_at, refused_at, refusals,
+                                      learned_before, learned_from)
+             VALUES ('host:a.example', 0, '', 292, ?1, ?1, 1, 445, 'refusals')",
+            [now],
+        )
+        .unwrap();
+    // A drainer claims every 100 ms, across the switch at now + 5 s.
+    let mut starts = Vec::new();
+    for t in (0..9_000).step_by(100) {
+        let items = claim_rated(&store, now + t, 20, &format!("c{t}"));
+        starts.extend(items.iter().map(|i| i.start_at));
+    }
+    starts.sort_unstable();
+    let before = starts.iter().filter(|&&s| s < now + 5_000).count();
+    assert!(
+        (20..=27).contains(&before),
+        "{before} starts under the learned rate"
+    );
+    assert!(
+        starts.len() > before + 10,
+        "{starts:?}: the set rate took over"
+    );
+    // The set limit's bound over every interval, the switch included (a fresh
+    // burst there put 10 starts in a second).
+    for i in 0..starts.len() {
+        for j in i..starts.len() {
+            let allowed =
+                set.burst as f64 + set.rate as f64 * (starts[j] - starts[i]) as f64 / 1000.0;
+            assert!(
+                (j - i + 1) as f64 <= allowed + 1e-9,
+                "{} starts in {} ms from {}: {starts:?}",
+                j - i + 1,
+                starts[j] - starts[i],
+                starts[i] - now
+            );
+        }
+    }
 }
 
 #[test]

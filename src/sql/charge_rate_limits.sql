@@ -5,8 +5,9 @@
 -- key's state row records the claim's token (?3) and the state before it, which
 -- the claim reads back instead (so both statements see the same room). A
 -- partitioned limit's members each get their own row. The first charge of a key
--- inserts its row; a state counted under another basis (rate/per_seconds) starts
--- from a full burst (core::limits::Gcra::charge, the Rust twin).
+-- inserts its row; a state counted under another basis (rate/per_seconds) is
+-- read as `state` reads it (claim_room.sql; core::limits::Gcra::state_of, then
+-- Gcra::charge, the Rust twins).
 -- ?1 to ?6 as in claim_selection.sql (?6 is 1).
 INSERT INTO limit_state (key, tat, basis, claim, tat_before)
 SELECT g.key, max(coalesce(s.tat, 0), CAST(?1 AS INTEGER) * g.rate) + t.n * g.per_seconds * 1000, g.basis, ?3,

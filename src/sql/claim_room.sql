@@ -4,11 +4,18 @@
 state AS MATERIALIZED (
   SELECT g.key, CASE WHEN s.claim = ?3 THEN s.tat_before
                      WHEN s.basis = g.basis THEN s.tat
-                     -- One learned rate to the next (a step, a halving): the
-                     -- same instant in the new rate's units, not a fresh burst.
-                     WHEN s.basis LIKE '% learned' AND g.basis LIKE '% learned'
-                     THEN s.tat / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER)
-                          * g.rate END AS tat
+                     -- Either rate learned (a learned rate's step, or the switch
+                     -- to or from a set rate as it grows or a refusal lowers it):
+                     -- the same instant in the new rate's units, rounded up, at
+                     -- most the look-ahead and a full bucket ahead
+                     -- (core::limits::Gcra::state_of). A full burst would come on
+                     -- top of the slots claimed ahead under the other rate.
+                     WHEN (s.basis LIKE '% learned' OR g.basis LIKE '% learned')
+                          AND CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) > 0
+                     THEN min((s.tat + CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) - 1)
+                              / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) * g.rate,
+                              (CAST(?1 AS INTEGER) + 1000) * g.rate + g.burst * g.per_seconds * 1000)
+                END AS tat
   FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
   WHERE g.rate IS NOT NULL
 ),

@@ -68,9 +68,10 @@
 -- learned (core::learn::at, its Rust twin): the key's rate is min(its set rate,
 -- the learned one), a key without a set rate has the learned one, a burst of a
 -- second of it (core::learn::burst). It is counted in its own basis
--- (`<per minute>/60 learned`): a change to or from a set rate starts from a full
--- burst, as a changed limit does; from one learned rate to the next (a step, a
--- halving) the state carries over (its instant, in the new rate's units).
+-- (`<per minute>/60 learned`): from one learned rate to the next (a step, a
+-- halving) and to or from a set rate, the state carries over (its instant, in
+-- the new rate's units, at most a second and a full bucket ahead); only a
+-- changed set limit starts from a full burst.
 -- Keys are read at all only while a limit or a pause is kept (`force`): an item's implicit
 -- key (host:, service:) costs a claim nothing else.
 -- A held candidate stays pending: no write, no attempt. Head of line: a batch's

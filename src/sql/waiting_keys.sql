@@ -11,9 +11,13 @@
 -- `state` without its own claim's token).
 state AS MATERIALIZED (
   SELECT g.key, CASE WHEN s.basis = g.basis THEN s.tat
-                     WHEN s.basis LIKE '% learned' AND g.basis LIKE '% learned'
-                     THEN s.tat / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER)
-                          * g.rate END AS tat
+                     -- As the claim reads it (claim_room.sql, core::limits::Gcra::state_of).
+                     WHEN (s.basis LIKE '% learned' OR g.basis LIKE '% learned')
+                          AND CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) > 0
+                     THEN min((s.tat + CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) - 1)
+                              / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) * g.rate,
+                              (CAST(?1 AS INTEGER) + 1000) * g.rate + g.burst * g.per_seconds * 1000)
+                END AS tat
   FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
   WHERE g.rate IS NOT NULL
 ),

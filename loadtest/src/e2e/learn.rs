@@ -127,10 +127,34 @@ async fn a_set_rate_under_the_receivers_meets_no_refusal(l: &mut Learn<'_>) -> R
     l.target.sink.reset().await?;
     let r = receiver::send(l.target, PER_S, SET_ITEMS, "set", l.timeout).await?;
     println!("#   learn: {}", shown(&r));
+    if r.refused > 0 {
+        print_the_second_before_each_refusal(l).await?;
+    }
     ensure!(
         r.completed == SET_ITEMS as u64 && r.refused == 0,
         "{}",
         shown(&r)
     );
+    Ok(())
+}
+
+/// What the receiver took in the second before each refusal: the instants and the
+/// invocations that sent them, to tell a charge from a late dispatch.
+async fn print_the_second_before_each_refusal(l: &Learn<'_>) -> Result<()> {
+    let all = l.target.sink.deliveries().await?;
+    let at = |d: &crate::sink::client::Delivery| {
+        chrono::DateTime::parse_from_rfc3339(&d.received_at)
+            .map(|t| t.timestamp_millis())
+            .unwrap_or(0)
+    };
+    for refused in all.iter().filter(|d| d.status == Some(429)) {
+        let end = at(refused);
+        for d in all.iter().filter(|d| (end - 1000..=end).contains(&at(d))) {
+            println!(
+                "#   learn: {} {} {:?} {:?}",
+                d.received_at, d.subject_id, d.status, d.invocation
+            );
+        }
+    }
     Ok(())
 }

@@ -194,13 +194,13 @@ impl Usage {
     }
 }
 
-/// The tokens a rate limit has at `now_ms` from a key's state: a state counted
-/// under another rate or window is a full burst, as the claim reads it. `None`
-/// without a rate.
+/// The tokens a rate limit has at `now_ms` from a key's state, read as the
+/// claim reads it ([`Gcra::state_of`]): a state counted under another set rate
+/// or window is a full burst, one counted under a learned rate is carried over.
+/// `None` without a rate.
 pub fn tokens(limit: &Limit, tat: Option<i64>, basis: Option<&str>, now_ms: i64) -> Option<i64> {
     let gcra: Gcra = limit.gcra()?;
-    let tat = tat.filter(|_| basis == Some(gcra.basis().as_str()));
-    Some(gcra.room(tat, now_ms))
+    Some(gcra.room(gcra.state_of(false, tat, basis, now_ms), now_ms))
 }
 
 /// A limit as set: what `PUT /limits/{key}` answers. `rate`, `per_seconds` and

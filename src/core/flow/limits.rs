@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::core::error::ApiError;
 
+pub use super::gcra::{Gcra, LEARNED_BASIS, LOOK_AHEAD_MS};
+
 /// At most this many explicit keys per subject or item.
 pub const MAX_KEYS: usize = 4;
 /// A key's length in characters (ASCII).
@@ -41,12 +43,6 @@ pub fn candidates_per_batch(limit: i64, limits_defined: bool) -> i64 {
 /// unless one of its own commits gives a slot back first: the group commit's
 /// interval, so a drain looks again about as often as slots come back.
 pub const HELD_POLL_MS: i64 = 1_000;
-
-/// How far ahead a claim takes a rate's starts: the items whose slot comes
-/// within this long are claimed at once, each to start at its slot
-/// ([`Gcra::room_ahead`], [`Gcra::start_of`]; `sql/claim_selection.sql`), so a
-/// claimer held by a rate claims about once a second per key, not once per token.
-pub const LOOK_AHEAD_MS: i64 = 1_000;
 
 /// How long a pause is kept after it ended (`sql/clear_ended_pauses.sql`, run
 /// with the tick's reaper): while one is kept, claims may hold items back below
@@ -255,118 +251,6 @@ pub fn governing<'a>(key: &str, defined: impl IntoIterator<Item = &'a str>) -> O
         }
     }
     best
-}
-
-/// A rate as GCRA (the generic cell rate algorithm) in integers: time is counted
-/// in units of ms × rate, so one start costs `per_seconds × 1000` units and no
-/// division ever rounds. The state is one number per key, the theoretical
-/// arrival time (`tat`); `None` is a key that has never started anything (a
-/// full burst). In any interval of `t` seconds at most `burst + rate × t /
-/// per_seconds` starts are allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gcra {
-    pub rate: i64,
-    pub per_seconds: i64,
-    pub burst: i64,
-}
-
-impl Gcra {
-    /// What one start costs, in units.
-    pub fn cost(&self) -> i64 {
-        self.per_seconds * 1000
-    }
-
-    /// The limit's units at `now_ms`.
-    pub fn units(&self, now_ms: i64) -> i64 {
-        now_ms * self.rate
-    }
-
-    /// How many may start at `now_ms` with state `tat`.
-    pub fn room(&self, tat: Option<i64>, now_ms: i64) -> i64 {
-        let debt = (tat.unwrap_or(0) - self.units(now_ms)).max(0);
-        ((self.burst * self.cost() - debt) / self.cost()).max(0)
-    }
-
-    /// The state after `n` start at `now_ms` (n at most [`Gcra::room`]).
-    pub fn charge(&self, tat: Option<i64>, now_ms: i64, n: i64) -> i64 {
-        tat.unwrap_or(0).max(self.units(now_ms)) + n * self.cost()
-    }
-
-    /// The first instant (ms) at which a key with state `tat` has room for one
-    /// more start.
-    pub fn next_start(&self, tat: i64) -> i64 {
-        self.room_for(tat, 1)
-    }
-
-    /// The first instant (ms) at which a key with state `tat` has room for `n`
-    /// starts (`n` at most `burst`).
-    pub fn room_for(&self, tat: i64, n: i64) -> i64 {
-        (tat - (self.burst - n) * self.cost() + self.rate - 1) / self.rate
-    }
-
-    /// Whether starts are claimed ahead at their slots: only when a slot rounded
-    /// up to the ms never lands past the next token's (`(burst − 1) × cost ≥
-    /// rate − 1`), so each start is an exact GCRA arrival and the state the
-    /// charge leaves is its true one. A burst of 1 at a rate not dividing the ms
-    /// would drift a ms a start; it is claimed at each token instead.
-    pub fn claims_ahead(&self) -> bool {
-        (self.burst - 1) * self.cost() >= self.rate - 1
-    }
-
-    /// How many may be claimed at `now_ms` to start by `now_ms + LOOK_AHEAD_MS`,
-    /// each at its slot ([`Gcra::start_of`]): the burst left now and the tokens
-    /// that come within the look-ahead ([`Gcra::room`] for a rate not
-    /// [`Gcra::claims_ahead`]).
-    pub fn room_ahead(&self, tat: Option<i64>, now_ms: i64) -> i64 {
-        if !self.claims_ahead() {
-            return self.room(tat, now_ms);
-        }
-        let base = tat.unwrap_or(0).max(self.units(now_ms));
-        ((self.burst * self.cost() + self.units(now_ms + LOOK_AHEAD_MS) - base) / self.cost())
-            .max(0)
-    }
-
-    /// When the `j`-th start (from 1) claimed at `now_ms` with state `tat` may go:
-    /// the first instant at which the state before it has room for one, never
-    /// before `now_ms`. SQLite's integer division (towards zero) on purpose: the
-    /// claim computes the same (`sql/claim_due_items.sql`).
-    pub fn start_of(&self, tat: Option<i64>, now_ms: i64, j: i64) -> i64 {
-        let base = tat.unwrap_or(0).max(self.units(now_ms));
-        ((base + (j - self.burst) * self.cost() + self.rate - 1) / self.rate).max(now_ms)
-    }
-
-    /// How many starts a claimer held back by this rate waits for before it
-    /// claims again, with `waiting` items held: as many as there are, up to a
-    /// second's worth (a longer wait would only delay them), at least one. With
-    /// `ahead` (a held item may start at a slot ahead) they are claimed a second
-    /// early; without, they start at the claim, so at most half the burst (the
-    /// other half absorbs the claim's lateness: tokens past the burst are lost).
-    /// Waiting for several instead of claiming at each token keeps a held drain
-    /// from claiming (and reading its selection) once per start.
-    pub fn wake_batch(&self, waiting: i64, ahead: bool) -> i64 {
-        let ahead = ahead && self.claims_ahead();
-        let most = if ahead { waiting } else { self.burst / 2 };
-        waiting.min(self.rate / self.per_seconds).min(most).max(1)
-    }
-
-    /// When a claimer held back by this rate, with `waiting` items held, claims
-    /// again (the claim's hold statement computes the same; [`claim_wake`]
-    /// combines it with the item's other keys).
-    pub fn wake_at(&self, tat: i64, waiting: i64, ahead: bool) -> i64 {
-        let ahead = ahead && self.claims_ahead();
-        let at = self.room_for(tat, self.wake_batch(waiting, ahead));
-        if ahead {
-            at - LOOK_AHEAD_MS
-        } else {
-            at
-        }
-    }
-
-    /// The rate and window a state was counted in: a state counted under
-    /// another one starts over.
-    pub fn basis(&self) -> String {
-        format!("{}/{}", self.rate, self.per_seconds)
-    }
 }
 
 /// What one governed key of a held item says of its wake: whether it is at its

@@ -3,6 +3,7 @@
 //! down") and why a pending item waits. It imports `batch` (the model) and
 //! `core`'s top; never the drain.
 
+pub mod gcra;
 pub mod learn;
 pub mod limit_view;
 pub mod limits;
