@@ -150,6 +150,63 @@ fn a_spent_budget_whose_reset_gives_calls_back_starts_with_one_at_the_reset() {
     );
 }
 
+/// The key's stored state as an instant (ms): its tat over the rate of its basis.
+fn next_instant(store: &Store<SqliteDb>) -> i64 {
+    store
+        .db()
+        .conn()
+        .query_row(
+            "SELECT (tat + CAST(substr(basis, 1, instr(basis, '/') - 1) AS INTEGER) - 1)
+                    / CAST(substr(basis, 1, instr(basis, '/') - 1) AS INTEGER)
+             FROM limit_state WHERE key = ?1",
+            [KEY],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_rate_announced_anew_keeps_the_starts_claimed_ahead_under_the_one_before() {
+    let store = setup();
+    batch(&store, 20);
+    let now = 1_000_000;
+    let items = claim(&store, now, 2, "c1");
+    let spent = Paced {
+        until: Some(now + 3_000),
+        per_minute: Some(120),
+        ..Paced::default()
+    };
+    block_on(store.commit_outcomes(&[done_paced(&items[0], spent, now)])).unwrap();
+    // Two a second: the next second's slots, claimed ahead.
+    let ahead: Vec<ClaimedItem> = claim_rated(&store, now + 3_000, 10, "c2");
+    let starts: Vec<i64> = ahead.iter().map(|i| i.start_at).collect();
+    assert_eq!(starts, [now + 3_500, now + 4_000]);
+    let charged = next_instant(&store);
+    // The other item's answer spends the budget again, announcing 3 a second,
+    // resetting before those slots: they stay charged, in the new rate's units.
+    let again = Paced {
+        until: Some(now + 3_200),
+        per_minute: Some(180),
+        ..Paced::default()
+    };
+    block_on(store.commit_outcomes(&[done_paced(&items[1], again, now + 3_100)])).unwrap();
+    assert_eq!(state(&store).unwrap().1, Some(180));
+    assert!(
+        next_instant(&store) >= charged,
+        "the key's next start went back from {} to {}",
+        charged - now,
+        next_instant(&store) - now
+    );
+    let next: Vec<i64> = claim_rated(&store, now + 3_200, 10, "c3")
+        .iter()
+        .map(|i| i.start_at)
+        .collect();
+    assert!(
+        next.iter().all(|&s| s > now + 3_500),
+        "{next:?}: none before or with the first slot claimed ahead"
+    );
+}
+
 #[test]
 fn a_spent_budget_without_a_window_pauses_and_learns_nothing() {
     // GitHub's x-ratelimit-*: a reset and what remains, but no window.

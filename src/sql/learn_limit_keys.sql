@@ -144,9 +144,20 @@ SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_un
     learned = excluded.learned, learned_at = excluded.learned_at,
     refused_at = excluded.refused_at, refusals = excluded.refusals,
     learned_before = excluded.learned_before, learned_from = excluded.learned_from,
-    -- Starts already charged under the same learned rate stay charged (items
-    -- claimed ahead of their slot before this commit): never an earlier tat.
+    -- Starts already charged stay charged (items claimed ahead of their slot
+    -- before this commit): never an earlier tat; one counted under another
+    -- rate, carried over as the claim reads it (claim_room.sql's `state`,
+    -- core::limits::Gcra::state_of: its instant in the new rate's units, at
+    -- most a second and a full bucket of it ahead).
     tat = CASE WHEN excluded.basis = '' THEN limit_state.tat
                WHEN excluded.basis = limit_state.basis THEN max(limit_state.tat, excluded.tat)
+               WHEN CAST(substr(limit_state.basis, 1, instr(limit_state.basis, '/') - 1) AS INTEGER) > 0
+               THEN max(excluded.tat,
+                        min((limit_state.tat
+                             + CAST(substr(limit_state.basis, 1, instr(limit_state.basis, '/') - 1) AS INTEGER) - 1)
+                            / CAST(substr(limit_state.basis, 1, instr(limit_state.basis, '/') - 1) AS INTEGER)
+                            * excluded.learned,
+                            (excluded.refused_at + 1000) * excluded.learned
+                            + max(1, excluded.learned / 60) * 60000))
                ELSE excluded.tat END,
     basis = CASE WHEN excluded.basis = '' THEN limit_state.basis ELSE excluded.basis END;
