@@ -7,8 +7,9 @@
 //!
 //! The wait is the first of these that gives one, in this order:
 //! 1. `Retry-After`: decimal seconds (`120`, `2.0`, `1.337`) or an HTTP-date
-//!    (RFC 9110 §10.2.3), the date measured against the answer's own `Date`
-//!    when it has one (the receiver's clock, not ours);
+//!    (RFC 9110 §10.2.3), measured on our clock when the answer's own `Date`
+//!    agrees with it (up to 2 s behind: the header is truncated to the second),
+//!    else against that `Date` (the receiver's clock is its own);
 //! 2. `retry-after-ms` (milliseconds);
 //! 3. IETF `RateLimit`'s `t` (seconds until the quota resets) on a policy with
 //!    `r=0` (draft-ietf-httpapi-ratelimit-headers);
@@ -16,7 +17,7 @@
 //! 5. `x-ratelimit-reset-requests` / `-tokens` as durations (`1s`, `6m0s`,
 //!    `12ms`, `1h2m3.5s`; OpenAI): the exhausted one's, else the longer;
 //! 6. `X-RateLimit-Reset`: epoch seconds when it looks like one (past 10^9),
-//!    measured against the answer's `Date` when present, else seconds from now;
+//!    measured as a `Retry-After` date is, else seconds from now;
 //! 7. the JSON body's `retry_after` (Discord, decimal seconds) or
 //!    `parameters.retry_after` (Telegram).
 //!
@@ -174,6 +175,10 @@ pub fn read(
     }
 }
 
+/// How far behind our clock an answer's `Date` may be and still agree with it:
+/// its second's truncation and the answer's way.
+pub const DATE_BEHIND_MS: i64 = 2_000;
+
 /// The answer's headers and clocks.
 struct Answer<'a> {
     headers: &'a [(String, String)],
@@ -187,11 +192,20 @@ impl Answer<'_> {
         header(self.headers, name)
     }
 
-    /// How long from the receiver's now until its instant `at_ms`.
+    /// How long from the receiver's now until its instant `at_ms`. A `Date`
+    /// that agrees with our clock (from [`DATE_BEHIND_MS`] behind it to a
+    /// second ahead: the header is truncated to whole seconds and the answer
+    /// took its way) is the same now, read on our clock, at the ms: against the
+    /// truncated `Date` a reset 0.2 s away would read 1.2 s. A `Date` further
+    /// off is a receiver's clock of its own, and the wait is measured from it.
     fn until(&self, at_ms: i64) -> i64 {
-        at_ms
-            .saturating_sub(self.date_ms.unwrap_or(self.now_ms))
-            .max(0)
+        let from = match self.date_ms {
+            Some(date) if !(self.now_ms - DATE_BEHIND_MS..=self.now_ms + 1_000).contains(&date) => {
+                date
+            }
+            _ => self.now_ms,
+        };
+        at_ms.saturating_sub(from).max(0)
     }
 
     /// `X-RateLimit-Reset`: epoch seconds past 10^9, else seconds from now.

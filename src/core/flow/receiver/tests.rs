@@ -567,3 +567,38 @@ fn discords_reset_after_is_the_budgets_reset() {
         (Some(0), Some(NOW + 1_337), Some(5))
     );
 }
+
+#[test]
+fn a_date_that_agrees_with_our_clock_is_read_on_ours_at_the_ms() {
+    let at = |now: i64, headers: &[(&str, &str)]| {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        read(429, &headers, b"", now, CAP).wait_ms(now)
+    };
+    // 0.9 s into the Date's second (its header truncates it): the window's end
+    // at 11:06:41 is 100 ms away on our clock, not the 1 s between the headers.
+    let truncated = [
+        ("Date", NOW_DATE),
+        ("Retry-After", "Wed, 18 Nov 2026 11:06:41 GMT"),
+    ];
+    assert_eq!(at(NOW + 900, &truncated), Some(100));
+    // GitHub's x-ratelimit-reset (epoch seconds) the same way.
+    let reset = [("Date", NOW_DATE), ("X-RateLimit-Reset", "1795000001")];
+    assert_eq!(at(NOW + 900, &reset), Some(100));
+    // Up to 2 s behind still agrees; further off, the receiver's clock is its
+    // own and the wait is measured from its Date.
+    assert_eq!(at(NOW + DATE_BEHIND_MS, &truncated), Some(0));
+    assert_eq!(at(NOW + DATE_BEHIND_MS + 1, &truncated), Some(1_000));
+    assert_eq!(
+        at(NOW - 1_000, &truncated),
+        Some(2_000),
+        "ahead by a second still agrees"
+    );
+    assert_eq!(
+        at(NOW - 1_001, &truncated),
+        Some(1_000),
+        "further ahead: its own clock"
+    );
+}
