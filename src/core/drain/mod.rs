@@ -15,6 +15,7 @@ mod commit;
 pub mod dispatch;
 pub mod drainers;
 mod events;
+mod paused;
 pub mod retry;
 pub mod store_error;
 pub mod timing;
@@ -145,6 +146,10 @@ pub struct Drain {
     first_dispatch: Option<i64>,
     /// The platform refused a dispatch: nothing more is dispatched.
     refusal: Option<Refusal>,
+    /// Keys this drain's own answers paused (a receiver's refusal, a spent
+    /// budget), until when: D1 holds the pause only once their commit lands,
+    /// and a claim before then may return items holding them again.
+    paused: Vec<(String, i64)>,
     stop: Option<StopReason>,
     tally: Tally,
     round_trips: RoundTrips,
@@ -178,6 +183,7 @@ impl Drain {
             answered_up_to: 0,
             first_dispatch: None,
             refusal: None,
+            paused: Vec::new(),
             stop: None,
             tally: Tally::default(),
             round_trips: RoundTrips::default(),
@@ -194,12 +200,18 @@ impl Drain {
         if self.refusal.is_some() {
             self.give_back_queued(now);
         }
-        if (self.running.len() as i64) < self.policy.limits.concurrency
+        while (self.running.len() as i64) < self.policy.limits.concurrency
             && self.queue.front().is_some_and(|q| q.item.start_at <= now)
         {
-            if let Some(queued) = self.queue.pop_front() {
-                return self.dispatch(now, queued);
+            let Some(queued) = self.queue.pop_front() else {
+                break;
+            };
+            // Its receiver said "not now" to this drain: it would only be refused.
+            if self.holds_paused(&queued.item, now) {
+                self.release_unrun(now, queued);
+                continue;
             }
+            return self.dispatch(now, queued);
         }
         let held = self.held_until.is_some_and(|at| now < at);
         if self.claiming.is_none() && self.stop.is_none() && !held {
@@ -371,6 +383,13 @@ impl Drain {
             if transition.paced_at.is_some() && transition.refused_at.is_none() {
                 self.give_back_siblings(now, &item, None);
             }
+        }
+        if let Some(until) = transition.paused_until.filter(|&until| until > now) {
+            let keys = transition
+                .refused_keys
+                .clone()
+                .unwrap_or_else(|| item.keys());
+            self.note_paused(now, keys, until);
         }
         transition.receipts =
             receipts::settle(&item, ran.channels.as_ref(), transition.status, now);
@@ -658,28 +677,6 @@ impl Drain {
             .enumerate()
             .map(|(place, q)| (q.lease_expires_at, place))
             .min()
-    }
-
-    /// After a receiver's refusal, or an answer saying its budget is spent: the
-    /// queued items holding one of the item's (refused) keys go back unrun (no
-    /// attempt spent), so they are not sent into the same wall; the claim holds
-    /// them while the key is paused or under its learned rate.
-    fn give_back_siblings(&mut self, now: i64, refused: &ClaimedItem, only: Option<&[String]>) {
-        let keys = match only {
-            Some(keys) => keys.to_vec(),
-            None => refused.keys(),
-        };
-        if keys.is_empty() {
-            return;
-        }
-        let (siblings, rest): (VecDeque<Queued>, VecDeque<Queued>) =
-            std::mem::take(&mut self.queue)
-                .into_iter()
-                .partition(|q| q.item.keys().iter().any(|k| keys.contains(k)));
-        self.queue = rest;
-        for queued in siblings {
-            self.release_unrun(now, queued);
-        }
     }
 
     /// After a refusal: every claimed item still queued goes back unrun.

@@ -256,20 +256,11 @@ fn budget_left_no_more_than_the_calls_on_their_way_pauses_the_keys_and_gives_bac
         ..Ran::from(Outcome::Done)
     };
     r.m.finished(10, claimed[0].clone(), one_left, 0.0);
-    assert_eq!(dispatched(&r.actions(10)), [4]);
+    let a = r.actions(10);
+    assert_eq!(dispatched(&a), [4]);
     assert_eq!(released(&r.reports()), [3]);
-    r.m.finished(20, claimed[1].clone(), Outcome::Done, 0.0);
-    r.m.finished(20, claimed[3].clone(), Outcome::Done, 0.0);
-    let mut after = r.actions(20);
-    after.extend(r.actions(20 + FLUSH_INTERVAL_MS));
-    let rows: Vec<Settled> = after
-        .into_iter()
-        .filter_map(|a| match a {
-            Action::Commit(rows) => Some(rows),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    // Its pause is committed at once (D1 holds the key only then).
+    let rows = take_commit(a);
     let first = rows.iter().find(|s| s.item.item_id == 1).unwrap();
     assert_eq!(
         (
@@ -506,10 +497,10 @@ fn a_channels_refusal_pauses_and_teaches_that_channels_key_only() {
     r.m.finished(10, multi, ran, 0.0);
     // Only the item queued behind the refused channel's key goes back.
     assert_eq!(released(&r.reports()), vec![3]);
-    assert_eq!(dispatched(&r.actions(10)), vec![4]);
-    r.m.finished(20, item(2), Outcome::Done, 0.0);
-    r.m.finished(30, keyed(4, &["host:email.test"]), Outcome::Done, 0.0);
-    let rows = take_commit(r.actions(30));
+    // Its pause is committed at once (D1 holds the key only then).
+    let a = r.actions(10);
+    assert_eq!(dispatched(&a), vec![4]);
+    let rows = take_commit(a);
     let t = &rows
         .iter()
         .find(|s| s.item.item_id == 1)
@@ -556,4 +547,45 @@ fn a_channels_refusal_beside_a_failure_spends_the_attempt_and_still_names_its_ke
         Some(&["host:push.test".to_string()][..])
     );
     assert_eq!(t.refused_at, Some(10));
+}
+
+#[test]
+fn items_a_later_claim_returns_for_a_key_the_drain_saw_paused_go_back_unrun_until_the_pause_ends() {
+    // Concurrency 2, a claim of 4: items 1 (host:a) and 2 run, 6 and 7 wait;
+    // a second claim goes out.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let b = |id| keyed(id, &["host:b"]);
+    r.m.claimed(0, Ok(vec![keyed(1, &["host:a"]), b(2), b(6), b(7)]));
+    let first = r.actions(0);
+    assert_eq!(dispatched(&first), [1, 2]);
+    assert!(
+        !claims(&first).is_empty(),
+        "a second claim is out: {first:?}"
+    );
+    // host:a's budget is spent until 2 s. D1 learns it only with the commit,
+    // which goes at once rather than at the next interval.
+    let spent = Ran {
+        paced: Some(Paced {
+            until: Some(2_000),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(10, keyed(1, &["host:a"]), spent, 0.0);
+    let a = r.actions(10);
+    assert_eq!(dispatched(&a), [6]);
+    assert!(
+        a.iter().any(|a| matches!(a, Action::Commit(_))),
+        "the pause is committed at once: {a:?}"
+    );
+    // The claim that went out before the commit landed returns host:a's item
+    // 3: it goes back unrun, host:b's item 4 is sent.
+    r.m.finished(15, b(2), Outcome::Done, 0.0);
+    r.m.claimed(20, Ok(vec![keyed(3, &["host:a"]), b(4)]));
+    let a = r.actions(20);
+    assert_eq!(dispatched(&a), [7]);
+    r.m.finished(25, b(6), Outcome::Done, 0.0);
+    assert_eq!(dispatched(&r.actions(25)), [4], "3 would only be refused");
+    assert_eq!(released(&r.reports()), [3]);
 }
