@@ -77,13 +77,10 @@ fn settle_channels(item: &ClaimedItem, channels: &[(&str, Outcome)], now: i64) -
         .iter()
         .map(|(n, o)| (n.to_string(), o.clone()))
         .collect();
+    let outcome = receipts::outcome(&results);
     let ran = Ran {
-        outcome: receipts::outcome(&results),
         channels: Some(results),
-        retry_after_ms: None,
-        own_delay: false,
-        refused: None,
-        paced: None,
+        ..Ran::from(outcome)
     };
     let mut t = decide(item, &ran.outcome, POLICY, now, 0.0);
     t.receipts = receipts::settle(item, ran.channels.as_ref(), t.status, now);

@@ -606,13 +606,10 @@ impl Sim<'_> {
             }
             results.insert(name.clone(), o);
         }
+        let outcome = receipts::outcome(&results);
         Ran {
-            outcome: receipts::outcome(&results),
             channels: Some(results),
-            retry_after_ms: None,
-            own_delay: false,
-            refused: None,
-            paced: None,
+            ..Ran::from(outcome)
         }
     }
 

@@ -121,6 +121,8 @@ pub(super) async fn dispatch(
         dispatch::decode_retry_after(header(dispatch::RETRY_AFTER_HEADER).as_deref());
     let refused = dispatch::decode_refused(header(dispatch::REFUSED_HEADER).as_deref());
     let paced = dispatch::decode_paced(header(dispatch::PACED_HEADER).as_deref());
+    let paced_keys = dispatch::decode_paced_keys(header(dispatch::PACED_KEYS_HEADER).as_deref())
+        .filter(|_| paced.is_some());
     Ok(match (outcome, channels) {
         (Ok(outcome), Ok(channels)) => Ran {
             outcome,
@@ -129,6 +131,7 @@ pub(super) async fn dispatch(
             own_delay: false,
             refused,
             paced,
+            paced_keys,
         },
         // Without readable results every channel not known delivered is sent
         // again: a duplicate, never a loss.

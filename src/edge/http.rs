@@ -199,6 +199,12 @@ fn outcome_response(ran: &Ran) -> worker::Result<Response> {
     if let Some(paced) = &ran.paced {
         headers.set(dispatch::PACED_HEADER, &dispatch::encode_paced(paced))?;
     }
+    if let Some(keys) = &ran.paced_keys {
+        headers.set(
+            dispatch::PACED_KEYS_HEADER,
+            &dispatch::encode_paced_keys(keys),
+        )?;
+    }
     Ok(Response::empty()?
         .with_status(dispatch::OUTCOME_STATUS)
         .with_headers(headers))

@@ -246,6 +246,7 @@ pub struct Context<'a> {
     own_delay: std::cell::Cell<bool>,
     refused: RefCell<Option<RefusedBy>>,
     paced: std::cell::Cell<Option<crate::core::flow::pace::Paced>>,
+    paced_keys: RefCell<Option<Vec<String>>>,
 }
 
 impl<'a> Context<'a> {
@@ -270,6 +271,7 @@ impl<'a> Context<'a> {
             own_delay: std::cell::Cell::new(false),
             refused: RefCell::new(None),
             paced: std::cell::Cell::new(None),
+            paced_keys: RefCell::new(None),
         }
     }
 
@@ -393,6 +395,14 @@ impl<'a> Context<'a> {
     /// (`core::flow::pace`): the latest answer's word stands.
     pub(crate) fn note_paced(&self, paced: crate::core::flow::pace::Paced) {
         self.paced.set(Some(paced));
+        self.paced_keys.replace(None);
+    }
+
+    /// [`Context::note_paced`] for `keys` alone (a `multi` channel's `host:`
+    /// key), not every key the item holds.
+    pub(crate) fn note_paced_keys(&self, paced: crate::core::flow::pace::Paced, keys: Vec<String>) {
+        self.paced.set(Some(paced));
+        self.paced_keys.replace(Some(keys));
     }
 
     /// Note that a receiver refused this run (`RefusedBy`): merged with any
@@ -727,6 +737,7 @@ pub(crate) async fn run_kind(
                 .filter(|_| matches!(outcome, Outcome::Retry(_))),
             own_delay: ctx.own_delay.get() && retried,
             paced: ctx.paced.get(),
+            paced_keys: ctx.paced_keys.take().filter(|_| ctx.paced.get().is_some()),
             outcome,
         },
         None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

@@ -29,6 +29,7 @@ use super::{Context, Job, Outcome, RefusedBy};
 use crate::core::batch::model::ClaimedItem;
 use crate::core::batch::receipts::{self, ChannelResults, MAX_CHANNELS};
 use crate::core::drain::timing::channel_deadline_ms;
+use crate::core::flow::pace::Paced;
 use crate::core::security::target::{self, TargetPolicy};
 
 pub struct Multi;
@@ -208,10 +209,12 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
     }
     let mut results = ChannelResults::new();
     let mut refusal = Refusal::default();
+    let mut pacing = Pacing::default();
     for ((c, url), answer) in todo.iter().zip(answers) {
         let answer = answer.into_inner();
         if let Some(a) = &answer {
             refusal.note(url, a);
+            pacing.note(url, a);
         }
         let outcome = receipts::answered_or_timed_out(answer.map(|a| a.outcome), deadline_ms);
         ctx.report_channel(&c.name, outcome.clone());
@@ -226,11 +229,66 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
             ctx.retry_after(ms);
         }
         ctx.note_refusal(RefusedBy {
-            keys: Some(refusal.keys),
+            keys: Some(refusal.keys.clone()),
             with_failure,
         });
     }
+    if let Some((paced, keys)) = pacing.asks(&refusal.keys) {
+        ctx.note_paced_keys(paced, keys);
+    }
     outcome
+}
+
+/// What the channels' announced budgets ask of their own `host:` keys
+/// (`core::flow::pace`), as one word for the run: a spent budget pauses the
+/// keys of every channel whose budget is spent, until the latest reset; else
+/// budget left is the least any channel has left, until the latest reset, for
+/// the keys of every channel that told it (the drain weighs it against its
+/// calls on their way to any of them). When channels refused, only theirs
+/// count: a refusal's pause and rate are those keys' alone.
+#[derive(Default)]
+struct Pacing {
+    asked: Vec<(String, Paced)>,
+}
+
+impl Pacing {
+    fn note(&mut self, url: &Url, answer: &Answered) {
+        let Some(paced) = answer.paced else { return };
+        if let Some(key) = crate::core::flow::limits::host_key(url.as_str()) {
+            self.asked.push((key, paced));
+        }
+    }
+
+    fn asks(mut self, refused: &[String]) -> Option<(Paced, Vec<String>)> {
+        if !refused.is_empty() {
+            self.asked.retain(|(key, _)| refused.contains(key));
+        }
+        let spent = self.asked.iter().any(|(_, p)| p.until.is_some());
+        // Spent: the latest pause; else the least left (the latest reset on a tie).
+        let most =
+            |(_, p): &&(String, Paced)| (p.until, -p.remaining.unwrap_or(i64::MAX), p.reset_at);
+        let (_, mut paced) = *self.asked.iter().max_by_key(most)?;
+        if !spent {
+            paced.reset_at = self.asked.iter().filter_map(|(_, p)| p.reset_at).max();
+        }
+        let mut keys: Vec<String> = Vec::new();
+        for (key, p) in &self.asked {
+            let counts = if spent {
+                p.until.is_some()
+            } else {
+                p.remaining.is_some()
+            };
+            if counts && !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        if keys.is_empty() {
+            // A refusal's announced rate alone (its wait already pauses its keys).
+            keys = self.asked.iter().map(|(k, _)| k.clone()).collect();
+            keys.dedup();
+        }
+        Some((paced, keys))
+    }
 }
 
 /// The channels of one run whose receivers refused: their `host:` keys, their

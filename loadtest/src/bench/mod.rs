@@ -111,7 +111,10 @@ pub struct BenchArgs {
     pub only_limits: bool,
     /// Run only the backpressure part: webhooks against receivers that take 5,
     /// 50 and 500 a second and answer 429 + Retry-After above: calls per item
-    /// and makespan ÷ the ideal (a few minutes).
+    /// and makespan ÷ the ideal; then a batch against each fake of a real
+    /// receiver (GitHub, Discord also as multi channels, Telegram, Shopify,
+    /// the RateLimit fields, an HTTP-date): calls per send, refusals,
+    /// makespan ÷ what its limit allows (a few minutes).
     #[arg(long)]
     pub only_backpressure: bool,
     /// Run only the fan-out rounds between their SELF probes and print each

@@ -126,9 +126,9 @@ pub struct E2eArgs {
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure"])]
     pub only_learn: bool,
     /// Run only the receivers part (a batch against each real receiver's fake
-    /// in the sink: GitHub, Discord, Telegram, Shopify, the IETF fields, an
-    /// HTTP-date; its own Worker). Not in the default suite yet: it takes
-    /// about 5 minutes (docs/guides/flow-control.md has its figures).
+    /// in the sink: GitHub, Discord (also as two `multi` channels), Telegram,
+    /// Shopify, the IETF fields, an HTTP-date; its own Worker; about 2.5
+    /// minutes). `LOADTEST_RECEIVERS=ietf,discord-multi` runs only those.
     #[arg(long, conflicts_with_all = ["only_control", "only_delivery", "only_dashboard", "only_probe", "only_drainers", "only_answers", "only_flow", "only_backpressure", "only_learn"])]
     pub only_receivers: bool,
     /// Run only the waiting_on part (what holds each pending item, and the
@@ -213,10 +213,7 @@ async fn parts(args: &E2eArgs, checks: &mut Checks) {
         Part::Flow,
         Part::Backpressure,
         Part::Learn,
-        // Not `Part::Receivers` yet: it passes but takes about 5 minutes one
-        // receiver after the other, and GitHub's secondary limit and the
-        // HTTP-date run near their bound (1.86 to 1.98 × of 2); run it with
-        // --only-receivers (docs/guides/flow-control.md).
+        Part::Receivers,
         Part::Waiting,
         Part::HelloKind,
         Part::Service,

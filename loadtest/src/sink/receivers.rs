@@ -6,6 +6,10 @@
 //! - `POST /receivers/{dialect}/{subject}`: one call, answered by [`Dialect`];
 //! - `GET /receivers/{dialect}/calls`: every [`Call`] it answered, oldest first;
 //! - `POST /receivers/reset`: forgets every limiter and call.
+//!
+//! Each host the sink answers on (`sink::MORE_HOSTS`) is a receiver of its
+//! own: its own limiter and record per dialect, as two Discord webhooks are
+//! two buckets.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -98,15 +102,20 @@ impl Dialect {
         match self {
             // 5,000 an hour, scaled: 10 per 2 s.
             Dialect::GithubPrimary403 | Dialect::GithubPrimary429 => (10, Duration::from_secs(2)),
-            // "No more than 900 points per minute", scaled: 5 a sliding second.
-            Dialect::GithubSecondary => (5, Duration::from_secs(1)),
-            // A webhook's bucket (5 per 2 s in the wild), scaled: 5 a second.
-            Dialect::Discord => (5, Duration::from_secs(1)),
+            // "No more than 900 points per minute", scaled: 10 per sliding 2 s.
+            // Windows of 2 s where the dialect tells time in whole seconds: in
+            // a window of 1 s, a wait rounded up to the second, not the
+            // pacing, would set the makespan (in the receiver's own minute or
+            // hour it is a rounding of a few per cent).
+            Dialect::GithubSecondary => (10, Duration::from_secs(2)),
+            // A webhook's bucket, as in the wild: 5 per 2 s.
+            Dialect::Discord => (5, Duration::from_secs(2)),
             // About 30 a second to a bot's chats, scaled: a bucket of 5.
             Dialect::Telegram | Dialect::TelegramBody => (5, Duration::from_secs(1)),
             // Shopify's own ratio (40 leaking 2/s: max per 20 s): 100, 5/s.
             Dialect::Shopify => (100, Duration::from_secs(20)),
-            Dialect::Ietf | Dialect::HttpDate => (5, Duration::from_secs(1)),
+            // `t=` and an HTTP-date are whole seconds: 2 s windows, as above.
+            Dialect::Ietf | Dialect::HttpDate => (10, Duration::from_secs(2)),
         }
     }
 
@@ -151,7 +160,18 @@ struct Receiver {
     calls: Vec<Call>,
 }
 
-type Receivers = Arc<Mutex<BTreeMap<&'static str, Receiver>>>;
+/// By dialect and the host called (the `Host` header's name, no port).
+type Receivers = Arc<Mutex<BTreeMap<(&'static str, String), Receiver>>>;
+
+fn host_of(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    host.rsplit_once(':')
+        .map_or(host, |(name, _)| name)
+        .to_string()
+}
 
 pub fn router() -> Router {
     Router::new()
@@ -258,13 +278,14 @@ fn judge(r: &mut Receiver, d: Dialect, now: SystemTime) -> Verdict {
 async fn call(
     State(receivers): State<Receivers>,
     Path((dialect, subject)): Path<(String, String)>,
+    asked: HeaderMap,
 ) -> Response {
     let Some(d) = Dialect::parse(&dialect) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let now = SystemTime::now();
     let mut all = receivers.lock().unwrap_or_else(|e| e.into_inner());
-    let r = all.entry(d.name()).or_default();
+    let r = all.entry((d.name(), host_of(&asked))).or_default();
     let first = *r.first.get_or_insert(now);
     let v = judge(r, d, now);
     let (status, headers, body) = answer(d, &v, now);
@@ -433,10 +454,14 @@ fn answer(
     (status, h, body)
 }
 
-async fn calls(State(receivers): State<Receivers>, Path(dialect): Path<String>) -> Response {
+async fn calls(
+    State(receivers): State<Receivers>,
+    Path(dialect): Path<String>,
+    asked: HeaderMap,
+) -> Response {
     let all = receivers.lock().unwrap_or_else(|e| e.into_inner());
     let calls = Dialect::parse(&dialect)
-        .and_then(|d| all.get(d.name()))
+        .and_then(|d| all.get(&(d.name(), host_of(&asked))))
         .map(|r| r.calls.clone())
         .unwrap_or_default();
     Json(calls).into_response()
@@ -465,24 +490,28 @@ mod tests {
 
     #[test]
     fn a_fixed_window_takes_its_quota_then_refuses_until_it_resets() {
-        // 5 a second.
-        let got = calls(Dialect::Ietf, &[0, 10, 20, 30, 40, 50, 999, 1_000]);
+        // 10 per 2 s.
+        let mut at: Vec<u64> = (0..11).map(|i| i * 10).collect();
+        at.extend([1_999, 2_000]);
+        let got = calls(Dialect::Ietf, &at);
         let taken: Vec<bool> = got.iter().map(|g| g.0).collect();
-        assert_eq!(taken, [true, true, true, true, true, false, false, true]);
-        assert_eq!(got[4].1, 0, "the fifth says nothing remains");
+        let mut expected = vec![true; 10];
+        expected.extend([false, false, true]);
+        assert_eq!(taken, expected);
+        assert_eq!(got[9].1, 0, "the tenth says nothing remains");
     }
 
     #[test]
     fn a_sliding_window_frees_each_slot_a_window_after_it_was_taken() {
-        let got = calls(
-            Dialect::GithubSecondary,
-            &[0, 100, 200, 300, 400, 500, 1_000, 1_050, 1_100],
-        );
+        // 10 per sliding 2 s: ten taken 100 ms apart, the eleventh refused,
+        // then one slot frees 2 s after each was taken.
+        let mut at: Vec<u64> = (0..11).map(|i| i * 100).collect();
+        at.extend([2_000, 2_050, 2_100]);
+        let got = calls(Dialect::GithubSecondary, &at);
         let taken: Vec<bool> = got.iter().map(|g| g.0).collect();
-        assert_eq!(
-            taken,
-            [true, true, true, true, true, false, true, false, true]
-        );
+        let mut expected = vec![true; 10];
+        expected.extend([false, true, false, true]);
+        assert_eq!(taken, expected);
     }
 
     #[test]

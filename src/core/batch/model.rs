@@ -256,6 +256,9 @@ pub struct Ran {
     /// What the answer's announced budget asks of the item's keys (a spent
     /// budget's pause, the announced rate: `core::flow::pace`).
     pub paced: Option<Paced>,
+    /// The keys `paced` concerns, when not every key the item holds (a `multi`
+    /// channel's `host:` key: the other channels' receivers said no such thing).
+    pub paced_keys: Option<Vec<String>>,
 }
 
 /// A receiver's refusal in one run (`Ran::refused`).
@@ -281,6 +284,7 @@ impl From<Outcome> for Ran {
             own_delay: false,
             refused: None,
             paced: None,
+            paced_keys: None,
         }
     }
 }

@@ -29,6 +29,9 @@ pub const REFUSED_HEADER: &str = "Fanout-Refused";
 /// What the answer's announced budget asks of the item's keys (`Ran::paced`),
 /// as `core::flow::pace::Paced`'s JSON; absent on the answers of most runs.
 pub const PACED_HEADER: &str = "Fanout-Paced";
+/// The keys the pacing concerns (`Ran::paced_keys`), when not every key the
+/// item holds: a JSON array, each key percent-encoded.
+pub const PACED_KEYS_HEADER: &str = "Fanout-Paced-Keys";
 
 /// What a dispatch body signs: the claimed item, and the id of the invocation
 /// that dispatched it (the child's log lines and outbound calls carry it). Signed
@@ -143,16 +146,38 @@ pub fn decode_retry_after(value: Option<&str>) -> Option<i64> {
 /// [`REFUSED_HEADER`]'s value for a refusal: keys percent-encoded, so the
 /// value stays visible ASCII whatever a key holds.
 pub fn encode_refused(refused: &RefusedBy) -> String {
-    let keys = refused.keys.as_ref().map(|keys| {
-        keys.iter()
-            .map(|k| utf8_percent_encode(k, NON_ALPHANUMERIC).to_string())
-            .collect()
-    });
     let encoded = RefusedBy {
-        keys,
+        keys: refused.keys.as_deref().map(encoded_keys),
         with_failure: refused.with_failure,
     };
     serde_json::to_string(&encoded).expect("plain data serialises")
+}
+
+/// Keys percent-encoded for a header.
+fn encoded_keys(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .map(|k| utf8_percent_encode(k, NON_ALPHANUMERIC).to_string())
+        .collect()
+}
+
+/// Keys back from [`encoded_keys`]; `None` if one does not decode.
+fn decoded_keys(keys: &[String]) -> Option<Vec<String>> {
+    keys.iter()
+        .map(|k| percent_decode_str(k).decode_utf8().map(String::from))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+}
+
+/// [`PACED_KEYS_HEADER`]'s value: a JSON array of the keys, each percent-encoded.
+pub fn encode_paced_keys(keys: &[String]) -> String {
+    serde_json::to_string(&encoded_keys(keys)).expect("plain data serialises")
+}
+
+/// Read the paced keys back from [`PACED_KEYS_HEADER`]: anything unreadable
+/// is none (the pacing then concerns every key the item holds).
+pub fn decode_paced_keys(value: Option<&str>) -> Option<Vec<String>> {
+    let keys: Vec<String> = serde_json::from_str(value?).ok()?;
+    decoded_keys(&keys)
 }
 
 /// [`PACED_HEADER`]'s value.
@@ -172,12 +197,7 @@ pub fn decode_refused(value: Option<&str>) -> Option<RefusedBy> {
     let encoded: RefusedBy = serde_json::from_str(value?).ok()?;
     let keys = match encoded.keys {
         None => None,
-        Some(keys) => Some(
-            keys.iter()
-                .map(|k| percent_decode_str(k).decode_utf8().map(String::from))
-                .collect::<Result<Vec<_>, _>>()
-                .ok()?,
-        ),
+        Some(keys) => Some(decoded_keys(&keys)?),
     };
     Some(RefusedBy {
         keys,
@@ -226,6 +246,13 @@ mod tests {
         assert_eq!(decode_paced(Some(&value)), Some(paced));
         for bad in [None, Some(""), Some("soon"), Some(r#"{"until":"x"}"#)] {
             assert_eq!(decode_paced(bad), None, "{bad:?}");
+        }
+        let keys = vec!["host:discord.com".to_string(), "ünï, \"x\"".to_string()];
+        let value = encode_paced_keys(&keys);
+        assert!(value.bytes().all(|b| b.is_ascii_graphic()), "{value}");
+        assert_eq!(decode_paced_keys(Some(&value)), Some(keys));
+        for bad in [None, Some("x"), Some(r#"["%ff"]"#), Some(r#"{"keys":[]}"#)] {
+            assert_eq!(decode_paced_keys(bad), None, "{bad:?}");
         }
     }
 

@@ -150,6 +150,9 @@ pub struct Drain {
     /// budget), until when: D1 holds the pause only once their commit lands,
     /// and a claim before then may return items holding them again.
     paused: Vec<(String, i64)>,
+    /// Budget left per key as its latest answer told: key, what remains, when
+    /// it resets ([`Drain::waits_on_budget`]).
+    budgets: Vec<(String, i64, i64)>,
     stop: Option<StopReason>,
     tally: Tally,
     round_trips: RoundTrips,
@@ -184,6 +187,7 @@ impl Drain {
             first_dispatch: None,
             refusal: None,
             paused: Vec::new(),
+            budgets: Vec::new(),
             stop: None,
             tally: Tally::default(),
             round_trips: RoundTrips::default(),
@@ -200,10 +204,8 @@ impl Drain {
         if self.refusal.is_some() {
             self.give_back_queued(now);
         }
-        while (self.running.len() as i64) < self.policy.limits.concurrency
-            && self.queue.front().is_some_and(|q| q.item.start_at <= now)
-        {
-            let Some(queued) = self.queue.pop_front() else {
+        while (self.running.len() as i64) < self.policy.limits.concurrency {
+            let Some(queued) = self.next_ready(now) else {
                 break;
             };
             // Its receiver said "not now" to this drain: it would only be refused.
@@ -373,15 +375,17 @@ impl Drain {
             self.give_back_siblings(now, &item, transition.refused_keys.as_deref());
         }
         if let Some(mut paced) = ran.paced {
+            let keys = ran.paced_keys.clone().unwrap_or_else(|| item.keys());
             if paced.remaining.is_some() {
                 let running = self.running.values().map(|r| r.limits.as_deref());
-                let on_way = pace::on_their_way(&item.keys(), running);
-                paced = pace::spent_by_flight(paced, on_way, now);
+                paced = pace::spent_by_flight(paced, pace::on_their_way(&keys, running), now);
             }
+            self.note_budget(now, &keys, paced);
             pace::apply(&mut transition, paced, now);
             // Paused on a spent budget: what is queued for its keys would be refused.
             if transition.paced_at.is_some() && transition.refused_at.is_none() {
-                self.give_back_siblings(now, &item, None);
+                transition.refused_keys = ran.paced_keys.clone();
+                self.give_back_siblings(now, &item, ran.paced_keys.as_deref());
             }
         }
         if let Some(until) = transition.paused_until.filter(|&until| until > now) {
@@ -785,7 +789,7 @@ impl Drain {
             self.queue.front().map(|q| q.item.start_at).filter(|&at| {
                 at > now && (self.running.len() as i64) < self.policy.limits.concurrency
             });
-        [timer, release, commit, held, slot]
+        [timer, release, commit, held, slot, self.budget_wake(now)]
             .into_iter()
             .flatten()
             .min()

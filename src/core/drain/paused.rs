@@ -1,7 +1,9 @@
 //! The keys a drain holds back itself, before D1 does: a receiver's "not now"
 //! (a refusal, a spent budget) pauses the answered item's keys, and the drain
-//! gives back the items it holds for them instead of sending them. Part of the
-//! machine (`Drain`), in a file of its own.
+//! gives back the items it holds for them instead of sending them; a budget
+//! left that the calls on their way will spend keeps the next item for its
+//! keys waiting in the queue until their answers say more. Part of the machine
+//! (`Drain`), in a file of its own.
 
 use super::*;
 
@@ -54,5 +56,60 @@ impl Drain {
                 .keys()
                 .iter()
                 .any(|k| self.paused.iter().any(|(p, at)| p == k && *at > now))
+    }
+
+    /// Keep what `paced` says remains of `keys`' budget until its reset; a
+    /// spent budget (a pause) or none told forgets it.
+    pub(super) fn note_budget(&mut self, now: i64, keys: &[String], paced: pace::Paced) {
+        self.budgets
+            .retain(|(k, _, at)| *at > now && !keys.contains(k));
+        if let (None, Some(remaining), Some(reset_at)) =
+            (paced.until, paced.remaining, paced.reset_at)
+        {
+            for key in keys {
+                self.budgets.push((key.clone(), remaining, reset_at));
+            }
+        }
+    }
+
+    /// Whether `item` holds a key whose budget left, as its last answer told,
+    /// the calls on their way there will spend: sent now, it would be refused.
+    pub(super) fn waits_on_budget(&self, item: &ClaimedItem, now: i64) -> bool {
+        if self.budgets.is_empty() {
+            return false;
+        }
+        item.keys().iter().any(|k| {
+            self.budgets.iter().any(|(b, remaining, at)| {
+                b == k && *at > now && {
+                    let running = self.running.values().map(|r| r.limits.as_deref());
+                    pace::on_their_way(std::slice::from_ref(k), running) >= *remaining
+                }
+            })
+        })
+    }
+
+    /// The next queued item due to start by `now` that no budget holds back,
+    /// taken from the queue.
+    pub(super) fn next_ready(&mut self, now: i64) -> Option<Queued> {
+        let at = if self.budgets.is_empty() {
+            self.queue
+                .front()
+                .filter(|q| q.item.start_at <= now)
+                .map(|_| 0)
+        } else {
+            self.queue
+                .iter()
+                .take_while(|q| q.item.start_at <= now)
+                .position(|q| !self.waits_on_budget(&q.item, now))
+        }?;
+        self.queue.remove(at)
+    }
+
+    /// When a budget a queued item may wait on resets.
+    pub(super) fn budget_wake(&self, now: i64) -> Option<i64> {
+        let resets = self.budgets.iter().map(|(_, _, at)| *at);
+        resets
+            .filter(|&at| at > now && !self.queue.is_empty())
+            .min()
     }
 }

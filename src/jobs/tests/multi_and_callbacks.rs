@@ -84,6 +84,84 @@ fn a_channels_refusal_names_its_host_key_and_the_others_keep_their_answers() {
 }
 
 #[test]
+fn a_channels_spent_budget_paces_its_own_host_key_alone() {
+    // Discord (discord.com/developers/docs/topics/rate-limits): every answer
+    // tells the bucket; the push channel's last call spent it, email's did not.
+    let discord = |remaining: &str, after: &str| {
+        Answer::status(204)
+            .header("X-RateLimit-Limit", "5")
+            .header("X-RateLimit-Remaining", remaining)
+            .header("X-RateLimit-Reset-After", after)
+    };
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", discord("3", "1.000"))
+        .answer("https://push.test/", discord("0", "0.750"))
+        .answer("https://sms.test/", Answer::status(200));
+    let ran = run(&out, &multi(&["email", "push", "sms"]));
+    assert_eq!(ran.outcome, Outcome::Done);
+    assert_eq!(ran.refused, None);
+    let paced = ran.paced.expect("the spent budget's word");
+    assert_eq!(paced.until, Some(NOW + 750));
+    assert_eq!(ran.paced_keys, Some(vec!["host:push.test".to_string()]));
+    // Two spent: both keys, until the later reset.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", discord("0", "2.000"))
+        .answer("https://push.test/", discord("0", "0.750"));
+    let ran = run(&out, &multi(&["email", "push"]));
+    assert_eq!(ran.paced.and_then(|p| p.until), Some(NOW + 2_000));
+    assert_eq!(
+        ran.paced_keys,
+        Some(vec![
+            "host:email.test".to_string(),
+            "host:push.test".to_string()
+        ])
+    );
+    // Budget left on one channel only: its key weighs it, none other.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", discord("2", "1.000"))
+        .answer("https://push.test/", Answer::status(200));
+    let ran = run(&out, &multi(&["email", "push"]));
+    assert_eq!(ran.paced.and_then(|p| p.remaining), Some(2));
+    assert_eq!(ran.paced_keys, Some(vec!["host:email.test".to_string()]));
+    // Budget left on both: the least left, until the later reset, for both keys.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", discord("2", "0.500"))
+        .answer("https://push.test/", discord("3", "1.000"));
+    let ran = run(&out, &multi(&["email", "push"]));
+    let paced = ran.paced.expect("budget left");
+    assert_eq!(
+        (paced.until, paced.remaining, paced.reset_at),
+        (None, Some(2), Some(NOW + 1_000))
+    );
+    assert_eq!(
+        ran.paced_keys,
+        Some(vec![
+            "host:email.test".to_string(),
+            "host:push.test".to_string()
+        ])
+    );
+    // A refusal on one channel, a spent budget on another: the refusal's keys alone.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", discord("0", "2.000"))
+        .answer(
+            "https://push.test/",
+            Answer::status(429)
+                .header("Retry-After", "1")
+                .header("X-RateLimit-Limit", "5")
+                .header("X-RateLimit-Remaining", "0")
+                .header("X-RateLimit-Reset-After", "1.000"),
+        );
+    let ran = run(&out, &multi(&["email", "push"]));
+    assert_eq!(ran.paced_keys, Some(vec!["host:push.test".to_string()]));
+    assert!(ran.paced.is_some_and(|p| p.per_minute.is_some()), "{ran:?}");
+    // A channel that says nothing of a budget paces nothing.
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://email.test/", Answer::status(200));
+    let ran = run(&out, &multi(&["email"]));
+    assert_eq!((ran.paced, ran.paced_keys), (None, None));
+}
+
+#[test]
 fn a_hanging_channel_times_out_alone_and_the_others_are_reported() {
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", Answer::status(200).after(50))

@@ -643,13 +643,10 @@ fn channel_results_are_committed_with_the_outcome() {
         ("email".to_string(), Outcome::Done),
         ("push".to_string(), Outcome::Retry("HTTP 503".into())),
     ]);
+    let outcome = crate::core::batch::receipts::outcome(&channels);
     let ran = Ran {
-        outcome: crate::core::batch::receipts::outcome(&channels),
         channels: Some(channels),
-        retry_after_ms: None,
-        own_delay: false,
-        refused: None,
-        paced: None,
+        ..Ran::from(outcome)
     };
     r.m.finished(10, multi, ran, 0.0);
     let rows = take_commit(r.actions(10));

@@ -230,6 +230,107 @@ fn an_answer_saying_its_budget_is_spent_gives_back_the_queued_items_holding_its_
 }
 
 #[test]
+fn a_multi_channels_spent_budget_pauses_that_channels_key_alone() {
+    // Concurrency 2, a claim of 4: item 1 (two channels, host:a and host:b)
+    // and 2 run; 3 (host:a) and 4 (host:b) wait in the queue.
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    let claimed = vec![
+        keyed(1, &["host:a", "host:b"]),
+        keyed(2, &["host:c"]),
+        keyed(3, &["host:a"]),
+        keyed(4, &["host:b"]),
+    ];
+    r.m.claimed(0, Ok(claimed.clone()));
+    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    // Item 1's channel to host:b spent its budget until 2 s; host:a's did not.
+    let spent = Ran {
+        paced: Some(Paced {
+            until: Some(2_000),
+            per_minute: Some(300),
+            ..Paced::default()
+        }),
+        paced_keys: Some(vec!["host:b".into()]),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(10, claimed[0].clone(), spent, 0.0);
+    let a = r.actions(10);
+    assert_eq!(dispatched(&a), [3], "host:a's item goes on");
+    assert_eq!(released(&r.reports()), [4], "host:b's goes back unrun");
+    let rows = take_commit(a);
+    let first = rows.iter().find(|s| s.item.item_id == 1).unwrap();
+    assert_eq!(
+        (
+            first.transition.paused_until,
+            first.transition.refused_keys.clone(),
+            first.transition.refused_at
+        ),
+        (Some(2_000), Some(vec!["host:b".to_string()]), None),
+        "the pause and the rate are host:b's alone, and no refusal"
+    );
+}
+
+#[test]
+fn an_item_waits_while_the_calls_on_their_way_will_spend_its_keys_budget_left() {
+    let left = |remaining, reset_at| Ran {
+        paced: Some(Paced {
+            per_minute: Some(300),
+            remaining: Some(remaining),
+            reset_at: Some(reset_at),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    let start = || {
+        // Concurrency 2, a claim of 4: 1 (host:a) and 2 (host:b) run.
+        let mut r = Run::new(POLICY, 1_000);
+        r.actions(0);
+        let claimed = vec![
+            keyed(1, &["host:a"]),
+            keyed(2, &["host:b"]),
+            keyed(3, &["host:a"]),
+            keyed(4, &["host:a"]),
+        ];
+        r.m.claimed(0, Ok(claimed.clone()));
+        assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+        r.m.claimed(0, Ok(Vec::new()));
+        r.actions(0);
+        // host:a has 1 left until 1 s, nothing on its way there: 3 goes.
+        r.m.finished(10, claimed[0].clone(), left(1, 1_000), 0.0);
+        assert_eq!(dispatched(&r.actions(10)), [3]);
+        // 2's slot frees; 3 is on its way to spend host:a's last: 4 waits,
+        // neither sent nor given back.
+        r.m.finished(20, claimed[1].clone(), Ran::from(Outcome::Done), 0.0);
+        let a = r.actions(20);
+        assert!(dispatched(&a).is_empty(), "{a:?}");
+        assert!(released(&r.reports()).is_empty());
+        (r, claimed)
+    };
+    // 3's answer says the budget is spent: 4 goes back unrun.
+    let (mut r, claimed) = start();
+    let spent = Ran {
+        paced: Some(Paced {
+            until: Some(1_000),
+            ..Paced::default()
+        }),
+        ..Ran::from(Outcome::Done)
+    };
+    r.m.finished(30, claimed[2].clone(), spent, 0.0);
+    r.actions(30);
+    assert_eq!(released(&r.reports()), [4]);
+    // 3's answer says the window reset with budget to spare: 4 goes.
+    let (mut r, claimed) = start();
+    r.m.finished(30, claimed[2].clone(), left(4, 2_000), 0.0);
+    assert_eq!(dispatched(&r.actions(30)), [4]);
+    // No answer before the reset: 4 goes at the reset.
+    let (mut r, _) = start();
+    assert!(dispatched(&r.actions(999)).is_empty());
+    assert_eq!(dispatched(&r.actions(1_000)), [4]);
+}
+
+#[test]
 fn budget_left_no_more_than_the_calls_on_their_way_pauses_the_keys_and_gives_back_the_queue() {
     // Concurrency 2, a claim of 4: items 1 and 2 (host:a) run, 3 (host:a) and
     // 4 (host:b) wait in the queue.
