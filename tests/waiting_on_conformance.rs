@@ -404,11 +404,13 @@ fn reading_what_holds_items_writes_nothing() {
     assert_eq!(store.usage().rows_written, before.rows_written);
 }
 
-/// The claim's rules, its very text: the statement that says why items wait
-/// and every claim statement read key_rules.sql, and `force` is the same.
+/// The claim's rules and keys' state, its very text: the statement that says
+/// why items wait and every claim statement read key_rules.sql and
+/// key_state.sql, and `force` is the same.
 #[test]
 fn the_rules_it_reads_are_the_claims_own_text() {
     let rules = include_str!("../src/sql/key_rules.sql");
+    let state = include_str!("../src/sql/key_state.sql");
     for statement in [
         sql::WAITING_KEYS,
         sql::CLAIM_HELD,
@@ -417,6 +419,7 @@ fn the_rules_it_reads_are_the_claims_own_text() {
         sql::CLAIM_DUE_ITEMS_AT_SLOTS,
     ] {
         assert!(statement.contains(rules), "{statement}");
+        assert!(statement.contains(state), "{statement}");
     }
     let block = |sql: &'static str| {
         let start = sql.find("\nforce AS MATERIALIZED (").expect("force");

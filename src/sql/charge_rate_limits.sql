@@ -6,7 +6,7 @@
 -- the claim reads back instead (so both statements see the same room). A
 -- partitioned limit's members each get their own row. The first charge of a key
 -- inserts its row; a state counted under another basis (rate/per_seconds) is
--- read as `state` reads it (claim_room.sql; core::limits::Gcra::state_of, then
+-- read as `state` reads it (key_state.sql; core::limits::Gcra::state_of, then
 -- Gcra::charge, the Rust twins).
 -- ?1 to ?6 as in claim_selection.sql (?6 is 1).
 INSERT INTO limit_state (key, tat, basis, claim, tat_before)

@@ -1,24 +1,7 @@
--- The claim's selection, after the keys' rules (claim_selection.sql, then
--- key_rules.sql): what each governed key has room for now and ahead, and which
--- candidates that leaves held (`blocked`), taken (`next`, `taken`) and passed.
-state AS MATERIALIZED (
-  SELECT g.key, CASE WHEN s.claim = ?3 THEN s.tat_before
-                     WHEN s.basis = g.basis THEN s.tat
-                     -- Either rate learned (a learned rate's step, or the switch
-                     -- to or from a set rate as it grows or a refusal lowers it):
-                     -- the same instant in the new rate's units, rounded up, at
-                     -- most the look-ahead and a full bucket ahead
-                     -- (core::limits::Gcra::state_of). A full burst would come on
-                     -- top of the slots claimed ahead under the other rate.
-                     WHEN (s.basis LIKE '% learned' OR g.basis LIKE '% learned')
-                          AND CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) > 0
-                     THEN min((s.tat + CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) - 1)
-                              / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) * g.rate,
-                              (CAST(?1 AS INTEGER) + 1000) * g.rate + g.burst * g.per_seconds * 1000)
-                END AS tat
-  FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
-  WHERE g.rate IS NOT NULL
-),
+-- The claim's selection, after the keys' rules and their state
+-- (claim_selection.sql, key_rules.sql, key_state.sql): what each governed key
+-- has room for now and ahead, and which candidates that leaves held
+-- (`blocked`), taken (`next`, `taken`) and passed.
 room AS MATERIALIZED (
   SELECT key,
          CASE WHEN paused THEN 0 ELSE min(slots, tokens) END AS room,

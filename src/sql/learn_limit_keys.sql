@@ -146,7 +146,7 @@ SET paused_until = max(coalesce(limit_state.paused_until, 0), excluded.paused_un
     learned_before = excluded.learned_before, learned_from = excluded.learned_from,
     -- Starts already charged stay charged (items claimed ahead of their slot
     -- before this commit): never an earlier tat; one counted under another
-    -- rate, carried over as the claim reads it (claim_room.sql's `state`,
+    -- rate, carried over as the claim reads it (key_state.sql's `state`,
     -- core::limits::Gcra::state_of: its instant in the new rate's units, at
     -- most a second and a full bucket of it ahead).
     tat = CASE WHEN excluded.basis = '' THEN limit_state.tat

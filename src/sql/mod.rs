@@ -30,11 +30,11 @@ sql! {
     LIST_BATCHES => "list_batches.sql",
     // A claim's statements share its selection (its WITH clause), so the hold,
     // the charge and the claim of one claim select the very same items.
-    CLAIM_HELD => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "claim_held.sql",
-    CHARGE_RATE_LIMITS => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "charge_rate_limits.sql",
+    CLAIM_HELD => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "claim_held.sql",
+    CHARGE_RATE_LIMITS => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "charge_rate_limits.sql",
     // Without the charge no item starts ahead: the plain claim reads no slots.
-    CLAIM_DUE_ITEMS => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "claim_now.sql" "claim_due_items.sql",
-    CLAIM_DUE_ITEMS_AT_SLOTS => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "claim_at_slots.sql" "claim_due_items.sql",
+    CLAIM_DUE_ITEMS => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "claim_now.sql" "claim_due_items.sql",
+    CLAIM_DUE_ITEMS_AT_SLOTS => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "claim_at_slots.sql" "claim_due_items.sql",
     // While nothing is in force: the selection without keys or limit tables.
     CLAIM_PLAIN => "claim_plain_selection.sql" "claim_now.sql" "claim_due_items.sql",
     COUNT_COMMITTED_OUTCOMES => "count_committed_outcomes.sql",
@@ -92,13 +92,13 @@ sql! {
     DELETE_LIMIT => "delete_limit.sql",
     HOLD_CURSORS_AFTER_LIMIT_DELETE => "hold_cursors_after_limit_delete.sql",
     // Elastic drain: the count and the slot hand-over read the claim's selection.
-    COUNT_DRAIN_WORK => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "count_drain_work.sql",
+    COUNT_DRAIN_WORK => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "count_drain_work.sql",
     ACQUIRE_DRAINER_SLOT => "acquire_drainer_slot.sql",
-    PASS_DRAINER_SLOT => "claim_selection.sql" "key_rules.sql" "claim_room.sql" "pass_drainer_slot.sql",
+    PASS_DRAINER_SLOT => "claim_selection.sql" "key_rules.sql" "key_state.sql" "claim_room.sql" "pass_drainer_slot.sql",
     LIMIT_USAGE => "limit_usage.sql",
     LIST_PAUSED_KEYS => "list_paused_keys.sql",
     // What holds pending items: their keys read with the claim's rules (core::flow::waiting
     // decides per item), and the head of a batch for its counts.
-    WAITING_KEYS => "waiting_held_keys.sql" "key_rules.sql" "waiting_keys.sql",
+    WAITING_KEYS => "waiting_held_keys.sql" "key_rules.sql" "key_state.sql" "waiting_keys.sql",
     WAITING_HEAD => "waiting_head.sql",
 }

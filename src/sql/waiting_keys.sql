@@ -1,26 +1,13 @@
 -- What holds pending items, per key: the state of each governed key asked about
--- (after waiting_held_keys.sql and key_rules.sql, whose rules are the claim's),
--- with the batch's status and the due items of higher priorities ahead of it.
+-- (after waiting_held_keys.sql, key_rules.sql and key_state.sql, whose rules and
+-- state are the claim's), with the batch's status and the due items of higher
+-- priorities ahead of it.
 -- One row per governed key, each carrying the batch's columns (one row with no
 -- key when none is governed); no row for an unknown batch. Which reason holds an
 -- item, from its run_after and its keys' rows, is core::flow::waiting's: the
 -- items are the caller's (a listed page, or waiting_head.sql), never read here,
 -- so a page costs its keys' rows, not its items'. Read only.
 -- ?1 to ?4 as in waiting_held_keys.sql.
--- The rate state as the claim reads it outside a claim (claim_selection.sql's
--- `state` without its own claim's token).
-state AS MATERIALIZED (
-  SELECT g.key, CASE WHEN s.basis = g.basis THEN s.tat
-                     -- As the claim reads it (claim_room.sql, core::limits::Gcra::state_of).
-                     WHEN (s.basis LIKE '% learned' OR g.basis LIKE '% learned')
-                          AND CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) > 0
-                     THEN min((s.tat + CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) - 1)
-                              / CAST(substr(s.basis, 1, instr(s.basis, '/') - 1) AS INTEGER) * g.rate,
-                              (CAST(?1 AS INTEGER) + 1000) * g.rate + g.burst * g.per_seconds * 1000)
-                END AS tat
-  FROM governed AS g LEFT JOIN limit_state AS s ON s.key = g.key
-  WHERE g.rate IS NOT NULL
-),
 -- Per governed key: in flight, tokens now and within the look-ahead (the
 -- claim's `room`), and the next token's instant (core::limits::Gcra::next_start).
 key_wait AS MATERIALIZED (

@@ -10,8 +10,9 @@
 //! attempt (refusals spend none), at most 1.3 calls per send once it first
 //! refused (the first wave, in flight then, excepted: the calls within a
 //! second of the first refusal), a makespan at most twice what its own limit
-//! allows, and, for those that tell their budget on every answer, no refusal
-//! past that first wave after the first answer saying the budget was spent.
+//! allows, and, for the webhooks to those that tell their budget on every
+//! answer, no refusal past that first wave after the first answer saying the
+//! budget was spent.
 
 use crate::check;
 use crate::driver::checks::Checks;
@@ -49,7 +50,7 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
                 d.name(),
                 d.limit().0,
                 d.limit().1,
-                if d.announces_budget() { ", no refusal after the first wave once it said its budget was spent" } else { "" }
+                budget_rule(d, channels)
             ),
             a_batch_against_the_receiver
         )];
@@ -57,6 +58,18 @@ pub async fn e2e(args: &TargetArgs, timeout: Duration, checks: &mut Checks) -> R
     }
     target.stop_checked("receivers: ", checks).await;
     Ok(())
+}
+
+/// What the check says of refusals after a spent budget.
+fn budget_rule(d: Dialect, channels: usize) -> &'static str {
+    match (d.announces_budget(), channels) {
+        (false, _) => "",
+        (true, 1) => ", no refusal after the first wave once it said its budget was spent",
+        // Items holding two rate keys start at the claim, 2 or 3 at once, and
+        // a tick's new drain knows no budget left: one may meet the window's
+        // last call (docs/guides/flow-control.md).
+        (true, _) => " (refusals after a spent budget printed, not bounded)",
+    }
 }
 
 struct Run<'a> {
@@ -105,7 +118,7 @@ async fn a_batch_against_the_receiver(r: &mut Run<'_>) -> Result<()> {
         a.calls_per_send() <= MOST_CALLS_PER_SEND,
         "too many calls per send"
     );
-    if r.dialect.announces_budget() {
+    if r.dialect.announces_budget() && r.channels == 1 {
         ensure!(
             a.refused_after_spent() == 0,
             "refused after it said its budget was spent"

@@ -151,7 +151,7 @@ pub struct Drain {
     /// and a claim before then may return items holding them again.
     paused: Vec<(String, i64)>,
     /// Budget left per key as its latest answer told: key, what remains, when
-    /// it resets ([`Drain::waits_on_budget`]).
+    /// it resets (`Drain::spoken_for`).
     budgets: Vec<(String, i64, i64)>,
     stop: Option<StopReason>,
     tally: Tally,

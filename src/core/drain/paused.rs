@@ -72,35 +72,44 @@ impl Drain {
         }
     }
 
-    /// Whether `item` holds a key whose budget left, as its last answer told,
-    /// the calls on their way there will spend: sent now, it would be refused.
-    pub(super) fn waits_on_budget(&self, item: &ClaimedItem, now: i64) -> bool {
-        if self.budgets.is_empty() {
-            return false;
-        }
-        item.keys().iter().any(|k| {
-            self.budgets.iter().any(|(b, remaining, at)| {
-                b == k && *at > now && {
-                    let running = self.running.values().map(|r| r.limits.as_deref());
-                    pace::on_their_way(std::slice::from_ref(k), running) >= *remaining
-                }
+    /// The keys whose budget left, as their last answer told, the calls on
+    /// their way there will spend: an item holding one, sent now, would be
+    /// refused ([`Drain::next_ready`] keeps it waiting).
+    fn spoken_for(&self, now: i64) -> Vec<&str> {
+        self.budgets
+            .iter()
+            .filter(|(key, remaining, at)| {
+                let running = self.running.values().map(|r| r.limits.as_deref());
+                *at > now && pace::on_their_way(std::slice::from_ref(key), running) >= *remaining
             })
-        })
+            .map(|(key, _, _)| key.as_str())
+            .collect()
     }
 
     /// The next queued item due to start by `now` that no budget holds back,
     /// taken from the queue.
     pub(super) fn next_ready(&mut self, now: i64) -> Option<Queued> {
-        let at = if self.budgets.is_empty() {
+        let spoken_for = if self.budgets.is_empty() {
+            Vec::new()
+        } else {
+            self.spoken_for(now)
+        };
+        let at = if spoken_for.is_empty() {
             self.queue
                 .front()
                 .filter(|q| q.item.start_at <= now)
                 .map(|_| 0)
         } else {
+            let waits = |q: &Queued| {
+                q.item
+                    .keys()
+                    .iter()
+                    .any(|k| spoken_for.contains(&k.as_str()))
+            };
             self.queue
                 .iter()
                 .take_while(|q| q.item.start_at <= now)
-                .position(|q| !self.waits_on_budget(&q.item, now))
+                .position(|q| !waits(q))
         }?;
         self.queue.remove(at)
     }

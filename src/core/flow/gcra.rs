@@ -1,6 +1,7 @@
 //! A rate as GCRA in integers: how much room a key's state leaves, the slots a
 //! claim ahead gives its starts, and how a state counted under another rate is
-//! read. Pure; the claim's SQL computes the same (`sql/claim_room.sql`).
+//! read. Pure; the claim's SQL computes the same (`sql/key_state.sql`,
+//! `sql/claim_room.sql`).
 
 /// How far ahead a claim takes a rate's starts: the items whose slot comes
 /// within this long are claimed at once, each to start at its slot
@@ -129,7 +130,7 @@ impl Gcra {
     /// would come on top of the slots claimed ahead under the other rate
     /// (measured: 11 calls in a second to a receiver of 10/s, set at 6/s). Two
     /// set rates (a changed limit): a full burst, as `PUT /limits` documents.
-    /// The claim computes the same (`sql/claim_room.sql`'s `state`).
+    /// The claim computes the same (`sql/key_state.sql`).
     pub fn state_of(
         &self,
         learned: bool,
