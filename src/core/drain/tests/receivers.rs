@@ -185,18 +185,13 @@ fn a_refusal_gives_back_the_queued_items_holding_its_keys_and_marks_its_commit()
 #[test]
 fn an_answer_saying_its_budget_is_spent_gives_back_the_queued_items_holding_its_keys() {
     // Concurrency 2, a claim of 4: items 1 and 2 run, 3 and 4 wait in the queue.
-    let mut r = Run::new(POLICY, 1_000);
-    r.actions(0);
     let claimed = vec![
         keyed(1, &["host:a"]),
         keyed(2, &["host:b"]),
         keyed(3, &["host:a"]),
         keyed(4, &["host:b"]),
     ];
-    r.m.claimed(0, Ok(claimed.clone()));
-    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
-    r.m.claimed(0, Ok(Vec::new()));
-    r.actions(0);
+    let mut r = two_running(&claimed);
     // host:a's receiver takes item 1 and says nothing remains until 2 s: item 3
     // would meet its refusal, so it goes back unrun; item 4 (another key) is sent.
     let spent = Ran {
@@ -233,18 +228,13 @@ fn an_answer_saying_its_budget_is_spent_gives_back_the_queued_items_holding_its_
 fn a_multi_channels_spent_budget_pauses_that_channels_key_alone() {
     // Concurrency 2, a claim of 4: item 1 (two channels, host:a and host:b)
     // and 2 run; 3 (host:a) and 4 (host:b) wait in the queue.
-    let mut r = Run::new(POLICY, 1_000);
-    r.actions(0);
     let claimed = vec![
         keyed(1, &["host:a", "host:b"]),
         keyed(2, &["host:c"]),
         keyed(3, &["host:a"]),
         keyed(4, &["host:b"]),
     ];
-    r.m.claimed(0, Ok(claimed.clone()));
-    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
-    r.m.claimed(0, Ok(Vec::new()));
-    r.actions(0);
+    let mut r = two_running(&claimed);
     // Item 1's channel to host:b spent its budget until 2 s; host:a's did not.
     let spent = Ran {
         paced: Some(Paced {
@@ -285,18 +275,13 @@ fn an_item_waits_while_the_calls_on_their_way_will_spend_its_keys_budget_left() 
     };
     let start = || {
         // Concurrency 2, a claim of 4: 1 (host:a) and 2 (host:b) run.
-        let mut r = Run::new(POLICY, 1_000);
-        r.actions(0);
         let claimed = vec![
             keyed(1, &["host:a"]),
             keyed(2, &["host:b"]),
             keyed(3, &["host:a"]),
             keyed(4, &["host:a"]),
         ];
-        r.m.claimed(0, Ok(claimed.clone()));
-        assert_eq!(dispatched(&r.actions(0)), [1, 2]);
-        r.m.claimed(0, Ok(Vec::new()));
-        r.actions(0);
+        let mut r = two_running(&claimed);
         // host:a has 1 left until 1 s, nothing on its way there: 3 goes.
         r.m.finished(10, claimed[0].clone(), left(1, 1_000), 0.0);
         assert_eq!(dispatched(&r.actions(10)), [3]);
@@ -334,18 +319,13 @@ fn an_item_waits_while_the_calls_on_their_way_will_spend_its_keys_budget_left() 
 fn budget_left_no_more_than_the_calls_on_their_way_pauses_the_keys_and_gives_back_the_queue() {
     // Concurrency 2, a claim of 4: items 1 and 2 (host:a) run, 3 (host:a) and
     // 4 (host:b) wait in the queue.
-    let mut r = Run::new(POLICY, 1_000);
-    r.actions(0);
     let claimed = vec![
         keyed(1, &["host:a"]),
         keyed(2, &["host:a"]),
         keyed(3, &["host:a"]),
         keyed(4, &["host:b"]),
     ];
-    r.m.claimed(0, Ok(claimed.clone()));
-    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
-    r.m.claimed(0, Ok(Vec::new()));
-    r.actions(0);
+    let mut r = two_running(&claimed);
     // Item 1's answer: 1 left until 2 s, and item 2 is on its way there.
     let one_left = Ran {
         paced: Some(Paced {
@@ -434,6 +414,18 @@ fn refused_ran(reason: &str, wait_ms: Option<i64>, by: RefusedBy) -> Ran {
         refused: Some(by),
         ..Ran::from(Outcome::Retry(reason.into()))
     }
+}
+
+/// A drain of concurrency 2 that claimed `claimed` at 0: its first two run,
+/// the rest wait in its queue, and its next claim came back empty.
+fn two_running(claimed: &[ClaimedItem]) -> Run {
+    let mut r = Run::new(POLICY, 1_000);
+    r.actions(0);
+    r.m.claimed(0, Ok(claimed.to_vec()));
+    assert_eq!(dispatched(&r.actions(0)), [1, 2]);
+    r.m.claimed(0, Ok(Vec::new()));
+    r.actions(0);
+    r
 }
 
 fn keyed(id: i64, keys: &[&str]) -> ClaimedItem {
