@@ -51,8 +51,17 @@ impl BackpressureBench {
             } else {
                 format!("multi items of {} channels", a.channels)
             };
+            // Only a receiver that tells its budget can say it is spent.
+            let after_spent = if a.announces_budget {
+                format!(
+                    " ({} after a spent budget's first wave)",
+                    a.refused_after_spent()
+                )
+            } else {
+                String::new()
+            };
             t.row(&[format!(
-                "{}, {} {sent}: {} completed, {} failed, {} on a later attempt; {:.2} calls per send after the first refusal; {} refused ({} after a spent budget's first wave); makespan {:.1} s, {:.2} × the {:.1} s its limit allows",
+                "{}, {} {sent}: {} completed, {} failed, {} on a later attempt; {:.2} calls per send after the first refusal; {} refused{after_spent}; makespan {:.1} s, {:.2} × the {:.1} s its limit allows",
                 a.receiver,
                 a.items,
                 a.completed,
@@ -60,7 +69,6 @@ impl BackpressureBench {
                 a.later_attempts,
                 a.calls_per_send(),
                 a.refused(),
-                a.refused_after_spent(),
                 a.makespan_s,
                 a.over_ideal(),
                 a.ideal_s,

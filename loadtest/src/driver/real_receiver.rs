@@ -74,6 +74,8 @@ pub struct Against {
     pub receiver: String,
     pub items: usize,
     pub channels: usize,
+    /// The receiver tells its budget on every answer.
+    pub announces_budget: bool,
     pub completed: u64,
     pub failed: u64,
     /// Items that ended on a later attempt than their first.
@@ -183,6 +185,7 @@ pub async fn against(
         receiver: name,
         items: n,
         channels,
+        announces_budget: d.announces_budget(),
         completed: driven.batch.completed,
         failed: driven.batch.failed,
         later_attempts: attempts.iter().filter(|i| i.attempt > 1).count(),
@@ -323,6 +326,7 @@ mod tests {
             receiver: "discord-multi".into(),
             items: 55,
             channels: 2,
+            announces_budget: true,
             completed: 55,
             failed: 0,
             later_attempts: 0,
