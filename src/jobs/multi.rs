@@ -271,21 +271,19 @@ impl Pacing {
         if !spent {
             paced.reset_at = self.asked.iter().filter_map(|(_, p)| p.reset_at).max();
         }
+        // Neither spent nor any budget left: a refusal's announced rate alone
+        // (its wait already pauses its keys), for every refused channel's key.
+        let any_left = self.asked.iter().any(|(_, p)| p.remaining.is_some());
         let mut keys: Vec<String> = Vec::new();
         for (key, p) in &self.asked {
             let counts = if spent {
                 p.until.is_some()
             } else {
-                p.remaining.is_some()
+                p.remaining.is_some() || !any_left
             };
             if counts && !keys.contains(key) {
                 keys.push(key.clone());
             }
-        }
-        if keys.is_empty() {
-            // A refusal's announced rate alone (its wait already pauses its keys).
-            keys = self.asked.iter().map(|(k, _)| k.clone()).collect();
-            keys.dedup();
         }
         Some((paced, keys))
     }

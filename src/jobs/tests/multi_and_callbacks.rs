@@ -154,6 +154,33 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
     let ran = run(&out, &multi(&["email", "push"]));
     assert_eq!(ran.paced_keys, Some(vec!["host:push.test".to_string()]));
     assert!(ran.paced.is_some_and(|p| p.per_minute.is_some()), "{ran:?}");
+    // Refusals announcing a rate but no budget left, two channels on one host
+    // with another between them: each key once (the commit teaches it once).
+    let rate_only = || {
+        Answer::status(429)
+            .header("Retry-After", "1")
+            .header("RateLimit-Policy", "\"default\";q=5;w=1")
+    };
+    let item = item(
+        "multi",
+        json!({"channels": [
+            {"name": "a", "url": "https://one.test/a"},
+            {"name": "b", "url": "https://two.test/"},
+            {"name": "c", "url": "https://one.test/c"}]}),
+    );
+    let out = MemoryOutbound::new(NOW);
+    out.answer("https://one.test/a", rate_only())
+        .answer("https://two.test/", rate_only())
+        .answer("https://one.test/c", rate_only());
+    let ran = run(&out, &item);
+    assert_eq!(ran.paced.and_then(|p| p.per_minute), Some(300));
+    assert_eq!(
+        ran.paced_keys,
+        Some(vec![
+            "host:one.test".to_string(),
+            "host:two.test".to_string()
+        ])
+    );
     // A channel that says nothing of a budget paces nothing.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", Answer::status(200));
