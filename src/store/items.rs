@@ -58,7 +58,7 @@ impl<D: Db> Store<D> {
             if let Some(first) = rows.first() {
                 return Ok(Claim {
                     in_force: Some(first.in_force()),
-                    items: rows.into_iter().map(|r| r.item).collect(),
+                    items: rows.into_iter().map(ClaimRow::item).collect(),
                     held_until: None,
                 });
             }
@@ -151,7 +151,7 @@ impl<D: Db> Store<D> {
             items: rows
                 .into_iter()
                 .filter(|r| r.claimed != 0)
-                .map(|r| r.item)
+                .map(ClaimRow::item)
                 .collect(),
             in_force,
             held_until,
@@ -409,10 +409,26 @@ struct HoldRow {
 }
 
 /// A claimed row with the claim's answer about limits (the same on every row).
+/// The item's columns are spelled out, not a `#[serde(flatten)]` `ClaimedItem`:
+/// a flattened struct is read as a map, which on wasm copies every row through
+/// `Object.entries` into a buffer first, a cost per item the fan-out's profile
+/// shows (docs/architecture/flow-control.md, "The claim's cost with nothing in
+/// force").
 #[derive(Deserialize)]
 struct ClaimRow {
-    #[serde(flatten)]
-    item: ClaimedItem,
+    item_id: i64,
+    lease_token: String,
+    batch_id: String,
+    subject_id: String,
+    attempt: i64,
+    max_attempts: i64,
+    kind: String,
+    payload: String,
+    receipts: Option<String>,
+    given_back: i64,
+    limits: Option<String>,
+    start_at: i64,
+    refused_since: Option<i64>,
     /// 0 for a cursor item the claim passed and left pending (claim_due_items.sql).
     claimed: i64,
     limits_defined: i64,
@@ -420,6 +436,24 @@ struct ClaimRow {
 }
 
 impl ClaimRow {
+    fn item(self) -> ClaimedItem {
+        ClaimedItem {
+            item_id: self.item_id,
+            lease_token: self.lease_token,
+            batch_id: self.batch_id,
+            subject_id: self.subject_id,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            kind: self.kind,
+            payload: self.payload,
+            receipts: self.receipts,
+            given_back: self.given_back,
+            limits: self.limits,
+            start_at: self.start_at,
+            refused_since: self.refused_since,
+        }
+    }
+
     fn in_force(&self) -> LimitsInForce {
         LimitsInForce {
             any: self.limits_defined != 0,
