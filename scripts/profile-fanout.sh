@@ -36,6 +36,7 @@ db="$(ls .loadtest/bench-fanout-1-state/v3/d1/miniflare-D1DatabaseObject/*.sqlit
 window="$(sqlite3 "$db" "SELECT b.created_at || ' ' || max(i.completed_at) || ' ' || count(*)
   FROM batches AS b JOIN cron_queue AS i ON i.batch_id = b.id
   GROUP BY b.id ORDER BY b.created_at DESC LIMIT 1")"
+[ -n "$window" ] || { echo "no fan-out batch in $db" >&2; exit 1; }
 perf script -i "$out/perf.data" --comm workerd -F comm,tid,time,ip,sym,dso 2>/dev/null >"$out/samples.txt"
 
 python3 - "$out/samples.txt" $window <<'EOF'
