@@ -737,7 +737,8 @@ pub(crate) async fn run_kind(
                 .filter(|_| matches!(outcome, Outcome::Retry(_))),
             own_delay: ctx.own_delay.get() && retried,
             paced: ctx.paced.get(),
-            paced_keys: ctx.paced_keys.take().filter(|_| ctx.paced.get().is_some()),
+            // Set only beside `paced` (`note_paced_keys`).
+            paced_keys: ctx.paced_keys.take(),
             outcome,
         },
         None => Outcome::Retry(format!("timed out after {timeout_ms} ms")).into(),

@@ -221,6 +221,9 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
         results.insert(c.name.clone(), outcome);
     }
     let outcome = receipts::outcome(&results);
+    if let Some((paced, keys)) = pacing.asks(&refusal.keys) {
+        ctx.note_paced_keys(paced, keys);
+    }
     if !refusal.keys.is_empty() {
         // A transient failure beside the refusals spends the attempt.
         let refused = results.values().filter(|o| matches!(o, Outcome::Retry(_)));
@@ -229,12 +232,9 @@ async fn run(ctx: &Context<'_>, payload: &Value) -> Outcome {
             ctx.retry_after(ms);
         }
         ctx.note_refusal(RefusedBy {
-            keys: Some(refusal.keys.clone()),
+            keys: Some(refusal.keys),
             with_failure,
         });
-    }
-    if let Some((paced, keys)) = pacing.asks(&refusal.keys) {
-        ctx.note_paced_keys(paced, keys);
     }
     outcome
 }

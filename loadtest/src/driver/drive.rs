@@ -27,6 +27,29 @@ pub struct Driven {
     pub ticks: u64,
 }
 
+/// Creates a batch of `items` under `key` and fires ticks every 200 ms, one at
+/// a time, until it ends: the batch as it ended, and the seconds from its
+/// creation to then.
+pub async fn batch_until_finished(
+    api: &Api,
+    key: &str,
+    items: Vec<serde_json::Value>,
+    timeout: Duration,
+) -> Result<(Driven, f64)> {
+    let (created, b) = api
+        .create_batch(&serde_json::json!({"key": key, "items": items}))
+        .await?;
+    ensure!(created, "batch {key} existed");
+    let started = Instant::now();
+    let pace = Pace {
+        every: Duration::from_millis(200),
+        max_in_flight: 1,
+        timeout,
+    };
+    let driven = until_finished(api, &b, pace, JoinSet::new()).await?;
+    Ok((driven, started.elapsed().as_secs_f64()))
+}
+
 /// How often the progress bar reads `GET /batches/{id}`: often enough to watch,
 /// rarely enough not to load the single-writer database being measured.
 const POLL: Duration = Duration::from_millis(250);

@@ -5,14 +5,13 @@
 //! no limit set, drained by ticks. What the e2e receivers part checks and
 //! `bench --only-backpressure` reports per receiver.
 
-use crate::driver::drive::{self, Pace};
+use crate::driver::drive;
 use crate::driver::target::Target;
 use crate::sink::receivers::{Call, Dialect};
 use anyhow::{ensure, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use std::time::Duration;
 
 /// The first wave: calls already on their way when the first refusal (or the
 /// first answer saying the budget was spent) came back.
@@ -152,20 +151,10 @@ pub async fn against(
                    "payload": {"channels": list, "data": {}}})
         })
         .collect();
-    let (created, b) = target
-        .api
-        .create_batch(&json!({"key": format!("receivers-{name}"), "items": items}))
-        .await?;
-    ensure!(created, "batch for {name} existed");
-    let started = Instant::now();
-    let pace = Pace {
-        every: Duration::from_millis(200),
-        max_in_flight: 1,
-        timeout,
-    };
-    let driven = drive::until_finished(&target.api, &b, pace, JoinSet::new()).await?;
-    let makespan_s = started.elapsed().as_secs_f64();
-    let attempts = target.api.all_items(&b.id, None).await?;
+    let key = format!("receivers-{name}");
+    let (driven, makespan_s) =
+        drive::batch_until_finished(&target.api, &key, items, timeout).await?;
+    let attempts = target.api.all_items(&driven.batch.id, None).await?;
     let mut seen = Vec::new();
     for host in &hosts {
         let calls: Vec<Call> = http

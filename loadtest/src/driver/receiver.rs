@@ -3,15 +3,14 @@
 //! fault), on a Worker of their own: what `bench --only-backpressure` measures
 //! and the e2e learned-rates part checks.
 
-use crate::driver::drive::{self, Pace};
+use crate::driver::drive;
 use crate::driver::target::{Secrets, Target, TargetArgs};
 use crate::runtime::api::Api;
 use crate::sink::faults::Faults;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use std::time::Duration;
 
 #[derive(Debug, Serialize)]
 pub struct Receiver {
@@ -46,8 +45,8 @@ pub async fn open(args: &TargetArgs, name: &str, more: &[(&str, &str)]) -> Resul
 }
 
 /// `n` webhooks (subjects `<prefix>-00000`…) to a receiver of `per_s` a second
-/// (429 + Retry-After: 1 above) in one batch, drained by ticks every 200 ms (two
-/// at most at once) until it ends: what the receiver saw since the sink's
+/// (429 + Retry-After: 1 above) in one batch, drained by ticks every 200 ms (one
+/// at a time) until it ends: what the receiver saw since the sink's
 /// last reset, and the makespan.
 pub async fn send(
     target: &Target,
@@ -70,18 +69,7 @@ pub async fn send(
         })
         .collect();
     let key = format!("{prefix}-{per_s}-{n}");
-    let (created, b) = api
-        .create_batch(&json!({"key": key, "items": items}))
-        .await?;
-    ensure!(created, "batch {key} existed");
-    let started = Instant::now();
-    let pace = Pace {
-        every: Duration::from_millis(200),
-        max_in_flight: 1,
-        timeout,
-    };
-    let driven = drive::until_finished(&api, &b, pace, JoinSet::new()).await?;
-    let makespan_s = started.elapsed().as_secs_f64();
+    let (driven, makespan_s) = drive::batch_until_finished(&api, &key, items, timeout).await?;
     let stats = target.sink.stats(false).await?;
     let refused = stats.by_status.get("429").copied().unwrap_or(0);
     let ideal_s = n as f64 / f64::from(per_s);

@@ -116,9 +116,10 @@ impl Drain {
 
     /// When a budget a queued item may wait on resets.
     pub(super) fn budget_wake(&self, now: i64) -> Option<i64> {
+        if self.queue.is_empty() {
+            return None;
+        }
         let resets = self.budgets.iter().map(|(_, _, at)| *at);
-        resets
-            .filter(|&at| at > now && !self.queue.is_empty())
-            .min()
+        resets.filter(|&at| at > now).min()
     }
 }

@@ -93,6 +93,7 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
             .header("X-RateLimit-Remaining", remaining)
             .header("X-RateLimit-Reset-After", after)
     };
+    let keys = |hosts: &[&str]| Some(hosts.iter().map(|h| format!("host:{h}")).collect());
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", discord("3", "1.000"))
         .answer("https://push.test/", discord("0", "0.750"))
@@ -102,27 +103,21 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
     assert_eq!(ran.refused, None);
     let paced = ran.paced.expect("the spent budget's word");
     assert_eq!(paced.until, Some(NOW + 750));
-    assert_eq!(ran.paced_keys, Some(vec!["host:push.test".to_string()]));
+    assert_eq!(ran.paced_keys, keys(&["push.test"]));
     // Two spent: both keys, until the later reset.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", discord("0", "2.000"))
         .answer("https://push.test/", discord("0", "0.750"));
     let ran = run(&out, &multi(&["email", "push"]));
     assert_eq!(ran.paced.and_then(|p| p.until), Some(NOW + 2_000));
-    assert_eq!(
-        ran.paced_keys,
-        Some(vec![
-            "host:email.test".to_string(),
-            "host:push.test".to_string()
-        ])
-    );
+    assert_eq!(ran.paced_keys, keys(&["email.test", "push.test"]));
     // Budget left on one channel only: its key weighs it, none other.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", discord("2", "1.000"))
         .answer("https://push.test/", Answer::status(200));
     let ran = run(&out, &multi(&["email", "push"]));
     assert_eq!(ran.paced.and_then(|p| p.remaining), Some(2));
-    assert_eq!(ran.paced_keys, Some(vec!["host:email.test".to_string()]));
+    assert_eq!(ran.paced_keys, keys(&["email.test"]));
     // Budget left on both: the least left, until the later reset, for both keys.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", discord("2", "0.500"))
@@ -133,13 +128,7 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
         (paced.until, paced.remaining, paced.reset_at),
         (None, Some(2), Some(NOW + 1_000))
     );
-    assert_eq!(
-        ran.paced_keys,
-        Some(vec![
-            "host:email.test".to_string(),
-            "host:push.test".to_string()
-        ])
-    );
+    assert_eq!(ran.paced_keys, keys(&["email.test", "push.test"]));
     // A refusal on one channel, a spent budget on another: the refusal's keys alone.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", discord("0", "2.000"))
@@ -152,7 +141,7 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
                 .header("X-RateLimit-Reset-After", "1.000"),
         );
     let ran = run(&out, &multi(&["email", "push"]));
-    assert_eq!(ran.paced_keys, Some(vec!["host:push.test".to_string()]));
+    assert_eq!(ran.paced_keys, keys(&["push.test"]));
     assert!(ran.paced.is_some_and(|p| p.per_minute.is_some()), "{ran:?}");
     // Refusals announcing a rate but no budget left, two channels on one host
     // with another between them: each key once (the commit teaches it once).
@@ -174,13 +163,7 @@ fn a_channels_spent_budget_paces_its_own_host_key_alone() {
         .answer("https://one.test/c", rate_only());
     let ran = run(&out, &item);
     assert_eq!(ran.paced.and_then(|p| p.per_minute), Some(300));
-    assert_eq!(
-        ran.paced_keys,
-        Some(vec![
-            "host:one.test".to_string(),
-            "host:two.test".to_string()
-        ])
-    );
+    assert_eq!(ran.paced_keys, keys(&["one.test", "two.test"]));
     // A channel that says nothing of a budget paces nothing.
     let out = MemoryOutbound::new(NOW);
     out.answer("https://email.test/", Answer::status(200));
